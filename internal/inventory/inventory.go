@@ -2,7 +2,13 @@
 // CPUs and address, discovered with NVML, simulated, or read from a file.
 package inventory
 
-import "time"
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+)
 
 // GPU is one device of a node as the reporter saw it.
 type GPU struct {
@@ -12,6 +18,19 @@ type GPU struct {
 	MemoryBytes uint64 `json:"memory_bytes"`
 	PCIBusID    string `json:"pci_bus_id"`
 	Healthy     bool   `json:"healthy"`
+
+	// UnhealthyReason says why Healthy is false (an XID, a failed NVML
+	// call), so that an operator reading the bucket need not guess.
+	UnhealthyReason string `json:"unhealthy_reason,omitempty"`
+	// NUMANode is the NUMA node the GPU hangs off; nil when neither NVML
+	// nor sysfs knows (single-socket machines, simulations).
+	NUMANode *int `json:"numa_node,omitempty"`
+	// MIGEnabled is true when the GPU is in MIG mode; the planner treats
+	// such a GPU as whole, but an operator wants to see it.
+	MIGEnabled bool `json:"mig_enabled,omitempty"`
+	// NVLinkPeers lists the node-local indices of the GPUs this one has an
+	// NVLink peer-to-peer path to, ascending; the planner's topology input.
+	NVLinkPeers []int `json:"nvlink_peers,omitempty"`
 }
 
 // NodeInventory is the document a reporter keeps in the inventory bucket,
@@ -26,4 +45,56 @@ type NodeInventory struct {
 	Labels        map[string]string `json:"labels,omitempty"`
 	DriverVersion string            `json:"driver_version"`
 	ReportedAt    time.Time         `json:"reported_at"`
+
+	// CUDADriverVersion is the CUDA version the driver supports, as
+	// "12.4"; empty without NVML.
+	CUDADriverVersion string `json:"cuda_driver_version,omitempty"`
+}
+
+// Source produces a node's inventory: NVML on a GPU machine, a simulation
+// elsewhere. The reporter asks it at start and whenever Changed fires.
+type Source interface {
+	// Inventory returns the node's inventory as of now. ReportedAt is left
+	// for the caller to set, since only the caller knows when it reports.
+	Inventory(ctx context.Context) (NodeInventory, error)
+	// Changed delivers a value when the inventory may have changed (a GPU
+	// turned unhealthy). A nil channel means it never changes.
+	Changed() <-chan struct{}
+}
+
+// HealthyGPUs returns the GPUs the planner may place work on.
+func (n NodeInventory) HealthyGPUs() []GPU {
+	var out []GPU
+	for _, g := range n.GPUs {
+		if g.Healthy {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// SameInventory reports whether a and b describe the same node state,
+// ignoring ReportedAt. The planner uses it to tell a heartbeat from a
+// change; comparing the canonical JSON keeps it in step with any field
+// added later, without a hand-written field list to forget.
+func SameInventory(a, b NodeInventory) bool {
+	return Fingerprint(a) == Fingerprint(b)
+}
+
+// Fingerprint returns a short digest of n without ReportedAt: equal
+// fingerprints mean equal inventories. A nil and an empty GPU list count
+// as the same (both mean "no GPUs").
+func Fingerprint(n NodeInventory) string {
+	n.ReportedAt = time.Time{}
+	if n.GPUs == nil {
+		n.GPUs = []GPU{}
+	}
+	if len(n.Labels) == 0 {
+		n.Labels = nil
+	}
+	// Marshalling plain data cannot fail; map keys come out sorted, so
+	// the bytes are canonical.
+	b, _ := json.Marshal(n)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
 }

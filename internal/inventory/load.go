@@ -1,0 +1,110 @@
+package inventory
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+// rayResources is one node of rlightning's (Ray's) cluster info.
+type rayResources struct {
+	IP  string   `json:"ip"`
+	CPU *float64 `json:"CPU"`
+	GPU *float64 `json:"GPU"`
+}
+
+// ParseNodes reads an inventory file: rlightning's cluster info
+// {"node_id_to_resources": {...}} or a JSON list of NodeInventory
+// documents, and returns the nodes the planner sees.
+func ParseNodes(data []byte) ([]planner.Node, error) {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return nil, fmt.Errorf("inventory is empty; want {\"node_id_to_resources\": {...}} or a list of NodeInventory documents")
+	}
+	if trimmed[0] == '[' {
+		var docs []NodeInventory
+		if err := json.Unmarshal(trimmed, &docs); err != nil {
+			return nil, fmt.Errorf("inventory is not a valid list of NodeInventory documents: %w", err)
+		}
+		nodes := make([]planner.Node, 0, len(docs))
+		seen := make(map[string]bool, len(docs))
+		for i, d := range docs {
+			if d.NodeID == "" {
+				return nil, fmt.Errorf("inventory[%d].node_id: missing; every node needs an id", i)
+			}
+			if seen[d.NodeID] {
+				return nil, fmt.Errorf("inventory[%d].node_id: %q appears twice", i, d.NodeID)
+			}
+			seen[d.NodeID] = true
+			if d.CPUs < 0 {
+				return nil, fmt.Errorf("inventory[%d].cpus: %d is not allowed; want a whole number >= 0", i, d.CPUs)
+			}
+			n, err := d.PlannerNode()
+			if err != nil {
+				return nil, fmt.Errorf("inventory[%d]: %w", i, err)
+			}
+			nodes = append(nodes, n)
+		}
+		return nodes, nil
+	}
+	var ray struct {
+		Nodes map[string]rayResources `json:"node_id_to_resources"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	if err := dec.Decode(&ray); err != nil {
+		return nil, fmt.Errorf("inventory is not valid JSON cluster info: %w", err)
+	}
+	if ray.Nodes == nil {
+		return nil, fmt.Errorf("inventory.node_id_to_resources: missing; want {\"node_id_to_resources\": {\"<node_id>\": {\"ip\": ..., \"CPU\": ..., \"GPU\": ...}}}")
+	}
+	ids := make([]string, 0, len(ray.Nodes))
+	for id := range ray.Nodes {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	nodes := make([]planner.Node, 0, len(ids))
+	for _, id := range ids {
+		r := ray.Nodes[id]
+		field := "inventory.node_id_to_resources." + id
+		gpus, cpus := 0.0, 0.0
+		if r.GPU != nil {
+			gpus = *r.GPU
+		}
+		if r.CPU != nil {
+			cpus = *r.CPU
+		}
+		if gpus < 0 || gpus != math.Trunc(gpus) || gpus > 1<<16 {
+			return nil, fmt.Errorf("%s.GPU: %v is not allowed; want a whole number >= 0", field, gpus)
+		}
+		if cpus < 0 || math.IsInf(cpus, 0) || math.IsNaN(cpus) {
+			return nil, fmt.Errorf("%s.CPU: %v is not allowed; want a number >= 0", field, cpus)
+		}
+		nodes = append(nodes, planner.Node{ID: id, IP: r.IP, CPUs: cpus, GPUs: int(gpus)})
+	}
+	return nodes, nil
+}
+
+// PlannerNode is the node as the planner sees it: GPU indices must be
+// 0..n-1, and unhealthy GPUs are listed so no work lands on them.
+func (d NodeInventory) PlannerNode() (planner.Node, error) {
+	n := planner.Node{ID: d.NodeID, IP: d.IP, CPUs: float64(d.CPUs), GPUs: len(d.GPUs)}
+	uuids := make([]string, len(d.GPUs))
+	seen := make([]bool, len(d.GPUs))
+	for i, g := range d.GPUs {
+		if g.Index < 0 || g.Index >= len(d.GPUs) || seen[g.Index] {
+			return n, fmt.Errorf("gpus[%d].index: %d is not allowed; want distinct indices 0..%d", i, g.Index, len(d.GPUs)-1)
+		}
+		seen[g.Index] = true
+		uuids[g.Index] = g.UUID
+		if !g.Healthy {
+			n.Unhealthy = append(n.Unhealthy, g.Index)
+		}
+	}
+	sort.Ints(n.Unhealthy)
+	n.GPUUUIDs = uuids
+	return n, nil
+}

@@ -1,0 +1,350 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/rs/zerolog"
+)
+
+// machine is a go-nvml mock server completed with the calls the mock
+// lacks (NUMA, P2P, PCI bus id, events), behaving like a DGX: GPUs 0-3 on
+// NUMA node 0, 4-7 on node 1, all pairs NVLinked, and an event set fed
+// from a channel.
+type machine struct {
+	*server.Server
+	events chan nvml.EventData
+}
+
+func newMachine(s *server.Server) *machine {
+	m := &machine{Server: s, events: make(chan nvml.EventData, 8)}
+	for i, d := range s.Devices {
+		dev := d.(*server.Device)
+		dev.GetNumaNodeIdFunc = func() (int, nvml.Return) { return i / 4, nvml.SUCCESS }
+		dev.GetP2PStatusFunc = func(nvml.Device, nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
+			return nvml.P2P_STATUS_OK, nvml.SUCCESS
+		}
+		dev.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
+			var p nvml.PciInfo
+			// NVML pads the bus id with NULs to 32 bytes.
+			for j, c := range []byte("0000" + strings.ToUpper(dev.PciBusID)) {
+				p.BusId[j] = int8(c)
+			}
+			return p, nvml.SUCCESS
+		}
+		dev.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return nvml.EventTypeAll, nvml.SUCCESS }
+		dev.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+	}
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		return &mock.EventSet{
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+			WaitFunc: func(ms uint32) (nvml.EventData, nvml.Return) {
+				select {
+				case e := <-m.events:
+					return e, nvml.SUCCESS
+				case <-time.After(time.Duration(ms) * time.Millisecond):
+					return nvml.EventData{}, nvml.ERROR_TIMEOUT
+				}
+			},
+		}, nvml.SUCCESS
+	}
+	return m
+}
+
+func (m *machine) device(i int) *server.Device { return m.Devices[i].(*server.Device) }
+
+func openNVML(t *testing.T, lib nvml.Interface, opts NVMLOptions) *NVML {
+	t.Helper()
+	opts.Facts = Facts{NodeID: "n1", Hostname: "dgx", IP: "10.0.0.1", CPUs: 224}
+	opts.Log = zerolog.New(zerolog.NewTestWriter(t))
+	n, err := OpenNVML(lib, opts)
+	if err != nil {
+		t.Fatalf("OpenNVML: %v", err)
+	}
+	t.Cleanup(func() { n.Close() })
+	n.waitMs = 20
+	return n
+}
+
+func inventoryOf(t *testing.T, n *NVML) NodeInventory {
+	t.Helper()
+	inv, err := n.Inventory(context.Background())
+	if err != nil {
+		t.Fatalf("Inventory: %v", err)
+	}
+	return inv
+}
+
+func TestNVMLDiscovery(t *testing.T) {
+	tests := []struct {
+		name     string
+		server   *server.Server
+		gpuName  string
+		memoryMB uint64
+	}{
+		{name: "dgxh100", server: dgxh100.New(), gpuName: "NVIDIA H100 80GB HBM3", memoryMB: 81920},
+		{name: "dgxh200", server: dgxh200.New(), gpuName: "NVIDIA H200 141GB HBM3e", memoryMB: 144384},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMachine(tt.server)
+			inv := inventoryOf(t, openNVML(t, m, NVMLOptions{}))
+			if inv.NodeID != "n1" || inv.DriverVersion != "550.54.15" || inv.CUDADriverVersion != "12.4" {
+				t.Errorf("node = %s driver %q cuda %q", inv.NodeID, inv.DriverVersion, inv.CUDADriverVersion)
+			}
+			if len(inv.GPUs) != 8 {
+				t.Fatalf("got %d GPUs, want 8", len(inv.GPUs))
+			}
+			uuids := map[string]bool{}
+			for i, g := range inv.GPUs {
+				uuids[g.UUID] = true
+				dev := m.device(i)
+				if g.Index != i || g.UUID != dev.UUID || !g.Healthy {
+					t.Errorf("gpu %d = %+v", i, g)
+				}
+				if !strings.HasPrefix(g.Name, strings.Fields(tt.gpuName)[0]) || g.MemoryBytes != tt.memoryMB<<20 {
+					t.Errorf("gpu %d name %q memory %d, want %q %d MiB", i, g.Name, g.MemoryBytes, tt.gpuName, tt.memoryMB)
+				}
+				if want := "0000" + strings.ToUpper(dev.PciBusID); g.PCIBusID != want {
+					t.Errorf("gpu %d pci bus id %q, want %q (NULs trimmed)", i, g.PCIBusID, want)
+				}
+				if g.NUMANode == nil || *g.NUMANode != i/4 {
+					t.Errorf("gpu %d numa node %v, want %d", i, g.NUMANode, i/4)
+				}
+				if len(g.NVLinkPeers) != 7 || g.MIGEnabled {
+					t.Errorf("gpu %d nvlink peers %v mig %v", i, g.NVLinkPeers, g.MIGEnabled)
+				}
+			}
+			if len(uuids) != 8 {
+				t.Errorf("got %d distinct UUIDs, want 8", len(uuids))
+			}
+		})
+	}
+}
+
+func TestNVMLMIGMode(t *testing.T) {
+	m := newMachine(dgxh100.New())
+	m.device(3).SetMigMode(nvml.DEVICE_MIG_ENABLE)
+	inv := inventoryOf(t, openNVML(t, m, NVMLOptions{}))
+	for i, g := range inv.GPUs {
+		if g.MIGEnabled != (i == 3) {
+			t.Errorf("gpu %d mig_enabled = %v", i, g.MIGEnabled)
+		}
+	}
+}
+
+func TestNVMLNotSupportedLeavesFieldsEmpty(t *testing.T) {
+	m := newMachine(dgxh100.New())
+	notSupported := func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+	sysfs := t.TempDir()
+	for i := range m.Devices {
+		dev := m.device(i)
+		dev.GetNumaNodeIdFunc = notSupported
+		dev.GetP2PStatusFunc = func(nvml.Device, nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		dev.GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
+		// sysfs knows GPUs 0 and 1; 1 says -1 (no affinity).
+		if i < 2 {
+			dir := filepath.Join(sysfs, "bus", "pci", "devices", "0000:"+dev.PciBusID[5:])
+			os.MkdirAll(dir, 0o755)
+			os.WriteFile(filepath.Join(dir, "numa_node"), []byte([]string{"1\n", "-1\n"}[i]), 0o644)
+		}
+	}
+	m.SystemGetCudaDriverVersionFunc = notSupported
+	inv := inventoryOf(t, openNVML(t, m, NVMLOptions{SysfsRoot: sysfs}))
+	if inv.CUDADriverVersion != "" {
+		t.Errorf("cuda version %q, want empty", inv.CUDADriverVersion)
+	}
+	for i, g := range inv.GPUs {
+		if !g.Healthy || g.NVLinkPeers != nil || g.MIGEnabled {
+			t.Errorf("gpu %d = %+v", i, g)
+		}
+		if i == 0 {
+			if g.NUMANode == nil || *g.NUMANode != 1 {
+				t.Errorf("gpu 0 numa %v, want 1 from sysfs", g.NUMANode)
+			}
+		} else if g.NUMANode != nil {
+			t.Errorf("gpu %d numa %d, want empty", i, *g.NUMANode)
+		}
+	}
+}
+
+func TestNVMLLibraryMissing(t *testing.T) {
+	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
+	if _, err := OpenNVML(lib, NVMLOptions{}); !errors.Is(err, ErrNoNVML) {
+		t.Errorf("OpenNVML with no library: %v, want ErrNoNVML", err)
+	}
+	lib.InitFunc = func() nvml.Return { return nvml.ERROR_DRIVER_NOT_LOADED }
+	var nerr *NVMLError
+	if _, err := OpenNVML(lib, NVMLOptions{}); !errors.As(err, &nerr) || nerr.Call != "Init" {
+		t.Errorf("OpenNVML with no driver: %v, want an Init NVMLError", err)
+	}
+	// The real library: on machines without a GPU driver (CI, laptops)
+	// this is the path the reporter takes.
+	if n, err := OpenNVML(nvml.New(), NVMLOptions{}); err == nil {
+		n.Close()
+		t.Skip("this machine has NVML")
+	} else if !errors.Is(err, ErrNoNVML) {
+		t.Logf("real NVML: %v", err)
+	}
+}
+
+func TestNVMLCallFailing(t *testing.T) {
+	t.Run("device count fails the report", func(t *testing.T) {
+		m := newMachine(dgxh100.New())
+		m.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+		_, err := openNVML(t, m, NVMLOptions{}).Inventory(context.Background())
+		var nerr *NVMLError
+		if !errors.As(err, &nerr) || nerr.Call != "DeviceGetCount" {
+			t.Errorf("Inventory: %v, want a DeviceGetCount NVMLError", err)
+		}
+	})
+	t.Run("per-GPU failures", func(t *testing.T) {
+		m := newMachine(dgxh100.New())
+		m.device(1).GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
+		m.device(2).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
+		m.device(3).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
+		handle := m.DeviceGetHandleByIndexFunc
+		m.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+			if i == 4 {
+				return nil, nvml.ERROR_GPU_IS_LOST
+			}
+			return handle(i)
+		}
+		m.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
+		inv := inventoryOf(t, openNVML(t, m, NVMLOptions{}))
+		if len(inv.GPUs) != 8 || inv.DriverVersion != "" {
+			t.Fatalf("got %d GPUs, driver %q", len(inv.GPUs), inv.DriverVersion)
+		}
+		tests := []struct {
+			index   int
+			healthy bool
+			reason  string
+		}{
+			{index: 0, healthy: true},
+			{index: 1, healthy: true}, // a missing name is no health problem
+			{index: 2, reason: "nvml DeviceGetUUID: "},
+			{index: 3, reason: "nvml DeviceGetMemoryInfo: "},
+			{index: 4, reason: "nvml DeviceGetHandleByIndex: "},
+		}
+		for _, tt := range tests {
+			g := inv.GPUs[tt.index]
+			if g.Index != tt.index || g.Healthy != tt.healthy || !strings.HasPrefix(g.UnhealthyReason, tt.reason) {
+				t.Errorf("gpu %d healthy %v reason %q, want %v %q", tt.index, g.Healthy, g.UnhealthyReason, tt.healthy, tt.reason)
+			}
+		}
+		if inv.GPUs[1].Name != "" || inv.GPUs[1].UUID == "" {
+			t.Errorf("gpu 1 = %+v, want a UUID and no name", inv.GPUs[1])
+		}
+		// GPU 4 has no handle, so no P2P answers: nobody lists it as peer.
+		for _, p := range inv.GPUs[0].NVLinkPeers {
+			if p == 4 {
+				t.Errorf("gpu 0 nvlink peers %v include the lost GPU 4", inv.GPUs[0].NVLinkPeers)
+			}
+		}
+	})
+}
+
+func TestNVMLGPUGoesUnhealthy(t *testing.T) {
+	tests := []struct {
+		name      string
+		ignored   []uint64
+		xid       uint64
+		unhealthy bool
+	}{
+		{name: "critical XID 79", xid: 79, unhealthy: true},
+		{name: "XID 48 double-bit ECC", xid: 48, unhealthy: true},
+		{name: "application XID 13 ignored", xid: 13},
+		{name: "application XID 109 ignored", xid: 109},
+		{name: "configured ignore list", ignored: []uint64{79}, xid: 79},
+		{name: "configured list replaces the default", ignored: []uint64{}, xid: 13, unhealthy: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMachine(dgxh100.New())
+			n := openNVML(t, m, NVMLOptions{IgnoredXIDs: tt.ignored})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- n.WatchHealth(ctx) }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("WatchHealth: %v", err)
+				}
+			}()
+
+			m.events <- nvml.EventData{Device: m.Devices[2], EventType: nvml.EventTypeXidCriticalError, EventData: tt.xid}
+			select {
+			case <-n.Changed():
+				if !tt.unhealthy {
+					t.Fatal("Changed fired for an ignored XID")
+				}
+			case <-time.After(300 * time.Millisecond):
+				if tt.unhealthy {
+					t.Fatal("Changed did not fire for a critical XID")
+				}
+			}
+			inv := inventoryOf(t, n)
+			for i, g := range inv.GPUs {
+				want := !(tt.unhealthy && i == 2)
+				if g.Healthy != want {
+					t.Errorf("gpu %d healthy = %v, want %v", i, g.Healthy, want)
+				}
+			}
+			if tt.unhealthy && inv.GPUs[2].UnhealthyReason != "XID "+itoa(tt.xid) {
+				t.Errorf("reason %q", inv.GPUs[2].UnhealthyReason)
+			}
+		})
+	}
+}
+
+func TestNVMLEventWaitFailingMarksAll(t *testing.T) {
+	m := newMachine(dgxh100.New())
+	create := m.EventSetCreateFunc
+	m.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		set, _ := create()
+		set.(*mock.EventSet).WaitFunc = func(uint32) (nvml.EventData, nvml.Return) { return nvml.EventData{}, nvml.ERROR_UNKNOWN }
+		return set, nvml.SUCCESS
+	}
+	n := openNVML(t, m, NVMLOptions{})
+	if err := n.WatchHealth(context.Background()); err == nil {
+		t.Fatal("WatchHealth: no error")
+	}
+	for i, g := range inventoryOf(t, n).GPUs {
+		if g.Healthy {
+			t.Errorf("gpu %d healthy after event wait failed", i)
+		}
+	}
+}
+
+func TestNVMLEventsNotSupported(t *testing.T) {
+	m := newMachine(dgxh100.New())
+	for i := range m.Devices {
+		m.device(i).GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+	}
+	n := openNVML(t, m, NVMLOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := n.WatchHealth(ctx); err != nil {
+		t.Fatalf("WatchHealth: %v", err)
+	}
+	for i, g := range inventoryOf(t, n).GPUs {
+		if !g.Healthy {
+			t.Errorf("gpu %d unhealthy though only its events are unsupported", i)
+		}
+	}
+}
+
+func itoa(x uint64) string { return strconv.FormatUint(x, 10) }
