@@ -1,0 +1,177 @@
+package planner
+
+import "math"
+
+// demand walks one component's workers in index order; env groups follow
+// one another.
+type demand struct {
+	comp   Component
+	ci     int // index into gpuComponents
+	groups []WorkerGroup
+	gi     int // current group
+	inG    int // workers of the current group already placed
+	index  int // next worker index
+	total  int
+}
+
+func newDemand(ci int, groups []WorkerGroup) *demand {
+	d := &demand{comp: gpuComponents[ci], ci: ci}
+	for _, g := range groups {
+		if g.WorkerNum > 0 {
+			d.groups = append(d.groups, g)
+			d.total += g.WorkerNum
+		}
+	}
+	return d
+}
+
+func (d *demand) done() bool { return d.index >= d.total }
+
+func (d *demand) cur() WorkerGroup { return d.groups[d.gi] }
+
+func (d *demand) advance() {
+	d.index++
+	d.inG++
+	if d.inG >= d.groups[d.gi].WorkerNum {
+		d.gi++
+		d.inG = 0
+	}
+}
+
+// gpusNeeded is how many GPUs the component's workers fill when packed in
+// order onto fresh GPUs: whole GPUs for multi-GPU workers, next-fit for
+// fractions. rlightning truncates fractional totals instead (int(1.5) == 1)
+// and leaves workers unplaced; this counts what the packing really needs.
+func gpusNeeded(groups []WorkerGroup) int {
+	n := 0
+	room := 0.0 // capacity left on the current, partly filled GPU
+	for _, g := range groups {
+		for i := 0; i < g.WorkerNum; i++ {
+			switch {
+			case g.NumGPUs <= 0:
+			case g.NumGPUs > 1:
+				n += int(math.Round(g.NumGPUs))
+				room = 0
+			default:
+				if room+eps < g.NumGPUs {
+					n++
+					room = 1
+				}
+				room -= g.NumGPUs
+			}
+		}
+	}
+	return n
+}
+
+// stopReason says why a component stopped filling a node.
+type stopReason int
+
+const (
+	stopDone stopReason = iota
+	stopGPUs
+	stopCPUs
+	stopTooSmall
+)
+
+// packer places workers onto nodes and records them.
+type packer struct {
+	bufferCPUs float64 // reserved with a node's first train worker
+	hasBuffer  bool
+	workers    []Worker
+	gpuSlab    []int
+	uuidSlab   []string
+	notes      *notes
+}
+
+// fill places the component's next workers onto the GPUs gpus of node ns,
+// in order, for pool. A GPU takes fractional workers while they fit its
+// capacity; a worker needing k > 1 GPUs takes k GPUs of this node no other
+// worker of its component touches. It returns how many GPUs from the start
+// of gpus it touched and why it stopped.
+func (p *packer) fill(pool string, ns *nodeState, d *demand, gpus []int) (int, stopReason) {
+	if d.done() {
+		return 0, stopDone
+	}
+	share := ns.shares(d.ci)
+	pos, touched := 0, 0
+	for !d.done() {
+		g := d.cur()
+		cpus := g.NumCPUs
+		if d.comp == Train && !ns.hasTrain && p.hasBuffer {
+			cpus += p.bufferCPUs
+		}
+		if cpus > ns.cpuLeft+eps {
+			p.notes.add(ns.node.ID, d.comp, ReasonCPUsExhausted)
+			return touched, stopCPUs
+		}
+		var held []int
+		frac := 1.0
+		switch {
+		case g.NumGPUs <= 0:
+		case g.NumGPUs <= 1:
+			for pos < len(gpus) && share[gpus[pos]]+g.NumGPUs > 1+eps {
+				pos++
+			}
+			if pos >= len(gpus) {
+				p.notes.add(ns.node.ID, d.comp, ReasonNoFreeGPUs)
+				return touched, stopGPUs
+			}
+			share[gpus[pos]] += g.NumGPUs
+			held = gpus[pos : pos+1]
+			frac = g.NumGPUs
+			touched = max(touched, pos+1)
+		default:
+			k := int(math.Round(g.NumGPUs))
+			for pos < len(gpus) && share[gpus[pos]] > eps {
+				pos++
+			}
+			if pos+k > len(gpus) {
+				if len(ns.usable) < k {
+					p.notes.add(ns.node.ID, d.comp, ReasonTooSmall)
+					return touched, stopTooSmall
+				}
+				p.notes.add(ns.node.ID, d.comp, ReasonNoFreeGPUs)
+				return touched, stopGPUs
+			}
+			for _, x := range gpus[pos : pos+k] {
+				if share[x] > eps {
+					p.notes.add(ns.node.ID, d.comp, ReasonNoFreeGPUs)
+					return touched, stopGPUs
+				}
+			}
+			for _, x := range gpus[pos : pos+k] {
+				share[x] = 1
+			}
+			held = gpus[pos : pos+k]
+			pos += k
+			touched = max(touched, pos)
+		}
+		ns.cpuLeft -= cpus
+		if d.comp == Train {
+			ns.hasTrain = true
+		}
+		p.place(d.comp, d.index, pool, ns.node, held, frac, g.NumCPUs)
+		d.advance()
+	}
+	return touched, stopDone
+}
+
+func (p *packer) place(c Component, index int, pool string, n *Node, gpus []int, frac, cpus float64) {
+	w := Worker{Component: c, Index: index, Pool: pool, NodeID: n.ID, IP: n.IP, GPUShare: frac, CPUs: cpus}
+	if len(gpus) > 0 {
+		start := len(p.gpuSlab)
+		p.gpuSlab = append(p.gpuSlab, gpus...)
+		w.GPUs = p.gpuSlab[start:len(p.gpuSlab):len(p.gpuSlab)]
+		if len(n.GPUUUIDs) == n.GPUs {
+			ustart := len(p.uuidSlab)
+			for _, x := range gpus {
+				p.uuidSlab = append(p.uuidSlab, n.GPUUUIDs[x])
+			}
+			w.GPUUUIDs = p.uuidSlab[ustart:len(p.uuidSlab):len(p.uuidSlab)]
+		}
+	} else {
+		w.GPUShare = 0
+	}
+	p.workers = append(p.workers, w)
+}

@@ -1,0 +1,439 @@
+package planner
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Component names a kind of RL worker. The four kinds and their spelling
+// come from rlightning.
+type Component string
+
+// The worker kinds a spec schedules.
+const (
+	Train  Component = "train"
+	Eval   Component = "eval"
+	Env    Component = "env"
+	Buffer Component = "buffer"
+)
+
+// gpuComponents are the components that hold GPU ranges, in the order the
+// planner serves them (rlightning's order: train first, then eval, then env).
+var gpuComponents = [...]Component{Train, Eval, Env}
+
+// Placement modes, strategies and env strategies, spelled as in rlightning.
+const (
+	ModeAuto   = "auto"
+	ModeManual = "manual"
+
+	StrategyDisaggregate = "disaggregate"
+	StrategyColocate     = "colocate"
+
+	EnvStrategyDefault        = "default"
+	EnvStrategyDeviceColocate = "device-colocate"
+)
+
+// WorkerGroup is one scheduling entry: how many workers and what each needs.
+type WorkerGroup struct {
+	WorkerNum int
+	// Auto is set when worker_num is "auto" (buffer only): one worker per
+	// node that hosts train workers.
+	Auto    bool
+	NumCPUs float64
+	NumGPUs float64
+}
+
+// Scheduling is the job's worker groups. A nil group schedules nothing.
+type Scheduling struct {
+	Train  *WorkerGroup
+	Eval   *WorkerGroup
+	Buffer *WorkerGroup
+	Env    []WorkerGroup
+}
+
+// Placement says how pools are formed.
+type Placement struct {
+	Mode        string
+	Strategy    string
+	EnvStrategy string
+}
+
+// PoolConfig is one entry of rlightning's manual `resource_pool` list.
+type PoolConfig struct {
+	Name    string
+	NumNode int
+	// NumGPUs holds one value for every node, or one per node.
+	NumGPUs     []int
+	NumGPUsList bool
+	NodeIDs     []string
+	// Ranges are pool-global GPU index ranges per component.
+	Ranges map[Component][]Range
+}
+
+// Spec is a job spec: its scheduling, its placement and, in manual mode,
+// its resource pools.
+type Spec struct {
+	Scheduling   Scheduling
+	Placement    Placement
+	ResourcePool []PoolConfig
+}
+
+// FieldError is a spec error that names the offending field and what is
+// allowed there.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// ParseSpec reads a job spec written in YAML or JSON (JSON is read as YAML).
+func ParseSpec(data []byte) (*Spec, error) {
+	var raw any
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("spec is not valid YAML or JSON: %s", oneLine(err.Error()))
+	}
+	if raw == nil {
+		return nil, fieldErr("spec", "empty; want a mapping with scheduling and placement")
+	}
+	top, ok := raw.(map[string]any)
+	if !ok {
+		return nil, fieldErr("spec", "want a mapping with scheduling and placement, got %s", kindOf(raw))
+	}
+	if err := onlyKeys("spec", top, "scheduling", "placement", "resource_pool"); err != nil {
+		return nil, err
+	}
+	s := &Spec{}
+	if err := parseScheduling(top["scheduling"], &s.Scheduling); err != nil {
+		return nil, err
+	}
+	if err := parsePlacement(top["placement"], &s.Placement); err != nil {
+		return nil, err
+	}
+	pools, err := parsePools(top["resource_pool"])
+	if err != nil {
+		return nil, err
+	}
+	s.ResourcePool = pools
+	if s.Placement.Mode == ModeManual && len(s.ResourcePool) == 0 {
+		return nil, fieldErr("resource_pool", "placement.mode is manual but resource_pool is empty; list the pools, or use mode auto")
+	}
+	return s, nil
+}
+
+func parseScheduling(v any, out *Scheduling) error {
+	if v == nil {
+		return fieldErr("scheduling", "missing; want a mapping of train, eval, buffer and env")
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return fieldErr("scheduling", "want a mapping of train, eval, buffer and env, got %s", kindOf(v))
+	}
+	if err := onlyKeys("scheduling", m, "train", "eval", "buffer", "env"); err != nil {
+		return err
+	}
+	for _, c := range []Component{Train, Eval, Buffer} {
+		raw, ok := m[string(c)]
+		if !ok || raw == nil {
+			continue
+		}
+		g, err := parseGroup("scheduling."+string(c), raw, c == Buffer)
+		if err != nil {
+			return err
+		}
+		switch c {
+		case Train:
+			out.Train = &g
+		case Eval:
+			out.Eval = &g
+		case Buffer:
+			out.Buffer = &g
+		}
+	}
+	switch env := m["env"].(type) {
+	case nil:
+	case []any:
+		for i, raw := range env {
+			g, err := parseGroup(fmt.Sprintf("scheduling.env[%d]", i), raw, false)
+			if err != nil {
+				return err
+			}
+			out.Env = append(out.Env, g)
+		}
+	case map[string]any:
+		g, err := parseGroup("scheduling.env", env, false)
+		if err != nil {
+			return err
+		}
+		out.Env = []WorkerGroup{g}
+	default:
+		return fieldErr("scheduling.env", "want a list of worker groups, got %s", kindOf(env))
+	}
+	return nil
+}
+
+func parseGroup(field string, v any, allowAuto bool) (WorkerGroup, error) {
+	g := WorkerGroup{NumCPUs: 1}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return g, fieldErr(field, "want a mapping with worker_num, num_cpus and num_gpus, got %s", kindOf(v))
+	}
+	if err := onlyKeys(field, m, "worker_num", "num_cpus", "num_gpus"); err != nil {
+		return g, err
+	}
+	switch wn := m["worker_num"].(type) {
+	case nil:
+		return g, fieldErr(field+".worker_num", "missing; want a whole number >= 0")
+	case string:
+		if wn != "auto" {
+			return g, fieldErr(field+".worker_num", "%q is not allowed; want a whole number >= 0%s", wn, autoHint(allowAuto))
+		}
+		if !allowAuto {
+			return g, fieldErr(field+".worker_num", `"auto" is allowed only for buffer; want a whole number >= 0`)
+		}
+		g.Auto = true
+	default:
+		n, ok := number(wn)
+		if !ok || n < 0 || n != math.Trunc(n) || n > 1e9 {
+			return g, fieldErr(field+".worker_num", "%v is not allowed; want a whole number >= 0%s", wn, autoHint(allowAuto))
+		}
+		g.WorkerNum = int(n)
+	}
+	if raw, ok := m["num_cpus"]; ok && raw != nil {
+		n, ok := number(raw)
+		if !ok || n < 0 || math.IsInf(n, 0) {
+			return g, fieldErr(field+".num_cpus", "%v is not allowed; want a number >= 0", raw)
+		}
+		g.NumCPUs = n
+	}
+	if raw, ok := m["num_gpus"]; ok && raw != nil {
+		n, ok := number(raw)
+		if !ok || n < 0 || math.IsInf(n, 0) || n > 1e6 {
+			return g, fieldErr(field+".num_gpus", "%v is not allowed; want a fraction in (0, 1], a whole number, or 0", raw)
+		}
+		if n > 1 && n != math.Trunc(n) {
+			return g, fieldErr(field+".num_gpus", "%v is not allowed: above 1 a worker takes whole GPUs; want a fraction in (0, 1] or a whole number", raw)
+		}
+		g.NumGPUs = n
+	}
+	return g, nil
+}
+
+func autoHint(allowAuto bool) string {
+	if allowAuto {
+		return ` or "auto"`
+	}
+	return ""
+}
+
+func parsePlacement(v any, out *Placement) error {
+	*out = Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault}
+	if v == nil {
+		return nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return fieldErr("placement", "want a mapping with mode, strategy and env_strategy, got %s", kindOf(v))
+	}
+	if err := onlyKeys("placement", m, "mode", "strategy", "env_strategy"); err != nil {
+		return err
+	}
+	pick := func(key string, dst *string, allowed ...string) error {
+		raw, ok := m[key]
+		if !ok || raw == nil {
+			return nil
+		}
+		s, ok := raw.(string)
+		if !ok || !contains(allowed, s) {
+			return fieldErr("placement."+key, "%v is not allowed; want one of %s", raw, strings.Join(allowed, ", "))
+		}
+		*dst = s
+		return nil
+	}
+	if err := pick("mode", &out.Mode, ModeAuto, ModeManual); err != nil {
+		return err
+	}
+	if err := pick("strategy", &out.Strategy, StrategyDisaggregate, StrategyColocate); err != nil {
+		return err
+	}
+	return pick("env_strategy", &out.EnvStrategy, EnvStrategyDefault, EnvStrategyDeviceColocate)
+}
+
+func parsePools(v any) ([]PoolConfig, error) {
+	if v == nil {
+		return nil, nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fieldErr("resource_pool", "want a list of pools, got %s", kindOf(v))
+	}
+	pools := make([]PoolConfig, 0, len(list))
+	for i, raw := range list {
+		p, err := parsePool(fmt.Sprintf("resource_pool[%d]", i), raw)
+		if err != nil {
+			return nil, err
+		}
+		pools = append(pools, p)
+	}
+	return pools, nil
+}
+
+func parsePool(field string, v any) (PoolConfig, error) {
+	p := PoolConfig{Ranges: map[Component][]Range{}}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return p, fieldErr(field, "want a mapping with name, num_node, num_gpus and index strings, got %s", kindOf(v))
+	}
+	if err := onlyKeys(field, m, "name", "num_node", "num_gpus", "node_ids", "train", "eval", "env", "buffer"); err != nil {
+		return p, err
+	}
+	name, ok := m["name"].(string)
+	if !ok || name == "" {
+		return p, fieldErr(field+".name", "missing; want the pool's name, such as train_pool")
+	}
+	p.Name = name
+	n, ok := number(m["num_node"])
+	if !ok || n < 1 || n != math.Trunc(n) || n > 1e7 {
+		return p, fieldErr(field+".num_node", "%v is not allowed; want a whole number >= 1", m["num_node"])
+	}
+	p.NumNode = int(n)
+	switch g := m["num_gpus"].(type) {
+	case []any:
+		p.NumGPUsList = true
+		for j, x := range g {
+			n, ok := number(x)
+			if !ok || n < 0 || n != math.Trunc(n) {
+				return p, fieldErr(fmt.Sprintf("%s.num_gpus[%d]", field, j), "%v is not allowed; want a whole number >= 0", x)
+			}
+			p.NumGPUs = append(p.NumGPUs, int(n))
+		}
+		if len(p.NumGPUs) != p.NumNode {
+			return p, fieldErr(field+".num_gpus", "lists %d nodes but num_node is %d", len(p.NumGPUs), p.NumNode)
+		}
+	default:
+		n, ok := number(g)
+		if !ok || n < 0 || n != math.Trunc(n) {
+			return p, fieldErr(field+".num_gpus", "%v is not allowed; want a whole number of GPUs per node, or a list with one per node", g)
+		}
+		p.NumGPUs = []int{int(n)}
+	}
+	if raw, ok := m["node_ids"]; ok && raw != nil {
+		ids, ok := raw.([]any)
+		if !ok {
+			return p, fieldErr(field+".node_ids", "want a list of node ids, got %s", kindOf(raw))
+		}
+		seen := map[string]bool{}
+		for j, x := range ids {
+			s := fmt.Sprint(x)
+			if seen[s] {
+				return p, fieldErr(fmt.Sprintf("%s.node_ids[%d]", field, j), "node %q is listed twice", s)
+			}
+			seen[s] = true
+			p.NodeIDs = append(p.NodeIDs, s)
+		}
+		if len(p.NodeIDs) != p.NumNode {
+			return p, fieldErr(field+".node_ids", "lists %d nodes but num_node is %d", len(p.NodeIDs), p.NumNode)
+		}
+	}
+	for _, c := range []Component{Train, Eval, Env, Buffer} {
+		raw, ok := m[string(c)]
+		if !ok || raw == nil {
+			continue
+		}
+		var s string
+		switch x := raw.(type) {
+		case string:
+			s = x
+		case int:
+			s = fmt.Sprint(x)
+		default:
+			return p, fieldErr(field+"."+string(c), "want an index string such as \"0-7, 8-15\", got %s", kindOf(raw))
+		}
+		rs, err := ParseIndexString(s)
+		if err != nil {
+			return p, fieldErr(field+"."+string(c), "%v", err)
+		}
+		if c == Buffer {
+			// rlightning places buffers beside train workers; a buffer range
+			// carries no meaning, so only an empty one is accepted.
+			if len(rs) > 0 {
+				return p, fieldErr(field+".buffer", "buffer workers follow the train workers; give the GPUs to train instead")
+			}
+			continue
+		}
+		if len(rs) > 0 {
+			p.Ranges[c] = rs
+		}
+	}
+	return p, nil
+}
+
+func onlyKeys(field string, m map[string]any, allowed ...string) error {
+	var bad []string
+	for k := range m {
+		if !contains(allowed, k) {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return fieldErr(field, "unknown key %q; allowed: %s", bad[0], strings.Join(allowed, ", "))
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	case float64:
+		if math.IsNaN(x) {
+			return 0, false
+		}
+		return x, true
+	}
+	return 0, false
+}
+
+func kindOf(v any) string {
+	switch v.(type) {
+	case nil:
+		return "nothing"
+	case map[string]any:
+		return "a mapping"
+	case []any:
+		return "a list"
+	case string:
+		return fmt.Sprintf("the string %q", v)
+	case bool:
+		return "a boolean"
+	case int, int64, uint64, float64:
+		return fmt.Sprintf("the number %v", v)
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
