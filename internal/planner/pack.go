@@ -94,7 +94,13 @@ func (p *packer) fill(pool string, ns *nodeState, d *demand, gpus []int) (int, s
 		return 0, stopDone
 	}
 	share := ns.shares(d.ci)
-	pos, touched := 0, 0
+	pos, touched, placed := 0, 0, 0
+	// A node that filled up is no news; one that took nothing is.
+	passedOver := func(reason string) {
+		if placed == 0 {
+			p.notes.add(ns.node.ID, d.comp, reason)
+		}
+	}
 	for !d.done() {
 		g := d.cur()
 		cpus := g.NumCPUs
@@ -114,7 +120,7 @@ func (p *packer) fill(pool string, ns *nodeState, d *demand, gpus []int) (int, s
 				pos++
 			}
 			if pos >= len(gpus) {
-				p.notes.add(ns.node.ID, d.comp, ReasonNoFreeGPUs)
+				passedOver(ReasonNoFreeGPUs)
 				return touched, stopGPUs
 			}
 			share[gpus[pos]] += g.NumGPUs
@@ -128,15 +134,15 @@ func (p *packer) fill(pool string, ns *nodeState, d *demand, gpus []int) (int, s
 			}
 			if pos+k > len(gpus) {
 				if len(ns.usable) < k {
-					p.notes.add(ns.node.ID, d.comp, ReasonTooSmall)
+					passedOver(ReasonTooSmall)
 					return touched, stopTooSmall
 				}
-				p.notes.add(ns.node.ID, d.comp, ReasonNoFreeGPUs)
+				passedOver(ReasonNoFreeGPUs)
 				return touched, stopGPUs
 			}
 			for _, x := range gpus[pos : pos+k] {
 				if share[x] > eps {
-					p.notes.add(ns.node.ID, d.comp, ReasonNoFreeGPUs)
+					passedOver(ReasonNoFreeGPUs)
 					return touched, stopGPUs
 				}
 			}
@@ -152,6 +158,7 @@ func (p *packer) fill(pool string, ns *nodeState, d *demand, gpus []int) (int, s
 			ns.hasTrain = true
 		}
 		p.place(d.comp, d.index, pool, ns.node, held, frac, g.NumCPUs)
+		placed++
 		d.advance()
 	}
 	return touched, stopDone

@@ -4,23 +4,276 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 )
 
+// glyphs of the GPU map, one per GPU.
+var glyph = map[Component]byte{Train: 'T', Eval: 'E', Env: 'V', Buffer: 'B'}
+
+const mapLegend = "T train  E eval  V env  B buffer  (lowercase: a fraction of the GPU held)  * several components  - allocated, unused  . free  x unhealthy"
+
+// maxMapRows bounds the GPU map: past it the middle is elided, since a
+// person reads the shape of a 10,000-node plan, not every row.
+const maxMapRows = 60
+
 // WriteText writes the plan as a person reads it: validity, pools with
-// their index strings, and a map of every node's GPUs.
+// their index strings, and a map of every pool node's GPUs, identical
+// neighbouring rows folded into one.
 func WriteText(w io.Writer, p *Plan) error {
 	bw := bufio.NewWriter(w)
-	fmt.Fprintf(bw, "plan %q", p.Name)
+	name := p.Name
+	if name == "" {
+		name = "(offline)"
+	}
+	fmt.Fprintf(bw, "plan %s", name)
 	if p.Revision > 0 {
 		fmt.Fprintf(bw, " revision %d", p.Revision)
 	}
 	mode := p.Mode
 	if p.Strategy != "" {
-		mode += ", " + p.Strategy + ", env " + p.EnvStrategy
+		mode += ", " + p.Strategy + ", env_strategy " + p.EnvStrategy
 	}
-	fmt.Fprintf(bw, " (%s)\n", mode)
-	if !p.Valid {
-		fmt.Fprintf(bw, "INVALID: %s\n", p.Error)
+	fmt.Fprintf(bw, " (%s): ", mode)
+	if p.Valid {
+		bw.WriteString("valid\n")
+	} else {
+		fmt.Fprintf(bw, "INVALID\n  %s\n", p.Error)
 	}
+	if p.Reason != "" {
+		fmt.Fprintf(bw, "reason: %s (%d workers moved)\n", p.Reason, p.Moved)
+	}
+	writeCounts(bw, p)
+	if len(p.ResourcePool) > 0 {
+		bw.WriteString("\npools\n")
+		for _, e := range p.ResourcePool {
+			gpus := 0
+			for _, pl := range p.Pools {
+				if pl.Name == e.Name {
+					for _, n := range pl.Nodes {
+						gpus += n.TotalGPUs
+					}
+				}
+			}
+			fmt.Fprintf(bw, "  %-14s %d %s, %d GPUs\n", e.Name, e.NumNode, plural(e.NumNode, "node", "nodes"), gpus)
+			for _, ci := range e.Indices {
+				fmt.Fprintf(bw, "    %-6s %q\n", ci.Component, ellipsize(ci.Index, 100))
+			}
+		}
+	}
+	writeMap(bw, p)
+	for _, s := range p.Warnings {
+		fmt.Fprintf(bw, "warning: %s\n", s)
+	}
+	writeNotes(bw, p.Notes)
 	return bw.Flush()
+}
+
+func writeCounts(bw *bufio.Writer, p *Plan) {
+	count := map[Component]int{}
+	for _, w := range p.Workers {
+		count[w.Component]++
+	}
+	var parts []string
+	for _, c := range []Component{Train, Buffer, Eval, Env} {
+		if count[c] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", c, count[c]))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(bw, "workers: %s\n", strings.Join(parts, ", "))
+	}
+}
+
+type gpuUse struct {
+	share map[Component]float64
+}
+
+// mapRow is one node's line of the GPU map.
+type mapRow struct {
+	node, pools, gpus, cpus string
+}
+
+func writeMap(bw *bufio.Writer, p *Plan) {
+	type nodeInfo struct {
+		pn    PoolNode
+		pools []string
+		alloc map[int]bool
+	}
+	var order []string
+	info := map[string]*nodeInfo{}
+	for _, pl := range p.Pools {
+		for _, n := range pl.Nodes {
+			ni := info[n.NodeID]
+			if ni == nil {
+				ni = &nodeInfo{pn: n, alloc: map[int]bool{}}
+				info[n.NodeID] = ni
+				order = append(order, n.NodeID)
+			}
+			ni.pools = append(ni.pools, pl.Name)
+			for _, rs := range n.Allocations {
+				for _, r := range rs {
+					for g := r.First; g <= r.Last; g++ {
+						ni.alloc[g] = true
+					}
+				}
+			}
+		}
+	}
+	if len(order) == 0 {
+		return
+	}
+	use := map[string][]gpuUse{}
+	cpus := map[string]float64{}
+	for _, w := range p.Workers {
+		ni := info[w.NodeID]
+		if ni == nil {
+			continue
+		}
+		cpus[w.NodeID] += w.CPUs
+		u := use[w.NodeID]
+		if u == nil {
+			u = make([]gpuUse, ni.pn.TotalGPUs)
+			use[w.NodeID] = u
+		}
+		for _, g := range w.GPUs {
+			if g < 0 || g >= len(u) {
+				continue
+			}
+			if u[g].share == nil {
+				u[g].share = map[Component]float64{}
+			}
+			u[g].share[w.Component] += w.GPUShare
+		}
+	}
+	unhealthy := map[string]bool{}
+	for _, n := range p.Notes {
+		if n.Reason == ReasonUnhealthyGPU {
+			unhealthy[n.NodeID] = true
+		}
+	}
+	rows := make([]mapRow, 0, len(order))
+	for _, id := range order {
+		ni := info[id]
+		var g strings.Builder
+		u := use[id]
+		for i := 0; i < ni.pn.TotalGPUs; i++ {
+			if i > 0 && i%8 == 0 {
+				g.WriteByte(' ')
+			}
+			g.WriteByte(cell(u, i, ni.alloc[i]))
+		}
+		rows = append(rows, mapRow{
+			node:  id,
+			pools: strings.Join(ni.pools, "+"),
+			gpus:  g.String(),
+			cpus:  fmt.Sprintf("cpus %s/%s", pyNum(cpus[id]), pyNum(ni.pn.TotalCPUs)),
+		})
+	}
+	fmt.Fprintf(bw, "\nGPU map (%s)\n", mapLegend)
+	width := 0
+	for _, r := range rows {
+		width = max(width, len(r.node))
+	}
+	// Fold runs of rows that differ only in their node id.
+	type run struct {
+		first, last mapRow
+		n           int
+	}
+	var runs []run
+	for _, r := range rows {
+		if k := len(runs) - 1; k >= 0 && runs[k].last.pools == r.pools && runs[k].last.gpus == r.gpus && runs[k].last.cpus == r.cpus {
+			runs[k].last = r
+			runs[k].n++
+			continue
+		}
+		runs = append(runs, run{r, r, 1})
+	}
+	nameW := width
+	for _, r := range runs {
+		if r.n > 1 {
+			nameW = max(nameW, len(r.first.node)+2+len(r.last.node)+len(fmt.Sprintf(" (%d)", r.n)))
+		}
+	}
+	print := func(r run) {
+		label := r.first.node
+		if r.n > 1 {
+			label = fmt.Sprintf("%s..%s (%d)", r.first.node, r.last.node, r.n)
+		}
+		fmt.Fprintf(bw, "  %-*s  %s  %s  %s\n", nameW, label, r.first.gpus, r.first.pools, r.first.cpus)
+	}
+	if len(runs) <= maxMapRows {
+		for _, r := range runs {
+			print(r)
+		}
+		return
+	}
+	head, tail := maxMapRows-10, 10
+	for _, r := range runs[:head] {
+		print(r)
+	}
+	hidden := 0
+	for _, r := range runs[head : len(runs)-tail] {
+		hidden += r.n
+	}
+	fmt.Fprintf(bw, "  ... %d more nodes in %d distinct rows ...\n", hidden, len(runs)-head-tail)
+	for _, r := range runs[len(runs)-tail:] {
+		print(r)
+	}
+}
+
+// cell is the glyph of one GPU.
+func cell(u []gpuUse, i int, allocated bool) byte {
+	if u == nil || u[i].share == nil {
+		if allocated {
+			return '-'
+		}
+		return '.'
+	}
+	if len(u[i].share) > 1 {
+		return '*'
+	}
+	for c, s := range u[i].share {
+		g := glyph[c]
+		if s < 1-eps {
+			g += 'a' - 'A'
+		}
+		return g
+	}
+	return '.'
+}
+
+func writeNotes(bw *bufio.Writer, notes []Note) {
+	if len(notes) == 0 {
+		return
+	}
+	byReason := map[string][]string{}
+	for _, n := range notes {
+		k := n.Reason
+		if n.Component != "" {
+			k = string(n.Component) + ": " + n.Reason
+		}
+		byReason[k] = append(byReason[k], n.NodeID)
+	}
+	keys := make([]string, 0, len(byReason))
+	for k := range byReason {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	bw.WriteString("\nnodes passed over\n")
+	for _, k := range keys {
+		ids := byReason[k]
+		list := strings.Join(ids[:min(len(ids), 5)], ", ")
+		if len(ids) > 5 {
+			list += fmt.Sprintf(" and %d more", len(ids)-5)
+		}
+		fmt.Fprintf(bw, "  %s: %d %s (%s)\n", k, len(ids), plural(len(ids), "node", "nodes"), list)
+	}
+}
+
+func ellipsize(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n/2] + " ... " + s[len(s)-n/2:]
 }
