@@ -1,0 +1,329 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/inventory"
+)
+
+// startServer starts an embedded server on a free port with JetStream in
+// a temp dir, stopped when the test ends.
+func startServer(t testing.TB) (*server.Server, string) {
+	t.Helper()
+	ns, url, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns, url
+}
+
+func connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := Connect(url, "test", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+func testDoc(t testing.TB, nodeID string) []byte {
+	t.Helper()
+	sim, _ := inventory.ParseSimulation("8xH100")
+	inv, _ := inventory.NewSimulated(inventory.Facts{NodeID: nodeID, IP: "10.0.0.1", CPUs: 64}, sim).Inventory(context.Background())
+	inv.ReportedAt = time.Now().UTC()
+	b, err := json.Marshal(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestValidateNodeID(t *testing.T) {
+	for _, ok := range []string{"n1", "gpu-node-07.cluster.local", "a_b=c/d"} {
+		if err := ValidateNodeID(ok); err != nil {
+			t.Errorf("ValidateNodeID(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a b", ".n1", "n1.", "n*", "n>", "ü"} {
+		if err := ValidateNodeID(bad); !errors.Is(err, ErrInvalidNodeID) {
+			t.Errorf("ValidateNodeID(%q) = %v, want ErrInvalidNodeID", bad, err)
+		}
+	}
+}
+
+func TestKeyTTL(t *testing.T) {
+	tests := []struct{ in, want time.Duration }{
+		{0, time.Second},
+		{200 * time.Millisecond, time.Second},
+		{1500 * time.Millisecond, 2 * time.Second},
+		{15 * time.Second, 15 * time.Second},
+	}
+	for _, tt := range tests {
+		if got := KeyTTL(tt.in); got != tt.want {
+			t.Errorf("KeyTTL(%s) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for attempt, want := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
+		got := Backoff(attempt)
+		if got < want*8/10 || got > want*12/10 {
+			t.Errorf("Backoff(%d) = %s, want %s ±20%%", attempt, got, want)
+		}
+	}
+	for _, attempt := range []int{10, 100, 1 << 20} {
+		if got := Backoff(attempt); got > BackoffMax*12/10 || got < BackoffMax*8/10 {
+			t.Errorf("Backoff(%d) = %s, want about %s", attempt, got, BackoffMax)
+		}
+	}
+}
+
+func TestPlanVersionSubject(t *testing.T) {
+	if got := PlanVersionSubject("default"); got != "poolplanner.plans.default" {
+		t.Errorf("got %q", got)
+	}
+}
+
+func TestStartEmbeddedErrors(t *testing.T) {
+	tests := []EmbeddedOptions{
+		{},
+		{StoreDir: t.TempDir(), Listen: "nonsense"},
+		{StoreDir: t.TempDir(), Listen: "127.0.0.1:http"},
+	}
+	for _, opts := range tests {
+		if _, _, err := StartEmbedded(opts); err == nil {
+			t.Errorf("StartEmbedded(%+v): no error", opts)
+		}
+	}
+}
+
+// The bucket gets the same settings whoever creates it, and a second
+// create-or-update is a no-op.
+func TestBucketSettings(t *testing.T) {
+	_, url := startServer(t)
+	_, js := connect(t, url)
+	ctx := context.Background()
+	for range 2 {
+		if _, err := NewInventoryStore(js).Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := js.Stream(ctx, InventoryStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	if cfg.MaxMsgsPerSubject != InventoryHistory || !cfg.AllowMsgTTL || cfg.SubjectDeleteMarkerTTL != InventoryMarkerTTL || cfg.MaxAge != 0 || cfg.Storage != jetstream.FileStorage {
+		t.Errorf("stream config = %+v", cfg)
+	}
+}
+
+func TestPutGetDeleteList(t *testing.T) {
+	_, url := startServer(t)
+	_, js := connect(t, url)
+	ctx := context.Background()
+	s := NewInventoryStore(js)
+	doc := testDoc(t, "n1")
+	rev, err := s.Put(ctx, "n1", doc, false, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, err := s.Put(ctx, "n1", doc, true, time.Minute)
+	if err != nil || hb <= rev {
+		t.Fatalf("heartbeat put: rev %d, %v", hb, err)
+	}
+	if _, err := s.Put(ctx, "n2", testDoc(t, "n2"), false, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	inv, got, err := s.Get(ctx, "n1")
+	if err != nil || got != hb || inv.NodeID != "n1" || len(inv.GPUs) != 8 {
+		t.Fatalf("Get = %s rev %d, %v", inv.NodeID, got, err)
+	}
+	list, err := s.List(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("List = %d nodes, %v", len(list), err)
+	}
+	if err := s.Delete(ctx, "n1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Get(ctx, "n1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("Get after delete: %v, want ErrKeyNotFound", err)
+	}
+	if _, err := s.Put(ctx, "bad key", doc, false, time.Minute); !errors.Is(err, ErrInvalidNodeID) {
+		t.Errorf("Put with a bad key: %v", err)
+	}
+}
+
+// A key whose puts stop is purged after its TTL, and both a plain KV
+// watcher (any NATS client) and Watch are told.
+func TestExpiryReachesWatchers(t *testing.T) {
+	_, url := startServer(t)
+	_, js := connect(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	s := NewInventoryStore(js)
+	kv, err := s.Ensure(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvw, err := kv.WatchAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kvw.Stop()
+	events, err := s.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-events; ev.Op != Synced {
+		t.Fatalf("first event %v, want synced", ev.Op)
+	}
+
+	start := time.Now()
+	if _, err := s.Put(ctx, "n1", testDoc(t, "n1"), false, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var sawPut, sawPurge bool
+	for !sawPurge {
+		select {
+		case e := <-kvw.Updates():
+			if e == nil {
+				continue // end of initial values
+			}
+			switch e.Operation() {
+			case jetstream.KeyValuePut:
+				sawPut = true
+			case jetstream.KeyValuePurge:
+				sawPurge = true
+			}
+		case <-ctx.Done():
+			t.Fatalf("KV watcher saw no purge (put seen: %v)", sawPut)
+		}
+	}
+	t.Logf("purge seen by KV watcher %s after put with 1s TTL", time.Since(start).Round(time.Millisecond))
+	want := []struct {
+		op     EventOp
+		reason string
+	}{{Changed, ""}, {Removed, ReasonExpired}}
+	for _, w := range want {
+		select {
+		case ev := <-events:
+			if ev.Op != w.op || ev.NodeID != "n1" || ev.Reason != w.reason {
+				t.Fatalf("event %+v, want %v %q", ev, w.op, w.reason)
+			}
+			if ev.Op == Changed && (ev.Inventory.NodeID != "n1" || ev.ExpiresAt.IsZero()) {
+				t.Errorf("changed event inventory %q expires %v", ev.Inventory.NodeID, ev.ExpiresAt)
+			}
+		case <-ctx.Done():
+			t.Fatalf("Watch: no %v event", w.op)
+		}
+	}
+}
+
+// Watch reads heartbeats as headers only: it reports them as Heartbeat,
+// and an orderly delete as Removed/deleted.
+func TestWatchHeartbeatsAndDelete(t *testing.T) {
+	_, url := startServer(t)
+	_, js := connect(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s := NewInventoryStore(js)
+	doc := testDoc(t, "n1")
+	// A key that exists before the watch starts, last written by a
+	// heartbeat: the watcher has no value yet, so it reads it.
+	s.Put(ctx, "n1", doc, false, time.Minute)
+	s.Put(ctx, "n1", doc, true, time.Minute)
+	events, err := s.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Put(ctx, "n1", doc, true, time.Minute)
+	s.Delete(ctx, "n1", time.Minute)
+	want := []struct {
+		op     EventOp
+		reason string
+	}{{Changed, ""}, {Synced, ""}, {Heartbeat, ""}, {Removed, ReasonDeleted}}
+	for _, w := range want {
+		select {
+		case ev := <-events:
+			if ev.Op != w.op || ev.Reason != w.reason {
+				t.Fatalf("event %+v, want %v %q", ev, w.op, w.reason)
+			}
+		case <-ctx.Done():
+			t.Fatalf("no %v event", w.op)
+		}
+	}
+	cancel()
+	for range events {
+	}
+}
+
+// A bucket that disappears (a server restarted without its storage) is
+// made again by the next put.
+func TestPutRecreatesBucket(t *testing.T) {
+	_, url := startServer(t)
+	_, js := connect(t, url)
+	ctx := context.Background()
+	s := NewInventoryStore(js)
+	if _, err := s.Put(ctx, "n1", testDoc(t, "n1"), false, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(ctx, InventoryBucket); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "n1", testDoc(t, "n1"), true, time.Minute); err != nil {
+		t.Fatalf("put after bucket loss: %v", err)
+	}
+	if _, _, err := s.Get(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConnectServerDownAtStart(t *testing.T) {
+	// A free port nobody listens on yet.
+	ns, url := startServer(t)
+	port := ns.Addr().String()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+
+	nc, err := Connect(url, "test", zerolog.Nop())
+	if err != nil {
+		t.Fatalf("Connect with the server down: %v", err)
+	}
+	defer nc.Close()
+	if nc.IsConnected() {
+		t.Fatal("connected to a server that is down")
+	}
+	ns2, _, err := StartEmbedded(EmbeddedOptions{Listen: port, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { ns2.Shutdown(); ns2.WaitForShutdown() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !nc.IsConnected() {
+		if time.Now().After(deadline) {
+			t.Fatal("did not connect once the server came up")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(nc.ConnectedUrl(), port) {
+		t.Errorf("connected to %s", nc.ConnectedUrl())
+	}
+}

@@ -1,0 +1,98 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/rs/zerolog"
+)
+
+// EmbeddedOptions configure an in-process NATS server.
+type EmbeddedOptions struct {
+	// Listen is HOST:PORT; port 0 picks a free one. Empty means
+	// 127.0.0.1:0.
+	Listen string
+	// StoreDir is where JetStream keeps its data. Required: an embedded
+	// server without persistence would lose the inventory on restart.
+	StoreDir string
+	// Log receives the server's log lines; the zero logger drops them.
+	Log zerolog.Logger
+	// ReadyTimeout bounds the wait for the server to accept clients;
+	// zero means 10s.
+	ReadyTimeout time.Duration
+}
+
+// StartEmbedded starts a NATS server with JetStream in this process and
+// returns it with the URL clients connect to. The caller owns shutdown:
+// ns.Shutdown(); ns.WaitForShutdown().
+func StartEmbedded(opts EmbeddedOptions) (*server.Server, string, error) {
+	if opts.StoreDir == "" {
+		return nil, "", errors.New("embedded nats: no store dir")
+	}
+	listen := opts.Listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, "", fmt.Errorf("embedded nats: listen %q: %w", listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return nil, "", fmt.Errorf("embedded nats: listen %q: bad port", listen)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	sopts := &server.Options{
+		ServerName: "poolplanner",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   opts.StoreDir,
+		// The caller owns signals (the reporter and planner both handle
+		// SIGTERM themselves).
+		NoSigs: true,
+	}
+	ns, err := server.NewServer(sopts)
+	if err != nil {
+		return nil, "", fmt.Errorf("embedded nats: %w", err)
+	}
+	ns.SetLoggerV2(serverLogger{opts.Log}, false, false, false)
+	go ns.Start()
+	timeout := opts.ReadyTimeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	if !ns.ReadyForConnections(timeout) {
+		ns.Shutdown()
+		return nil, "", fmt.Errorf("embedded nats: not ready on %s after %s", listen, timeout)
+	}
+	return ns, ns.ClientURL(), nil
+}
+
+// serverLogger routes nats-server's log lines to zerolog.
+type serverLogger struct{ log zerolog.Logger }
+
+func (l serverLogger) Noticef(format string, v ...any) {
+	l.log.Info().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l serverLogger) Warnf(format string, v ...any) {
+	l.log.Warn().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l serverLogger) Fatalf(format string, v ...any) {
+	l.log.Error().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l serverLogger) Errorf(format string, v ...any) {
+	l.log.Error().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l serverLogger) Debugf(format string, v ...any) {
+	l.log.Debug().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l serverLogger) Tracef(format string, v ...any) {
+	l.log.Trace().Str("component", "nats-server").Msgf(format, v...)
+}
