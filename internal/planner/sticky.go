@@ -3,6 +3,7 @@ package planner
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -403,23 +404,21 @@ func (s *sticky) poolOf(ci int) string {
 // in the core's node order. It says why it failed, or "".
 func (s *sticky) place(n need) string {
 	count, frac := n.gpus()
-	var home, rest []*stickyNode
+	// home: the component is there already; clean: nothing it must keep
+	// apart from is there; mixed: the rest.
+	var home, clean, mixed []*stickyNode
 	for _, sn := range s.byRank {
-		holds := false
-		for _, x := range sn.share[n.ci] {
-			if x > eps {
-				holds = true
-				break
-			}
-		}
-		if holds {
+		switch {
+		case s.holds(sn, n.ci):
 			home = append(home, sn)
-		} else {
-			rest = append(rest, sn)
+		case s.apart(sn, n.ci):
+			mixed = append(mixed, sn)
+		default:
+			clean = append(clean, sn)
 		}
 	}
 	cpuShort := false
-	for _, sn := range append(home, rest...) {
+	for _, sn := range slices.Concat(home, clean, mixed) {
 		if s.cpusFor(sn, n) > sn.cpuLeft+eps {
 			cpuShort = true
 			continue
@@ -435,6 +434,27 @@ func (s *sticky) place(n need) string {
 		return "no node has both the GPUs and the CPUs"
 	}
 	return ReasonNoFreeGPUs
+}
+
+// holds reports whether component ci holds any GPU of sn.
+func (s *sticky) holds(sn *stickyNode, ci int) bool {
+	for _, x := range sn.share[ci] {
+		if x > eps {
+			return true
+		}
+	}
+	return false
+}
+
+// apart reports whether a component that may not share GPUs with ci holds
+// any GPU of sn.
+func (s *sticky) apart(sn *stickyNode, ci int) bool {
+	for cj := range sn.share {
+		if s.conflicts(ci, cj) && s.holds(sn, cj) {
+			return true
+		}
+	}
+	return false
 }
 
 // pick chooses count GPUs of sn for component ci, each taking frac:
@@ -479,7 +499,7 @@ func (s *sticky) document(prev *Plan) *Plan {
 	buffers := s.buffers(prev)
 	all := make([]Worker, 0, len(s.placed)+len(buffers))
 	all = append(append(all, s.placed...), buffers...)
-	slot := map[Component]int{Train: 0, Buffer: 1, Eval: 2, Env: 3}
+	slot := map[Component]int{Train: 0, Eval: 1, Env: 2, Buffer: 3}
 	sort.SliceStable(all, func(i, j int) bool {
 		a, b := all[i], all[j]
 		if slot[a.Component] != slot[b.Component] {
