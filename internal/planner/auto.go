@@ -47,7 +47,7 @@ func (b *build) disaggregate() {
 	}
 	order := make([]*nodeState, 0, len(b.states))
 	for _, ns := range b.states {
-		if tp.index[ns] == nil {
+		if tp.has(ns) == nil {
 			order = append(order, ns)
 		}
 	}

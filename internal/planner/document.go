@@ -24,12 +24,18 @@ func (b *build) document() *Plan {
 			continue
 		}
 		pool := Pool{Name: p.name, Nodes: make([]PoolNode, 0, len(p.nodes))}
+		var slab []Range
 		for _, pn := range p.nodes {
 			n := pn.ns.node
 			alloc := make(map[Component][]Range, 3)
 			for ci, c := range gpuComponents {
 				if len(pn.alloc[ci]) > 0 {
-					alloc[c] = rangesOf(pn.alloc[ci])
+					if cap(slab)-len(slab) < len(pn.alloc[ci]) {
+						slab = make([]Range, 0, max(1024, len(pn.alloc[ci])))
+					}
+					start := len(slab)
+					slab = appendRanges(slab, pn.alloc[ci])
+					alloc[c] = slab[start:len(slab):len(slab)]
 				}
 			}
 			pool.Nodes = append(pool.Nodes, PoolNode{NodeID: n.ID, IP: n.IP, TotalGPUs: n.GPUs, TotalCPUs: n.CPUs, Allocations: alloc})
@@ -43,21 +49,18 @@ func (b *build) document() *Plan {
 		mixed = mixed || ns.node.GPUs != b.states[0].node.GPUs
 	}
 	doc.ResourcePool = exportPools(doc.Pools, ids, mixed)
-	// Workers by component, then index: each component's workers were
-	// placed in index order, so bucketing keeps that order.
-	var byComp [4][]Worker
-	slot := map[Component]int{Train: 0, Buffer: 1, Eval: 2, Env: 3}
-	for _, w := range b.pk.workers {
-		byComp[slot[w.Component]] = append(byComp[slot[w.Component]], w)
+	// Workers sit in their slots by component and index; buffers follow.
+	// A plan that failed leaves empty slots, which are dropped.
+	ws := b.pk.workers
+	if b.pk.placed < len(ws) {
+		kept := make([]Worker, 0, b.pk.placed)
+		for _, w := range ws {
+			if w.Component != "" {
+				kept = append(kept, w)
+			}
+		}
+		ws = kept
 	}
-	byComp[1] = b.buffers
-	total := 0
-	for _, ws := range byComp {
-		total += len(ws)
-	}
-	doc.Workers = make([]Worker, 0, total)
-	for _, ws := range byComp {
-		doc.Workers = append(doc.Workers, ws...)
-	}
+	doc.Workers = append(ws, b.buffers...)
 	return doc
 }

@@ -81,10 +81,14 @@ func parseIndex(s string) (int, error) {
 
 // rangesOf compresses GPU indices, in the order given, into ranges of
 // consecutive indices.
-func rangesOf(gpus []int) []Range {
-	var out []Range
+func rangesOf(gpus []int) []Range { return appendRanges(nil, gpus) }
+
+// appendRanges appends the ranges of gpus to out, never merging with what
+// out already holds.
+func appendRanges(out []Range, gpus []int) []Range {
+	base := len(out)
 	for _, g := range gpus {
-		if n := len(out); n > 0 && out[n-1].Last+1 == g {
+		if n := len(out); n > base && out[n-1].Last+1 == g {
 			out[n-1].Last = g
 			continue
 		}

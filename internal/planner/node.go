@@ -51,17 +51,49 @@ type nodeState struct {
 	cpuLeft  float64
 	share    [len(gpuComponents)][]float64
 	hasTrain bool
+	// pools[i] is this node's entry in the run's i-th pool, if any.
+	pools []*poolNodeBuild
 }
 
 func newNodeState(n *Node) *nodeState {
-	ns := &nodeState{node: n, cpuLeft: n.CPUs}
-	ns.usable = make([]int, 0, n.GPUs)
+	ns := &nodeState{}
+	initNodeState(ns, n, make([]int, 0, n.GPUs))
+	return ns
+}
+
+// newNodeStates sets up every node from a few shared slabs: at ten
+// thousand nodes, per-node allocations cost more than the planning.
+func newNodeStates(nodes []Node) []*nodeState {
+	total := 0
+	for i := range nodes {
+		total += nodes[i].GPUs
+	}
+	slab := make([]nodeState, len(nodes))
+	gpus := make([]int, 0, total)
+	shares := make([]float64, len(gpuComponents)*total)
+	out := make([]*nodeState, len(nodes))
+	for i := range nodes {
+		ns := &slab[i]
+		start := len(gpus)
+		initNodeState(ns, &nodes[i], gpus[start:start:start+nodes[i].GPUs])
+		gpus = gpus[:start+len(ns.usable)]
+		for c := range ns.share {
+			off := c*total + start
+			ns.share[c] = shares[off : off+nodes[i].GPUs : off+nodes[i].GPUs]
+		}
+		out[i] = ns
+	}
+	return out
+}
+
+func initNodeState(ns *nodeState, n *Node, usable []int) {
+	ns.node, ns.cpuLeft = n, n.CPUs
+	ns.usable = usable
 	for i := 0; i < n.GPUs; i++ {
-		if n.Healthy(i) {
+		if len(n.Unhealthy) == 0 || n.Healthy(i) {
 			ns.usable = append(ns.usable, i)
 		}
 	}
-	return ns
 }
 
 // free is the healthy GPUs at and after the cursor.

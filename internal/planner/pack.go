@@ -78,7 +78,11 @@ const (
 type packer struct {
 	bufferCPUs float64 // reserved with a node's first train worker
 	hasBuffer  bool
+	// workers holds train, eval and env workers at base[component]+index,
+	// so the document needs no sorting; slots stay empty until placed.
 	workers    []Worker
+	base       [len(gpuComponents)]int
+	placed     int
 	gpuSlab    []int
 	uuidSlab   []string
 	notes      *notes
@@ -97,7 +101,7 @@ func (p *packer) fill(pool string, ns *nodeState, d *demand, gpus []int) (int, s
 	pos, touched, placed := 0, 0, 0
 	// A node that filled up is no news; one that took nothing is.
 	passedOver := func(reason string) {
-		if placed == 0 {
+		if placed == 0 && len(gpus) > 0 {
 			p.notes.add(ns.node.ID, d.comp, reason)
 		}
 	}
@@ -164,6 +168,21 @@ func (p *packer) fill(pool string, ns *nodeState, d *demand, gpus []int) (int, s
 	return touched, stopDone
 }
 
+// reserve sizes the worker and GPU slabs for the demands up front: at ten
+// thousand nodes growing them costs more than the planning.
+func (p *packer) reserve(ds [len(gpuComponents)]*demand, extra int) {
+	total, gpus := 0, 0
+	for ci, d := range ds {
+		p.base[ci] = total
+		total += d.total
+		for _, g := range d.groups {
+			gpus += g.WorkerNum * max(1, int(math.Ceil(g.NumGPUs-eps)))
+		}
+	}
+	p.workers = make([]Worker, total, total+extra)
+	p.gpuSlab = make([]int, 0, gpus)
+}
+
 func (p *packer) place(c Component, index int, pool string, n *Node, gpus []int, frac, cpus float64) {
 	w := Worker{Component: c, Index: index, Pool: pool, NodeID: n.ID, IP: n.IP, GPUShare: frac, CPUs: cpus}
 	if len(gpus) > 0 {
@@ -180,5 +199,16 @@ func (p *packer) place(c Component, index int, pool string, n *Node, gpus []int,
 	} else {
 		w.GPUShare = 0
 	}
-	p.workers = append(p.workers, w)
+	p.workers[p.base[slotOf(c)]+index] = w
+	p.placed++
+}
+
+func slotOf(c Component) int {
+	switch c {
+	case Train:
+		return 0
+	case Eval:
+		return 1
+	}
+	return 2
 }

@@ -107,8 +107,9 @@ type build struct {
 
 type poolBuild struct {
 	name  string
+	num   int // position among the run's pools
 	nodes []*poolNodeBuild
-	index map[*nodeState]*poolNodeBuild
+	slab  []poolNodeBuild
 }
 
 type poolNodeBuild struct {
@@ -116,28 +117,41 @@ type poolNodeBuild struct {
 	alloc [len(gpuComponents)][]int
 }
 
+// has returns the node's entry in the pool, or nil.
+func (p *poolBuild) has(ns *nodeState) *poolNodeBuild {
+	if p.num < len(ns.pools) {
+		return ns.pools[p.num]
+	}
+	return nil
+}
+
 func (p *poolBuild) node(ns *nodeState) *poolNodeBuild {
-	if pn := p.index[ns]; pn != nil {
+	if pn := p.has(ns); pn != nil {
 		return pn
 	}
-	pn := &poolNodeBuild{ns: ns}
+	if len(p.slab) == cap(p.slab) {
+		p.slab = make([]poolNodeBuild, 0, max(64, len(p.nodes)))
+	}
+	p.slab = append(p.slab, poolNodeBuild{ns: ns})
+	pn := &p.slab[len(p.slab)-1]
 	p.nodes = append(p.nodes, pn)
-	p.index[ns] = pn
+	for len(ns.pools) <= p.num {
+		ns.pools = append(ns.pools, nil)
+	}
+	ns.pools[p.num] = pn
 	return pn
 }
 
 func (b *build) pool(name string) *poolBuild {
-	p := &poolBuild{name: name, index: map[*nodeState]*poolNodeBuild{}}
+	p := &poolBuild{name: name, num: len(b.pools)}
 	b.pools = append(b.pools, p)
 	return p
 }
 
 func newBuild(spec *Spec, nodes []Node) *build {
 	b := &build{spec: spec, byID: make(map[string]*nodeState, len(nodes))}
-	b.states = make([]*nodeState, len(nodes))
-	for i := range nodes {
-		ns := newNodeState(&nodes[i])
-		b.states[i] = ns
+	b.states = newNodeStates(nodes)
+	for i, ns := range b.states {
 		b.byID[nodes[i].ID] = ns
 		if len(ns.usable) < nodes[i].GPUs {
 			b.notes.add(nodes[i].ID, "", ReasonUnhealthyGPU)
@@ -148,6 +162,7 @@ func newBuild(spec *Spec, nodes []Node) *build {
 	b.demands[0] = newDemand(0, groupList(sc.Train))
 	b.demands[1] = newDemand(1, groupList(sc.Eval))
 	b.demands[2] = newDemand(2, sc.Env)
+	b.pk.reserve(b.demands, min(len(nodes), b.demands[0].total))
 	if sc.Buffer != nil && b.demands[0].total > 0 {
 		b.pk.hasBuffer = true
 		b.pk.bufferCPUs = sc.Buffer.NumCPUs
@@ -304,67 +319,65 @@ func (b *build) placeBuffers() {
 	if bf == nil || b.demands[0].total == 0 {
 		return
 	}
-	trainGPUs := map[string]map[int]bool{}
-	allocOf := map[string][]int{}
-	poolOf := map[string]string{}
-	var order []*nodeState
-	for _, w := range b.pk.workers {
-		if w.Component != Train {
-			continue
-		}
-		if trainGPUs[w.NodeID] == nil {
-			trainGPUs[w.NodeID] = map[int]bool{}
-			order = append(order, b.byID[w.NodeID])
-			poolOf[w.NodeID] = w.Pool
-		}
-		for _, g := range w.GPUs {
-			trainGPUs[w.NodeID][g] = true
-		}
-	}
-	for _, p := range b.pools {
-		for _, pn := range p.nodes {
-			if p.name == poolOf[pn.ns.node.ID] {
-				allocOf[pn.ns.node.ID] = pn.alloc[0]
+	train := b.pk.workers[b.pk.base[0] : b.pk.base[0]+b.demands[0].total]
+	var held map[string]map[int]bool
+	if bf.NumGPUs > 0 {
+		held = map[string]map[int]bool{}
+		for _, w := range train {
+			if held[w.NodeID] == nil {
+				held[w.NodeID] = map[int]bool{}
+			}
+			for _, g := range w.GPUs {
+				held[w.NodeID][g] = true
 			}
 		}
 	}
-	for i, ns := range order {
-		id := ns.node.ID
-		var gpus []int
-		if bf.NumGPUs > 0 {
-			// The GPUs reserved in the train range that no train worker holds.
-			want := max(1, int(math.Ceil(bf.NumGPUs-eps)))
-			for _, g := range allocOf[id] {
-				if len(gpus) < want && !trainGPUs[id][g] {
-					gpus = append(gpus, g)
-				}
+	bufOf := make(map[string]int, len(b.states))
+	for _, w := range train {
+		k, ok := bufOf[w.NodeID]
+		if !ok {
+			k = len(b.buffers)
+			bufOf[w.NodeID] = k
+			ns := b.byID[w.NodeID]
+			bw := Worker{Component: Buffer, Index: k, Pool: w.Pool, NodeID: w.NodeID, IP: ns.node.IP, CPUs: bf.NumCPUs}
+			if bf.NumGPUs > 0 {
+				b.bufferGPUs(&bw, ns, held[w.NodeID])
 			}
+			b.buffers = append(b.buffers, bw)
 		}
-		w := Worker{Component: Buffer, Index: i, Pool: poolOf[id], NodeID: id, IP: ns.node.IP, CPUs: bf.NumCPUs, GPUs: gpus}
-		if len(gpus) > 0 {
-			w.GPUShare = min(bf.NumGPUs, 1)
-			if len(ns.node.GPUUUIDs) == ns.node.GPUs {
-				for _, g := range gpus {
-					w.GPUUUIDs = append(w.GPUUUIDs, ns.node.GPUUUIDs[g])
-				}
-			}
-		}
-		b.buffers = append(b.buffers, w)
-	}
-	bufOf := make(map[string]string, len(b.buffers))
-	for _, w := range b.buffers {
-		bufOf[w.NodeID] = strconv.Itoa(w.Index)
-	}
-	for _, w := range b.pk.workers {
-		if w.Component == Train {
-			k := bufOf[w.NodeID]
-			b.s2t[k] = append(b.s2t[k], w.Index)
-		}
+		key := strconv.Itoa(k)
+		b.s2t[key] = append(b.s2t[key], w.Index)
 	}
 	if !bf.Auto && bf.WorkerNum != len(b.buffers) {
 		b.warnings = append(b.warnings, fmt.Sprintf(
 			"scheduling.buffer.worker_num %d overridden: one buffer worker per node hosting train workers, %d in all",
 			bf.WorkerNum, len(b.buffers)))
+	}
+}
+
+// bufferGPUs gives a buffer that uses CUDA the GPUs reserved for it in its
+// node's train range: those no train worker holds.
+func (b *build) bufferGPUs(bw *Worker, ns *nodeState, held map[int]bool) {
+	bf := b.spec.Scheduling.Buffer
+	var alloc []int
+	for _, p := range b.pools {
+		if p.name == bw.Pool {
+			if pn := p.has(ns); pn != nil {
+				alloc = pn.alloc[0]
+			}
+		}
+	}
+	want := max(1, int(math.Ceil(bf.NumGPUs-eps)))
+	for _, g := range alloc {
+		if len(bw.GPUs) < want && !held[g] {
+			bw.GPUs = append(bw.GPUs, g)
+			if len(ns.node.GPUUUIDs) == ns.node.GPUs {
+				bw.GPUUUIDs = append(bw.GPUUUIDs, ns.node.GPUUUIDs[g])
+			}
+		}
+	}
+	if len(bw.GPUs) > 0 {
+		bw.GPUShare = min(bf.NumGPUs, 1)
 	}
 }
 

@@ -1,0 +1,41 @@
+package planner
+
+import (
+	"fmt"
+	"testing"
+)
+
+// benchCluster is the benchmark: n nodes of 8 GPUs; a quarter of
+// the GPUs to train, a quarter to eval, the rest to env at 0.25 each.
+func benchCluster(n int) ([]Node, *Spec) {
+	nodes := make([]Node, n)
+	for i := range nodes {
+		nodes[i] = Node{ID: fmt.Sprintf("node-%05d", i), IP: fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255), CPUs: 256, GPUs: 8}
+	}
+	gpus := 8 * n
+	spec := &Spec{
+		Scheduling: Scheduling{
+			Train:  &WorkerGroup{WorkerNum: gpus / 4, NumCPUs: 1, NumGPUs: 1},
+			Eval:   &WorkerGroup{WorkerNum: gpus / 4, NumCPUs: 1, NumGPUs: 1},
+			Buffer: &WorkerGroup{Auto: true, NumCPUs: 1},
+			Env:    []WorkerGroup{{WorkerNum: gpus / 2 * 4, NumCPUs: 0, NumGPUs: 0.25}},
+		},
+		Placement: Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault},
+	}
+	return nodes, spec
+}
+
+func BenchmarkPlan(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000, 20000} {
+		nodes, spec := benchCluster(n)
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := Compute(spec, nodes)
+				if err != nil || !p.Valid {
+					b.Fatalf("plan: %v", err)
+				}
+			}
+		})
+	}
+}
