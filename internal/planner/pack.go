@@ -80,12 +80,12 @@ type packer struct {
 	hasBuffer  bool
 	// workers holds train, eval and env workers at base[component]+index,
 	// so the document needs no sorting; slots stay empty until placed.
-	workers    []Worker
-	base       [len(gpuComponents)]int
-	placed     int
-	gpuSlab    []int
-	uuidSlab   []string
-	notes      *notes
+	workers  []Worker
+	base     [len(gpuComponents)]int
+	placed   int
+	gpuSlab  []int
+	uuidSlab []string
+	notes    *notes
 }
 
 // fill places the component's next workers onto the GPUs gpus of node ns,
