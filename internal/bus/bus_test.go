@@ -89,6 +89,7 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 	for _, attempt := range []int{10, 100, 1 << 20} {
+		_ = Backoff(-attempt) // never panics
 		if got := Backoff(attempt); got > BackoffMax*12/10 || got < BackoffMax*8/10 {
 			t.Errorf("Backoff(%d) = %s, want about %s", attempt, got, BackoffMax)
 		}

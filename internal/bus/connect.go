@@ -20,6 +20,7 @@ const (
 // cut off together do not come back together.
 func Backoff(attempt int) time.Duration {
 	d := BackoffMax
+	attempt = max(attempt, 0)
 	if attempt < 16 {
 		d = min(BackoffMin<<attempt, BackoffMax)
 	}

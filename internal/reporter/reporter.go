@@ -1,0 +1,217 @@
+// Package reporter keeps a node's inventory in the inventory bucket: a
+// full put at start and on every change, a cheap heartbeat put in
+// between, retries while NATS is away, and a delete on shutdown. It takes
+// its source and store as interfaces so that the planner can run a local
+// reporter in-process.
+package reporter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+)
+
+// Store is where the reporter keeps the inventory; *bus.InventoryStore is
+// the real one.
+type Store interface {
+	// Put stores doc under nodeID for ttl. heartbeat marks a put whose
+	// bytes equal the previous put's.
+	Put(ctx context.Context, nodeID string, doc []byte, heartbeat bool, ttl time.Duration) (uint64, error)
+	// Delete removes nodeID's key.
+	Delete(ctx context.Context, nodeID string, ttl time.Duration) error
+}
+
+var _ Store = (*bus.InventoryStore)(nil)
+
+// Defaults of the reporter's timing, as the contract's flags document.
+const (
+	DefaultHeartbeat = 5 * time.Second
+	// DefaultTTLBeats is how many heartbeats a key outlives a silent
+	// reporter by.
+	DefaultTTLBeats = 3
+)
+
+// Config is what Run needs.
+type Config struct {
+	Source    inventory.Source
+	Store     Store
+	Heartbeat time.Duration
+	// TTL is how long the key outlives the last put; it must exceed
+	// Heartbeat, or the key would flicker between puts.
+	TTL time.Duration
+	Log zerolog.Logger
+	// Now is the clock for reported_at; nil means time.Now.
+	Now func() time.Time
+}
+
+// Validate checks the timing.
+func (c Config) Validate() error {
+	switch {
+	case c.Source == nil || c.Store == nil:
+		return errors.New("reporter: no source or store")
+	case c.Heartbeat <= 0:
+		return fmt.Errorf("heartbeat %s: must be positive", c.Heartbeat)
+	case c.TTL < time.Second:
+		return fmt.Errorf("ttl %s: must be at least 1s (NATS counts message TTLs in whole seconds)", c.TTL)
+	case c.TTL <= c.Heartbeat:
+		return fmt.Errorf("ttl %s: must be longer than the heartbeat (%s)", c.TTL, c.Heartbeat)
+	}
+	return nil
+}
+
+// Run reports until ctx is done, then deletes the node's key and returns
+// nil. Errors from NATS or the source are logged and retried, never
+// returned: a reporter outlives any outage.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	r := &run{Config: cfg, putTimeout: min(max(cfg.Heartbeat, time.Second), 5*time.Second)}
+	return r.loop(ctx)
+}
+
+type run struct {
+	Config
+	putTimeout time.Duration
+
+	last    inventory.NodeInventory
+	doc     []byte // last as JSON; nil until the source first answers
+	stored  bool   // doc is in the store as of the last put
+	ever    bool   // some put succeeded: there is a key to delete
+	fails   int    // consecutive failed puts or reads
+	retry   *time.Timer
+	retryCh <-chan time.Time
+}
+
+func (r *run) loop(ctx context.Context) error {
+	beat := time.NewTicker(r.Heartbeat)
+	defer beat.Stop()
+	for {
+		if r.doc == nil || !r.stored {
+			if r.doc == nil {
+				r.read(ctx)
+			}
+			if r.doc != nil && r.put(ctx, false) {
+				// The next heartbeat is a full interval after the change.
+				beat.Reset(r.Heartbeat)
+			}
+			if r.doc == nil || !r.stored {
+				r.scheduleRetry()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			r.shutdown()
+			return nil
+		case <-beat.C:
+			if r.stored {
+				r.put(ctx, true)
+			}
+		case <-r.Source.Changed():
+			r.read(ctx)
+		case <-r.retryCh:
+			r.retryCh = nil
+		}
+	}
+}
+
+// read asks the source and, if the inventory changed, makes a new
+// document to put.
+func (r *run) read(ctx context.Context) {
+	inv, err := r.Source.Inventory(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.Log.Error().Err(err).Msg("reading the inventory failed; keeping the last one")
+		}
+		return
+	}
+	if r.doc != nil && inventory.SameInventory(r.last, inv) {
+		return
+	}
+	inv.ReportedAt = r.Now().UTC()
+	doc, err := json.Marshal(inv)
+	if err != nil {
+		r.Log.Error().Err(err).Msg("encoding the inventory failed")
+		return
+	}
+	if r.doc != nil {
+		r.Log.Info().Int("gpus", len(inv.GPUs)).Int("healthy_gpus", len(inv.HealthyGPUs())).Msg("inventory changed; reporting at once")
+	}
+	r.last, r.doc, r.stored = inv, doc, false
+}
+
+// put writes the document; a heartbeat put only refreshes the TTL. After
+// a failure the next put is a full one, so a watcher that lost the key
+// meanwhile sees a change, not a heartbeat of something it never had.
+func (r *run) put(ctx context.Context, heartbeat bool) bool {
+	pctx, cancel := context.WithTimeout(ctx, r.putTimeout)
+	defer cancel()
+	rev, err := r.Store.Put(pctx, r.last.NodeID, r.doc, heartbeat, r.TTL)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		r.stored = false
+		r.fails++
+		r.Log.Warn().Err(err).Int("attempt", r.fails).Msg("publishing the inventory failed; retrying")
+		return false
+	}
+	ev := r.Log.Debug()
+	switch {
+	case r.fails > 0:
+		ev = r.Log.Info().Int("failed_attempts", r.fails)
+	case !heartbeat:
+		ev = r.Log.Info()
+	}
+	kind := "change"
+	if heartbeat {
+		kind = "heartbeat"
+	}
+	ev.Str("kind", kind).Uint64("revision", rev).Int("gpus", len(r.last.GPUs)).Msg("inventory published")
+	r.stored, r.ever, r.fails = true, true, 0
+	return true
+}
+
+func (r *run) scheduleRetry() {
+	if r.retryCh != nil {
+		return
+	}
+	if r.doc == nil {
+		r.fails++ // the source failed
+	}
+	d := bus.Backoff(r.fails - 1)
+	if r.retry == nil {
+		r.retry = time.NewTimer(d)
+	} else {
+		r.retry.Reset(d)
+	}
+	r.retryCh = r.retry.C
+}
+
+// shutdown deletes the key, so that the planner drops the node at once
+// rather than a TTL later.
+func (r *run) shutdown() {
+	if r.retry != nil {
+		r.retry.Stop()
+	}
+	if !r.ever {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := r.Store.Delete(ctx, r.last.NodeID, r.TTL); err != nil {
+		r.Log.Warn().Err(err).Msg("deleting the inventory key failed; it expires after the TTL")
+		return
+	}
+	r.Log.Info().Msg("inventory key deleted")
+}

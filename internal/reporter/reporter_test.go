@@ -1,0 +1,374 @@
+package reporter
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+)
+
+// fakeSource is a simulated node whose GPUs can be made unhealthy, and
+// whose reads can be made to fail.
+type fakeSource struct {
+	mu      sync.Mutex
+	inv     inventory.NodeInventory
+	failing int // fail this many reads
+	changed chan struct{}
+}
+
+func newFakeSource(nodeID string) *fakeSource {
+	sim, _ := inventory.ParseSimulation("8xH100")
+	inv, _ := inventory.NewSimulated(inventory.Facts{NodeID: nodeID, IP: "10.0.0.1", CPUs: 64}, sim).Inventory(context.Background())
+	return &fakeSource{inv: inv, changed: make(chan struct{}, 1)}
+}
+
+func (f *fakeSource) Inventory(context.Context) (inventory.NodeInventory, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failing > 0 {
+		f.failing--
+		return inventory.NodeInventory{}, errors.New("nvml DeviceGetCount: Unknown Error")
+	}
+	inv := f.inv
+	inv.GPUs = append([]inventory.GPU(nil), f.inv.GPUs...)
+	return inv, nil
+}
+
+func (f *fakeSource) Changed() <-chan struct{} { return f.changed }
+
+func (f *fakeSource) breakGPU(i int) {
+	f.mu.Lock()
+	f.inv.GPUs[i].Healthy, f.inv.GPUs[i].UnhealthyReason = false, "XID 79"
+	f.mu.Unlock()
+	f.changed <- struct{}{}
+}
+
+type testServer struct {
+	t    *testing.T
+	ns   *server.Server
+	url  string
+	addr string
+	dir  string
+}
+
+func startServer(t *testing.T) *testServer {
+	t.Helper()
+	s := &testServer{t: t, dir: t.TempDir(), addr: "127.0.0.1:0"}
+	s.start()
+	s.addr = s.ns.Addr().String()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *testServer) start() {
+	s.t.Helper()
+	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: s.addr, StoreDir: s.dir})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.ns, s.url = ns, url
+}
+
+func (s *testServer) stop() {
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+}
+
+// client is a test's own view of the bucket.
+func client(t *testing.T, url string) *bus.InventoryStore {
+	t.Helper()
+	nc, err := bus.Connect(url, "test-watcher", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	return bus.NewInventoryStore(js)
+}
+
+type running struct {
+	nc     *nats.Conn
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startReporter runs a reporter on its own connection, as a separate
+// process would.
+func startReporter(t *testing.T, url string, src inventory.Source, heartbeat, ttl time.Duration) *running {
+	t.Helper()
+	log := zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger()
+	// The connection logs from its own goroutines, possibly after the
+	// test has ended, which testing forbids; keep it quiet.
+	nc, err := bus.Connect(url, "reporter", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{nc: nc, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		r.done <- Run(ctx, Config{Source: src, Store: bus.NewInventoryStore(js), Heartbeat: heartbeat, TTL: ttl, Log: log})
+	}()
+	t.Cleanup(func() { r.stop(t); nc.Close() })
+	return r
+}
+
+func (r *running) stop(t *testing.T) {
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		r.done <- nil // let a second stop return too
+	case <-time.After(5 * time.Second):
+		t.Error("Run did not return after cancel")
+	}
+}
+
+// kill stops the reporter the way SIGKILL would: its connection goes
+// first, so it cannot say goodbye.
+func (r *running) kill(t *testing.T) {
+	r.nc.Close()
+	r.stop(t)
+}
+
+func watch(t *testing.T, s *bus.InventoryStore) <-chan bus.Event {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	events, err := s.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events
+}
+
+// next returns the next event that is not a heartbeat or sync.
+func next(t *testing.T, events <-chan bus.Event, within time.Duration) bus.Event {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case ev := <-events:
+			if ev.Op == bus.Heartbeat || ev.Op == bus.Synced {
+				continue
+			}
+			return ev
+		case <-deadline:
+			t.Fatalf("no event within %s", within)
+		}
+	}
+}
+
+func waitForKey(t *testing.T, s *bus.InventoryStore, nodeID string, within time.Duration, ok func(inventory.NodeInventory) bool) inventory.NodeInventory {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		inv, _, err := s.Get(context.Background(), nodeID)
+		if err == nil && (ok == nil || ok(inv)) {
+			return inv
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key %s not as wanted within %s (last error %v)", nodeID, within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	src, store := newFakeSource("n1"), bus.NewInventoryStore(nil)
+	tests := []struct {
+		heartbeat, ttl time.Duration
+		wantErr        string
+	}{
+		{heartbeat: 5 * time.Second, ttl: 15 * time.Second},
+		{heartbeat: 200 * time.Millisecond, ttl: time.Second},
+		{heartbeat: 0, ttl: time.Second, wantErr: "heartbeat 0s: must be positive"},
+		{heartbeat: 100 * time.Millisecond, ttl: 500 * time.Millisecond, wantErr: "at least 1s"},
+		{heartbeat: 5 * time.Second, ttl: 5 * time.Second, wantErr: "longer than the heartbeat"},
+	}
+	for _, tt := range tests {
+		err := Config{Source: src, Store: store, Heartbeat: tt.heartbeat, TTL: tt.ttl}.Validate()
+		if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("heartbeat %s ttl %s: error %v, want %q", tt.heartbeat, tt.ttl, err, tt.wantErr)
+		}
+	}
+}
+
+// The key appears, survives well past its TTL while heartbeats flow, and
+// heartbeats reach a watcher as heartbeats, not changes.
+func TestKeyAppearsAndSurvivesTTL(t *testing.T) {
+	srv := startServer(t)
+	store := client(t, srv.url)
+	events := watch(t, store)
+	startReporter(t, srv.url, newFakeSource("n1"), 200*time.Millisecond, time.Second)
+
+	ev := next(t, events, 5*time.Second)
+	if ev.Op != bus.Changed || ev.NodeID != "n1" || len(ev.Inventory.GPUs) != 8 {
+		t.Fatalf("first event %+v", ev)
+	}
+	var beats int
+	deadline := time.After(3 * time.Second) // three TTLs
+	for done := false; !done; {
+		select {
+		case ev := <-events:
+			if ev.Op != bus.Heartbeat {
+				t.Fatalf("event %v %s while heartbeats flow, want only heartbeats", ev.Op, ev.Reason)
+			}
+			beats++
+		case <-deadline:
+			done = true
+		}
+	}
+	if beats < 5 {
+		t.Errorf("%d heartbeats in 3s at 200ms", beats)
+	}
+	waitForKey(t, store, "n1", 0, nil)
+}
+
+// A reporter killed without a word: its key is purged within the TTL and
+// watchers, plain KV ones included, see the purge.
+func TestKilledReporterIsPurged(t *testing.T) {
+	srv := startServer(t)
+	store := client(t, srv.url)
+	events := watch(t, store)
+	r := startReporter(t, srv.url, newFakeSource("n1"), 200*time.Millisecond, time.Second)
+	if ev := next(t, events, 5*time.Second); ev.Op != bus.Changed {
+		t.Fatalf("first event %+v", ev)
+	}
+	kv, _ := store.KV(context.Background())
+	kvw, err := kv.Watch(context.Background(), "n1", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kvw.Stop()
+
+	r.kill(t)
+	killed := time.Now()
+	// TTL 1s, plus up to one heartbeat already in flight, plus the
+	// server's expiry tick.
+	ev := next(t, events, 3*time.Second)
+	if ev.Op != bus.Removed || ev.Reason != bus.ReasonExpired {
+		t.Fatalf("event %+v, want removed/expired", ev)
+	}
+	t.Logf("purged %s after the kill (TTL 1s)", time.Since(killed).Round(10*time.Millisecond))
+	for {
+		select {
+		case e := <-kvw.Updates():
+			if e != nil && e.Operation() == jetstream.KeyValuePurge {
+				return
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("plain KV watcher saw no purge")
+		}
+	}
+}
+
+// On shutdown (what SIGTERM triggers in the command) the key goes at once.
+func TestShutdownDeletesKey(t *testing.T) {
+	srv := startServer(t)
+	store := client(t, srv.url)
+	events := watch(t, store)
+	r := startReporter(t, srv.url, newFakeSource("n1"), 5*time.Second, 15*time.Second)
+	if ev := next(t, events, 5*time.Second); ev.Op != bus.Changed {
+		t.Fatalf("first event %+v", ev)
+	}
+	r.stop(t)
+	if _, _, err := store.Get(context.Background(), "n1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("Get after shutdown: %v, want ErrKeyNotFound", err)
+	}
+	if ev := next(t, events, time.Second); ev.Op != bus.Removed || ev.Reason != bus.ReasonDeleted {
+		t.Errorf("event %+v, want removed/deleted", ev)
+	}
+}
+
+// A GPU turning unhealthy is published at once, not at the next heartbeat.
+func TestChangePublishedAtOnce(t *testing.T) {
+	srv := startServer(t)
+	store := client(t, srv.url)
+	events := watch(t, store)
+	src := newFakeSource("n1")
+	startReporter(t, srv.url, src, 30*time.Second, time.Minute)
+	first := next(t, events, 5*time.Second)
+	if first.Op != bus.Changed {
+		t.Fatalf("first event %+v", first)
+	}
+	src.breakGPU(3)
+	ev := next(t, events, time.Second)
+	if ev.Op != bus.Changed || ev.Inventory.GPUs[3].Healthy || ev.Inventory.GPUs[3].UnhealthyReason != "XID 79" {
+		t.Fatalf("event %+v, want GPU 3 unhealthy", ev)
+	}
+	if len(ev.Inventory.HealthyGPUs()) != 7 || !ev.Inventory.ReportedAt.After(first.Inventory.ReportedAt) {
+		t.Errorf("healthy %d, reported_at %v after %v", len(ev.Inventory.HealthyGPUs()), ev.Inventory.ReportedAt, first.Inventory.ReportedAt)
+	}
+	// A Changed signal with nothing changed puts nothing.
+	src.changed <- struct{}{}
+	select {
+	case ev := <-events:
+		t.Errorf("event %v after a no-op change signal", ev.Op)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// The server goes away mid-run and comes back (same port and storage, or
+// storage lost); a GPU breaks while it is away. Nothing is lost.
+func TestServerRestartLosesNothing(t *testing.T) {
+	for _, lose := range []bool{false, true} {
+		name := "storage kept"
+		if lose {
+			name = "storage lost"
+		}
+		t.Run(name, func(t *testing.T) {
+			srv := startServer(t)
+			src := newFakeSource("n1")
+			startReporter(t, srv.url, src, 200*time.Millisecond, 2*time.Second)
+			waitForKey(t, client(t, srv.url), "n1", 5*time.Second, nil)
+
+			srv.stop()
+			src.breakGPU(5)
+			time.Sleep(500 * time.Millisecond)
+			if lose {
+				srv.dir = t.TempDir()
+			}
+			srv.start()
+			inv := waitForKey(t, client(t, srv.url), "n1", 10*time.Second, func(inv inventory.NodeInventory) bool {
+				return !inv.GPUs[5].Healthy
+			})
+			if len(inv.GPUs) != 8 || len(inv.HealthyGPUs()) != 7 {
+				t.Errorf("after restart: %d GPUs, %d healthy", len(inv.GPUs), len(inv.HealthyGPUs()))
+			}
+		})
+	}
+}
+
+// NATS down when the reporter starts, and the source failing at first:
+// the report arrives once both recover.
+func TestNATSDownAtStart(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	src := newFakeSource("n1")
+	src.failing = 2
+	startReporter(t, "nats://"+addr, src, 200*time.Millisecond, time.Second)
+	time.Sleep(700 * time.Millisecond)
+
+	srv := &testServer{t: t, dir: t.TempDir(), addr: addr}
+	srv.start()
+	t.Cleanup(srv.stop)
+	waitForKey(t, client(t, srv.url), "n1", 10*time.Second, nil)
+}
