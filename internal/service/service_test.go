@@ -1,0 +1,283 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+const testSpec = `
+scheduling:
+  train:  {worker_num: 8, num_cpus: 1, num_gpus: 1}
+  eval:   {worker_num: 1, num_cpus: 1, num_gpus: 4}
+  buffer: {worker_num: auto, num_cpus: 1, num_gpus: 0}
+  env:
+    - {worker_num: 4, num_cpus: 1, num_gpus: 0.25}
+placement: {mode: auto, strategy: disaggregate, env_strategy: default}
+`
+
+type harness struct {
+	t  *testing.T
+	nc *nats.Conn
+	js jetstream.JetStream
+	// beats keeps simulated nodes alive; cancel one to let it expire.
+	mu    sync.Mutex
+	beats map[string]context.CancelFunc
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	h := &harness{t: t, nc: nc, js: js, beats: map[string]context.CancelFunc{}}
+	t.Cleanup(func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, c := range h.beats {
+			c()
+		}
+	})
+	return h
+}
+
+// node starts a simulated reporter for id: 8 H100s, a 1s TTL, a
+// heartbeat every 300ms.
+func (h *harness) node(id string) {
+	h.t.Helper()
+	sim, _ := inventory.ParseSimulation("8xH100")
+	inv := inventory.Facts{NodeID: id, Hostname: id, IP: "10.0.0.1", CPUs: 64}.Inventory()
+	inv.GPUs = inventory.SimulatedGPUs(id, sim)
+	doc, _ := json.Marshal(inv)
+	store := bus.NewInventoryStore(h.js)
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := store.Put(ctx, id, doc, false, time.Second); err != nil {
+		h.t.Fatal(err)
+	}
+	h.mu.Lock()
+	h.beats[id] = cancel
+	h.mu.Unlock()
+	go func() {
+		tick := time.NewTicker(300 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				_, _ = store.Put(ctx, id, doc, true, time.Second)
+			}
+		}
+	}()
+}
+
+// kill stops id's heartbeats without deleting its key: it expires.
+func (h *harness) kill(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.beats[id]()
+}
+
+func (h *harness) planner(ctx context.Context, spec string) context.CancelFunc {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(spec), Debounce: 50 * time.Millisecond, Log: zerolog.Nop()})
+	go func() {
+		defer close(done)
+		if err := p.Run(ctx); err != nil {
+			h.t.Errorf("planner: %v", err)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+func (h *harness) history() []*planner.Plan {
+	h.t.Helper()
+	var out []*planner.Plan
+	err := bus.NewPlanStore(h.js).History(context.Background(), "default", func(sp *bus.StoredPlan) bool {
+		out = append(out, sp.Plan)
+		return true
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
+
+// waitRevision waits for revision rev of the default plan.
+func (h *harness) waitRevision(rev int) *planner.Plan {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		sp, err := bus.NewPlanStore(h.js).Latest(context.Background(), "default")
+		if err == nil && sp != nil && sp.Plan.Revision >= rev {
+			if sp.Plan.Revision != rev {
+				h.t.Fatalf("revision %d, want %d", sp.Plan.Revision, rev)
+			}
+			return sp.Plan
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.t.Fatalf("no revision %d", rev)
+	return nil
+}
+
+func TestServiceEndToEnd(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	for i := 1; i <= 4; i++ {
+		h.node(fmt.Sprintf("n%d", i))
+	}
+	stopA := h.planner(ctx, testSpec)
+	first := h.waitRevision(1)
+	if !first.Valid || first.Reason != "first plan" {
+		t.Fatalf("revision 1: valid %v reason %q error %q", first.Valid, first.Reason, first.Error)
+	}
+
+	// A used node dies: a new revision in which only its workers moved.
+	victim := first.Workers[0].NodeID
+	h.kill(victim)
+	second := h.waitRevision(2)
+	lost := map[string]bool{}
+	for _, w := range first.Workers {
+		if w.NodeID == victim {
+			lost[fmt.Sprint(w.Component, w.Index)] = true
+		}
+	}
+	old := map[string]planner.Worker{}
+	for _, w := range first.Workers {
+		old[fmt.Sprint(w.Component, w.Index)] = w
+	}
+	for _, w := range second.Workers {
+		k := fmt.Sprint(w.Component, w.Index)
+		if o := old[k]; w.Component != planner.Buffer && !lost[k] && o.NodeID != w.NodeID {
+			t.Errorf("%s moved from %s to %s", k, o.NodeID, w.NodeID)
+		}
+		if w.NodeID == victim {
+			t.Errorf("%s still on dead %s", k, victim)
+		}
+	}
+	if second.Moved == 0 {
+		t.Errorf("revision 2 moved nobody: %s", second.Reason)
+	}
+	t.Logf("revision 2: %s", second.Reason)
+
+	// The node comes back: nothing moves, nothing is published.
+	h.node(victim)
+	time.Sleep(500 * time.Millisecond)
+	if got := len(h.history()); got != 2 {
+		t.Fatalf("%d revisions after the node came back, want 2", got)
+	}
+
+	// A restarted planner continues the sequence and republishes nothing.
+	stopA()
+	stopB := h.planner(ctx, testSpec)
+	defer stopB()
+	time.Sleep(500 * time.Millisecond)
+	if got := len(h.history()); got != 2 {
+		t.Fatalf("%d revisions after restart, want 2", got)
+	}
+
+	// Two planners at once, and a spec change: one linear history.
+	stopC := h.planner(ctx, "")
+	defer stopC()
+	time.Sleep(200 * time.Millisecond)
+	changed := testSpec + "\n# more train\n"
+	changed = changed[:0] + `
+scheduling:
+  train:  {worker_num: 12, num_cpus: 1, num_gpus: 1}
+  eval:   {worker_num: 1, num_cpus: 1, num_gpus: 4}
+placement: {mode: auto, strategy: disaggregate, env_strategy: default}
+`
+	if _, err := bus.NewSpecStore(h.js).Put(ctx, "default", []byte(changed)); err != nil {
+		t.Fatal(err)
+	}
+	third := h.waitRevision(3)
+	if third.Reason == "" || !third.Valid {
+		t.Fatalf("revision 3: valid %v reason %q", third.Valid, third.Reason)
+	}
+	time.Sleep(300 * time.Millisecond)
+	hist := h.history()
+	for i, p := range hist {
+		if p.Revision != i+1 {
+			t.Fatalf("history revisions %v: not linear", revisions(hist))
+		}
+	}
+	if len(hist) != 3 {
+		t.Fatalf("history revisions %v, want 1..3", revisions(hist))
+	}
+
+	// The service answers lookups, validations and plans, and bad requests
+	// with errors.
+	var w bus.PlacedWorker
+	idx := 3
+	if err := bus.Request(ctx, h.nc, bus.LookupSubject, bus.LookupRequest{Plan: "default", Component: "train", Index: &idx}, &w); err != nil {
+		t.Fatal(err)
+	}
+	if w.Index != 3 || w.CUDAVisibleDevices == "" || w.Revision != 3 {
+		t.Errorf("lookup train 3: %+v", w)
+	}
+	var nw bus.NodeWorkers
+	if err := bus.Request(ctx, h.nc, bus.LookupSubject, bus.LookupRequest{Plan: "default", NodeID: w.NodeID}, &nw); err != nil || len(nw.Workers) == 0 {
+		t.Errorf("lookup node %s: %v %+v", w.NodeID, err, nw)
+	}
+	var vr bus.ValidateReply
+	if err := bus.Request(ctx, h.nc, bus.ValidateSubject, []byte(`{"scheduling": {"train": {"worker_num": 500, "num_cpus": 1, "num_gpus": 1}}, "placement": {"mode": "auto"}}`), &vr); err != nil {
+		t.Fatal(err)
+	}
+	if vr.Valid || vr.Error == "" || vr.Nodes != 4 {
+		t.Errorf("validate 500 train: valid %v error %q nodes %d", vr.Valid, vr.Error, vr.Nodes)
+	}
+	var p1 planner.Plan
+	if err := bus.Request(ctx, h.nc, bus.PlanSubject, bus.PlanRequest{Plan: "default", Revision: 1}, &p1); err != nil || p1.Revision != 1 {
+		t.Errorf("plan revision 1: %v, got %d", err, p1.Revision)
+	}
+	bad := []struct {
+		subject string
+		req     any
+		want    error
+	}{
+		{bus.LookupSubject, []byte(`{not json`), bus.ErrBadRequest},
+		{bus.LookupSubject, bus.LookupRequest{Plan: "default"}, bus.ErrBadRequest},
+		{bus.LookupSubject, bus.LookupRequest{Plan: "default", Component: "train", Index: new(99)}, bus.ErrNotFound},
+		{bus.PlanSubject, bus.PlanRequest{Plan: "default", Revision: 99}, bus.ErrNotFound},
+		{bus.PlanSubject, bus.PlanRequest{Plan: "no.such"}, bus.ErrBadRequest},
+		{bus.ValidateSubject, []byte(`{"scheduling": 3}`), bus.ErrBadRequest},
+		{bus.ValidateSubject, []byte(``), bus.ErrBadRequest},
+	}
+	for _, b := range bad {
+		var out json.RawMessage
+		err := bus.Request(ctx, h.nc, b.subject, b.req, &out)
+		if !errors.Is(err, b.want) {
+			t.Errorf("%s %v: err %v, want %v", b.subject, b.req, err, b.want)
+		}
+	}
+}
+
+func revisions(ps []*planner.Plan) []int {
+	out := make([]int, len(ps))
+	for i, p := range ps {
+		out[i] = p.Revision
+	}
+	return out
+}
