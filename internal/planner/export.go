@@ -171,3 +171,43 @@ func exportPools(pools []Pool, allIDs []string, mixed bool) []PoolExport {
 	}
 	return out
 }
+
+// UnmarshalJSON reads what MarshalJSON writes, so plan documents read back
+// from the bus keep their resource_pool.
+func (p *PoolExport) UnmarshalJSON(b []byte) error {
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	pc, err := parsePool("resource_pool", jsonNumbersToInts(raw))
+	if err != nil {
+		return err
+	}
+	*p = PoolExport{Name: pc.Name, NumNode: pc.NumNode, NumGPUs: pc.NumGPUs, NodeIDs: pc.NodeIDs}
+	for _, c := range gpuComponents {
+		if s, ok := raw[string(c)].(string); ok && s != "" {
+			p.Indices = append(p.Indices, ComponentIndex{c, s})
+		}
+	}
+	return nil
+}
+
+// jsonNumbersToInts turns the whole float64s encoding/json produces into
+// ints, as the YAML reader the spec parser expects gives them.
+func jsonNumbersToInts(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if x == float64(int(x)) {
+			return int(x)
+		}
+	case []any:
+		for i := range x {
+			x[i] = jsonNumbersToInts(x[i])
+		}
+	case map[string]any:
+		for k := range x {
+			x[k] = jsonNumbersToInts(x[k])
+		}
+	}
+	return v
+}

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -95,4 +96,14 @@ func appendRanges(out []Range, gpus []int) []Range {
 		out = append(out, Range{g, g})
 	}
 	return out
+}
+
+// UnmarshalJSON reads the [first, last] pair MarshalJSON writes.
+func (r *Range) UnmarshalJSON(b []byte) error {
+	var pair []int
+	if err := json.Unmarshal(b, &pair); err != nil || len(pair) != 2 {
+		return fmt.Errorf("range %s: want [first, last]", b)
+	}
+	r.First, r.Last = pair[0], pair[1]
+	return nil
 }

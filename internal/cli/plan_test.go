@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = Main(context.Background(), args, nil, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const inv, spec = "testdata/cluster.json", "testdata/spec.yaml"
+
+func TestPlanOutputs(t *testing.T) {
+	code, out, errOut := run(t, "plan", "--inventory", inv, "--spec", spec, "--output", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var doc planner.Plan
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("json output: %v", err)
+	}
+	if !doc.Valid || len(doc.Workers) != 8+2+16+1 {
+		t.Fatalf("valid=%v workers=%d", doc.Valid, len(doc.Workers))
+	}
+	for _, k := range []string{`"name"`, `"revision"`, `"created_at"`, `"reason"`, `"mode"`, `"strategy"`, `"env_strategy"`, `"valid"`, `"error"`, `"resource_pool"`, `"pools"`, `"workers"`, `"storage_to_train_workers"`, `"gpu_uuids"`, `"gpu_share"`, `"total_gpus"`, `"allocations"`} {
+		if !strings.Contains(out, k) {
+			t.Errorf("plan document lacks %s", k)
+		}
+	}
+
+	code, out, _ = run(t, "plan", "--inventory", inv, "--spec", spec, "--output", "yaml")
+	if code != 0 || !strings.HasPrefix(out, "resource_pool:\n") || !strings.Contains(out, `train: "0-7"`) {
+		t.Fatalf("yaml output (exit %d):\n%s", code, out)
+	}
+	// The YAML export loads back in manual mode to the same plan.
+	manual := writeFile(t, "manual.yaml", "scheduling:\n"+strings.SplitN(mustRead(t, spec), "scheduling:\n", 2)[1][:strings.Index(strings.SplitN(mustRead(t, spec), "scheduling:\n", 2)[1], "placement:")]+"placement: {mode: manual}\n"+out)
+	code, out2, errOut := run(t, "plan", "--inventory", inv, "--spec", manual, "--output", "yaml")
+	if code != 0 || out2 != out {
+		t.Fatalf("round trip (exit %d, %s):\n%s\nwant\n%s", code, errOut, out2, out)
+	}
+
+	code, out, _ = run(t, "plan", "--inventory", inv, "--spec", spec)
+	for _, want := range []string{"valid", "train_pool", "rollout_pool", "GPU map", "node-00", "TTTTTTTT"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("text output (exit %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+}
+
+func mustRead(t *testing.T, p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestPlanInvalidExitsOne(t *testing.T) {
+	big := writeFile(t, "big.yaml", "scheduling:\n  train: {worker_num: 100, num_cpus: 1, num_gpus: 1}\nplacement: {mode: auto, strategy: colocate}\n")
+	code, out, _ := run(t, "plan", "--inventory", inv, "--spec", big, "--output", "json")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	var doc planner.Plan
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.Valid || !strings.Contains(doc.Error, "Insufficient GPUs: required 100.0, available 20") {
+		t.Fatalf("doc valid=%v error=%q (%v)", doc.Valid, doc.Error, err)
+	}
+}
+
+func TestPlanBadInput(t *testing.T) {
+	good := "placement: {mode: auto, strategy: disaggregate}\n"
+	cases := []struct {
+		name, spec, inv string
+		args            []string
+		want            string
+	}{
+		{name: "yaml syntax", spec: "scheduling: [\n", want: "not valid YAML or JSON"},
+		{name: "json syntax", inv: `{"node_id_to_resources": {`, want: "not valid JSON"},
+		{name: "misspelled strategy", spec: "scheduling: {}\nplacement: {strategy: disagregate}\n", want: "placement.strategy: disagregate is not allowed; want one of disaggregate, colocate"},
+		{name: "unknown key", spec: "scheduling: {trian: {worker_num: 1}}\n" + good, want: `scheduling: unknown key "trian"`},
+		{name: "negative count", spec: "scheduling: {eval: {worker_num: -2, num_gpus: 1}}\n" + good, want: "scheduling.eval.worker_num: -2 is not allowed"},
+		{name: "fractional multi-gpu", spec: "scheduling: {eval: {worker_num: 1, num_gpus: 1.5}}\n" + good, want: "scheduling.eval.num_gpus: 1.5 is not allowed"},
+		{name: "auto outside buffer", spec: "scheduling: {train: {worker_num: auto, num_gpus: 1}}\n" + good, want: `scheduling.train.worker_num: "auto" is allowed only for buffer`},
+		{name: "malformed index", spec: "scheduling: {train: {worker_num: 1, num_gpus: 1}}\nplacement: {mode: manual}\nresource_pool: [{name: p, num_node: 1, num_gpus: 8, train: \"0-x\"}]\n", want: `resource_pool[0].train: malformed index string "0-x"`},
+		{name: "missing file", args: []string{"plan", "--inventory", "/nonexistent.json", "--spec", spec}, want: "--inventory: open /nonexistent.json"},
+		{name: "unknown output", args: []string{"plan", "--inventory", inv, "--spec", spec, "--output", "xml"}, want: `--output: "xml" is not allowed; want text, json or yaml`},
+		{name: "unknown flag", args: []string{"plan", "--inventroy", inv}, want: "unknown flag: --inventroy"},
+		{name: "negative GPUs", inv: `{"node_id_to_resources": {"a": {"ip": "x", "CPU": 1, "GPU": -1}}}`, want: "node_id_to_resources.a.GPU: -1 is not allowed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := c.args
+			if args == nil {
+				s, i := spec, inv
+				if c.spec != "" {
+					s = writeFile(t, "spec.yaml", c.spec)
+				}
+				if c.inv != "" {
+					i = writeFile(t, "inv.json", c.inv)
+				}
+				args = []string{"plan", "--inventory", i, "--spec", s}
+			}
+			code, out, errOut := run(t, args...)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2 (stderr %q)", code, errOut)
+			}
+			if out != "" {
+				t.Errorf("stdout %q, want nothing", out)
+			}
+			if strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, c.want) {
+				t.Errorf("stderr %q, want one line containing %q", errOut, c.want)
+			}
+		})
+	}
+}

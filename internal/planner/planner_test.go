@@ -1,0 +1,179 @@
+package planner
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseIndexString(t *testing.T) {
+	cases := []struct {
+		in   string
+		want []Range
+		err  bool
+	}{
+		{"0-7", []Range{{0, 7}}, false},
+		{"0-3, 8-11", []Range{{0, 3}, {8, 11}}, false},
+		{"5", []Range{{5, 5}}, false},
+		{"", nil, false},
+		{"7-0", []Range{{0, 7}}, false},
+		{" 1 , 2-3 ", []Range{{1, 1}, {2, 3}}, false},
+		{"a", nil, true},
+		{"1-", nil, true},
+		{"-1", nil, true},
+		{"1-2-3", nil, true},
+	}
+	for _, c := range cases {
+		got, err := ParseIndexString(c.in)
+		if (err != nil) != c.err || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("ParseIndexString(%q) = %v, %v; want %v, err=%v", c.in, got, err, c.want, c.err)
+		}
+	}
+	if got := FormatRanges([]Range{{0, 7}, {8, 8}}); got != "0-7, 8" {
+		t.Errorf("FormatRanges = %q", got)
+	}
+}
+
+func specT(t *testing.T, s string) *Spec {
+	t.Helper()
+	spec, err := ParseSpec([]byte(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+func TestParseSpecDefaults(t *testing.T) {
+	s := specT(t, "scheduling:\n  buffer: {worker_num: auto}\n  env: {worker_num: 3, num_gpus: 0.5}\n")
+	if s.Placement != (Placement{ModeAuto, StrategyDisaggregate, EnvStrategyDefault}) {
+		t.Errorf("placement %+v", s.Placement)
+	}
+	if !s.Scheduling.Buffer.Auto || s.Scheduling.Buffer.NumCPUs != 1 || len(s.Scheduling.Env) != 1 {
+		t.Errorf("scheduling %+v", s.Scheduling)
+	}
+	if _, err := ParseSpec([]byte("scheduling: {}\nplacement: {mode: manual}\n")); err == nil || !strings.Contains(err.Error(), "resource_pool") {
+		t.Errorf("manual without pools: %v", err)
+	}
+}
+
+// TestUnhealthyGPUsGetNoWork: a GPU marked unhealthy is skipped, and the
+// node's pool-global index space still counts it.
+func TestUnhealthyGPUsGetNoWork(t *testing.T) {
+	spec := specT(t, "scheduling: {train: {worker_num: 8, num_gpus: 1}}\nplacement: {strategy: colocate}\n")
+	nodes := []Node{{ID: "a", CPUs: 64, GPUs: 4, Unhealthy: []int{1}}, {ID: "b", CPUs: 64, GPUs: 8}}
+	p, err := Compute(spec, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range p.Workers {
+		if w.NodeID == "a" && w.GPUs[0] == 1 {
+			t.Fatalf("worker %d on unhealthy GPU", w.Index)
+		}
+	}
+	// b has more usable GPUs, so it is visited first; a gets the rest.
+	if got := p.ResourcePool[0].Indices[0].Index; got != "0-7" {
+		t.Errorf("train %q, want 0-7 (all on b)", got)
+	}
+	found := false
+	for _, n := range p.Notes {
+		found = found || (n.NodeID == "a" && n.Reason == ReasonUnhealthyGPU)
+	}
+	if !found {
+		t.Errorf("no note for the unhealthy GPU: %v", p.Notes)
+	}
+}
+
+func TestMultiGPUWorkers(t *testing.T) {
+	spec := specT(t, "scheduling: {eval: {worker_num: 3, num_gpus: 4}}\n")
+	nodes := []Node{{ID: "a", CPUs: 64, GPUs: 6}, {ID: "b", CPUs: 64, GPUs: 6}, {ID: "c", CPUs: 64, GPUs: 4}}
+	p, err := Compute(spec, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]int{"a": {0, 1, 2, 3}, "b": {0, 1, 2, 3}, "c": {0, 1, 2, 3}}
+	for _, w := range p.Workers {
+		if !reflect.DeepEqual(w.GPUs, want[w.NodeID]) || w.GPUShare != 1 {
+			t.Errorf("eval[%d] on %s GPUs %v share %v", w.Index, w.NodeID, w.GPUs, w.GPUShare)
+		}
+	}
+	_, err = Compute(specT(t, "scheduling: {eval: {worker_num: 1, num_gpus: 8}}\n"), nodes)
+	if err == nil || !strings.Contains(err.Error(), "needs 8 GPUs of one node") || !strings.Contains(err.Error(), "has 6 usable") {
+		t.Errorf("too-big worker: %v", err)
+	}
+}
+
+func TestExportAddsNodeIDsOnlyWhenNeeded(t *testing.T) {
+	spec := specT(t, "scheduling: {train: {worker_num: 12, num_gpus: 1}, eval: {worker_num: 4, num_gpus: 1}}\n")
+	same := []Node{{ID: "a", CPUs: 9, GPUs: 8}, {ID: "b", CPUs: 9, GPUs: 8}, {ID: "c", CPUs: 9, GPUs: 8}}
+	p, err := Compute(spec, same)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// train_pool is a, b (loading picks them); rollout_pool is c.
+	for _, e := range p.ResourcePool {
+		if e.NodeIDs != nil {
+			t.Errorf("%s has node_ids %v; loading without them picks the same nodes", e.Name, e.NodeIDs)
+		}
+	}
+	mixed := []Node{{ID: "a", CPUs: 64, GPUs: 4}, {ID: "b", CPUs: 64, GPUs: 8}, {ID: "c", CPUs: 64, GPUs: 8}}
+	p, err = Compute(spec, mixed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	y, _ := p.ResourcePoolYAML()
+	buf.Write(y)
+	if !strings.Contains(buf.String(), "node_ids: [b, c]") || !strings.Contains(buf.String(), "node_ids: [a]") {
+		t.Errorf("mixed cluster export lacks node_ids:\n%s", buf.String())
+	}
+}
+
+func TestPlanDocumentJSONRoundTrip(t *testing.T) {
+	spec := specT(t, "scheduling: {train: {worker_num: 3, num_gpus: 1}, buffer: {worker_num: 1}, env: [{worker_num: 6, num_gpus: 0.5}]}\nplacement: {strategy: colocate}\n")
+	p, err := Compute(spec, []Node{{ID: "a", IP: "10.0.0.1", CPUs: 64, GPUs: 8, GPUUUIDs: []string{"u0", "u1", "u2", "u3", "u4", "u5", "u6", "u7"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Plan
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back.ResourcePool, p.ResourcePool) || !reflect.DeepEqual(back.Pools, p.Pools) || !reflect.DeepEqual(back.Workers, p.Workers) {
+		t.Errorf("round trip differs:\n%s", b)
+	}
+	if p.Workers[0].GPUUUIDs[0] != "u0" {
+		t.Errorf("uuids %v", p.Workers[0].GPUUUIDs)
+	}
+}
+
+func TestTextFoldsIdenticalNodes(t *testing.T) {
+	nodes := make([]Node, 500)
+	for i := range nodes {
+		nodes[i] = Node{ID: fmt.Sprintf("n%03d", i), CPUs: 64, GPUs: 8}
+	}
+	spec := specT(t, "scheduling: {train: {worker_num: 2000, num_gpus: 1}, env: [{worker_num: 4000, num_gpus: 0.25}]}\n")
+	p, err := Compute(spec, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteText(&buf, p); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if n := strings.Count(out, "\n"); n > 30 {
+		t.Errorf("text is %d lines for 500 nodes:\n%s", n, out)
+	}
+	for _, want := range []string{"n000..n249 (250)", "TTTTTTTT", "n250..n374 (125)", "VVVVVVVV"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+}
