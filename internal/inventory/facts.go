@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -201,3 +202,15 @@ func ParseLabels(kvs []string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// NoGPUs is a Source of a node without GPUs (or without NVML): its facts
+// only. It never changes.
+type NoGPUs struct{ Facts Facts }
+
+// Inventory implements Source.
+func (s NoGPUs) Inventory(context.Context) (NodeInventory, error) {
+	return s.Facts.Inventory(), nil
+}
+
+// Changed implements Source.
+func (s NoGPUs) Changed() <-chan struct{} { return nil }

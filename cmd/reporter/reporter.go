@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/reporter"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// usageError is a bad flag or argument: exit 2, one line, no usage dump.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// options are the command's flags, as the contract names them.
+type options struct {
+	server    string
+	nodeID    string
+	ip        string
+	heartbeat time.Duration
+	ttl       time.Duration
+	simulate  string
+	labels    []string
+	once      bool
+	logLevel  string
+	logFormat string
+	xidIgnore []string
+}
+
+// config is options validated and parsed.
+type config struct {
+	options
+	sim     *inventory.Simulation
+	labelM  map[string]string
+	ignored []uint64
+	level   zerolog.Level
+}
+
+// Main runs the reporter with args and returns the exit code. ctx is
+// cancelled on SIGTERM or SIGINT.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var opts options
+	cmd := &cobra.Command{
+		Use:   "reporter",
+		Short: "Keep this node's GPU inventory in the poolplanner inventory bucket",
+		Long: `reporter publishes this node's inventory (GPUs from NVML, or simulated with
+--simulate) into the NATS KV bucket ` + bus.InventoryBucket + `, again every --heartbeat
+and at once when it changes. The key vanishes --ttl after the reporter stops
+without a word; on SIGTERM or SIGINT the reporter deletes it first.`,
+		Args:          cobra.NoArgs,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := opts.validate(cmd.Flags().Changed("log-format"), stderr)
+			if err != nil {
+				return err
+			}
+			return run(cmd.Context(), cfg, stdout, stderr)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.server, "server", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	f.StringVar(&opts.nodeID, "node-id", "", "node id, the key in the bucket (default the hostname)")
+	f.StringVar(&opts.ip, "ip", "", "IP other nodes reach this one on (default the address of the default route's interface)")
+	f.DurationVar(&opts.heartbeat, "heartbeat", reporter.DefaultHeartbeat, "how often to refresh the key")
+	f.DurationVar(&opts.ttl, "ttl", 0, "how long the key outlives a reporter that died (default 3 heartbeats)")
+	f.StringVar(&opts.simulate, "simulate", "", "report simulated GPUs instead of NVML's: NxMODEL, e.g. 8xH100")
+	f.StringArrayVar(&opts.labels, "label", nil, "a node label KEY=VALUE (repeatable)")
+	f.BoolVar(&opts.once, "once", false, "print the inventory as JSON and exit, without NATS")
+	f.StringVar(&opts.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	f.StringVar(&opts.logFormat, "log-format", "json", "json or console (default console when stderr is a terminal)")
+	f.StringSliceVar(&opts.xidIgnore, "xid-ignore", uintStrings(inventory.DefaultIgnoredXIDs), "XID errors that do not make a GPU unhealthy")
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+
+	err := cmd.ExecuteContext(ctx)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, new(usageError)) || strings.HasPrefix(err.Error(), "unknown command"):
+		fmt.Fprintf(stderr, "reporter: %v\n", err)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "reporter: %v\n", err)
+		return exitError
+	}
+}
+
+func (o options) validate(formatSet bool, stderr io.Writer) (config, error) {
+	c := config{options: o}
+	if o.nodeID != "" {
+		if err := bus.ValidateNodeID(o.nodeID); err != nil {
+			return c, usagef("--node-id: %w", err)
+		}
+	}
+	if o.ip != "" && net.ParseIP(o.ip) == nil {
+		return c, usagef("--ip %q: not an IP address", o.ip)
+	}
+	if o.heartbeat <= 0 {
+		return c, usagef("--heartbeat %s: must be positive", o.heartbeat)
+	}
+	if c.ttl == 0 {
+		c.ttl = reporter.DefaultTTLBeats * o.heartbeat
+	}
+	if c.ttl < time.Second {
+		return c, usagef("--ttl %s: must be at least 1s (NATS counts message TTLs in whole seconds)", c.ttl)
+	}
+	if c.ttl <= o.heartbeat {
+		return c, usagef("--ttl %s: must be longer than --heartbeat %s", c.ttl, o.heartbeat)
+	}
+	if o.simulate != "" {
+		sim, err := inventory.ParseSimulation(o.simulate)
+		if err != nil {
+			return c, usagef("--simulate %w", err)
+		}
+		c.sim = &sim
+	}
+	labels, err := inventory.ParseLabels(o.labels)
+	if err != nil {
+		return c, usagef("--label %w", err)
+	}
+	c.labelM = labels
+	c.ignored = []uint64{}
+	for _, s := range o.xidIgnore {
+		x, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			return c, usagef("--xid-ignore %q: not an XID number", s)
+		}
+		c.ignored = append(c.ignored, x)
+	}
+	if c.level, err = zerolog.ParseLevel(o.logLevel); err != nil || o.logLevel == "" {
+		return c, usagef("--log-level %q: want trace, debug, info, warn or error", o.logLevel)
+	}
+	if !formatSet && isTerminal(stderr) {
+		c.logFormat = "console"
+	}
+	if c.logFormat != "json" && c.logFormat != "console" {
+		return c, usagef("--log-format %q: want json or console", o.logFormat)
+	}
+	return c, nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func newLogger(c config, stderr io.Writer) zerolog.Logger {
+	var w io.Writer = stderr
+	if c.logFormat == "console" {
+		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}
+	}
+	return zerolog.New(w).Level(c.level).With().Timestamp().Logger()
+}
+
+func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
+	log := newLogger(c, stderr)
+	facts, err := inventory.LocalFacts(inventory.FactsOptions{NodeID: c.nodeID, IP: c.ip, Labels: c.labelM})
+	if errors.Is(err, inventory.ErrNoDefaultRoute) || err != nil && facts.NodeID != "" {
+		log.Warn().Err(err).Str("ip", facts.IP).Msg("cannot tell the IP other nodes reach this one on; pass --ip")
+	} else if err != nil {
+		return fmt.Errorf("node facts: %w", err)
+	}
+	if err := bus.ValidateNodeID(facts.NodeID); err != nil {
+		return usagef("hostname is not a usable node id (%w); pass --node-id", err)
+	}
+	log = log.With().Str("node_id", facts.NodeID).Logger()
+
+	src, closeSrc := source(ctx, c, facts, log)
+	defer closeSrc()
+
+	if c.once {
+		inv, err := src.Inventory(ctx)
+		if err != nil {
+			return fmt.Errorf("inventory: %w", err)
+		}
+		inv.ReportedAt = time.Now().UTC()
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(inv)
+	}
+
+	nc, err := bus.Connect(c.server, "poolplanner-reporter "+facts.NodeID, log)
+	if err != nil {
+		return usagef("--server: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	log.Info().Str("server", c.server).Dur("heartbeat", c.heartbeat).Dur("ttl", c.ttl).Msg("reporter starting")
+	return reporter.Run(ctx, reporter.Config{
+		Source:    src,
+		Store:     bus.NewInventoryStore(js),
+		Heartbeat: c.heartbeat,
+		TTL:       c.ttl,
+		Log:       log,
+	})
+}
+
+// source picks where GPUs come from: the simulation if asked, else NVML,
+// else none. Without NVML the node is still reported, with no GPUs.
+func source(ctx context.Context, c config, facts inventory.Facts, log zerolog.Logger) (inventory.Source, func()) {
+	if c.sim != nil {
+		log.Info().Str("simulate", c.sim.String()).Msg("reporting simulated GPUs")
+		return inventory.NewSimulated(facts, *c.sim), func() {}
+	}
+	nv, err := inventory.OpenNVML(nvml.New(), inventory.NVMLOptions{Facts: facts, IgnoredXIDs: c.ignored, Log: log})
+	switch {
+	case errors.Is(err, inventory.ErrNoNVML):
+		log.Info().Msg("NVML library not found: reporting this node with no GPUs")
+		return inventory.NoGPUs{Facts: facts}, func() {}
+	case err != nil:
+		log.Error().Err(err).Msg("NVML failed to start: reporting this node with no GPUs")
+		return inventory.NoGPUs{Facts: facts}, func() {}
+	}
+	if c.once {
+		return nv, func() { nv.Close() }
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := nv.WatchHealth(hctx); err != nil {
+			log.Error().Err(err).Msg("GPU health watch stopped")
+		}
+	}()
+	return nv, func() { cancel(); <-done; nv.Close() }
+}
+
+func uintStrings(xs []uint64) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = strconv.FormatUint(x, 10)
+	}
+	return out
+}
