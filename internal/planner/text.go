@@ -11,7 +11,7 @@ import (
 // glyphs of the GPU map, one per GPU.
 var glyph = map[Component]byte{Train: 'T', Eval: 'E', Env: 'V', Buffer: 'B'}
 
-const mapLegend = "T train  E eval  V env  B buffer  (lowercase: a fraction of the GPU held)  * several components  - allocated, unused  . free  x unhealthy"
+const mapLegend = "T train, E eval, V env, B buffer; lowercase: part of a GPU; * shared; - reserved; . free; x unhealthy"
 
 // maxMapRows bounds the GPU map: past it the middle is elided, since a
 // person reads the shape of a 10,000-node plan, not every row.
