@@ -1,0 +1,292 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+)
+
+// requestTimeout bounds one request of a client command.
+const requestTimeout = 10 * time.Second
+
+// clientCommands are the commands that talk to a running `planner serve`.
+func clientCommands() []*cobra.Command {
+	return []*cobra.Command{newValidateCmd(), newLookupCmd(), newWatchCmd(), newHistoryCmd(), newSpecCmd()}
+}
+
+func defaultServer() string { return "nats://" + DefaultListen }
+
+func dial(server string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(server, nats.Name("poolplanner-client"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w (is `planner serve` running?)", server, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return nc, js, nil
+}
+
+// busErr turns a bad-request reply into a usage error (exit 2).
+func busErr(err error) error {
+	if errors.Is(err, bus.ErrBadRequest) {
+		return usageError{err}
+	}
+	return err
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newValidateCmd() *cobra.Command {
+	var server, specPath, output string
+	cmd := &cobra.Command{
+		Use:   "validate --spec FILE [--server URL]",
+		Short: "Validate a job spec against the live inventory, without publishing",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if specPath == "" {
+				return usagef("validate needs --spec FILE")
+			}
+			if !validOutput(output) {
+				return usagef("--output: %q is not allowed; want text, json or yaml", output)
+			}
+			if _, err := loadSpec(specPath); err != nil {
+				return err
+			}
+			spec, _ := os.ReadFile(specPath)
+			// The service takes JSON; a YAML spec is sent as its JSON form.
+			body, err := specJSON(spec)
+			if err != nil {
+				return usagef("--spec %s: %v", specPath, err)
+			}
+			nc, _, err := dial(server)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
+			defer cancel()
+			var reply bus.ValidateReply
+			if err := bus.Request(ctx, nc, bus.ValidateSubject, body, &reply); err != nil {
+				return busErr(err)
+			}
+			if err := writePlan(cmd.OutOrStdout(), reply.Plan, output); err != nil {
+				return err
+			}
+			if !reply.Valid {
+				if output == "text" {
+					fmt.Fprintln(cmd.ErrOrStderr(), "planner: not valid on the live inventory: "+reply.Error)
+				}
+				return exitError{ExitInvalid}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", defaultServer(), "NATS URL of the planner service")
+	cmd.Flags().StringVar(&specPath, "spec", "", "job spec, YAML or JSON")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
+	return cmd
+}
+
+func newLookupCmd() *cobra.Command {
+	var server, plan, node string
+	var revision int
+	cmd := &cobra.Command{
+		Use:   "lookup COMPONENT INDEX | lookup --node ID",
+		Short: "Where a worker runs: node, GPUs, GPU UUIDs and CUDA_VISIBLE_DEVICES",
+		Args:  cobra.MaximumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := bus.LookupRequest{Plan: plan, NodeID: node, Revision: revision}
+			switch {
+			case node != "" && len(args) > 0:
+				return usagef("lookup takes COMPONENT INDEX or --node ID, not both")
+			case node == "" && len(args) != 2:
+				return usagef("lookup needs COMPONENT INDEX, or --node ID")
+			case node == "":
+				i, err := strconv.Atoi(args[1])
+				if err != nil || i < 0 {
+					return usagef("INDEX %q: want a whole number >= 0", args[1])
+				}
+				req.Component, req.Index = args[0], &i
+			}
+			nc, _, err := dial(server)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
+			defer cancel()
+			if node != "" {
+				var reply bus.NodeWorkers
+				if err := bus.Request(ctx, nc, bus.LookupSubject, req, &reply); err != nil {
+					return busErr(err)
+				}
+				return writeJSON(cmd.OutOrStdout(), reply)
+			}
+			var reply bus.PlacedWorker
+			if err := bus.Request(ctx, nc, bus.LookupSubject, req, &reply); err != nil {
+				return busErr(err)
+			}
+			return writeJSON(cmd.OutOrStdout(), reply)
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", defaultServer(), "NATS URL of the planner service")
+	cmd.Flags().StringVar(&plan, "plan", "default", "plan name")
+	cmd.Flags().StringVar(&node, "node", "", "list every worker of this node")
+	cmd.Flags().IntVar(&revision, "revision", 0, "plan revision (default the latest)")
+	return cmd
+}
+
+func newWatchCmd() *cobra.Command {
+	var server, plan, output string
+	cmd := &cobra.Command{
+		Use:   "watch [--plan NAME] [--server URL]",
+		Short: "Follow plan versions as they are published",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !validOutput(output) {
+				return usagef("--output: %q is not allowed; want text, json or yaml", output)
+			}
+			if err := bus.ValidatePlanName(plan); err != nil {
+				return usagef("--plan: %v", err)
+			}
+			nc, js, err := dial(server)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ch, err := bus.NewPlanStore(js).Follow(cmd.Context(), plan)
+			if err != nil {
+				return err
+			}
+			for sp := range ch {
+				if output == "text" {
+					fmt.Fprintf(cmd.OutOrStdout(), "--- %s\n", sp.Plan.CreatedAt.Format(time.RFC3339))
+				}
+				if err := writePlan(cmd.OutOrStdout(), sp.Plan, output); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", defaultServer(), "NATS URL")
+	cmd.Flags().StringVar(&plan, "plan", "default", "plan name")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
+	return cmd
+}
+
+// historyEntry is one revision in `planner history --output json`.
+type historyEntry struct {
+	Revision  int       `json:"revision"`
+	CreatedAt time.Time `json:"created_at"`
+	Valid     bool      `json:"valid"`
+	Reason    string    `json:"reason"`
+	Moved     int       `json:"moved"`
+	Error     string    `json:"error,omitempty"`
+}
+
+func newHistoryCmd() *cobra.Command {
+	var server, plan, output string
+	cmd := &cobra.Command{
+		Use:   "history [--plan NAME] [--output text|json]",
+		Short: "Replay every revision of a plan from the stream, for audit",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "text" && output != "json" {
+				return usagef("--output: %q is not allowed; want text or json", output)
+			}
+			if err := bus.ValidatePlanName(plan); err != nil {
+				return usagef("--plan: %v", err)
+			}
+			nc, js, err := dial(server)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			entries := []historyEntry{}
+			err = bus.NewPlanStore(js).History(cmd.Context(), plan, func(sp *bus.StoredPlan) bool {
+				p := sp.Plan
+				entries = append(entries, historyEntry{p.Revision, p.CreatedAt, p.Valid, p.Reason, p.Moved, p.Error})
+				return true
+			})
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return writeJSON(cmd.OutOrStdout(), entries)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "REVISION\tTIME\tVALID\tMOVED\tREASON")
+			for _, e := range entries {
+				fmt.Fprintf(tw, "%d\t%s\t%v\t%d\t%s\n", e.Revision, e.CreatedAt.Format(time.RFC3339), e.Valid, e.Moved, e.Reason)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", defaultServer(), "NATS URL")
+	cmd.Flags().StringVar(&plan, "plan", "default", "plan name")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+func newSpecCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "spec", Short: "Read or change a plan's stored spec"}
+	var server, plan string
+	set := &cobra.Command{
+		Use:   "set --plan NAME FILE",
+		Short: "Store FILE as the plan's spec; the planner replans on it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := loadSpec(args[0]); err != nil {
+				return err
+			}
+			data, _ := os.ReadFile(args[0])
+			nc, js, err := dial(server)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
+			defer cancel()
+			rev, err := bus.NewSpecStore(js).Put(ctx, plan, data)
+			if err != nil {
+				return busErr(err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "spec of plan %s stored (spec revision %d)\n", plan, rev)
+			return nil
+		},
+	}
+	set.Flags().StringVar(&server, "server", defaultServer(), "NATS URL")
+	set.Flags().StringVar(&plan, "plan", "default", "plan name")
+	cmd.AddCommand(set)
+	return cmd
+}
+
+// specJSON converts a YAML or JSON spec to JSON for the wire.
+func specJSON(data []byte) ([]byte, error) {
+	var v any
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}

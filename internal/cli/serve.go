@@ -1,0 +1,192 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/reporter"
+	"github.com/poolplanner/poolplanner/internal/service"
+)
+
+// DefaultListen is where `planner serve` listens, and where the client
+// commands look for it.
+const DefaultListen = "127.0.0.1:4222"
+
+// simNodes is a parsed `--simulate 2x8xH100`: Nodes nodes of Sim.
+type simNodes struct {
+	Nodes int
+	Sim   inventory.Simulation
+}
+
+// parseSimNodes reads "2x8xH100" (two nodes of 8 H100s) or "8xH100" (one).
+func parseSimNodes(s string) (simNodes, error) {
+	parts := strings.SplitN(s, "x", 3)
+	if len(parts) == 3 {
+		n, err := strconv.Atoi(parts[0])
+		if err != nil || n < 1 || n > 10000 {
+			return simNodes{}, fmt.Errorf("--simulate %q: node count must be 1 to 10000", s)
+		}
+		sim, err := inventory.ParseSimulation(parts[1] + "x" + parts[2])
+		if err != nil {
+			return simNodes{}, fmt.Errorf("--simulate %v", err)
+		}
+		return simNodes{n, sim}, nil
+	}
+	sim, err := inventory.ParseSimulation(s)
+	if err != nil {
+		return simNodes{}, fmt.Errorf("--simulate %v", err)
+	}
+	return simNodes{1, sim}, nil
+}
+
+func newServeCmd() *cobra.Command {
+	var (
+		server, listen, dataDir, specPath, plan, logLevel string
+		simulate                                          []string
+		noLocal                                           bool
+		debounce, heartbeat                               time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "serve [--server URL] [--listen HOST:PORT] [--data-dir DIR] [--spec FILE] [--plan NAME] [--simulate SPEC]... [--no-local-reporter]",
+		Short: "Run the planner service: watch the inventory, publish plan versions, answer lookups",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			level, err := zerolog.ParseLevel(logLevel)
+			if err != nil {
+				return usagef("--log-level %q: want debug, info, warn or error", logLevel)
+			}
+			log := zerolog.New(cmd.ErrOrStderr()).Level(level).With().Timestamp().Logger()
+			var sims []simNodes
+			for _, s := range simulate {
+				sn, err := parseSimNodes(s)
+				if err != nil {
+					return usageError{err}
+				}
+				sims = append(sims, sn)
+			}
+			if err := bus.ValidatePlanName(plan); err != nil {
+				return usagef("--plan: %v", err)
+			}
+			var spec []byte
+			if specPath != "" {
+				if _, err := loadSpec(specPath); err != nil {
+					return err
+				}
+				spec, _ = os.ReadFile(specPath)
+			}
+			if debounce < 0 {
+				return usagef("--debounce %s: must be >= 0", debounce)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+
+			url := server
+			if url == "" {
+				if dataDir == "" {
+					dataDir = filepath.Join(os.TempDir(), "poolplanner")
+				}
+				ns, u, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: listen, StoreDir: dataDir, Log: log})
+				if err != nil {
+					return err
+				}
+				defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+				url = u
+				log.Info().Str("url", url).Str("data_dir", dataDir).Msg("embedded NATS with JetStream started")
+			}
+			nc, err := bus.Connect(url, "poolplanner-planner", log)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return fmt.Errorf("jetstream: %w", err)
+			}
+			store := bus.NewInventoryStore(js)
+			done := make(chan struct{})
+			reporters := 0
+			startReporter := func(src inventory.Source, id string) {
+				reporters++
+				go func() {
+					defer func() { done <- struct{}{} }()
+					err := reporter.Run(ctx, reporter.Config{Source: src, Store: store, Heartbeat: heartbeat,
+						TTL: heartbeat * reporter.DefaultTTLBeats, Log: log.With().Str("node", id).Logger()})
+					if err != nil {
+						log.Error().Err(err).Str("node", id).Msg("reporter stopped")
+					}
+				}()
+			}
+			if !noLocal {
+				facts, err := inventory.LocalFacts(inventory.FactsOptions{})
+				if err != nil {
+					log.Warn().Err(err).Msg("no local reporter: cannot read this machine's facts")
+				} else {
+					// Without NVML libraries this node reports no GPUs, which
+					// is what it has for planning.
+					startReporter(localSource(ctx, facts, log), facts.NodeID)
+				}
+			}
+			for si, sn := range sims {
+				for i := range sn.Nodes {
+					id := fmt.Sprintf("sim-%s-%d", strings.ToLower(sn.Sim.Model.Key), i+1)
+					if si > 0 {
+						id = fmt.Sprintf("sim%d-%s-%d", si+1, strings.ToLower(sn.Sim.Model.Key), i+1)
+					}
+					facts := inventory.Facts{NodeID: id, Hostname: id, IP: fmt.Sprintf("10.%d.%d.%d", si, (i+1)/256, (i+1)%256), CPUs: 128, MemoryBytes: 2 << 40}
+					startReporter(inventory.NewSimulated(facts, sn.Sim), id)
+				}
+			}
+			p := service.New(service.Config{NC: nc, JS: js, Plan: plan, Spec: spec, Debounce: debounce, Log: log})
+			log.Info().Str("plan", plan).Int("reporters", reporters).Msg("planner serving")
+			err = p.Run(ctx)
+			stop()
+			for range reporters {
+				<-done
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&server, "server", "", "NATS URL to join; empty starts an embedded NATS server with JetStream")
+	f.StringVar(&listen, "listen", DefaultListen, "HOST:PORT the embedded NATS server listens on")
+	f.StringVar(&dataDir, "data-dir", "", "where the embedded server stores JetStream data (default $TMPDIR/poolplanner)")
+	f.StringVar(&specPath, "spec", "", "job spec, YAML or JSON, stored as the plan's spec")
+	f.StringVar(&plan, "plan", "default", "plan name")
+	f.StringArrayVar(&simulate, "simulate", nil, "add simulated nodes: 2x8xH100 is 2 nodes of 8 H100s (repeatable)")
+	f.BoolVar(&noLocal, "no-local-reporter", false, "do not report this machine's inventory in-process")
+	f.DurationVar(&debounce, "debounce", service.DefaultDebounce, "quiet time after an inventory change before replanning")
+	f.DurationVar(&heartbeat, "heartbeat", reporter.DefaultHeartbeat, "heartbeat of the in-process reporters")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	return cmd
+}
+
+// localSource reports this machine's GPUs with NVML where it can, else
+// none, as the reporter binary does; the health watch runs until ctx ends.
+func localSource(ctx context.Context, facts inventory.Facts, log zerolog.Logger) inventory.Source {
+	nv, err := inventory.OpenNVML(nvml.New(), inventory.NVMLOptions{Facts: facts, Log: log})
+	if err != nil {
+		log.Info().Err(err).Msg("no NVML: the local node reports no GPUs")
+		return inventory.NoGPUs{Facts: facts}
+	}
+	go func() {
+		if err := nv.WatchHealth(ctx); err != nil {
+			log.Error().Err(err).Msg("GPU health watch stopped")
+		}
+		nv.Close()
+	}()
+	return nv
+}
