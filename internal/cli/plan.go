@@ -33,7 +33,7 @@ func newPlanCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			doc, planErr := planner.Compute(spec, nodes)
+			doc, planErr := planner.ComputeWith(spec, nodes, planner.Options{PoolsOnly: output == "yaml"})
 			if err := writePlan(cmd.OutOrStdout(), doc, output); err != nil {
 				return fmt.Errorf("write plan: %w", err)
 			}

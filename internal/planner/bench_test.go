@@ -39,3 +39,15 @@ func BenchmarkPlan(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPlanPoolsOnly is the planning `planner plan --output yaml`
+// needs: every worker packed, none recorded.
+func BenchmarkPlanPoolsOnly(b *testing.B) {
+	nodes, spec := benchCluster(20000)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ComputeWith(spec, nodes, Options{PoolsOnly: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

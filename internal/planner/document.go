@@ -52,6 +52,9 @@ func (b *build) document() *Plan {
 	// Workers sit in their slots by component and index; buffers follow.
 	// A plan that failed leaves empty slots, which are dropped.
 	ws := b.pk.workers
+	if ws == nil {
+		ws = []Worker{}
+	}
 	if b.pk.placed < len(ws) {
 		kept := make([]Worker, 0, b.pk.placed)
 		for _, w := range ws {

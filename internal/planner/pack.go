@@ -80,12 +80,14 @@ type packer struct {
 	hasBuffer  bool
 	// workers holds train, eval and env workers at base[component]+index,
 	// so the document needs no sorting; slots stay empty until placed.
-	workers  []Worker
-	base     [len(gpuComponents)]int
-	placed   int
-	gpuSlab  []int
-	uuidSlab []string
-	notes    *notes
+	workers []Worker
+	base    [len(gpuComponents)]int
+	placed  int
+	// poolsOnly counts placements without recording workers.
+	poolsOnly bool
+	gpuSlab   []int
+	uuidSlab  []string
+	notes     *notes
 }
 
 // fill places the component's next workers onto the GPUs gpus of node ns,
@@ -171,6 +173,9 @@ func (p *packer) fill(pool string, ns *nodeState, d *demand, gpus []int) (int, s
 // reserve sizes the worker and GPU slabs for the demands up front: at ten
 // thousand nodes growing them costs more than the planning.
 func (p *packer) reserve(ds [len(gpuComponents)]*demand, extra int) {
+	if p.poolsOnly {
+		return
+	}
 	total, gpus := 0, 0
 	for ci, d := range ds {
 		p.base[ci] = total
@@ -184,6 +189,14 @@ func (p *packer) reserve(ds [len(gpuComponents)]*demand, extra int) {
 }
 
 func (p *packer) place(c Component, index int, pool string, n *Node, gpus []int, frac, cpus float64) {
+	if p.poolsOnly {
+		p.placed++
+		return
+	}
+	if p.poolsOnly {
+		p.placed++
+		return
+	}
 	w := Worker{Component: c, Index: index, Pool: pool, NodeID: n.ID, IP: n.IP, GPUShare: frac, CPUs: cpus}
 	if len(gpus) > 0 {
 		start := len(p.gpuSlab)

@@ -69,7 +69,20 @@ func (e *PlanError) Error() string { return e.Msg }
 // valid plan exists the document has Valid false and Error set, and the
 // error is returned as well.
 func Compute(spec *Spec, nodes []Node) (*Plan, error) {
-	b := newBuild(spec, nodes)
+	return ComputeWith(spec, nodes, Options{})
+}
+
+// Options tune a planning run.
+type Options struct {
+	// PoolsOnly plans as usual but leaves Workers and
+	// StorageToTrainWorkers empty: enough for the rlightning export, and at
+	// ten thousand nodes several times cheaper.
+	PoolsOnly bool
+}
+
+// ComputeWith is Compute with options.
+func ComputeWith(spec *Spec, nodes []Node, opt Options) (*Plan, error) {
+	b := newBuild(spec, nodes, opt)
 	err := b.run()
 	doc := b.document()
 	if err != nil {
@@ -148,8 +161,9 @@ func (b *build) pool(name string) *poolBuild {
 	return p
 }
 
-func newBuild(spec *Spec, nodes []Node) *build {
+func newBuild(spec *Spec, nodes []Node, opt Options) *build {
 	b := &build{spec: spec, byID: make(map[string]*nodeState, len(nodes))}
+	b.pk.poolsOnly = opt.PoolsOnly
 	b.states = newNodeStates(nodes)
 	for i, ns := range b.states {
 		b.byID[nodes[i].ID] = ns
@@ -316,7 +330,7 @@ func (b *build) shortfall(d *demand) error {
 func (b *build) placeBuffers() {
 	bf := b.spec.Scheduling.Buffer
 	b.s2t = map[string][]int{}
-	if bf == nil || b.demands[0].total == 0 {
+	if bf == nil || b.demands[0].total == 0 || b.pk.poolsOnly {
 		return
 	}
 	train := b.pk.workers[b.pk.base[0] : b.pk.base[0]+b.demands[0].total]

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 func TestParseIndexString(t *testing.T) {
@@ -176,4 +178,23 @@ func TestTextFoldsIdenticalNodes(t *testing.T) {
 			t.Errorf("text lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// TestPoolsOnlyAgrees: planning without recording workers gives the same
+// pools, export and verdict.
+func TestPoolsOnlyAgrees(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nodes, spec := genNodes(t), genSpec(t)
+		full, err1 := Compute(spec, nodes)
+		lean, err2 := ComputeWith(spec, nodes, Options{PoolsOnly: true})
+		if (err1 == nil) != (err2 == nil) || full.Error != lean.Error {
+			t.Fatalf("verdicts differ: %v vs %v", err1, err2)
+		}
+		if !reflect.DeepEqual(full.ResourcePool, lean.ResourcePool) || !reflect.DeepEqual(full.Pools, lean.Pools) {
+			t.Fatalf("pools differ")
+		}
+		if len(lean.Workers) != 0 {
+			t.Fatalf("pools-only plan has %d workers", len(lean.Workers))
+		}
+	})
 }

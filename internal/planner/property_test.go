@@ -113,7 +113,7 @@ func TestRequiredMatchesPacking(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		spec := genSpec(t)
 		spec.Placement.Strategy = StrategyDisaggregate
-		b := newBuild(spec, nil)
+		b := newBuild(spec, nil, Options{})
 		need := int(b.required())
 		nodes := []Node{{ID: "big", CPUs: 1e6, GPUs: max(need, 4)}}
 		if _, err := Compute(spec, nodes); err != nil {
