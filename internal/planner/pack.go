@@ -129,10 +129,29 @@ func (p *packer) fill(pool string, ns *nodeState, d *demand, gpus []int) (int, s
 				passedOver(ReasonNoFreeGPUs)
 				return touched, stopGPUs
 			}
-			share[gpus[pos]] += g.NumGPUs
 			held = gpus[pos : pos+1]
 			frac = g.NumGPUs
 			touched = max(touched, pos+1)
+			// The rest of the group that fits on this GPU, and in the
+			// node's CPUs, goes at once: a 0.25 env group of 300,000
+			// workers is then 75,000 steps, not 300,000.
+			n := min(g.WorkerNum-d.inG, int((1+eps-share[gpus[pos]])/g.NumGPUs))
+			if cpus > 0 {
+				n = min(n, int((ns.cpuLeft+eps)/cpus))
+			}
+			if d.comp == Train && !ns.hasTrain && p.hasBuffer {
+				n = 1 // the first train worker also reserves its buffer's CPUs
+			}
+			n = max(n, 1)
+			for range n - 1 {
+				share[gpus[pos]] += g.NumGPUs
+				ns.cpuLeft -= cpus
+				ns.hasTrain = ns.hasTrain || d.comp == Train
+				p.place(d.comp, d.index, pool, ns.node, held, frac, g.NumCPUs)
+				placed++
+				d.advance()
+			}
+			share[gpus[pos]] += g.NumGPUs
 		default:
 			k := int(math.Round(g.NumGPUs))
 			for pos < len(gpus) && share[gpus[pos]] > eps {
