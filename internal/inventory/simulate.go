@@ -27,7 +27,7 @@ type Model struct {
 	NVLink bool
 }
 
-// Models lists the GPU models --simulate knows, by key. Memory is what
+// models lists the GPU models --simulate knows, by key. Memory is what
 // NVML reports for the part (slightly under the marketing figure).
 var models = []Model{
 	{Key: "A10", Name: "NVIDIA A10", MemoryBytes: 23028 << 20},
