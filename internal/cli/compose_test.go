@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	composecli "github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+)
+
+// composeFile is the repository's docker-compose.yaml.
+const composeFile = "../../docker-compose.yaml"
+
+// loadCompose loads composeFile the way `docker compose` does (schema
+// validation, interpolation with an empty environment so defaults apply,
+// normalization), offline and without a docker engine.
+func loadCompose(t *testing.T) *types.Project {
+	t.Helper()
+	opts, err := composecli.NewProjectOptions([]string{composeFile},
+		composecli.WithName("poolplanner-test"),
+		composecli.WithEnv(nil),
+		composecli.WithInterpolation(true),
+		composecli.WithResolvedPaths(true),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatalf("load %s: %v", composeFile, err)
+	}
+	return p
+}
+
+// TestComposePlannerFlags checks every compose service that runs the
+// planner: its subcommand exists and every flag and value in its command
+// is one the real command tree accepts.
+func TestComposePlannerFlags(t *testing.T) {
+	p := loadCompose(t)
+	n := 0
+	for _, name := range p.ServiceNames() {
+		svc := p.Services[name]
+		if len(svc.Command) == 0 || svc.Command[0] != "planner" {
+			continue
+		}
+		n++
+		t.Run(name, func(t *testing.T) {
+			checkPlannerArgs(t, svc.Command[1:])
+		})
+	}
+	if n == 0 {
+		t.Fatalf("%s: no service runs planner", composeFile)
+	}
+}
+
+// checkPlannerArgs fails t unless args is a command line the planner
+// accepts: a runnable subcommand, known flags with valid values, and the
+// positional arguments the subcommand takes.
+func checkPlannerArgs(t *testing.T, args []string) {
+	t.Helper()
+	root := newRoot(strings.NewReader(""), io.Discard, io.Discard)
+	cmd, rest, err := root.Find(args)
+	if err != nil {
+		t.Fatalf("planner %s: %v", strings.Join(args, " "), err)
+	}
+	if cmd == root || !cmd.Runnable() {
+		t.Fatalf("planner %s: %q is not a runnable subcommand", strings.Join(args, " "), cmd.CommandPath())
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		t.Fatalf("%s %s: %v", cmd.CommandPath(), strings.Join(rest, " "), err)
+	}
+	if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
+		t.Fatalf("%s %s: %v", cmd.CommandPath(), strings.Join(rest, " "), err)
+	}
+}
+
+// TestComposePlannerSpecMounted checks that a planner's --spec names a
+// file the service mounts, and that the mounted file is a spec the planner
+// loads.
+func TestComposePlannerSpecMounted(t *testing.T) {
+	p := loadCompose(t)
+	for _, name := range p.ServiceNames() {
+		svc := p.Services[name]
+		if len(svc.Command) < 2 || svc.Command[0] != "planner" || svc.Command[1] != "serve" {
+			continue
+		}
+		root := newRoot(strings.NewReader(""), io.Discard, io.Discard)
+		cmd, rest, err := root.Find(svc.Command[1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.ParseFlags(rest); err != nil {
+			t.Fatal(err)
+		}
+		spec, _ := cmd.Flags().GetString("spec")
+		if spec == "" {
+			continue
+		}
+		var src string
+		for _, v := range svc.Volumes {
+			if v.Target == spec {
+				src = v.Source
+			}
+		}
+		if src == "" {
+			t.Errorf("service %s: --spec %s is not mounted", name, spec)
+			continue
+		}
+		if _, err := os.Stat(src); err != nil {
+			t.Errorf("service %s: spec source %s: %v", name, filepath.Base(src), err)
+			continue
+		}
+		if _, err := loadSpec(src); err != nil {
+			t.Errorf("service %s: spec %s: %v", name, src, err)
+		}
+	}
+}
+
+// TestComposeServersAreServices checks that --server URLs name a service
+// of the project on NATS's port, so the containers find each other.
+func TestComposeServersAreServices(t *testing.T) {
+	p := loadCompose(t)
+	for _, name := range p.ServiceNames() {
+		cmd := p.Services[name].Command
+		for i, a := range cmd {
+			var url string
+			switch {
+			case a == "--server" && i+1 < len(cmd):
+				url = cmd[i+1]
+			case strings.HasPrefix(a, "--server="):
+				url = strings.TrimPrefix(a, "--server=")
+			default:
+				continue
+			}
+			host, port, ok := strings.Cut(strings.TrimPrefix(url, "nats://"), ":")
+			if _, isSvc := p.Services[host]; !ok || !isSvc || port != "4222" {
+				t.Errorf("service %s: --server %s: want nats://SERVICE:4222 with SERVICE one of %v", name, url, p.ServiceNames())
+			}
+		}
+	}
+}
