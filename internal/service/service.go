@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
@@ -80,9 +81,11 @@ func New(cfg Config) *Planner {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	plans := bus.NewPlanStore(cfg.JS)
+	plans.Publisher = nuid.Next()
 	return &Planner{
 		cfg:   cfg,
-		plans: bus.NewPlanStore(cfg.JS),
+		plans: plans,
 		specs: bus.NewSpecStore(cfg.JS),
 		inv:   bus.NewInventoryStore(cfg.JS),
 		nodes: map[string]inventory.NodeInventory{},
@@ -130,7 +133,14 @@ func (p *Planner) Run(ctx context.Context) error {
 		}
 		defer func() { _ = svc.Stop() }()
 	}
-	follow, err := p.plans.Follow(ctx, p.cfg.Plan)
+	follow, err := p.plans.FollowUnknown(ctx, p.cfg.Plan, func(seq uint64, h nats.Header) bool {
+		if h.Get(bus.PlannerHeader) == p.plans.Publisher {
+			return true // ours: replan stored it as latest already
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.latest != nil && seq <= p.latest.Seq
+	})
 	if err != nil {
 		return err
 	}

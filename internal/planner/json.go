@@ -1,0 +1,289 @@
+package planner
+
+import (
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// AppendJSON appends the plan document as JSON, the same document
+// encoding/json writes for a Plan but written directly: plans of thousands
+// of workers are published on every change, and reflection made encoding
+// the largest part of a replan.
+func (p *Plan) AppendJSON(b []byte) []byte {
+	// About 200 bytes a worker: grow once, not twenty times.
+	b = slices.Grow(b, 4096+200*len(p.Workers)+100*len(p.Pools)*8)
+	b = append(b, `{"name":`...)
+	b = appendString(b, p.Name)
+	b = append(b, `,"revision":`...)
+	b = strconv.AppendInt(b, int64(p.Revision), 10)
+	b = append(b, `,"created_at":"`...)
+	b = p.CreatedAt.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","reason":`...)
+	b = appendString(b, p.Reason)
+	b = append(b, `,"mode":`...)
+	b = appendString(b, p.Mode)
+	b = append(b, `,"strategy":`...)
+	b = appendString(b, p.Strategy)
+	b = append(b, `,"env_strategy":`...)
+	b = appendString(b, p.EnvStrategy)
+	b = append(b, `,"valid":`...)
+	b = strconv.AppendBool(b, p.Valid)
+	b = append(b, `,"error":`...)
+	b = appendString(b, p.Error)
+	b = append(b, `,"resource_pool":`...)
+	if p.ResourcePool == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, e := range p.ResourcePool {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			js, _ := e.MarshalJSON()
+			b = append(b, js...)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"pools":`...)
+	if p.Pools == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, pl := range p.Pools {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendPool(b, pl)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"workers":`...)
+	if p.Workers == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i := range p.Workers {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = p.Workers[i].appendJSON(b)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"storage_to_train_workers":`...)
+	if p.StorageToTrainWorkers == nil {
+		b = append(b, "null"...)
+	} else {
+		keys := make([]string, 0, len(p.StorageToTrainWorkers))
+		for k := range p.StorageToTrainWorkers {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, k)
+			b = append(b, ':')
+			b = appendInts(b, p.StorageToTrainWorkers[k])
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `,"moved":`...)
+	b = strconv.AppendInt(b, int64(p.Moved), 10)
+	if len(p.Warnings) > 0 {
+		b = append(b, `,"warnings":[`...)
+		for i, w := range p.Warnings {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, w)
+		}
+		b = append(b, ']')
+	}
+	if len(p.Notes) > 0 {
+		b = append(b, `,"notes":[`...)
+		for i, n := range p.Notes {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"node_id":`...)
+			b = appendString(b, n.NodeID)
+			if n.Component != "" {
+				b = append(b, `,"component":`...)
+				b = appendString(b, string(n.Component))
+			}
+			b = append(b, `,"reason":`...)
+			b = appendString(b, n.Reason)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
+}
+
+func appendPool(b []byte, pl Pool) []byte {
+	b = append(b, `{"name":`...)
+	b = appendString(b, pl.Name)
+	b = append(b, `,"nodes":`...)
+	if pl.Nodes == nil {
+		return append(b, "null}"...)
+	}
+	b = append(b, '[')
+	for i, n := range pl.Nodes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"node_id":`...)
+		b = appendString(b, n.NodeID)
+		b = append(b, `,"ip":`...)
+		b = appendString(b, n.IP)
+		b = append(b, `,"total_gpus":`...)
+		b = strconv.AppendInt(b, int64(n.TotalGPUs), 10)
+		b = append(b, `,"total_cpus":`...)
+		b = appendFloat(b, n.TotalCPUs)
+		b = append(b, `,"allocations":`...)
+		if n.Allocations == nil {
+			b = append(b, "null"...)
+		} else {
+			b = append(b, '{')
+			first := true
+			// encoding/json sorts map keys; so do we.
+			keys := make([]string, 0, len(n.Allocations))
+			for c := range n.Allocations {
+				keys = append(keys, string(c))
+			}
+			slices.Sort(keys)
+			for _, c := range keys {
+				if !first {
+					b = append(b, ',')
+				}
+				first = false
+				b = appendString(b, c)
+				b = append(b, ":["...)
+				for j, r := range n.Allocations[Component(c)] {
+					if j > 0 {
+						b = append(b, ',')
+					}
+					b = append(b, '[')
+					b = strconv.AppendInt(b, int64(r.First), 10)
+					b = append(b, ',')
+					b = strconv.AppendInt(b, int64(r.Last), 10)
+					b = append(b, ']')
+				}
+				b = append(b, ']')
+			}
+			b = append(b, '}')
+		}
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+func (w *Worker) appendJSON(b []byte) []byte {
+	b = append(b, `{"component":`...)
+	b = appendString(b, string(w.Component))
+	b = append(b, `,"index":`...)
+	b = strconv.AppendInt(b, int64(w.Index), 10)
+	b = append(b, `,"pool":`...)
+	b = appendString(b, w.Pool)
+	b = append(b, `,"node_id":`...)
+	b = appendString(b, w.NodeID)
+	b = append(b, `,"ip":`...)
+	b = appendString(b, w.IP)
+	b = append(b, `,"gpus":`...)
+	b = appendInts(b, w.GPUs)
+	b = append(b, `,"gpu_uuids":`...)
+	if w.GPUUUIDs == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, u := range w.GPUUUIDs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, u)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"gpu_share":`...)
+	b = appendFloat(b, w.GPUShare)
+	b = append(b, `,"cpus":`...)
+	b = appendFloat(b, w.CPUs)
+	return append(b, '}')
+}
+
+func appendInts(b []byte, xs []int) []byte {
+	if xs == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, x := range xs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(x), 10)
+	}
+	return append(b, ']')
+}
+
+// appendFloat writes a float as encoding/json does for ordinary values.
+func appendFloat(b []byte, f float64) []byte {
+	if a := abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
+		return strconv.AppendFloat(b, f, 'e', -1, 64)
+	}
+	return strconv.AppendFloat(b, f, 'f', -1, 64)
+}
+
+func abs(f float64) float64 {
+	if f < 0 {
+		return -f
+	}
+	return f
+}
+
+// appendString writes s as a JSON string, escaping what JSON requires.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				b = append(b, s[start:i]...)
+				b = append(b, `\ufffd`...)
+				i += size
+				start = i
+				continue
+			}
+			i += size
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			const hex = "0123456789abcdef"
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		i++
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

@@ -1,0 +1,192 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+// benchSpec fills most of 1,000 8-GPU nodes.
+const benchSpec = `
+scheduling:
+  train:  {worker_num: 2000, num_cpus: 1, num_gpus: 1}
+  eval:   {worker_num: 400, num_cpus: 1, num_gpus: 4}
+  buffer: {worker_num: auto, num_cpus: 1, num_gpus: 0}
+  env:
+    - {worker_num: 8000, num_cpus: 0, num_gpus: 0.25}
+placement: {mode: auto, strategy: disaggregate, env_strategy: default}
+`
+
+// benchSetup starts an embedded server, n nodes in the inventory and a
+// planner with no debounce, and waits for the first plan.
+func benchSetup(b *testing.B, n int) (serverNC, clientNC *nats.Conn, js jetstream.JetStream, first *bus.StoredPlan, follow <-chan *bus.StoredPlan, stopFollow context.CancelFunc) {
+	b.Helper()
+	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if serverNC, err = nats.Connect(url); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(serverNC.Close)
+	if clientNC, err = nats.Connect(url); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(clientNC.Close)
+	js, _ = jetstream.New(serverNC)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	store := bus.NewInventoryStore(js)
+	for i := range n {
+		id := fmt.Sprintf("n%04d", i)
+		if _, err := store.Put(ctx, id, benchDoc(id), false, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p := New(Config{NC: serverNC, JS: js, Spec: []byte(benchSpec), Log: zerolog.Nop()})
+	go func() { _ = p.Run(ctx) }()
+	plans := bus.NewPlanStore(js)
+	if err := plans.Ensure(ctx); err != nil {
+		b.Fatal(err)
+	}
+	// The follower is the "decoded" subscriber; "arrived" stops it.
+	fctx, stopFollow := context.WithCancel(ctx)
+	if follow, err = plans.Follow(fctx, "default"); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case first = <-follow:
+	case <-time.After(60 * time.Second):
+		b.Fatal("no first plan")
+	}
+	if !first.Plan.Valid {
+		b.Fatalf("first plan invalid: %s", first.Plan.Error)
+	}
+	return serverNC, clientNC, js, first, follow, stopFollow
+}
+
+// BenchmarkInventoryChangeToPlan is the time from an inventory change (a
+// GPU of a used node turning unhealthy; another one each time) to the new
+// plan reaching a subscriber, on 1,000 nodes with no debounce. "arrived"
+// stops the clock when the plan message reaches a plain NATS subscriber
+// on poolplanner.plans.default; "decoded" when a Go subscriber following
+// the stream has decoded it.
+func BenchmarkInventoryChangeToPlan(b *testing.B) {
+	b.Run("arrived", func(b *testing.B) { benchChangeToPlan(b, false) })
+	b.Run("decoded", func(b *testing.B) { benchChangeToPlan(b, true) })
+}
+
+func benchChangeToPlan(b *testing.B, decoded bool) {
+	_, clientNC, js, first, follow, stopFollow := benchSetup(b, 1000)
+	if !decoded {
+		stopFollow()
+		raw := make(chan *bus.StoredPlan, 16)
+		sub, err := clientNC.Subscribe(bus.PlanVersionSubject("default"), func(m *nats.Msg) {
+			rev, _ := strconv.Atoi(m.Header.Get(bus.RevisionHeader))
+			raw <- &bus.StoredPlan{Plan: &planner.Plan{Revision: rev}}
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		_ = clientNC.Flush()
+		follow = raw
+	}
+	store := bus.NewInventoryStore(js)
+	// Train nodes are full, so each GPU failing there displaces a worker:
+	// fail them one by one, 7 down to 0, then the next train node's.
+	var victims []string
+	for _, w := range first.Plan.Workers {
+		if w.Component == "train" && (len(victims) == 0 || victims[len(victims)-1] != w.NodeID) {
+			victims = append(victims, w.NodeID)
+		}
+	}
+	ctx := context.Background()
+	last := first.Plan.Revision
+	i := 0
+	for b.Loop() {
+		if i/8 >= len(victims) {
+			b.Fatalf("out of train nodes to fail after %d changes", i)
+		}
+		victim := victims[i/8]
+		sick := make([]int, 0, 8)
+		for g := 7; g >= 7-i%8; g-- {
+			sick = append(sick, g)
+		}
+		if _, err := store.Put(ctx, victim, benchDoc(victim, sick...), false, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+		i++
+		for {
+			select {
+			case sp := <-follow:
+				if sp.Plan.Revision <= last {
+					continue
+				}
+				last = sp.Plan.Revision
+			case <-time.After(30 * time.Second):
+				b.Fatalf("no plan after change %d", i)
+			}
+			break
+		}
+	}
+}
+
+// BenchmarkLookup compares lookups on the service with a bare NATS echo
+// responder on the same connections: the service's own cost per request.
+func BenchmarkLookup(b *testing.B) {
+	serverNC, clientNC, _, first, _, stopFollow := benchSetup(b, 1000)
+	stopFollow()
+	if _, err := serverNC.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+		b.Fatal(err)
+	}
+	_ = serverNC.Flush()
+	n := len(first.Plan.Workers)
+	b.Run("service", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			w := first.Plan.Workers[(i*7919)%n]
+			i++
+			req := bus.LookupRequest{Plan: "default", Component: string(w.Component), Index: &w.Index}
+			var got bus.PlacedWorker
+			if err := bus.Request(context.Background(), clientNC, bus.LookupSubject, req, &got); err != nil {
+				b.Fatal(err)
+			}
+			if got.NodeID != w.NodeID {
+				b.Fatalf("lookup %s %d: node %s, want %s", w.Component, w.Index, got.NodeID, w.NodeID)
+			}
+		}
+	})
+	b.Run("echo", func(b *testing.B) {
+		req, _ := json.Marshal(bus.LookupRequest{Plan: "default", Component: "train", Index: new(int)})
+		for b.Loop() {
+			m, err := clientNC.Request("bench.echo", req, 5*time.Second)
+			if err != nil || len(m.Data) == 0 {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func benchDoc(id string, sick ...int) []byte {
+	sim, _ := inventory.ParseSimulation("8xH100")
+	inv := inventory.Facts{NodeID: id, Hostname: id, IP: "10.0.0.1", CPUs: 64}.Inventory()
+	inv.GPUs = inventory.SimulatedGPUs(id, sim)
+	for _, g := range sick {
+		inv.GPUs[g].Healthy = false
+	}
+	doc, _ := json.Marshal(inv)
+	return doc
+}
