@@ -2,12 +2,14 @@ package bus
 
 import (
 	"bytes"
-		"encoding/json"
+	"encoding/json"
 	"fmt"
 	"io"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/nats-io/nats.go"
+
+	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
 // EncodingHeader marks a gzipped JSON body. Plans of thousands of nodes
@@ -30,8 +32,10 @@ const EmbeddedMaxPayload = 8 << 20
 // EncodingHeader set when it is large. The header is nil for plain JSON.
 func EncodeJSON(v any) ([]byte, nats.Header, error) {
 	var data []byte
-	if a, ok := v.(jsonAppender); ok {
-		data = a.AppendJSON(nil)
+	// Only a bare plan takes the fast path: a reply that embeds one (the
+	// validate reply) would lose its own fields.
+	if p, ok := v.(*planner.Plan); ok {
+		data = p.AppendJSON(nil)
 	} else {
 		var err error
 		if data, err = json.Marshal(v); err != nil {
@@ -51,10 +55,6 @@ func EncodeJSON(v any) ([]byte, nats.Header, error) {
 	}
 	return buf.Bytes(), nats.Header{EncodingHeader: []string{EncodingGzip}}, nil
 }
-
-// jsonAppender is a value that writes its own JSON without reflection
-// (the plan document does: it is the bus's largest message).
-type jsonAppender interface{ AppendJSON([]byte) []byte }
 
 // DecodeJSON reads a body EncodeJSON wrote into v.
 func DecodeJSON(data []byte, h nats.Header, v any) error {

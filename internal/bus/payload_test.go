@@ -1,0 +1,37 @@
+package bus
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+func TestEncodeJSON(t *testing.T) {
+	small := &planner.Plan{Name: "p", Revision: 3, Valid: true}
+	data, h, err := EncodeJSON(small)
+	if err != nil || h != nil || !strings.Contains(string(data), `"revision":3`) {
+		t.Fatalf("small plan: %s %v %v", data, h, err)
+	}
+	big := &planner.Plan{Name: "p", Valid: true}
+	for i := 0; i < 5000; i++ {
+		big.Workers = append(big.Workers, planner.Worker{Component: planner.Env, Index: i, Pool: "rollout_pool", NodeID: "node-0001", GPUs: []int{i % 8}, GPUShare: 0.25, CPUs: 1})
+	}
+	data, h, err = EncodeJSON(big)
+	if err != nil || h.Get(EncodingHeader) != EncodingGzip || len(data) > compressAbove {
+		t.Fatalf("big plan: %d bytes, header %v, %v", len(data), h, err)
+	}
+	var back planner.Plan
+	if err := DecodeJSON(data, h, &back); err != nil || len(back.Workers) != 5000 || back.Workers[4999].Index != 4999 {
+		t.Fatalf("decode: %v (%d workers)", err, len(back.Workers))
+	}
+	// A reply that embeds a plan keeps its own fields.
+	data, h, _ = EncodeJSON(ValidateReply{Plan: small, Nodes: 7})
+	var vr ValidateReply
+	if err := DecodeJSON(data, h, &vr); err != nil || vr.Nodes != 7 || vr.Revision != 3 {
+		t.Fatalf("validate reply: %+v %v", vr, err)
+	}
+	if err := DecodeJSON([]byte("x"), map[string][]string{EncodingHeader: {"br"}}, &vr); err == nil || !strings.Contains(err.Error(), `"br"`) {
+		t.Fatalf("unknown encoding: %v", err)
+	}
+}
