@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -241,12 +242,38 @@ func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
 		}
 		return out, nil
 	}
-	for _, w := range p.Workers {
-		if string(w.Component) == req.Component && w.Index == *req.Index {
-			return Place(p, w), nil
-		}
+	if w := findWorker(p.Workers, planner.Component(req.Component), *req.Index); w != nil {
+		return Place(p, *w), nil
 	}
 	return nil, fmt.Errorf("%w: plan %s revision %d has no %s worker %d", ErrNotFound, p.Name, p.Revision, req.Component, *req.Index)
+}
+
+// workerOrder is the order plan documents list workers in: train, eval,
+// env, buffer, each by index.
+var workerOrder = map[planner.Component]int{planner.Train: 0, planner.Eval: 1, planner.Env: 2, planner.Buffer: 3}
+
+// findWorker finds a worker by binary search, as plans keep workers in
+// workerOrder (a lookup is the service's most frequent request, and
+// scanning ten thousand workers for each would cost more than NATS), with
+// a scan for a document in another order.
+func findWorker(ws []planner.Worker, c planner.Component, index int) *planner.Worker {
+	rank, ok := workerOrder[c]
+	if !ok {
+		return nil
+	}
+	i := sort.Search(len(ws), func(i int) bool {
+		r := workerOrder[ws[i].Component]
+		return r > rank || (r == rank && ws[i].Index >= index)
+	})
+	if i < len(ws) && ws[i].Component == c && ws[i].Index == index {
+		return &ws[i]
+	}
+	for i := range ws {
+		if ws[i].Component == c && ws[i].Index == index {
+			return &ws[i]
+		}
+	}
+	return nil
 }
 
 // Request sends req (JSON-encoded unless it is []byte) to subject and

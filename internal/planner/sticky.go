@@ -99,15 +99,11 @@ func Replan(prev *Plan, spec *Spec, nodes []Node) (*Plan, *Change, error) {
 		return fresh(prev, spec, nodes, why)
 	}
 	s := newSticky(spec, nodes)
-	prevBy := make(map[workerKey]*Worker, len(prev.Workers))
-	for i := range prev.Workers {
-		w := &prev.Workers[i]
-		prevBy[workerKey{w.Component, w.Index}] = w
-	}
+	prevBy := indexWorkers(prev.Workers)
 	ch := &Change{}
 	var displaced []need
 	for _, n := range s.needs {
-		pw := prevBy[workerKey{n.comp, n.index}]
+		pw := prevBy.get(n.comp, n.index)
 		if pw == nil {
 			ch.Displaced = append(ch.Displaced, Displaced{n.comp, n.index, "", WhyNew})
 			displaced = append(displaced, n)
@@ -136,17 +132,14 @@ func CountMoved(prev, next *Plan) int {
 	if next == nil {
 		return 0
 	}
-	old := map[workerKey]*Worker{}
+	var old *workerIndex
 	if prev != nil {
-		for i := range prev.Workers {
-			w := &prev.Workers[i]
-			old[workerKey{w.Component, w.Index}] = w
-		}
+		old = indexWorkers(prev.Workers)
 	}
 	moved := 0
 	for i := range next.Workers {
 		w := &next.Workers[i]
-		o := old[workerKey{w.Component, w.Index}]
+		o := old.get(w.Component, w.Index)
 		if o == nil || o.NodeID != w.NodeID || !equalInts(o.GPUs, w.GPUs) {
 			moved++
 		}
@@ -194,9 +187,47 @@ func freshWhy(prev *Plan, spec *Spec) string {
 	return ""
 }
 
-type workerKey struct {
-	comp  Component
-	index int
+// workerIndex finds a plan's workers by component and index: Replan and
+// CountMoved look up every worker, and hashing strings for each cost
+// more than the rest of a replan.
+type workerIndex [4][]*Worker
+
+func indexWorkers(ws []Worker) *workerIndex {
+	var x workerIndex
+	for i := range ws {
+		w := &ws[i]
+		k := componentSlot(w.Component)
+		if k < 0 || w.Index < 0 {
+			continue
+		}
+		for len(x[k]) <= w.Index {
+			x[k] = append(x[k], nil)
+		}
+		x[k][w.Index] = w
+	}
+	return &x
+}
+
+func (x *workerIndex) get(c Component, i int) *Worker {
+	k := componentSlot(c)
+	if x == nil || k < 0 || i < 0 || i >= len(x[k]) {
+		return nil
+	}
+	return x[k][i]
+}
+
+func componentSlot(c Component) int {
+	switch c {
+	case Train:
+		return 0
+	case Eval:
+		return 1
+	case Env:
+		return 2
+	case Buffer:
+		return 3
+	}
+	return -1
 }
 
 // need is one worker the spec asks for.
@@ -240,7 +271,10 @@ type sticky struct {
 	// byRank is the nodes in the core's visiting order.
 	byRank []*stickyNode
 	needs  []need
+	// placed holds worker n at base[n.ci]+n.index, so the document needs
+	// no sorting.
 	placed []Worker
+	base   [len(gpuComponents)]int
 	// bufferCPUs is reserved with a node's first train worker.
 	bufferCPUs float64
 	hasBuffer  bool
@@ -280,6 +314,7 @@ func newSticky(spec *Spec, nodes []Node) *sticky {
 	}
 	sc := spec.Scheduling
 	for ci, groups := range [][]WorkerGroup{groupList(sc.Train), groupList(sc.Eval), sc.Env} {
+		s.base[ci] = len(s.needs)
 		idx := 0
 		for _, g := range groups {
 			for range max(g.WorkerNum, 0) {
@@ -288,6 +323,7 @@ func newSticky(spec *Spec, nodes []Node) *sticky {
 			}
 		}
 	}
+	s.placed = make([]Worker, len(s.needs))
 	if sc.Buffer != nil && sc.Train != nil && sc.Train.WorkerNum > 0 {
 		s.hasBuffer = true
 		s.bufferCPUs = sc.Buffer.NumCPUs
@@ -360,12 +396,14 @@ func (s *sticky) keep(pw *Worker, n need) string {
 	if cpus := s.cpusFor(sn, n); cpus > sn.cpuLeft+eps {
 		return WhyCPUs + " " + sn.node.ID
 	}
-	s.take(sn, n, pw.GPUs, frac)
+	// The previous plan is not changed after it is made, so a worker that
+	// stays shares its GPU lists.
+	s.take(sn, n, pw.GPUs, pw.GPUUUIDs, frac)
 	return ""
 }
 
-// take records n on sn holding gpus.
-func (s *sticky) take(sn *stickyNode, n need, gpus []int, frac float64) {
+// take records n on sn holding gpus; uuids, when given, are theirs.
+func (s *sticky) take(sn *stickyNode, n need, gpus []int, uuids []string, frac float64) {
 	sn.cpuLeft -= s.cpusFor(sn, n)
 	for _, g := range gpus {
 		sn.share[n.ci][g] += frac
@@ -378,15 +416,19 @@ func (s *sticky) take(sn *stickyNode, n need, gpus []int, frac float64) {
 	}
 	w := Worker{Component: n.comp, Index: n.index, Pool: s.poolOf(n.ci), NodeID: sn.node.ID, IP: sn.node.IP, CPUs: n.group.NumCPUs}
 	if len(gpus) > 0 {
-		w.GPUs = append([]int(nil), gpus...)
+		w.GPUs = gpus
 		w.GPUShare = frac
 		if len(sn.node.GPUUUIDs) == sn.node.GPUs {
-			for _, g := range gpus {
-				w.GPUUUIDs = append(w.GPUUUIDs, sn.node.GPUUUIDs[g])
+			if len(uuids) == len(gpus) {
+				w.GPUUUIDs = uuids
+			} else {
+				for _, g := range gpus {
+					w.GPUUUIDs = append(w.GPUUUIDs, sn.node.GPUUUIDs[g])
+				}
 			}
 		}
 	}
-	s.placed = append(s.placed, w)
+	s.placed[s.base[n.ci]+n.index] = w
 }
 
 func (s *sticky) poolOf(ci int) string {
@@ -427,7 +469,7 @@ func (s *sticky) place(n need) string {
 		if gpus == nil && count > 0 {
 			continue
 		}
-		s.take(sn, n, gpus, frac)
+		s.take(sn, n, gpus, nil, frac)
 		return ""
 	}
 	if cpuShort {
@@ -497,22 +539,15 @@ func (s *sticky) document(prev *Plan) *Plan {
 		StorageToTrainWorkers: map[string][]int{},
 	}
 	buffers := s.buffers(prev)
+	sort.Slice(buffers, func(i, j int) bool { return buffers[i].Index < buffers[j].Index })
 	all := make([]Worker, 0, len(s.placed)+len(buffers))
 	all = append(append(all, s.placed...), buffers...)
-	slot := map[Component]int{Train: 0, Eval: 1, Env: 2, Buffer: 3}
-	sort.SliceStable(all, func(i, j int) bool {
-		a, b := all[i], all[j]
-		if slot[a.Component] != slot[b.Component] {
-			return slot[a.Component] < slot[b.Component]
-		}
-		return a.Index < b.Index
-	})
 	doc.Workers = all
 
 	// Which nodes each pool holds, and which GPUs each component holds on
 	// each node.
 	type member struct {
-		alloc [len(gpuComponents)]map[int]bool
+		alloc [len(gpuComponents)][]bool
 	}
 	isMember := func(ms map[string]*member) map[string]bool {
 		out := make(map[string]bool, len(ms))
@@ -522,7 +557,6 @@ func (s *sticky) document(prev *Plan) *Plan {
 		return out
 	}
 	members := map[string]map[string]*member{}
-	ciOf := map[Component]int{Train: 0, Eval: 1, Env: 2}
 	for _, w := range all {
 		if members[w.Pool] == nil {
 			members[w.Pool] = map[string]*member{}
@@ -532,12 +566,12 @@ func (s *sticky) document(prev *Plan) *Plan {
 			m = &member{}
 			members[w.Pool][w.NodeID] = m
 		}
-		ci, ok := ciOf[w.Component]
-		if !ok {
+		ci := componentSlot(w.Component)
+		if ci < 0 || ci >= len(gpuComponents) || len(w.GPUs) == 0 {
 			continue
 		}
 		if m.alloc[ci] == nil {
-			m.alloc[ci] = map[int]bool{}
+			m.alloc[ci] = make([]bool, s.byID[w.NodeID].node.GPUs)
 		}
 		for _, g := range w.GPUs {
 			m.alloc[ci][g] = true
@@ -559,12 +593,13 @@ func (s *sticky) document(prev *Plan) *Plan {
 			n := s.byID[id].node
 			alloc := make(map[Component][]Range, 3)
 			for ci, c := range gpuComponents {
-				if set := ms[id].alloc[ci]; len(set) > 0 {
-					gpus := make([]int, 0, len(set))
-					for g := range set {
+				var gpus []int
+				for g, held := range ms[id].alloc[ci] {
+					if held {
 						gpus = append(gpus, g)
 					}
-					sort.Ints(gpus)
+				}
+				if len(gpus) > 0 {
 					alloc[c] = rangesOf(gpus)
 				}
 			}

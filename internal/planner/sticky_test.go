@@ -51,6 +51,12 @@ func without(nodes []Node, id string) []Node {
 	return out
 }
 
+// workerKey names a worker in tests.
+type workerKey struct {
+	comp  Component
+	index int
+}
+
 func workersOn(p *Plan, id string) map[workerKey]bool {
 	out := map[workerKey]bool{}
 	for _, w := range p.Workers {

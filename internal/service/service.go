@@ -399,26 +399,37 @@ func (p *Planner) replan(ctx context.Context) error {
 // samePlan reports whether b places everything where a does and agrees
 // on validity: only then is a replan not news.
 func samePlan(a, b *planner.Plan) bool {
-	return a.Valid == b.Valid && a.Error == b.Error &&
-		reflect.DeepEqual(norm(a.Workers), norm(b.Workers)) &&
-		reflect.DeepEqual(a.StorageToTrainWorkers, b.StorageToTrainWorkers) &&
-		len(a.Pools) == len(b.Pools) && reflect.DeepEqual(poolNodes(a), poolNodes(b))
+	if a.Valid != b.Valid || a.Error != b.Error || len(a.Workers) != len(b.Workers) || len(a.Pools) != len(b.Pools) {
+		return false
+	}
+	for i := range a.Workers {
+		if !sameWorker(&a.Workers[i], &b.Workers[i]) {
+			return false
+		}
+	}
+	return reflect.DeepEqual(a.StorageToTrainWorkers, b.StorageToTrainWorkers) &&
+		reflect.DeepEqual(poolNodes(a), poolNodes(b))
 }
 
-// norm makes workers comparable across a JSON round trip (nil and empty
-// slices alike).
-func norm(ws []planner.Worker) []planner.Worker {
-	out := make([]planner.Worker, len(ws))
-	for i, w := range ws {
-		if len(w.GPUs) == 0 {
-			w.GPUs = nil
-		}
-		if len(w.GPUUUIDs) == 0 {
-			w.GPUUUIDs = nil
-		}
-		out[i] = w
+// sameWorker compares two workers field by field, a nil and an empty
+// list alike (plans read back from the stream have been through JSON).
+func sameWorker(a, b *planner.Worker) bool {
+	if a.Component != b.Component || a.Index != b.Index || a.Pool != b.Pool || a.NodeID != b.NodeID ||
+		a.IP != b.IP || a.GPUShare != b.GPUShare || a.CPUs != b.CPUs ||
+		len(a.GPUs) != len(b.GPUs) || len(a.GPUUUIDs) != len(b.GPUUUIDs) {
+		return false
 	}
-	return out
+	for i := range a.GPUs {
+		if a.GPUs[i] != b.GPUs[i] {
+			return false
+		}
+	}
+	for i := range a.GPUUUIDs {
+		if a.GPUUUIDs[i] != b.GPUUUIDs[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func poolNodes(p *planner.Plan) []string {
