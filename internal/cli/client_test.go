@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// TestServeAndClients runs `planner serve` in-process with simulated nodes
+// and drives every client command against it, as a person would from a
+// second terminal.
+func TestServeAndClients(t *testing.T) {
+	addr := freeAddr(t)
+	server := "nats://" + addr
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var serveErr bytes.Buffer
+	go func() {
+		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", t.TempDir(),
+			"--spec", "../../examples/disaggregate.yaml", "--simulate", "4x8xH100", "--no-local-reporter",
+			"--debounce", "50ms", "--log-level", "warn"}, nil, &bytes.Buffer{}, &serveErr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("serve did not stop")
+		}
+	})
+
+	// The first plan arrives once the simulated nodes reported.
+	var code int
+	var out, errOut string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if code, out, errOut = run(t, "lookup", "train", "0", "--server", server); code == 0 {
+			break
+		}
+	}
+	if code != 0 {
+		t.Fatalf("lookup train 0: exit %d: %s (serve: %s)", code, errOut, serveErr.String())
+	}
+	var w struct {
+		NodeID   string `json:"node_id"`
+		CUDA     string `json:"cuda_visible_devices"`
+		Revision int    `json:"revision"`
+	}
+	if err := json.Unmarshal([]byte(out), &w); err != nil || !strings.HasPrefix(w.CUDA, "GPU-") || w.Revision != 1 || !strings.HasPrefix(w.NodeID, "sim-h100-") {
+		t.Fatalf("lookup train 0: %v %+v\n%s", err, w, out)
+	}
+
+	if code, out, _ = run(t, "lookup", "--node", w.NodeID, "--server", server); code != 0 || !strings.Contains(out, `"workers"`) {
+		t.Errorf("lookup --node: exit %d\n%s", code, out)
+	}
+	if code, _, errOut = run(t, "lookup", "eval", "999", "--server", server); code != 1 || !strings.Contains(errOut, "not found") {
+		t.Errorf("lookup eval 999: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut = run(t, "lookup", "train", "x", "--server", server); code != 2 {
+		t.Errorf("lookup train x: exit %d, stderr %q", code, errOut)
+	}
+	if code, out, _ = run(t, "validate", "--spec", "../../examples/vllm-tp4.yaml", "--server", server); code != 0 || !strings.Contains(out, "valid") {
+		t.Errorf("validate vllm-tp4: exit %d\n%s", code, out)
+	}
+	big := writeFile(t, "big.yaml", "scheduling: {train: {worker_num: 1000, num_cpus: 0, num_gpus: 1}}\n")
+	if code, out, _ = run(t, "validate", "--spec", big, "--server", server); code != 1 || !strings.Contains(out, "Insufficient GPUs") {
+		t.Errorf("validate 1000 train: exit %d\n%s", code, out)
+	}
+	if code, out, _ = run(t, "history", "--server", server); code != 0 || !strings.Contains(out, "first plan") {
+		t.Errorf("history: exit %d\n%s", code, out)
+	}
+
+	// A spec change is a new revision, which watch shows and history keeps.
+	if code, _, errOut = run(t, "spec", "set", "--plan", "default", "../../examples/vllm-tp4.yaml", "--server", server); code != 0 {
+		t.Fatalf("spec set: exit %d: %s", code, errOut)
+	}
+	var revs []struct {
+		Revision int    `json:"revision"`
+		Reason   string `json:"reason"`
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		code, out, _ = run(t, "history", "--output", "json", "--server", server)
+		revs = nil
+		if code == 0 && json.Unmarshal([]byte(out), &revs) == nil && len(revs) >= 2 {
+			break
+		}
+	}
+	if len(revs) != 2 || revs[1].Revision != 2 || !strings.Contains(revs[1].Reason, "spec changed") {
+		t.Fatalf("history after spec set: %+v\n%s", revs, out)
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer wcancel()
+	var wout bytes.Buffer
+	Main(wctx, []string{"watch", "--server", server}, nil, &wout, &bytes.Buffer{})
+	if !strings.Contains(wout.String(), "revision 2") || !strings.Contains(wout.String(), "GPU map") {
+		t.Errorf("watch showed:\n%s", wout.String())
+	}
+}
