@@ -42,13 +42,7 @@ func (b *build) document() *Plan {
 		}
 		doc.Pools = append(doc.Pools, pool)
 	}
-	ids := make([]string, len(b.states))
-	mixed := false
-	for i, ns := range b.states {
-		ids[i] = ns.node.ID
-		mixed = mixed || ns.node.GPUs != b.states[0].node.GPUs
-	}
-	doc.ResourcePool = exportPools(doc.Pools, ids, mixed)
+	doc.ResourcePool = exportPools(doc.Pools, b.nodes)
 	// Workers sit in their slots by component and index; buffers follow.
 	// A plan that failed leaves empty slots, which are dropped.
 	ws := b.pk.workers

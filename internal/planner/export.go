@@ -101,8 +101,13 @@ func (p *Plan) ResourcePoolYAML() ([]byte, error) {
 // exportPools writes pools as rlightning's list. node_ids (and num_gpus
 // per node) are added wherever loading the list without them would pick
 // other nodes, so that loading the export reproduces the plan.
-func exportPools(pools []Pool, allIDs []string, mixed bool) []PoolExport {
-	sorted := append([]string(nil), allIDs...)
+func exportPools(pools []Pool, nodes []Node) []PoolExport {
+	sorted := make([]string, len(nodes))
+	mixed := false
+	for i := range nodes {
+		sorted[i] = nodes[i].ID
+		mixed = mixed || nodes[i].GPUs != nodes[0].GPUs
+	}
 	sort.Strings(sorted)
 	used := map[string]bool{}
 	out := make([]PoolExport, 0, len(pools))

@@ -104,6 +104,7 @@ func Validate(spec *Spec, nodes []Node) error {
 // build is one planning run.
 type build struct {
 	spec    *Spec
+	nodes   []Node
 	states  []*nodeState
 	byID    map[string]*nodeState
 	pools   []*poolBuild
@@ -162,7 +163,7 @@ func (b *build) pool(name string) *poolBuild {
 }
 
 func newBuild(spec *Spec, nodes []Node, opt Options) *build {
-	b := &build{spec: spec, byID: make(map[string]*nodeState, len(nodes))}
+	b := &build{spec: spec, nodes: nodes, byID: make(map[string]*nodeState, len(nodes))}
 	b.pk.poolsOnly = opt.PoolsOnly
 	b.states = newNodeStates(nodes)
 	for i, ns := range b.states {

@@ -266,6 +266,7 @@ type stickyNode struct {
 
 type sticky struct {
 	spec  *Spec
+	all   []Node
 	nodes []*stickyNode
 	byID  map[string]*stickyNode
 	// byRank is the nodes in the core's visiting order.
@@ -282,7 +283,7 @@ type sticky struct {
 }
 
 func newSticky(spec *Spec, nodes []Node) *sticky {
-	s := &sticky{spec: spec, byID: make(map[string]*stickyNode, len(nodes))}
+	s := &sticky{spec: spec, all: nodes, byID: make(map[string]*stickyNode, len(nodes))}
 	states := make([]*nodeState, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
@@ -607,13 +608,7 @@ func (s *sticky) document(prev *Plan) *Plan {
 		}
 		doc.Pools = append(doc.Pools, pool)
 	}
-	ids := make([]string, len(s.nodes))
-	mixed := false
-	for i, sn := range s.nodes {
-		ids[i] = sn.node.ID
-		mixed = mixed || sn.node.GPUs != s.nodes[0].node.GPUs
-	}
-	doc.ResourcePool = exportPools(doc.Pools, ids, mixed)
+	doc.ResourcePool = exportPools(doc.Pools, s.all)
 	bufOf := make(map[string]string, len(buffers))
 	for _, b := range buffers {
 		bufOf[b.NodeID] = strconv.Itoa(b.Index)
