@@ -187,6 +187,30 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 			}
 		}
 	}
+	// In auto mode an allocation is exactly the GPUs its workers hold, bar
+	// the train GPUs reserved for a buffer that uses CUDA.
+	if p.Mode != ModeManual {
+		held := map[string]bool{}
+		for _, w := range p.Workers {
+			for _, g := range w.GPUs {
+				held[fmt.Sprint(w.Pool, w.NodeID, w.Component, g)] = true
+			}
+		}
+		reserve := spec.Scheduling.Buffer != nil && spec.Scheduling.Buffer.NumGPUs > 0
+		for _, pl := range p.Pools {
+			for _, n := range pl.Nodes {
+				for c, rs := range n.Allocations {
+					for _, r := range rs {
+						for g := r.First; g <= r.Last; g++ {
+							if !held[fmt.Sprint(pl.Name, n.NodeID, c, g)] && !(reserve && c == Train) {
+								bad("%s/%s %s allocation holds GPU %d, which no %s worker uses", pl.Name, n.NodeID, c, g, c)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
 	// resource_pool describes exactly the allocations in pools.
 	if got, want := exportedAllocs(p, byID), allocSet(p); fmt.Sprint(got) != fmt.Sprint(want) {
 		bad("resource_pool describes %d GPU assignments, pools %d", len(got), len(want))

@@ -72,15 +72,17 @@ func newNodeStates(nodes []Node) []*nodeState {
 	gpus := make([]int, 0, total)
 	shares := make([]float64, len(gpuComponents)*total)
 	out := make([]*nodeState, len(nodes))
+	off := 0 // into shares: every GPU has a slot, healthy or not
 	for i := range nodes {
 		ns := &slab[i]
 		start := len(gpus)
 		initNodeState(ns, &nodes[i], gpus[start:start:start+nodes[i].GPUs])
 		gpus = gpus[:start+len(ns.usable)]
 		for c := range ns.share {
-			off := c*total + start
-			ns.share[c] = shares[off : off+nodes[i].GPUs : off+nodes[i].GPUs]
+			at := c*total + off
+			ns.share[c] = shares[at : at+nodes[i].GPUs : at+nodes[i].GPUs]
 		}
+		off += nodes[i].GPUs
 		out[i] = ns
 	}
 	return out
