@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -239,27 +238,7 @@ func source(ctx context.Context, c config, facts inventory.Facts, log zerolog.Lo
 		log.Info().Str("simulate", c.sim.String()).Msg("reporting simulated GPUs")
 		return inventory.NewSimulated(facts, *c.sim), func() {}
 	}
-	nv, err := inventory.OpenNVML(nvml.New(), inventory.NVMLOptions{Facts: facts, IgnoredXIDs: c.ignored, Log: log})
-	switch {
-	case errors.Is(err, inventory.ErrNoNVML):
-		log.Info().Msg("NVML library not found: reporting this node with no GPUs")
-		return inventory.NoGPUs{Facts: facts}, func() {}
-	case err != nil:
-		log.Error().Err(err).Msg("NVML failed to start: reporting this node with no GPUs")
-		return inventory.NoGPUs{Facts: facts}, func() {}
-	}
-	if c.once {
-		return nv, func() { nv.Close() }
-	}
-	hctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := nv.WatchHealth(hctx); err != nil {
-			log.Error().Err(err).Msg("GPU health watch stopped")
-		}
-	}()
-	return nv, func() { cancel(); <-done; nv.Close() }
+	return inventory.OpenLocal(ctx, inventory.NVMLOptions{Facts: facts, IgnoredXIDs: c.ignored, Log: log}, !c.once)
 }
 
 func uintStrings(xs []uint64) []string {

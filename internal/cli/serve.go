@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -177,16 +176,7 @@ func newServeCmd() *cobra.Command {
 // localSource reports this machine's GPUs with NVML where it can, else
 // none, as the reporter binary does; the health watch runs until ctx ends.
 func localSource(ctx context.Context, facts inventory.Facts, log zerolog.Logger) inventory.Source {
-	nv, err := inventory.OpenNVML(nvml.New(), inventory.NVMLOptions{Facts: facts, Log: log})
-	if err != nil {
-		log.Info().Err(err).Msg("no NVML: the local node reports no GPUs")
-		return inventory.NoGPUs{Facts: facts}
-	}
-	go func() {
-		if err := nv.WatchHealth(ctx); err != nil {
-			log.Error().Err(err).Msg("GPU health watch stopped")
-		}
-		nv.Close()
-	}()
-	return nv
+	src, stop := inventory.OpenLocal(ctx, inventory.NVMLOptions{Facts: facts, Log: log}, true)
+	go func() { <-ctx.Done(); stop() }()
+	return src
 }
