@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/poolplanner/poolplanner/internal/cli"
 	"slices"
 	"strings"
 	"testing"
@@ -65,7 +66,7 @@ func TestComposeReporterFlags(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			line := "reporter " + strings.Join(args, " ")
 			code, _, stderr := runMain(t, append(slices.Clone(args), "--help")...)
-			if code != exitOK {
+			if code != cli.ExitOK {
 				t.Fatalf("%s: exit %d: %s", line, code, stderr)
 			}
 			if slices.Contains(args, "--once") {
@@ -77,7 +78,7 @@ func TestComposeReporterFlags(t *testing.T) {
 				once = append(once, "--simulate", "1xH100")
 			}
 			code, stdout, stderr := runMain(t, once...)
-			if code != exitOK {
+			if code != cli.ExitOK {
 				t.Fatalf("%s: exit %d: %s", strings.Join(once, " "), code, stderr)
 			}
 			var inv inventory.NodeInventory

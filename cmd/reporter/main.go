@@ -7,11 +7,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/poolplanner/poolplanner/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := cli.ReporterMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/poolplanner/poolplanner/internal/cli"
 	"os"
 	"os/exec"
 	"strings"
@@ -22,7 +23,7 @@ import (
 func runMain(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = Main(context.Background(), args, &out, &errb)
+	code = cli.ReporterMain(context.Background(), args, &out, &errb)
 	return code, out.String(), errb.String()
 }
 

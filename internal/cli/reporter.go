@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -21,25 +21,8 @@ import (
 	"github.com/poolplanner/poolplanner/internal/reporter"
 )
 
-// Exit codes.
-const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
-)
-
-// usageError is a bad flag or argument: exit 2, one line, no usage dump.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error {
-	return usageError{fmt.Errorf(format, args...)}
-}
-
-// options are the command's flags, as the contract names them.
-type options struct {
+// reporterOptions are the command's flags, as the contract names them.
+type reporterOptions struct {
 	server    string
 	nodeID    string
 	ip        string
@@ -53,19 +36,20 @@ type options struct {
 	xidIgnore []string
 }
 
-// config is options validated and parsed.
-type config struct {
-	options
+// reporterConfig is reporterOptions validated and parsed.
+type reporterConfig struct {
+	reporterOptions
 	sim     *inventory.Simulation
 	labelM  map[string]string
 	ignored []uint64
 	level   zerolog.Level
 }
 
-// Main runs the reporter with args and returns the exit code. ctx is
-// cancelled on SIGTERM or SIGINT.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var opts options
+// ReporterMain runs the reporter command with args and returns the exit
+// code; cmd/reporter is a one-line main around it. ctx is cancelled on
+// SIGTERM or SIGINT.
+func ReporterMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var opts reporterOptions
 	cmd := &cobra.Command{
 		Use:   "reporter",
 		Short: "Keep this node's GPU inventory in the poolplanner inventory bucket",
@@ -81,7 +65,7 @@ without a word; on SIGTERM or SIGINT the reporter deletes it first.`,
 			if err != nil {
 				return err
 			}
-			return run(cmd.Context(), cfg, stdout, stderr)
+			return runReporter(cmd.Context(), cfg, stdout, stderr)
 		},
 	}
 	f := cmd.Flags()
@@ -104,18 +88,18 @@ without a word; on SIGTERM or SIGINT the reporter deletes it first.`,
 	err := cmd.ExecuteContext(ctx)
 	switch {
 	case err == nil:
-		return exitOK
+		return ExitOK
 	case errors.As(err, new(usageError)) || strings.HasPrefix(err.Error(), "unknown command"):
 		fmt.Fprintf(stderr, "reporter: %v\n", err)
-		return exitUsage
+		return ExitUsage
 	default:
 		fmt.Fprintf(stderr, "reporter: %v\n", err)
-		return exitError
+		return ExitInvalid
 	}
 }
 
-func (o options) validate(formatSet bool, stderr io.Writer) (config, error) {
-	c := config{options: o}
+func (o reporterOptions) validate(formatSet bool, stderr io.Writer) (reporterConfig, error) {
+	c := reporterConfig{reporterOptions: o}
 	if o.nodeID != "" {
 		if err := bus.ValidateNodeID(o.nodeID); err != nil {
 			return c, usagef("--node-id: %w", err)
@@ -177,7 +161,7 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-func newLogger(c config, stderr io.Writer) zerolog.Logger {
+func newReporterLogger(c reporterConfig, stderr io.Writer) zerolog.Logger {
 	var w io.Writer = stderr
 	if c.logFormat == "console" {
 		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}
@@ -185,8 +169,8 @@ func newLogger(c config, stderr io.Writer) zerolog.Logger {
 	return zerolog.New(w).Level(c.level).With().Timestamp().Logger()
 }
 
-func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
-	log := newLogger(c, stderr)
+func runReporter(ctx context.Context, c reporterConfig, stdout, stderr io.Writer) error {
+	log := newReporterLogger(c, stderr)
 	facts, err := inventory.LocalFacts(inventory.FactsOptions{NodeID: c.nodeID, IP: c.ip, Labels: c.labelM})
 	if errors.Is(err, inventory.ErrNoDefaultRoute) || err != nil && facts.NodeID != "" {
 		log.Warn().Err(err).Str("ip", facts.IP).Msg("cannot tell the IP other nodes reach this one on; pass --ip")
@@ -198,7 +182,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	}
 	log = log.With().Str("node_id", facts.NodeID).Logger()
 
-	src, closeSrc := source(ctx, c, facts, log)
+	src, closeSrc := reporterSource(ctx, c, facts, log)
 	defer closeSrc()
 
 	if c.once {
@@ -231,9 +215,9 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	})
 }
 
-// source picks where GPUs come from: the simulation if asked, else NVML,
+// reporterSource picks where GPUs come from: the simulation if asked, else NVML,
 // else none. Without NVML the node is still reported, with no GPUs.
-func source(ctx context.Context, c config, facts inventory.Facts, log zerolog.Logger) (inventory.Source, func()) {
+func reporterSource(ctx context.Context, c reporterConfig, facts inventory.Facts, log zerolog.Logger) (inventory.Source, func()) {
 	if c.sim != nil {
 		log.Info().Str("simulate", c.sim.String()).Msg("reporting simulated GPUs")
 		return inventory.NewSimulated(facts, *c.sim), func() {}
