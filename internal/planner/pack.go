@@ -46,18 +46,23 @@ func gpusNeeded(groups []WorkerGroup) int {
 	n := 0
 	room := 0.0 // capacity left on the current, partly filled GPU
 	for _, g := range groups {
-		for i := 0; i < g.WorkerNum; i++ {
-			switch {
-			case g.NumGPUs <= 0:
-			case g.NumGPUs > 1:
-				n += int(math.Round(g.NumGPUs))
-				room = 0
-			default:
-				if room+eps < g.NumGPUs {
-					n++
-					room = 1
-				}
-				room -= g.NumGPUs
+		w := g.WorkerNum
+		switch {
+		case w <= 0 || g.NumGPUs <= 0:
+		case g.NumGPUs > 1:
+			n += w * int(math.Round(g.NumGPUs))
+			room = 0
+		default:
+			// Next-fit in closed form (a spec may ask for millions of
+			// workers): fill what the current GPU has room for, then
+			// whole GPUs of per workers each.
+			per := int((1 + eps) / g.NumGPUs)
+			first := min(w, int((room+eps)/g.NumGPUs))
+			room -= float64(first) * g.NumGPUs
+			if rest := w - first; rest > 0 {
+				full := (rest + per - 1) / per
+				n += full
+				room = 1 - float64(rest-(full-1)*per)*g.NumGPUs
 			}
 		}
 	}

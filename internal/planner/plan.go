@@ -177,7 +177,6 @@ func newBuild(spec *Spec, nodes []Node, opt Options) *build {
 	b.demands[0] = newDemand(0, groupList(sc.Train))
 	b.demands[1] = newDemand(1, groupList(sc.Eval))
 	b.demands[2] = newDemand(2, sc.Env)
-	b.pk.reserve(b.demands, min(len(nodes), b.demands[0].total))
 	if sc.Buffer != nil && b.demands[0].total > 0 {
 		b.pk.hasBuffer = true
 		b.pk.bufferCPUs = sc.Buffer.NumCPUs
@@ -205,19 +204,25 @@ func (b *build) bufferReserve() int {
 }
 
 func (b *build) run() error {
+	// The arithmetic goes first: it needs only totals, while recording
+	// workers needs memory for every one a spec asks for.
 	if err := b.checkCPUs(); err != nil {
 		return err
 	}
-	var err error
-	if b.spec.Placement.Mode == ModeManual {
-		err = b.manual()
-	} else {
+	auto := b.spec.Placement.Mode != ModeManual
+	if auto {
 		if err := b.checkGPUs(); err != nil {
 			return err
 		}
 		if err := b.checkWorkerSize(); err != nil {
 			return err
 		}
+	}
+	b.pk.reserve(b.demands, min(len(b.nodes), b.demands[0].total))
+	var err error
+	if !auto {
+		err = b.manual()
+	} else {
 		sortNodes(b.states)
 		if b.spec.Placement.Strategy == StrategyColocate {
 			b.colocate()

@@ -153,3 +153,40 @@ func FuzzParseIndexString(f *testing.F) {
 		}
 	})
 }
+
+// TestGPUsNeededClosedForm: the closed form counts what worker-by-worker
+// next-fit packing counts.
+func TestGPUsNeededClosedForm(t *testing.T) {
+	naive := func(groups []WorkerGroup) int {
+		n, room := 0, 0.0
+		for _, g := range groups {
+			for i := 0; i < g.WorkerNum; i++ {
+				switch {
+				case g.NumGPUs <= 0:
+				case g.NumGPUs > 1:
+					n += int(g.NumGPUs)
+					room = 0
+				default:
+					if room+eps < g.NumGPUs {
+						n++
+						room = 1
+					}
+					room -= g.NumGPUs
+				}
+			}
+		}
+		return n
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		var groups []WorkerGroup
+		for i := rapid.IntRange(1, 5).Draw(t, "groups"); i > 0; i-- {
+			groups = append(groups, WorkerGroup{
+				WorkerNum: rapid.IntRange(0, 50).Draw(t, "n"),
+				NumGPUs:   rapid.SampledFrom([]float64{0, 0.1, 0.2, 0.25, 0.3, 1.0 / 3, 0.5, 0.7, 1, 2, 4}).Draw(t, "gpus"),
+			})
+		}
+		if got, want := gpusNeeded(groups), naive(groups); got != want {
+			t.Fatalf("gpusNeeded = %d, next-fit = %d", got, want)
+		}
+	})
+}

@@ -82,6 +82,20 @@ type Spec struct {
 	ResourcePool []PoolConfig
 }
 
+// MaxWorkers bounds the workers one spec may ask for: every worker is
+// planned and recorded, and a plan of two million workers already takes
+// about 300 MB. (Twenty thousand 8-GPU nodes running env workers at a
+// quarter GPU each are 640,000.)
+const MaxWorkers = 2_000_000
+
+func envPtrs(env []WorkerGroup) []*WorkerGroup {
+	out := make([]*WorkerGroup, len(env))
+	for i := range env {
+		out[i] = &env[i]
+	}
+	return out
+}
+
 // FieldError is a spec error that names the offending field and what is
 // allowed there.
 type FieldError struct {
@@ -123,6 +137,15 @@ func ParseSpec(data []byte) (*Spec, error) {
 		return nil, err
 	}
 	s.ResourcePool = pools
+	total := 0
+	for _, g := range append([]*WorkerGroup{s.Scheduling.Train, s.Scheduling.Eval}, envPtrs(s.Scheduling.Env)...) {
+		if g != nil {
+			total += g.WorkerNum
+		}
+	}
+	if total > MaxWorkers {
+		return nil, fieldErr("scheduling", "asks for %d workers in all; a plan holds at most %d", total, MaxWorkers)
+	}
 	if s.Placement.Mode == ModeManual && len(s.ResourcePool) == 0 {
 		return nil, fieldErr("resource_pool", "placement.mode is manual but resource_pool is empty; list the pools, or use mode auto")
 	}
@@ -202,8 +225,11 @@ func parseGroup(field string, v any, allowAuto bool) (WorkerGroup, error) {
 		g.Auto = true
 	default:
 		n, ok := number(wn)
-		if !ok || n < 0 || n != math.Trunc(n) || n > 1e9 {
+		if !ok || n < 0 || n != math.Trunc(n) {
 			return g, fieldErr(field+".worker_num", "%v is not allowed; want a whole number >= 0%s", wn, autoHint(allowAuto))
+		}
+		if n > MaxWorkers {
+			return g, fieldErr(field+".worker_num", "%v is more than a plan holds; want at most %d", wn, MaxWorkers)
 		}
 		g.WorkerNum = int(n)
 	}
