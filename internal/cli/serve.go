@@ -57,7 +57,7 @@ func newServeCmd() *cobra.Command {
 		server, listen, dataDir, specPath, plan, logLevel string
 		simulate                                          []string
 		noLocal                                           bool
-		debounce, heartbeat                               time.Duration
+		debounce, heartbeat, settle                       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--server URL] [--listen HOST:PORT] [--data-dir DIR] [--spec FILE] [--plan NAME] [--simulate SPEC]... [--no-local-reporter]",
@@ -89,6 +89,9 @@ func newServeCmd() *cobra.Command {
 			}
 			if debounce < 0 {
 				return usagef("--debounce %s: must be >= 0", debounce)
+			}
+			if heartbeat <= 0 {
+				return usagef("--heartbeat %s: must be positive", heartbeat)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -149,7 +152,7 @@ func newServeCmd() *cobra.Command {
 					startReporter(inventory.NewSimulated(facts, sn.Sim), id)
 				}
 			}
-			p := service.New(service.Config{NC: nc, JS: js, Plan: plan, Spec: spec, Debounce: debounce, Log: log})
+			p := service.New(service.Config{NC: nc, JS: js, Plan: plan, Spec: spec, Debounce: debounce, Settle: settle, Log: log})
 			log.Info().Str("plan", plan).Int("reporters", reporters).Msg("planner serving")
 			err = p.Run(ctx)
 			stop()
@@ -168,6 +171,7 @@ func newServeCmd() *cobra.Command {
 	f.StringArrayVar(&simulate, "simulate", nil, "add simulated nodes: 2x8xH100 is 2 nodes of 8 H100s (repeatable)")
 	f.BoolVar(&noLocal, "no-local-reporter", false, "do not report this machine's inventory in-process")
 	f.DurationVar(&debounce, "debounce", service.DefaultDebounce, "quiet time after an inventory change before replanning")
+	f.DurationVar(&settle, "settle", service.DefaultSettle, "after start, how long to wait for the nodes of the latest plan to report before replanning without them (negative: no wait)")
 	f.DurationVar(&heartbeat, "heartbeat", reporter.DefaultHeartbeat, "heartbeat of the in-process reporters")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -30,6 +31,10 @@ import (
 // rebooting) into one replan.
 const DefaultDebounce = 200 * time.Millisecond
 
+// DefaultSettle covers a reporter's default TTL (3 heartbeats of 5 s):
+// by then every live node has reported again.
+const DefaultSettle = 15 * time.Second
+
 // maxConflicts bounds how often one replan re-reads and recomputes after
 // another planner published first.
 const maxConflicts = 8
@@ -46,6 +51,10 @@ type Config struct {
 	// Debounce is how long the inventory must stay quiet before a
 	// replan; zero replans at once.
 	Debounce time.Duration
+	// Settle is how long after start the planner waits for the nodes of
+	// the latest valid plan to report before replanning without them
+	// (DefaultSettle when zero; negative: no wait).
+	Settle time.Duration
 	// NoService skips registering the micro service.
 	NoService bool
 	Log       zerolog.Logger
@@ -81,6 +90,9 @@ func New(cfg Config) *Planner {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Settle == 0 {
+		cfg.Settle = DefaultSettle
+	}
 	plans := bus.NewPlanStore(cfg.JS)
 	plans.Publisher = nuid.Next()
 	return &Planner{
@@ -93,8 +105,11 @@ func New(cfg Config) *Planner {
 }
 
 // SpecDigest is the digest a plan message carries of its spec.
-func SpecDigest(spec []byte) string {
-	sum := sha256.Sum256(spec)
+// It digests the parsed spec, not its bytes, so that a comment or
+// whitespace edit is no spec change (which would replan from scratch).
+func SpecDigest(spec *planner.Spec) string {
+	b, _ := json.Marshal(spec) // plain data: cannot fail; map keys sorted
+	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:12])
 }
 
@@ -166,12 +181,22 @@ func (p *Planner) Run(ctx context.Context) error {
 	timer.Stop()
 	defer timer.Stop()
 	defer retry.Stop()
+	// A steady stream of changes (a rolling start of thousands of
+	// reporters, a flapping GPU) must not postpone the replan for ever:
+	// it waits for a quiet Debounce, but at most maxWait since the first
+	// change.
+	var dirtySince time.Time
+	maxWait := max(10*p.cfg.Debounce, time.Second)
 	kick := func() {
+		if !dirty {
+			dirtySince = time.Now()
+		}
 		dirty = true
 		if synced && p.spec != nil {
-			timer.Reset(p.cfg.Debounce)
+			timer.Reset(max(0, min(p.cfg.Debounce, maxWait-time.Since(dirtySince))))
 		}
 	}
+	started := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -203,8 +228,13 @@ func (p *Planner) Run(ctx context.Context) error {
 				case bus.Changed, bus.Heartbeat:
 					if ev.Op == bus.Changed {
 						resync[ev.NodeID] = ev.Inventory
-					} else if old, ok := p.node(ev.NodeID); ok {
-						resync[ev.NodeID] = old
+					} else if _, seen := resync[ev.NodeID]; !seen {
+						// A heartbeat of a key this watch has not shown:
+						// what we knew is all there is. Never overwrite the
+						// fresher value this watch delivered.
+						if old, ok := p.node(ev.NodeID); ok {
+							resync[ev.NodeID] = old
+						}
 					}
 				case bus.Removed:
 					delete(resync, ev.NodeID)
@@ -247,12 +277,16 @@ func (p *Planner) Run(ctx context.Context) error {
 				continue
 			}
 			p.mu.Lock()
-			p.spec, p.digest = spec, SpecDigest(e.Value())
+			p.spec, p.digest = spec, SpecDigest(spec)
 			p.mu.Unlock()
 			log.Info().Uint64("spec_revision", e.Revision()).Msg("spec loaded")
 			kick()
 		case <-timer.C:
 			if !dirty {
+				continue
+			}
+			if wait := p.settling(started); wait > 0 {
+				timer.Reset(wait)
 				continue
 			}
 			dirty = false
@@ -263,6 +297,31 @@ func (p *Planner) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// settling is how much longer a freshly started planner waits before
+// replanning away from a valid plan whose nodes have not all reported yet.
+// After a restart of the planner and its embedded server the inventory
+// fills up as reporters reconnect; planning on the first, partial view
+// would move every worker and publish plans no one can run.
+func (p *Planner) settling(started time.Time) time.Duration {
+	left := p.cfg.Settle - time.Since(started)
+	if left <= 0 {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.latest == nil || !p.latest.Plan.Valid {
+		return 0
+	}
+	for _, pl := range p.latest.Plan.Pools {
+		for _, n := range pl.Nodes {
+			if _, ok := p.nodes[n.NodeID]; !ok {
+				return left
+			}
+		}
+	}
+	return 0
 }
 
 func (p *Planner) node(id string) (inventory.NodeInventory, bool) {
@@ -361,6 +420,15 @@ func (p *Planner) replan(ctx context.Context) error {
 			next, ch, _ = planner.Replan(prev, spec, nodes)
 		}
 		if prev != nil && samePlan(prev, next) {
+			if specChanged {
+				// The new spec plans as the old one did: adopt it, so the
+				// next inventory change replans sticky again.
+				p.mu.Lock()
+				if p.latest == latest {
+					p.latest = &bus.StoredPlan{Plan: latest.Plan, Seq: latest.Seq, SpecDigest: digest}
+				}
+				p.mu.Unlock()
+			}
 			return nil
 		}
 		next.Name = p.cfg.Plan
@@ -452,7 +520,8 @@ func reason(prev *planner.Plan, basis, now map[string]inventory.NodeInventory, s
 	if specChanged {
 		parts = append(parts, "spec changed")
 	}
-	if basis == nil && prev != nil {
+	rebuilt := basis == nil && prev != nil
+	if rebuilt {
 		// A restarted planner does not know the inventory the last plan
 		// saw; the plan's own nodes tell which left.
 		basis = map[string]inventory.NodeInventory{}
@@ -472,7 +541,11 @@ func reason(prev *planner.Plan, basis, now map[string]inventory.NodeInventory, s
 			old, ok := basis[id]
 			switch {
 			case !ok:
-				joined = append(joined, id)
+				// A restarted planner knows only the plan's nodes, so an
+				// idle node it now sees may not have joined at all.
+				if !rebuilt {
+					joined = append(joined, id)
+				}
 			case inventory.SameInventory(old, n):
 			default:
 				was := map[string]bool{}

@@ -99,9 +99,14 @@ func (h *harness) kill(id string) {
 }
 
 func (h *harness) planner(ctx context.Context, spec string) context.CancelFunc {
+	return h.plannerWith(ctx, Config{Spec: []byte(spec), Debounce: 50 * time.Millisecond, Settle: -1})
+}
+
+func (h *harness) plannerWith(ctx context.Context, cfg Config) context.CancelFunc {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(spec), Debounce: 50 * time.Millisecond, Log: zerolog.Nop()})
+	cfg.NC, cfg.JS, cfg.Log = h.nc, h.js, zerolog.Nop()
+	p := New(cfg)
 	go func() {
 		defer close(done)
 		if err := p.Run(ctx); err != nil {
@@ -280,4 +285,41 @@ func revisions(ps []*planner.Plan) []int {
 		out[i] = p.Revision
 	}
 	return out
+}
+
+// TestRestartSettles: a planner restarted while a node of the valid plan
+// has not reported yet waits for it, instead of replanning without it.
+func TestRestartSettles(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	for i := 1; i <= 3; i++ {
+		h.node(fmt.Sprintf("n%d", i))
+	}
+	stopA := h.planner(ctx, testSpec)
+	first := h.waitRevision(1)
+	stopA()
+
+	// The node's key expires while no planner runs.
+	victim := first.Workers[0].NodeID
+	h.kill(victim)
+	kv, err := bus.NewInventoryStore(h.js).KV(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := kv.Get(ctx, victim); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not expire", victim)
+		}
+	}
+	stopB := h.plannerWith(ctx, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 3 * time.Second})
+	defer stopB()
+	time.Sleep(time.Second)
+	h.node(victim) // back within the settle period
+	time.Sleep(3 * time.Second)
+	if got := h.history(); len(got) != 1 {
+		t.Fatalf("%d revisions, want 1 (revision 2: %s)", len(got), got[len(got)-1].Reason)
+	}
 }
