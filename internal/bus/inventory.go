@@ -265,12 +265,19 @@ func (s *InventoryStore) Watch(ctx context.Context) (<-chan Event, error) {
 		return nil, fmt.Errorf("watch inventory: %w", err)
 	}
 	out := make(chan Event, 64)
+	// Stop the iterator when the caller is done, or when the reader below
+	// ended on its own (a closed consumer), so no goroutine outlives it.
+	ended := make(chan struct{})
 	go func() {
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-ended:
+		}
 		it.Stop()
 	}()
 	go func() {
 		defer close(out)
+		defer close(ended)
 		w := watcher{store: s, known: map[string]bool{}}
 		// The initial state is the messages pending when the consumer was
 		// made (one per key); later puts may already be pending too by the

@@ -211,6 +211,9 @@ func decodeStrict(data []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: request is not the expected JSON: %w", ErrBadRequest, err)
 	}
+	if dec.More() {
+		return fmt.Errorf("%w: request has more after its JSON object", ErrBadRequest)
+	}
 	return nil
 }
 
@@ -225,6 +228,8 @@ func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
 		return nil, fmt.Errorf("%w: give component and index, or node_id", ErrBadRequest)
 	case byWorker && *req.Index < 0:
 		return nil, fmt.Errorf("%w: index %d: must be >= 0", ErrBadRequest, *req.Index)
+	case byWorker && workerOrder[planner.Component(req.Component)] == 0 && req.Component != string(planner.Train):
+		return nil, fmt.Errorf("%w: component %q: want train, eval, env or buffer", ErrBadRequest, req.Component)
 	}
 	p, err := a.Plan(ctx, PlanRequest{Plan: req.Plan, Revision: req.Revision})
 	if err != nil {

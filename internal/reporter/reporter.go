@@ -87,7 +87,7 @@ type run struct {
 	last    inventory.NodeInventory
 	doc     []byte // last as JSON; nil until the source first answers
 	stored  bool   // doc is in the store as of the last put
-	ever    bool   // some put succeeded: there is a key to delete
+	ever    bool   // some put was sent: there may be a key to delete
 	fails   int    // consecutive failed puts or reads
 	retry   *time.Timer
 	retryCh <-chan time.Time
@@ -156,6 +156,9 @@ func (r *run) read(ctx context.Context) {
 func (r *run) put(ctx context.Context, heartbeat bool) bool {
 	pctx, cancel := context.WithTimeout(ctx, r.putTimeout)
 	defer cancel()
+	// A put cut short by shutdown may still have been stored; deleting a
+	// key that never was costs nothing, leaving one behind costs a TTL.
+	r.ever = true
 	rev, err := r.Store.Put(pctx, r.last.NodeID, r.doc, heartbeat, r.TTL)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -178,7 +181,7 @@ func (r *run) put(ctx context.Context, heartbeat bool) bool {
 		kind = "heartbeat"
 	}
 	ev.Str("kind", kind).Uint64("revision", rev).Int("gpus", len(r.last.GPUs)).Msg("inventory published")
-	r.stored, r.ever, r.fails = true, true, 0
+	r.stored, r.fails = true, 0
 	return true
 }
 

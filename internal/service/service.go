@@ -605,6 +605,7 @@ func (p *Planner) Validate(_ context.Context, data []byte) (*bus.ValidateReply, 
 	nodes, _ := p.snapshot()
 	doc, _ := planner.Compute(spec, nodes)
 	doc.Name = p.cfg.Plan
+	doc.CreatedAt = p.cfg.Now().UTC()
 	doc.Reason = "validation: not published"
 	return &bus.ValidateReply{Plan: doc, Nodes: len(nodes)}, nil
 }
