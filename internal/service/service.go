@@ -113,30 +113,37 @@ func SpecDigest(spec *planner.Spec) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-// Run plans until ctx is done. It returns an error only when it cannot
-// start (no JetStream, a bad spec); outages later are logged and ridden out.
+// Run plans until ctx is done. It returns an error only for what waiting
+// cannot mend (a bad plan name or spec); JetStream not answering at start,
+// and outages later, are logged and ridden out.
 func (p *Planner) Run(ctx context.Context) error {
 	log := p.cfg.Log.With().Str("plan", p.cfg.Plan).Logger()
 	if err := bus.ValidatePlanName(p.cfg.Plan); err != nil {
 		return err
 	}
-	if err := p.plans.Ensure(ctx); err != nil {
-		return err
-	}
 	if len(p.cfg.Spec) > 0 {
-		cur, _, err := p.specs.Get(ctx, p.cfg.Plan)
-		if err != nil && !errors.Is(err, bus.ErrNotFound) {
-			return err
-		}
-		if string(cur) != string(p.cfg.Spec) {
-			if _, err := p.specs.Put(ctx, p.cfg.Plan, p.cfg.Spec); err != nil {
-				return err
-			}
+		if _, err := planner.ParseSpec(p.cfg.Spec); err != nil {
+			return fmt.Errorf("spec: %w", err)
 		}
 	}
-	latest, err := p.plans.Latest(ctx, p.cfg.Plan)
-	if err != nil {
-		return err
+	// NATS may not be up yet (a compose file starting everything at once):
+	// keep trying, saying so, rather than give up.
+	var latest *bus.StoredPlan
+	for attempt := 0; ; attempt++ {
+		var err error
+		if latest, err = p.start(ctx); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := bus.Backoff(attempt)
+		log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot reach JetStream yet; retrying")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
 	}
 	p.mu.Lock()
 	p.latest = latest
@@ -322,6 +329,26 @@ func (p *Planner) settling(started time.Time) time.Duration {
 		}
 	}
 	return 0
+}
+
+// start makes sure the plan stream exists, stores the configured spec if
+// it differs from the stored one, and reads the latest plan.
+func (p *Planner) start(ctx context.Context) (*bus.StoredPlan, error) {
+	if err := p.plans.Ensure(ctx); err != nil {
+		return nil, err
+	}
+	if len(p.cfg.Spec) > 0 {
+		cur, _, err := p.specs.Get(ctx, p.cfg.Plan)
+		if err != nil && !errors.Is(err, bus.ErrNotFound) {
+			return nil, err
+		}
+		if string(cur) != string(p.cfg.Spec) {
+			if _, err := p.specs.Put(ctx, p.cfg.Plan, p.cfg.Spec); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return p.plans.Latest(ctx, p.cfg.Plan)
 }
 
 func (p *Planner) node(id string) (inventory.NodeInventory, bool) {
