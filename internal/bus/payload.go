@@ -34,9 +34,12 @@ func EncodeJSON(v any) ([]byte, nats.Header, error) {
 	var data []byte
 	// Only a bare plan takes the fast path: a reply that embeds one (the
 	// validate reply) would lose its own fields.
-	if p, ok := v.(*planner.Plan); ok {
-		data = p.AppendJSON(nil)
-	} else {
+	switch x := v.(type) {
+	case *planner.Plan:
+		data = x.AppendJSON(nil)
+	case PlacedWorker:
+		data = x.appendJSON(make([]byte, 0, 512))
+	default:
 		var err error
 		if data, err = json.Marshal(v); err != nil {
 			return nil, nil, err

@@ -1,6 +1,8 @@
 package bus
 
 import (
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -33,5 +35,26 @@ func TestEncodeJSON(t *testing.T) {
 	}
 	if err := DecodeJSON([]byte("x"), map[string][]string{EncodingHeader: {"br"}}, &vr); err == nil || !strings.Contains(err.Error(), `"br"`) {
 		t.Fatalf("unknown encoding: %v", err)
+	}
+}
+
+func TestPlacedWorkerJSON(t *testing.T) {
+	pw := Place(&planner.Plan{Name: "p\"1", Revision: 4}, planner.Worker{Component: planner.Eval, Index: 2, Pool: "rollout_pool",
+		NodeID: "n1", IP: "10.0.0.1", GPUs: []int{0, 1}, GPUUUIDs: []string{"GPU-a", "GPU-b"}, GPUShare: 1, CPUs: 2.5})
+	fast, _, err := EncodeJSON(pw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, _ := json.Marshal(pw)
+	var a, b any
+	if err := json.Unmarshal(fast, &a); err != nil {
+		t.Fatalf("%s: %v", fast, err)
+	}
+	_ = json.Unmarshal(slow, &b)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("fast %s\nslow %s", fast, slow)
+	}
+	if pw.CUDAVisibleDevices != "GPU-a,GPU-b" {
+		t.Errorf("CUDA_VISIBLE_DEVICES %q", pw.CUDAVisibleDevices)
 	}
 }

@@ -1,11 +1,13 @@
 package bus
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,6 +113,20 @@ type ValidateReply struct {
 	Nodes int `json:"nodes"`
 }
 
+// appendJSON writes the worker's fields and the placement's, as
+// encoding/json would: lookups are the service's hottest reply.
+func (pw PlacedWorker) appendJSON(b []byte) []byte {
+	b = pw.Worker.AppendJSON(b)
+	b = b[:len(b)-1] // reopen the worker's object
+	b = append(b, `,"cuda_visible_devices":`...)
+	b = planner.AppendString(b, pw.CUDAVisibleDevices)
+	b = append(b, `,"plan":`...)
+	b = planner.AppendString(b, pw.Plan)
+	b = append(b, `,"revision":`...)
+	b = strconv.AppendInt(b, int64(pw.Revision), 10)
+	return append(b, '}')
+}
+
 // Place returns w with its CUDA_VISIBLE_DEVICES value.
 func Place(p *planner.Plan, w planner.Worker) PlacedWorker {
 	pw := PlacedWorker{Worker: w, Plan: p.Name, Revision: p.Revision}
@@ -206,7 +222,7 @@ func respondErr(r micro.Request, err error) {
 }
 
 func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: request is not the expected JSON: %w", ErrBadRequest, err)
@@ -228,7 +244,7 @@ func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
 		return nil, fmt.Errorf("%w: give component and index, or node_id", ErrBadRequest)
 	case byWorker && *req.Index < 0:
 		return nil, fmt.Errorf("%w: index %d: must be >= 0", ErrBadRequest, *req.Index)
-	case byWorker && workerOrder[planner.Component(req.Component)] == 0 && req.Component != string(planner.Train):
+	case byWorker && workerOrder(planner.Component(req.Component)) < 0:
 		return nil, fmt.Errorf("%w: component %q: want train, eval, env or buffer", ErrBadRequest, req.Component)
 	}
 	p, err := a.Plan(ctx, PlanRequest{Plan: req.Plan, Revision: req.Revision})
@@ -254,20 +270,32 @@ func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
 }
 
 // workerOrder is the order plan documents list workers in: train, eval,
-// env, buffer, each by index.
-var workerOrder = map[planner.Component]int{planner.Train: 0, planner.Eval: 1, planner.Env: 2, planner.Buffer: 3}
+// env, buffer, each by index; -1 for no component.
+func workerOrder(c planner.Component) int {
+	switch c {
+	case planner.Train:
+		return 0
+	case planner.Eval:
+		return 1
+	case planner.Env:
+		return 2
+	case planner.Buffer:
+		return 3
+	}
+	return -1
+}
 
 // findWorker finds a worker by binary search, as plans keep workers in
 // workerOrder (a lookup is the service's most frequent request, and
 // scanning ten thousand workers for each would cost more than NATS), with
 // a scan for a document in another order.
 func findWorker(ws []planner.Worker, c planner.Component, index int) *planner.Worker {
-	rank, ok := workerOrder[c]
-	if !ok {
+	rank := workerOrder(c)
+	if rank < 0 {
 		return nil
 	}
 	i := sort.Search(len(ws), func(i int) bool {
-		r := workerOrder[ws[i].Component]
+		r := workerOrder(ws[i].Component)
 		return r > rank || (r == rank && ws[i].Index >= index)
 	})
 	if i < len(ws) && ws[i].Component == c && ws[i].Index == index {

@@ -183,6 +183,9 @@ func appendPool(b []byte, pl Pool) []byte {
 	return append(b, "]}"...)
 }
 
+// AppendJSON appends the worker as JSON, as encoding/json writes it.
+func (w *Worker) AppendJSON(b []byte) []byte { return w.appendJSON(b) }
+
 func (w *Worker) appendJSON(b []byte) []byte {
 	b = append(b, `{"component":`...)
 	b = appendString(b, string(w.Component))
@@ -244,6 +247,9 @@ func abs(f float64) float64 {
 	}
 	return f
 }
+
+// AppendString appends s as a JSON string.
+func AppendString(b []byte, s string) []byte { return appendString(b, s) }
 
 // appendString writes s as a JSON string, escaping what JSON requires.
 func appendString(b []byte, s string) []byte {
