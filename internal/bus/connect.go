@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -72,4 +73,19 @@ func Connect(url, name string, log zerolog.Logger, extra ...nats.Option) (*nats.
 		log.Warn().Str("server", url).Msg("NATS not reachable yet; retrying in the background")
 	}
 	return nc, nil
+}
+
+// stopOnDone calls stop when ctx is done or when the returned channel is
+// closed, whichever comes first: a reader closes it when its iterator
+// ended on its own (a closed consumer), so no goroutine outlives it.
+func stopOnDone(ctx context.Context, stop func()) chan<- struct{} {
+	ended := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-ended:
+		}
+		stop()
+	}()
+	return ended
 }

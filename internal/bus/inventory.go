@@ -265,16 +265,7 @@ func (s *InventoryStore) Watch(ctx context.Context) (<-chan Event, error) {
 		return nil, fmt.Errorf("watch inventory: %w", err)
 	}
 	out := make(chan Event, 64)
-	// Stop the iterator when the caller is done, or when the reader below
-	// ended on its own (a closed consumer), so no goroutine outlives it.
-	ended := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-ended:
-		}
-		it.Stop()
-	}()
+	ended := stopOnDone(ctx, it.Stop)
 	go func() {
 		defer close(out)
 		defer close(ended)

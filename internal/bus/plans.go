@@ -246,16 +246,7 @@ func (s *PlanStore) FollowUnknown(ctx context.Context, name string, known func(s
 		return nil, fmt.Errorf("follow plan %s: %w", name, err)
 	}
 	out := make(chan *StoredPlan, 16)
-	// Stop the iterator when the caller is done, or when the reader below
-	// ended on its own (a closed consumer), so no goroutine outlives it.
-	ended := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-ended:
-		}
-		it.Stop()
-	}()
+	ended := stopOnDone(ctx, it.Stop)
 	go func() {
 		defer close(out)
 		defer close(ended)
