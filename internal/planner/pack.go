@@ -90,7 +90,6 @@ type packer struct {
 	placed  int
 	// poolsOnly counts placements without recording workers.
 	poolsOnly bool
-	gpuSlab   []int
 	uuidSlab  []string
 	notes     *notes
 }
@@ -194,22 +193,18 @@ func (p *packer) fill(pool string, ns *nodeState, d *demand, gpus []int) (int, s
 	return touched, stopDone
 }
 
-// reserve sizes the worker and GPU slabs for the demands up front: at ten
-// thousand nodes growing them costs more than the planning.
+// reserve sizes the worker slab for the demands up front: at ten
+// thousand nodes growing it costs more than the planning.
 func (p *packer) reserve(ds [len(gpuComponents)]*demand, extra int) {
 	if p.poolsOnly {
 		return
 	}
-	total, gpus := 0, 0
+	total := 0
 	for ci, d := range ds {
 		p.base[ci] = total
 		total += d.total
-		for _, g := range d.groups {
-			gpus += g.WorkerNum * max(1, int(math.Ceil(g.NumGPUs-eps)))
-		}
 	}
 	p.workers = make([]Worker, total, total+extra)
-	p.gpuSlab = make([]int, 0, gpus)
 }
 
 func (p *packer) place(c Component, index int, pool string, n *Node, gpus []int, frac, cpus float64) {
@@ -223,9 +218,10 @@ func (p *packer) place(c Component, index int, pool string, n *Node, gpus []int,
 	}
 	w := Worker{Component: c, Index: index, Pool: pool, NodeID: n.ID, IP: n.IP, GPUShare: frac, CPUs: cpus}
 	if len(gpus) > 0 {
-		start := len(p.gpuSlab)
-		p.gpuSlab = append(p.gpuSlab, gpus...)
-		w.GPUs = p.gpuSlab[start:len(p.gpuSlab):len(p.gpuSlab)]
+		// gpus is a window on a list no one changes after it is made (a
+		// node's healthy GPUs, or a manual pool's), so workers share it
+		// rather than copy it: plans are read-only.
+		w.GPUs = gpus[:len(gpus):len(gpus)]
 		if len(n.GPUUUIDs) == n.GPUs {
 			ustart := len(p.uuidSlab)
 			for _, x := range gpus {
