@@ -244,7 +244,7 @@ func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
 		return nil, fmt.Errorf("%w: give component and index, or node_id", ErrBadRequest)
 	case byWorker && *req.Index < 0:
 		return nil, fmt.Errorf("%w: index %d: must be >= 0", ErrBadRequest, *req.Index)
-	case byWorker && workerOrder(planner.Component(req.Component)) < 0:
+	case byWorker && planner.Component(req.Component).Rank() < 0:
 		return nil, fmt.Errorf("%w: component %q: want train, eval, env or buffer", ErrBadRequest, req.Component)
 	}
 	p, err := a.Plan(ctx, PlanRequest{Plan: req.Plan, Revision: req.Revision})
@@ -269,33 +269,17 @@ func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
 	return nil, fmt.Errorf("%w: plan %s revision %d has no %s worker %d", ErrNotFound, p.Name, p.Revision, req.Component, *req.Index)
 }
 
-// workerOrder is the order plan documents list workers in: train, eval,
-// env, buffer, each by index; -1 for no component.
-func workerOrder(c planner.Component) int {
-	switch c {
-	case planner.Train:
-		return 0
-	case planner.Eval:
-		return 1
-	case planner.Env:
-		return 2
-	case planner.Buffer:
-		return 3
-	}
-	return -1
-}
-
 // findWorker finds a worker by binary search, as plans keep workers in
-// workerOrder (a lookup is the service's most frequent request, and
+// Component.Rank order (a lookup is the service's most frequent request, and
 // scanning ten thousand workers for each would cost more than NATS), with
 // a scan for a document in another order.
 func findWorker(ws []planner.Worker, c planner.Component, index int) *planner.Worker {
-	rank := workerOrder(c)
+	rank := c.Rank()
 	if rank < 0 {
 		return nil
 	}
 	i := sort.Search(len(ws), func(i int) bool {
-		r := workerOrder(ws[i].Component)
+		r := ws[i].Component.Rank()
 		return r > rank || (r == rank && ws[i].Index >= index)
 	})
 	if i < len(ws) && ws[i].Component == c && ws[i].Index == index {

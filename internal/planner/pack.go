@@ -232,16 +232,6 @@ func (p *packer) place(c Component, index int, pool string, n *Node, gpus []int,
 	} else {
 		w.GPUShare = 0
 	}
-	p.workers[p.base[slotOf(c)]+index] = w
+	p.workers[p.base[c.Rank()]+index] = w
 	p.placed++
-}
-
-func slotOf(c Component) int {
-	switch c {
-	case Train:
-		return 0
-	case Eval:
-		return 1
-	}
-	return 2
 }

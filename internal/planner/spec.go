@@ -21,6 +21,23 @@ const (
 	Buffer Component = "buffer"
 )
 
+// Rank is the component's place in plan documents, which list workers
+// train, eval, env, buffer, each by index; -1 for an unknown component.
+// For train, eval and env it is also their index in gpuComponents.
+func (c Component) Rank() int {
+	switch c {
+	case Train:
+		return 0
+	case Eval:
+		return 1
+	case Env:
+		return 2
+	case Buffer:
+		return 3
+	}
+	return -1
+}
+
 // gpuComponents are the components that hold GPU ranges, in the order the
 // planner serves them (rlightning's order: train first, then eval, then env).
 var gpuComponents = [...]Component{Train, Eval, Env}

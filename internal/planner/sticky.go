@@ -196,7 +196,7 @@ func indexWorkers(ws []Worker) *workerIndex {
 	var x workerIndex
 	for i := range ws {
 		w := &ws[i]
-		k := componentSlot(w.Component)
+		k := w.Component.Rank()
 		if k < 0 || w.Index < 0 {
 			continue
 		}
@@ -209,25 +209,11 @@ func indexWorkers(ws []Worker) *workerIndex {
 }
 
 func (x *workerIndex) get(c Component, i int) *Worker {
-	k := componentSlot(c)
+	k := c.Rank()
 	if x == nil || k < 0 || i < 0 || i >= len(x[k]) {
 		return nil
 	}
 	return x[k][i]
-}
-
-func componentSlot(c Component) int {
-	switch c {
-	case Train:
-		return 0
-	case Eval:
-		return 1
-	case Env:
-		return 2
-	case Buffer:
-		return 3
-	}
-	return -1
 }
 
 // need is one worker the spec asks for.
@@ -567,7 +553,7 @@ func (s *sticky) document(prev *Plan) *Plan {
 			m = &member{}
 			members[w.Pool][w.NodeID] = m
 		}
-		ci := componentSlot(w.Component)
+		ci := w.Component.Rank()
 		if ci < 0 || ci >= len(gpuComponents) || len(w.GPUs) == 0 {
 			continue
 		}
