@@ -90,21 +90,21 @@ func ParseNodes(data []byte) ([]planner.Node, error) {
 
 // PlannerNode is the node as the planner sees it: GPU indices must be
 // 0..n-1, and unhealthy GPUs are listed so no work lands on them.
-func (d NodeInventory) PlannerNode() (planner.Node, error) {
-	n := planner.Node{ID: d.NodeID, IP: d.IP, CPUs: float64(d.CPUs), GPUs: len(d.GPUs)}
-	uuids := make([]string, len(d.GPUs))
-	seen := make([]bool, len(d.GPUs))
-	for i, g := range d.GPUs {
-		if g.Index < 0 || g.Index >= len(d.GPUs) || seen[g.Index] {
-			return n, fmt.Errorf("gpus[%d].index: %d is not allowed; want distinct indices 0..%d", i, g.Index, len(d.GPUs)-1)
+func (n NodeInventory) PlannerNode() (planner.Node, error) {
+	node := planner.Node{ID: n.NodeID, IP: n.IP, CPUs: float64(n.CPUs), GPUs: len(n.GPUs)}
+	uuids := make([]string, len(n.GPUs))
+	seen := make([]bool, len(n.GPUs))
+	for i, g := range n.GPUs {
+		if g.Index < 0 || g.Index >= len(n.GPUs) || seen[g.Index] {
+			return node, fmt.Errorf("gpus[%d].index: %d is not allowed; want distinct indices 0..%d", i, g.Index, len(n.GPUs)-1)
 		}
 		seen[g.Index] = true
 		uuids[g.Index] = g.UUID
 		if !g.Healthy {
-			n.Unhealthy = append(n.Unhealthy, g.Index)
+			node.Unhealthy = append(node.Unhealthy, g.Index)
 		}
 	}
-	sort.Ints(n.Unhealthy)
-	n.GPUUUIDs = uuids
-	return n, nil
+	sort.Ints(node.Unhealthy)
+	node.GPUUUIDs = uuids
+	return node, nil
 }
