@@ -42,6 +42,15 @@ func dial(server string) (*nats.Conn, jetstream.JetStream, error) {
 	return nc, js, nil
 }
 
+// dialPlan checks --plan, then dials: the commands that read or write
+// one plan's stream or spec refuse a bad name before touching NATS.
+func dialPlan(server, plan string) (*nats.Conn, jetstream.JetStream, error) {
+	if err := bus.ValidatePlanName(plan); err != nil {
+		return nil, nil, usagef("--plan: %v", err)
+	}
+	return dial(server)
+}
+
 // busErr turns a bad-request reply into a usage error (exit 2).
 func busErr(err error) error {
 	if errors.Is(err, bus.ErrBadRequest) {
@@ -166,10 +175,7 @@ func newWatchCmd() *cobra.Command {
 			if !validOutput(output) {
 				return usagef("--output: %q is not allowed; want text, json or yaml", output)
 			}
-			if err := bus.ValidatePlanName(plan); err != nil {
-				return usagef("--plan: %v", err)
-			}
-			nc, js, err := dial(server)
+			nc, js, err := dialPlan(server, plan)
 			if err != nil {
 				return err
 			}
@@ -215,10 +221,7 @@ func newHistoryCmd() *cobra.Command {
 			if output != "text" && output != "json" {
 				return usagef("--output: %q is not allowed; want text or json", output)
 			}
-			if err := bus.ValidatePlanName(plan); err != nil {
-				return usagef("--plan: %v", err)
-			}
-			nc, js, err := dial(server)
+			nc, js, err := dialPlan(server, plan)
 			if err != nil {
 				return err
 			}
@@ -261,7 +264,7 @@ func newSpecCmd() *cobra.Command {
 				return err
 			}
 			data, _ := os.ReadFile(args[0])
-			nc, js, err := dial(server)
+			nc, js, err := dialPlan(server, plan)
 			if err != nil {
 				return err
 			}

@@ -14,7 +14,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
-	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
@@ -52,7 +51,7 @@ func benchSetup(b *testing.B, n int) (serverNC, clientNC *nats.Conn, js jetstrea
 	store := bus.NewInventoryStore(js)
 	for i := range n {
 		id := fmt.Sprintf("n%04d", i)
-		if _, err := store.Put(ctx, id, benchDoc(id), false, time.Hour); err != nil {
+		if _, err := store.Put(ctx, id, simDoc(id), false, time.Hour); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -126,7 +125,7 @@ func benchChangeToPlan(b *testing.B, decoded bool) {
 		for g := 7; g >= 7-i%8; g-- {
 			sick = append(sick, g)
 		}
-		if _, err := store.Put(ctx, victim, benchDoc(victim, sick...), false, time.Hour); err != nil {
+		if _, err := store.Put(ctx, victim, simDoc(victim, sick...), false, time.Hour); err != nil {
 			b.Fatal(err)
 		}
 		i++
@@ -185,15 +184,4 @@ func BenchmarkLookup(b *testing.B) {
 	b.ReportMetric(float64(inService.Nanoseconds())/float64(i), "lookup-ns/op")
 	b.ReportMetric(float64(inEcho.Nanoseconds())/float64(i), "echo-ns/op")
 	b.ReportMetric(100*float64(inEcho)/float64(inService), "lookup-%-of-echo")
-}
-
-func benchDoc(id string, sick ...int) []byte {
-	sim, _ := inventory.ParseSimulation("8xH100")
-	inv := inventory.Facts{NodeID: id, Hostname: id, IP: "10.0.0.1", CPUs: 64}.Inventory()
-	inv.GPUs = inventory.SimulatedGPUs(id, sim)
-	for _, g := range sick {
-		inv.GPUs[g].Healthy = false
-	}
-	doc, _ := json.Marshal(inv)
-	return doc
 }

@@ -65,10 +65,7 @@ func newHarness(t *testing.T) *harness {
 // heartbeat every 300ms.
 func (h *harness) node(id string) {
 	h.t.Helper()
-	sim, _ := inventory.ParseSimulation("8xH100")
-	inv := inventory.Facts{NodeID: id, Hostname: id, IP: "10.0.0.1", CPUs: 64}.Inventory()
-	inv.GPUs = inventory.SimulatedGPUs(id, sim)
-	doc, _ := json.Marshal(inv)
+	doc := simDoc(id)
 	store := bus.NewInventoryStore(h.js)
 	ctx, cancel := context.WithCancel(context.Background())
 	if _, err := store.Put(ctx, id, doc, false, time.Second); err != nil {
@@ -322,4 +319,17 @@ func TestRestartSettles(t *testing.T) {
 	if got := h.history(); len(got) != 1 {
 		t.Fatalf("%d revisions, want 1 (revision 2: %s)", len(got), got[len(got)-1].Reason)
 	}
+}
+
+// simDoc is the inventory document of a node of 8 simulated H100s, the
+// listed GPUs unhealthy.
+func simDoc(id string, sick ...int) []byte {
+	sim, _ := inventory.ParseSimulation("8xH100")
+	inv := inventory.Facts{NodeID: id, Hostname: id, IP: "10.0.0.1", CPUs: 64}.Inventory()
+	inv.GPUs = inventory.SimulatedGPUs(id, sim)
+	for _, g := range sick {
+		inv.GPUs[g].Healthy = false
+	}
+	doc, _ := json.Marshal(inv)
+	return doc
 }
