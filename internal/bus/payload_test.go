@@ -16,16 +16,18 @@ func TestEncodeJSON(t *testing.T) {
 		t.Fatalf("small plan: %s %v %v", data, h, err)
 	}
 	big := &planner.Plan{Name: "p", Valid: true}
+	var ws []planner.Worker
 	for i := 0; i < 5000; i++ {
-		big.Workers = append(big.Workers, planner.Worker{Component: planner.Env, Index: i, Pool: "rollout_pool", NodeID: "node-0001", GPUs: []int{i % 8}, GPUShare: 0.25, CPUs: 1})
+		ws = append(ws, planner.Worker{Component: planner.Env, Index: i, Pool: "rollout_pool", NodeID: "node-0001", GPUs: []int{i % 8}, GPUShare: 0.25, CPUs: 1})
 	}
+	big.Workers = planner.NewWorkers(ws)
 	data, h, err = EncodeJSON(big)
 	if err != nil || h.Get(EncodingHeader) != EncodingGzip || len(data) > compressAbove {
 		t.Fatalf("big plan: %d bytes, header %v, %v", len(data), h, err)
 	}
 	var back planner.Plan
-	if err := DecodeJSON(data, h, &back); err != nil || len(back.Workers) != 5000 || back.Workers[4999].Index != 4999 {
-		t.Fatalf("decode: %v (%d workers)", err, len(back.Workers))
+	if err := DecodeJSON(data, h, &back); err != nil || back.Workers.Len() != 5000 || back.Workers.At(4999).Index != 4999 {
+		t.Fatalf("decode: %v (%d workers)", err, back.Workers.Len())
 	}
 	// A reply that embeds a plan keeps its own fields.
 	data, h, _ = EncodeJSON(ValidateReply{Plan: small, Nodes: 7})

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -256,41 +255,17 @@ func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
 	}
 	if byNode {
 		out := NodeWorkers{Plan: p.Name, Revision: p.Revision, NodeID: req.NodeID, Workers: []PlacedWorker{}}
-		for _, w := range p.Workers {
+		for _, w := range p.Workers.All() {
 			if w.NodeID == req.NodeID {
-				out.Workers = append(out.Workers, Place(p, w))
+				out.Workers = append(out.Workers, Place(p, *w))
 			}
 		}
 		return out, nil
 	}
-	if w := findWorker(p.Workers, planner.Component(req.Component), *req.Index); w != nil {
+	if w := p.Workers.Find(planner.Component(req.Component), *req.Index); w != nil {
 		return Place(p, *w), nil
 	}
 	return nil, fmt.Errorf("%w: plan %s revision %d has no %s worker %d", ErrNotFound, p.Name, p.Revision, req.Component, *req.Index)
-}
-
-// findWorker finds a worker by binary search, as plans keep workers in
-// Component.Rank order (a lookup is the service's most frequent request, and
-// scanning ten thousand workers for each would cost more than NATS), with
-// a scan for a document in another order.
-func findWorker(ws []planner.Worker, c planner.Component, index int) *planner.Worker {
-	rank := c.Rank()
-	if rank < 0 {
-		return nil
-	}
-	i := sort.Search(len(ws), func(i int) bool {
-		r := ws[i].Component.Rank()
-		return r > rank || (r == rank && ws[i].Index >= index)
-	})
-	if i < len(ws) && ws[i].Component == c && ws[i].Index == index {
-		return &ws[i]
-	}
-	for i := range ws {
-		if ws[i].Component == c && ws[i].Index == index {
-			return &ws[i]
-		}
-	}
-	return nil
 }
 
 // Request sends req (JSON-encoded unless it is []byte) to subject and

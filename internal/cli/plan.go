@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bufio"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,11 +15,18 @@ import (
 )
 
 func newPlanCmd() *cobra.Command {
-	var invPath, specPath, output string
+	var invPath, specPath, prevPath, output string
 	cmd := &cobra.Command{
-		Use:   "plan --inventory FILE --spec FILE [--output text|json|yaml]",
+		Use:   "plan --inventory FILE --spec FILE [--previous PLAN.json] [--output text|json|yaml]",
 		Short: "Plan a job spec on an inventory file, offline",
-		Args:  cobra.NoArgs,
+		Long: `Plan a job spec on an inventory file, offline.
+
+With --previous, plan incrementally from that plan document (the JSON of
+planner plan --output json, or of the plan stream): every worker that can
+stay keeps its place, the others are placed again, and the plan says what
+moved and why: what the live service would do if the inventory became
+this one.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !validOutput(output) {
 				return usagef("--output: %q is not allowed; want text, json or yaml", output)
@@ -33,7 +42,24 @@ func newPlanCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			doc, planErr := planner.ComputeWith(spec, nodes, planner.Options{PoolsOnly: output == "yaml"})
+			var doc *planner.Plan
+			var planErr error
+			if prevPath != "" {
+				prev, err := loadPlan(prevPath)
+				if err != nil {
+					return err
+				}
+				var ch *planner.Change
+				doc, ch, planErr = planner.Replan(prev, spec, nodes)
+				doc.Reason = dryRunReason(prev, doc, ch)
+			} else {
+				doc, planErr = planner.ComputeWith(spec, nodes, planner.Options{PoolsOnly: output == "yaml"})
+			}
+			if planErr != nil && output == "yaml" {
+				// No resource_pool to print: a partial one would read as a plan.
+				fmt.Fprintln(cmd.ErrOrStderr(), "planner: no valid plan: "+planErr.Error())
+				return exitError{ExitInvalid}
+			}
 			if err := writePlan(cmd.OutOrStdout(), doc, output); err != nil {
 				return fmt.Errorf("write plan: %w", err)
 			}
@@ -48,8 +74,69 @@ func newPlanCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&invPath, "inventory", "", "inventory JSON: rlightning cluster info or a list of NodeInventory documents")
 	cmd.Flags().StringVar(&specPath, "spec", "", "job spec, YAML or JSON")
+	cmd.Flags().StringVar(&prevPath, "previous", "", "plan document (JSON) to plan incrementally from: a dry run of a replan")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 	return cmd
+}
+
+// maxPlanFile bounds a --previous file, gzipped or not: a plan of 100,000
+// nodes is about 400 MB of JSON.
+const maxPlanFile = 1 << 30
+
+// loadPlan reads a plan document: the JSON planner plan --output json
+// writes, or a plan as the stream holds it (plain or gzip).
+func loadPlan(path string) (*planner.Plan, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, usagef("--previous: %v", err)
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	var r io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, usagef("--previous %s: gzip: %v", path, err)
+		}
+		r = zr
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxPlanFile+1))
+	if err != nil {
+		return nil, usagef("--previous %s: %v", path, err)
+	}
+	if len(data) > maxPlanFile {
+		return nil, usagef("--previous %s: over %d bytes; not a plan document", path, maxPlanFile)
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(data, &keys); err != nil {
+		return nil, usagef("--previous %s: not a plan document (JSON object): %v", path, err)
+	}
+	for _, k := range []string{"valid", "workers", "pools"} {
+		if _, ok := keys[k]; !ok {
+			return nil, usagef("--previous %s: not a plan document: no %q; give the JSON of planner plan --output json or of the plan stream", path, k)
+		}
+	}
+	var p planner.Plan
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, usagef("--previous %s: %v", path, err)
+	}
+	return &p, nil
+}
+
+// dryRunReason says what a replan from prev did.
+func dryRunReason(prev, next *planner.Plan, ch *planner.Change) string {
+	from := "the previous plan"
+	if prev.Revision > 0 {
+		from = fmt.Sprintf("plan %s revision %d", prev.Name, prev.Revision)
+	}
+	what := ch.Summary()
+	switch {
+	case !next.Valid:
+		what = "no valid plan"
+	case what == "":
+		what = "every worker keeps its place"
+	}
+	return "dry run from " + from + ": " + what
 }
 
 func validOutput(s string) bool { return s == "text" || s == "json" || s == "yaml" }

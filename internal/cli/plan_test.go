@@ -39,8 +39,8 @@ func TestPlanOutputs(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("json output: %v", err)
 	}
-	if !doc.Valid || len(doc.Workers) != 8+2+16+1 {
-		t.Fatalf("valid=%v workers=%d", doc.Valid, len(doc.Workers))
+	if !doc.Valid || doc.Workers.Len() != 8+2+16+1 {
+		t.Fatalf("valid=%v workers=%d", doc.Valid, doc.Workers.Len())
 	}
 	for _, k := range []string{`"name"`, `"revision"`, `"created_at"`, `"reason"`, `"mode"`, `"strategy"`, `"env_strategy"`, `"valid"`, `"error"`, `"resource_pool"`, `"pools"`, `"workers"`, `"storage_to_train_workers"`, `"gpu_uuids"`, `"gpu_share"`, `"total_gpus"`, `"allocations"`} {
 		if !strings.Contains(out, k) {

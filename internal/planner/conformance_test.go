@@ -196,7 +196,7 @@ func checkExact(t *testing.T, c *confCase, p *Plan) {
 		t.Errorf("resource_pool\n got %v\nwant %v", got, want)
 	}
 	byComp := map[string][]string{}
-	for _, w := range p.Workers {
+	for _, w := range p.Workers.Slice() {
 		var first any
 		if w.Component != Buffer && len(w.GPUs) > 0 {
 			first = float64(w.GPUs[0])

@@ -1,63 +1,245 @@
 package planner
 
-// document assembles the plan document from the run's pools and workers.
-func (b *build) document() *Plan {
-	sp := b.spec.Placement
+import (
+	"errors"
+	"slices"
+)
+
+// finish makes the run's plan document. A run that failed gives a
+// document with the error, the explanations, the demands and no
+// placement; a valid one gives the workers, buffers, pools and export, and
+// keeps its state for the next incremental run.
+func (e *engine) finish(err error) (*Plan, error) {
+	var short *shortfallError
+	if errors.As(err, &short) {
+		err = short.error
+	}
+	sp := e.spec.Placement
 	doc := &Plan{
 		Mode:                  sp.Mode,
 		Strategy:              sp.Strategy,
 		EnvStrategy:           sp.EnvStrategy,
-		Warnings:              b.warnings,
-		Notes:                 b.notes.list,
-		StorageToTrainWorkers: b.s2t,
+		ResourcePool:          []PoolExport{},
 		Pools:                 []Pool{},
-		Workers:               []Worker{},
+		StorageToTrainWorkers: map[string][]int{},
+		Demands:               e.demandsDoc(),
+		Capacity:              e.cap,
 	}
 	if sp.Mode == ModeManual {
 		doc.Strategy, doc.EnvStrategy = "", ""
 	}
-	if doc.StorageToTrainWorkers == nil {
-		doc.StorageToTrainWorkers = map[string][]int{}
+	if err != nil {
+		doc.Error = err.Error()
+		doc.Explanations = e.explain()
+		doc.Notes = e.notesDoc()
+		return doc, err
 	}
-	for _, p := range b.pools {
-		if len(p.nodes) == 0 {
+	doc.Valid = true
+	doc.StorageToTrainWorkers, e.bufferMoves = e.placeBuffers()
+	if e.store != nil {
+		doc.Workers = e.store.workers()
+	}
+	var order [][]int32
+	doc.Pools, order = e.poolsDoc()
+	doc.ResourcePool = exportPools(doc.Pools, order, e.table, e.exportCounts())
+	doc.Explanations = e.explain()
+	doc.Notes = e.notesDoc()
+	doc.Warnings = e.warnings
+	if e.store != nil {
+		doc.state = e.save()
+	}
+	return doc, nil
+}
+
+// poolsDoc lays out the pools: an auto pool's nodes in the previous
+// plan's order, then those that joined in this run, each with exactly the
+// GPUs its components hold (and train's reserve); a manual pool's nodes
+// as the spec lists them, with the ranges it gives. It returns each
+// listed pool's node positions too.
+func (e *engine) poolsDoc() ([]Pool, [][]int32) {
+	pools := []Pool{}
+	var order [][]int32
+	for _, p := range e.pools {
+		var nodes []PoolNode
+		if p.auto < 0 {
+			for _, en := range p.entries {
+				p.final = append(p.final, en.at)
+				nodes = append(nodes, e.manualNode(en))
+			}
+		} else {
+			p.final = e.poolOrder(p)
+			nodes = make([]PoolNode, len(p.final))
+			var slab []Range
+			for i, at := range p.final {
+				slab = e.autoNode(at, p.auto, &nodes[i], slab)
+			}
+		}
+		if len(nodes) > 0 {
+			pools = append(pools, Pool{Name: p.name, Nodes: nodes})
+			order = append(order, p.final)
+		}
+	}
+	return pools, order
+}
+
+// poolOrder is an auto pool's members: the previous plan's order first,
+// then the nodes that joined in this run.
+func (e *engine) poolOrder(p *poolRun) []int32 {
+	out := make([]int32, 0, len(p.order)+len(p.joined))
+	var listed []bool
+	if len(p.order) > 0 {
+		listed = make([]bool, len(e.table))
+	}
+	for _, at := range p.order {
+		if at >= 0 && !listed[at] && e.member(e.table[at], p.auto) {
+			listed[at] = true
+			out = append(out, at)
+		}
+	}
+	for _, at := range p.joined {
+		if (listed == nil || !listed[at]) && e.member(e.table[at], p.auto) {
+			out = append(out, at)
+		}
+	}
+	return out
+}
+
+// autoNode writes node at's entry in auto pool p to dst, and caches it on
+// the node: a node no run has touched since keeps the entry of the plan
+// that made it. Ranges come from slab, which it returns grown.
+func (e *engine) autoNode(at int32, p int, dst *PoolNode, slab []Range) []Range {
+	ns := e.table[at]
+	if pn := ns.doc[p]; pn != nil {
+		*dst = *pn
+		return slab
+	}
+	n := ns.node
+	*dst = PoolNode{NodeID: n.ID, IP: n.IP, TotalGPUs: n.GPUs, TotalCPUs: n.CPUs, Allocations: make(map[Component][]Range, 2)}
+	for ci, c := range gpuComponents {
+		if e.rules.pool[ci] != p {
 			continue
 		}
-		pool := Pool{Name: p.name, Nodes: make([]PoolNode, 0, len(p.nodes))}
-		var slab []Range
-		for _, pn := range p.nodes {
-			n := pn.ns.node
-			alloc := make(map[Component][]Range, 3)
-			for ci, c := range gpuComponents {
-				if len(pn.alloc[ci]) > 0 {
-					if cap(slab)-len(slab) < len(pn.alloc[ci]) {
-						slab = make([]Range, 0, max(1024, len(pn.alloc[ci])))
-					}
-					start := len(slab)
-					slab = appendRanges(slab, pn.alloc[ci])
-					alloc[c] = slab[start:len(slab):len(slab)]
+		if cap(slab)-len(slab) < len(ns.usable) {
+			slab = make([]Range, 0, max(1024, len(ns.usable)))
+		}
+		start := len(slab)
+		for _, g := range ns.usable {
+			if ns.share[ci][g] > eps || ci == 0 && ns.resv != nil && ns.resv[g] {
+				if k := len(slab); k > start && slab[k-1].Last+1 == g {
+					slab[k-1].Last = g
+				} else {
+					slab = append(slab, Range{g, g})
 				}
 			}
-			pool.Nodes = append(pool.Nodes, PoolNode{NodeID: n.ID, IP: n.IP, TotalGPUs: n.GPUs, TotalCPUs: n.CPUs, Allocations: alloc})
 		}
-		doc.Pools = append(doc.Pools, pool)
+		if len(slab) > start {
+			dst.Allocations[c] = slab[start:len(slab):len(slab)]
+		}
+		if ns.count[ci] > 0 {
+			counts := make([]int, len(ns.gcount[ci]))
+			for g, k := range ns.gcount[ci] {
+				counts[g] = int(k)
+			}
+			*dst.WorkerCounts.Of(c) = counts
+		}
 	}
-	doc.ResourcePool = exportPools(doc.Pools, b.nodes)
-	// Workers sit in their slots by component and index; buffers follow.
-	// A plan that failed leaves empty slots, which are dropped.
-	ws := b.pk.workers
-	if ws == nil {
-		ws = []Worker{}
+	dst.UnhealthyGPUs = unhealthyOf(n)
+	if ns.owner == e {
+		ns.doc[p] = dst
 	}
-	if b.pk.placed < len(ws) {
-		kept := make([]Worker, 0, b.pk.placed)
-		for _, w := range ws {
-			if w.Component != "" {
-				kept = append(kept, w)
+	return slab
+}
+
+// manualNode is a manual pool entry as the document shows it.
+func (e *engine) manualNode(en *poolEntry) PoolNode {
+	n := e.table[en.at].node
+	pn := PoolNode{NodeID: n.ID, IP: n.IP, TotalGPUs: n.GPUs, TotalCPUs: n.CPUs, Allocations: make(map[Component][]Range, 3)}
+	for ci, c := range gpuComponents {
+		if len(en.alloc[ci]) > 0 {
+			pn.Allocations[c] = rangesOf(en.alloc[ci])
+		}
+		for _, k := range en.placed[ci] {
+			if k > 0 {
+				*pn.WorkerCounts.Of(c) = slices.Clone(en.placed[ci])
+				break
 			}
 		}
-		ws = kept
 	}
-	doc.Workers = append(ws, b.buffers...)
-	return doc
+	pn.UnhealthyGPUs = unhealthyOf(n)
+	return pn
+}
+
+// unhealthyOf lists the node's unhealthy GPUs in its index space,
+// ascending.
+func unhealthyOf(n *Node) []int {
+	var out []int
+	for _, g := range n.Unhealthy {
+		if g >= 0 && g < n.GPUs {
+			out = append(out, g)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// save keeps what the next incremental run needs.
+func (e *engine) save() *planState {
+	st := &planState{spec: e.spec, table: e.table, buffers: e.buffers, reserveLeft: e.reserve}
+	for _, p := range e.pools {
+		if p.auto >= 0 {
+			st.order[p.auto] = p.final
+		}
+	}
+	st.room = e.finalRoom()
+	return st
+}
+
+// finalRoom is the nodes with room in the plan: for a run that started
+// from a previous state, its list less the nodes this run touched plus
+// those of them with room; else every node is looked at.
+func (e *engine) finalRoom() []int32 {
+	var out []int32
+	if !e.fast {
+		for at, ns := range e.table {
+			if ns.hasRoom() {
+				out = append(out, int32(at))
+			}
+		}
+		return out
+	}
+	touched := make(map[int32]bool, len(e.touched))
+	for _, at := range e.touched {
+		touched[at] = true
+	}
+	for _, at := range e.room {
+		if !touched[at] {
+			out = append(out, at)
+		}
+	}
+	for at := range touched {
+		if e.table[at].hasRoom() {
+			out = append(out, at)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// exportCounts says which components the export gives worker_counts (the
+// number of their groups; 0 for none): those rlightning's packing of the
+// index strings would place otherwise. A fresh plan is that packing, bar
+// workers without GPUs, which it has no index string for; an incremental
+// plan places where it can keep workers, so every component is counted.
+func (e *engine) exportCounts() [nComp]int {
+	var out [nComp]int
+	for ci, d := range e.demands {
+		counted := e.prev != nil || e.exactCounts()[ci]
+		for _, g := range d.groups {
+			counted = counted || g.WorkerNum > 0 && g.NumGPUs <= 0
+		}
+		if counted && d.asked > 0 {
+			out[ci] = len(d.groups)
+		}
+	}
+	return out
 }

@@ -3,7 +3,7 @@ package planner
 import (
 	"bytes"
 	"encoding/json"
-	"sort"
+
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
@@ -20,6 +20,32 @@ type PoolExport struct {
 	NodeIDs []string
 	// Indices are the pool-global index strings, in component order.
 	Indices []ComponentIndex
+	// WorkerCounts is poolplanner's addition to rlightning's format: per
+	// component, how many of its workers go on each node of the pool, per
+	// scheduling group (worker_counts: {env: [16, 0]}, or [[16, 0], [0, 4]]
+	// for two env groups). It is written where rlightning's packing of the
+	// index strings would place the workers otherwise (workers without
+	// GPUs, incremental plans), and manual mode places by it.
+	WorkerCounts []ComponentCounts
+}
+
+// ComponentCounts is one component's counts per pool node and group.
+type ComponentCounts struct {
+	Component Component
+	PerNode   [][]int
+}
+
+// value is the counts as written: a count per node for one group, else a
+// list per node.
+func (cc ComponentCounts) value() any {
+	flat := make([]int, len(cc.PerNode))
+	for i, g := range cc.PerNode {
+		if len(g) != 1 {
+			return cc.PerNode
+		}
+		flat[i] = g[0]
+	}
+	return flat
 }
 
 // ComponentIndex is one component's pool-global index string.
@@ -54,6 +80,18 @@ func (p PoolExport) MarshalJSON() ([]byte, error) {
 		buf.WriteString(`,"` + string(ci.Component) + `":`)
 		buf.Write(s)
 	}
+	if len(p.WorkerCounts) > 0 {
+		buf.WriteString(`,"worker_counts":{`)
+		for i, cc := range p.WorkerCounts {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			counts, _ := json.Marshal(cc.value())
+			buf.WriteString(`"` + string(cc.Component) + `":`)
+			buf.Write(counts)
+		}
+		buf.WriteByte('}')
+	}
 	buf.WriteByte('}')
 	return buf.Bytes(), nil
 }
@@ -80,6 +118,16 @@ func (p PoolExport) MarshalYAML() (any, error) {
 		add(string(ci.Component), ci.Index)
 		n.Content[len(n.Content)-1].Style = yaml.DoubleQuotedStyle
 	}
+	if len(p.WorkerCounts) > 0 {
+		cw := &yaml.Node{Kind: yaml.MappingNode}
+		for _, cc := range p.WorkerCounts {
+			var counts yaml.Node
+			_ = counts.Encode(cc.value())
+			counts.Style = yaml.FlowStyle
+			cw.Content = append(cw.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: string(cc.Component)}, &counts)
+		}
+		n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: "worker_counts"}, cw)
+	}
 	return n, nil
 }
 
@@ -98,26 +146,25 @@ func (p *Plan) ResourcePoolYAML() ([]byte, error) {
 	return buf.Bytes(), enc.Close()
 }
 
-// exportPools writes pools as rlightning's list. node_ids (and num_gpus
-// per node) are added wherever loading the list without them would pick
-// other nodes, so that loading the export reproduces the plan.
-func exportPools(pools []Pool, nodes []Node) []PoolExport {
-	sorted := make([]string, len(nodes))
+// exportPools writes pools as rlightning's list, from the pool API (index
+// strings as Pool.IndexString writes them). node_ids (and num_gpus per
+// node) are added wherever loading the list without them would pick other
+// nodes, and worker_counts for the components in counts (with their
+// groups' number), so that loading the export reproduces the plan; order
+// holds each pool's node positions in table, which is sorted by node id.
+func exportPools(pools []Pool, order [][]int32, table []*nodeState, counts [nComp]int) []PoolExport {
 	mixed := false
-	for i := range nodes {
-		sorted[i] = nodes[i].ID
-		mixed = mixed || nodes[i].GPUs != nodes[0].GPUs
+	for _, ns := range table {
+		mixed = mixed || ns.node.GPUs != table[0].node.GPUs
 	}
-	sort.Strings(sorted)
-	used := map[string]bool{}
+	used := make([]bool, len(table))
 	out := make([]PoolExport, 0, len(pools))
-	for _, p := range pools {
+	for k, p := range pools {
 		e := PoolExport{Name: p.Name, NumNode: len(p.Nodes)}
 		same := true
-		for i, n := range p.Nodes {
+		for _, n := range p.Nodes {
 			e.NumGPUs = append(e.NumGPUs, n.TotalGPUs)
 			same = same && n.TotalGPUs == p.Nodes[0].TotalGPUs
-			_ = i
 		}
 		if same && len(e.NumGPUs) > 0 {
 			e.NumGPUs = e.NumGPUs[:1]
@@ -125,51 +172,37 @@ func exportPools(pools []Pool, nodes []Node) []PoolExport {
 		if len(e.NumGPUs) == 0 {
 			e.NumGPUs = []int{0}
 		}
-		// Which nodes would rlightning pick without node_ids?
+		// Which nodes would rlightning pick without node_ids? The first
+		// ones by id that no earlier pool took.
 		needIDs := mixed || !same
-		if !needIDs {
-			k := 0
-			for _, id := range sorted {
-				if k == len(p.Nodes) {
-					break
-				}
-				if used[id] {
-					continue
-				}
-				if id != p.Nodes[k].NodeID {
-					needIDs = true
-					break
-				}
-				k++
+		next := 0
+		for _, at := range order[k] {
+			for next < len(used) && used[next] {
+				next++
 			}
-			needIDs = needIDs || k < len(p.Nodes)
+			needIDs = needIDs || int(at) != next
+			next++
 		}
-		ids := make([]string, len(p.Nodes))
-		for i, n := range p.Nodes {
-			ids[i] = n.NodeID
-			used[n.NodeID] = true
+		for _, at := range order[k] {
+			used[at] = true
 		}
 		if needIDs {
-			e.NodeIDs = ids
+			e.NodeIDs = make([]string, len(p.Nodes))
+			for i, n := range p.Nodes {
+				e.NodeIDs[i] = n.NodeID
+			}
 		}
 		for _, c := range gpuComponents {
-			var b []byte
-			off := 0
-			for _, n := range p.Nodes {
-				for _, r := range n.Allocations[c] {
-					if len(b) > 0 {
-						b = append(b, ", "...)
-					}
-					b = strconv.AppendInt(b, int64(r.First+off), 10)
-					if r.Last != r.First {
-						b = append(b, '-')
-						b = strconv.AppendInt(b, int64(r.Last+off), 10)
-					}
-				}
-				off += n.TotalGPUs
+			if s := p.IndexString(c); s != "" {
+				e.Indices = append(e.Indices, ComponentIndex{c, s})
 			}
-			if len(b) > 0 {
-				e.Indices = append(e.Indices, ComponentIndex{c, string(b)})
+		}
+		for ci, c := range gpuComponents {
+			if counts[ci] == 0 {
+				continue
+			}
+			if per := p.WorkerCounts(c, counts[ci]); per != nil {
+				e.WorkerCounts = append(e.WorkerCounts, ComponentCounts{c, per})
 			}
 		}
 		out = append(out, e)
@@ -192,6 +225,9 @@ func (p *PoolExport) UnmarshalJSON(b []byte) error {
 	for _, c := range gpuComponents {
 		if s, ok := raw[string(c)].(string); ok && s != "" {
 			p.Indices = append(p.Indices, ComponentIndex{c, s})
+		}
+		if counts := pc.WorkerCounts[c]; counts != nil {
+			p.WorkerCounts = append(p.WorkerCounts, ComponentCounts{c, counts})
 		}
 	}
 	return nil

@@ -35,7 +35,7 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 		add(Env, &spec.Scheduling.Env[i])
 	}
 	byComp := map[Component][]Worker{}
-	for _, w := range p.Workers {
+	for _, w := range p.Workers.Slice() {
 		byComp[w.Component] = append(byComp[w.Component], w)
 	}
 	for c, ds := range demands {
@@ -78,7 +78,7 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 	groups, forbidden := shareGroups(spec.Placement)
 	load := map[string]map[int]map[Component]float64{}
 	cpu := map[string]float64{}
-	for _, w := range p.Workers {
+	for _, w := range p.Workers.Slice() {
 		n := byID[w.NodeID]
 		if n == nil {
 			bad("%s[%d] on unknown node %s", w.Component, w.Index, w.NodeID)
@@ -155,7 +155,7 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 			home = map[Component]string{Train: GlobalPool, Buffer: GlobalPool, Eval: GlobalPool, Env: GlobalPool}
 		}
 	}
-	for _, w := range p.Workers {
+	for _, w := range p.Workers.Slice() {
 		if h, ok := home[w.Component]; ok && w.Pool != h {
 			bad("%s[%d] in pool %s, want %s", w.Component, w.Index, w.Pool, h)
 		}
@@ -191,7 +191,7 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 	// the train GPUs reserved for a buffer that uses CUDA.
 	if p.Mode != ModeManual {
 		held := map[string]bool{}
-		for _, w := range p.Workers {
+		for _, w := range p.Workers.Slice() {
 			for _, g := range w.GPUs {
 				held[fmt.Sprint(w.Pool, w.NodeID, w.Component, g)] = true
 			}

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"encoding/json"
 	"slices"
 	"strconv"
 	"time"
@@ -13,7 +14,7 @@ import (
 // the largest part of a replan.
 func (p *Plan) AppendJSON(b []byte) []byte {
 	// About 200 bytes a worker: grow once, not twenty times.
-	b = slices.Grow(b, 4096+200*len(p.Workers)+100*len(p.Pools)*8)
+	b = slices.Grow(b, 4096+200*p.Workers.Len()+100*len(p.Pools)*8)
 	b = append(b, `{"name":`...)
 	b = appendString(b, p.Name)
 	b = append(b, `,"revision":`...)
@@ -60,18 +61,7 @@ func (p *Plan) AppendJSON(b []byte) []byte {
 		b = append(b, ']')
 	}
 	b = append(b, `,"workers":`...)
-	if p.Workers == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i := range p.Workers {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = p.Workers[i].appendJSON(b)
-		}
-		b = append(b, ']')
-	}
+	b = p.Workers.appendJSON(b)
 	b = append(b, `,"storage_to_train_workers":`...)
 	if p.StorageToTrainWorkers == nil {
 		b = append(b, "null"...)
@@ -104,6 +94,21 @@ func (p *Plan) AppendJSON(b []byte) []byte {
 		}
 		b = append(b, ']')
 	}
+	b = append(b, `,"demands":`...)
+	b = appendDemands(b, p.Demands)
+	b = append(b, `,"capacity":{"gpus_required":`...)
+	b = appendFloat(b, p.Capacity.GPUsRequired)
+	b = append(b, `,"gpus_available":`...)
+	b = strconv.AppendInt(b, int64(p.Capacity.GPUsAvailable), 10)
+	b = append(b, `,"cpus_required":`...)
+	b = appendFloat(b, p.Capacity.CPUsRequired)
+	b = append(b, `,"cpus_available":`...)
+	b = appendFloat(b, p.Capacity.CPUsAvailable)
+	b = append(b, '}')
+	if len(p.Explanations) > 0 {
+		b = append(b, `,"explanations":`...)
+		b = appendExplanations(b, p.Explanations)
+	}
 	if len(p.Notes) > 0 {
 		b = append(b, `,"notes":[`...)
 		for i, n := range p.Notes {
@@ -123,6 +128,40 @@ func (p *Plan) AppendJSON(b []byte) []byte {
 		b = append(b, ']')
 	}
 	return append(b, '}')
+}
+
+func appendDemands(b []byte, ds []Demand) []byte {
+	if ds == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, d := range ds {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"component":`...)
+		b = appendString(b, string(d.Component))
+		b = append(b, `,"workers":`...)
+		b = strconv.AppendInt(b, int64(d.Workers), 10)
+		if d.Auto {
+			b = append(b, `,"auto":true`...)
+		}
+		b = append(b, `,"num_gpus":`...)
+		b = appendFloat(b, d.NumGPUs)
+		b = append(b, `,"num_cpus":`...)
+		b = appendFloat(b, d.NumCPUs)
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// appendExplanations is rare and small: encoding/json writes it.
+func appendExplanations(b []byte, xs []Explanation) []byte {
+	js, err := json.Marshal(xs)
+	if err != nil {
+		return append(b, "null"...)
+	}
+	return append(b, js...)
 }
 
 func appendPool(b []byte, pl Pool) []byte {
@@ -178,6 +217,24 @@ func appendPool(b []byte, pl Pool) []byte {
 			}
 			b = append(b, '}')
 		}
+		if len(n.UnhealthyGPUs) > 0 {
+			b = append(b, `,"unhealthy_gpus":`...)
+			b = appendInts(b, n.UnhealthyGPUs)
+		}
+		b = append(b, `,"worker_counts":{`...)
+		first := true
+		for _, c := range []Component{Train, Eval, Env} {
+			if counts := *n.WorkerCounts.Of(c); len(counts) > 0 {
+				if !first {
+					b = append(b, ',')
+				}
+				first = false
+				b = appendString(b, string(c))
+				b = append(b, ':')
+				b = appendInts(b, counts)
+			}
+		}
+		b = append(b, '}')
 		b = append(b, '}')
 	}
 	return append(b, "]}"...)

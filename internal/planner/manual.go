@@ -1,122 +1,286 @@
 package planner
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 )
 
 // ErrMixedNodesNeedIDs is rlightning's message for a manual pool without
 // node_ids on a cluster whose nodes differ in GPU count.
 const ErrMixedNodesNeedIDs = "Manual mode without specified node_ids requires per-node num_gpus to be a single value."
 
-// manual loads the spec's resource pools as rlightning does and packs the
-// workers into them. Unlike rlightning it refuses pools that leave a
-// component's workers without GPUs.
-func (b *build) manual() error {
-	if err := b.loadPools(); err != nil {
-		return err
-	}
-	for ci, d := range b.demands {
-		if gpusNeeded(d.groups) == 0 {
-			continue
+// manualPasses packs the workers into the spec's pools: pools in order,
+// nodes in pool order, on each node its components in order. A component
+// the pools give worker_counts is placed by them (placeCounted); the others
+// as rlightning packs, onto their GPUs there, workers without GPUs beside
+// them.
+func (e *engine) manualPasses() {
+	exact := e.exactCounts()
+	var queues [nComp][][]int
+	for ci, d := range e.demands {
+		if exact[ci] {
+			queues[ci] = e.queues(d)
 		}
-		given := false
-		for _, p := range b.pools {
-			for _, pn := range p.nodes {
-				given = given || len(pn.alloc[ci]) > 0
+	}
+	for _, p := range e.pools {
+		for _, en := range p.entries {
+			for ci, d := range e.demands {
+				switch {
+				case exact[ci]:
+					e.placeCounted(p, en, d, queues[ci])
+				case len(en.gpus[ci]) > 0:
+					e.fill(target{pool: p, entry: en}, en.at, d, en.gpus[ci])
+				}
 			}
 		}
-		if !given {
-			return &PlanError{fmt.Sprintf("Cannot place %s: %d workers, but no resource pool gives %s any GPUs", d.comp, d.total, d.comp)}
+	}
+	for ci, d := range e.demands {
+		if exact[ci] {
+			var left []int
+			for _, q := range queues[ci] {
+				left = append(left, q...)
+			}
+			slices.Sort(left)
+			d.only(left)
 		}
 	}
-	for _, p := range b.pools {
-		for _, pn := range p.nodes {
-			for ci, d := range b.demands {
-				if len(pn.alloc[ci]) == 0 || d.done() {
-					continue
+}
+
+// placeCounted places on a pool entry the workers its worker_counts give
+// it, group by group, larger workers first (first fit decreasing: the
+// counts come from a plan that fitted them there, in whatever order it
+// placed them). Each takes the next index of its group's queue.
+func (e *engine) placeCounted(p *poolRun, en *poolEntry, d *demand, queue [][]int) {
+	if en.counts[d.ci] == nil {
+		return
+	}
+	groups := make([]int, len(d.groups))
+	for g := range groups {
+		groups[g] = g
+	}
+	slices.SortStableFunc(groups, func(a, b int) int { return cmp.Compare(d.groups[b].NumGPUs, d.groups[a].NumGPUs) })
+	tg := target{pool: p, entry: en}
+	for _, gi := range groups {
+		g := d.groups[gi]
+		for en.placed[d.ci][gi] < en.counts[d.ci][gi] && len(queue[gi]) > 0 {
+			if !e.placeOne(tg, en, d, gi, g, queue[gi][0]) {
+				break
+			}
+			queue[gi] = queue[gi][1:]
+		}
+	}
+}
+
+// queues lists, per group, the indices d has still to place.
+func (e *engine) queues(d *demand) [][]int {
+	out := make([][]int, len(d.groups))
+	for ; !d.done(); d.advance() {
+		out[d.gi] = append(out[d.gi], d.index())
+	}
+	return out
+}
+
+// placeOne places worker index of group gi on the entry's node: first fit
+// on the component's GPUs there, under the same checks as fill. It
+// reports whether the worker fitted, and notes the node when not.
+func (e *engine) placeOne(tg target, en *poolEntry, d *demand, gi int, g WorkerGroup, index int) bool {
+	ns := e.mut(en.at)
+	cpus := g.NumCPUs
+	if d.ci == 0 && e.hasBuffer && ns.count[0] == 0 {
+		cpus += e.bufferCPUs
+	}
+	if cpus > ns.cpuLeft+eps {
+		ns.note(d.comp, ReasonCPUsExhausted)
+		return false
+	}
+	count, frac := gpuCount(g)
+	var held []int
+	if count > 0 {
+		pos := 0
+		if held = e.pick(ns, d.ci, en.gpus[d.ci], &pos, count, frac); held == nil {
+			ns.note(d.comp, ReasonNoFreeGPUs)
+			return false
+		}
+	}
+	e.record(tg, en.at, ns, d.ci, index, gi, g, held, nil, frac, cpus)
+	return true
+}
+
+// exactCounts says, per component, whether the pools give it
+// worker_counts.
+func (e *engine) exactCounts() [nComp]bool {
+	var out [nComp]bool
+	for _, pc := range e.spec.ResourcePool {
+		for ci, c := range gpuComponents {
+			out[ci] = out[ci] || pc.WorkerCounts[c] != nil
+		}
+	}
+	return out
+}
+
+// checkManual refuses pools that leave a component's workers nowhere to
+// go, naming the component (rlightning silently leaves them unplaced),
+// and worker_counts that do not add up to the spec's groups.
+func (e *engine) checkManual() error {
+	exact := e.exactCounts()
+	for ci, d := range e.demands {
+		if d.asked == 0 {
+			continue
+		}
+		gpus := false
+		sums := make([]int, len(d.groups))
+		for _, p := range e.pools {
+			for _, en := range p.entries {
+				gpus = gpus || len(en.alloc[ci]) > 0
+				for gi, k := range en.counts[ci] {
+					sums[gi] += k
 				}
-				gpus := make([]int, 0, len(pn.alloc[ci]))
-				for _, g := range pn.alloc[ci] {
-					if pn.ns.node.Healthy(g) {
-						gpus = append(gpus, g)
-					}
-				}
-				b.pk.fill(p.name, pn.ns, d, gpus)
+			}
+		}
+		needGPUs := gpusNeeded(d.groups) > 0
+		switch {
+		case needGPUs && !gpus:
+			e.passedBy(ci, ReasonNoPoolGPUs, "")
+			return &PlanError{Msg: fmt.Sprintf("Cannot place %s: %d workers, but no resource pool gives %s any GPUs", d.comp, d.asked, d.comp)}
+		case !exact[ci] && !gpus:
+			e.passedBy(ci, ReasonNoPoolGPUs, "")
+			return &PlanError{Msg: fmt.Sprintf("Cannot place %s: %d workers without GPUs, but no resource pool gives %s GPUs to place them beside, or worker_counts", d.comp, d.asked, d.comp)}
+		}
+		for gi, g := range d.groups {
+			if exact[ci] && sums[gi] != g.WorkerNum {
+				return fieldErr("resource_pool", "worker_counts give %s %s %d workers; the spec asks for %d", d.comp, groupName(d.comp, gi), sums[gi], g.WorkerNum)
 			}
 		}
 	}
 	return nil
 }
 
+// groupName names group gi of component c as the spec does.
+func groupName(c Component, gi int) string {
+	if c == Env {
+		return fmt.Sprintf("scheduling.env[%d]", gi)
+	}
+	return "scheduling." + string(c)
+}
+
 // loadPools reads rlightning's resource_pool list: each pool's nodes are
 // its node_ids or, without them, the first nodes by id that no earlier
 // pool took; index strings are pool-global, each node offset by the GPUs
 // of the nodes before it.
-func (b *build) loadPools() error {
-	ids := make([]string, 0, len(b.states))
+func (e *engine) loadPools() error {
 	mixed := false
-	for _, ns := range b.states {
-		ids = append(ids, ns.node.ID)
-		mixed = mixed || ns.node.GPUs != b.states[0].node.GPUs
+	for _, ns := range e.table {
+		mixed = mixed || ns.node.GPUs != e.table[0].node.GPUs
 	}
-	sort.Strings(ids)
-	used := map[string]bool{}
-	for i, pc := range b.spec.ResourcePool {
+	used := make([]bool, len(e.table))
+	for i, pc := range e.spec.ResourcePool {
 		field := fmt.Sprintf("resource_pool[%d]", i)
-		var nodes []string
-		if pc.NodeIDs != nil {
-			nodes = pc.NodeIDs
-			for j, id := range nodes {
-				if b.byID[id] == nil {
-					return fieldErr(fmt.Sprintf("%s.node_ids[%d]", field, j), "node %q is not in the inventory", id)
-				}
-			}
-		} else {
-			if mixed || pc.NumGPUsList {
-				return &PlanError{ErrMixedNodesNeedIDs}
-			}
-			for _, id := range ids {
-				if len(nodes) == pc.NumNode {
-					break
-				}
-				if !used[id] {
-					nodes = append(nodes, id)
-				}
-			}
-			if len(nodes) < pc.NumNode {
-				return &PlanError{fmt.Sprintf("Not enough nodes for resource pool %q: num_node is %d, %d unused nodes left", pc.Name, pc.NumNode, len(nodes))}
-			}
+		nodes, err := e.poolNodes(field, pc, mixed, used)
+		if err != nil {
+			return err
 		}
-		p := b.pool(pc.Name)
+		p := &poolRun{name: pc.Name, auto: -1}
 		offsets := make([]int, len(nodes)+1)
-		for j, id := range nodes {
-			used[id] = true
-			n := b.byID[id].node
+		for j, at := range nodes {
+			used[at] = true
+			n := e.table[at].node
 			want := pc.NumGPUs[0]
 			if pc.NumGPUsList {
 				want = pc.NumGPUs[j]
 			}
 			if want != n.GPUs {
-				return fieldErr(field+".num_gpus", "says %d GPUs for node %s, which has %d", want, id, n.GPUs)
+				return fieldErr(field+".num_gpus", "says %d GPUs for node %s, which has %d", want, n.ID, n.GPUs)
 			}
 			offsets[j+1] = offsets[j] + n.GPUs
-			p.node(b.byID[id])
-		}
-		for ci, c := range gpuComponents {
-			for _, r := range pc.Ranges[c] {
-				if r.Last >= offsets[len(nodes)] {
-					return fieldErr(field+"."+string(c), "index %d is beyond the pool's %d GPUs (0-%d)", r.Last, offsets[len(nodes)], offsets[len(nodes)]-1)
+			en := &poolEntry{at: at}
+			for ci, c := range gpuComponents {
+				groups := len(e.demands[ci].groups)
+				en.placed[ci] = make([]int, groups)
+				if counts := pc.WorkerCounts[c]; counts != nil {
+					if len(counts[j]) != groups {
+						return fieldErr(fmt.Sprintf("%s.worker_counts.%s[%d]", field, c, j), "gives %d counts; want one per scheduling group of %s (%d)", len(counts[j]), c, groups)
+					}
+					en.counts[ci] = counts[j]
 				}
-				for j := range nodes {
-					lo, hi := max(r.First, offsets[j]), min(r.Last, offsets[j+1]-1)
-					for g := lo; g <= hi; g++ {
-						pn := p.nodes[j]
-						pn.alloc[ci] = append(pn.alloc[ci], g-offsets[j])
+			}
+			p.entries = append(p.entries, en)
+		}
+		if err := e.loadRanges(field, pc, p, offsets); err != nil {
+			return err
+		}
+		e.pools = append(e.pools, p)
+	}
+	return e.checkManual()
+}
+
+// poolNodes resolves the nodes of pool pc.
+func (e *engine) poolNodes(field string, pc PoolConfig, mixed bool, used []bool) ([]int32, error) {
+	var nodes []int32
+	if pc.NodeIDs != nil {
+		for j, id := range pc.NodeIDs {
+			at := e.find(id)
+			if at < 0 {
+				return nil, fieldErr(fmt.Sprintf("%s.node_ids[%d]", field, j), "node %q is not in the inventory", id)
+			}
+			nodes = append(nodes, at)
+		}
+		return nodes, nil
+	}
+	if mixed || pc.NumGPUsList {
+		return nil, &PlanError{Msg: ErrMixedNodesNeedIDs}
+	}
+	for at := range e.table {
+		if len(nodes) == pc.NumNode {
+			break
+		}
+		if !used[at] {
+			nodes = append(nodes, int32(at))
+		}
+	}
+	if len(nodes) < pc.NumNode {
+		return nil, &PlanError{Msg: fmt.Sprintf("Not enough nodes for resource pool %q: num_node is %d, %d unused nodes left", pc.Name, pc.NumNode, len(nodes))}
+	}
+	return nodes, nil
+}
+
+// loadRanges splits the pool-global index strings among the pool's nodes.
+func (e *engine) loadRanges(field string, pc PoolConfig, p *poolRun, offsets []int) error {
+	last := offsets[len(offsets)-1]
+	for ci, c := range gpuComponents {
+		for _, r := range pc.Ranges[c] {
+			if r.Last >= last {
+				return fieldErr(field+"."+string(c), "index %d is beyond the pool's %d GPUs (0-%d)", r.Last, last, last-1)
+			}
+			for j, en := range p.entries {
+				lo, hi := max(r.First, offsets[j]), min(r.Last, offsets[j+1]-1)
+				if lo > hi {
+					continue
+				}
+				n := e.table[en.at].node
+				for g := lo - offsets[j]; g <= hi-offsets[j]; g++ {
+					en.alloc[ci] = append(en.alloc[ci], g)
+					if n.Healthy(g) {
+						en.gpus[ci] = append(en.gpus[ci], g)
 					}
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// entryOf is the manual pool entry named pool for node at, or nil.
+func (e *engine) entryOf(pool string, at int32) (*poolRun, *poolEntry) {
+	for _, p := range e.pools {
+		if p.name != pool {
+			continue
+		}
+		for _, en := range p.entries {
+			if en.at == at {
+				return p, en
+			}
+		}
+	}
+	return nil, nil
 }

@@ -1,13 +1,17 @@
 package planner
 
 import (
-	"sort"
+	"slices"
 )
 
 // eps absorbs float error when fractional shares are summed (0.1 * 10).
 const eps = 1e-9
 
-// Node is what the planner knows of one machine.
+// nComp is the number of components that hold GPUs: train, eval, env.
+const nComp = len(gpuComponents)
+
+// Node is what the planner knows of one machine. The planner keeps
+// references to its slices: do not change them after planning.
 type Node struct {
 	ID   string
 	IP   string
@@ -22,100 +26,220 @@ type Node struct {
 
 // Healthy reports whether GPU i may be given work.
 func (n *Node) Healthy(i int) bool {
-	for _, u := range n.Unhealthy {
-		if u == i {
+	return !slices.Contains(n.Unhealthy, i)
+}
+
+// hasUUIDs reports whether the node names every GPU by UUID.
+func (n *Node) hasUUIDs() bool { return len(n.GPUUUIDs) == n.GPUs && n.GPUs > 0 }
+
+// sameFacts reports whether a and b describe the machine alike, so that a
+// plan made for one holds for the other.
+func sameFacts(a, b *Node) bool {
+	return a.ID == b.ID && a.IP == b.IP && a.CPUs == b.CPUs && a.GPUs == b.GPUs &&
+		slices.Equal(a.Unhealthy, b.Unhealthy) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs)
+}
+
+// slotRange is consecutive worker slots on one node.
+type slotRange struct{ first, n int32 }
+
+// nodeNote is a reason recorded against a node, for one component or
+// (comp "") the node as a whole.
+type nodeNote struct {
+	comp   Component
+	reason string
+}
+
+// nodeState is one node during a run and in the plan it makes: what each
+// component holds of each GPU, the CPUs left, the workers it hosts, and
+// the reasons recorded against it. A plan's states are read-only; a later
+// run shares those of nodes it does not touch and copies the others on
+// their first write (engine.mut).
+type nodeState struct {
+	owner  *engine
+	node   *Node
+	usable []int // healthy GPU indices, ascending; never written
+	// free counts usable GPUs that no component holds and no buffer has
+	// reserved.
+	free  int
+	share [nComp][]float64
+	// resv marks GPUs reserved in the train range for a buffer that uses
+	// CUDA, as rlightning reserves them; nil when none are.
+	resv    []bool
+	cpuLeft float64
+	count [nComp]int32 // workers of each component here
+	// gcount counts them per scheduling group.
+	gcount [nComp][]int32
+	// firstTrain is the lowest train index here, -1 for none; buffers are
+	// numbered in this order.
+	firstTrain int
+	slots      []slotRange
+	notes      []nodeNote
+	buffer     int // buffer index here, -1 for none
+	// doc caches the node's entry in each auto pool of the plan document.
+	doc [2]*PoolNode
+}
+
+// newStates sets up states for nodes from a few shared slabs: at ten
+// thousand nodes, per-node allocations cost more than the planning.
+// groups is the number of scheduling groups of each component.
+func newStates(nodes []Node, owner *engine, groups [nComp]int) []*nodeState {
+	total := 0
+	for i := range nodes {
+		total += nodes[i].GPUs
+	}
+	perNode := groups[0] + groups[1] + groups[2]
+	slab := make([]nodeState, len(nodes))
+	usable := make([]int, 0, total)
+	shares := make([]float64, nComp*total)
+	counts := make([]int32, perNode*len(nodes))
+	out := make([]*nodeState, len(nodes))
+	off := 0
+	for i := range nodes {
+		n := &nodes[i]
+		ns := &slab[i]
+		*ns = nodeState{owner: owner, node: n, cpuLeft: n.CPUs, firstTrain: -1, buffer: -1}
+		start := len(usable)
+		for g := 0; g < n.GPUs; g++ {
+			if len(n.Unhealthy) == 0 || n.Healthy(g) {
+				usable = append(usable, g)
+			}
+		}
+		ns.usable = usable[start:len(usable):len(usable)]
+		ns.free = len(ns.usable)
+		for c := range ns.share {
+			at := c*total + off
+			ns.share[c] = shares[at : at+n.GPUs : at+n.GPUs]
+		}
+		off += n.GPUs
+		for c, k := range groups {
+			ns.gcount[c], counts = counts[:k:k], counts[k:]
+		}
+		if len(ns.usable) < n.GPUs {
+			ns.notes = append(ns.notes, nodeNote{"", ReasonUnhealthyGPU})
+		}
+		out[i] = ns
+	}
+	return out
+}
+
+// clone copies the state for owner to write.
+func (ns *nodeState) clone(owner *engine) *nodeState {
+	c := *ns
+	c.owner = owner
+	n := ns.node.GPUs
+	shares := make([]float64, nComp*n)
+	for i := range c.share {
+		c.share[i] = shares[i*n : (i+1)*n : (i+1)*n]
+		copy(c.share[i], ns.share[i])
+	}
+	if ns.resv != nil {
+		c.resv = slices.Clone(ns.resv)
+	}
+	for i := range c.gcount {
+		c.gcount[i] = slices.Clone(ns.gcount[i])
+	}
+	c.slots = slices.Clip(ns.slots)
+	c.notes = slices.Clip(ns.notes)
+	c.doc = [2]*PoolNode{}
+	return &c
+}
+
+// wholly reports whether GPU g is held by no component and reserved for
+// no buffer.
+func (ns *nodeState) wholly(g int) bool {
+	if ns.resv != nil && ns.resv[g] {
+		return false
+	}
+	for c := range ns.share {
+		if ns.share[c][g] > eps {
 			return false
 		}
 	}
 	return true
 }
 
-// UsableGPUs is the number of healthy GPUs.
-func (n *Node) UsableGPUs() int {
-	c := 0
-	for i := 0; i < n.GPUs; i++ {
-		if n.Healthy(i) {
-			c++
+// partial reports whether component ci holds part of a GPU with room left.
+func (ns *nodeState) partial(ci int) bool {
+	for _, g := range ns.usable {
+		if s := ns.share[ci][g]; s > eps && s < 1-eps {
+			return true
 		}
 	}
-	return c
+	return false
 }
 
-// nodeState is a node during one planning run: which GPUs are still free
-// (a cursor over the healthy ones, as rlightning's gpu_cursor), the CPUs
-// left, and how much of each GPU each component holds.
-type nodeState struct {
-	node     *Node
-	usable   []int
-	cursor   int
-	cpuLeft  float64
-	share    [len(gpuComponents)][]float64
-	hasTrain bool
-	// pools[i] is this node's entry in the run's i-th pool, if any.
-	pools []*poolNodeBuild
-}
-
-func newNodeState(n *Node) *nodeState {
-	ns := &nodeState{}
-	initNodeState(ns, n, make([]int, 0, n.GPUs))
-	return ns
-}
-
-// newNodeStates sets up every node from a few shared slabs: at ten
-// thousand nodes, per-node allocations cost more than the planning.
-func newNodeStates(nodes []Node) []*nodeState {
-	total := 0
-	for i := range nodes {
-		total += nodes[i].GPUs
+// hasRoom reports whether any component could still get a GPU here.
+func (ns *nodeState) hasRoom() bool {
+	if ns.free > 0 {
+		return true
 	}
-	slab := make([]nodeState, len(nodes))
-	gpus := make([]int, 0, total)
-	shares := make([]float64, len(gpuComponents)*total)
-	out := make([]*nodeState, len(nodes))
-	off := 0 // into shares: every GPU has a slot, healthy or not
-	for i := range nodes {
-		ns := &slab[i]
-		start := len(gpus)
-		initNodeState(ns, &nodes[i], gpus[start:start:start+nodes[i].GPUs])
-		gpus = gpus[:start+len(ns.usable)]
-		for c := range ns.share {
-			at := c*total + off
-			ns.share[c] = shares[at : at+nodes[i].GPUs : at+nodes[i].GPUs]
+	for ci := range ns.share {
+		if ns.count[ci] > 0 && ns.partial(ci) {
+			return true
 		}
-		off += nodes[i].GPUs
-		out[i] = ns
+	}
+	return false
+}
+
+// hosts reports whether the node hosts any worker of the components in
+// mask (bit ci).
+func (ns *nodeState) hosts(mask uint8) bool {
+	for ci := range ns.count {
+		if mask&(1<<ci) != 0 && ns.count[ci] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// reserved lists the GPUs reserved for a buffer, ascending.
+func (ns *nodeState) reserved() []int {
+	var out []int
+	for g, r := range ns.resv {
+		if r {
+			out = append(out, g)
+		}
 	}
 	return out
 }
 
-func initNodeState(ns *nodeState, n *Node, usable []int) {
-	ns.node, ns.cpuLeft = n, n.CPUs
-	ns.usable = usable
-	for i := 0; i < n.GPUs; i++ {
-		if len(n.Unhealthy) == 0 || n.Healthy(i) {
-			ns.usable = append(ns.usable, i)
-		}
+// note records reason against the node once.
+func (ns *nodeState) note(c Component, reason string) {
+	k := nodeNote{c, reason}
+	if !slices.Contains(ns.notes, k) {
+		ns.notes = append(ns.notes, k)
 	}
 }
 
-// free is the healthy GPUs at and after the cursor.
-func (ns *nodeState) free() []int { return ns.usable[ns.cursor:] }
-
-func (ns *nodeState) shares(c int) []float64 {
-	if ns.share[c] == nil {
-		ns.share[c] = make([]float64, ns.node.GPUs)
+// addSlot records worker slot s on the node.
+func (ns *nodeState) addSlot(s int) {
+	if k := len(ns.slots) - 1; k >= 0 && int(ns.slots[k].first+ns.slots[k].n) == s {
+		ns.slots[k].n++
+		return
 	}
-	return ns.share[c]
+	ns.slots = append(ns.slots, slotRange{int32(s), 1})
 }
 
-// sortNodes orders nodes as rlightning visits them: most GPUs first, ties
-// by node id. Usable GPUs count, so a node with a dead GPU ranks as smaller.
-func sortNodes(states []*nodeState) {
-	sort.SliceStable(states, func(i, j int) bool {
-		a, b := len(states[i].usable), len(states[j].usable)
-		if a != b {
-			return a > b
-		}
-		return states[i].node.ID < states[j].node.ID
-	})
+// rankOrder is the order rlightning visits nodes in: most usable GPUs
+// first, ties by node id (table is sorted by id). A counting sort: at
+// twenty thousand nodes a comparison sort of ids is a visible cost.
+func rankOrder(table []*nodeState, src []int32) []int32 {
+	most := 0
+	for _, at := range src {
+		most = max(most, len(table[at].usable))
+	}
+	counts := make([]int, most+2)
+	for _, at := range src {
+		counts[most-len(table[at].usable)+1]++
+	}
+	for i := 1; i < len(counts); i++ {
+		counts[i] += counts[i-1]
+	}
+	out := make([]int32, len(src))
+	for _, at := range src {
+		k := most - len(table[at].usable)
+		out[counts[k]] = at
+		counts[k]++
+	}
+	return out
 }

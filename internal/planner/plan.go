@@ -1,8 +1,9 @@
 package planner
 
 import (
-	"fmt"
+	"errors"
 	"math"
+	"reflect"
 	"strconv"
 	"time"
 )
@@ -29,6 +30,30 @@ type PoolNode struct {
 	TotalGPUs   int                   `json:"total_gpus"`
 	TotalCPUs   float64               `json:"total_cpus"`
 	Allocations map[Component][]Range `json:"allocations"`
+	// UnhealthyGPUs are the node's GPUs that get no work.
+	UnhealthyGPUs []int `json:"unhealthy_gpus,omitempty"`
+	// WorkerCounts counts the workers of each component here, per
+	// scheduling group.
+	WorkerCounts GroupCounts `json:"worker_counts"`
+}
+
+// GroupCounts holds a count per scheduling group of each component: one
+// for train and eval, one per entry of scheduling.env.
+type GroupCounts struct {
+	Train []int `json:"train,omitempty"`
+	Eval  []int `json:"eval,omitempty"`
+	Env   []int `json:"env,omitempty"`
+}
+
+// Of is component c's counts.
+func (g *GroupCounts) Of(c Component) *[]int {
+	switch c {
+	case Train:
+		return &g.Train
+	case Eval:
+		return &g.Eval
+	}
+	return &g.Env
 }
 
 // Pool is a named resource pool with its nodes in pool order.
@@ -38,7 +63,9 @@ type Pool struct {
 }
 
 // Plan is the plan document of the contract: the pools, every worker's
-// place, and, when no valid plan exists, why.
+// place, and why: a valid plan explains the constraints that shaped it, an
+// invalid one carries its error, the reasons and the spec's demands, and
+// no placement.
 type Plan struct {
 	Name                  string           `json:"name"`
 	Revision              int              `json:"revision"`
@@ -51,13 +78,22 @@ type Plan struct {
 	Error                 string           `json:"error"`
 	ResourcePool          []PoolExport     `json:"resource_pool"`
 	Pools                 []Pool           `json:"pools"`
-	Workers               []Worker         `json:"workers"`
+	Workers               Workers          `json:"workers"`
 	StorageToTrainWorkers map[string][]int `json:"storage_to_train_workers"`
 	// Moved counts workers whose place changed from the previous revision.
 	Moved    int      `json:"moved"`
 	Warnings []string `json:"warnings,omitempty"`
-	// Notes say which nodes were passed over and why.
+	// Demands are the spec's scheduling entries; Capacity its arithmetic.
+	Demands  []Demand `json:"demands"`
+	Capacity Capacity `json:"capacity"`
+	// Explanations say, per component, why it is placed as it is.
+	Explanations []Explanation `json:"explanations,omitempty"`
+	// Notes are the reasons recorded against each node.
 	Notes []Note `json:"notes,omitempty"`
+
+	// state is the run's state, for the next incremental plan; nil for a
+	// plan read back from JSON.
+	state *planState
 }
 
 // PlanError is a reason no valid plan exists.
@@ -65,33 +101,17 @@ type PlanError struct{ Msg string }
 
 func (e *PlanError) Error() string { return e.Msg }
 
-// Compute plans spec on nodes. It always returns a plan document; when no
-// valid plan exists the document has Valid false and Error set, and the
-// error is returned as well.
+// Compute plans spec on nodes afresh. It always returns a plan document;
+// when no valid plan exists the document has Valid false and Error set,
+// and the error is returned as well.
 func Compute(spec *Spec, nodes []Node) (*Plan, error) {
 	return ComputeWith(spec, nodes, Options{})
 }
 
-// Options tune a planning run.
-type Options struct {
-	// PoolsOnly plans as usual but leaves Workers and
-	// StorageToTrainWorkers empty: enough for the rlightning export, and at
-	// ten thousand nodes several times cheaper.
-	PoolsOnly bool
-}
-
 // ComputeWith is Compute with options.
 func ComputeWith(spec *Spec, nodes []Node, opt Options) (*Plan, error) {
-	b := newBuild(spec, nodes, opt)
-	err := b.run()
-	doc := b.document()
-	if err != nil {
-		doc.Valid = false
-		doc.Error = err.Error()
-		return doc, err
-	}
-	doc.Valid = true
-	return doc, nil
+	e := newEngine(spec, opt)
+	return e.finish(e.run(nodes))
 }
 
 // Validate reports whether spec can be planned on nodes, and if not, why.
@@ -101,305 +121,115 @@ func Validate(spec *Spec, nodes []Node) error {
 	return err
 }
 
-// build is one planning run.
-type build struct {
-	spec    *Spec
-	nodes   []Node
-	states  []*nodeState
-	byID    map[string]*nodeState
-	pools   []*poolBuild
-	pk      packer
-	demands [len(gpuComponents)]*demand
-	notes   notes
-	// reserve is GPUs still to reserve at the end of the train range for a
-	// buffer that uses CUDA, as rlightning does.
-	reserve  int
-	warnings []string
-	buffers  []Worker
-	s2t      map[string][]int
-}
-
-type poolBuild struct {
-	name  string
-	num   int // position among the run's pools
-	nodes []*poolNodeBuild
-	slab  []poolNodeBuild
-}
-
-type poolNodeBuild struct {
-	ns    *nodeState
-	alloc [len(gpuComponents)][]int
-}
-
-// has returns the node's entry in the pool, or nil.
-func (p *poolBuild) has(ns *nodeState) *poolNodeBuild {
-	if p.num < len(ns.pools) {
-		return ns.pools[p.num]
+// Replan plans spec on nodes with prev as a preference: each worker of
+// prev whose node, GPUs, UUIDs and CPUs still pass every check a new
+// placement meets keeps them, and only the others (the displaced) are
+// placed, by the same engine and rules as a fresh plan. A node joining
+// therefore moves nobody. Where prev cannot be the base (none, not valid,
+// another placement) or the displaced cannot all be placed, Replan plans
+// afresh and says why in the Change. Moved is set either way. Like
+// Compute it always returns a document and, when no valid plan exists,
+// the error too.
+func Replan(prev *Plan, spec *Spec, nodes []Node) (*Plan, *Change, error) {
+	if why := freshWhy(prev, spec); why != "" {
+		return fresh(prev, spec, nodes, why)
 	}
-	return nil
-}
-
-func (p *poolBuild) node(ns *nodeState) *poolNodeBuild {
-	if pn := p.has(ns); pn != nil {
-		return pn
+	e := newEngine(spec, Options{})
+	e.prev, e.prevState = prev, prev.state
+	err := e.run(nodes)
+	var short *shortfallError
+	if errors.As(err, &short) {
+		return fresh(prev, spec, nodes, "the incremental plan could not place every worker: "+err.Error())
 	}
-	if len(p.slab) == cap(p.slab) {
-		p.slab = make([]poolNodeBuild, 0, max(64, len(p.nodes)))
+	doc, err := e.finish(err)
+	ch := &Change{Displaced: e.displaced}
+	if err != nil {
+		return doc, ch, err
 	}
-	p.slab = append(p.slab, poolNodeBuild{ns: ns})
-	pn := &p.slab[len(p.slab)-1]
-	p.nodes = append(p.nodes, pn)
-	for len(ns.pools) <= p.num {
-		ns.pools = append(ns.pools, nil)
-	}
-	ns.pools[p.num] = pn
-	return pn
-}
-
-func (b *build) pool(name string) *poolBuild {
-	p := &poolBuild{name: name, num: len(b.pools)}
-	b.pools = append(b.pools, p)
-	return p
-}
-
-func newBuild(spec *Spec, nodes []Node, opt Options) *build {
-	b := &build{spec: spec, nodes: nodes, byID: make(map[string]*nodeState, len(nodes))}
-	b.pk.poolsOnly = opt.PoolsOnly
-	b.states = newNodeStates(nodes)
-	for i, ns := range b.states {
-		b.byID[nodes[i].ID] = ns
-		if len(ns.usable) < nodes[i].GPUs {
-			b.notes.add(nodes[i].ID, "", ReasonUnhealthyGPU)
-		}
-	}
-	b.pk.notes = &b.notes
-	sc := spec.Scheduling
-	b.demands[0] = newDemand(0, groupList(sc.Train))
-	b.demands[1] = newDemand(1, groupList(sc.Eval))
-	b.demands[2] = newDemand(2, sc.Env)
-	if sc.Buffer != nil && b.demands[0].total > 0 {
-		b.pk.hasBuffer = true
-		b.pk.bufferCPUs = sc.Buffer.NumCPUs
-		b.reserve = b.bufferReserve()
-	}
-	return b
-}
-
-func groupList(g *WorkerGroup) []WorkerGroup {
-	if g == nil {
-		return nil
-	}
-	return []WorkerGroup{*g}
-}
-
-// bufferReserve is the GPUs rlightning adds to the train range for the
-// configured buffer workers (worker_num x num_gpus); "auto" counts as one.
-func (b *build) bufferReserve() int {
-	bf := b.spec.Scheduling.Buffer
-	n := bf.WorkerNum
-	if bf.Auto {
-		n = 1
-	}
-	return int(math.Ceil(float64(n)*bf.NumGPUs - eps))
-}
-
-func (b *build) run() error {
-	// The arithmetic goes first: it needs only totals, while recording
-	// workers needs memory for every one a spec asks for.
-	if err := b.checkCPUs(); err != nil {
-		return err
-	}
-	auto := b.spec.Placement.Mode != ModeManual
-	if auto {
-		if err := b.checkGPUs(); err != nil {
-			return err
-		}
-		if err := b.checkWorkerSize(); err != nil {
-			return err
-		}
-	}
-	b.pk.reserve(b.demands, min(len(b.nodes), b.demands[0].total))
-	var err error
-	if !auto {
-		err = b.manual()
+	if e.fast {
+		doc.Moved = e.moved() + e.bufferMoves
 	} else {
-		sortNodes(b.states)
-		if b.spec.Placement.Strategy == StrategyColocate {
-			b.colocate()
-		} else {
-			b.disaggregate()
-		}
+		doc.Moved = CountMoved(prev, doc)
 	}
+	return doc, ch, nil
+}
+
+func fresh(prev *Plan, spec *Spec, nodes []Node, why string) (*Plan, *Change, error) {
+	doc, err := Compute(spec, nodes)
+	if err == nil {
+		doc.Moved = CountMoved(prev, doc)
+	}
+	return doc, &Change{Fresh: true, FreshWhy: why}, err
+}
+
+// freshWhy says why prev cannot be the base of an incremental plan for
+// spec, or "" when it can.
+func freshWhy(prev *Plan, spec *Spec) string {
+	sp := spec.Placement
+	switch {
+	case prev == nil:
+		return "first plan"
+	case !prev.Valid:
+		return "the previous plan was not valid"
+	case prev.Mode != sp.Mode:
+		return "placement changed"
+	case sp.Mode != ModeManual && (prev.Strategy != sp.Strategy || prev.EnvStrategy != sp.EnvStrategy):
+		return "placement changed"
+	}
+	return ""
+}
+
+// run places the spec: the arithmetic first, then (incremental) the
+// previous plan's workers where they still fit, then the passes.
+func (e *engine) run(nodes []Node) error {
+	order, err := sortedNodes(nodes)
 	if err != nil {
 		return err
 	}
-	for _, d := range b.demands {
-		if !d.done() {
-			return b.shortfall(d)
+	e.fast = e.prev != nil && e.prevState.reusable(e.spec)
+	if e.fast {
+		e.adoptFast(nodes, order)
+	} else {
+		e.loadAll(nodes, order)
+		if !e.opt.PoolsOnly {
+			e.store = newStore(e.slots)
 		}
 	}
-	b.placeBuffers()
-	return nil
-}
-
-// required is rlightning's GPU arithmetic, with each component counted as
-// the packing needs it.
-func (b *build) required() float64 {
-	sc := b.spec.Scheduling
-	train := 0
-	if b.demands[0].total > 0 {
-		train = gpusNeeded(b.demands[0].groups) + b.reserve
+	if err := e.checkCapacity(); err != nil {
+		return err
 	}
-	eval := gpusNeeded(b.demands[1].groups)
-	env := gpusNeeded(sc.Env)
-	rollout := eval + env
-	if b.spec.Placement.EnvStrategy == EnvStrategyDeviceColocate {
-		rollout = max(eval, env)
-	}
-	if b.spec.Placement.Strategy == StrategyColocate {
-		return float64(max(train, rollout))
-	}
-	return float64(train + rollout)
-}
-
-func (b *build) checkGPUs() error {
-	avail := 0
-	for _, ns := range b.states {
-		avail += len(ns.usable)
-	}
-	if req := b.required(); req > float64(avail) {
-		return &PlanError{fmt.Sprintf("Insufficient GPUs: required %s, available %d", pyFloat(req), avail)}
-	}
-	return nil
-}
-
-func (b *build) checkCPUs() error {
-	sc := b.spec.Scheduling
-	req := 0.0
-	for _, d := range b.demands {
-		for _, g := range d.groups {
-			req += float64(g.WorkerNum) * g.NumCPUs
+	if e.rules.manual {
+		if err := e.loadPools(); err != nil {
+			return err
 		}
 	}
-	if sc.Buffer != nil && b.demands[0].total > 0 {
-		n := sc.Buffer.WorkerNum
-		if sc.Buffer.Auto {
-			n = 1
+	src := e.room
+	switch {
+	case e.fast:
+	case e.prev != nil:
+		e.adoptSlow()
+		src = e.room
+	default:
+		src = make([]int32, len(e.table))
+		for i := range src {
+			src[i] = int32(i)
 		}
-		req += float64(n) * sc.Buffer.NumCPUs
 	}
-	avail := 0.0
-	for _, ns := range b.states {
-		avail += ns.node.CPUs
-	}
-	if req > avail+eps {
-		return &PlanError{fmt.Sprintf("Insufficient CPUs: required %s, available %s", pyFloat(req), pyFloat(avail))}
+	e.attempted = true
+	e.place(rankOrder(e.table, src))
+	if err := e.shortfall(); err != nil {
+		return &shortfallError{err}
 	}
 	return nil
 }
 
-// checkWorkerSize refuses a multi-GPU worker no node can hold, since a
-// worker never spans nodes.
-func (b *build) checkWorkerSize() error {
-	largest, largestID := 0, ""
-	for _, ns := range b.states {
-		if len(ns.usable) > largest {
-			largest, largestID = len(ns.usable), ns.node.ID
-		}
-	}
-	for _, d := range b.demands {
-		for _, g := range d.groups {
-			if k := int(math.Round(g.NumGPUs)); g.NumGPUs > 1 && k > largest {
-				where := "no node has usable GPUs"
-				if largestID != "" {
-					where = fmt.Sprintf("the largest node, %s, has %d usable", largestID, largest)
-				}
-				return &PlanError{fmt.Sprintf("Cannot place %s: each worker needs %d GPUs of one node, and %s", d.comp, k, where)}
-			}
-		}
-	}
-	return nil
-}
+// shortfallError is a run that left workers unplaced (not a failed check).
+type shortfallError struct{ error }
 
-func (b *build) shortfall(d *demand) error {
-	g := d.groups[min(d.gi, len(d.groups)-1)]
-	msg := fmt.Sprintf("Cannot place %s: %d of %d workers placed; the next needs %s GPU and %s CPU",
-		d.comp, d.index, d.total, pyNum(g.NumGPUs), pyNum(g.NumCPUs))
-	if s := b.notes.summary(d.comp); s != "" {
-		msg += "; " + s
-	}
-	return &PlanError{msg}
-}
+func (e *shortfallError) Unwrap() error { return e.error }
 
-// placeBuffers puts one buffer worker on every node that hosts train
-// workers, in train order, and maps it to those train workers.
-func (b *build) placeBuffers() {
-	bf := b.spec.Scheduling.Buffer
-	b.s2t = map[string][]int{}
-	if bf == nil || b.demands[0].total == 0 || b.pk.poolsOnly {
-		return
-	}
-	train := b.pk.workers[b.pk.base[0] : b.pk.base[0]+b.demands[0].total]
-	var held map[string]map[int]bool
-	if bf.NumGPUs > 0 {
-		held = map[string]map[int]bool{}
-		for _, w := range train {
-			if held[w.NodeID] == nil {
-				held[w.NodeID] = map[int]bool{}
-			}
-			for _, g := range w.GPUs {
-				held[w.NodeID][g] = true
-			}
-		}
-	}
-	bufOf := make(map[string]int, len(b.states))
-	for _, w := range train {
-		k, ok := bufOf[w.NodeID]
-		if !ok {
-			k = len(b.buffers)
-			bufOf[w.NodeID] = k
-			ns := b.byID[w.NodeID]
-			bw := Worker{Component: Buffer, Index: k, Pool: w.Pool, NodeID: w.NodeID, IP: ns.node.IP, CPUs: bf.NumCPUs}
-			if bf.NumGPUs > 0 {
-				b.bufferGPUs(&bw, ns, held[w.NodeID])
-			}
-			b.buffers = append(b.buffers, bw)
-		}
-		key := strconv.Itoa(k)
-		b.s2t[key] = append(b.s2t[key], w.Index)
-	}
-	if !bf.Auto && bf.WorkerNum != len(b.buffers) {
-		b.warnings = append(b.warnings, fmt.Sprintf(
-			"scheduling.buffer.worker_num %d overridden: one buffer worker per node hosting train workers, %d in all",
-			bf.WorkerNum, len(b.buffers)))
-	}
-}
-
-// bufferGPUs gives a buffer that uses CUDA the GPUs reserved for it in its
-// node's train range: those no train worker holds.
-func (b *build) bufferGPUs(bw *Worker, ns *nodeState, held map[int]bool) {
-	bf := b.spec.Scheduling.Buffer
-	var alloc []int
-	for _, p := range b.pools {
-		if p.name == bw.Pool {
-			if pn := p.has(ns); pn != nil {
-				alloc = pn.alloc[0]
-			}
-		}
-	}
-	want := max(1, int(math.Ceil(bf.NumGPUs-eps)))
-	for _, g := range alloc {
-		if len(bw.GPUs) < want && !held[g] {
-			bw.GPUs = append(bw.GPUs, g)
-			if len(ns.node.GPUUUIDs) == ns.node.GPUs {
-				bw.GPUUUIDs = append(bw.GPUUUIDs, ns.node.GPUUUIDs[g])
-			}
-		}
-	}
-	if len(bw.GPUs) > 0 {
-		bw.GPUShare = min(bf.NumGPUs, 1)
-	}
-}
+// specEqual reports whether two specs ask for the same thing.
+func specEqual(a, b *Spec) bool { return a == b || reflect.DeepEqual(a, b) }
 
 // pyFloat writes x as Python writes a float ("5.0", "2.5"), since the
 // messages keep rlightning's wording.

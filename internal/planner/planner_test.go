@@ -70,7 +70,7 @@ func TestUnhealthyGPUsGetNoWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range p.Workers {
+	for _, w := range p.Workers.Slice() {
 		if w.NodeID == "a" && w.GPUs[0] == 1 {
 			t.Fatalf("worker %d on unhealthy GPU", w.Index)
 		}
@@ -96,7 +96,7 @@ func TestMultiGPUWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]int{"a": {0, 1, 2, 3}, "b": {0, 1, 2, 3}, "c": {0, 1, 2, 3}}
-	for _, w := range p.Workers {
+	for _, w := range p.Workers.Slice() {
 		if !reflect.DeepEqual(w.GPUs, want[w.NodeID]) || w.GPUShare != 1 {
 			t.Errorf("eval[%d] on %s GPUs %v share %v", w.Index, w.NodeID, w.GPUs, w.GPUShare)
 		}
@@ -147,11 +147,11 @@ func TestPlanDocumentJSONRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(back.ResourcePool, p.ResourcePool) || !reflect.DeepEqual(back.Pools, p.Pools) || !reflect.DeepEqual(back.Workers, p.Workers) {
+	if !reflect.DeepEqual(back.ResourcePool, p.ResourcePool) || !reflect.DeepEqual(back.Pools, p.Pools) || !reflect.DeepEqual(back.Workers.Slice(), p.Workers.Slice()) {
 		t.Errorf("round trip differs:\n%s", b)
 	}
-	if p.Workers[0].GPUUUIDs[0] != "u0" {
-		t.Errorf("uuids %v", p.Workers[0].GPUUUIDs)
+	if p.Workers.At(0).GPUUUIDs[0] != "u0" {
+		t.Errorf("uuids %v", p.Workers.At(0).GPUUUIDs)
 	}
 }
 
@@ -193,8 +193,8 @@ func TestPoolsOnlyAgrees(t *testing.T) {
 		if !reflect.DeepEqual(full.ResourcePool, lean.ResourcePool) || !reflect.DeepEqual(full.Pools, lean.Pools) {
 			t.Fatalf("pools differ")
 		}
-		if len(lean.Workers) != 0 {
-			t.Fatalf("pools-only plan has %d workers", len(lean.Workers))
+		if lean.Workers.Len() != 0 {
+			t.Fatalf("pools-only plan has %d workers", lean.Workers.Len())
 		}
 	})
 }

@@ -37,15 +37,15 @@ func genGroup(t *rapid.T, name string, maxWorkers int, gpus []float64) WorkerGro
 
 func genSpec(t *rapid.T) *Spec {
 	s := &Spec{}
-	tr := genGroup(t, "train", 20, []float64{1, 1, 0.5, 2})
-	ev := genGroup(t, "eval", 10, []float64{1, 2, 4, 0.5})
+	tr := genGroup(t, "train", 20, []float64{1, 1, 0.5, 2, 0})
+	ev := genGroup(t, "eval", 10, []float64{1, 2, 4, 0.5, 0})
 	s.Scheduling.Train, s.Scheduling.Eval = &tr, &ev
 	if rapid.Bool().Draw(t, "buffer") {
 		s.Scheduling.Buffer = &WorkerGroup{WorkerNum: 1, Auto: rapid.Bool().Draw(t, "auto"), NumCPUs: 1,
 			NumGPUs: rapid.SampledFrom([]float64{0, 0, 1}).Draw(t, "bufferGPUs")}
 	}
 	for i := rapid.IntRange(0, 3).Draw(t, "envGroups"); i > 0; i-- {
-		s.Scheduling.Env = append(s.Scheduling.Env, genGroup(t, "env", 16, []float64{0.25, 0.5, 1, 0.1, 0.3}))
+		s.Scheduling.Env = append(s.Scheduling.Env, genGroup(t, "env", 16, []float64{0.25, 0.5, 1, 0.1, 0.3, 0}))
 	}
 	s.Placement = Placement{
 		Mode:        ModeAuto,
@@ -80,7 +80,7 @@ func TestPlanProperties(t *testing.T) {
 			t.Error(e)
 		}
 		again, _ := Compute(spec, nodes)
-		if !reflect.DeepEqual(again.Workers, p.Workers) {
+		if !reflect.DeepEqual(again.Workers.Slice(), p.Workers.Slice()) {
 			t.Fatalf("planning is not deterministic")
 		}
 		manual := *spec
@@ -113,7 +113,7 @@ func TestRequiredMatchesPacking(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		spec := genSpec(t)
 		spec.Placement.Strategy = StrategyDisaggregate
-		b := newBuild(spec, nil, Options{})
+		b := newEngine(spec, Options{})
 		need := int(b.required())
 		nodes := []Node{{ID: "big", CPUs: 1e6, GPUs: max(need, 4)}}
 		if _, err := Compute(spec, nodes); err != nil {

@@ -89,6 +89,11 @@ type PoolConfig struct {
 	NodeIDs     []string
 	// Ranges are pool-global GPU index ranges per component.
 	Ranges map[Component][]Range
+	// WorkerCounts, poolplanner's addition to rlightning's format, says per
+	// component how many of its workers go on each node of the pool, per
+	// scheduling group ([node][group]); a component it names is placed by
+	// these counts instead of rlightning's packing.
+	WorkerCounts map[Component][][]int
 }
 
 // Spec is a job spec: its scheduling, its placement and, in manual mode,
@@ -335,7 +340,7 @@ func parsePool(field string, v any) (PoolConfig, error) {
 	if !ok {
 		return p, fieldErr(field, "want a mapping with name, num_node, num_gpus and index strings, got %s", kindOf(v))
 	}
-	if err := onlyKeys(field, m, "name", "num_node", "num_gpus", "node_ids", "train", "eval", "env", "buffer"); err != nil {
+	if err := onlyKeys(field, m, "name", "num_node", "num_gpus", "node_ids", "train", "eval", "env", "buffer", "worker_counts"); err != nil {
 		return p, err
 	}
 	name, ok := m["name"].(string)
@@ -386,6 +391,9 @@ func parsePool(field string, v any) (PoolConfig, error) {
 			return p, fieldErr(field+".node_ids", "lists %d nodes but num_node is %d", len(p.NodeIDs), p.NumNode)
 		}
 	}
+	if err := parseWorkerCounts(field+".worker_counts", m["worker_counts"], &p); err != nil {
+		return p, err
+	}
 	for _, c := range []Component{Train, Eval, Env, Buffer} {
 		raw, ok := m[string(c)]
 		if !ok || raw == nil {
@@ -417,6 +425,53 @@ func parsePool(field string, v any) (PoolConfig, error) {
 		}
 	}
 	return p, nil
+}
+
+// parseWorkerCounts reads worker_counts: a mapping of train, eval or env
+// to a list with an entry per node of the pool, each a count (one
+// scheduling group) or a list of counts, one per group.
+func parseWorkerCounts(field string, v any, p *PoolConfig) error {
+	if v == nil {
+		return nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return fieldErr(field, "want a mapping of train, eval or env to a count per node, got %s", kindOf(v))
+	}
+	if err := onlyKeys(field, m, "train", "eval", "env"); err != nil {
+		return err
+	}
+	p.WorkerCounts = map[Component][][]int{}
+	for _, c := range gpuComponents {
+		raw, ok := m[string(c)]
+		if !ok {
+			continue
+		}
+		f := field + "." + string(c)
+		list, ok := raw.([]any)
+		if !ok {
+			return fieldErr(f, "want a list with an entry per node, got %s", kindOf(raw))
+		}
+		if len(list) != p.NumNode {
+			return fieldErr(f, "lists %d nodes but num_node is %d", len(list), p.NumNode)
+		}
+		counts := make([][]int, len(list))
+		for i, x := range list {
+			groups, isList := x.([]any)
+			if !isList {
+				groups = []any{x}
+			}
+			for j, g := range groups {
+				n, ok := number(g)
+				if !ok || n < 0 || n != math.Trunc(n) || n > MaxWorkers {
+					return fieldErr(fmt.Sprintf("%s[%d]", f, i), "%v is not allowed in entry %d; want whole numbers of workers >= 0", g, j)
+				}
+				counts[i] = append(counts[i], int(n))
+			}
+		}
+		p.WorkerCounts[c] = counts
+	}
+	return nil
 }
 
 func onlyKeys(field string, m map[string]any, allowed ...string) error {

@@ -4,7 +4,8 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -43,7 +44,11 @@ func WriteText(w io.Writer, p *Plan) error {
 	if p.Reason != "" {
 		fmt.Fprintf(bw, "reason: %s (%d workers moved)\n", p.Reason, p.Moved)
 	}
+	writeMoved(bw, p)
 	writeCounts(bw, p)
+	if !p.Valid {
+		writeDemands(bw, p)
+	}
 	if len(p.ResourcePool) > 0 {
 		bw.WriteString("\npools\n")
 		for _, e := range p.ResourcePool {
@@ -59,19 +64,20 @@ func WriteText(w io.Writer, p *Plan) error {
 			for _, ci := range e.Indices {
 				fmt.Fprintf(bw, "    %-6s %q\n", ci.Component, ellipsize(ci.Index, 100))
 			}
+
 		}
 	}
 	writeMap(bw, p)
 	for _, s := range p.Warnings {
 		fmt.Fprintf(bw, "warning: %s\n", s)
 	}
-	writeNotes(bw, p.Notes)
+	writeWhy(bw, p.Explanations)
 	return bw.Flush()
 }
 
 func writeCounts(bw *bufio.Writer, p *Plan) {
 	count := map[Component]int{}
-	for _, w := range p.Workers {
+	for _, w := range p.Workers.All() {
 		count[w.Component]++
 	}
 	var parts []string
@@ -125,7 +131,7 @@ func writeMap(bw *bufio.Writer, p *Plan) {
 	}
 	use := map[string][]gpuUse{}
 	cpus := map[string]float64{}
-	for _, w := range p.Workers {
+	for _, w := range p.Workers.All() {
 		ni := info[w.NodeID]
 		if ni == nil {
 			continue
@@ -146,12 +152,6 @@ func writeMap(bw *bufio.Writer, p *Plan) {
 			u[g].share[w.Component] += w.GPUShare
 		}
 	}
-	unhealthy := map[string]bool{}
-	for _, n := range p.Notes {
-		if n.Reason == ReasonUnhealthyGPU {
-			unhealthy[n.NodeID] = true
-		}
-	}
 	rows := make([]mapRow, 0, len(order))
 	for _, id := range order {
 		ni := info[id]
@@ -161,7 +161,7 @@ func writeMap(bw *bufio.Writer, p *Plan) {
 			if i > 0 && i%8 == 0 {
 				g.WriteByte(' ')
 			}
-			g.WriteByte(cell(u, i, ni.alloc[i]))
+			g.WriteByte(cell(u, i, ni.alloc[i], slices.Contains(ni.pn.UnhealthyGPUs, i)))
 		}
 		rows = append(rows, mapRow{
 			node:  id,
@@ -223,7 +223,10 @@ func writeMap(bw *bufio.Writer, p *Plan) {
 }
 
 // cell is the glyph of one GPU.
-func cell(u []gpuUse, i int, allocated bool) byte {
+func cell(u []gpuUse, i int, allocated, unhealthy bool) byte {
+	if unhealthy {
+		return 'x'
+	}
 	if u == nil || u[i].share == nil {
 		if allocated {
 			return '-'
@@ -243,31 +246,48 @@ func cell(u []gpuUse, i int, allocated bool) byte {
 	return '.'
 }
 
-func writeNotes(bw *bufio.Writer, notes []Note) {
-	if len(notes) == 0 {
+// writeMoved says what an incremental plan moved and why.
+func writeMoved(bw *bufio.Writer, p *Plan) {
+	var parts []string
+	for _, x := range p.Explanations {
+		for _, r := range x.Displaced {
+			parts = append(parts, fmt.Sprintf("%s %d: %s", x.Component, r.Workers, ReasonCount{Reason: r.Reason, Nodes: r.Nodes, NodeIDs: r.NodeIDs}))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(bw, "moved %d %s: %s\n", p.Moved, plural(p.Moved, "worker", "workers"), strings.Join(parts, "; "))
+	}
+}
+
+// writeDemands shows what an invalid plan's spec asked of what there is.
+func writeDemands(bw *bufio.Writer, p *Plan) {
+	var parts []string
+	for _, d := range p.Demands {
+		n := strconv.Itoa(d.Workers)
+		if d.Auto {
+			n = "auto"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s x (%s GPU, %s CPU)", d.Component, n, pyNum(d.NumGPUs), pyNum(d.NumCPUs)))
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(bw, "asked: %s\n", strings.Join(parts, ", "))
+	}
+	c := p.Capacity
+	fmt.Fprintf(bw, "capacity: GPUs %s required, %d available; CPUs %s required, %s available\n",
+		pyNum(c.GPUsRequired), c.GPUsAvailable, pyNum(c.CPUsRequired), pyNum(c.CPUsAvailable))
+}
+
+// writeWhy prints the explanations: per component, what excluded nodes,
+// which compromises were made, what moved.
+func writeWhy(bw *bufio.Writer, xs []Explanation) {
+	if len(xs) == 0 {
 		return
 	}
-	byReason := map[string][]string{}
-	for _, n := range notes {
-		k := n.Reason
-		if n.Component != "" {
-			k = string(n.Component) + ": " + n.Reason
+	bw.WriteString("\nwhy\n")
+	for _, x := range xs {
+		for _, line := range strings.Split(strings.TrimSuffix(x.Text(), "\n"), "\n") {
+			fmt.Fprintf(bw, "  %s\n", line)
 		}
-		byReason[k] = append(byReason[k], n.NodeID)
-	}
-	keys := make([]string, 0, len(byReason))
-	for k := range byReason {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	bw.WriteString("\nnodes passed over\n")
-	for _, k := range keys {
-		ids := byReason[k]
-		list := strings.Join(ids[:min(len(ids), 5)], ", ")
-		if len(ids) > 5 {
-			list += fmt.Sprintf(" and %d more", len(ids)-5)
-		}
-		fmt.Fprintf(bw, "  %s: %d %s (%s)\n", k, len(ids), plural(len(ids), "node", "nodes"), list)
 	}
 }
 

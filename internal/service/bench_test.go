@@ -108,7 +108,7 @@ func benchChangeToPlan(b *testing.B, decoded bool) {
 	// Train nodes are full, so each GPU failing there displaces a worker:
 	// fail them one by one, 7 down to 0, then the next train node's.
 	var victims []string
-	for _, w := range first.Plan.Workers {
+	for _, w := range first.Plan.Workers.Slice() {
 		if w.Component == "train" && (len(victims) == 0 || victims[len(victims)-1] != w.NodeID) {
 			victims = append(victims, w.NodeID)
 		}
@@ -158,7 +158,7 @@ func BenchmarkLookup(b *testing.B) {
 		b.Fatal(err)
 	}
 	_ = serverNC.Flush()
-	ws := first.Plan.Workers
+	ws := first.Plan.Workers.Slice()
 	reqs := make([][]byte, 1024)
 	for k := range reqs {
 		w := ws[(k*7919)%len(ws)]

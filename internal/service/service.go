@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -434,19 +433,11 @@ func (p *Planner) replan(ctx context.Context) error {
 		if latest != nil {
 			prev, expect = latest.Plan, latest.Seq
 		}
-		var (
-			next *planner.Plan
-			ch   *planner.Change
-		)
 		specChanged := latest != nil && latest.SpecDigest != digest
-		if specChanged {
-			next, _ = planner.Compute(spec, nodes)
-			next.Moved = planner.CountMoved(prev, next)
-			ch = &planner.Change{Fresh: true, FreshWhy: "spec changed"}
-		} else {
-			next, ch, _ = planner.Replan(prev, spec, nodes)
-		}
-		if prev != nil && samePlan(prev, next) {
+		// A new spec is planned incrementally too: workers whose needs it
+		// did not change keep their place.
+		next, ch, _ := planner.Replan(prev, spec, nodes)
+		if prev != nil && planner.SamePlacement(prev, next) {
 			if specChanged {
 				// The new spec plans as the old one did: adopt it, so the
 				// next inventory change replans sticky again.
@@ -489,52 +480,6 @@ func (p *Planner) replan(ctx context.Context) error {
 			Int("moved", next.Moved).Str("reason", next.Reason).Msg("plan published")
 		return nil
 	}
-}
-
-// samePlan reports whether b places everything where a does and agrees
-// on validity: only then is a replan not news.
-func samePlan(a, b *planner.Plan) bool {
-	if a.Valid != b.Valid || a.Error != b.Error || len(a.Workers) != len(b.Workers) || len(a.Pools) != len(b.Pools) {
-		return false
-	}
-	for i := range a.Workers {
-		if !sameWorker(&a.Workers[i], &b.Workers[i]) {
-			return false
-		}
-	}
-	return reflect.DeepEqual(a.StorageToTrainWorkers, b.StorageToTrainWorkers) &&
-		reflect.DeepEqual(poolNodes(a), poolNodes(b))
-}
-
-// sameWorker compares two workers field by field, a nil and an empty
-// list alike (plans read back from the stream have been through JSON).
-func sameWorker(a, b *planner.Worker) bool {
-	if a.Component != b.Component || a.Index != b.Index || a.Pool != b.Pool || a.NodeID != b.NodeID ||
-		a.IP != b.IP || a.GPUShare != b.GPUShare || a.CPUs != b.CPUs ||
-		len(a.GPUs) != len(b.GPUs) || len(a.GPUUUIDs) != len(b.GPUUUIDs) {
-		return false
-	}
-	for i := range a.GPUs {
-		if a.GPUs[i] != b.GPUs[i] {
-			return false
-		}
-	}
-	for i := range a.GPUUUIDs {
-		if a.GPUUUIDs[i] != b.GPUUUIDs[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func poolNodes(p *planner.Plan) []string {
-	var out []string
-	for _, pl := range p.Pools {
-		for _, n := range pl.Nodes {
-			out = append(out, pl.Name+"/"+n.NodeID+fmt.Sprint(n.TotalGPUs, n.TotalCPUs, n.Allocations))
-		}
-	}
-	return out
 }
 
 // reason says why a new revision exists: which nodes came or went, which

@@ -157,20 +157,20 @@ func TestServiceEndToEnd(t *testing.T) {
 	}
 
 	// A used node dies: a new revision in which only its workers moved.
-	victim := first.Workers[0].NodeID
+	victim := first.Workers.At(0).NodeID
 	h.kill(victim)
 	second := h.waitRevision(2)
 	lost := map[string]bool{}
-	for _, w := range first.Workers {
+	for _, w := range first.Workers.Slice() {
 		if w.NodeID == victim {
 			lost[fmt.Sprint(w.Component, w.Index)] = true
 		}
 	}
 	old := map[string]planner.Worker{}
-	for _, w := range first.Workers {
+	for _, w := range first.Workers.Slice() {
 		old[fmt.Sprint(w.Component, w.Index)] = w
 	}
-	for _, w := range second.Workers {
+	for _, w := range second.Workers.Slice() {
 		k := fmt.Sprint(w.Component, w.Index)
 		if o := old[k]; w.Component != planner.Buffer && !lost[k] && o.NodeID != w.NodeID {
 			t.Errorf("%s moved from %s to %s", k, o.NodeID, w.NodeID)
@@ -297,7 +297,7 @@ func TestRestartSettles(t *testing.T) {
 	stopA()
 
 	// The node's key expires while no planner runs.
-	victim := first.Workers[0].NodeID
+	victim := first.Workers.At(0).NodeID
 	h.kill(victim)
 	kv, err := bus.NewInventoryStore(h.js).KV(ctx)
 	if err != nil {

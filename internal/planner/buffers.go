@@ -1,0 +1,155 @@
+package planner
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+)
+
+// placeBuffers puts one buffer worker on every node that hosts train
+// workers and maps it to them (storage_to_train_workers). Buffers are
+// numbered in train order; a buffer whose node still hosts train keeps the
+// index the previous plan gave it, so a launcher's buffer k stays where it
+// was, and nodes new to train take the free indices. It returns the map
+// and how many buffers changed node.
+func (e *engine) placeBuffers() (map[string][]int, int) {
+	if !e.hasBuffer || e.store == nil {
+		return map[string][]int{}, 0
+	}
+	nodes := e.bufferIndex()
+	b := len(nodes)
+	e.store.resize(e.slots + b)
+	moved := 0
+	var s2t map[string][]int
+	if e.fast {
+		s2t = maps.Clone(e.prev.StorageToTrainWorkers)
+		for k := range s2t {
+			if i, err := strconv.Atoi(k); err != nil || i >= b {
+				delete(s2t, k)
+			}
+		}
+	} else {
+		s2t = make(map[string][]int, b)
+	}
+	prevB := 0
+	if e.fast {
+		prevB = e.prev.Workers.Len() - e.slots
+	}
+	for k, at := range nodes {
+		same := k < len(e.prevBuffers) && e.prevBuffers[k] == at
+		if same && e.fast && e.table[at].owner != e {
+			continue // neither the node nor its buffer changed
+		}
+		w := e.bufferWorker(k, at)
+		if k >= prevB || !samePlace(e.prev.Workers.At(e.slots+k), &w) {
+			moved++
+		}
+		e.store.set(e.slots+k, w)
+		s2t[strconv.Itoa(k)] = e.trainOn(e.table[at])
+	}
+	bf := e.spec.Scheduling.Buffer
+	if !bf.Auto && bf.WorkerNum != b {
+		e.warnings = append(e.warnings, fmt.Sprintf(
+			"scheduling.buffer.worker_num %d overridden: one buffer worker per node hosting train workers, %d in all",
+			bf.WorkerNum, b))
+	}
+	e.buffers = nodes
+	return s2t, moved
+}
+
+// bufferIndex numbers the nodes hosting train: kept indices first, then
+// the nodes that need one, by their first train worker, in the lowest
+// free indices. It returns the node of each index.
+func (e *engine) bufferIndex() []int32 {
+	hosts := make(map[int32]bool, len(e.prevBuffers)+len(e.trainNodes))
+	for _, at := range e.prevBuffers {
+		if at >= 0 && e.table[at].count[0] > 0 {
+			hosts[at] = true
+		}
+	}
+	for _, at := range e.trainNodes {
+		if e.table[at].count[0] > 0 {
+			hosts[at] = true
+		}
+	}
+	b := len(hosts)
+	nodes := make([]int32, b)
+	taken := make([]bool, b)
+	index := make(map[int32]int, b)
+	for k, at := range e.prevBuffers {
+		if k < b && at >= 0 && hosts[at] {
+			if _, dup := index[at]; !dup {
+				index[at], nodes[k], taken[k] = k, at, true
+			}
+		}
+	}
+	var need []int32
+	for at := range hosts {
+		if _, ok := index[at]; !ok {
+			need = append(need, at)
+		}
+	}
+	slices.SortFunc(need, func(a, b int32) int { return cmp.Compare(e.table[a].firstTrain, e.table[b].firstTrain) })
+	next := 0
+	for _, at := range need {
+		for taken[next] {
+			next++
+		}
+		index[at], nodes[next], taken[next] = next, at, true
+	}
+	return nodes
+}
+
+// bufferWorker is buffer k on node at. A buffer that uses CUDA gets the
+// GPUs reserved for it in its node's train range: those no train worker
+// holds.
+func (e *engine) bufferWorker(k int, at int32) Worker {
+	ns := e.table[at]
+	bf := e.spec.Scheduling.Buffer
+	first := e.store.at(e.base[0] + ns.firstTrain)
+	w := Worker{Component: Buffer, Index: k, Pool: first.Pool, NodeID: ns.node.ID, IP: ns.node.IP, CPUs: bf.NumCPUs}
+	if bf.NumGPUs <= 0 {
+		return w
+	}
+	var spare []int
+	if e.rules.manual {
+		if _, en := e.entryOf(first.Pool, at); en != nil {
+			for _, g := range en.alloc[0] {
+				if g < ns.node.GPUs && ns.share[0][g] <= eps {
+					spare = append(spare, g)
+				}
+			}
+		}
+	} else {
+		spare = ns.reserved()
+	}
+	want := max(1, int(math.Ceil(bf.NumGPUs-eps)))
+	for _, g := range spare[:min(want, len(spare))] {
+		w.GPUs = append(w.GPUs, g)
+		if ns.node.hasUUIDs() {
+			w.GPUUUIDs = append(w.GPUUUIDs, ns.node.GPUUUIDs[g])
+		}
+	}
+	if len(w.GPUs) > 0 {
+		w.GPUShare = min(bf.NumGPUs, 1)
+	}
+	return w
+}
+
+// trainOn lists the train workers on ns, ascending.
+func (e *engine) trainOn(ns *nodeState) []int {
+	lo, hi := int32(e.base[0]), int32(e.base[0]+e.demands[0].asked)
+	var out []int
+	for _, r := range ns.slots {
+		for s := r.first; s < r.first+r.n; s++ {
+			if s >= lo && s < hi {
+				out = append(out, int(s-lo))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}

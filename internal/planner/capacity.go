@@ -1,0 +1,150 @@
+package planner
+
+import (
+	"fmt"
+	"math"
+)
+
+// Capacity is the spec's arithmetic against the inventory, the first
+// check a plan meets: it needs only totals, while placing workers needs
+// memory for every one a spec asks for.
+type Capacity struct {
+	// GPUsRequired is rlightning's GPU arithmetic, each component counted
+	// as the packing needs it; checked in auto mode only (manual pools say
+	// which GPUs themselves).
+	GPUsRequired  float64 `json:"gpus_required"`
+	GPUsAvailable int     `json:"gpus_available"`
+	CPUsRequired  float64 `json:"cpus_required"`
+	CPUsAvailable float64 `json:"cpus_available"`
+}
+
+// Demand is one scheduling entry of the spec: how many workers and what
+// each asks for.
+type Demand struct {
+	Component Component `json:"component"`
+	Workers   int       `json:"workers"`
+	// Auto is set for a buffer with worker_num "auto".
+	Auto    bool    `json:"auto,omitempty"`
+	NumGPUs float64 `json:"num_gpus"`
+	NumCPUs float64 `json:"num_cpus"`
+}
+
+// demandsDoc lists the spec's scheduling entries, in component order.
+func (e *engine) demandsDoc() []Demand {
+	sc := e.spec.Scheduling
+	var out []Demand
+	add := func(c Component, g *WorkerGroup) {
+		if g != nil {
+			out = append(out, Demand{Component: c, Workers: g.WorkerNum, Auto: g.Auto, NumGPUs: g.NumGPUs, NumCPUs: g.NumCPUs})
+		}
+	}
+	add(Train, sc.Train)
+	add(Eval, sc.Eval)
+	for i := range sc.Env {
+		add(Env, &sc.Env[i])
+	}
+	add(Buffer, sc.Buffer)
+	return out
+}
+
+// checkCapacity runs the arithmetic: CPUs always, GPUs and the size of
+// multi-GPU workers in auto mode.
+func (e *engine) checkCapacity() error {
+	c := &e.cap
+	for _, ns := range e.table {
+		c.GPUsAvailable += len(ns.usable)
+		c.CPUsAvailable += ns.node.CPUs
+	}
+	for _, d := range e.demands {
+		for _, g := range d.groups {
+			c.CPUsRequired += float64(g.WorkerNum) * g.NumCPUs
+		}
+	}
+	if bf := e.spec.Scheduling.Buffer; e.hasBuffer {
+		n := bf.WorkerNum
+		if bf.Auto {
+			n = 1
+		}
+		c.CPUsRequired += float64(n) * bf.NumCPUs
+	}
+	c.GPUsRequired = e.required()
+	if c.CPUsRequired > c.CPUsAvailable+eps {
+		return &PlanError{Msg: fmt.Sprintf("Insufficient CPUs: required %s, available %s", pyFloat(c.CPUsRequired), pyFloat(c.CPUsAvailable))}
+	}
+	if e.rules.manual {
+		return nil
+	}
+	if c.GPUsRequired > float64(c.GPUsAvailable) {
+		return &PlanError{Msg: fmt.Sprintf("Insufficient GPUs: required %s, available %d", pyFloat(c.GPUsRequired), c.GPUsAvailable)}
+	}
+	return e.checkWorkerSize()
+}
+
+// required is rlightning's GPU arithmetic, with each component counted as
+// the packing needs it.
+func (e *engine) required() float64 {
+	train := 0
+	if e.demands[0].asked > 0 {
+		train = gpusNeeded(e.demands[0].groups)
+		if e.hasBuffer {
+			train += bufferReserve(e.spec.Scheduling.Buffer)
+		}
+	}
+	eval := gpusNeeded(e.demands[1].groups)
+	env := gpusNeeded(e.demands[2].groups)
+	rollout := eval + env
+	if e.rules.deviceColocate {
+		rollout = max(eval, env)
+	}
+	if e.rules.colocate {
+		return float64(max(train, rollout))
+	}
+	return float64(train + rollout)
+}
+
+// checkWorkerSize refuses a multi-GPU worker no node can hold, since a
+// worker never spans nodes, and counts the nodes too small for it.
+func (e *engine) checkWorkerSize() error {
+	largest, largestID := 0, ""
+	for _, ns := range e.table {
+		if len(ns.usable) > largest {
+			largest, largestID = len(ns.usable), ns.node.ID
+		}
+	}
+	for ci, d := range e.demands {
+		for _, g := range d.groups {
+			k := int(math.Round(g.NumGPUs))
+			if g.NumGPUs <= 1 || k <= largest {
+				continue
+			}
+			where := "no node has usable GPUs"
+			if largestID != "" {
+				where = fmt.Sprintf("the largest node, %s, has %d usable", largestID, largest)
+			}
+			for _, ns := range e.table {
+				e.passedBy(ci, TooFewGPUs(k), ns.node.ID)
+			}
+			return &PlanError{Msg: fmt.Sprintf("Cannot place %s: each worker needs %d GPUs of one node, and %s", d.comp, k, where)}
+		}
+	}
+	return nil
+}
+
+// shortfall is the error of a run that left workers unplaced, naming the
+// first such component and why its candidates were excluded.
+func (e *engine) shortfall() error {
+	for ci, d := range e.demands {
+		if d.done() {
+			continue
+		}
+		g := d.group()
+		msg := fmt.Sprintf("Cannot place %s: %d of %d workers placed; the next needs %s GPU and %s CPU",
+			d.comp, d.asked-d.left(), d.asked, pyNum(g.NumGPUs), pyNum(g.NumCPUs))
+		x := e.explainComp(ci, e.noteTallies())
+		if s := x.excludedText(); s != "" {
+			msg += "; " + s
+		}
+		return &PlanError{Msg: msg}
+	}
+	return nil
+}

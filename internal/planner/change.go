@@ -1,0 +1,185 @@
+package planner
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Change says how Replan arrived at its plan.
+type Change struct {
+	// Fresh is set when the plan was made afresh, and FreshWhy says why
+	// the previous plan could not be its base.
+	Fresh    bool
+	FreshWhy string
+	// Displaced lists the workers placed again; only for an incremental
+	// plan.
+	Displaced []Displaced
+}
+
+// Summary is the change in one line for a plan's reason: "fresh plan:
+// ..." or "re-placed 3 workers (train 0-1: node left n2; eval 0: GPU
+// unhealthy n1:3)"; empty when nothing was displaced.
+func (c *Change) Summary() string {
+	if c == nil {
+		return ""
+	}
+	if c.Fresh {
+		return "fresh plan: " + c.FreshWhy
+	}
+	if len(c.Displaced) == 0 {
+		return ""
+	}
+	// Group indices by component and cause, in first-seen order.
+	type group struct {
+		comp Component
+		why  string
+		idx  []int
+	}
+	var groups []*group
+	byKey := map[string]*group{}
+	for _, d := range c.Displaced {
+		why := d.Why
+		if d.Where != "" {
+			why += " " + d.Where
+		}
+		k := string(d.Component) + "\x00" + why
+		g := byKey[k]
+		if g == nil {
+			g = &group{comp: d.Component, why: why}
+			byKey[k] = g
+			groups = append(groups, g)
+		}
+		g.idx = append(g.idx, d.Index)
+	}
+	parts := make([]string, len(groups))
+	for i, g := range groups {
+		slices.Sort(g.idx)
+		parts[i] = fmt.Sprintf("%s %s: %s", g.comp, FormatRanges(rangesOf(g.idx)), g.why)
+	}
+	return fmt.Sprintf("re-placed %d %s (%s)", len(c.Displaced), plural(len(c.Displaced), "worker", "workers"), strings.Join(parts, "; "))
+}
+
+// CountMoved counts the workers of next that are not where prev had them
+// (same component and index on the same node and GPUs); workers new in
+// next count as moved. It reads every worker; Replan counts its own moves
+// in proportion to the change.
+func CountMoved(prev, next *Plan) int {
+	if next == nil {
+		return 0
+	}
+	var old *workerIndex
+	if prev != nil {
+		old = indexWorkers(prev.Workers)
+	}
+	moved := 0
+	for _, w := range next.Workers.All() {
+		if o := old.get(w.Component, w.Index); o == nil || !samePlace(o, w) {
+			moved++
+		}
+	}
+	return moved
+}
+
+// samePlace reports whether two workers sit on the same node and GPUs.
+func samePlace(a, b *Worker) bool {
+	return a.NodeID == b.NodeID && slices.Equal(a.GPUs, b.GPUs)
+}
+
+// workerIndex finds a plan's workers by component and index without
+// hashing a string for each.
+type workerIndex [4][]*Worker
+
+func indexWorkers(ws Workers) *workerIndex {
+	var x workerIndex
+	for _, w := range ws.All() {
+		k := w.Component.Rank()
+		if k < 0 || w.Index < 0 || w.Index > ws.Len() {
+			continue
+		}
+		for len(x[k]) <= w.Index {
+			x[k] = append(x[k], nil)
+		}
+		x[k][w.Index] = w
+	}
+	return &x
+}
+
+func (x *workerIndex) get(c Component, i int) *Worker {
+	k := c.Rank()
+	if x == nil || k < 0 || i < 0 || i >= len(x[k]) {
+		return nil
+	}
+	return x[k][i]
+}
+
+// moved counts, for a run that started from its previous plan's state,
+// the displaced workers that did not land back where they were; buffers
+// that changed node are counted by placeBuffers.
+func (e *engine) moved() int {
+	n := 0
+	seen := make(map[[2]int]bool, len(e.displaced))
+	for _, d := range e.displaced {
+		ci := d.Component.Rank()
+		k := [2]int{ci, d.Index}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		slot := e.base[ci] + d.Index
+		if d.Why == WhyNew || !samePlace(e.prev.Workers.At(slot), e.store.at(slot)) {
+			n++
+		}
+	}
+	return n
+}
+
+// SamePlacement reports whether b places everything where a does, with
+// the same pools, buffers and validity: only then is a new plan no news.
+// Plans made one from another share the worker chunks neither changed,
+// and those compare at no cost.
+func SamePlacement(a, b *Plan) bool {
+	if a.Valid != b.Valid || a.Error != b.Error || a.Workers.Len() != b.Workers.Len() || len(a.Pools) != len(b.Pools) {
+		return false
+	}
+	for k, ca := range a.Workers.chunks {
+		cb := b.Workers.chunks[k]
+		if len(ca) != len(cb) {
+			return false
+		}
+		if len(ca) > 0 && &ca[0] == &cb[0] {
+			continue
+		}
+		for i := range ca {
+			if !sameWorker(&ca[i], &cb[i]) {
+				return false
+			}
+		}
+	}
+	if !maps.EqualFunc(a.StorageToTrainWorkers, b.StorageToTrainWorkers, slices.Equal) {
+		return false
+	}
+	for i, pa := range a.Pools {
+		pb := b.Pools[i]
+		if pa.Name != pb.Name || !slices.EqualFunc(pa.Nodes, pb.Nodes, samePoolNode) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameWorker compares two workers field by field, a nil and an empty list
+// alike (plans read back from the stream have been through JSON).
+func sameWorker(a, b *Worker) bool {
+	return a.Component == b.Component && a.Index == b.Index && a.Pool == b.Pool && a.NodeID == b.NodeID &&
+		a.IP == b.IP && a.GPUShare == b.GPUShare && a.CPUs == b.CPUs &&
+		slices.Equal(a.GPUs, b.GPUs) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs)
+}
+
+func samePoolNode(a, b PoolNode) bool {
+	return a.NodeID == b.NodeID && a.IP == b.IP && a.TotalGPUs == b.TotalGPUs && a.TotalCPUs == b.TotalCPUs &&
+		maps.EqualFunc(a.Allocations, b.Allocations, slices.Equal) &&
+		slices.Equal(a.UnhealthyGPUs, b.UnhealthyGPUs) && slices.Equal(a.WorkerCounts.Train, b.WorkerCounts.Train) &&
+		slices.Equal(a.WorkerCounts.Eval, b.WorkerCounts.Eval) && slices.Equal(a.WorkerCounts.Env, b.WorkerCounts.Env)
+}

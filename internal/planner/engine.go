@@ -1,0 +1,496 @@
+package planner
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// rules are what a placement allows, written once: which components may
+// share a GPU, and which auto pool each component belongs to. Fresh plans,
+// incremental plans and the checks on kept workers all read them here.
+type rules struct {
+	manual         bool
+	colocate       bool
+	deviceColocate bool
+	// conflict[ci][cj]: components ci and cj may not share a GPU.
+	conflict [nComp][nComp]bool
+	// pool[ci] is the auto pool of component ci, an index into names;
+	// masks[p] has a bit for each component of pool p.
+	pool  [nComp]int
+	masks [2]uint8
+	names []string
+}
+
+func newRules(p Placement) rules {
+	r := rules{
+		manual:         p.Mode == ModeManual,
+		colocate:       p.Strategy == StrategyColocate,
+		deviceColocate: p.EnvStrategy == EnvStrategyDeviceColocate,
+	}
+	for ci := range nComp {
+		for cj := range nComp {
+			r.conflict[ci][cj] = r.conflicts(ci, cj)
+		}
+	}
+	switch {
+	case r.manual:
+	case r.colocate:
+		r.names = []string{GlobalPool}
+	default:
+		r.names = []string{TrainPool, RolloutPool}
+		r.pool = [nComp]int{0, 1, 1}
+	}
+	for p := range r.names {
+		r.masks[p] = r.mask(p)
+	}
+	return r
+}
+
+// conflicts: disaggregate keeps train apart from rollout; eval and env
+// share a GPU only under device-colocate; manual pools share as the
+// user's ranges overlap.
+func (r rules) conflicts(ci, cj int) bool {
+	switch {
+	case r.manual || ci == cj:
+		return false
+	case ci == 0 || cj == 0:
+		return !r.colocate
+	}
+	return !r.deviceColocate
+}
+
+// mask is the components of auto pool p, one bit each.
+func (r rules) mask(p int) uint8 {
+	var m uint8
+	for ci := range nComp {
+		if r.pool[ci] == p {
+			m |= 1 << ci
+		}
+	}
+	return m
+}
+
+// apart is the components that live in other auto pools than those of
+// mask: where they are, mask's pool must give way to share the node.
+func (r rules) apart(mask uint8) uint8 {
+	var out uint8
+	for ci := range nComp {
+		if mask&(1<<ci) == 0 {
+			continue
+		}
+		for cj := range nComp {
+			if r.pool[cj] != r.pool[ci] {
+				out |= 1 << cj
+			}
+		}
+	}
+	return out
+}
+
+// Pool names of auto mode, as in rlightning.
+const (
+	TrainPool   = "train_pool"
+	RolloutPool = "rollout_pool"
+	GlobalPool  = "global_pool"
+)
+
+// engine is one planning run: fresh (every worker placed) or incremental
+// (a previous plan's workers kept where they still fit, the rest placed).
+// Both go through the same feasibility checks (fits, the CPU check in
+// fill), the same packer (fill) and the same record (record).
+type engine struct {
+	spec  *Spec
+	rules rules
+	opt   Options
+	// table is every node of the inventory, by id; runs refer to nodes by
+	// their position in it.
+	table   []*nodeState
+	demands [nComp]*demand
+	// store holds the workers, nil when only pools are wanted.
+	store *workerStore
+	base  [nComp]int
+	slots int // train, eval and env worker slots; buffers follow
+	uuids []string
+	// A node's first train worker also reserves its buffer worker's CPUs.
+	hasBuffer  bool
+	bufferCPUs float64
+	// reserve is GPUs still to reserve in the train range for a buffer
+	// that uses CUDA, as rlightning does.
+	reserve int
+	pools   []*poolRun
+	// passed counts nodes passed by without a note of their own (nodes
+	// that are simply full), per component and reason.
+	passed [nComp]map[string]*tally
+	// trainNodes are nodes given their first train worker in this run.
+	trainNodes []int32
+	// touched are nodes this run created or copied.
+	touched   []int32
+	cap       Capacity
+	attempted bool // placing began: the arithmetic passed
+	warnings  []string
+	displaced []Displaced
+	// prev is the previous plan of an incremental run; fast is set when
+	// the run started from its state (adoptFast), prevBuffers is the node
+	// of each of its buffers (-1: gone), and room the nodes with room
+	// once its workers were kept.
+	prev        *Plan
+	prevState   *planState
+	fast        bool
+	prevBuffers []int32
+	room        []int32
+	// buffers is the node of each buffer of this run's plan; bufferMoves
+	// counts those that changed node.
+	buffers     []int32
+	bufferMoves int
+}
+
+// Options tune a planning run.
+type Options struct {
+	// PoolsOnly plans as usual but records no workers: enough for the
+	// rlightning export, and at ten thousand nodes several times cheaper.
+	PoolsOnly bool
+}
+
+func newEngine(spec *Spec, opt Options) *engine {
+	e := &engine{spec: spec, rules: newRules(spec.Placement), opt: opt}
+	sc := spec.Scheduling
+	e.demands[0] = newDemand(0, groupList(sc.Train))
+	e.demands[1] = newDemand(1, groupList(sc.Eval))
+	e.demands[2] = newDemand(2, sc.Env)
+	for ci, d := range e.demands {
+		e.base[ci] = e.slots
+		e.slots += d.asked
+	}
+	if sc.Buffer != nil && e.demands[0].asked > 0 {
+		e.hasBuffer = true
+		e.bufferCPUs = sc.Buffer.NumCPUs
+		if !e.rules.manual {
+			e.reserve = bufferReserve(sc.Buffer)
+		}
+	}
+	if e.rules.manual {
+		e.pools = nil // loaded from the spec
+	} else {
+		for p, name := range e.rules.names {
+			e.pools = append(e.pools, &poolRun{name: name, auto: p})
+		}
+	}
+	return e
+}
+
+func groupList(g *WorkerGroup) []WorkerGroup {
+	if g == nil {
+		return nil
+	}
+	return []WorkerGroup{*g}
+}
+
+// bufferReserve is the GPUs rlightning adds to the train range for the
+// configured buffer workers (worker_num x num_gpus); "auto" counts as one.
+func bufferReserve(bf *WorkerGroup) int {
+	n := bf.WorkerNum
+	if bf.Auto {
+		n = 1
+	}
+	return int(math.Ceil(float64(n)*bf.NumGPUs - eps))
+}
+
+// sortedNodes orders nodes by id, refusing an id given twice.
+func sortedNodes(nodes []Node) ([]int, error) {
+	order := make([]int, len(nodes))
+	for i := range order {
+		order[i] = i
+	}
+	sorted := true
+	for i := 1; i < len(nodes) && sorted; i++ {
+		sorted = nodes[i-1].ID < nodes[i].ID
+	}
+	if !sorted {
+		slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(nodes[a].ID, nodes[b].ID) })
+	}
+	for i := 1; i < len(order); i++ {
+		if nodes[order[i-1]].ID == nodes[order[i]].ID {
+			return nil, &PlanError{Msg: fmt.Sprintf("node %q appears twice in the inventory", nodes[order[i]].ID)}
+		}
+	}
+	return order, nil
+}
+
+// loadAll gives every node a new state, in id order.
+func (e *engine) loadAll(nodes []Node, order []int) {
+	own := make([]Node, len(order))
+	for i, j := range order {
+		own[i] = nodes[j]
+	}
+	e.table = newStates(own, e, e.groups())
+}
+
+// groups is the number of scheduling groups of each component.
+func (e *engine) groups() [nComp]int {
+	var out [nComp]int
+	for ci, d := range e.demands {
+		out[ci] = len(d.groups)
+	}
+	return out
+}
+
+// mut returns the node at position at for writing, copying it first when
+// a previous plan owns it.
+func (e *engine) mut(at int32) *nodeState {
+	ns := e.table[at]
+	if ns.owner != e {
+		ns = ns.clone(e)
+		e.table[at] = ns
+		e.touched = append(e.touched, at)
+	}
+	return ns
+}
+
+// find is the position of node id, or -1.
+func (e *engine) find(id string) int32 {
+	i, ok := slices.BinarySearchFunc(e.table, id, func(ns *nodeState, id string) int { return strings.Compare(ns.node.ID, id) })
+	if !ok {
+		return -1
+	}
+	return int32(i)
+}
+
+// fits is the feasibility check of one GPU: component ci may take frac
+// more of GPU g of ns. Its own share must leave room, no component it may
+// not share with may hold the GPU, and a GPU reserved for a buffer counts
+// as train's.
+func (e *engine) fits(ns *nodeState, ci, g int, frac float64) bool {
+	if ns.share[ci][g]+frac > 1+eps {
+		return false
+	}
+	if ns.resv != nil && ns.resv[g] && (ci == 0 || e.rules.conflict[ci][0]) {
+		return false
+	}
+	for cj := range ns.share {
+		if e.rules.conflict[ci][cj] && ns.share[cj][g] > eps {
+			return false
+		}
+	}
+	return true
+}
+
+// target is where a placement goes: an auto pool, or a manual pool's entry
+// for one node.
+type target struct {
+	pool  *poolRun
+	entry *poolEntry
+}
+
+// stopReason says why fill stopped.
+type stopReason int
+
+const (
+	stopDone stopReason = iota
+	stopGPUs
+	stopCPUs
+	stopTooSmall
+)
+
+// fill places the next workers of d on node at, for tg, onto the GPUs of
+// gpus (the node's usable GPUs, or a manual pool's there) that fits
+// allows, in order: a GPU takes fractional workers while they fit (next
+// fit, as rlightning packs), a worker needing k > 1 GPUs takes k GPUs the
+// component may use whole, a worker without GPUs needs only CPUs. It
+// returns how many it placed and why it stopped; a node that took
+// nothing, or ran out of CPUs, is noted with the reason.
+func (e *engine) fill(tg target, at int32, d *demand, gpus []int) (int, stopReason) {
+	if d.done() {
+		return 0, stopDone
+	}
+	ns := e.mut(at)
+	placed, pos := 0, 0
+	for !d.done() {
+		g := d.group()
+		cpus := g.NumCPUs
+		if d.ci == 0 && e.hasBuffer && ns.count[0] == 0 {
+			cpus += e.bufferCPUs
+		}
+		if cpus > ns.cpuLeft+eps {
+			ns.note(d.comp, ReasonCPUsExhausted)
+			return placed, stopCPUs
+		}
+		count, frac := gpuCount(g)
+		switch {
+		case count == 0:
+			e.record(tg, at, ns, d.ci, d.index(), d.gi, g, nil, nil, 0, cpus)
+			d.advance()
+			placed++
+		case count == 1:
+			for pos < len(gpus) && !e.fits(ns, d.ci, gpus[pos], frac) {
+				pos++
+			}
+			if pos == len(gpus) {
+				e.passedOver(ns, d, placed, len(gpus), ReasonNoFreeGPUs)
+				return placed, stopGPUs
+			}
+			placed += e.fillGPU(tg, at, ns, d, gpus[pos:pos+1], frac, cpus)
+		default:
+			if len(ns.usable) < count {
+				e.passedOver(ns, d, placed, len(gpus), TooFewGPUs(count))
+				return placed, stopTooSmall
+			}
+			held := e.pick(ns, d.ci, gpus, &pos, count, 1)
+			if held == nil {
+				e.passedOver(ns, d, placed, len(gpus), ReasonNoFreeGPUs)
+				return placed, stopGPUs
+			}
+			e.record(tg, at, ns, d.ci, d.index(), d.gi, g, held, nil, frac, cpus)
+			d.advance()
+			placed++
+		}
+	}
+	return placed, stopDone
+}
+
+// fillGPU places on one GPU (gpu, a one-element window no one changes)
+// the next worker and as many more of its group as fit there and in the
+// node's CPUs: a 0.25 env group of 300,000 workers is then 75,000 steps,
+// not 300,000. cpus is the first worker's CPUs, its buffer's included.
+func (e *engine) fillGPU(tg target, at int32, ns *nodeState, d *demand, gpu []int, frac, cpus float64) int {
+	g := d.group()
+	n := int((1 + eps - ns.share[d.ci][gpu[0]]) / frac)
+	if cpus > 0 {
+		n = min(n, int((ns.cpuLeft+eps)/cpus))
+	}
+	if cpus != g.NumCPUs {
+		n = 1 // the first train worker also reserves its buffer's CPUs
+	}
+	n = d.run(max(n, 1))
+	for range n {
+		e.record(tg, at, ns, d.ci, d.index(), d.gi, g, gpu, nil, frac, cpus)
+		d.advance()
+		cpus = g.NumCPUs
+	}
+	return n
+}
+
+// pick chooses count GPUs of gpus, from *pos on, of which component ci
+// may take frac each, and moves *pos past them; nil when there are too
+// few.
+func (e *engine) pick(ns *nodeState, ci int, gpus []int, pos *int, count int, frac float64) []int {
+	start, k := -1, 0
+	var held []int
+	contiguous := true
+	for i := *pos; i < len(gpus) && k < count; i++ {
+		if !e.fits(ns, ci, gpus[i], frac) {
+			if k > 0 {
+				contiguous = false
+			}
+			continue
+		}
+		if start < 0 {
+			start = i
+		}
+		held = append(held, gpus[i])
+		k++
+		*pos = i + 1
+	}
+	if k < count {
+		return nil
+	}
+	if contiguous {
+		// A window of a list no one changes: workers share it.
+		return gpus[start : start+count : start+count]
+	}
+	return held
+}
+
+// passedOver notes why a node took none of d's workers; a node that
+// filled up after taking some is no news.
+func (e *engine) passedOver(ns *nodeState, d *demand, placed, window int, reason string) {
+	if placed == 0 && window > 0 {
+		ns.note(d.comp, reason)
+	}
+}
+
+// record places worker index of component ci (group gi) on ns holding
+// gpus (a list no one changes after: workers share it), frac of each,
+// costing cpus. uuids, when given, are those gpus' UUIDs, already checked.
+func (e *engine) record(tg target, at int32, ns *nodeState, ci, index, gi int, g WorkerGroup, gpus []int, uuids []string, frac, cpus float64) {
+	joined := tg.pool != nil && tg.entry == nil && !e.member(ns, tg.pool.auto)
+	for _, x := range gpus {
+		if ns.wholly(x) {
+			ns.free--
+		}
+		ns.share[ci][x] += frac
+	}
+	ns.cpuLeft -= cpus
+	ns.count[ci]++
+	ns.gcount[ci][gi]++
+	if tg.entry != nil {
+		tg.entry.placed[ci][gi]++
+	}
+	if ci == 0 && (ns.firstTrain < 0 || index < ns.firstTrain) {
+		if ns.firstTrain < 0 {
+			e.trainNodes = append(e.trainNodes, at)
+		}
+		ns.firstTrain = index
+	}
+	if joined {
+		tg.pool.join(at)
+	}
+	if e.store == nil {
+		return
+	}
+	slot := e.base[ci] + index
+	ns.addSlot(slot)
+	name := tg.pool.name
+	w := Worker{Component: gpuComponents[ci], Index: index, Pool: name, NodeID: ns.node.ID, IP: ns.node.IP, CPUs: g.NumCPUs}
+	if len(gpus) > 0 {
+		w.GPUs, w.GPUShare = gpus, frac
+		switch {
+		case uuids != nil:
+			w.GPUUUIDs = uuids
+		case ns.node.hasUUIDs():
+			start := len(e.uuids)
+			for _, x := range gpus {
+				e.uuids = append(e.uuids, ns.node.GPUUUIDs[x])
+			}
+			w.GPUUUIDs = e.uuids[start:len(e.uuids):len(e.uuids)]
+		}
+	}
+	e.store.set(slot, w)
+}
+
+// member reports whether ns belongs to auto pool p: it hosts one of its
+// components' workers, or (train's pool) GPUs reserved for a buffer.
+func (e *engine) member(ns *nodeState, p int) bool {
+	if ns.hosts(e.rules.masks[p]) {
+		return true
+	}
+	return p == e.rules.pool[0] && ns.resv != nil && slices.Contains(ns.resv, true)
+}
+
+// reserveOn reserves GPUs still owed to a buffer that uses CUDA on the
+// node's first wholly free GPUs, in train's pool.
+func (e *engine) reserveOn(tp *poolRun, at int32) {
+	ns := e.table[at]
+	if ns.free == 0 {
+		return
+	}
+	ns = e.mut(at)
+	joined := !e.member(ns, tp.auto)
+	for _, g := range ns.usable {
+		if e.reserve == 0 {
+			break
+		}
+		if ns.wholly(g) {
+			if ns.resv == nil {
+				ns.resv = make([]bool, ns.node.GPUs)
+			}
+			ns.resv[g] = true
+			ns.free--
+			e.reserve--
+		}
+	}
+	if joined && e.member(ns, tp.auto) {
+		tp.join(at)
+	}
+}

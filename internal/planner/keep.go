@@ -1,0 +1,425 @@
+package planner
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Why a worker of the previous plan cannot keep its place. Tests assert on
+// these; Change.Summary and the plan's explanations print them.
+const (
+	WhyNew         = "new worker"
+	WhyNodeLeft    = "node left"
+	WhyGPUGone     = "GPU gone"
+	WhyGPUReplaced = "GPU replaced"
+	WhyUnhealthy   = "GPU unhealthy"
+	WhyCPUs        = "CPUs exhausted"
+	WhyNeeds       = "needs changed"
+	WhyConflict    = "GPU taken"
+	WhyPool        = "pool changed"
+)
+
+// Displaced is a worker of the previous plan that had to be placed again,
+// or a worker new to the spec.
+type Displaced struct {
+	Component Component
+	Index     int
+	// NodeID is where it was; empty for a new worker.
+	NodeID string
+	// Why is one of the Why constants; Where the node or node:GPU it
+	// concerns.
+	Why   string
+	Where string
+}
+
+// planState is what a plan keeps of the run that made it, so that the
+// next run can start from it and touch only what changed: the node states
+// by id, the nodes with room, the auto pools' node order and the buffers.
+// It is read-only; runs copy the states they change.
+type planState struct {
+	spec        *Spec
+	table       []*nodeState
+	room        []int32
+	order       [2][]int32
+	buffers     []int32 // buffer index -> node position
+	reserveLeft int
+}
+
+// reusable reports whether a run of spec can start from st without
+// checking every worker again: same spec, auto placement (manual pools
+// pick nodes by id, so a node joining can change them).
+func (st *planState) reusable(spec *Spec) bool {
+	return st != nil && !st.rulesManual() && specEqual(st.spec, spec)
+}
+
+func (st *planState) rulesManual() bool { return st.spec.Placement.Mode == ModeManual }
+
+// adoptFast starts from prev's run: nodes whose facts did not change keep
+// their state untouched; the workers of changed nodes are checked again,
+// those of departed nodes displaced. It costs a walk over the node ids and
+// work in proportion to what changed.
+func (e *engine) adoptFast(nodes []Node, order []int) {
+	ps := e.prevState
+	remap := make([]int32, len(ps.table))
+	e.table = make([]*nodeState, 0, len(order))
+	type change struct {
+		at  int32
+		old *nodeState
+	}
+	var changed []change
+	var left []*nodeState
+	var own []Node
+	var ownAt []int32
+	i := 0
+	for _, j := range order {
+		n := &nodes[j]
+		for ; i < len(ps.table) && ps.table[i].node.ID < n.ID; i++ {
+			remap[i] = -1
+			left = append(left, ps.table[i])
+		}
+		at := int32(len(e.table))
+		if i < len(ps.table) && ps.table[i].node.ID == n.ID {
+			old := ps.table[i]
+			remap[i] = at
+			i++
+			if sameFacts(old.node, n) {
+				e.table = append(e.table, old)
+				continue
+			}
+			changed = append(changed, change{at, old})
+		}
+		own = append(own, *n)
+		ownAt = append(ownAt, at)
+		e.table = append(e.table, nil)
+	}
+	for ; i < len(ps.table); i++ {
+		remap[i] = -1
+		left = append(left, ps.table[i])
+	}
+	for k, ns := range newStates(own, e, e.groups()) {
+		e.table[ownAt[k]] = ns
+		e.touched = append(e.touched, ownAt[k])
+	}
+	e.store = storeFrom(e.prev.Workers)
+	e.reserve = ps.reserveLeft
+	for p := range e.pools {
+		e.pools[p].order = remapAll(ps.order[p], remap)
+	}
+	e.prevBuffers = remapAll(ps.buffers, remap)
+	for _, c := range changed {
+		e.keepNode(c.at, c.old)
+	}
+	for _, ns := range left {
+		e.displaceAll(ns, WhyNodeLeft)
+		e.reserve += len(ns.reserved())
+	}
+	e.room = e.roomAfterAdopt(ps.room, remap)
+	for ci, d := range e.demands {
+		list := e.displacedOf(ci)
+		d.only(list)
+	}
+}
+
+// remapAll maps positions of the previous table to this one, -1 for
+// nodes that left; the order is kept.
+func remapAll(pos []int32, remap []int32) []int32 {
+	out := make([]int32, 0, len(pos))
+	for _, at := range pos {
+		if at >= 0 && int(at) < len(remap) && remap[at] >= 0 {
+			out = append(out, remap[at])
+		} else {
+			out = append(out, -1)
+		}
+	}
+	return out
+}
+
+// keepNode checks again the workers the previous plan put on a node whose
+// facts changed, keeping each that still fits and displacing the rest,
+// and keeps its buffer reserve where it still can.
+func (e *engine) keepNode(at int32, old *nodeState) {
+	// In slot order, as a plan read back from JSON is kept: which workers
+	// stay on a node that shrank must not depend on how the plan was made.
+	slots := slices.SortedFunc(slices.Values(old.slots), func(a, b slotRange) int { return int(a.first - b.first) })
+	for _, r := range slots {
+		for s := r.first; s < r.first+r.n; s++ {
+			w := e.prev.Workers.At(int(s))
+			if why, where := e.keepOne(at, w); why != "" {
+				e.displace(w, why, where)
+			}
+		}
+	}
+	for _, g := range old.reserved() {
+		if !e.keepReserve(at, g) {
+			e.reserve++
+		}
+	}
+}
+
+// displaceAll displaces every worker of a node that left.
+func (e *engine) displaceAll(ns *nodeState, why string) {
+	for _, r := range ns.slots {
+		for s := r.first; s < r.first+r.n; s++ {
+			e.displace(e.prev.Workers.At(int(s)), why, ns.node.ID)
+		}
+	}
+}
+
+func (e *engine) displace(w *Worker, why, where string) {
+	e.displaced = append(e.displaced, Displaced{Component: w.Component, Index: w.Index, NodeID: w.NodeID, Why: why, Where: where})
+}
+
+// displacedOf lists the indices of component ci to place again, ascending.
+func (e *engine) displacedOf(ci int) []int {
+	var out []int
+	for _, d := range e.displaced {
+		if d.Component.Rank() == ci {
+			out = append(out, d.Index)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// keepOne gives worker w of the previous plan its place on node at if
+// every check a new placement meets still holds there; else it says why
+// not, and where.
+func (e *engine) keepOne(at int32, w *Worker) (why, where string) {
+	ci := w.Component.Rank()
+	gi, g := e.demands[ci].groupAt(w.Index)
+	ns := e.table[at]
+	n := ns.node
+	count, frac := gpuCount(g)
+	if len(w.GPUs) != count || math.Abs(w.CPUs-g.NumCPUs) > eps || count > 0 && math.Abs(w.GPUShare-frac) > eps {
+		return WhyNeeds, n.ID
+	}
+	tg, ok := e.targetOf(w, ci, at)
+	if !ok {
+		return WhyPool, n.ID
+	}
+	for i, x := range w.GPUs {
+		if why := e.keepGPU(ns, tg, ci, w, i, frac); why != "" {
+			return why, fmt.Sprintf("%s:%d", n.ID, x)
+		}
+	}
+	cpus := g.NumCPUs
+	if ci == 0 && e.hasBuffer && ns.count[0] == 0 {
+		cpus += e.bufferCPUs
+	}
+	if cpus > ns.cpuLeft+eps {
+		return WhyCPUs, n.ID
+	}
+	if en := tg.entry; en != nil && en.counts[ci] != nil && en.placed[ci][gi] >= en.counts[ci][gi] {
+		return WhyPool, n.ID // the pool's worker_counts are full here
+	}
+	var uuids []string
+	if n.hasUUIDs() && len(w.GPUUUIDs) == len(w.GPUs) {
+		uuids = w.GPUUUIDs // checked equal to the node's by keepGPU
+	}
+	e.record(tg, at, e.mut(at), ci, w.Index, gi, g, w.GPUs, uuids, frac, cpus)
+	return "", ""
+}
+
+// keepGPU checks the i-th GPU of w on ns: it exists, is healthy, is the
+// same GPU (by UUID), lies in the pool's allocation, and fits.
+func (e *engine) keepGPU(ns *nodeState, tg target, ci int, w *Worker, i int, frac float64) string {
+	x, n := w.GPUs[i], ns.node
+	switch {
+	case x < 0 || x >= n.GPUs:
+		return WhyGPUGone
+	case !n.Healthy(x):
+		return WhyUnhealthy
+	case n.hasUUIDs() && i < len(w.GPUUUIDs) && w.GPUUUIDs[i] != n.GPUUUIDs[x]:
+		// A GPU swapped for another in the same slot is not the GPU the
+		// worker was told about.
+		return WhyGPUReplaced
+	case slices.Contains(w.GPUs[:i], x):
+		return WhyConflict
+	case tg.entry != nil && !slices.Contains(tg.entry.alloc[ci], x):
+		return WhyPool
+	case !e.fits(ns, ci, x, frac):
+		return WhyConflict
+	}
+	return ""
+}
+
+// targetOf is the pool w belongs in on node at: its component's auto
+// pool, or the manual pool it names if that pool still lists the node.
+func (e *engine) targetOf(w *Worker, ci int, at int32) (target, bool) {
+	if !e.rules.manual {
+		p := e.pools[e.rules.pool[ci]]
+		return target{pool: p}, w.Pool == p.name
+	}
+	p, en := e.entryOf(w.Pool, at)
+	return target{pool: p, entry: en}, en != nil
+}
+
+// keepReserve keeps GPU g of node at reserved for a buffer if it still
+// can be: it is there and healthy, and neither train nor a component that
+// may not share with train holds it (under colocate, eval and env may
+// share a reserved GPU, as they share train's).
+func (e *engine) keepReserve(at int32, g int) bool {
+	ns := e.table[at]
+	if g < 0 || g >= ns.node.GPUs || !ns.node.Healthy(g) || ns.resv != nil && ns.resv[g] || ns.share[0][g] > eps {
+		return false
+	}
+	for cj := range ns.share {
+		if e.rules.conflict[0][cj] && ns.share[cj][g] > eps {
+			return false
+		}
+	}
+	ns = e.mut(at)
+	tp := e.pools[e.rules.pool[0]]
+	joined := !e.member(ns, tp.auto)
+	if ns.wholly(g) {
+		ns.free--
+	}
+	if ns.resv == nil {
+		ns.resv = make([]bool, ns.node.GPUs)
+	}
+	ns.resv[g] = true
+	if joined {
+		tp.join(at)
+	}
+	return true
+}
+
+// adoptSlow starts from a plan document alone (read back from JSON, or
+// made for another spec): every node has a new state and every worker of
+// prev is checked again. It costs in proportion to the plan's workers.
+func (e *engine) adoptSlow() {
+	for _, p := range e.pools {
+		for _, pl := range e.prev.Pools {
+			if p.auto >= 0 && pl.Name == p.name {
+				for _, pn := range pl.Nodes {
+					if at := e.find(pn.NodeID); at >= 0 {
+						p.order = append(p.order, at)
+					}
+				}
+			}
+		}
+	}
+	byNode, seen := e.prevByNode()
+	for at, ws := range byNode {
+		for _, w := range ws {
+			if why, where := e.keepOne(int32(at), w); why != "" {
+				e.displace(w, why, where)
+			}
+		}
+	}
+	e.keepPrevReserve(byNode)
+	for ci, d := range e.demands {
+		for i := range d.asked {
+			if !seen[ci][i] {
+				e.displaced = append(e.displaced, Displaced{Component: d.comp, Index: i, Why: WhyNew})
+			}
+		}
+	}
+	for ci, d := range e.demands {
+		d.only(e.displacedOf(ci))
+	}
+	for at, ns := range e.table {
+		if ns.hasRoom() {
+			e.room = append(e.room, int32(at))
+		}
+	}
+}
+
+// prevByNode groups the previous plan's train, eval and env workers by
+// node, once per component and index the spec still asks for; workers on
+// nodes that left are displaced, and buffers remembered by node.
+func (e *engine) prevByNode() ([][]*Worker, [nComp][]bool) {
+	byNode := make([][]*Worker, len(e.table))
+	var seen [nComp][]bool
+	for ci, d := range e.demands {
+		seen[ci] = make([]bool, d.asked)
+	}
+	nbuf := 0
+	for _, w := range e.prev.Workers.All() {
+		if w.Component == Buffer {
+			nbuf++
+		}
+	}
+	e.prevBuffers = slices.Repeat([]int32{-1}, nbuf)
+	for _, w := range e.prev.Workers.All() {
+		ci := w.Component.Rank()
+		at := e.find(w.NodeID)
+		if w.Component == Buffer {
+			if w.Index >= 0 && w.Index < nbuf && at >= 0 {
+				e.prevBuffers[w.Index] = at
+			}
+			continue
+		}
+		if ci < 0 || ci >= nComp || w.Index < 0 || w.Index >= e.demands[ci].asked || seen[ci][w.Index] {
+			continue
+		}
+		seen[ci][w.Index] = true
+		if at < 0 {
+			e.displace(w, WhyNodeLeft, w.NodeID)
+			continue
+		}
+		byNode[at] = append(byNode[at], w)
+	}
+	return byNode, seen
+}
+
+// keepPrevReserve keeps the GPUs the previous plan reserved for a buffer
+// that uses CUDA (train allocation GPUs no train worker of it held) where
+// they still can be, and owes the rest.
+func (e *engine) keepPrevReserve(byNode [][]*Worker) {
+	if e.reserve == 0 || e.rules.manual {
+		return
+	}
+	name := e.rules.names[e.rules.pool[0]]
+	for _, p := range e.prev.Pools {
+		if p.Name != name {
+			continue
+		}
+		for _, pn := range p.Nodes {
+			at := e.find(pn.NodeID)
+			if at < 0 {
+				continue
+			}
+			held := map[int]bool{}
+			for _, w := range byNode[at] {
+				if w.Component == Train {
+					for _, g := range w.GPUs {
+						held[g] = true
+					}
+				}
+			}
+			for _, r := range pn.Allocations[Train] {
+				// The document may be anyone's: bound the walk by the node.
+				for g := max(r.First, 0); g <= min(r.Last, e.table[at].node.GPUs-1) && e.reserve > 0; g++ {
+					if !held[g] && e.keepReserve(at, g) {
+						e.reserve--
+					}
+				}
+			}
+		}
+	}
+}
+
+// roomAfterAdopt is the nodes with room once the previous plan's workers
+// are kept: those the previous plan had, less the ones this run changed,
+// plus the changed and new ones that have room.
+func (e *engine) roomAfterAdopt(prevRoom, remap []int32) []int32 {
+	touched := make(map[int32]bool, len(e.touched))
+	for _, at := range e.touched {
+		touched[at] = true
+	}
+	out := make([]int32, 0, len(prevRoom)+len(e.touched))
+	for _, at := range remapAll(prevRoom, remap) {
+		if at >= 0 && !touched[at] {
+			out = append(out, at)
+		}
+	}
+	for _, at := range e.touched {
+		if e.table[at].hasRoom() {
+			out = append(out, at)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}

@@ -1,0 +1,623 @@
+package planner
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+func uniformNodes(n, gpus int, cpus float64) []Node {
+	out := make([]Node, n)
+	for i := range out {
+		id := fmt.Sprintf("n%d", i+1)
+		out[i] = Node{ID: id, IP: fmt.Sprintf("10.0.0.%d", i+1), CPUs: cpus, GPUs: gpus}
+		for g := 0; g < gpus; g++ {
+			out[i].GPUUUIDs = append(out[i].GPUUUIDs, fmt.Sprintf("GPU-%s-%d", id, g))
+		}
+	}
+	return out
+}
+
+func mustSpec(t testing.TB, y string) *Spec {
+	t.Helper()
+	s, err := ParseSpec([]byte(y))
+	if err != nil {
+		t.Fatalf("ParseSpec: %v", err)
+	}
+	return s
+}
+
+const replanSpec = `
+scheduling:
+  train:  {worker_num: 16, num_cpus: 1, num_gpus: 1}
+  eval:   {worker_num: 2, num_cpus: 1, num_gpus: 4}
+  buffer: {worker_num: auto, num_cpus: 1, num_gpus: 0}
+  env:
+    - {worker_num: 8, num_cpus: 1, num_gpus: 0.25}
+placement: {mode: auto, strategy: disaggregate, env_strategy: default}
+`
+
+func without(nodes []Node, id string) []Node {
+	var out []Node
+	for _, n := range nodes {
+		if n.ID != id {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// workerKey names a worker in tests.
+type workerKey struct {
+	comp  Component
+	index int
+}
+
+func workersOn(p *Plan, id string) map[workerKey]bool {
+	out := map[workerKey]bool{}
+	for _, w := range p.Workers.All() {
+		if w.NodeID == id {
+			out[workerKey{w.Component, w.Index}] = true
+		}
+	}
+	return out
+}
+
+// withNode returns nodes with the one named id changed by f.
+func withNode(nodes []Node, id string, f func(*Node)) []Node {
+	out := slices.Clone(nodes)
+	for i := range out {
+		if out[i].ID == id {
+			f(&out[i])
+		}
+	}
+	return out
+}
+
+func TestReplanNodeLeftMovesOnlyItsWorkers(t *testing.T) {
+	spec := mustSpec(t, replanSpec)
+	nodes := uniformNodes(6, 8, 32)
+	first, ch, err := Replan(nil, spec, nodes)
+	if err != nil || !ch.Fresh || ch.FreshWhy != "first plan" {
+		t.Fatalf("first plan: err %v, change %+v", err, ch)
+	}
+	checkStrict(t, spec, nodes, first)
+	victim := first.Workers.At(0).NodeID // hosts train workers
+	lost := workersOn(first, victim)
+	rest := without(nodes, victim)
+	next, ch, err := Replan(first, spec, rest)
+	if err != nil || ch.Fresh {
+		t.Fatalf("replan: err %v, change %+v", err, ch)
+	}
+	checkStrict(t, spec, rest, next)
+	for _, d := range ch.Displaced {
+		if !lost[workerKey{d.Component, d.Index}] || d.Why != WhyNodeLeft || d.NodeID != victim {
+			t.Errorf("displaced %+v, which was not on %s", d, victim)
+		}
+	}
+	for _, w := range next.Workers.All() {
+		k := workerKey{w.Component, w.Index}
+		if o := first.Workers.Find(w.Component, w.Index); !lost[k] && w.Component != Buffer && !samePlace(o, w) {
+			t.Errorf("%s %d moved from %s%v to %s%v", w.Component, w.Index, o.NodeID, o.GPUs, w.NodeID, w.GPUs)
+		}
+	}
+	if want := CountMoved(first, next); next.Moved != want || next.Moved < len(lost)-1 {
+		t.Errorf("moved %d, CountMoved %d, lost %d", next.Moved, want, len(lost))
+	}
+	if got := ch.Summary(); !strings.Contains(got, WhyNodeLeft+" "+victim) {
+		t.Errorf("summary %q does not name %s", got, victim)
+	}
+	x := explanationOf(next, Train)
+	if x == nil || len(x.Displaced) != 1 || x.Displaced[0].Reason != WhyNodeLeft || x.Displaced[0].NodeIDs[0] != victim {
+		t.Errorf("train explanation %+v, want displaced by %s leaving", x, victim)
+	}
+
+	// The node coming back moves nobody.
+	back, ch, err := Replan(next, spec, nodes)
+	if err != nil || ch.Fresh || len(ch.Displaced) != 0 || back.Moved != 0 || !SamePlacement(next, back) {
+		t.Fatalf("node back: err %v, change %+v, moved %d", err, ch, back.Moved)
+	}
+}
+
+func explanationOf(p *Plan, c Component) *Explanation {
+	for i := range p.Explanations {
+		if p.Explanations[i].Component == c {
+			return &p.Explanations[i]
+		}
+	}
+	return nil
+}
+
+func TestReplanUnhealthyGPU(t *testing.T) {
+	spec := mustSpec(t, replanSpec)
+	nodes := uniformNodes(6, 8, 32)
+	first, _, _ := Replan(nil, spec, nodes)
+	w := *first.Workers.At(0)
+	sick := withNode(nodes, w.NodeID, func(n *Node) { n.Unhealthy = []int{w.GPUs[0]} })
+	next, ch, err := Replan(first, spec, sick)
+	if err != nil || ch.Fresh {
+		t.Fatalf("err %v, change %+v", err, ch)
+	}
+	checkStrict(t, spec, sick, next)
+	want := Displaced{Component: w.Component, Index: w.Index, NodeID: w.NodeID, Why: WhyUnhealthy, Where: fmt.Sprintf("%s:%d", w.NodeID, w.GPUs[0])}
+	if len(ch.Displaced) != 1 || ch.Displaced[0] != want {
+		t.Errorf("displaced %+v, want only %+v", ch.Displaced, want)
+	}
+	// The worker may land on a node new to train, which then gets a
+	// buffer worker of its own: that counts as a second move.
+	if next.Moved < 1 || next.Moved > 2 || next.Moved != CountMoved(first, next) {
+		t.Errorf("moved %d, want 1 or 2 (CountMoved %d)", next.Moved, CountMoved(first, next))
+	}
+	var text strings.Builder
+	_ = WriteText(&text, next)
+	if !strings.Contains(text.String(), "x") || !strings.Contains(text.String(), "unhealthy GPU excluded on "+w.NodeID) {
+		t.Errorf("text does not show the unhealthy GPU:\n%s", text.String())
+	}
+}
+
+func TestReplanFallsBack(t *testing.T) {
+	spec := mustSpec(t, replanSpec)
+	nodes := uniformNodes(6, 8, 32)
+	first, _ := Compute(spec, nodes)
+	colo := mustSpec(t, strings.Replace(replanSpec, "disaggregate", "colocate", 1))
+
+	// Fragmentation: the previous plan left one free GPU on each of two
+	// nodes, where a fresh plan puts the two-GPU eval worker whole.
+	frag := mustSpec(t, "scheduling: {eval: {worker_num: 1, num_gpus: 2}, env: [{worker_num: 2, num_gpus: 1}]}\n")
+	small := []Node{{ID: "a", CPUs: 8, GPUs: 2}, {ID: "b", CPUs: 8, GPUs: 1, GPUUUIDs: []string{"b0"}}, {ID: "c", CPUs: 8, GPUs: 1, GPUUUIDs: []string{"c0"}}}
+	fragPrev, err := Compute(frag, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grown := []Node{{ID: "b", CPUs: 8, GPUs: 2, GPUUUIDs: []string{"b0", "b1"}}, {ID: "c", CPUs: 8, GPUs: 2, GPUUUIDs: []string{"c0", "c1"}}}
+
+	tests := []struct {
+		name  string
+		prev  *Plan
+		spec  *Spec
+		nodes []Node
+		fresh string // FreshWhy prefix; "" for an incremental attempt
+		valid bool
+		err   string
+	}{
+		{"invalid previous", &Plan{Valid: false}, spec, nodes, "the previous plan was not valid", true, ""},
+		{"placement changed", first, colo, nodes, "placement changed", true, ""},
+		{"arithmetic refuses", first, spec, nodes[:2], "", false, "Insufficient GPUs"},
+		{"fragmented", fragPrev, frag, grown, "the incremental plan could not place every worker: Cannot place eval", true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, ch, err := Replan(tt.prev, tt.spec, tt.nodes)
+			if ch.Fresh != (tt.fresh != "") || !strings.HasPrefix(ch.FreshWhy, tt.fresh) {
+				t.Errorf("change %+v, want fresh %q", ch, tt.fresh)
+			}
+			if p.Valid != tt.valid || (err == nil) != tt.valid || !strings.Contains(p.Error, tt.err) {
+				t.Errorf("valid %v err %v, want valid %v, error %q", p.Valid, err, tt.valid, tt.err)
+			}
+			if p.Valid {
+				checkStrict(t, tt.spec, tt.nodes, p)
+			} else if p.Workers.Len() != 0 || len(p.Pools) != 0 || len(p.ResourcePool) != 0 || p.Moved != 0 {
+				t.Errorf("invalid plan carries a placement: %d workers, %d pools, moved %d", p.Workers.Len(), len(p.Pools), p.Moved)
+			}
+		})
+	}
+}
+
+// TestReplanBufferReserve: a buffer that uses CUDA keeps the GPU reserved
+// for it when its node stays, and gets one again when it goes.
+func TestReplanBufferReserve(t *testing.T) {
+	spec := mustSpec(t, `
+scheduling:
+  train:  {worker_num: 12, num_cpus: 1, num_gpus: 1}
+  buffer: {worker_num: auto, num_cpus: 1, num_gpus: 1}
+  env:    [{worker_num: 8, num_cpus: 1, num_gpus: 0.5}]
+`)
+	nodes := uniformNodes(4, 8, 64)
+	first, err := Compute(spec, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserveNode := ""
+	for _, w := range first.Workers.All() {
+		if w.Component == Buffer && len(w.GPUs) > 0 {
+			reserveNode = w.NodeID
+		}
+	}
+	if reserveNode == "" {
+		t.Fatalf("no buffer holds a GPU")
+	}
+	// Another node changes: the reserve stays where it is.
+	other := "n4"
+	next, ch, err := Replan(first, spec, withNode(nodes, other, func(n *Node) { n.CPUs = 63 }))
+	if err != nil || ch.Fresh || next.Moved != 0 || !SamePlacement(first, next) {
+		t.Fatalf("unrelated change: err %v change %+v moved %d", err, ch, next.Moved)
+	}
+	// The reserve's node loses its GPUs' health: the buffer's GPU is
+	// reserved elsewhere and the plan stays valid and incremental.
+	sick := withNode(nodes, reserveNode, func(n *Node) { n.Unhealthy = []int{0, 1, 2, 3, 4, 5, 6, 7} })
+	next, ch, err = Replan(first, spec, sick)
+	if err != nil || ch.Fresh {
+		t.Fatalf("reserve node sick: err %v change %+v", err, ch)
+	}
+	checkStrict(t, spec, sick, next)
+	holds := 0
+	for _, w := range next.Workers.All() {
+		if w.Component == Buffer && len(w.GPUs) > 0 {
+			holds++
+		}
+	}
+	if holds != 1 {
+		t.Errorf("%d buffers hold a GPU, want 1", holds)
+	}
+}
+
+// TestReplanManual: in manual mode a GPU going bad moves its worker only,
+// inside the pool's allocation, where planning afresh shifts every later
+// worker by a GPU.
+func TestReplanManual(t *testing.T) {
+	spec := mustSpec(t, `
+scheduling:
+  env: [{worker_num: 12, num_cpus: 1, num_gpus: 1}]
+placement: {mode: manual}
+resource_pool:
+  - {name: sim, num_node: 2, num_gpus: 8, env: "0-15"}
+`)
+	nodes := uniformNodes(2, 8, 64)
+	first, err := Compute(spec, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sick := withNode(nodes, "n1", func(n *Node) { n.Unhealthy = []int{2} })
+	next, ch, err := Replan(first, spec, sick)
+	if err != nil || ch.Fresh || next.Moved != 1 || len(ch.Displaced) != 1 || ch.Displaced[0].Index != 2 {
+		t.Fatalf("err %v change %+v moved %d", err, ch, next.Moved)
+	}
+	for _, e := range checkPlan(spec, sick, next) {
+		t.Error(e)
+	}
+	if fresh, _ := Compute(spec, sick); CountMoved(first, fresh) < 5 {
+		t.Errorf("a fresh plan moves %d workers; the test no longer shows the point", CountMoved(first, fresh))
+	}
+}
+
+// checkStrict asserts the invariants every valid plan keeps, fresh or
+// incremental (checkPlan), and that auto allocations are exactly the GPUs
+// the workers hold and every worker names its GPUs' UUIDs.
+func checkStrict(t fataler, spec *Spec, nodes []Node, p *Plan) {
+	t.Helper()
+	if !p.Valid {
+		t.Fatalf("plan not valid: %s", p.Error)
+	}
+	if errs := checkPlan(spec, nodes, p); len(errs) > 0 {
+		t.Fatalf("invariants: %s", strings.Join(errs, "; "))
+	}
+	byID := map[string]*Node{}
+	for i := range nodes {
+		byID[nodes[i].ID] = &nodes[i]
+	}
+	for _, w := range p.Workers.All() {
+		n := byID[w.NodeID]
+		if n.hasUUIDs() && len(w.GPUUUIDs) != len(w.GPUs) {
+			t.Fatalf("%s %d: uuids %v for GPUs %v", w.Component, w.Index, w.GPUUUIDs, w.GPUs)
+		}
+		for i, g := range w.GPUs {
+			if i < len(w.GPUUUIDs) && w.GPUUUIDs[i] != n.GPUUUIDs[g] {
+				t.Fatalf("%s %d: uuid %s for %s:%d, node has %s", w.Component, w.Index, w.GPUUUIDs[i], n.ID, g, n.GPUUUIDs[g])
+			}
+		}
+	}
+	if got := CountMoved(p, p); got != 0 {
+		t.Fatalf("a plan moves %d workers against itself", got)
+	}
+}
+
+// fataler is what the checks need of *testing.T and *rapid.T.
+type fataler interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+func genReplanNodes(t *rapid.T, label string, n int) []Node {
+	nodes := make([]Node, n)
+	for i := range nodes {
+		gpus := rapid.SampledFrom([]int{0, 2, 4, 8}).Draw(t, fmt.Sprintf("%s%d.gpus", label, i))
+		nodes[i] = uniformNodes(1, gpus, float64(rapid.IntRange(2, 48).Draw(t, fmt.Sprintf("%s%d.cpus", label, i))))[0]
+		nodes[i].ID = fmt.Sprintf("%s%d", label, i)
+		for g := range nodes[i].GPUUUIDs {
+			nodes[i].GPUUUIDs[g] = fmt.Sprintf("GPU-%s-%d", nodes[i].ID, g)
+		}
+		if gpus > 0 && rapid.IntRange(0, 5).Draw(t, fmt.Sprintf("%s%d.sick", label, i)) == 0 {
+			nodes[i].Unhealthy = []int{rapid.IntRange(0, gpus-1).Draw(t, fmt.Sprintf("%s%d.sickGPU", label, i))}
+		}
+	}
+	return nodes
+}
+
+// genReplanSpec draws a spec of any placement, with workers without GPUs,
+// buffers with and without GPUs, and now and then a manual one.
+func genReplanSpec(t *rapid.T) *Spec {
+	s := &Spec{Placement: Placement{
+		Mode:        ModeAuto,
+		Strategy:    rapid.SampledFrom([]string{StrategyDisaggregate, StrategyColocate}).Draw(t, "strategy"),
+		EnvStrategy: rapid.SampledFrom([]string{EnvStrategyDefault, EnvStrategyDeviceColocate}).Draw(t, "env_strategy"),
+	}}
+	s.Scheduling.Train = &WorkerGroup{WorkerNum: rapid.IntRange(0, 8).Draw(t, "train"), NumCPUs: 1,
+		NumGPUs: rapid.SampledFrom([]float64{0.5, 1, 2, 0}).Draw(t, "train.gpus")}
+	s.Scheduling.Eval = &WorkerGroup{WorkerNum: rapid.IntRange(0, 3).Draw(t, "eval"), NumCPUs: 1,
+		NumGPUs: rapid.SampledFrom([]float64{1, 2, 4, 0}).Draw(t, "eval.gpus")}
+	for i := range rapid.IntRange(0, 2).Draw(t, "env.groups") {
+		s.Scheduling.Env = append(s.Scheduling.Env, WorkerGroup{WorkerNum: rapid.IntRange(1, 8).Draw(t, fmt.Sprintf("env%d", i)),
+			NumCPUs: float64(rapid.IntRange(0, 2).Draw(t, fmt.Sprintf("env%d.cpus", i))),
+			NumGPUs: rapid.SampledFrom([]float64{0.25, 0.5, 1, 0, 0.1, 0.3}).Draw(t, fmt.Sprintf("env%d.gpus", i))})
+	}
+	if rapid.Bool().Draw(t, "buffer") {
+		s.Scheduling.Buffer = &WorkerGroup{Auto: true, NumCPUs: 1, NumGPUs: rapid.SampledFrom([]float64{0, 0, 1}).Draw(t, "buffer.gpus")}
+	}
+	return s
+}
+
+// manualOf is spec in manual mode with p's export as its pools.
+func manualOf(t fataler, spec *Spec, p *Plan) *Spec {
+	t.Helper()
+	rp, _ := json.Marshal(p.ResourcePool)
+	var raw []any
+	_ = json.Unmarshal(rp, &raw)
+	pools, err := parsePools(jsonNumbersToInts(raw))
+	if err != nil {
+		t.Fatalf("export does not parse: %v\n%s", err, rp)
+	}
+	m := *spec
+	m.Placement = Placement{Mode: ModeManual}
+	m.ResourcePool = pools
+	return &m
+}
+
+// change is one inventory change of the replan property.
+func change(t *rapid.T, nodes []Node, i int) ([]Node, string) {
+	out := slices.Clone(nodes)
+	k := rapid.IntRange(0, len(out)-1).Draw(t, fmt.Sprintf("change%d.node", i))
+	n := &out[k]
+	switch kind := rapid.IntRange(0, 5).Draw(t, fmt.Sprintf("change%d.kind", i)); kind {
+	case 0:
+		return slices.Delete(out, k, k+1), n.ID
+	case 1:
+		if n.GPUs > 0 {
+			n.Unhealthy = append(slices.Clone(n.Unhealthy), rapid.IntRange(0, n.GPUs-1).Draw(t, fmt.Sprintf("change%d.gpu", i)))
+		}
+	case 2:
+		n.CPUs = math.Floor(n.CPUs / 2)
+	case 3:
+		if n.GPUs > 0 {
+			g := rapid.IntRange(0, n.GPUs-1).Draw(t, fmt.Sprintf("change%d.swapped", i))
+			n.GPUUUIDs = slices.Clone(n.GPUUUIDs)
+			n.GPUUUIDs[g] += "-new"
+		}
+	case 4:
+		j := genReplanNodes(t, fmt.Sprintf("j%d.", i), 1)[0]
+		return append(out, j), j.ID
+	case 5:
+		n.GPUs += 2
+		n.GPUUUIDs = append(slices.Clone(n.GPUUUIDs), n.ID+"-x", n.ID+"-y")
+	}
+	return out, n.ID
+}
+
+// TestReplanProperties: over random clusters, specs and chains of
+// inventory changes, a replan keeps every invariant of a fresh plan, is
+// valid whenever a fresh plan is, keeps every worker it does not say it
+// displaced, displaces a worker only for a reason that holds, counts its
+// moves as CountMoved does, exports a resource_pool that loads back, and
+// plans alike from its in-memory previous plan and from that plan read
+// back from JSON.
+func TestReplanProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		spec := genReplanSpec(t)
+		nodes := genReplanNodes(t, "n", rapid.IntRange(1, 8).Draw(t, "nodes"))
+		prev, err := Compute(spec, nodes)
+		if err != nil {
+			t.Skip("no fresh plan")
+		}
+		if rapid.IntRange(0, 3).Draw(t, "manual") == 0 {
+			spec = manualOf(t, spec, prev)
+			if prev, err = Compute(spec, nodes); err != nil {
+				t.Fatalf("the export loaded in manual mode: %v", err)
+			}
+		}
+		for step := range rapid.IntRange(1, 3).Draw(t, "steps") {
+			after, touched := change(t, nodes, step)
+			if len(after) == 0 {
+				return
+			}
+			next, ch, err := Replan(prev, spec, after)
+			checkReplan(t, spec, prev, after, next, ch, err, touched)
+			if err != nil {
+				return
+			}
+			prev, nodes = next, after
+		}
+	})
+}
+
+func checkReplan(t *rapid.T, spec *Spec, prev *Plan, after []Node, next *Plan, ch *Change, err error, touched string) {
+	if _, freshErr := Compute(spec, after); freshErr == nil && err != nil {
+		t.Fatalf("a fresh plan is valid but the replan is not: %v", err)
+	}
+	var js Plan
+	b, _ := json.Marshal(prev)
+	if jerr := json.Unmarshal(b, &js); jerr != nil {
+		t.Fatalf("plan JSON: %v", jerr)
+	}
+	slow, _, slowErr := Replan(&js, spec, after)
+	if (err == nil) != (slowErr == nil) || !SamePlacement(next, slow) {
+		t.Fatalf("replan from JSON differs: err %v vs %v", err, slowErr)
+	}
+	if err != nil {
+		if next.Workers.Len() != 0 || len(next.Pools) != 0 || next.Error == "" {
+			t.Fatalf("invalid plan carries a placement")
+		}
+		return
+	}
+	checkStrict(t, spec, after, next)
+	if next.Moved != CountMoved(prev, next) {
+		t.Fatalf("moved %d, CountMoved %d", next.Moved, CountMoved(prev, next))
+	}
+	back, berr := Compute(manualOf(t, spec, next), after)
+	if berr != nil || fmt.Sprint(allocSet(back)) != fmt.Sprint(allocSet(next)) || fmt.Sprint(countSet(back)) != fmt.Sprint(countSet(next)) {
+		t.Fatalf("the export does not load back: %v", berr)
+	}
+	if ch.Fresh {
+		return
+	}
+	displaced := map[workerKey]Displaced{}
+	for _, d := range ch.Displaced {
+		displaced[workerKey{d.Component, d.Index}] = d
+	}
+	for _, w := range next.Workers.All() {
+		if w.Component == Buffer {
+			continue
+		}
+		o := prev.Workers.Find(w.Component, w.Index)
+		d, moved := displaced[workerKey{w.Component, w.Index}]
+		if !moved && (o == nil || !samePlace(o, w)) {
+			t.Fatalf("%s %d moved from %v to %s%v without a reason (change on %s)", w.Component, w.Index, o, w.NodeID, w.GPUs, touched)
+		}
+		if moved {
+			if why := unjustified(spec, o, w, d, after, next); why != "" {
+				t.Fatalf("%s %d displaced for %q at %s, but %s", w.Component, w.Index, d.Why, d.Where, why)
+			}
+		}
+	}
+}
+
+// unjustified says why displacement d of worker o (now w) does not hold on
+// nodes and plan p, or "" when it does.
+func unjustified(spec *Spec, o, w *Worker, d Displaced, nodes []Node, p *Plan) string {
+	var n *Node
+	for i := range nodes {
+		if nodes[i].ID == d.NodeID {
+			n = &nodes[i]
+		}
+	}
+	gpu := -1
+	if _, g, ok := strings.Cut(d.Where, ":"); ok {
+		fmt.Sscan(g, &gpu)
+	}
+	switch d.Why {
+	case WhyNodeLeft:
+		if n != nil {
+			return "the node is there"
+		}
+		return ""
+	case WhyNew:
+		if o != nil {
+			return "it was in the previous plan"
+		}
+		return ""
+	case WhyPool:
+		if spec.Placement.Mode != ModeManual {
+			return "pools are fixed in auto mode"
+		}
+		return ""
+	}
+	if n == nil {
+		return "the node left"
+	}
+	switch d.Why {
+	case WhyUnhealthy:
+		if n.Healthy(gpu) {
+			return "the GPU is healthy"
+		}
+	case WhyGPUGone:
+		if gpu < n.GPUs {
+			return "the GPU is there"
+		}
+	case WhyGPUReplaced:
+		if gpu >= n.GPUs || slices.Index(o.GPUs, gpu) < 0 || o.GPUUUIDs[slices.Index(o.GPUs, gpu)] == n.GPUUUIDs[gpu] {
+			return "the GPU is the same"
+		}
+	case WhyCPUs:
+		load, train := 0.0, false
+		for _, x := range p.Workers.All() {
+			if x.NodeID == n.ID {
+				load += x.CPUs
+				train = train || x.Component == Train
+			}
+		}
+		extra := o.CPUs
+		if o.Component == Train && !train && spec.Scheduling.Buffer != nil {
+			extra += spec.Scheduling.Buffer.NumCPUs
+		}
+		if load+extra <= n.CPUs+eps {
+			return fmt.Sprintf("the node has %v CPUs for %v", n.CPUs, load+extra)
+		}
+	case WhyConflict:
+		if !taken(spec, p, o, n.ID, gpu) {
+			return "the GPU is free for it"
+		}
+	default:
+		return "no such reason"
+	}
+	return ""
+}
+
+// taken reports whether GPU g of node holds what worker o may not join.
+func taken(spec *Spec, p *Plan, o *Worker, node string, g int) bool {
+	if k := slices.Index(o.GPUs, g); k >= 0 && slices.Contains(o.GPUs[k+1:], g) {
+		return true
+	}
+	r := newRules(spec.Placement)
+	ci := o.Component.Rank()
+	for _, x := range p.Workers.All() {
+		if x.NodeID != node || !slices.Contains(x.GPUs, g) {
+			continue
+		}
+		cj := x.Component.Rank()
+		if x.Component == Buffer {
+			cj = 0 // a buffer's GPU is train's reserve
+		}
+		if cj == ci && x.GPUShare+o.GPUShare > 1+eps || r.conflict[ci][cj] || x.Component == Buffer && ci == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// countSet lists how many workers of each group are on each pool node.
+func countSet(p *Plan) []string {
+	var out []string
+	for _, pl := range p.Pools {
+		for _, n := range pl.Nodes {
+			out = append(out, fmt.Sprint(pl.Name, n.NodeID, n.WorkerCounts))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestReplanSpecChange: a resized spec keeps the workers whose needs it
+// did not change; the new ones are placed, the removed ones released.
+func TestReplanSpecChange(t *testing.T) {
+	spec := mustSpec(t, replanSpec)
+	nodes := uniformNodes(6, 8, 32)
+	first, _ := Compute(spec, nodes)
+	bigger := mustSpec(t, strings.Replace(replanSpec, "worker_num: 8, num_cpus: 1, num_gpus: 0.25", "worker_num: 12, num_cpus: 1, num_gpus: 0.25", 1))
+	next, ch, err := Replan(first, bigger, nodes)
+	if err != nil || ch.Fresh {
+		t.Fatalf("err %v change %+v", err, ch)
+	}
+	checkStrict(t, bigger, nodes, next)
+	if next.Moved != 4 || len(ch.Displaced) != 4 || ch.Displaced[0].Why != WhyNew {
+		t.Errorf("moved %d, displaced %+v; want the 4 new env workers", next.Moved, ch.Displaced)
+	}
+	smaller := mustSpec(t, strings.Replace(replanSpec, "worker_num: 16, num_cpus: 1", "worker_num: 10, num_cpus: 1", 1))
+	next, ch, err = Replan(first, smaller, nodes)
+	if err != nil || ch.Fresh || len(ch.Displaced) != 0 {
+		t.Fatalf("err %v change %+v", err, ch)
+	}
+	checkStrict(t, smaller, nodes, next)
+}

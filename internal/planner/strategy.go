@@ -1,0 +1,209 @@
+package planner
+
+import "slices"
+
+// poolRun is one resource pool during a run.
+type poolRun struct {
+	name string
+	// auto is the pool's index among the rules' auto pools, -1 for a
+	// manual pool.
+	auto int
+	// order is, for an auto pool, its nodes in the previous plan's order;
+	// joined are the nodes that joined it in this run, in order.
+	order  []int32
+	joined []int32
+	// final is the pool's nodes in the plan document.
+	final []int32
+	// entries are a manual pool's nodes, as the spec lists them.
+	entries []*poolEntry
+}
+
+func (p *poolRun) join(at int32) { p.joined = append(p.joined, at) }
+
+// poolEntry is one node of a manual pool and what the spec gives each
+// component there.
+type poolEntry struct {
+	at int32
+	// alloc is the node-local GPUs the spec's ranges give each component,
+	// in order; gpus the healthy ones.
+	alloc [nComp][]int
+	gpus  [nComp][]int
+	// counts are the pool's worker_counts here, per group (nil: none
+	// given); placed counts the workers placed here, per group.
+	counts [nComp][]int
+	placed [nComp][]int
+}
+
+// Tiers order the candidate nodes of a pass, as Nomad's ranking orders
+// feasible nodes: where the components already are, so pools stay
+// compact and fractions pack; then nodes that keep pools pure; last,
+// nodes of another pool, which a pool shares only when it must.
+const (
+	tierHome uint8 = iota
+	tierClean
+	tierMixed
+)
+
+// cand is a candidate node of a pass and its tier.
+type cand struct {
+	at   int32
+	tier uint8
+}
+
+// candidates orders src (positions in rank order) for the components of
+// mask: tier by tier, rank order within each. In a fresh plan nothing is
+// placed when a pass begins, so every node is clean, bar (for rollout)
+// the train nodes: rlightning's order, with pools kept pure.
+func (e *engine) candidates(src []int32, mask uint8) []cand {
+	apart := e.rules.apart(mask)
+	tier := func(ns *nodeState) uint8 {
+		switch {
+		case ns.hosts(mask):
+			return tierHome
+		case ns.hosts(apart), apart&1 != 0 && ns.resv != nil && slices.Contains(ns.resv, true):
+			return tierMixed
+		}
+		return tierClean
+	}
+	out := make([]cand, 0, len(src))
+	for t := tierHome; t <= tierMixed; t++ {
+		for _, at := range src {
+			if tier(e.table[at]) == t {
+				out = append(out, cand{at, t})
+			}
+		}
+	}
+	return out
+}
+
+// visit says whether a pass should try the node for the components of
+// mask: it must have a GPU no one holds or, where the components already
+// are, part of one they may still fill. A node passed by is noted when it
+// cannot serve at all (no GPUs, none healthy) and counted when it is full.
+func (e *engine) visit(c cand, mask uint8) bool {
+	ns := e.table[c.at]
+	if ns.free > 0 {
+		return true
+	}
+	if c.tier == tierHome {
+		for ci := range nComp {
+			if mask&(1<<ci) != 0 && ns.count[ci] > 0 && ns.partial(ci) {
+				return true
+			}
+		}
+	}
+	for ci, d := range e.demands {
+		if mask&(1<<ci) == 0 || d.done() {
+			continue
+		}
+		switch {
+		case ns.node.GPUs == 0:
+			e.mut(c.at).note(d.comp, ReasonNoGPUs)
+		case len(ns.usable) == 0:
+			e.mut(c.at).note(d.comp, ReasonNoHealthyGPUs)
+		default:
+			e.passedBy(ci, ReasonNoFreeGPUs, ns.node.ID)
+		}
+	}
+	return false
+}
+
+// passedBy counts a node passed by for component ci without a note of its
+// own: a full node is no news in itself, only in sum.
+func (e *engine) passedBy(ci int, reason, node string) {
+	if e.passed[ci] == nil {
+		e.passed[ci] = map[string]*tally{}
+	}
+	t := e.passed[ci][reason]
+	if t == nil {
+		t = &tally{}
+		e.passed[ci][reason] = t
+	}
+	t.add(node)
+}
+
+// place runs the placement's passes over src, candidate nodes in rank
+// order: every node for a fresh plan, those with room for an incremental
+// one.
+func (e *engine) place(src []int32) {
+	switch {
+	case e.rules.manual:
+		e.manualPasses()
+	case e.rules.colocate:
+		e.colocate(src)
+	default:
+		e.disaggregate(src)
+	}
+}
+
+// disaggregate gives train its own nodes and rollout (eval and env) the
+// rest. rlightning's second pass walks the nodes in order and so puts
+// rollout workers on a train node's leftover GPUs inside train_pool; here
+// rollout takes the nodes train does not use first, and a train node's
+// leftover only when it must, as a member of both pools.
+func (e *engine) disaggregate(src []int32) {
+	train, eval, env := e.demands[0], e.demands[1], e.demands[2]
+	tp, rp := e.pools[0], e.pools[1]
+	for _, c := range e.candidates(src, e.rules.masks[0]) {
+		if train.done() && e.reserve == 0 {
+			break
+		}
+		if e.visit(c, e.rules.masks[0]) {
+			e.fillTrain(tp, c)
+		}
+	}
+	for _, c := range e.candidates(src, e.rules.masks[1]) {
+		if eval.done() && env.done() {
+			break
+		}
+		if !e.visit(c, e.rules.masks[1]) {
+			continue
+		}
+		usable := e.table[c.at].usable
+		pe, _ := e.fill(target{pool: rp}, c.at, eval, usable)
+		pv, _ := e.fill(target{pool: rp}, c.at, env, usable)
+		e.shared(c, eval, pe)
+		e.shared(c, env, pv)
+	}
+}
+
+// colocate puts every component in one global_pool: train overlaps the
+// rollout GPUs of a node; eval and env share GPUs under device-colocate
+// and follow one another otherwise. rlightning sizes env by the GPUs the
+// node had before eval took its share, and so can ask for GPUs the node no
+// longer has; here env takes only what eval left.
+func (e *engine) colocate(src []int32) {
+	train, eval, env := e.demands[0], e.demands[1], e.demands[2]
+	gp := e.pools[0]
+	for _, c := range e.candidates(src, e.rules.masks[0]) {
+		if train.done() && eval.done() && env.done() && e.reserve == 0 {
+			break
+		}
+		if !e.visit(c, e.rules.masks[0]) {
+			continue
+		}
+		e.fillTrain(gp, c)
+		usable := e.table[c.at].usable
+		e.fill(target{pool: gp}, c.at, eval, usable)
+		e.fill(target{pool: gp}, c.at, env, usable)
+	}
+}
+
+// fillTrain places train workers on the candidate, then reserves what is
+// still owed to a buffer that uses CUDA once train is done.
+func (e *engine) fillTrain(tp *poolRun, c cand) {
+	train := e.demands[0]
+	placed, _ := e.fill(target{pool: tp}, c.at, train, e.table[c.at].usable)
+	if train.done() && e.reserve > 0 {
+		e.reserveOn(tp, c.at)
+	}
+	e.shared(c, train, placed)
+}
+
+// shared notes that placed workers of d went to a node of another pool:
+// pool purity gave way because the nodes that keep it had no room.
+func (e *engine) shared(c cand, d *demand, placed int) {
+	if placed > 0 && c.tier == tierMixed {
+		e.mut(c.at).note(d.comp, ReasonPoolShared)
+	}
+}
