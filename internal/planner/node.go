@@ -66,7 +66,7 @@ type nodeState struct {
 	// CUDA, as rlightning reserves them; nil when none are.
 	resv    []bool
 	cpuLeft float64
-	count [nComp]int32 // workers of each component here
+	count   [nComp]int32 // workers of each component here
 	// gcount counts them per scheduling group.
 	gcount [nComp][]int32
 	// firstTrain is the lowest train index here, -1 for none; buffers are
