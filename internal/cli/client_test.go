@@ -80,6 +80,11 @@ func TestServeAndClients(t *testing.T) {
 	if code, out, _ = run(t, "validate", "--spec", big, "--server", server); code != 1 || !strings.Contains(out, "Insufficient GPUs") {
 		t.Errorf("validate 1000 train: exit %d\n%s", code, out)
 	}
+	// Why not, structured: the reply's explanations, printed for a person.
+	huge := writeFile(t, "huge.yaml", "scheduling: {eval: {worker_num: 1, num_cpus: 0, num_gpus: 16}}\n")
+	if code, out, _ = run(t, "validate", "--spec", huge, "--server", server); code != 1 || !strings.Contains(out, "why\n  eval: 0 of 1 placed\n    excluded: fewer than 16 healthy GPUs on") {
+		t.Errorf("validate a 16-GPU worker: exit %d\n%s", code, out)
+	}
 	if code, out, _ = run(t, "history", "--server", server); code != 0 || !strings.Contains(out, "first plan") {
 		t.Errorf("history: exit %d\n%s", code, out)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,5 +132,75 @@ func TestPlanBadInput(t *testing.T) {
 				t.Errorf("stderr %q, want one line containing %q", errOut, c.want)
 			}
 		})
+	}
+}
+
+func TestPlanInfeasibleYAMLPrintsNothing(t *testing.T) {
+	big := writeFile(t, "big.yaml", "scheduling:\n  train: {worker_num: 100, num_cpus: 1, num_gpus: 1}\n")
+	code, out, errOut := run(t, "plan", "--inventory", inv, "--spec", big, "--output", "yaml")
+	if code != 1 || out != "" || !strings.Contains(errOut, "Insufficient GPUs: required 100.0, available 20") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, _ = run(t, "plan", "--inventory", inv, "--spec", big, "--output", "json")
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 1 {
+		t.Fatalf("exit %d: %v", code, err)
+	}
+	for _, k := range []string{"workers", "pools", "resource_pool"} {
+		if l, ok := doc[k].([]any); !ok || len(l) != 0 {
+			t.Errorf("invalid plan's %s: %v, want an empty list", k, doc[k])
+		}
+	}
+	if doc["moved"] != 0.0 || doc["demands"] == nil || doc["capacity"] == nil {
+		t.Errorf("moved %v demands %v capacity %v", doc["moved"], doc["demands"], doc["capacity"])
+	}
+}
+
+// TestPlanPrevious: --previous plans from a plan document, keeps what can
+// stay and says what moved and why; a file that is no plan is bad input.
+func TestPlanPrevious(t *testing.T) {
+	_, prev, _ := run(t, "plan", "--inventory", inv, "--spec", spec, "--output", "json")
+	prevFile := writeFile(t, "prev.json", prev)
+	// node-01 leaves; node-03 joins with room for its workers.
+	less := writeFile(t, "less.json", `{"node_id_to_resources": {
+  "node-00": {"ip": "10.0.0.1", "CPU": 128, "GPU": 8},
+  "node-02": {"ip": "10.0.0.3", "CPU": 64, "GPU": 4},
+  "node-03": {"ip": "10.0.0.4", "CPU": 128, "GPU": 8}}}`)
+	code, out, errOut := run(t, "plan", "--inventory", less, "--spec", spec, "--previous", prevFile, "--output", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var before, after planner.Plan
+	_ = json.Unmarshal([]byte(prev), &before)
+	if err := json.Unmarshal([]byte(out), &after); err != nil || !after.Valid {
+		t.Fatalf("%v valid %v", err, after.Valid)
+	}
+	gone := 0
+	for _, w := range before.Workers.All() {
+		if w.NodeID == "node-01" {
+			gone++
+		} else if n := after.Workers.Find(w.Component, w.Index); n == nil || n.NodeID != w.NodeID {
+			t.Errorf("%s %d moved off %s", w.Component, w.Index, w.NodeID)
+		}
+	}
+	if after.Moved != gone || !strings.Contains(after.Reason, "dry run from the previous plan: re-placed") || !strings.Contains(after.Reason, "node left node-01") {
+		t.Errorf("moved %d (node-01 had %d), reason %q", after.Moved, gone, after.Reason)
+	}
+	code, out, _ = run(t, "plan", "--inventory", less, "--spec", spec, "--previous", prevFile)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("moved %d workers: ", gone)) || !strings.Contains(out, "node left on node-01") {
+		t.Errorf("text (exit %d):\n%s", code, out)
+	}
+	for _, c := range []struct{ name, body, want string }{
+		{"not JSON", "scheduling: {}\n", "not a plan document (JSON object)"},
+		{"not a plan", `{"node_id_to_resources": {}}`, `not a plan document: no "valid"`},
+		{"bad workers", `{"valid": true, "pools": [], "workers": 3}`, "--previous"},
+	} {
+		code, out, errOut := run(t, "plan", "--inventory", less, "--spec", spec, "--previous", writeFile(t, "p.json", c.body))
+		if code != 2 || out != "" || !strings.Contains(errOut, c.want) {
+			t.Errorf("%s: exit %d stdout %q stderr %q", c.name, code, out, errOut)
+		}
+	}
+	if code, _, errOut := run(t, "plan", "--inventory", less, "--spec", spec, "--previous", "/nonexistent.json"); code != 2 || !strings.Contains(errOut, "--previous: open /nonexistent.json") {
+		t.Errorf("missing file: exit %d %q", code, errOut)
 	}
 }

@@ -131,8 +131,40 @@ func (e *engine) place(src []int32) {
 		e.manualPasses()
 	case e.rules.colocate:
 		e.colocate(src)
+		e.cpuOnly()
 	default:
 		e.disaggregate(src)
+		e.cpuOnly()
+	}
+}
+
+// cpuOnly places workers that need no GPU and that the passes left, since
+// rlightning's passes visit only nodes with a free GPU: on any node with
+// the CPUs, in tier and rank order (their pool's nodes first).
+func (e *engine) cpuOnly() {
+	var all []int32
+	for ci, d := range e.demands {
+		if d.done() || d.group().NumGPUs > 0 {
+			continue
+		}
+		if all == nil {
+			all = make([]int32, len(e.table))
+			for i := range all {
+				all[i] = int32(i)
+			}
+			all = rankOrder(e.table, all)
+		}
+		tg := target{pool: e.pools[e.rules.pool[ci]]}
+		for _, c := range e.candidates(all, 1<<ci) {
+			if d.done() || d.group().NumGPUs > 0 {
+				break
+			}
+			if e.table[c.at].cpuLeft+eps < d.group().NumCPUs {
+				continue
+			}
+			placed, _ := e.fill(tg, c.at, d, nil)
+			e.shared(c, d, placed)
+		}
 	}
 }
 

@@ -1,0 +1,114 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+// inv is a simulated node of gpus H100s and cpus CPUs, with sick GPUs.
+func inv(id string, gpus, cpus int, sick ...int) inventory.NodeInventory {
+	sim, _ := inventory.ParseSimulation(fmt.Sprintf("%dxH100", gpus))
+	n := inventory.Facts{NodeID: id, Hostname: id, IP: "10.0.0.1", CPUs: cpus}.Inventory()
+	n.GPUs = inventory.SimulatedGPUs(id, sim)
+	for _, g := range sick {
+		n.GPUs[g].Healthy = false
+	}
+	return n
+}
+
+// TestValidateExplains: a validate reply carries, as structured JSON on the
+// wire, each kind of reason with its node count and ids.
+func TestValidateExplains(t *testing.T) {
+	nodes := func(ns ...inventory.NodeInventory) map[string]inventory.NodeInventory {
+		out := map[string]inventory.NodeInventory{}
+		for _, n := range ns {
+			out[n.NodeID] = n
+		}
+		return out
+	}
+	var small []inventory.NodeInventory
+	for i := range 30 {
+		small = append(small, inv(fmt.Sprintf("s%02d", i), 2, 64))
+	}
+	cases := []struct {
+		name   string
+		nodes  map[string]inventory.NodeInventory
+		spec   string
+		comp   string
+		list   string
+		reason string
+		count  int
+		first  string
+		valid  bool
+	}{
+		{"CPUs", nodes(inv("n1", 8, 4), inv("n2", 8, 4), inv("n3", 8, 4), inv("n4", 8, 64)),
+			`{"scheduling": {"eval": {"worker_num": 8, "num_cpus": 2, "num_gpus": 1}}}`, "eval", "excluded", planner.ReasonCPUsExhausted, 3, "n1", true},
+		{"too few GPUs", nodes(append(small, inv("b1", 8, 64), inv("b2", 8, 64))...),
+			`{"scheduling": {"eval": {"worker_num": 5, "num_gpus": 4}}}`, "eval", "excluded", planner.TooFewGPUs(4), 30, "s00", false},
+		{"unhealthy GPU", nodes(inv("node-01", 8, 64), inv("node-07", 8, 64, 3)),
+			`{"scheduling": {"train": {"worker_num": 12, "num_gpus": 1}}}`, "train", "excluded", planner.ReasonUnhealthyGPU, 1, "node-07", true},
+		{"pool purity", nodes(inv("n1", 8, 64), inv("n2", 8, 64)),
+			`{"scheduling": {"train": {"worker_num": 12, "num_gpus": 1}, "eval": {"worker_num": 4, "num_gpus": 1}}}`, "eval", "compromises", planner.ReasonPoolShared, 1, "n2", true},
+		{"manual pool without GPUs", nodes(inv("n1", 8, 64), inv("n2", 8, 64)),
+			`{"scheduling": {"train": {"worker_num": 8, "num_gpus": 1}, "eval": {"worker_num": 4, "num_gpus": 1}}, "placement": {"mode": "manual"}, "resource_pool": [{"name": "p", "num_node": 1, "num_gpus": 8, "train": "0-7"}]}`,
+			"eval", "excluded", planner.ReasonNoPoolGPUs, 0, "", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := New(Config{})
+			p.nodes = c.nodes
+			reply, err := p.Validate(context.Background(), []byte(c.spec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, h, err := bus.EncodeJSON(reply)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wire struct {
+				Valid        bool `json:"valid"`
+				Explanations []struct {
+					Component string `json:"component"`
+					Asked     int    `json:"asked"`
+					Placed    int    `json:"placed"`
+				} `json:"explanations"`
+			}
+			var raw struct {
+				Explanations []map[string]json.RawMessage `json:"explanations"`
+			}
+			if err := bus.DecodeJSON(data, h, &wire); err != nil || bus.DecodeJSON(data, h, &raw) != nil {
+				t.Fatal(err)
+			}
+			if wire.Valid != c.valid {
+				t.Fatalf("valid %v, want %v", wire.Valid, c.valid)
+			}
+			for i, x := range wire.Explanations {
+				if x.Component != c.comp {
+					continue
+				}
+				var list []struct {
+					Reason  string   `json:"reason"`
+					Nodes   int      `json:"nodes"`
+					NodeIDs []string `json:"node_ids"`
+				}
+				_ = json.Unmarshal(raw.Explanations[i][c.list], &list)
+				for _, r := range list {
+					if r.Reason == c.reason {
+						if r.Nodes != c.count || c.first != "" && (len(r.NodeIDs) == 0 || r.NodeIDs[0] != c.first) {
+							t.Errorf("%s: %+v, want %d nodes from %s", c.reason, r, c.count, c.first)
+						}
+						return
+					}
+				}
+				t.Fatalf("%s %s lacks %q: %s", c.comp, c.list, c.reason, raw.Explanations[i][c.list])
+			}
+			t.Fatalf("no explanation for %s: %s", c.comp, data)
+		})
+	}
+}
