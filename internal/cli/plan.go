@@ -14,8 +14,13 @@ import (
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
+// planFlags are the flags of planner plan.
+type planFlags struct {
+	inventory, spec, previous, output string
+}
+
 func newPlanCmd() *cobra.Command {
-	var invPath, specPath, prevPath, output string
+	var f planFlags
 	cmd := &cobra.Command{
 		Use:   "plan --inventory FILE --spec FILE [--previous PLAN.json] [--output text|json|yaml]",
 		Short: "Plan a job spec on an inventory file, offline",
@@ -27,56 +32,58 @@ stay keeps its place, the others are placed again, and the plan says what
 moved and why: what the live service would do if the inventory became
 this one.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !validOutput(output) {
-				return usagef("--output: %q is not allowed; want text, json or yaml", output)
-			}
-			if invPath == "" || specPath == "" {
-				return usagef("plan needs --inventory FILE and --spec FILE")
-			}
-			nodes, err := loadNodes(invPath)
-			if err != nil {
-				return err
-			}
-			spec, err := loadSpec(specPath)
-			if err != nil {
-				return err
-			}
-			var doc *planner.Plan
-			var planErr error
-			if prevPath != "" {
-				prev, err := loadPlan(prevPath)
-				if err != nil {
-					return err
-				}
-				var ch *planner.Change
-				doc, ch, planErr = planner.Replan(prev, spec, nodes)
-				doc.Reason = dryRunReason(prev, doc, ch)
-			} else {
-				doc, planErr = planner.ComputeWith(spec, nodes, planner.Options{PoolsOnly: output == "yaml"})
-			}
-			if planErr != nil && output == "yaml" {
-				// No resource_pool to print: a partial one would read as a plan.
-				fmt.Fprintln(cmd.ErrOrStderr(), "planner: no valid plan: "+planErr.Error())
-				return exitError{ExitInvalid}
-			}
-			if err := writePlan(cmd.OutOrStdout(), doc, output); err != nil {
-				return fmt.Errorf("write plan: %w", err)
-			}
-			if planErr != nil {
-				if output == "text" {
-					fmt.Fprintln(cmd.ErrOrStderr(), "planner: no valid plan: "+planErr.Error())
-				}
-				return exitError{ExitInvalid}
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runPlan(cmd, f) },
 	}
-	cmd.Flags().StringVar(&invPath, "inventory", "", "inventory JSON: rlightning cluster info or a list of NodeInventory documents")
-	cmd.Flags().StringVar(&specPath, "spec", "", "job spec, YAML or JSON")
-	cmd.Flags().StringVar(&prevPath, "previous", "", "plan document (JSON) to plan incrementally from: a dry run of a replan")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
+	cmd.Flags().StringVar(&f.inventory, "inventory", "", "inventory JSON: rlightning cluster info or a list of NodeInventory documents")
+	cmd.Flags().StringVar(&f.spec, "spec", "", "job spec, YAML or JSON")
+	cmd.Flags().StringVar(&f.previous, "previous", "", "plan document (JSON) to plan incrementally from: a dry run of a replan")
+	cmd.Flags().StringVarP(&f.output, "output", "o", "text", "output format: text, json or yaml")
 	return cmd
+}
+
+func runPlan(cmd *cobra.Command, f planFlags) error {
+	if !validOutput(f.output) {
+		return usagef("--output: %q is not allowed; want text, json or yaml", f.output)
+	}
+	if f.inventory == "" || f.spec == "" {
+		return usagef("plan needs --inventory FILE and --spec FILE")
+	}
+	nodes, err := loadNodes(f.inventory)
+	if err != nil {
+		return err
+	}
+	spec, err := loadSpec(f.spec)
+	if err != nil {
+		return err
+	}
+	var doc *planner.Plan
+	var planErr error
+	if f.previous != "" {
+		prev, err := loadPlan(f.previous)
+		if err != nil {
+			return err
+		}
+		var ch *planner.Change
+		doc, ch, planErr = planner.Replan(prev, spec, nodes)
+		doc.Reason = dryRunReason(prev, doc, ch)
+	} else {
+		doc, planErr = planner.ComputeWith(spec, nodes, planner.Options{PoolsOnly: f.output == "yaml"})
+	}
+	if planErr != nil && f.output == "yaml" {
+		// No resource_pool to print: a partial one would read as a plan.
+		fmt.Fprintln(cmd.ErrOrStderr(), "planner: no valid plan: "+planErr.Error())
+		return exitError{ExitInvalid}
+	}
+	if err := writePlan(cmd.OutOrStdout(), doc, f.output); err != nil {
+		return fmt.Errorf("write plan: %w", err)
+	}
+	if planErr != nil {
+		if f.output == "text" {
+			fmt.Fprintln(cmd.ErrOrStderr(), "planner: no valid plan: "+planErr.Error())
+		}
+		return exitError{ExitInvalid}
+	}
+	return nil
 }
 
 // maxPlanFile bounds a --previous file, gzipped or not: a plan of 100,000

@@ -2,6 +2,7 @@ package planner
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -33,44 +34,43 @@ func (p *Plan) AppendJSON(b []byte) []byte {
 	b = strconv.AppendBool(b, p.Valid)
 	b = append(b, `,"error":`...)
 	b = appendString(b, p.Error)
+	b = p.appendPlacement(b)
+	b = p.appendWhy(b)
+	return append(b, '}')
+}
+
+// appendList writes items as a JSON list (null for nil), each by f.
+func appendList[T any](b []byte, items []T, f func([]byte, T) []byte) []byte {
+	if items == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, x := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = f(b, x)
+	}
+	return append(b, ']')
+}
+
+// appendPlacement writes the pools, the export, the workers and the
+// buffers' map.
+func (p *Plan) appendPlacement(b []byte) []byte {
 	b = append(b, `,"resource_pool":`...)
-	if p.ResourcePool == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, e := range p.ResourcePool {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			js, _ := e.MarshalJSON()
-			b = append(b, js...)
-		}
-		b = append(b, ']')
-	}
+	b = appendList(b, p.ResourcePool, func(b []byte, e PoolExport) []byte {
+		js, _ := e.MarshalJSON()
+		return append(b, js...)
+	})
 	b = append(b, `,"pools":`...)
-	if p.Pools == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, pl := range p.Pools {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendPool(b, pl)
-		}
-		b = append(b, ']')
-	}
+	b = appendList(b, p.Pools, appendPool)
 	b = append(b, `,"workers":`...)
 	b = p.Workers.appendJSON(b)
 	b = append(b, `,"storage_to_train_workers":`...)
 	if p.StorageToTrainWorkers == nil {
 		b = append(b, "null"...)
 	} else {
-		keys := make([]string, 0, len(p.StorageToTrainWorkers))
-		for k := range p.StorageToTrainWorkers {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
+		keys := slices.Sorted(maps.Keys(p.StorageToTrainWorkers))
 		b = append(b, '{')
 		for i, k := range keys {
 			if i > 0 {
@@ -83,16 +83,15 @@ func (p *Plan) AppendJSON(b []byte) []byte {
 		b = append(b, '}')
 	}
 	b = append(b, `,"moved":`...)
-	b = strconv.AppendInt(b, int64(p.Moved), 10)
+	return strconv.AppendInt(b, int64(p.Moved), 10)
+}
+
+// appendWhy writes the warnings, demands, capacity, explanations and
+// notes.
+func (p *Plan) appendWhy(b []byte) []byte {
 	if len(p.Warnings) > 0 {
-		b = append(b, `,"warnings":[`...)
-		for i, w := range p.Warnings {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, w)
-		}
-		b = append(b, ']')
+		b = append(b, `,"warnings":`...)
+		b = appendList(b, p.Warnings, appendString)
 	}
 	b = append(b, `,"demands":`...)
 	b = appendDemands(b, p.Demands)
@@ -110,11 +109,8 @@ func (p *Plan) AppendJSON(b []byte) []byte {
 		b = appendExplanations(b, p.Explanations)
 	}
 	if len(p.Notes) > 0 {
-		b = append(b, `,"notes":[`...)
-		for i, n := range p.Notes {
-			if i > 0 {
-				b = append(b, ',')
-			}
+		b = append(b, `,"notes":`...)
+		b = appendList(b, p.Notes, func(b []byte, n Note) []byte {
 			b = append(b, `{"node_id":`...)
 			b = appendString(b, n.NodeID)
 			if n.Component != "" {
@@ -123,22 +119,14 @@ func (p *Plan) AppendJSON(b []byte) []byte {
 			}
 			b = append(b, `,"reason":`...)
 			b = appendString(b, n.Reason)
-			b = append(b, '}')
-		}
-		b = append(b, ']')
+			return append(b, '}')
+		})
 	}
-	return append(b, '}')
+	return b
 }
 
 func appendDemands(b []byte, ds []Demand) []byte {
-	if ds == nil {
-		return append(b, "null"...)
-	}
-	b = append(b, '[')
-	for i, d := range ds {
-		if i > 0 {
-			b = append(b, ',')
-		}
+	return appendList(b, ds, func(b []byte, d Demand) []byte {
 		b = append(b, `{"component":`...)
 		b = appendString(b, string(d.Component))
 		b = append(b, `,"workers":`...)
@@ -150,9 +138,8 @@ func appendDemands(b []byte, ds []Demand) []byte {
 		b = appendFloat(b, d.NumGPUs)
 		b = append(b, `,"num_cpus":`...)
 		b = appendFloat(b, d.NumCPUs)
-		b = append(b, '}')
-	}
-	return append(b, ']')
+		return append(b, '}')
+	})
 }
 
 // appendExplanations is rare and small: encoding/json writes it.
@@ -168,76 +155,59 @@ func appendPool(b []byte, pl Pool) []byte {
 	b = append(b, `{"name":`...)
 	b = appendString(b, pl.Name)
 	b = append(b, `,"nodes":`...)
-	if pl.Nodes == nil {
-		return append(b, "null}"...)
-	}
-	b = append(b, '[')
-	for i, n := range pl.Nodes {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"node_id":`...)
-		b = appendString(b, n.NodeID)
-		b = append(b, `,"ip":`...)
-		b = appendString(b, n.IP)
-		b = append(b, `,"total_gpus":`...)
-		b = strconv.AppendInt(b, int64(n.TotalGPUs), 10)
-		b = append(b, `,"total_cpus":`...)
-		b = appendFloat(b, n.TotalCPUs)
-		b = append(b, `,"allocations":`...)
-		if n.Allocations == nil {
-			b = append(b, "null"...)
-		} else {
-			b = append(b, '{')
-			first := true
-			// encoding/json sorts map keys; so do we.
-			keys := make([]string, 0, len(n.Allocations))
-			for c := range n.Allocations {
-				keys = append(keys, string(c))
+	b = appendList(b, pl.Nodes, appendPoolNode)
+	return append(b, '}')
+}
+
+func appendPoolNode(b []byte, n PoolNode) []byte {
+	b = append(b, `{"node_id":`...)
+	b = appendString(b, n.NodeID)
+	b = append(b, `,"ip":`...)
+	b = appendString(b, n.IP)
+	b = append(b, `,"total_gpus":`...)
+	b = strconv.AppendInt(b, int64(n.TotalGPUs), 10)
+	b = append(b, `,"total_cpus":`...)
+	b = appendFloat(b, n.TotalCPUs)
+	b = append(b, `,"allocations":`...)
+	if n.Allocations == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '{')
+		// encoding/json sorts map keys; so do we.
+		for i, c := range slices.Sorted(maps.Keys(n.Allocations)) {
+			if i > 0 {
+				b = append(b, ',')
 			}
-			slices.Sort(keys)
-			for _, c := range keys {
-				if !first {
-					b = append(b, ',')
-				}
-				first = false
-				b = appendString(b, c)
-				b = append(b, ":["...)
-				for j, r := range n.Allocations[Component(c)] {
-					if j > 0 {
-						b = append(b, ',')
-					}
-					b = append(b, '[')
-					b = strconv.AppendInt(b, int64(r.First), 10)
-					b = append(b, ',')
-					b = strconv.AppendInt(b, int64(r.Last), 10)
-					b = append(b, ']')
-				}
-				b = append(b, ']')
-			}
-			b = append(b, '}')
-		}
-		if len(n.UnhealthyGPUs) > 0 {
-			b = append(b, `,"unhealthy_gpus":`...)
-			b = appendInts(b, n.UnhealthyGPUs)
-		}
-		b = append(b, `,"worker_counts":{`...)
-		first := true
-		for _, c := range []Component{Train, Eval, Env} {
-			if counts := *n.WorkerCounts.Of(c); len(counts) > 0 {
-				if !first {
-					b = append(b, ',')
-				}
-				first = false
-				b = appendString(b, string(c))
-				b = append(b, ':')
-				b = appendInts(b, counts)
-			}
+			b = appendString(b, string(c))
+			b = append(b, ':')
+			b = appendList(b, n.Allocations[c], func(b []byte, r Range) []byte {
+				b = append(b, '[')
+				b = strconv.AppendInt(b, int64(r.First), 10)
+				b = append(b, ',')
+				b = strconv.AppendInt(b, int64(r.Last), 10)
+				return append(b, ']')
+			})
 		}
 		b = append(b, '}')
-		b = append(b, '}')
 	}
-	return append(b, "]}"...)
+	if len(n.UnhealthyGPUs) > 0 {
+		b = append(b, `,"unhealthy_gpus":`...)
+		b = appendInts(b, n.UnhealthyGPUs)
+	}
+	b = append(b, `,"worker_counts":{`...)
+	first := true
+	for _, c := range gpuComponents {
+		if counts := *n.WorkerCounts.Of(c); len(counts) > 0 {
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = appendString(b, string(c))
+			b = append(b, ':')
+			b = appendInts(b, counts)
+		}
+	}
+	return append(b, "}}"...)
 }
 
 // AppendJSON appends the worker as JSON, as encoding/json writes it.

@@ -61,64 +61,80 @@ func (st *planState) rulesManual() bool { return st.spec.Placement.Mode == ModeM
 // work in proportion to what changed.
 func (e *engine) adoptFast(nodes []Node, order []int) {
 	ps := e.prevState
-	remap := make([]int32, len(ps.table))
-	e.table = make([]*nodeState, 0, len(order))
-	type change struct {
-		at  int32
-		old *nodeState
+	m := e.merge(ps.table, nodes, order)
+	e.store = storeFrom(e.prev.Workers)
+	e.reserve = ps.reserveLeft
+	for p := range e.pools {
+		e.pools[p].order = remapAll(ps.order[p], m.remap)
 	}
-	var changed []change
-	var left []*nodeState
+	e.prevBuffers = remapAll(ps.buffers, m.remap)
+	for _, c := range m.changed {
+		e.keepNode(c.at, c.old)
+	}
+	for _, ns := range m.left {
+		e.displaceAll(ns, WhyNodeLeft)
+		e.reserve += len(ns.reserved())
+	}
+	e.room = e.roomAfterAdopt(ps.room, m.remap)
+	for ci, d := range e.demands {
+		d.only(e.displacedOf(ci))
+	}
+}
+
+// merged is the previous table walked against the new inventory.
+type merged struct {
+	// remap maps a previous position to this run's, -1 for a node that
+	// left.
+	remap   []int32
+	changed []changedNode
+	left    []*nodeState
+}
+
+// changedNode is a node whose facts changed, and its previous state.
+type changedNode struct {
+	at  int32
+	old *nodeState
+}
+
+// merge builds the run's table from the previous one and the inventory
+// (both in id order): a node whose facts are unchanged keeps its state,
+// a changed or new node gets a new one.
+func (e *engine) merge(prev []*nodeState, nodes []Node, order []int) merged {
+	m := merged{remap: make([]int32, len(prev))}
+	e.table = make([]*nodeState, 0, len(order))
 	var own []Node
 	var ownAt []int32
 	i := 0
 	for _, j := range order {
 		n := &nodes[j]
-		for ; i < len(ps.table) && ps.table[i].node.ID < n.ID; i++ {
-			remap[i] = -1
-			left = append(left, ps.table[i])
+		for ; i < len(prev) && prev[i].node.ID < n.ID; i++ {
+			m.remap[i] = -1
+			m.left = append(m.left, prev[i])
 		}
 		at := int32(len(e.table))
-		if i < len(ps.table) && ps.table[i].node.ID == n.ID {
-			old := ps.table[i]
-			remap[i] = at
+		if i < len(prev) && prev[i].node.ID == n.ID {
+			old := prev[i]
+			m.remap[i] = at
 			i++
 			if sameFacts(old.node, n) {
 				e.table = append(e.table, old)
 				continue
 			}
-			changed = append(changed, change{at, old})
+			m.changed = append(m.changed, changedNode{at, old})
 		}
 		own = append(own, *n)
 		ownAt = append(ownAt, at)
 		e.table = append(e.table, nil)
 	}
-	for ; i < len(ps.table); i++ {
-		remap[i] = -1
-		left = append(left, ps.table[i])
+	for ; i < len(prev); i++ {
+		m.remap[i] = -1
+		m.left = append(m.left, prev[i])
 	}
 	for k, ns := range newStates(own, e, e.groups()) {
 		e.table[ownAt[k]] = ns
 		e.touched = append(e.touched, ownAt[k])
 	}
-	e.store = storeFrom(e.prev.Workers)
-	e.reserve = ps.reserveLeft
-	for p := range e.pools {
-		e.pools[p].order = remapAll(ps.order[p], remap)
-	}
-	e.prevBuffers = remapAll(ps.buffers, remap)
-	for _, c := range changed {
-		e.keepNode(c.at, c.old)
-	}
-	for _, ns := range left {
-		e.displaceAll(ns, WhyNodeLeft)
-		e.reserve += len(ns.reserved())
-	}
-	e.room = e.roomAfterAdopt(ps.room, remap)
-	for ci, d := range e.demands {
-		list := e.displacedOf(ci)
-		d.only(list)
-	}
+	return m
 }
 
 // remapAll maps positions of the previous table to this one, -1 for

@@ -353,47 +353,67 @@ func parsePool(field string, v any) (PoolConfig, error) {
 		return p, fieldErr(field+".num_node", "%v is not allowed; want a whole number >= 1", m["num_node"])
 	}
 	p.NumNode = int(n)
-	switch g := m["num_gpus"].(type) {
-	case []any:
-		p.NumGPUsList = true
-		for j, x := range g {
-			n, ok := number(x)
-			if !ok || n < 0 || n != math.Trunc(n) {
-				return p, fieldErr(fmt.Sprintf("%s.num_gpus[%d]", field, j), "%v is not allowed; want a whole number >= 0", x)
-			}
-			p.NumGPUs = append(p.NumGPUs, int(n))
+	for _, parse := range []func(string, map[string]any, *PoolConfig) error{parseNumGPUs, parseNodeIDs, parseIndices} {
+		if err := parse(field, m, &p); err != nil {
+			return p, err
 		}
-		if len(p.NumGPUs) != p.NumNode {
-			return p, fieldErr(field+".num_gpus", "lists %d nodes but num_node is %d", len(p.NumGPUs), p.NumNode)
-		}
-	default:
-		n, ok := number(g)
+	}
+	return p, parseWorkerCounts(field+".worker_counts", m["worker_counts"], &p)
+}
+
+// parseNumGPUs reads num_gpus: one count for every node, or a list with
+// one per node.
+func parseNumGPUs(field string, m map[string]any, p *PoolConfig) error {
+	g, isList := m["num_gpus"].([]any)
+	if !isList {
+		n, ok := number(m["num_gpus"])
 		if !ok || n < 0 || n != math.Trunc(n) {
-			return p, fieldErr(field+".num_gpus", "%v is not allowed; want a whole number of GPUs per node, or a list with one per node", g)
+			return fieldErr(field+".num_gpus", "%v is not allowed; want a whole number of GPUs per node, or a list with one per node", m["num_gpus"])
 		}
 		p.NumGPUs = []int{int(n)}
+		return nil
 	}
-	if raw, ok := m["node_ids"]; ok && raw != nil {
-		ids, ok := raw.([]any)
-		if !ok {
-			return p, fieldErr(field+".node_ids", "want a list of node ids, got %s", kindOf(raw))
+	p.NumGPUsList = true
+	for j, x := range g {
+		n, ok := number(x)
+		if !ok || n < 0 || n != math.Trunc(n) {
+			return fieldErr(fmt.Sprintf("%s.num_gpus[%d]", field, j), "%v is not allowed; want a whole number >= 0", x)
 		}
-		seen := map[string]bool{}
-		for j, x := range ids {
-			s := fmt.Sprint(x)
-			if seen[s] {
-				return p, fieldErr(fmt.Sprintf("%s.node_ids[%d]", field, j), "node %q is listed twice", s)
-			}
-			seen[s] = true
-			p.NodeIDs = append(p.NodeIDs, s)
-		}
-		if len(p.NodeIDs) != p.NumNode {
-			return p, fieldErr(field+".node_ids", "lists %d nodes but num_node is %d", len(p.NodeIDs), p.NumNode)
-		}
+		p.NumGPUs = append(p.NumGPUs, int(n))
 	}
-	if err := parseWorkerCounts(field+".worker_counts", m["worker_counts"], &p); err != nil {
-		return p, err
+	if len(p.NumGPUs) != p.NumNode {
+		return fieldErr(field+".num_gpus", "lists %d nodes but num_node is %d", len(p.NumGPUs), p.NumNode)
 	}
+	return nil
+}
+
+// parseNodeIDs reads node_ids, distinct and one per node.
+func parseNodeIDs(field string, m map[string]any, p *PoolConfig) error {
+	raw, ok := m["node_ids"]
+	if !ok || raw == nil {
+		return nil
+	}
+	ids, ok := raw.([]any)
+	if !ok {
+		return fieldErr(field+".node_ids", "want a list of node ids, got %s", kindOf(raw))
+	}
+	seen := map[string]bool{}
+	for j, x := range ids {
+		s := fmt.Sprint(x)
+		if seen[s] {
+			return fieldErr(fmt.Sprintf("%s.node_ids[%d]", field, j), "node %q is listed twice", s)
+		}
+		seen[s] = true
+		p.NodeIDs = append(p.NodeIDs, s)
+	}
+	if len(p.NodeIDs) != p.NumNode {
+		return fieldErr(field+".node_ids", "lists %d nodes but num_node is %d", len(p.NodeIDs), p.NumNode)
+	}
+	return nil
+}
+
+// parseIndices reads each component's pool-global index string.
+func parseIndices(field string, m map[string]any, p *PoolConfig) error {
 	for _, c := range []Component{Train, Eval, Env, Buffer} {
 		raw, ok := m[string(c)]
 		if !ok || raw == nil {
@@ -406,17 +426,17 @@ func parsePool(field string, v any) (PoolConfig, error) {
 		case int:
 			s = fmt.Sprint(x)
 		default:
-			return p, fieldErr(field+"."+string(c), "want an index string such as \"0-7, 8-15\", got %s", kindOf(raw))
+			return fieldErr(field+"."+string(c), "want an index string such as \"0-7, 8-15\", got %s", kindOf(raw))
 		}
 		rs, err := ParseIndexString(s)
 		if err != nil {
-			return p, fieldErr(field+"."+string(c), "%v", err)
+			return fieldErr(field+"."+string(c), "%v", err)
 		}
 		if c == Buffer {
 			// rlightning places buffers beside train workers; a buffer range
 			// carries no meaning, so only an empty one is accepted.
 			if len(rs) > 0 {
-				return p, fieldErr(field+".buffer", "buffer workers follow the train workers; give the GPUs to train instead")
+				return fieldErr(field+".buffer", "buffer workers follow the train workers; give the GPUs to train instead")
 			}
 			continue
 		}
@@ -424,7 +444,7 @@ func parsePool(field string, v any) (PoolConfig, error) {
 			p.Ranges[c] = rs
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // parseWorkerCounts reads worker_counts: a mapping of train, eval or env

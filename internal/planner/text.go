@@ -100,19 +100,40 @@ type mapRow struct {
 	node, pools, gpus, cpus string
 }
 
+// mapNode is what the map shows of one node: its pool entry, the pools
+// it is in, the GPUs allocated there, what workers hold of each GPU and
+// their CPUs.
+type mapNode struct {
+	pn    PoolNode
+	pools []string
+	alloc map[int]bool
+	use   []gpuUse
+	cpus  float64
+}
+
 func writeMap(bw *bufio.Writer, p *Plan) {
-	type nodeInfo struct {
-		pn    PoolNode
-		pools []string
-		alloc map[int]bool
+	order, info := mapNodes(p)
+	if len(order) == 0 {
+		return
 	}
+	rows := make([]mapRow, 0, len(order))
+	for _, id := range order {
+		rows = append(rows, info[id].row(id))
+	}
+	fmt.Fprintf(bw, "\nGPU map (%s)\n", mapLegend)
+	writeRuns(bw, foldRows(rows))
+}
+
+// mapNodes gathers every pool node, in pool order, with what its workers
+// hold.
+func mapNodes(p *Plan) ([]string, map[string]*mapNode) {
 	var order []string
-	info := map[string]*nodeInfo{}
+	info := map[string]*mapNode{}
 	for _, pl := range p.Pools {
 		for _, n := range pl.Nodes {
 			ni := info[n.NodeID]
 			if ni == nil {
-				ni = &nodeInfo{pn: n, alloc: map[int]bool{}}
+				ni = &mapNode{pn: n, alloc: map[int]bool{}, use: make([]gpuUse, n.TotalGPUs)}
 				info[n.NodeID] = ni
 				order = append(order, n.NodeID)
 			}
@@ -126,76 +147,70 @@ func writeMap(bw *bufio.Writer, p *Plan) {
 			}
 		}
 	}
-	if len(order) == 0 {
-		return
-	}
-	use := map[string][]gpuUse{}
-	cpus := map[string]float64{}
 	for _, w := range p.Workers.All() {
 		ni := info[w.NodeID]
 		if ni == nil {
 			continue
 		}
-		cpus[w.NodeID] += w.CPUs
-		u := use[w.NodeID]
-		if u == nil {
-			u = make([]gpuUse, ni.pn.TotalGPUs)
-			use[w.NodeID] = u
-		}
+		ni.cpus += w.CPUs
 		for _, g := range w.GPUs {
-			if g < 0 || g >= len(u) {
+			if g < 0 || g >= len(ni.use) {
 				continue
 			}
-			if u[g].share == nil {
-				u[g].share = map[Component]float64{}
+			if ni.use[g].share == nil {
+				ni.use[g].share = map[Component]float64{}
 			}
-			u[g].share[w.Component] += w.GPUShare
+			ni.use[g].share[w.Component] += w.GPUShare
 		}
 	}
-	rows := make([]mapRow, 0, len(order))
-	for _, id := range order {
-		ni := info[id]
-		var g strings.Builder
-		u := use[id]
-		for i := 0; i < ni.pn.TotalGPUs; i++ {
-			if i > 0 && i%8 == 0 {
-				g.WriteByte(' ')
-			}
-			g.WriteByte(cell(u, i, ni.alloc[i], slices.Contains(ni.pn.UnhealthyGPUs, i)))
+	return order, info
+}
+
+func (ni *mapNode) row(id string) mapRow {
+	var g strings.Builder
+	for i := 0; i < ni.pn.TotalGPUs; i++ {
+		if i > 0 && i%8 == 0 {
+			g.WriteByte(' ')
 		}
-		rows = append(rows, mapRow{
-			node:  id,
-			pools: strings.Join(ni.pools, "+"),
-			gpus:  g.String(),
-			cpus:  fmt.Sprintf("cpus %s/%s", pyNum(cpus[id]), pyNum(ni.pn.TotalCPUs)),
-		})
+		g.WriteByte(cell(ni.use, i, ni.alloc[i], slices.Contains(ni.pn.UnhealthyGPUs, i)))
 	}
-	fmt.Fprintf(bw, "\nGPU map (%s)\n", mapLegend)
-	width := 0
-	for _, r := range rows {
-		width = max(width, len(r.node))
+	return mapRow{
+		node:  id,
+		pools: strings.Join(ni.pools, "+"),
+		gpus:  g.String(),
+		cpus:  fmt.Sprintf("cpus %s/%s", pyNum(ni.cpus), pyNum(ni.pn.TotalCPUs)),
 	}
-	// Fold runs of rows that differ only in their node id.
-	type run struct {
-		first, last mapRow
-		n           int
-	}
-	var runs []run
+}
+
+// mapRun is neighbouring rows that differ only in their node id.
+type mapRun struct {
+	first, last mapRow
+	n           int
+}
+
+func foldRows(rows []mapRow) []mapRun {
+	var runs []mapRun
 	for _, r := range rows {
 		if k := len(runs) - 1; k >= 0 && runs[k].last.pools == r.pools && runs[k].last.gpus == r.gpus && runs[k].last.cpus == r.cpus {
 			runs[k].last = r
 			runs[k].n++
 			continue
 		}
-		runs = append(runs, run{r, r, 1})
+		runs = append(runs, mapRun{r, r, 1})
 	}
-	nameW := width
+	return runs
+}
+
+// writeRuns prints the runs, eliding the middle past maxMapRows.
+func writeRuns(bw *bufio.Writer, runs []mapRun) {
+	nameW := 0
 	for _, r := range runs {
+		nameW = max(nameW, len(r.first.node))
 		if r.n > 1 {
 			nameW = max(nameW, len(r.first.node)+2+len(r.last.node)+len(fmt.Sprintf(" (%d)", r.n)))
 		}
 	}
-	print := func(r run) {
+	print := func(r mapRun) {
 		label := r.first.node
 		if r.n > 1 {
 			label = fmt.Sprintf("%s..%s (%d)", r.first.node, r.last.node, r.n)
@@ -227,7 +242,7 @@ func cell(u []gpuUse, i int, allocated, unhealthy bool) byte {
 	if unhealthy {
 		return 'x'
 	}
-	if u == nil || u[i].share == nil {
+	if u[i].share == nil {
 		if allocated {
 			return '-'
 		}
