@@ -73,14 +73,6 @@ func (d *demand) groupAt(i int) (int, WorkerGroup) {
 	return g, d.groups[g]
 }
 
-// start is the first index of group g.
-func (d *demand) start(g int) int {
-	if g == 0 {
-		return 0
-	}
-	return d.ends[g-1]
-}
-
 func (d *demand) advance() {
 	d.next++
 	d.seek()

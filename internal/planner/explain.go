@@ -92,11 +92,11 @@ func (r ReasonCount) String() string {
 	return s
 }
 
-// tally counts nodes (and workers) for one reason, keeping a few ids.
+// tally counts nodes for one reason, keeping a few ids.
 type tally struct {
-	nodes, workers int
-	ids            []string
-	last           string
+	nodes int
+	ids   []string
+	last  string
 }
 
 func (t *tally) add(id string) {
