@@ -327,18 +327,18 @@ func (e *engine) fill(tg target, at int32, d *demand, gpus []int) (int, stopReas
 				pos++
 			}
 			if pos == len(gpus) {
-				e.passedOver(ns, d, placed, len(gpus), ReasonNoFreeGPUs)
+				e.passedOver(ns, d, placed, gpus, ReasonNoFreeGPUs)
 				return placed, stopGPUs
 			}
 			placed += e.fillGPU(tg, at, ns, d, gpus[pos:pos+1], frac, cpus)
 		default:
 			if len(ns.usable) < count {
-				e.passedOver(ns, d, placed, len(gpus), TooFewGPUs(count))
+				e.passedOver(ns, d, placed, nil, TooFewGPUs(count))
 				return placed, stopTooSmall
 			}
 			held := e.pick(ns, d.ci, gpus, &pos, count, 1)
 			if held == nil {
-				e.passedOver(ns, d, placed, len(gpus), ReasonNoFreeGPUs)
+				e.passedOver(ns, d, placed, gpus, ReasonNoFreeGPUs)
 				return placed, stopGPUs
 			}
 			e.record(tg, at, ns, d.ci, d.index(), d.gi, g, held, nil, frac, cpus)
@@ -402,10 +402,19 @@ func (e *engine) pick(ns *nodeState, ci int, gpus []int, pos *int, count int, fr
 	return held
 }
 
-// passedOver notes why a node took none of d's workers; a node that
-// filled up after taking some is no news.
-func (e *engine) passedOver(ns *nodeState, d *demand, placed, window int, reason string) {
-	if placed == 0 && window > 0 {
+// passedOver notes why a node took none of d's workers. A node that
+// filled up after taking some is no news, nor one whose GPUs (of gpus) the
+// component could take none of (full, or held by what it may not share
+// with): only one that had room, but not enough.
+func (e *engine) passedOver(ns *nodeState, d *demand, placed int, gpus []int, reason string) {
+	if placed > 0 {
+		return
+	}
+	open := gpus == nil
+	for _, g := range gpus {
+		open = open || e.fits(ns, d.ci, g, eps)
+	}
+	if open {
 		ns.note(d.comp, reason)
 	}
 }
