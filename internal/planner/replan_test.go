@@ -621,3 +621,43 @@ func TestReplanSpecChange(t *testing.T) {
 	}
 	checkStrict(t, smaller, nodes, next)
 }
+
+// TestReplanLeavesPreviousAlone: replans share the previous plan's node
+// states and worker chunks, and never write them: the service answers
+// lookups from it while the next plan is made (run with -race).
+func TestReplanLeavesPreviousAlone(t *testing.T) {
+	nodes, spec := benchCluster(64)
+	spec.Scheduling.Buffer.NumGPUs = 1
+	prev, err := Compute(spec, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := string(prev.AppendJSON(nil))
+	changes := [][]Node{
+		leave(nodes, 60, 3),
+		withNode(nodes, "node-00003", func(n *Node) { n.Unhealthy = []int{0, 5} }),
+		withNode(nodes, "node-00007", func(n *Node) { n.CPUs = 3 }),
+		append(slices.Clone(nodes), Node{ID: "node-99999", CPUs: 64, GPUs: 8}),
+	}
+	done := make(chan bool)
+	for _, after := range changes {
+		go func() {
+			next, _, err := Replan(prev, spec, after)
+			if err == nil {
+				_, _, _ = Replan(next, spec, nodes)
+			}
+			done <- err == nil
+		}()
+	}
+	for range 20 {
+		_ = prev.AppendJSON(nil)
+	}
+	for range changes {
+		if !<-done {
+			t.Error("a replan failed")
+		}
+	}
+	if after := string(prev.AppendJSON(nil)); after != before {
+		t.Fatalf("the previous plan changed")
+	}
+}
