@@ -40,7 +40,7 @@ func (e *engine) placeBuffers() (map[string][]int, int) {
 	}
 	for k, at := range nodes {
 		same := k < len(e.prevBuffers) && e.prevBuffers[k] == at
-		if same && e.fast && e.table[at].owner != e {
+		if same && e.fast && e.table[at].owner != e.token {
 			continue // neither the node nor its buffer changed
 		}
 		w := e.bufferWorker(k, at)
@@ -144,10 +144,8 @@ func (e *engine) trainOn(ns *nodeState) []int {
 	lo, hi := int32(e.base[0]), int32(e.base[0]+e.demands[0].asked)
 	var out []int
 	for _, r := range ns.slots {
-		for s := r.first; s < r.first+r.n; s++ {
-			if s >= lo && s < hi {
-				out = append(out, int(s-lo))
-			}
+		for s := max(r.first, lo); s < min(r.first+r.n, hi); s++ {
+			out = append(out, int(s-lo))
 		}
 	}
 	slices.Sort(out)

@@ -69,9 +69,19 @@ func (e *engine) poolsDoc() ([]Pool, [][]int32) {
 		} else {
 			p.final = e.poolOrder(p)
 			nodes = make([]PoolNode, len(p.final))
+			// The entries this run makes are kept on their nodes in a slab
+			// of their own: pointing into nodes would keep this whole
+			// document alive while one of its nodes stays untouched.
+			made := 0
+			for _, at := range p.final {
+				if e.table[at].doc[p.auto] == nil {
+					made++
+				}
+			}
+			kept := make([]PoolNode, 0, made)
 			var slab []Range
 			for i, at := range p.final {
-				slab = e.autoNode(at, p.auto, &nodes[i], slab)
+				slab = e.autoNode(at, p.auto, &nodes[i], slab, &kept)
 			}
 		}
 		if len(nodes) > 0 {
@@ -104,10 +114,11 @@ func (e *engine) poolOrder(p *poolRun) []int32 {
 	return out
 }
 
-// autoNode writes node at's entry in auto pool p to dst, and caches it on
-// the node: a node no run has touched since keeps the entry of the plan
-// that made it. Ranges come from slab, which it returns grown.
-func (e *engine) autoNode(at int32, p int, dst *PoolNode, slab []Range) []Range {
+// autoNode writes node at's entry in auto pool p to dst, and caches a copy
+// (in kept, which has room for it) on the node: a node no run has touched
+// since keeps the entry of the plan that made it. Ranges come from slab,
+// which it returns grown.
+func (e *engine) autoNode(at int32, p int, dst *PoolNode, slab []Range, kept *[]PoolNode) []Range {
 	ns := e.table[at]
 	if pn := ns.doc[p]; pn != nil {
 		*dst = *pn
@@ -120,7 +131,7 @@ func (e *engine) autoNode(at int32, p int, dst *PoolNode, slab []Range) []Range 
 			continue
 		}
 		if cap(slab)-len(slab) < len(ns.usable) {
-			slab = make([]Range, 0, max(1024, len(ns.usable)))
+			slab = make([]Range, 0, max(256, len(ns.usable)))
 		}
 		start := len(slab)
 		for _, g := range ns.usable {
@@ -144,8 +155,9 @@ func (e *engine) autoNode(at int32, p int, dst *PoolNode, slab []Range) []Range 
 		}
 	}
 	dst.UnhealthyGPUs = unhealthyOf(n)
-	if ns.owner == e {
-		ns.doc[p] = dst
+	if ns.owner == e.token && len(*kept) < cap(*kept) {
+		*kept = append(*kept, *dst)
+		ns.doc[p] = &(*kept)[len(*kept)-1]
 	}
 	return slab
 }
@@ -201,7 +213,7 @@ func (e *engine) finalRoom() []int32 {
 	var out []int32
 	if !e.fast {
 		for at, ns := range e.table {
-			if ns.hasRoom() {
+			if e.roomFor(ns, allComps) {
 				out = append(out, int32(at))
 			}
 		}
@@ -217,7 +229,7 @@ func (e *engine) finalRoom() []int32 {
 		}
 	}
 	for at := range touched {
-		if e.table[at].hasRoom() {
+		if e.roomFor(e.table[at], allComps) {
 			out = append(out, at)
 		}
 	}

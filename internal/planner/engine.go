@@ -101,6 +101,7 @@ const (
 // Both go through the same feasibility checks (fits, the CPU check in
 // fill), the same packer (fill) and the same record (record).
 type engine struct {
+	token *runToken
 	spec  *Spec
 	rules rules
 	opt   Options
@@ -120,6 +121,8 @@ type engine struct {
 	// that uses CUDA, as rlightning does.
 	reserve int
 	pools   []*poolRun
+	// entries finds a manual pool's entry for a node.
+	entries map[entryKey]*poolEntry
 	// passed counts nodes passed by without a note of their own (nodes
 	// that are simply full), per component and reason.
 	passed [nComp]map[string]*tally
@@ -154,7 +157,7 @@ type Options struct {
 }
 
 func newEngine(spec *Spec, opt Options) *engine {
-	e := &engine{spec: spec, rules: newRules(spec.Placement), opt: opt}
+	e := &engine{token: new(runToken), spec: spec, rules: newRules(spec.Placement), opt: opt}
 	sc := spec.Scheduling
 	e.demands[0] = newDemand(0, groupList(sc.Train))
 	e.demands[1] = newDemand(1, groupList(sc.Eval))
@@ -197,8 +200,22 @@ func bufferReserve(bf *WorkerGroup) int {
 	return int(math.Ceil(float64(n)*bf.NumGPUs - eps))
 }
 
-// sortedNodes orders nodes by id, refusing an id given twice.
+// maxNodeGPUs bounds a node's GPU count: the planner keeps a share per
+// GPU and component.
+const maxNodeGPUs = 1 << 12
+
+// sortedNodes orders nodes by id, refusing an id given twice and counts
+// no machine has.
 func sortedNodes(nodes []Node) ([]int, error) {
+	for i := range nodes {
+		n := &nodes[i]
+		if n.GPUs < 0 || n.GPUs > maxNodeGPUs {
+			return nil, &PlanError{Msg: fmt.Sprintf("node %q: %d GPUs is not allowed; want 0 to %d", n.ID, n.GPUs, maxNodeGPUs)}
+		}
+		if !(n.CPUs >= 0) || math.IsInf(n.CPUs, 0) {
+			return nil, &PlanError{Msg: fmt.Sprintf("node %q: %v CPUs is not allowed; want a number >= 0", n.ID, n.CPUs)}
+		}
+	}
 	order := make([]int, len(nodes))
 	for i := range order {
 		order[i] = i
@@ -224,7 +241,7 @@ func (e *engine) loadAll(nodes []Node, order []int) {
 	for i, j := range order {
 		own[i] = nodes[j]
 	}
-	e.table = newStates(own, e, e.groups())
+	e.table = newStates(own, e.token, e.groups())
 }
 
 // groups is the number of scheduling groups of each component.
@@ -240,8 +257,8 @@ func (e *engine) groups() [nComp]int {
 // a previous plan owns it.
 func (e *engine) mut(at int32) *nodeState {
 	ns := e.table[at]
-	if ns.owner != e {
-		ns = ns.clone(e)
+	if ns.owner != e.token {
+		ns = ns.clone(e.token)
 		e.table[at] = ns
 		e.touched = append(e.touched, at)
 	}
@@ -275,6 +292,28 @@ func (e *engine) fits(ns *nodeState, ci, g int, frac float64) bool {
 	}
 	return true
 }
+
+// roomFor reports whether a component of mask (bit ci) could still take
+// a share of some GPU of ns: a GPU no one holds, one it holds part of, or
+// (colocate, device-colocate) one held by a component it may share with.
+func (e *engine) roomFor(ns *nodeState, mask uint8) bool {
+	if ns.free > 0 {
+		return true
+	}
+	for ci := range nComp {
+		if mask&(1<<ci) == 0 {
+			continue
+		}
+		for _, g := range ns.usable {
+			if e.fits(ns, ci, g, eps) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+const allComps = 1<<nComp - 1
 
 // target is where a placement goes: an auto pool, or a manual pool's entry
 // for one node.
@@ -332,7 +371,7 @@ func (e *engine) fill(tg target, at int32, d *demand, gpus []int) (int, stopReas
 			}
 			placed += e.fillGPU(tg, at, ns, d, gpus[pos:pos+1], frac, cpus)
 		default:
-			if len(ns.usable) < count {
+			if len(gpus) < count {
 				e.passedOver(ns, d, placed, nil, TooFewGPUs(count))
 				return placed, stopTooSmall
 			}

@@ -130,7 +130,7 @@ func (e *engine) merge(prev []*nodeState, nodes []Node, order []int) merged {
 		m.remap[i] = -1
 		m.left = append(m.left, prev[i])
 	}
-	for k, ns := range newStates(own, e, e.groups()) {
+	for k, ns := range newStates(own, e.token, e.groups()) {
 		e.table[ownAt[k]] = ns
 		e.touched = append(e.touched, ownAt[k])
 	}
@@ -336,7 +336,7 @@ func (e *engine) adoptSlow() {
 		d.only(e.displacedOf(ci))
 	}
 	for at, ns := range e.table {
-		if ns.hasRoom() {
+		if e.roomFor(ns, allComps) {
 			e.room = append(e.room, int32(at))
 		}
 	}
@@ -392,11 +392,13 @@ func (e *engine) keepPrevReserve(byNode [][]*Worker) {
 		if p.Name != name {
 			continue
 		}
+		seen := map[int32]bool{}
 		for _, pn := range p.Nodes {
 			at := e.find(pn.NodeID)
-			if at < 0 {
+			if at < 0 || seen[at] {
 				continue
 			}
+			seen[at] = true
 			held := map[int]bool{}
 			for _, w := range byNode[at] {
 				if w.Component == Train {
@@ -432,7 +434,7 @@ func (e *engine) roomAfterAdopt(prevRoom, remap []int32) []int32 {
 		}
 	}
 	for _, at := range e.touched {
-		if e.table[at].hasRoom() {
+		if e.roomFor(e.table[at], allComps) {
 			out = append(out, at)
 		}
 	}

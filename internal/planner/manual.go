@@ -174,6 +174,7 @@ func (e *engine) loadPools() error {
 		mixed = mixed || ns.node.GPUs != e.table[0].node.GPUs
 	}
 	used := make([]bool, len(e.table))
+	e.entries = map[entryKey]*poolEntry{}
 	for i, pc := range e.spec.ResourcePool {
 		field := fmt.Sprintf("resource_pool[%d]", i)
 		nodes, err := e.poolNodes(field, pc, mixed, used)
@@ -193,7 +194,7 @@ func (e *engine) loadPools() error {
 				return fieldErr(field+".num_gpus", "says %d GPUs for node %s, which has %d", want, n.ID, n.GPUs)
 			}
 			offsets[j+1] = offsets[j] + n.GPUs
-			en := &poolEntry{at: at}
+			en := &poolEntry{at: at, pool: len(e.pools)}
 			for ci, c := range gpuComponents {
 				groups := len(e.demands[ci].groups)
 				en.placed[ci] = make([]int, groups)
@@ -205,6 +206,9 @@ func (e *engine) loadPools() error {
 				}
 			}
 			p.entries = append(p.entries, en)
+			if _, dup := e.entries[entryKey{pc.Name, at}]; !dup {
+				e.entries[entryKey{pc.Name, at}] = en
+			}
 		}
 		if err := e.loadRanges(field, pc, p, offsets); err != nil {
 			return err
@@ -270,17 +274,17 @@ func (e *engine) loadRanges(field string, pc PoolConfig, p *poolRun, offsets []i
 	return nil
 }
 
-// entryOf is the manual pool entry named pool for node at, or nil.
+// entryKey names a manual pool's entry for a node.
+type entryKey struct {
+	pool string
+	at   int32
+}
+
+// entryOf is the manual pool named pool and its entry for node at, or
+// nils.
 func (e *engine) entryOf(pool string, at int32) (*poolRun, *poolEntry) {
-	for _, p := range e.pools {
-		if p.name != pool {
-			continue
-		}
-		for _, en := range p.entries {
-			if en.at == at {
-				return p, en
-			}
-		}
+	if en := e.entries[entryKey{pool, at}]; en != nil {
+		return e.pools[en.pool], en
 	}
 	return nil, nil
 }

@@ -39,6 +39,9 @@ func sameFacts(a, b *Node) bool {
 		slices.Equal(a.Unhealthy, b.Unhealthy) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs)
 }
 
+// runToken names one planning run.
+type runToken struct{ _ byte }
+
 // slotRange is consecutive worker slots on one node.
 type slotRange struct{ first, n int32 }
 
@@ -55,7 +58,10 @@ type nodeNote struct {
 // run shares those of nodes it does not touch and copies the others on
 // their first write (engine.mut).
 type nodeState struct {
-	owner  *engine
+	// owner is the run that may write the state. A token, not the engine:
+	// a state that outlives its run must not keep the run (and through it
+	// every earlier plan) alive.
+	owner  *runToken
 	node   *Node
 	usable []int // healthy GPU indices, ascending; never written
 	// free counts usable GPUs that no component holds and no buffer has
@@ -74,7 +80,6 @@ type nodeState struct {
 	firstTrain int
 	slots      []slotRange
 	notes      []nodeNote
-	buffer     int // buffer index here, -1 for none
 	// doc caches the node's entry in each auto pool of the plan document.
 	doc [2]*PoolNode
 }
@@ -82,7 +87,7 @@ type nodeState struct {
 // newStates sets up states for nodes from a few shared slabs: at ten
 // thousand nodes, per-node allocations cost more than the planning.
 // groups is the number of scheduling groups of each component.
-func newStates(nodes []Node, owner *engine, groups [nComp]int) []*nodeState {
+func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
 	total := 0
 	for i := range nodes {
 		total += nodes[i].GPUs
@@ -97,7 +102,7 @@ func newStates(nodes []Node, owner *engine, groups [nComp]int) []*nodeState {
 	for i := range nodes {
 		n := &nodes[i]
 		ns := &slab[i]
-		*ns = nodeState{owner: owner, node: n, cpuLeft: n.CPUs, firstTrain: -1, buffer: -1}
+		*ns = nodeState{owner: owner, node: n, cpuLeft: n.CPUs, firstTrain: -1}
 		start := len(usable)
 		for g := 0; g < n.GPUs; g++ {
 			if len(n.Unhealthy) == 0 || n.Healthy(g) {
@@ -122,8 +127,9 @@ func newStates(nodes []Node, owner *engine, groups [nComp]int) []*nodeState {
 	return out
 }
 
-// clone copies the state for owner to write.
-func (ns *nodeState) clone(owner *engine) *nodeState {
+// clone copies the state for owner to write: every slice it writes is its
+// own (addSlot extends the last range in place).
+func (ns *nodeState) clone(owner *runToken) *nodeState {
 	c := *ns
 	c.owner = owner
 	n := ns.node.GPUs
@@ -138,8 +144,8 @@ func (ns *nodeState) clone(owner *engine) *nodeState {
 	for i := range c.gcount {
 		c.gcount[i] = slices.Clone(ns.gcount[i])
 	}
-	c.slots = slices.Clip(ns.slots)
-	c.notes = slices.Clip(ns.notes)
+	c.slots = slices.Clone(ns.slots)
+	c.notes = slices.Clone(ns.notes)
 	c.doc = [2]*PoolNode{}
 	return &c
 }
@@ -156,29 +162,6 @@ func (ns *nodeState) wholly(g int) bool {
 		}
 	}
 	return true
-}
-
-// partial reports whether component ci holds part of a GPU with room left.
-func (ns *nodeState) partial(ci int) bool {
-	for _, g := range ns.usable {
-		if s := ns.share[ci][g]; s > eps && s < 1-eps {
-			return true
-		}
-	}
-	return false
-}
-
-// hasRoom reports whether any component could still get a GPU here.
-func (ns *nodeState) hasRoom() bool {
-	if ns.free > 0 {
-		return true
-	}
-	for ci := range ns.share {
-		if ns.count[ci] > 0 && ns.partial(ci) {
-			return true
-		}
-	}
-	return false
 }
 
 // hosts reports whether the node hosts any worker of the components in

@@ -408,7 +408,8 @@ func change(t *rapid.T, nodes []Node, i int) ([]Node, string) {
 }
 
 // TestReplanProperties: over random clusters, specs and chains of
-// inventory changes, a replan keeps every invariant of a fresh plan, is
+// inventory changes, a replan leaves the previous plan as it was (its
+// states are shared), keeps every invariant of a fresh plan, is
 // valid whenever a fresh plan is, keeps every worker it does not say it
 // displaced, displaces a worker only for a reason that holds, counts its
 // moves as CountMoved does, exports a resource_pool that loads back, and
@@ -433,7 +434,11 @@ func TestReplanProperties(t *testing.T) {
 			if len(after) == 0 {
 				return
 			}
+			before := snapshot(prev)
 			next, ch, err := Replan(prev, spec, after)
+			if snapshot(prev) != before {
+				t.Fatalf("the replan wrote to the previous plan")
+			}
 			checkReplan(t, spec, prev, after, next, ch, err, touched)
 			if err != nil {
 				return
@@ -660,4 +665,160 @@ func TestReplanLeavesPreviousAlone(t *testing.T) {
 	if after := string(prev.AppendJSON(nil)); after != before {
 		t.Fatalf("the previous plan changed")
 	}
+}
+
+// TestReplanHostilePrevious: a previous plan document is anyone's (a file,
+// a stream message): garbage components, indices up to 2^40, GPUs out of
+// range, duplicates, absurd shares and allocations never make Replan panic
+// or allocate without bound, and what it plans keeps the invariants.
+func TestReplanHostilePrevious(t *testing.T) {
+	specs := []string{replanSpec, `
+scheduling:
+  train:  {worker_num: 6, num_cpus: 1, num_gpus: 2}
+  eval:   {worker_num: 3, num_cpus: 1, num_gpus: 0.5}
+  buffer: {worker_num: 2, num_cpus: 1, num_gpus: 1}
+  env:
+    - {worker_num: 8, num_cpus: 1, num_gpus: 0.25}
+    - {worker_num: 3, num_cpus: 0, num_gpus: 0}
+placement: {mode: auto, strategy: colocate, env_strategy: device-colocate}
+`, `
+scheduling:
+  train:  {worker_num: 4, num_cpus: 1, num_gpus: 1}
+  buffer: {worker_num: 1, num_cpus: 1, num_gpus: 1}
+  env:
+    - {worker_num: 4, num_cpus: 1, num_gpus: 0.5}
+placement: {mode: manual}
+resource_pool:
+  - {name: p0, num_node: 2, num_gpus: 8, train: "0-5", env: "6-9"}
+  - {name: p1, num_node: 1, num_gpus: 8, env: "0-7", worker_counts: {env: [2]}}
+`, `
+scheduling:
+  train:  {worker_num: 4, num_cpus: 1, num_gpus: 1}
+  buffer: {worker_num: 1, num_cpus: 1, num_gpus: 1}
+  env:
+    - {worker_num: 4, num_cpus: 1, num_gpus: 0.5}
+placement: {mode: auto, strategy: disaggregate, env_strategy: default}
+`}
+	comps := []string{"train", "eval", "env", "buffer", "bogus", ""}
+	var parsed []*Spec
+	for _, y := range specs {
+		parsed = append(parsed, mustSpec(t, y))
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		spec := parsed[rapid.IntRange(0, len(specs)-1).Draw(t, "spec")]
+		nodes := uniformNodes(rapid.IntRange(0, 5).Draw(t, "nodes"), 8, 64)
+		if rapid.Bool().Draw(t, "odd") && len(nodes) > 0 {
+			nodes[0].Unhealthy = []int{-3, 99, 2}
+			nodes[0].GPUs = rapid.IntRange(0, 12).Draw(t, "g0")
+		}
+		ints := func(label string) []int {
+			return rapid.SliceOfN(rapid.SampledFrom([]int{-1 << 40, -1, 0, 1, 2, 3, 7, 8, 1 << 40}), 0, 4).Draw(t, label)
+		}
+		var ws []map[string]any
+		for i := range rapid.IntRange(0, 40).Draw(t, "nw") {
+			ws = append(ws, map[string]any{
+				"component": rapid.SampledFrom(comps).Draw(t, fmt.Sprint("c", i)),
+				"index":     rapid.SampledFrom([]int{-1, 0, 1, 2, 3, 5, 15, 1 << 40}).Draw(t, fmt.Sprint("i", i)),
+				"pool":      rapid.SampledFrom([]string{"train_pool", "rollout_pool", "global_pool", "p0", "p1", "x"}).Draw(t, fmt.Sprint("p", i)),
+				"node_id":   fmt.Sprintf("n%d", rapid.IntRange(0, 6).Draw(t, fmt.Sprint("n", i))),
+				"gpus":      ints(fmt.Sprint("g", i)),
+				"gpu_uuids": rapid.SliceOfN(rapid.SampledFrom([]string{"GPU-n1-0", "x"}), 0, 3).Draw(t, fmt.Sprint("u", i)),
+				"gpu_share": rapid.SampledFrom([]float64{-1, 0, 0.25, 0.5, 1, 1e300}).Draw(t, fmt.Sprint("s", i)),
+				"cpus":      rapid.SampledFrom([]float64{-1, 0, 1, 1e300}).Draw(t, fmt.Sprint("cpu", i)),
+			})
+		}
+		var pools []map[string]any
+		for i := range rapid.IntRange(0, 3).Draw(t, "np") {
+			var pns []map[string]any
+			for j := range rapid.IntRange(0, 4).Draw(t, fmt.Sprint("pn", i)) {
+				a, b := rapid.SampledFrom([]int{-1 << 40, -1, 0, 3, 7, 100, 1 << 40}).Draw(t, fmt.Sprint("a", i, j)), rapid.SampledFrom([]int{-1, 0, 3, 7, 1 << 40}).Draw(t, fmt.Sprint("b", i, j))
+				pns = append(pns, map[string]any{
+					"node_id":     fmt.Sprintf("n%d", rapid.IntRange(0, 6).Draw(t, fmt.Sprint("pnn", i, j))),
+					"allocations": map[string]any{rapid.SampledFrom(comps).Draw(t, fmt.Sprint("ac", i, j)): [][]int{{a, b}}},
+				})
+			}
+			pools = append(pools, map[string]any{"name": rapid.SampledFrom([]string{"train_pool", "rollout_pool", "global_pool", "p0"}).Draw(t, fmt.Sprint("pname", i)), "nodes": pns})
+		}
+		mode := spec.Placement.Mode
+		doc := map[string]any{"valid": true, "mode": mode, "strategy": spec.Placement.Strategy, "env_strategy": spec.Placement.EnvStrategy,
+			"workers": ws, "pools": pools, "storage_to_train_workers": map[string][]int{"0": {0, 1}, "x": {-5}, "99999999999": nil}}
+		if mode == ModeManual {
+			doc["strategy"], doc["env_strategy"] = "", ""
+		}
+		b, _ := json.Marshal(doc)
+		var prev Plan
+		if err := json.Unmarshal(b, &prev); err != nil {
+			t.Fatalf("unmarshal: %v", err)
+		}
+		p, _, err := Replan(&prev, spec, nodes)
+		if err == nil {
+			if msgs := checkPlan(spec, nodes, p); len(msgs) > 0 {
+				t.Fatalf("invariants: %v", msgs)
+			}
+			// and once more from the result, fast path
+			p2, _, err := Replan(p, spec, nodes[:len(nodes)/2])
+			if err == nil {
+				if msgs := checkPlan(spec, nodes[:len(nodes)/2], p2); len(msgs) > 0 {
+					t.Fatalf("invariants 2: %v", msgs)
+				}
+			}
+		}
+	})
+}
+
+// TestReplanSharesUnderColocate: under colocate train may share a GPU
+// eval and env hold whole; a displaced train worker finds it, and the
+// replan stays incremental.
+func TestReplanSharesUnderColocate(t *testing.T) {
+	spec := mustSpec(t, `
+scheduling:
+  train: {worker_num: 2, num_cpus: 1, num_gpus: 1}
+  eval:  {worker_num: 2, num_cpus: 0, num_gpus: 1}
+  env:
+    - {worker_num: 2, num_cpus: 0, num_gpus: 1}
+placement: {mode: auto, strategy: colocate, env_strategy: default}
+`)
+	nodes := []Node{{ID: "n1", IP: "1", CPUs: 2, GPUs: 2}, {ID: "n2", IP: "2", CPUs: 10, GPUs: 2}}
+	first, err := Compute(spec, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := withNode(nodes, "n1", func(n *Node) { n.CPUs = 1 })
+	next, ch, err := Replan(first, spec, after)
+	if err != nil || ch.Fresh || next.Moved != 1 {
+		t.Fatalf("err %v change %+v moved %d", err, ch, next.Moved)
+	}
+	checkStrict(t, spec, after, next)
+}
+
+// stateSnap is what a plan's state holds of one node, copied.
+type stateSnap struct {
+	free       int
+	share      [nComp][]float64
+	resv       []bool
+	cpuLeft    float64
+	count      [nComp]int32
+	gcount     [nComp][]int32
+	firstTrain int
+	slots      []slotRange
+	notes      []nodeNote
+	doc        [2]*PoolNode
+}
+
+// snapshot copies what a replan must leave alone: the plan's node states,
+// workers and buffers' map.
+func snapshot(p *Plan) string {
+	var states []stateSnap
+	if p.state != nil {
+		for _, ns := range p.state.table {
+			s := stateSnap{free: ns.free, resv: slices.Clone(ns.resv), cpuLeft: ns.cpuLeft, count: ns.count,
+				firstTrain: ns.firstTrain, slots: slices.Clone(ns.slots), notes: slices.Clone(ns.notes), doc: ns.doc}
+			for c := range ns.share {
+				s.share[c] = slices.Clone(ns.share[c])
+				s.gcount[c] = slices.Clone(ns.gcount[c])
+			}
+			states = append(states, s)
+		}
+	}
+	return fmt.Sprintf("%+v %s", states, p.AppendJSON(nil))
 }

@@ -23,7 +23,8 @@ func (p *poolRun) join(at int32) { p.joined = append(p.joined, at) }
 // poolEntry is one node of a manual pool and what the spec gives each
 // component there.
 type poolEntry struct {
-	at int32
+	at   int32
+	pool int // the pool's position in the run's pools
 	// alloc is the node-local GPUs the spec's ranges give each component,
 	// in order; gpus the healthy ones.
 	alloc [nComp][]int
@@ -77,20 +78,15 @@ func (e *engine) candidates(src []int32, mask uint8) []cand {
 }
 
 // visit says whether a pass should try the node for the components of
-// mask: it must have a GPU no one holds or, where the components already
-// are, part of one they may still fill. A node passed by is noted when it
-// cannot serve at all (no GPUs, none healthy) and counted when it is full.
+// mask: it must have a GPU one of them may still take a share of. (When a
+// fresh plan's pass reaches a node, nothing is placed there yet, or only
+// what the rollout components may not share: rlightning's "a free GPU".)
+// A node passed by is noted when it cannot serve at all (no GPUs, none
+// healthy) and counted when it is full.
 func (e *engine) visit(c cand, mask uint8) bool {
 	ns := e.table[c.at]
-	if ns.free > 0 {
+	if e.roomFor(ns, mask) {
 		return true
-	}
-	if c.tier == tierHome {
-		for ci := range nComp {
-			if mask&(1<<ci) != 0 && ns.count[ci] > 0 && ns.partial(ci) {
-				return true
-			}
-		}
 	}
 	for ci, d := range e.demands {
 		if mask&(1<<ci) == 0 || d.done() {
