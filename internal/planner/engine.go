@@ -305,13 +305,17 @@ func (e *engine) roomFor(ns *nodeState, mask uint8) bool {
 			continue
 		}
 		for _, g := range ns.usable {
-			if e.fits(ns, ci, g, eps) {
+			if e.fits(ns, ci, g, sliver) {
 				return true
 			}
 		}
 	}
 	return false
 }
+
+// sliver is the least share of a GPU that counts as room: fits(eps) would
+// find room on a full GPU, as it allows for float error.
+const sliver = 10 * eps
 
 const allComps = 1<<nComp - 1
 
@@ -451,7 +455,7 @@ func (e *engine) passedOver(ns *nodeState, d *demand, placed int, gpus []int, re
 	}
 	open := gpus == nil
 	for _, g := range gpus {
-		open = open || e.fits(ns, d.ci, g, eps)
+		open = open || e.fits(ns, d.ci, g, sliver)
 	}
 	if open {
 		ns.note(d.comp, reason)

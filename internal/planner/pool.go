@@ -48,9 +48,10 @@ func (p Pool) WorkerCounts(c Component, groups int) [][]int {
 			out[i] = counts
 		}
 	}
+	zero := make([]int, groups) // shared: the counts are read-only
 	for i := range out {
 		if out[i] == nil {
-			out[i] = make([]int, groups)
+			out[i] = zero
 		}
 	}
 	return out
