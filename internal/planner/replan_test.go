@@ -822,3 +822,43 @@ func snapshot(p *Plan) string {
 	}
 	return fmt.Sprintf("%+v %s", states, p.AppendJSON(nil))
 }
+
+// TestReplanTouchesOnlyTheChange: after a node leaves, the replan shares
+// the previous plan's state of every node but those that take its
+// workers, and its worker chunks but those that hold them.
+func TestReplanTouchesOnlyTheChange(t *testing.T) {
+	nodes, spec := benchCluster(400)
+	prev, err := Compute(spec, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := leave(nodes, 375, 1)
+	next, ch, err := Replan(prev, spec, after)
+	if err != nil || ch.Fresh {
+		t.Fatalf("err %v change %+v", err, ch)
+	}
+	old := map[string]*nodeState{}
+	for _, ns := range prev.state.table {
+		old[ns.node.ID] = ns
+	}
+	copied := 0
+	for _, ns := range next.state.table {
+		if old[ns.node.ID] != ns {
+			copied++
+		}
+	}
+	// 20 workers left with the node: 2 train, 2 eval, 16 env; two or three
+	// spare nodes take them.
+	if copied > 4 {
+		t.Errorf("%d node states copied for one node leaving", copied)
+	}
+	shared := 0
+	for k, c := range next.Workers.chunks {
+		if k < len(prev.Workers.chunks) && len(c) > 0 && len(prev.Workers.chunks[k]) > 0 && &c[0] == &prev.Workers.chunks[k][0] {
+			shared++
+		}
+	}
+	if len(next.Workers.chunks)-shared > 6 {
+		t.Errorf("%d of %d worker chunks copied", len(next.Workers.chunks)-shared, len(next.Workers.chunks))
+	}
+}
