@@ -98,6 +98,14 @@ func (e *engine) placeOne(tg target, en *poolEntry, d *demand, gi int, g WorkerG
 	var held []int
 	if count > 0 {
 		pos := 0
+		switch gpus := en.gpus[d.ci]; {
+		case len(gpus) == 0:
+			ns.note(d.comp, ReasonNoPoolGPUs)
+			return false
+		case len(gpus) < count:
+			ns.note(d.comp, TooFewGPUs(count))
+			return false
+		}
 		if held = e.pick(ns, d.ci, en.gpus[d.ci], &pos, count, frac); held == nil {
 			ns.note(d.comp, ReasonNoFreeGPUs)
 			return false
@@ -149,7 +157,7 @@ func (e *engine) checkManual() error {
 		}
 		for gi, g := range d.groups {
 			if exact[ci] && sums[gi] != g.WorkerNum {
-				return fieldErr("resource_pool", "worker_counts give %s %s %d workers; the spec asks for %d", d.comp, groupName(d.comp, gi), sums[gi], g.WorkerNum)
+				return fieldErr("resource_pool", "worker_counts place %d %s of %s; it asks for %d", sums[gi], plural(sums[gi], "worker", "workers"), groupName(d.comp, gi), g.WorkerNum)
 			}
 		}
 	}
