@@ -97,8 +97,8 @@ func TestPlanProperties(t *testing.T) {
 		if err != nil {
 			t.Fatalf("export loaded in manual mode: %v\n%s", err, rp)
 		}
-		if fmt.Sprint(allocSet(p2)) != fmt.Sprint(allocSet(p)) {
-			t.Fatalf("export loaded in manual mode gives other allocations")
+		if fmt.Sprint(allocSet(p2)) != fmt.Sprint(allocSet(p)) || fmt.Sprint(countSet(p2)) != fmt.Sprint(countSet(p)) {
+			t.Fatalf("export loaded in manual mode gives other allocations or workers per node\n%s", rp)
 		}
 		for _, e := range checkPlan(&manual, nodes, p2) {
 			t.Error("manual: " + e)

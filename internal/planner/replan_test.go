@@ -155,8 +155,14 @@ func TestReplanUnhealthyGPU(t *testing.T) {
 	}
 	var text strings.Builder
 	_ = WriteText(&text, next)
-	if !strings.Contains(text.String(), "x") || !strings.Contains(text.String(), "unhealthy GPU excluded on "+w.NodeID) {
-		t.Errorf("text does not show the unhealthy GPU:\n%s", text.String())
+	row := ""
+	for _, line := range strings.Split(text.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == w.NodeID {
+			row = f[1]
+		}
+	}
+	if len(row) != 8 || row[w.GPUs[0]] != 'x' || strings.Count(row, "x") != 1 || !strings.Contains(text.String(), "unhealthy GPU excluded on "+w.NodeID) {
+		t.Errorf("the map row of %s is %q, want an x for GPU %d:\n%s", w.NodeID, row, w.GPUs[0], text.String())
 	}
 }
 
