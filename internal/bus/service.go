@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // The bus's error kinds. Every error a handler returns is one of these on
@@ -118,9 +119,9 @@ func (pw PlacedWorker) appendJSON(b []byte) []byte {
 	b = pw.Worker.AppendJSON(b)
 	b = b[:len(b)-1] // reopen the worker's object
 	b = append(b, `,"cuda_visible_devices":`...)
-	b = planner.AppendString(b, pw.CUDAVisibleDevices)
+	b = plan.AppendString(b, pw.CUDAVisibleDevices)
 	b = append(b, `,"plan":`...)
-	b = planner.AppendString(b, pw.Plan)
+	b = plan.AppendString(b, pw.Plan)
 	b = append(b, `,"revision":`...)
 	b = strconv.AppendInt(b, int64(pw.Revision), 10)
 	return append(b, '}')

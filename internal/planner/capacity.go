@@ -5,30 +5,6 @@ import (
 	"math"
 )
 
-// Capacity is the spec's arithmetic against the inventory, the first
-// check a plan meets: it needs only totals, while placing workers needs
-// memory for every one a spec asks for.
-type Capacity struct {
-	// GPUsRequired is rlightning's GPU arithmetic, each component counted
-	// as the packing needs it; checked in auto mode only (manual pools say
-	// which GPUs themselves).
-	GPUsRequired  float64 `json:"gpus_required"`
-	GPUsAvailable int     `json:"gpus_available"`
-	CPUsRequired  float64 `json:"cpus_required"`
-	CPUsAvailable float64 `json:"cpus_available"`
-}
-
-// Demand is one scheduling entry of the spec: how many workers and what
-// each asks for.
-type Demand struct {
-	Component Component `json:"component"`
-	Workers   int       `json:"workers"`
-	// Auto is set for a buffer with worker_num "auto".
-	Auto    bool    `json:"auto,omitempty"`
-	NumGPUs float64 `json:"num_gpus"`
-	NumCPUs float64 `json:"num_cpus"`
-}
-
 // demandsDoc lists the spec's scheduling entries, in component order.
 func (e *engine) demandsDoc() []Demand {
 	sc := e.spec.Scheduling
@@ -141,7 +117,7 @@ func (e *engine) shortfall() error {
 		msg := fmt.Sprintf("Cannot place %s: %d of %d workers placed; the next needs %s GPU and %s CPU",
 			d.comp, d.asked-d.left(), d.asked, pyNum(g.NumGPUs), pyNum(g.NumCPUs))
 		x := e.explainComp(ci, e.noteTallies())
-		if s := x.excludedText(); s != "" {
+		if s := x.ExcludedText(); s != "" {
 			msg += "; " + s
 		}
 		return &PlanError{Msg: msg}

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // Change says how Replan arrived at its plan.
@@ -56,7 +58,7 @@ func (c *Change) Summary() string {
 	parts := make([]string, len(groups))
 	for i, g := range groups {
 		slices.Sort(g.idx)
-		parts[i] = fmt.Sprintf("%s %s: %s", g.comp, FormatRanges(rangesOf(g.idx)), g.why)
+		parts[i] = fmt.Sprintf("%s %s: %s", g.comp, plan.FormatRanges(plan.RangesOf(g.idx)), g.why)
 	}
 	return fmt.Sprintf("re-placed %d %s (%s)", len(c.Displaced), plural(len(c.Displaced), "worker", "workers"), strings.Join(parts, "; "))
 }
@@ -143,8 +145,9 @@ func SamePlacement(a, b *Plan) bool {
 	if a.Valid != b.Valid || a.Error != b.Error || a.Workers.Len() != b.Workers.Len() || len(a.Pools) != len(b.Pools) {
 		return false
 	}
-	for k, ca := range a.Workers.chunks {
-		cb := b.Workers.chunks[k]
+	chunks := b.Workers.Chunks()
+	for k, ca := range a.Workers.Chunks() {
+		cb := chunks[k]
 		if len(ca) != len(cb) {
 			return false
 		}

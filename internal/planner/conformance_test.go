@@ -3,6 +3,7 @@ package planner
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/poolplanner/poolplanner/plan"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -144,8 +145,8 @@ func checkExact(t *testing.T, c *confCase, p *Plan) {
 		}
 		keys := make([]string, 0, len(idx))
 		for k, v := range idx {
-			rs, _ := ParseIndexString(v)
-			keys = append(keys, k+"="+FormatRanges(rs))
+			rs, _ := plan.ParseIndexString(v)
+			keys = append(keys, k+"="+plan.FormatRanges(rs))
 		}
 		sort.Strings(keys)
 		return fmt.Sprintf("%s/%d/%v/%s", name, numNode, numGPUs, strings.Join(keys, ";"))

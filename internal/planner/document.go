@@ -3,6 +3,8 @@ package planner
 import (
 	"errors"
 	"slices"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // finish makes the run's plan document. A run that failed gives a
@@ -15,7 +17,7 @@ func (e *engine) finish(err error) (*Plan, error) {
 		err = short.error
 	}
 	sp := e.spec.Placement
-	doc := &Plan{
+	doc := &Plan{Document: plan.Document{
 		Mode:                  sp.Mode,
 		Strategy:              sp.Strategy,
 		EnvStrategy:           sp.EnvStrategy,
@@ -24,7 +26,7 @@ func (e *engine) finish(err error) (*Plan, error) {
 		StorageToTrainWorkers: map[string][]int{},
 		Demands:               e.demandsDoc(),
 		Capacity:              e.cap,
-	}
+	}}
 	if sp.Mode == ModeManual {
 		doc.Strategy, doc.EnvStrategy = "", ""
 	}
@@ -139,7 +141,7 @@ func (e *engine) autoNode(at int32, p int, dst *PoolNode, slab []Range, kept *[]
 				if k := len(slab); k > start && slab[k-1].Last+1 == g {
 					slab[k-1].Last = g
 				} else {
-					slab = append(slab, Range{g, g})
+					slab = append(slab, Range{First: g, Last: g})
 				}
 			}
 		}
@@ -168,7 +170,7 @@ func (e *engine) manualNode(en *poolEntry) PoolNode {
 	pn := PoolNode{NodeID: n.ID, IP: n.IP, TotalGPUs: n.GPUs, TotalCPUs: n.CPUs, Allocations: make(map[Component][]Range, 3)}
 	for ci, c := range gpuComponents {
 		if len(en.alloc[ci]) > 0 {
-			pn.Allocations[c] = rangesOf(en.alloc[ci])
+			pn.Allocations[c] = plan.RangesOf(en.alloc[ci])
 		}
 		for _, k := range en.placed[ci] {
 			if k > 0 {

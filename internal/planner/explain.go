@@ -33,65 +33,6 @@ func TooFewGPUs(k int) string { return fmt.Sprintf(reasonTooFew, k) }
 // maxExamples bounds the node ids an explanation names per reason.
 const maxExamples = 8
 
-// Note records a reason against one node: a component it was excluded
-// for or took only in part, or (no component) the node as a whole.
-type Note struct {
-	NodeID    string    `json:"node_id"`
-	Component Component `json:"component,omitempty"`
-	Reason    string    `json:"reason"`
-}
-
-// Explanation says why one component was not placed in full, or not
-// where it would go first, grouped as Nomad's AllocMetric groups it:
-// which reason excluded how many nodes, which compromises were made, and
-// (incremental plans) which workers of the previous plan had to move.
-type Explanation struct {
-	Component Component `json:"component"`
-	Asked     int       `json:"asked"`
-	Placed    int       `json:"placed"`
-	// Excluded counts the nodes each reason excluded.
-	Excluded []ReasonCount `json:"excluded,omitempty"`
-	// Compromises counts the nodes the component took against its first
-	// preference (ReasonPoolShared).
-	Compromises []ReasonCount `json:"compromises,omitempty"`
-	// Displaced counts the workers of the previous plan that could not
-	// stay, by why (the Why constants) and the nodes they were on.
-	Displaced []ReasonCount `json:"displaced,omitempty"`
-}
-
-// ReasonCount is one reason and how many nodes (and, for displaced
-// workers, workers) it concerns, with up to maxExamples node ids.
-type ReasonCount struct {
-	Reason  string   `json:"reason"`
-	Nodes   int      `json:"nodes"`
-	Workers int      `json:"workers,omitempty"`
-	NodeIDs []string `json:"node_ids,omitempty"`
-}
-
-// String reads as a person would say it: "CPUs exhausted on 12 nodes
-// (n1, n2, ...)", "unhealthy GPU excluded on node-07".
-func (r ReasonCount) String() string {
-	s := r.Reason
-	if r.Workers > 0 {
-		s = fmt.Sprintf("%d %s: %s", r.Workers, plural(r.Workers, "worker", "workers"), s)
-	}
-	if r.Nodes == 0 {
-		return s
-	}
-	if r.Nodes == 1 && len(r.NodeIDs) == 1 {
-		return s + " on " + r.NodeIDs[0]
-	}
-	s += fmt.Sprintf(" on %d %s", r.Nodes, plural(r.Nodes, "node", "nodes"))
-	if len(r.NodeIDs) > 0 {
-		s += " (" + strings.Join(r.NodeIDs, ", ")
-		if r.Nodes > len(r.NodeIDs) {
-			s += fmt.Sprintf(" and %d more", r.Nodes-len(r.NodeIDs))
-		}
-		s += ")"
-	}
-	return s
-}
-
 // tally counts nodes for one reason, keeping a few ids.
 type tally struct {
 	nodes int
@@ -239,32 +180,6 @@ func (e *engine) explain() []Explanation {
 		}
 	}
 	return out
-}
-
-// excludedText is the exclusions in one line: "fewer than 4 healthy GPUs
-// on 30 nodes (...), CPUs exhausted on 12 nodes (...)".
-func (x Explanation) excludedText() string {
-	parts := make([]string, len(x.Excluded))
-	for i, r := range x.Excluded {
-		parts[i] = r.String()
-	}
-	return strings.Join(parts, ", ")
-}
-
-// Text is the explanation as a person reads it, one line per reason.
-func (x Explanation) Text() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %d of %d placed\n", x.Component, x.Placed, x.Asked)
-	for _, r := range x.Excluded {
-		fmt.Fprintf(&b, "  excluded: %s\n", r)
-	}
-	for _, r := range x.Compromises {
-		fmt.Fprintf(&b, "  compromise: %s\n", r)
-	}
-	for _, r := range x.Displaced {
-		fmt.Fprintf(&b, "  moved: %s\n", r)
-	}
-	return b.String()
 }
 
 func plural(n int, one, many string) string {

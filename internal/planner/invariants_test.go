@@ -2,6 +2,7 @@ package planner
 
 import (
 	"fmt"
+	"github.com/poolplanner/poolplanner/plan"
 	"math"
 	"sort"
 )
@@ -277,7 +278,7 @@ func exportedAllocs(p *Plan, byID map[string]*Node) []string {
 			offs = append(offs, offs[len(offs)-1]+byID[id].GPUs)
 		}
 		for _, ci := range e.Indices {
-			rs, err := ParseIndexString(ci.Index)
+			rs, err := plan.ParseIndexString(ci.Index)
 			if err != nil {
 				out = append(out, "bad index "+ci.Index)
 				continue

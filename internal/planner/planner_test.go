@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/poolplanner/poolplanner/plan"
 	"reflect"
 	"strings"
 	"testing"
@@ -17,24 +18,24 @@ func TestParseIndexString(t *testing.T) {
 		want []Range
 		err  bool
 	}{
-		{"0-7", []Range{{0, 7}}, false},
-		{"0-3, 8-11", []Range{{0, 3}, {8, 11}}, false},
-		{"5", []Range{{5, 5}}, false},
+		{"0-7", []Range{{First: 0, Last: 7}}, false},
+		{"0-3, 8-11", []Range{{First: 0, Last: 3}, {First: 8, Last: 11}}, false},
+		{"5", []Range{{First: 5, Last: 5}}, false},
 		{"", nil, false},
-		{"7-0", []Range{{0, 7}}, false},
-		{" 1 , 2-3 ", []Range{{1, 1}, {2, 3}}, false},
+		{"7-0", []Range{{First: 0, Last: 7}}, false},
+		{" 1 , 2-3 ", []Range{{First: 1, Last: 1}, {First: 2, Last: 3}}, false},
 		{"a", nil, true},
 		{"1-", nil, true},
 		{"-1", nil, true},
 		{"1-2-3", nil, true},
 	}
 	for _, c := range cases {
-		got, err := ParseIndexString(c.in)
+		got, err := plan.ParseIndexString(c.in)
 		if (err != nil) != c.err || !reflect.DeepEqual(got, c.want) {
-			t.Errorf("ParseIndexString(%q) = %v, %v; want %v, err=%v", c.in, got, err, c.want, c.err)
+			t.Errorf("plan.ParseIndexString(%q) = %v, %v; want %v, err=%v", c.in, got, err, c.want, c.err)
 		}
 	}
-	if got := FormatRanges([]Range{{0, 7}, {8, 8}}); got != "0-7, 8" {
+	if got := plan.FormatRanges([]Range{{First: 0, Last: 7}, {First: 8, Last: 8}}); got != "0-7, 8" {
 		t.Errorf("FormatRanges = %q", got)
 	}
 }

@@ -3,6 +3,7 @@ package planner
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/poolplanner/poolplanner/plan"
 	"reflect"
 	"testing"
 
@@ -143,13 +144,13 @@ func FuzzParseIndexString(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		rs, err := ParseIndexString(s)
+		rs, err := plan.ParseIndexString(s)
 		if err != nil {
 			return
 		}
-		back, err := ParseIndexString(FormatRanges(rs))
+		back, err := plan.ParseIndexString(plan.FormatRanges(rs))
 		if err != nil || !reflect.DeepEqual(back, rs) {
-			t.Fatalf("%q -> %v -> %q -> %v, %v", s, rs, FormatRanges(rs), back, err)
+			t.Fatalf("%q -> %v -> %q -> %v, %v", s, rs, plan.FormatRanges(rs), back, err)
 		}
 	})
 }

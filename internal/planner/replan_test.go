@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 func uniformNodes(n, gpus int, cpus float64) []Node {
@@ -191,7 +193,7 @@ func TestReplanFallsBack(t *testing.T) {
 		valid bool
 		err   string
 	}{
-		{"invalid previous", &Plan{Valid: false}, spec, nodes, "the previous plan was not valid", true, ""},
+		{"invalid previous", &Plan{Document: plan.Document{Valid: false}}, spec, nodes, "the previous plan was not valid", true, ""},
 		{"placement changed", first, colo, nodes, "placement changed", true, ""},
 		{"arithmetic refuses", first, spec, nodes[:2], "", false, "Insufficient GPUs"},
 		{"fragmented", fragPrev, frag, grown, "the incremental plan could not place every worker: Cannot place eval", true, ""},
@@ -859,12 +861,12 @@ func TestReplanTouchesOnlyTheChange(t *testing.T) {
 		t.Errorf("%d node states copied for one node leaving", copied)
 	}
 	shared := 0
-	for k, c := range next.Workers.chunks {
-		if k < len(prev.Workers.chunks) && len(c) > 0 && len(prev.Workers.chunks[k]) > 0 && &c[0] == &prev.Workers.chunks[k][0] {
+	for k, c := range next.Workers.Chunks() {
+		if k < len(prev.Workers.Chunks()) && len(c) > 0 && len(prev.Workers.Chunks()[k]) > 0 && &c[0] == &prev.Workers.Chunks()[k][0] {
 			shared++
 		}
 	}
-	if len(next.Workers.chunks)-shared > 6 {
-		t.Errorf("%d of %d worker chunks copied", len(next.Workers.chunks)-shared, len(next.Workers.chunks))
+	if len(next.Workers.Chunks())-shared > 6 {
+		t.Errorf("%d of %d worker chunks copied", len(next.Workers.Chunks())-shared, len(next.Workers.Chunks()))
 	}
 }

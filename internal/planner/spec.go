@@ -7,40 +7,9 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
-
-// Component names a kind of RL worker. The four kinds and their spelling
-// come from rlightning.
-type Component string
-
-// The worker kinds a spec schedules.
-const (
-	Train  Component = "train"
-	Eval   Component = "eval"
-	Env    Component = "env"
-	Buffer Component = "buffer"
-)
-
-// Rank is the component's place in plan documents, which list workers
-// train, eval, env, buffer, each by index; -1 for an unknown component.
-// For train, eval and env it is also their index in gpuComponents.
-func (c Component) Rank() int {
-	switch c {
-	case Train:
-		return 0
-	case Eval:
-		return 1
-	case Env:
-		return 2
-	case Buffer:
-		return 3
-	}
-	return -1
-}
-
-// gpuComponents are the components that hold GPU ranges, in the order the
-// planner serves them (rlightning's order: train first, then eval, then env).
-var gpuComponents = [...]Component{Train, Eval, Env}
 
 // Placement modes, strategies and env strategies, spelled as in rlightning.
 const (
@@ -428,7 +397,7 @@ func parseIndices(field string, m map[string]any, p *PoolConfig) error {
 		default:
 			return fieldErr(field+"."+string(c), "want an index string such as \"0-7, 8-15\", got %s", kindOf(raw))
 		}
-		rs, err := ParseIndexString(s)
+		rs, err := plan.ParseIndexString(s)
 		if err != nil {
 			return fieldErr(field+"."+string(c), "%v", err)
 		}

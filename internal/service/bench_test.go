@@ -15,6 +15,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // benchSpec fills most of 1,000 8-GPU nodes.
@@ -95,7 +96,7 @@ func benchChangeToPlan(b *testing.B, decoded bool) {
 		raw := make(chan *bus.StoredPlan, 16)
 		sub, err := clientNC.Subscribe(bus.PlanVersionSubject("default"), func(m *nats.Msg) {
 			rev, _ := strconv.Atoi(m.Header.Get(bus.RevisionHeader))
-			raw <- &bus.StoredPlan{Plan: &planner.Plan{Revision: rev}}
+			raw <- &bus.StoredPlan{Plan: &planner.Plan{Document: plan.Document{Revision: rev}}}
 		})
 		if err != nil {
 			b.Fatal(err)

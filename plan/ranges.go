@@ -1,4 +1,4 @@
-package planner
+package plan
 
 import (
 	"encoding/json"
@@ -80,9 +80,9 @@ func parseIndex(s string) (int, error) {
 	return n, nil
 }
 
-// rangesOf compresses GPU indices, in the order given, into ranges of
+// RangesOf compresses GPU indices, in the order given, into ranges of
 // consecutive indices.
-func rangesOf(gpus []int) []Range { return appendRanges(nil, gpus) }
+func RangesOf(gpus []int) []Range { return appendRanges(nil, gpus) }
 
 // appendRanges appends the ranges of gpus to out, never merging with what
 // out already holds.

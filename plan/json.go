@@ -1,4 +1,4 @@
-package planner
+package plan
 
 import (
 	"encoding/json"
@@ -13,7 +13,7 @@ import (
 // encoding/json writes for a Plan but written directly: plans of thousands
 // of workers are published on every change, and reflection made encoding
 // the largest part of a replan.
-func (p *Plan) AppendJSON(b []byte) []byte {
+func (p *Document) AppendJSON(b []byte) []byte {
 	// About 200 bytes a worker: grow once, not twenty times.
 	b = slices.Grow(b, 4096+200*p.Workers.Len()+100*len(p.Pools)*8)
 	b = append(b, `{"name":`...)
@@ -56,7 +56,7 @@ func appendList[T any](b []byte, items []T, f func([]byte, T) []byte) []byte {
 
 // appendPlacement writes the pools, the export, the workers and the
 // buffers' map.
-func (p *Plan) appendPlacement(b []byte) []byte {
+func (p *Document) appendPlacement(b []byte) []byte {
 	b = append(b, `,"resource_pool":`...)
 	b = appendList(b, p.ResourcePool, func(b []byte, e PoolExport) []byte {
 		js, _ := e.MarshalJSON()
@@ -88,7 +88,7 @@ func (p *Plan) appendPlacement(b []byte) []byte {
 
 // appendWhy writes the warnings, demands, capacity, explanations and
 // notes.
-func (p *Plan) appendWhy(b []byte) []byte {
+func (p *Document) appendWhy(b []byte) []byte {
 	if len(p.Warnings) > 0 {
 		b = append(b, `,"warnings":`...)
 		b = appendList(b, p.Warnings, appendString)
@@ -196,7 +196,7 @@ func appendPoolNode(b []byte, n PoolNode) []byte {
 	}
 	b = append(b, `,"worker_counts":{`...)
 	first := true
-	for _, c := range gpuComponents {
+	for _, c := range GPUComponents {
 		if counts := *n.WorkerCounts.Of(c); len(counts) > 0 {
 			if !first {
 				b = append(b, ',')

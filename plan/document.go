@@ -1,0 +1,207 @@
+package plan
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Worker is one placed worker: where it runs and what it holds.
+type Worker struct {
+	Component Component `json:"component"`
+	Index     int       `json:"index"`
+	Pool      string    `json:"pool"`
+	NodeID    string    `json:"node_id"`
+	IP        string    `json:"ip"`
+	// GPUs are node-local indices.
+	GPUs     []int    `json:"gpus"`
+	GPUUUIDs []string `json:"gpu_uuids"`
+	// GPUShare is the fraction of each listed GPU the worker holds.
+	GPUShare float64 `json:"gpu_share"`
+	CPUs     float64 `json:"cpus"`
+}
+
+// PoolNode is one node of a pool and the GPUs each component holds there.
+type PoolNode struct {
+	NodeID      string                `json:"node_id"`
+	IP          string                `json:"ip"`
+	TotalGPUs   int                   `json:"total_gpus"`
+	TotalCPUs   float64               `json:"total_cpus"`
+	Allocations map[Component][]Range `json:"allocations"`
+	// UnhealthyGPUs are the node's GPUs that get no work.
+	UnhealthyGPUs []int `json:"unhealthy_gpus,omitempty"`
+	// WorkerCounts counts the workers of each component here, per
+	// scheduling group.
+	WorkerCounts GroupCounts `json:"worker_counts"`
+}
+
+// GroupCounts holds a count per scheduling group of each component: one
+// for train and eval, one per entry of scheduling.env.
+type GroupCounts struct {
+	Train []int `json:"train,omitempty"`
+	Eval  []int `json:"eval,omitempty"`
+	Env   []int `json:"env,omitempty"`
+}
+
+// Of is component c's counts.
+func (g *GroupCounts) Of(c Component) *[]int {
+	switch c {
+	case Train:
+		return &g.Train
+	case Eval:
+		return &g.Eval
+	}
+	return &g.Env
+}
+
+// Pool is a named resource pool with its nodes in pool order.
+type Pool struct {
+	Name  string     `json:"name"`
+	Nodes []PoolNode `json:"nodes"`
+}
+
+// Document is the plan document of the contract: the pools, every
+// worker's place, and why: a valid plan explains the constraints that
+// shaped it, an invalid one carries its error, the reasons and the spec's
+// demands, and no placement.
+type Document struct {
+	Name                  string           `json:"name"`
+	Revision              int              `json:"revision"`
+	CreatedAt             time.Time        `json:"created_at"`
+	Reason                string           `json:"reason"`
+	Mode                  string           `json:"mode"`
+	Strategy              string           `json:"strategy"`
+	EnvStrategy           string           `json:"env_strategy"`
+	Valid                 bool             `json:"valid"`
+	Error                 string           `json:"error"`
+	ResourcePool          []PoolExport     `json:"resource_pool"`
+	Pools                 []Pool           `json:"pools"`
+	Workers               Workers          `json:"workers"`
+	StorageToTrainWorkers map[string][]int `json:"storage_to_train_workers"`
+	// Moved counts workers whose place changed from the previous revision.
+	Moved    int      `json:"moved"`
+	Warnings []string `json:"warnings,omitempty"`
+	// Demands are the spec's scheduling entries; Capacity its arithmetic.
+	Demands  []Demand `json:"demands"`
+	Capacity Capacity `json:"capacity"`
+	// Explanations say, per component, why it is placed as it is.
+	Explanations []Explanation `json:"explanations,omitempty"`
+	// Notes are the reasons recorded against each node.
+	Notes []Note `json:"notes,omitempty"`
+}
+
+// Capacity is the spec's arithmetic against the inventory, the first
+// check a plan meets: it needs only totals, while placing workers needs
+// memory for every one a spec asks for.
+type Capacity struct {
+	// GPUsRequired is rlightning's GPU arithmetic, each component counted
+	// as the packing needs it; checked in auto mode only (manual pools say
+	// which GPUs themselves).
+	GPUsRequired  float64 `json:"gpus_required"`
+	GPUsAvailable int     `json:"gpus_available"`
+	CPUsRequired  float64 `json:"cpus_required"`
+	CPUsAvailable float64 `json:"cpus_available"`
+}
+
+// Demand is one scheduling entry of the spec: how many workers and what
+// each asks for.
+type Demand struct {
+	Component Component `json:"component"`
+	Workers   int       `json:"workers"`
+	// Auto is set for a buffer with worker_num "auto".
+	Auto    bool    `json:"auto,omitempty"`
+	NumGPUs float64 `json:"num_gpus"`
+	NumCPUs float64 `json:"num_cpus"`
+}
+
+// Note records a reason against one node: a component it was excluded
+// for or took only in part, or (no component) the node as a whole.
+type Note struct {
+	NodeID    string    `json:"node_id"`
+	Component Component `json:"component,omitempty"`
+	Reason    string    `json:"reason"`
+}
+
+// Explanation says why one component was not placed in full, or not
+// where it would go first, grouped as Nomad's AllocMetric groups it:
+// which reason excluded how many nodes, which compromises were made, and
+// (incremental plans) which workers of the previous plan had to move.
+type Explanation struct {
+	Component Component `json:"component"`
+	Asked     int       `json:"asked"`
+	Placed    int       `json:"placed"`
+	// Excluded counts the nodes each reason excluded.
+	Excluded []ReasonCount `json:"excluded,omitempty"`
+	// Compromises counts the nodes the component took against its first
+	// preference (ReasonPoolShared).
+	Compromises []ReasonCount `json:"compromises,omitempty"`
+	// Displaced counts the workers of the previous plan that could not
+	// stay, by why (the Why constants) and the nodes they were on.
+	Displaced []ReasonCount `json:"displaced,omitempty"`
+}
+
+// ReasonCount is one reason and how many nodes (and, for displaced
+// workers, workers) it concerns, with the first few node ids.
+type ReasonCount struct {
+	Reason  string   `json:"reason"`
+	Nodes   int      `json:"nodes"`
+	Workers int      `json:"workers,omitempty"`
+	NodeIDs []string `json:"node_ids,omitempty"`
+}
+
+// String reads as a person would say it: "CPUs exhausted on 12 nodes
+// (n1, n2, ...)", "unhealthy GPU excluded on node-07".
+func (r ReasonCount) String() string {
+	s := r.Reason
+	if r.Workers > 0 {
+		s = fmt.Sprintf("%d %s: %s", r.Workers, plural(r.Workers, "worker", "workers"), s)
+	}
+	if r.Nodes == 0 {
+		return s
+	}
+	if r.Nodes == 1 && len(r.NodeIDs) == 1 {
+		return s + " on " + r.NodeIDs[0]
+	}
+	s += fmt.Sprintf(" on %d %s", r.Nodes, plural(r.Nodes, "node", "nodes"))
+	if len(r.NodeIDs) > 0 {
+		s += " (" + strings.Join(r.NodeIDs, ", ")
+		if r.Nodes > len(r.NodeIDs) {
+			s += fmt.Sprintf(" and %d more", r.Nodes-len(r.NodeIDs))
+		}
+		s += ")"
+	}
+	return s
+}
+
+// ExcludedText is the exclusions in one line: "fewer than 4 healthy GPUs
+// on 30 nodes (...), CPUs exhausted on 12 nodes (...)".
+func (x Explanation) ExcludedText() string {
+	parts := make([]string, len(x.Excluded))
+	for i, r := range x.Excluded {
+		parts[i] = r.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Text is the explanation as a person reads it, one line per reason.
+func (x Explanation) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d of %d placed\n", x.Component, x.Placed, x.Asked)
+	for _, r := range x.Excluded {
+		fmt.Fprintf(&b, "  excluded: %s\n", r)
+	}
+	for _, r := range x.Compromises {
+		fmt.Fprintf(&b, "  compromise: %s\n", r)
+	}
+	for _, r := range x.Displaced {
+		fmt.Fprintf(&b, "  moved: %s\n", r)
+	}
+	return b.String()
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
