@@ -63,21 +63,25 @@ type Pool struct {
 // Document is the plan document of the contract: the pools, every
 // worker's place, and why: a valid plan explains the constraints that
 // shaped it, an invalid one carries its error, the reasons and the spec's
-// demands, and no placement.
+// demands, and no placement. It is its Header and its Placement.
 type Document struct {
-	Name                  string           `json:"name"`
-	Revision              int              `json:"revision"`
-	CreatedAt             time.Time        `json:"created_at"`
-	Reason                string           `json:"reason"`
-	Mode                  string           `json:"mode"`
-	Strategy              string           `json:"strategy"`
-	EnvStrategy           string           `json:"env_strategy"`
-	Valid                 bool             `json:"valid"`
-	Error                 string           `json:"error"`
-	ResourcePool          []PoolExport     `json:"resource_pool"`
-	Pools                 []Pool           `json:"pools"`
-	Workers               Workers          `json:"workers"`
-	StorageToTrainWorkers map[string][]int `json:"storage_to_train_workers"`
+	Header
+	Placement
+}
+
+// Header is what a plan document says besides its placement: which
+// revision, why it exists, whether it is valid, and why the placement is
+// as it is.
+type Header struct {
+	Name        string    `json:"name"`
+	Revision    int       `json:"revision"`
+	CreatedAt   time.Time `json:"created_at"`
+	Reason      string    `json:"reason"`
+	Mode        string    `json:"mode"`
+	Strategy    string    `json:"strategy"`
+	EnvStrategy string    `json:"env_strategy"`
+	Valid       bool      `json:"valid"`
+	Error       string    `json:"error"`
 	// Moved counts workers whose place changed from the previous revision.
 	Moved    int      `json:"moved"`
 	Warnings []string `json:"warnings,omitempty"`
@@ -86,6 +90,16 @@ type Document struct {
 	Capacity Capacity `json:"capacity"`
 	// Explanations say, per component, why it is placed as it is.
 	Explanations []Explanation `json:"explanations,omitempty"`
+}
+
+// Placement is where a plan puts everything: the rlightning export, the
+// pools, the workers, the buffers' train workers, and the reasons
+// recorded against each node.
+type Placement struct {
+	ResourcePool          []PoolExport     `json:"resource_pool"`
+	Pools                 []Pool           `json:"pools"`
+	Workers               Workers          `json:"workers"`
+	StorageToTrainWorkers map[string][]int `json:"storage_to_train_workers"`
 	// Notes are the reasons recorded against each node.
 	Notes []Note `json:"notes,omitempty"`
 }

@@ -151,10 +151,10 @@ type ExportOptions struct {
 	// NodeIDs says, per pool, whether it lists node_ids: where loading the
 	// list without them would pick other nodes, which depends on the whole
 	// inventory (the planner knows).
-	NodeIDs []bool
+	NodeIDs []bool `json:"node_ids"`
 	// Counts is, per component of GPUComponents, the number of its
 	// scheduling groups if the list gives its worker_counts, else 0.
-	Counts [3]int
+	Counts [3]int `json:"worker_counts"`
 }
 
 // Export writes pools as rlightning's resource_pool list, from the pool

@@ -34,8 +34,8 @@ func (p *Document) AppendJSON(b []byte) []byte {
 	b = strconv.AppendBool(b, p.Valid)
 	b = append(b, `,"error":`...)
 	b = appendString(b, p.Error)
-	b = p.appendPlacement(b)
-	b = p.appendWhy(b)
+	b = p.Header.appendWhy(b)
+	b = p.Placement.appendJSON(b)
 	return append(b, '}')
 }
 
@@ -54,9 +54,9 @@ func appendList[T any](b []byte, items []T, f func([]byte, T) []byte) []byte {
 	return append(b, ']')
 }
 
-// appendPlacement writes the pools, the export, the workers and the
-// buffers' map.
-func (p *Document) appendPlacement(b []byte) []byte {
+// appendJSON writes the export, the pools, the workers, the buffers' map
+// and the notes, each after a comma.
+func (p *Placement) appendJSON(b []byte) []byte {
 	b = append(b, `,"resource_pool":`...)
 	b = appendList(b, p.ResourcePool, func(b []byte, e PoolExport) []byte {
 		js, _ := e.MarshalJSON()
@@ -82,13 +82,28 @@ func (p *Document) appendPlacement(b []byte) []byte {
 		}
 		b = append(b, '}')
 	}
-	b = append(b, `,"moved":`...)
-	return strconv.AppendInt(b, int64(p.Moved), 10)
+	if len(p.Notes) > 0 {
+		b = append(b, `,"notes":`...)
+		b = appendList(b, p.Notes, func(b []byte, n Note) []byte {
+			b = append(b, `{"node_id":`...)
+			b = appendString(b, n.NodeID)
+			if n.Component != "" {
+				b = append(b, `,"component":`...)
+				b = appendString(b, string(n.Component))
+			}
+			b = append(b, `,"reason":`...)
+			b = appendString(b, n.Reason)
+			return append(b, '}')
+		})
+	}
+	return b
 }
 
-// appendWhy writes the warnings, demands, capacity, explanations and
-// notes.
-func (p *Document) appendWhy(b []byte) []byte {
+// appendWhy writes moved, the warnings, demands, capacity and
+// explanations, each after a comma.
+func (p *Header) appendWhy(b []byte) []byte {
+	b = append(b, `,"moved":`...)
+	b = strconv.AppendInt(b, int64(p.Moved), 10)
 	if len(p.Warnings) > 0 {
 		b = append(b, `,"warnings":`...)
 		b = appendList(b, p.Warnings, appendString)
@@ -107,20 +122,6 @@ func (p *Document) appendWhy(b []byte) []byte {
 	if len(p.Explanations) > 0 {
 		b = append(b, `,"explanations":`...)
 		b = appendExplanations(b, p.Explanations)
-	}
-	if len(p.Notes) > 0 {
-		b = append(b, `,"notes":`...)
-		b = appendList(b, p.Notes, func(b []byte, n Note) []byte {
-			b = append(b, `{"node_id":`...)
-			b = appendString(b, n.NodeID)
-			if n.Component != "" {
-				b = append(b, `,"component":`...)
-				b = appendString(b, string(n.Component))
-			}
-			b = append(b, `,"reason":`...)
-			b = appendString(b, n.Reason)
-			return append(b, '}')
-		})
 	}
 	return b
 }

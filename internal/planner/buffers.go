@@ -48,6 +48,7 @@ func (e *engine) placeBuffers() (map[string][]int, int) {
 			moved++
 		}
 		e.store.set(e.slots+k, w)
+		e.rebuffered = append(e.rebuffered, at)
 		s2t[strconv.Itoa(k)] = e.trainOn(e.table[at])
 	}
 	bf := e.spec.Scheduling.Buffer

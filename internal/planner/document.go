@@ -18,14 +18,18 @@ func (e *engine) finish(err error) (*Plan, error) {
 	}
 	sp := e.spec.Placement
 	doc := &Plan{Document: plan.Document{
-		Mode:                  sp.Mode,
-		Strategy:              sp.Strategy,
-		EnvStrategy:           sp.EnvStrategy,
-		ResourcePool:          []PoolExport{},
-		Pools:                 []Pool{},
-		StorageToTrainWorkers: map[string][]int{},
-		Demands:               e.demandsDoc(),
-		Capacity:              e.cap,
+		Header: plan.Header{
+			Mode:        sp.Mode,
+			Strategy:    sp.Strategy,
+			EnvStrategy: sp.EnvStrategy,
+			Demands:     e.demandsDoc(),
+			Capacity:    e.cap,
+		},
+		Placement: plan.Placement{
+			ResourcePool:          []PoolExport{},
+			Pools:                 []Pool{},
+			StorageToTrainWorkers: map[string][]int{},
+		},
 	}}
 	if sp.Mode == ModeManual {
 		doc.Strategy, doc.EnvStrategy = "", ""
@@ -198,7 +202,11 @@ func unhealthyOf(n *Node) []int {
 
 // save keeps what the next incremental run needs.
 func (e *engine) save() *planState {
-	st := &planState{spec: e.spec, table: e.table, buffers: e.buffers, reserveLeft: e.reserve}
+	st := &planState{spec: e.spec, table: e.table, buffers: e.buffers, reserveLeft: e.reserve,
+		names: e.rules.names, token: e.token, changed: append(e.touched, e.rebuffered...), gone: e.gone}
+	if e.fast {
+		st.from = e.prevState.token
+	}
 	for _, p := range e.pools {
 		if p.auto >= 0 {
 			st.order[p.auto] = p.final

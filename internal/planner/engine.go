@@ -128,8 +128,12 @@ type engine struct {
 	passed [nComp]map[string]*tally
 	// trainNodes are nodes given their first train worker in this run.
 	trainNodes []int32
-	// touched are nodes this run created or copied.
-	touched   []int32
+	// touched are nodes this run created or copied; rebuffered, those
+	// whose buffer worker it rewrote; gone, the ids of the previous plan's
+	// nodes that left.
+	touched    []int32
+	rebuffered []int32
+	gone       []string
 	cap       Capacity
 	attempted bool // placing began: the arithmetic passed
 	warnings  []string

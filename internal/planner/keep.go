@@ -44,6 +44,17 @@ type planState struct {
 	order       [2][]int32
 	buffers     []int32 // buffer index -> node position
 	reserveLeft int
+	// names are the auto pools' names, by index.
+	names []string
+	// token names the run that made the plan; from, the run its previous
+	// plan's state came from (nil: it did not start from one). Tokens, not
+	// states: a plan must not keep its predecessors alive.
+	token, from *runToken
+	// changed are the nodes (positions) whose placement the run may have
+	// changed: the states it made or copied, and the nodes whose buffer it
+	// rewrote; gone, the nodes of the previous plan that left.
+	changed []int32
+	gone    []string
 }
 
 // reusable reports whether a run of spec can start from st without
@@ -72,6 +83,7 @@ func (e *engine) adoptFast(nodes []Node, order []int) {
 		e.keepNode(c.at, c.old)
 	}
 	for _, ns := range m.left {
+		e.gone = append(e.gone, ns.node.ID)
 		e.displaceAll(ns, WhyNodeLeft)
 		e.reserve += len(ns.reserved())
 	}

@@ -193,7 +193,7 @@ func TestReplanFallsBack(t *testing.T) {
 		valid bool
 		err   string
 	}{
-		{"invalid previous", &Plan{Document: plan.Document{Valid: false}}, spec, nodes, "the previous plan was not valid", true, ""},
+		{"invalid previous", &Plan{Document: plan.Document{Header: plan.Header{Valid: false}}}, spec, nodes, "the previous plan was not valid", true, ""},
 		{"placement changed", first, colo, nodes, "placement changed", true, ""},
 		{"arithmetic refuses", first, spec, nodes[:2], "", false, "Insufficient GPUs"},
 		{"fragmented", fragPrev, frag, grown, "the incremental plan could not place every worker: Cannot place eval", true, ""},
@@ -476,6 +476,8 @@ func checkReplan(t *rapid.T, spec *Spec, prev *Plan, after []Node, next *Plan, c
 		return
 	}
 	checkStrict(t, spec, after, next)
+	checkReplay(t, prev, next)
+	checkReplay(t, &js, next)
 	if next.Moved != CountMoved(prev, next) {
 		t.Fatalf("moved %d, CountMoved %d", next.Moved, CountMoved(prev, next))
 	}
@@ -869,4 +871,38 @@ func TestReplanTouchesOnlyTheChange(t *testing.T) {
 	if len(next.Workers.Chunks())-shared > 6 {
 		t.Errorf("%d of %d worker chunks copied", len(next.Workers.Chunks())-shared, len(next.Workers.Chunks()))
 	}
+}
+
+// checkReplay: applying Diff(prev, next), through JSON, to prev's document
+// gives next's, as a reader of the revision events would rebuild it.
+func checkReplay(t fataler, prev, next *Plan) {
+	t.Helper()
+	before := prev.Document
+	before.Revision = 1
+	var start plan.Document
+	b, _ := json.Marshal(&before)
+	if err := json.Unmarshal(b, &start); err != nil {
+		t.Fatalf("document JSON: %v", err)
+	}
+	r := plan.NewReplay(&start)
+	ev := plan.Event{Header: next.Header, Change: Diff(prev, next)}
+	ev.Revision = 2
+	b, _ = json.Marshal(&ev)
+	var got plan.Event
+	if err := json.Unmarshal(b, &got); err != nil || got.Kind() != "change" {
+		t.Fatalf("event JSON (%s): %v", got.Kind(), err)
+	}
+	if err := r.Apply(&got); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	want := next.Document
+	want.Revision = 2
+	if a, b := string(r.Document().AppendJSON(nil)), string(want.AppendJSON(nil)); a != b {
+		t.Fatalf("replayed revision differs:\n got %s\nwant %s\nchange %s", a, b, mustJSON(ev.Change))
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }

@@ -96,7 +96,7 @@ func benchChangeToPlan(b *testing.B, decoded bool) {
 		raw := make(chan *bus.StoredPlan, 16)
 		sub, err := clientNC.Subscribe(bus.PlanVersionSubject("default"), func(m *nats.Msg) {
 			rev, _ := strconv.Atoi(m.Header.Get(bus.RevisionHeader))
-			raw <- &bus.StoredPlan{Plan: &planner.Plan{Document: plan.Document{Revision: rev}}}
+			raw <- &bus.StoredPlan{Plan: &planner.Plan{Document: plan.Document{Header: plan.Header{Revision: rev}}}}
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -1,0 +1,222 @@
+package planner
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+// Diff is what next changes of prev's placement, node by node: the change
+// a revision event carries, which plan.Replay applies. When next was made
+// from prev's state it reads only the nodes that run touched; otherwise
+// (prev read back from JSON, a fresh plan, manual pools) it compares the
+// two documents node by node. prev may be nil: every node is new.
+func Diff(prev, next *Plan) *plan.Change {
+	ch := &plan.Change{Export: plan.ExportOptionsOf(next.ResourcePool), Nodes: []plan.NodeChange{}}
+	var ids []string
+	var content func(id string) plan.NodeChange
+	if prev != nil && prev.state != nil && next.state != nil && next.state.from == prev.state.token && !next.state.spec.isManual() {
+		ids = next.state.changedIDs()
+		content = next.state.nodeContent(next)
+	} else {
+		var now nodeIndex
+		ids, now = changedNodes(prev, next)
+		content = now.content
+	}
+	for _, id := range ids {
+		ch.Nodes = append(ch.Nodes, content(id))
+	}
+	ch.Pools = poolOrders(prev, next)
+	return ch
+}
+
+func (s *Spec) isManual() bool { return s.Placement.Mode == ModeManual }
+
+// changedIDs are the ids of the nodes the run may have changed, and of
+// those that left, once each, sorted.
+func (st *planState) changedIDs() []string {
+	out := slices.Clone(st.gone)
+	for _, at := range st.changed {
+		out = append(out, st.table[at].node.ID)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// nodeContent returns what a node holds in p, read from the run's state:
+// its workers by their slots, its buffer, its auto pool entries, its
+// notes. A node not in the table holds nothing.
+func (st *planState) nodeContent(p *Plan) func(id string) plan.NodeChange {
+	bufferOf := make(map[int32]int, len(st.buffers))
+	for k, at := range st.buffers {
+		bufferOf[at] = k
+	}
+	slots := p.Workers.Len() - len(st.buffers)
+	return func(id string) plan.NodeChange {
+		nc := plan.NodeChange{NodeID: id}
+		i, ok := slices.BinarySearchFunc(st.table, id, func(ns *nodeState, id string) int {
+			return strings.Compare(ns.node.ID, id)
+		})
+		if !ok {
+			return nc
+		}
+		ns := st.table[i]
+		for _, r := range sortedSlots(ns.slots) {
+			for s := r.first; s < r.first+r.n; s++ {
+				nc.Workers = append(nc.Workers, *p.Workers.At(int(s)))
+			}
+		}
+		if k, ok := bufferOf[int32(i)]; ok {
+			nc.Workers = append(nc.Workers, *p.Workers.At(slots+k))
+		}
+		for a, name := range st.names {
+			if pn := ns.doc[a]; pn != nil {
+				if nc.Pools == nil {
+					nc.Pools = map[string]PoolNode{}
+				}
+				nc.Pools[name] = *pn
+			}
+		}
+		for _, n := range ns.notes {
+			nc.Notes = append(nc.Notes, Note{NodeID: id, Component: n.comp, Reason: n.reason})
+		}
+		return nc
+	}
+}
+
+func sortedSlots(rs []slotRange) []slotRange {
+	return slices.SortedFunc(slices.Values(rs), func(a, b slotRange) int { return int(a.first - b.first) })
+}
+
+
+// nodeIndex is a document's placement node by node.
+type nodeIndex map[string]*plan.NodeChange
+
+func indexNodes(p *Plan) nodeIndex {
+	x := nodeIndex{}
+	if p == nil {
+		return x
+	}
+	node := func(id string) *plan.NodeChange {
+		n := x[id]
+		if n == nil {
+			n = &plan.NodeChange{NodeID: id}
+			x[id] = n
+		}
+		return n
+	}
+	for _, w := range p.Workers.All() {
+		n := node(w.NodeID)
+		n.Workers = append(n.Workers, *w)
+	}
+	for _, pl := range p.Pools {
+		for _, pn := range pl.Nodes {
+			n := node(pn.NodeID)
+			if n.Pools == nil {
+				n.Pools = map[string]PoolNode{}
+			}
+			n.Pools[pl.Name] = pn
+		}
+	}
+	for _, note := range p.Notes {
+		n := node(note.NodeID)
+		n.Notes = append(n.Notes, note)
+	}
+	return x
+}
+
+func (x nodeIndex) content(id string) plan.NodeChange {
+	if n := x[id]; n != nil {
+		return *n
+	}
+	return plan.NodeChange{NodeID: id}
+}
+
+// changedNodes compares two documents node by node: the ids, sorted, of
+// the nodes whose workers, pool entries or notes differ, and next's index.
+func changedNodes(prev, next *Plan) ([]string, nodeIndex) {
+	was, now := indexNodes(prev), indexNodes(next)
+	var ids []string
+	for id, n := range now {
+		if !sameNode(was[id], n) {
+			ids = append(ids, id)
+		}
+	}
+	for id := range was {
+		if now[id] == nil {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids, now
+}
+
+func sameNode(a, b *plan.NodeChange) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if !slices.EqualFunc(a.Workers, b.Workers, func(x, y Worker) bool { return sameWorker(&x, &y) }) ||
+		!slices.Equal(a.Notes, b.Notes) || len(a.Pools) != len(b.Pools) {
+		return false
+	}
+	for name, pa := range a.Pools {
+		if pb, ok := b.Pools[name]; !ok || !samePoolNode(pa, pb) {
+			return false
+		}
+	}
+	return true
+}
+
+// poolOrders is every pool of next, in order, with how its node order
+// changed from prev's pool of that name: nodes dropped and nodes added at
+// the end, as an incremental plan changes it; or the order whole.
+func poolOrders(prev, next *Plan) []plan.PoolOrder {
+	before := map[string][]PoolNode{}
+	if prev != nil {
+		for _, pl := range prev.Pools {
+			before[pl.Name] = pl.Nodes
+		}
+	}
+	out := make([]plan.PoolOrder, 0, len(next.Pools))
+	for _, pl := range next.Pools {
+		out = append(out, poolOrder(pl.Name, before[pl.Name], pl.Nodes))
+	}
+	return out
+}
+
+func poolOrder(name string, was, now []PoolNode) plan.PoolOrder {
+	po := plan.PoolOrder{Name: name}
+	in := make(map[string]bool, len(now))
+	for _, n := range now {
+		in[n.NodeID] = true
+	}
+	old := make(map[string]bool, len(was))
+	k := 0 // nodes of now matched, in order, by nodes of was kept
+	for _, n := range was {
+		old[n.NodeID] = true
+		switch {
+		case !in[n.NodeID]:
+			po.Drop = append(po.Drop, n.NodeID)
+		case k < len(now) && now[k].NodeID == n.NodeID:
+			k++
+		default:
+			return wholeOrder(name, now)
+		}
+	}
+	for _, n := range now[k:] {
+		if old[n.NodeID] {
+			return wholeOrder(name, now)
+		}
+		po.Add = append(po.Add, n.NodeID)
+	}
+	return po
+}
+
+func wholeOrder(name string, now []PoolNode) plan.PoolOrder {
+	po := plan.PoolOrder{Name: name, Nodes: make([]string, len(now))}
+	for i, n := range now {
+		po.Nodes[i] = n.NodeID
+	}
+	return po
+}
