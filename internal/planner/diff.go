@@ -68,7 +68,7 @@ func (st *planState) nodeContent(p *Plan) func(id string) plan.NodeChange {
 			}
 		}
 		if k, ok := bufferOf[int32(i)]; ok {
-			nc.Workers = append(nc.Workers, *p.Workers.At(slots+k))
+			nc.Workers = append(nc.Workers, *p.Workers.At(slots + k))
 		}
 		for a, name := range st.names {
 			if pn := ns.doc[a]; pn != nil {
@@ -88,7 +88,6 @@ func (st *planState) nodeContent(p *Plan) func(id string) plan.NodeChange {
 func sortedSlots(rs []slotRange) []slotRange {
 	return slices.SortedFunc(slices.Values(rs), func(a, b slotRange) int { return int(a.first - b.first) })
 }
-
 
 // nodeIndex is a document's placement node by node.
 type nodeIndex map[string]*plan.NodeChange

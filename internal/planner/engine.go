@@ -134,10 +134,10 @@ type engine struct {
 	touched    []int32
 	rebuffered []int32
 	gone       []string
-	cap       Capacity
-	attempted bool // placing began: the arithmetic passed
-	warnings  []string
-	displaced []Displaced
+	cap        Capacity
+	attempted  bool // placing began: the arithmetic passed
+	warnings   []string
+	displaced  []Displaced
 	// prev is the previous plan of an incremental run; fast is set when
 	// the run started from its state (adoptFast), prevBuffers is the node
 	// of each of its buffers (-1: gone), and room the nodes with room
