@@ -55,11 +55,9 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, string, error) {
 		JetStream:  true,
 		StoreDir:   opts.StoreDir,
 		// The caller owns signals (the reporter and planner both handle
-		// SIGTERM themselves).
+		// SIGTERM themselves). max_payload stays NATS's default: no
+		// message poolplanner sends is larger.
 		NoSigs: true,
-		// A plan of ten thousand nodes is a few MB even compressed; 8 MB
-		// is the largest payload NATS recommends.
-		MaxPayload: EmbeddedMaxPayload,
 	}
 	ns, err := server.NewServer(sopts)
 	if err != nil {

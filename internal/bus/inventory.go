@@ -347,17 +347,22 @@ func (w *watcher) event(ctx context.Context, msg jetstream.Msg) (Event, bool) {
 		ev.Op = Heartbeat
 		return ev, true
 	}
+	// A value that cannot be read (expired or superseded since it was
+	// delivered, NATS away, a document that does not parse) is skipped
+	// and the key forgotten: the next heartbeat reads it again, instead
+	// of passing for "unchanged" and hiding a change for ever.
 	kv, err := w.store.KV(ctx)
 	if err != nil {
+		delete(w.known, nodeID)
 		return Event{}, false
 	}
 	e, err := kv.GetRevision(ctx, nodeID, ev.Revision)
 	if err != nil {
-		// Expired or superseded since it was delivered; whatever replaced
-		// it is on its way.
+		delete(w.known, nodeID)
 		return Event{}, false
 	}
 	if err := json.Unmarshal(e.Value(), &ev.Inventory); err != nil {
+		delete(w.known, nodeID)
 		return Event{}, false
 	}
 	w.known[nodeID] = true

@@ -2,15 +2,19 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // Names of the plan stream and spec bucket that the contract leaves to us;
@@ -18,38 +22,47 @@ import (
 const (
 	// SpecBucket is the KV bucket of job specs, key = plan name. A spec
 	// change is a new revision of its key.
-	SpecBucket = "poolplanner-specs"
-	// RevisionHeader carries a plan message's revision, so that readers
-	// can find a revision without decoding every document.
-	RevisionHeader = "Poolplanner-Revision"
-	// SpecDigestHeader carries a digest of the spec a plan was made from;
-	// a planner compares it with the current spec to tell a spec change
-	// from an inventory change, across restarts.
-	SpecDigestHeader = "Poolplanner-Spec-Digest"
-	// PlannerHeader names the planner instance that published a plan, so
-	// that it can skip its own plans when it follows the stream.
-	PlannerHeader = "Poolplanner-Planner"
-	// PlanHistory is how many specs per plan name the spec bucket keeps.
+	SpecBucket = client.SpecBucket
+	// SpecHistory is how many specs per plan name the spec bucket keeps.
 	SpecHistory = 64
 	// PlanDuplicateWindow is how long JetStream remembers message ids, so
 	// that a retried publish of the same revision is stored once.
 	PlanDuplicateWindow = 2 * time.Minute
+	// RepliesTTL is how long a reply too large for a message is kept.
+	RepliesTTL = 15 * time.Minute
 )
 
-// ErrConflict is returned by PlanStore.Publish when another planner
+// ErrConflict is returned by PlanStore.PublishEvent when another planner
 // published to the plan first: re-read the latest and recompute.
 var ErrConflict = errors.New("plan history moved on")
 
-// PlansStreamConfig is the plan stream's settings: every version of every
-// plan kept on file, for audit.
+// PlansStreamConfig is the plan stream's settings: every revision kept on
+// file, for audit, until the planner drops the oldest (Retain), always
+// from a whole document on, so every revision kept can be rebuilt. Direct
+// gets read it without consumers.
 func PlansStreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              PlansStream,
-		Description:       "poolplanner plan versions, subject = poolplanner.plans.NAME",
+		Description:       "poolplanner plan revisions, subject = poolplanner.plans.NAME",
 		Subjects:          []string{PlanSubjectPrefix + ">"},
 		Storage:           jetstream.FileStorage,
 		MaxMsgsPerSubject: -1,
 		Duplicates:        PlanDuplicateWindow,
+		AllowDirect:       true,
+	}
+}
+
+// AssignmentsStreamConfig is the assignment stream's settings: the last
+// message of every poolplanner.assignments.NAME.NODE_ID, so a launcher
+// that starts late reads its node's workers at once.
+func AssignmentsStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              client.AssignmentsStream,
+		Description:       "poolplanner: each node's workers of each plan, last per subject",
+		Subjects:          []string{client.AssignmentSubjectPrefix + ">"},
+		Storage:           jetstream.FileStorage,
+		MaxMsgsPerSubject: 1,
+		AllowDirect:       true,
 	}
 }
 
@@ -63,208 +76,232 @@ func SpecBucketConfig() jetstream.KeyValueConfig {
 	}
 }
 
-// StoredPlan is a plan as the stream holds it.
+// StoredPlan is a plan revision as the stream holds it.
 type StoredPlan struct {
 	Plan *planner.Plan
-	// Seq is the stream sequence, the value to expect on the next publish.
+	// Seq is the stream sequence of its event, the value to expect on the
+	// next publish.
 	Seq        uint64
 	SpecDigest string
+	// Base is the revision whose whole placement begins the chain of
+	// changes it ends (plan.Event.Base).
+	Base int
 }
 
-// PlanStore reads and writes the plan stream.
+func storedOf(r *client.Revision) *StoredPlan {
+	return &StoredPlan{Plan: &planner.Plan{Document: *r.Document}, Seq: r.Seq, SpecDigest: r.SpecDigest, Base: r.Event.Base}
+}
+
+// PlanStore writes plan revisions (events, snapshots, assignments) and
+// reads them back through the client package.
 type PlanStore struct {
-	js jetstream.JetStream
-	// Publisher, when set, goes out in PlannerHeader with every plan.
+	js     jetstream.JetStream
+	client *client.Client
+	// Publisher, when set, goes out in PlannerHeader with every event.
 	Publisher string
 }
 
-// NewPlanStore returns a store over js; Ensure creates the stream.
-func NewPlanStore(js jetstream.JetStream) *PlanStore { return &PlanStore{js: js} }
+// NewPlanStore returns a store over js; Ensure creates the streams and
+// buckets.
+func NewPlanStore(js jetstream.JetStream) *PlanStore {
+	c, _ := client.New(js.Conn()) // cannot fail: js already is one
+	return &PlanStore{js: js, client: c}
+}
 
-// Ensure creates the plan stream if it is missing.
+// Client is the store's reading side.
+func (s *PlanStore) Client() *client.Client { return s.client }
+
+// Ensure creates the plan and assignment streams and the object stores if
+// they are missing.
 func (s *PlanStore) Ensure(ctx context.Context) error {
-	if _, err := s.js.CreateOrUpdateStream(ctx, PlansStreamConfig()); err != nil {
-		return fmt.Errorf("ensure stream %s: %w", PlansStream, err)
+	for _, cfg := range []jetstream.StreamConfig{PlansStreamConfig(), AssignmentsStreamConfig()} {
+		if _, err := s.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+		}
+	}
+	for _, cfg := range []jetstream.ObjectStoreConfig{
+		{Bucket: client.PlansBucket, Description: "poolplanner: plan snapshots, oversized assignments", Storage: jetstream.FileStorage},
+		{Bucket: client.RepliesBucket, Description: "poolplanner: replies too large for a message", Storage: jetstream.FileStorage, TTL: RepliesTTL},
+	} {
+		if _, err := s.js.CreateOrUpdateObjectStore(ctx, cfg); err != nil {
+			return fmt.Errorf("ensure object store %s: %w", cfg.Bucket, err)
+		}
 	}
 	return nil
 }
 
-// Latest returns the newest version of plan name; nil and no error when
-// the plan has none yet.
+// Latest returns the newest revision of plan name, rebuilt whole; nil and
+// no error when the plan has none yet.
 func (s *PlanStore) Latest(ctx context.Context, name string) (*StoredPlan, error) {
-	st, err := s.js.Stream(ctx, PlansStream)
-	if err != nil {
-		return nil, fmt.Errorf("latest plan %s: %w", name, err)
-	}
-	m, err := st.GetLastMsgForSubject(ctx, PlanVersionSubject(name))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	r, err := s.client.Plan(ctx, name, 0)
+	if errors.Is(err, client.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("latest plan %s: %w", name, err)
+		return nil, err
 	}
-	return decodeStored(m.Data, m.Header, m.Sequence)
+	return storedOf(r), nil
 }
 
-func decodeStored(data []byte, h nats.Header, seq uint64) (*StoredPlan, error) {
-	var p planner.Plan
-	if err := DecodeJSON(data, h, &p); err != nil {
-		return nil, fmt.Errorf("plan at sequence %d: %w", seq, err)
-	}
-	return &StoredPlan{Plan: &p, Seq: seq, SpecDigest: h.Get(SpecDigestHeader)}, nil
-}
-
-// Publish appends p as the next version of its plan, only if the last
-// version on the subject is still at sequence expect (0: none yet). The
-// message id is NAME:REVISION, so a retried publish is stored once and a
-// second planner's revision N is refused. It returns ErrConflict when the
-// history moved on.
-func (s *PlanStore) Publish(ctx context.Context, p *planner.Plan, specDigest string, expect uint64) (uint64, error) {
-	data, h, err := EncodeJSON(p)
+// Revision returns revision rev of plan name, rebuilt whole, or
+// ErrNotFound.
+func (s *PlanStore) Revision(ctx context.Context, name string, rev int) (*StoredPlan, error) {
+	r, err := s.client.Plan(ctx, name, rev)
 	if err != nil {
-		return 0, fmt.Errorf("publish plan %s: %w", p.Name, err)
+		return nil, err
 	}
-	if err := checkPayload(s.js.Conn(), fmt.Sprintf("plan %s revision %d", p.Name, p.Revision), len(data)); err != nil {
-		return 0, fmt.Errorf("publish plan %s: %w", p.Name, err)
+	return storedOf(r), nil
+}
+
+// PublishEvent appends ev as the next revision of its plan, only if the
+// last event on the subject is still at sequence expect (0: none yet).
+// The message id is NAME:REVISION, so a retried publish is stored once and
+// a second planner's revision N is refused. It returns ErrConflict when
+// the history moved on.
+func (s *PlanStore) PublishEvent(ctx context.Context, ev *plan.Event, specDigest string, expect uint64) (uint64, error) {
+	what := fmt.Sprintf("plan %s revision %d", ev.Name, ev.Revision)
+	data, h, err := client.Encode(ev)
+	if err != nil {
+		return 0, fmt.Errorf("publish %s: %w", what, err)
+	}
+	if err := checkPayload(s.js.Conn(), what, len(data)); err != nil {
+		return 0, fmt.Errorf("publish %s: %w", what, err)
 	}
 	if h == nil {
 		h = nats.Header{}
 	}
-	msg := &nats.Msg{Subject: PlanVersionSubject(p.Name), Header: h, Data: data}
-	msg.Header.Set(RevisionHeader, strconv.Itoa(p.Revision))
+	msg := &nats.Msg{Subject: PlanVersionSubject(ev.Name), Header: h, Data: data}
+	msg.Header.Set(RevisionHeader, strconv.Itoa(ev.Revision))
+	msg.Header.Set(client.BaseHeader, strconv.Itoa(ev.Base))
+	msg.Header.Set(client.KindHeader, ev.Kind())
+	msg.Header.Set(client.ValidHeader, strconv.FormatBool(ev.Valid))
+	msg.Header.Set(client.MovedHeader, strconv.Itoa(ev.Moved))
+	msg.Header.Set(client.ReasonHeader, oneLine(ev.Reason, 1024))
+	if ev.Error != "" {
+		msg.Header.Set(client.ErrorHeader, oneLine(ev.Error, 1024))
+	}
 	msg.Header.Set(SpecDigestHeader, specDigest)
 	if s.Publisher != "" {
 		msg.Header.Set(PlannerHeader, s.Publisher)
 	}
 	ack, err := s.js.PublishMsg(ctx, msg,
 		jetstream.WithExpectLastSequencePerSubject(expect),
-		jetstream.WithMsgID(p.Name+":"+strconv.Itoa(p.Revision)))
+		jetstream.WithMsgID(ev.Name+":"+strconv.Itoa(ev.Revision)))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-		return 0, fmt.Errorf("publish plan %s revision %d: %w", p.Name, p.Revision, ErrConflict)
+		return 0, fmt.Errorf("publish %s: %w", what, ErrConflict)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("publish plan %s revision %d: %w", p.Name, p.Revision, err)
+		return 0, fmt.Errorf("publish %s: %w", what, err)
 	}
 	if ack.Duplicate {
 		// Someone stored this revision first, with other content.
-		return 0, fmt.Errorf("publish plan %s revision %d: duplicate: %w", p.Name, p.Revision, ErrConflict)
+		return 0, fmt.Errorf("publish %s: duplicate: %w", what, ErrConflict)
 	}
 	return ack.Sequence, nil
 }
 
-// History calls fn with every stored version of plan name, oldest first,
-// until fn returns false.
-func (s *PlanStore) History(ctx context.Context, name string, fn func(*StoredPlan) bool) error {
-	st, err := s.js.Stream(ctx, PlansStream)
-	if err != nil {
-		return fmt.Errorf("plan history %s: %w", name, err)
+// oneLine makes s fit a header: one line, at most n bytes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n]
 	}
-	last, err := st.GetLastMsgForSubject(ctx, PlanVersionSubject(name))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("plan history %s: %w", name, err)
-	}
-	cons, err := s.js.OrderedConsumer(ctx, PlansStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{PlanVersionSubject(name)},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return fmt.Errorf("plan history %s: %w", name, err)
-	}
-	for {
-		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return fmt.Errorf("plan history %s: %w", name, err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				return fmt.Errorf("plan history %s: %w", name, err)
-			}
-			sp, err := decodeStored(m.Data(), m.Headers(), md.Sequence.Stream)
-			if err != nil {
-				return fmt.Errorf("plan history %s: %w", name, err)
-			}
-			if !fn(sp) || md.Sequence.Stream >= last.Sequence {
-				return nil
-			}
-		}
-		if err := batch.Error(); err != nil {
-			return fmt.Errorf("plan history %s: %w", name, err)
-		}
-		if n == 0 {
-			return fmt.Errorf("plan history %s: stream ended before sequence %d", name, last.Sequence)
-		}
-	}
+	return s
 }
 
-// Revision returns version rev of plan name, or ErrNotFound.
-func (s *PlanStore) Revision(ctx context.Context, name string, rev int) (*StoredPlan, error) {
-	var found *StoredPlan
-	err := s.History(ctx, name, func(sp *StoredPlan) bool {
-		if sp.Plan.Revision == rev {
-			found = sp
-			return false
+// PutSnapshot stores doc whole, gzipped JSON, as its revision's snapshot
+// object, and returns the object's name.
+func (s *PlanStore) PutSnapshot(ctx context.Context, doc *plan.Document) (string, error) {
+	name := client.SnapshotObject(doc.Name, doc.Revision)
+	if err := s.putObject(ctx, client.PlansBucket, name, doc.AppendJSON(nil)); err != nil {
+		return "", fmt.Errorf("snapshot of plan %s revision %d: %w", doc.Name, doc.Revision, err)
+	}
+	return name, nil
+}
+
+func (s *PlanStore) putObject(ctx context.Context, bucket, name string, data []byte) error {
+	z, err := client.Gzip(data)
+	if err != nil {
+		return err
+	}
+	obs, err := s.js.ObjectStore(ctx, bucket)
+	if err != nil {
+		return err
+	}
+	_, err = obs.PutBytes(ctx, name, z)
+	return err
+}
+
+// PublishAssignments publishes each node's workers on its assignment
+// subject, all at once, and waits for JetStream to store them. A node's
+// workers too many for one message go into an object, which the message
+// points at.
+func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignment) error {
+	var acks []jetstream.PubAckFuture
+	for i := range as {
+		a := &as[i]
+		msg, err := s.assignmentMsg(ctx, a)
+		if err != nil {
+			return err
 		}
-		return sp.Plan.Revision < rev
-	})
+		f, err := s.js.PublishMsgAsync(msg)
+		if err != nil {
+			return fmt.Errorf("assignment of %s: %w", a.NodeID, err)
+		}
+		acks = append(acks, f)
+	}
+	for i, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("assignment of %s: %w", as[i].NodeID, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment) (*nats.Msg, error) {
+	data, h, err := client.Encode(a)
 	if err != nil {
 		return nil, err
 	}
-	if found == nil {
-		return nil, fmt.Errorf("plan %s revision %d: %w", name, rev, ErrNotFound)
+	if h == nil {
+		h = nats.Header{}
 	}
-	return found, nil
+	if len(data) > maxBody {
+		name := client.AssignmentObject(a.Plan, a.NodeID)
+		raw, _ := json.Marshal(a)
+		if err := s.putObject(ctx, client.PlansBucket, name, raw); err != nil {
+			return nil, fmt.Errorf("assignment of %s: %w", a.NodeID, err)
+		}
+		data, _ = json.Marshal(client.ObjectRef{Bucket: client.PlansBucket, Object: name, Size: uint64(len(raw))})
+		h = nats.Header{client.ObjectHeader: []string{"1"}}
+	}
+	h.Set(RevisionHeader, strconv.Itoa(a.Revision))
+	return &nats.Msg{Subject: client.AssignmentSubject(a.Plan, a.NodeID), Header: h, Data: data}, nil
 }
 
-// Follow delivers the latest version of plan name and then every new one,
-// until ctx is done; the channel is then closed. It survives reconnects.
-func (s *PlanStore) Follow(ctx context.Context, name string) (<-chan *StoredPlan, error) {
-	return s.FollowUnknown(ctx, name, nil)
-}
+// maxBody is the largest body poolplanner puts in a message, leaving room
+// for headers under client.MaxMessage.
+const maxBody = client.MaxMessage - 16<<10
 
-// FollowUnknown is Follow for a reader that already holds some versions:
-// messages for which known (given the stream sequence and the headers)
-// returns true are skipped undecoded. A planner that published a plan need not decode it again,
-// which at thousands of workers costs more than making it.
-func (s *PlanStore) FollowUnknown(ctx context.Context, name string, known func(seq uint64, h nats.Header) bool) (<-chan *StoredPlan, error) {
-	cons, err := s.js.OrderedConsumer(ctx, PlansStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{PlanVersionSubject(name)},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-	})
+// Follow delivers the latest revision of plan name and then every new
+// one that skip does not skip, until ctx is done.
+func (s *PlanStore) Follow(ctx context.Context, name string, skip func(client.Info) bool) (<-chan *StoredPlan, error) {
+	ch, err := s.client.Follow(ctx, name, client.FollowOptions{Skip: skip})
 	if err != nil {
-		return nil, fmt.Errorf("follow plan %s: %w", name, err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return nil, fmt.Errorf("follow plan %s: %w", name, err)
+		return nil, err
 	}
 	out := make(chan *StoredPlan, 16)
-	ended := stopOnDone(ctx, it.Stop)
 	go func() {
 		defer close(out)
-		defer close(ended)
-		for {
-			m, err := it.Next()
-			if err != nil {
-				return
-			}
-			md, err := m.Metadata()
-			if err != nil || (known != nil && known(md.Sequence.Stream, m.Headers())) {
-				continue
-			}
-			sp, err := decodeStored(m.Data(), m.Headers(), md.Sequence.Stream)
-			if err != nil {
-				continue
-			}
+		for r := range ch {
 			select {
-			case out <- sp:
+			case out <- storedOf(r):
 			case <-ctx.Done():
 				return
 			}

@@ -6,34 +6,44 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/planner"
-	"github.com/poolplanner/poolplanner/plan"
 )
 
-// The bus's error kinds. Every error a handler returns is one of these on
-// the wire (errorReply decides which, in one place), and the client turns
-// the code back into the same sentinel, so callers branch with errors.Is
-// on either side.
+// The bus's error kinds, package client's: every error a handler returns
+// is one of these on the wire (errorReply decides which, in one place),
+// and the client turns the code back into the same sentinel, so callers
+// branch with errors.Is on either side.
 var (
-	ErrBadRequest = errors.New("bad request")
-	ErrNotFound   = errors.New("not found")
-	ErrInfeasible = errors.New("infeasible")
-	ErrInternal   = errors.New("internal error")
+	ErrBadRequest = client.ErrBadRequest
+	ErrNotFound   = client.ErrNotFound
+	ErrInfeasible = client.ErrInfeasible
+	ErrInternal   = client.ErrInternal
 )
 
-// Wire codes of the error kinds, sent in micro's Nats-Service-Error-Code.
+// Wire codes of the error kinds.
 const (
-	CodeBadRequest = "400"
-	CodeNotFound   = "404"
-	CodeInfeasible = "422"
-	CodeInternal   = "500"
+	CodeBadRequest = client.CodeBadRequest
+	CodeNotFound   = client.CodeNotFound
+	CodeInfeasible = client.CodeInfeasible
+	CodeInternal   = client.CodeInternal
+)
+
+// The service's requests and replies, package client's.
+type (
+	LookupRequest = client.LookupRequest
+	PlanRequest   = client.PlanRequest
+	PlacedWorker  = client.PlacedWorker
+	NodeWorkers   = client.Assignment
+	ValidateReply = client.ValidateReply
 )
 
 // ServiceVersion is the micro service's version.
@@ -56,91 +66,9 @@ func errorReply(err error) (code, desc string) {
 	}
 }
 
-// codeErr is the inverse of errorReply, for clients.
-func codeErr(code string) error {
-	switch code {
-	case CodeBadRequest:
-		return ErrBadRequest
-	case CodeNotFound:
-		return ErrNotFound
-	case CodeInfeasible:
-		return ErrInfeasible
-	}
-	return ErrInternal
-}
-
-// LookupRequest asks where a worker goes (Component and Index) or where a
-// node's workers go (NodeID). Revision 0 means the latest plan.
-type LookupRequest struct {
-	Plan      string `json:"plan"`
-	Component string `json:"component,omitempty"`
-	Index     *int   `json:"index,omitempty"`
-	NodeID    string `json:"node_id,omitempty"`
-	Revision  int    `json:"revision,omitempty"`
-}
-
-// PlacedWorker is a Worker with what a launcher needs to start it.
-type PlacedWorker struct {
-	planner.Worker
-	// CUDAVisibleDevices is the value for CUDA_VISIBLE_DEVICES: the GPU
-	// UUIDs when known (they survive device reordering), else the
-	// node-local indices; empty for a worker without GPUs.
-	CUDAVisibleDevices string `json:"cuda_visible_devices"`
-	// Plan and Revision say which plan version the answer comes from.
-	Plan     string `json:"plan"`
-	Revision int    `json:"revision"`
-}
-
-// NodeWorkers is the reply to a lookup by node.
-type NodeWorkers struct {
-	Plan     string         `json:"plan"`
-	Revision int            `json:"revision"`
-	NodeID   string         `json:"node_id"`
-	Workers  []PlacedWorker `json:"workers"`
-}
-
-// PlanRequest asks for plan Plan, its latest version or Revision.
-type PlanRequest struct {
-	Plan     string `json:"plan"`
-	Revision int    `json:"revision,omitempty"`
-}
-
-// ValidateReply is the reply to validate: the plan the spec would get on
-// the live inventory, with valid and error as in the plan document.
-type ValidateReply struct {
-	*planner.Plan
-	// Nodes is how many nodes the live inventory had.
-	Nodes int `json:"nodes"`
-}
-
-// appendJSON writes the worker's fields and the placement's, as
-// encoding/json would: lookups are the service's hottest reply.
-func (pw PlacedWorker) appendJSON(b []byte) []byte {
-	b = pw.Worker.AppendJSON(b)
-	b = b[:len(b)-1] // reopen the worker's object
-	b = append(b, `,"cuda_visible_devices":`...)
-	b = plan.AppendString(b, pw.CUDAVisibleDevices)
-	b = append(b, `,"plan":`...)
-	b = plan.AppendString(b, pw.Plan)
-	b = append(b, `,"revision":`...)
-	b = strconv.AppendInt(b, int64(pw.Revision), 10)
-	return append(b, '}')
-}
-
-// Place returns w with its CUDA_VISIBLE_DEVICES value.
+// Place returns w of plan p with its CUDA_VISIBLE_DEVICES value.
 func Place(p *planner.Plan, w planner.Worker) PlacedWorker {
-	pw := PlacedWorker{Worker: w, Plan: p.Name, Revision: p.Revision}
-	switch {
-	case len(w.GPUUUIDs) == len(w.GPUs) && len(w.GPUs) > 0:
-		pw.CUDAVisibleDevices = strings.Join(w.GPUUUIDs, ",")
-	case len(w.GPUs) > 0:
-		s := make([]string, len(w.GPUs))
-		for i, g := range w.GPUs {
-			s[i] = fmt.Sprint(g)
-		}
-		pw.CUDAVisibleDevices = strings.Join(s, ",")
-	}
-	return pw
+	return client.Place(p.Name, p.Revision, w)
 }
 
 // Answerer is what the service asks; the planner service implements it.
@@ -173,8 +101,8 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 				return
 			}
 			data, h, err := EncodeJSON(v)
-			if err == nil {
-				err = checkPayload(nc, "the reply", len(data))
+			if err == nil && len(data) > maxBody {
+				data, h, err = replyObject(ctx, nc, v)
 			}
 			if err != nil {
 				respondErr(r, fmt.Errorf("%w: encode reply: %w", ErrInternal, err))
@@ -256,10 +184,8 @@ func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
 	}
 	if byNode {
 		out := NodeWorkers{Plan: p.Name, Revision: p.Revision, NodeID: req.NodeID, Workers: []PlacedWorker{}}
-		for _, w := range p.Workers.All() {
-			if w.NodeID == req.NodeID {
-				out.Workers = append(out.Workers, Place(p, *w))
-			}
+		for _, w := range p.OnNode(req.NodeID) {
+			out.Workers = append(out.Workers, Place(p, w))
 		}
 		return out, nil
 	}
@@ -269,36 +195,42 @@ func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
 	return nil, fmt.Errorf("%w: plan %s revision %d has no %s worker %d", ErrNotFound, p.Name, p.Revision, req.Component, *req.Index)
 }
 
-// Request sends req (JSON-encoded unless it is []byte) to subject and
-// decodes the reply into reply; an error reply comes back as one of the
-// error kinds, wrapped with the server's description.
+// Request sends req to subject and decodes the reply into reply, as
+// client.Client.Request does.
 func Request(ctx context.Context, nc *nats.Conn, subject string, req, reply any) error {
-	data, ok := req.([]byte)
-	if !ok {
-		var err error
-		if data, err = json.Marshal(req); err != nil {
-			return fmt.Errorf("%s: %w", subject, err)
-		}
-	}
-	msg, err := nc.RequestWithContext(ctx, subject, data)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("%s: no planner is serving (start `planner serve`): %w", subject, err)
-	}
+	c, err := client.New(nc)
 	if err != nil {
-		return fmt.Errorf("%s: %w", subject, err)
+		return err
 	}
-	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		desc := msg.Header.Get(micro.ErrorHeader)
-		var body struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(msg.Data, &body) == nil && body.Error != "" {
-			desc = body.Error
-		}
-		return fmt.Errorf("%w: %s", codeErr(code), strings.TrimPrefix(desc, codeErr(code).Error()+": "))
+	return c.Request(ctx, subject, req, reply)
+}
+
+// replyObject stores a reply too large for a message in the replies
+// bucket, where it stays RepliesTTL, and returns the message that points
+// at it.
+func replyObject(ctx context.Context, nc *nats.Conn, v any) ([]byte, nats.Header, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, err
 	}
-	if err := DecodeJSON(msg.Data, msg.Header, reply); err != nil {
-		return fmt.Errorf("%s: reply: %w", subject, err)
+	var raw []byte
+	if p, ok := v.(*planner.Plan); ok {
+		raw = p.AppendJSON(nil)
+	} else if raw, err = json.Marshal(v); err != nil {
+		return nil, nil, err
 	}
-	return nil
+	z, err := client.Gzip(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	obs, err := js.ObjectStore(ctx, client.RepliesBucket)
+	if err != nil {
+		return nil, nil, fmt.Errorf("object store %s: %w", client.RepliesBucket, err)
+	}
+	name := "reply/" + nuid.Next()
+	if _, err := obs.PutBytes(ctx, name, z); err != nil {
+		return nil, nil, fmt.Errorf("store reply: %w", err)
+	}
+	data, _ := json.Marshal(client.ObjectRef{Bucket: client.RepliesBucket, Object: name, Size: uint64(len(z))})
+	return data, nats.Header{client.ObjectHeader: []string{"1"}}, nil
 }

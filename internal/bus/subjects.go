@@ -8,25 +8,29 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/poolplanner/poolplanner/client"
 )
 
-// Names fixed by the outside contract (shared/contract.md).
+// Names fixed by the outside contract (shared/contract.md), as package
+// client names them.
 const (
-	// InventoryBucket is the KV bucket of node inventories, key = node id.
-	InventoryBucket = "poolplanner-inventory"
-	// PlansStream is the stream of plan versions, kept for audit.
-	PlansStream = "POOLPLANNER_PLANS"
-	// PlanSubjectPrefix prefixes the subject of plan NAME's versions.
-	PlanSubjectPrefix = "poolplanner.plans."
-	// ServiceName is the micro service's name.
-	ServiceName = "poolplanner"
-	// ValidateSubject answers: is this job spec valid against the live
-	// inventory.
-	ValidateSubject = "poolplanner.validate"
-	// LookupSubject answers: where does a worker (or a node's workers) go.
-	LookupSubject = "poolplanner.lookup"
-	// PlanSubject answers with a plan document (latest, or a revision).
-	PlanSubject = "poolplanner.plan"
+	InventoryBucket   = client.InventoryBucket
+	PlansStream       = client.PlansStream
+	PlanSubjectPrefix = client.PlanSubjectPrefix
+	ServiceName       = client.ServiceName
+	ValidateSubject   = client.ValidateSubject
+	LookupSubject     = client.LookupSubject
+	PlanSubject       = client.PlanSubject
+)
+
+// Headers, as package client names them.
+const (
+	RevisionHeader   = client.RevisionHeader
+	SpecDigestHeader = client.SpecDigestHeader
+	PlannerHeader    = client.PlannerHeader
+	EncodingHeader   = client.EncodingHeader
+	EncodingGzip     = client.EncodingGzip
 )
 
 // Names of our own, documented in subjects.md.
@@ -42,10 +46,9 @@ const (
 	HeartbeatHeader = "Poolplanner-Heartbeat"
 )
 
-// PlanVersionSubject is the subject plan name's versions are published on.
-func PlanVersionSubject(name string) string {
-	return PlanSubjectPrefix + name
-}
+// PlanVersionSubject is the subject plan name's revisions are published
+// on.
+func PlanVersionSubject(name string) string { return client.PlanEventSubject(name) }
 
 // InventorySubject is the subject a node's inventory key is stored under.
 func InventorySubject(nodeID string) string {

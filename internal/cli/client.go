@@ -16,7 +16,9 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
 // requestTimeout bounds one request of a client command.
@@ -98,7 +100,10 @@ func newValidateCmd() *cobra.Command {
 			if err := bus.Request(ctx, nc, bus.ValidateSubject, body, &reply); err != nil {
 				return busErr(err)
 			}
-			if err := writePlan(cmd.OutOrStdout(), reply.Plan, output); err != nil {
+			if reply.Document == nil {
+				return fmt.Errorf("validate: the reply has no plan")
+			}
+			if err := writePlan(cmd.OutOrStdout(), &planner.Plan{Document: *reply.Document}, output); err != nil {
 				return err
 			}
 			if !reply.Valid {
@@ -166,29 +171,41 @@ func newLookupCmd() *cobra.Command {
 }
 
 func newWatchCmd() *cobra.Command {
-	var server, plan, output string
+	var server, plan, node, output string
 	cmd := &cobra.Command{
-		Use:   "watch [--plan NAME] [--server URL]",
-		Short: "Follow plan versions as they are published",
+		Use:   "watch [--plan NAME] [--node NODE_ID] [--server URL]",
+		Short: "Follow plan revisions, or one node's assignments, as they are published",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !validOutput(output) {
 				return usagef("--output: %q is not allowed; want text, json or yaml", output)
 			}
-			nc, js, err := dialPlan(server, plan)
+			if node != "" {
+				if err := bus.ValidateNodeID(node); err != nil {
+					return usagef("--node: %v", err)
+				}
+			}
+			nc, _, err := dialPlan(server, plan)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			ch, err := bus.NewPlanStore(js).Follow(cmd.Context(), plan)
+			c, err := client.New(nc)
 			if err != nil {
 				return err
 			}
-			for sp := range ch {
+			if node != "" {
+				return watchNode(cmd, c, plan, node, output)
+			}
+			ch, err := c.Follow(cmd.Context(), plan, client.FollowOptions{})
+			if err != nil {
+				return err
+			}
+			for r := range ch {
 				if output == "text" {
-					fmt.Fprintf(cmd.OutOrStdout(), "--- %s\n", sp.Plan.CreatedAt.Format(time.RFC3339))
+					fmt.Fprintf(cmd.OutOrStdout(), "--- %s\n", r.Document.CreatedAt.Format(time.RFC3339))
 				}
-				if err := writePlan(cmd.OutOrStdout(), sp.Plan, output); err != nil {
+				if err := writePlan(cmd.OutOrStdout(), &planner.Plan{Document: *r.Document}, output); err != nil {
 					return err
 				}
 			}
@@ -197,8 +214,43 @@ func newWatchCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&server, "server", defaultServer(), "NATS URL")
 	cmd.Flags().StringVar(&plan, "plan", "default", "plan name")
+	cmd.Flags().StringVar(&node, "node", "", "follow only this node's assignments (poolplanner.assignments.PLAN.NODE_ID)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 	return cmd
+}
+
+// watchNode prints a node's assignment as it is now and at every change:
+// in text a line per worker, else the assignment message.
+func watchNode(cmd *cobra.Command, c *client.Client, plan, node, output string) error {
+	ch, err := c.FollowNode(cmd.Context(), plan, node)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	for a := range ch {
+		switch output {
+		case "json":
+			if err := json.NewEncoder(out).Encode(a); err != nil {
+				return err
+			}
+		case "yaml":
+			b, _ := yaml.Marshal(a)
+			fmt.Fprintf(out, "---\n%s", b)
+		default:
+			fmt.Fprintf(out, "--- plan %s revision %d: %s, %d %s\n", a.Plan, a.Revision, a.NodeID, len(a.Workers), plural(len(a.Workers), "worker", "workers"))
+			for _, w := range a.Workers {
+				fmt.Fprintf(out, "  %-6s %-4d gpus %v  cpus %v  CUDA_VISIBLE_DEVICES=%s\n", w.Component, w.Index, w.GPUs, w.CPUs, w.CUDAVisibleDevices)
+			}
+		}
+	}
+	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // historyEntry is one revision in `planner history --output json`.
@@ -209,30 +261,38 @@ type historyEntry struct {
 	Reason    string    `json:"reason"`
 	Moved     int       `json:"moved"`
 	Error     string    `json:"error,omitempty"`
+	// Kind and Base say how the revision's event carries its placement;
+	// Seq is the event's stream sequence.
+	Kind string `json:"kind"`
+	Base int    `json:"base"`
+	Seq  uint64 `json:"seq"`
 }
 
 func newHistoryCmd() *cobra.Command {
 	var server, plan, output string
 	cmd := &cobra.Command{
 		Use:   "history [--plan NAME] [--output text|json]",
-		Short: "Replay every revision of a plan from the stream, for audit",
+		Short: "List every revision of a plan the stream keeps, for audit",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "text" && output != "json" {
 				return usagef("--output: %q is not allowed; want text or json", output)
 			}
-			nc, js, err := dialPlan(server, plan)
+			nc, _, err := dialPlan(server, plan)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
+			c, err := client.New(nc)
+			if err != nil {
+				return err
+			}
 			entries := []historyEntry{}
-			err = bus.NewPlanStore(js).History(cmd.Context(), plan, func(sp *bus.StoredPlan) bool {
-				p := sp.Plan
-				entries = append(entries, historyEntry{p.Revision, p.CreatedAt, p.Valid, p.Reason, p.Moved, p.Error})
+			err = c.History(cmd.Context(), plan, func(i client.Info) bool {
+				entries = append(entries, historyEntry{i.Revision, i.Time.UTC(), i.Valid, i.Reason, i.Moved, i.Error, i.Kind, i.Base, i.Seq})
 				return true
 			})
-			if err != nil {
+			if err != nil && !errors.Is(err, client.ErrNotFound) {
 				return err
 			}
 			if output == "json" {

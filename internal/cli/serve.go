@@ -57,7 +57,8 @@ func newServeCmd() *cobra.Command {
 		server, listen, dataDir, specPath, plan, logLevel string
 		simulate                                          []string
 		noLocal                                           bool
-		debounce, heartbeat, settle                       time.Duration
+		debounce, heartbeat, settle, historyAge           time.Duration
+		historyBytes                                      int64
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--server URL] [--listen HOST:PORT] [--data-dir DIR] [--spec FILE] [--plan NAME] [--simulate SPEC]... [--no-local-reporter]",
@@ -92,6 +93,9 @@ func newServeCmd() *cobra.Command {
 			}
 			if heartbeat <= 0 {
 				return usagef("--heartbeat %s: must be positive", heartbeat)
+			}
+			if historyAge == 0 || historyBytes == 0 {
+				return usagef("--history-age and --history-bytes: must not be 0 (negative: no limit)")
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -152,7 +156,12 @@ func newServeCmd() *cobra.Command {
 					startReporter(inventory.NewSimulated(facts, sn.Sim), id)
 				}
 			}
-			p := service.New(service.Config{NC: nc, JS: js, Plan: plan, Spec: spec, Debounce: debounce, Settle: settle, Log: log})
+			// The first plan waits for the bucket's contents: let the
+			// in-process reporters put theirs first, so that a cold start
+			// plans on every simulated node, not on the first few.
+			waitReported(ctx, store, reporters, 30*time.Second, log)
+			p := service.New(service.Config{NC: nc, JS: js, Plan: plan, Spec: spec, Debounce: debounce, Settle: settle,
+				HistoryAge: historyAge, HistoryBytes: historyBytes, Log: log})
 			log.Info().Str("plan", plan).Int("reporters", reporters).Msg("planner serving")
 			err = p.Run(ctx)
 			stop()
@@ -173,6 +182,8 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&debounce, "debounce", service.DefaultDebounce, "quiet time after an inventory change before replanning")
 	f.DurationVar(&settle, "settle", service.DefaultSettle, "after start, how long to wait for the nodes of the latest plan to report before replanning without them (negative: no wait)")
 	f.DurationVar(&heartbeat, "heartbeat", reporter.DefaultHeartbeat, "heartbeat of the in-process reporters")
+	f.DurationVar(&historyAge, "history-age", service.DefaultHistoryAge, "keep plan revisions this long (and the chain they need); negative: for ever")
+	f.Int64Var(&historyBytes, "history-bytes", service.DefaultHistoryBytes, "keep at most this many bytes of plan revisions, dropping the oldest chains; negative: no limit")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd
 }
@@ -183,4 +194,22 @@ func localSource(ctx context.Context, facts inventory.Facts, log zerolog.Logger)
 	src, stop := inventory.OpenLocal(ctx, inventory.NVMLOptions{Facts: facts, Log: log}, true)
 	go func() { <-ctx.Done(); stop() }()
 	return src
+}
+
+// waitReported waits until the inventory bucket holds n keys (the
+// in-process reporters' first puts), at most timeout.
+func waitReported(ctx context.Context, store *bus.InventoryStore, n int, timeout time.Duration, log zerolog.Logger) {
+	if n == 0 {
+		return
+	}
+	deadline := time.Now().Add(timeout)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if kv, err := store.KV(ctx); err == nil {
+			if st, err := kv.Status(ctx); err == nil && st.Values() >= uint64(n) {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	log.Warn().Int("reporters", n).Msg("not every in-process reporter has reported yet; planning anyway")
 }

@@ -48,10 +48,7 @@ func (st *planState) changedIDs() []string {
 // its workers by their slots, its buffer, its auto pool entries, its
 // notes. A node not in the table holds nothing.
 func (st *planState) nodeContent(p *Plan) func(id string) plan.NodeChange {
-	bufferOf := make(map[int32]int, len(st.buffers))
-	for k, at := range st.buffers {
-		bufferOf[at] = k
-	}
+	bufferOf := st.bufferIndex()
 	slots := p.Workers.Len() - len(st.buffers)
 	return func(id string) plan.NodeChange {
 		nc := plan.NodeChange{NodeID: id}
@@ -83,6 +80,18 @@ func (st *planState) nodeContent(p *Plan) func(id string) plan.NodeChange {
 		}
 		return nc
 	}
+}
+
+// bufferIndex maps a node's position to its buffer's index, built once:
+// lookups by node ask it at every request.
+func (st *planState) bufferIndex() map[int32]int {
+	st.bufferOnce.Do(func() {
+		st.bufferOf = make(map[int32]int, len(st.buffers))
+		for k, at := range st.buffers {
+			st.bufferOf[at] = k
+		}
+	})
+	return st.bufferOf
 }
 
 func sortedSlots(rs []slotRange) []slotRange {
@@ -218,4 +227,19 @@ func wholeOrder(name string, now []PoolNode) plan.PoolOrder {
 		po.Nodes[i] = n.NodeID
 	}
 	return po
+}
+
+// OnNode lists the workers p places on node id, buffers last: from the
+// run's state when p has one, else by reading every worker.
+func (p *Plan) OnNode(id string) []Worker {
+	if p.state != nil {
+		return p.state.nodeContent(p)(id).Workers
+	}
+	var out []Worker
+	for _, w := range p.Workers.All() {
+		if w.NodeID == id {
+			out = append(out, *w)
+		}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 )
 
 // Why a worker of the previous plan cannot keep its place. Tests assert on
@@ -55,6 +56,9 @@ type planState struct {
 	// rewrote; gone, the nodes of the previous plan that left.
 	changed []int32
 	gone    []string
+	// bufferOf maps a node's position to its buffer index, once asked.
+	bufferOnce sync.Once
+	bufferOf   map[int32]int
 }
 
 // reusable reports whether a run of spec can start from st without

@@ -64,7 +64,7 @@ func benchSetup(b *testing.B, n int) (serverNC, clientNC *nats.Conn, js jetstrea
 	}
 	// The follower is the "decoded" subscriber; "arrived" stops it.
 	fctx, stopFollow := context.WithCancel(ctx)
-	if follow, err = plans.Follow(fctx, "default"); err != nil {
+	if follow, err = plans.Follow(fctx, "default", nil); err != nil {
 		b.Fatal(err)
 	}
 	select {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -113,15 +114,25 @@ func (h *harness) plannerWith(ctx context.Context, cfg Config) context.CancelFun
 	return func() { cancel(); <-done }
 }
 
+// history is every revision of the default plan, each rebuilt whole.
 func (h *harness) history() []*planner.Plan {
 	h.t.Helper()
-	var out []*planner.Plan
-	err := bus.NewPlanStore(h.js).History(context.Background(), "default", func(sp *bus.StoredPlan) bool {
-		out = append(out, sp.Plan)
+	store := bus.NewPlanStore(h.js)
+	var revs []int
+	err := store.Client().History(context.Background(), "default", func(i client.Info) bool {
+		revs = append(revs, i.Revision)
 		return true
 	})
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	var out []*planner.Plan
+	for _, rev := range revs {
+		sp, err := store.Revision(context.Background(), "default", rev)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		out = append(out, sp.Plan)
 	}
 	return out
 }

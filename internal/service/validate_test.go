@@ -62,7 +62,11 @@ func TestValidateExplains(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := New(Config{})
-			p.nodes = c.nodes
+			for id, doc := range c.nodes {
+				if _, err := p.live.put(id, doc); err != nil {
+					t.Fatal(err)
+				}
+			}
 			reply, err := p.Validate(context.Background(), []byte(c.spec))
 			if err != nil {
 				t.Fatal(err)

@@ -1,0 +1,131 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// readAssignment decodes an assignment message, fetching it from its
+// object when it was too large for one.
+func (c *Client) readAssignment(ctx context.Context, data []byte, h nats.Header) (*Assignment, error) {
+	var a Assignment
+	if err := c.decodeBody(ctx, data, h, &a); err != nil {
+		return nil, err
+	}
+	if a.Workers == nil {
+		a.Workers = []PlacedWorker{}
+	}
+	return &a, nil
+}
+
+// Assignment is node's workers of plan name as its assignment subject
+// last had them; ErrNotFound when it has had none.
+func (c *Client) Assignment(ctx context.Context, name, node string) (*Assignment, error) {
+	st, err := c.js.Stream(ctx, AssignmentsStream)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", AssignmentsStream, err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, AssignmentSubject(name, node))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("plan %s node %s: %w", name, node, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("plan %s node %s: %w", name, node, err)
+	}
+	return c.readAssignment(ctx, m.Data, m.Header)
+}
+
+// FollowNode delivers node's workers of plan name as its assignment
+// subject has them now (if it has had any), then every change, until ctx
+// is done; the channel is then closed. A launcher on a node follows this:
+// it costs only its own node's changes.
+func (c *Client) FollowNode(ctx context.Context, name, node string) (<-chan *Assignment, error) {
+	cons, err := c.js.OrderedConsumer(ctx, AssignmentsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{AssignmentSubject(name, node)},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("follow plan %s node %s: %w", name, node, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("follow plan %s node %s: %w", name, node, err)
+	}
+	out := make(chan *Assignment, 4)
+	go func() {
+		defer close(out)
+		defer c.dropConsumer(AssignmentsStream, cons)
+		stop := context.AfterFunc(ctx, it.Stop)
+		defer stop()
+		for {
+			m, err := it.Next()
+			if err != nil {
+				return
+			}
+			a, err := c.readAssignment(ctx, m.Data(), m.Headers())
+			if err == nil && !send(ctx, out, a) {
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Assignments calls fn with the last assignment of every node of plan
+// name, until fn returns false; a planner checks them against its plan at
+// start. It reads them with a consumer it deletes when done.
+func (c *Client) Assignments(ctx context.Context, name string, fn func(*Assignment) bool) error {
+	st, err := c.js.Stream(ctx, AssignmentsStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", AssignmentsStream, err)
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{AssignmentSubjectPrefix + name + ".>"},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("assignments of plan %s: %w", name, err)
+	}
+	defer c.dropConsumer(AssignmentsStream, cons)
+	info := cons.CachedInfo()
+	if info == nil || info.NumPending == 0 {
+		return nil
+	}
+	left := info.NumPending
+	for left > 0 {
+		batch, err := cons.Fetch(min(int(left), 1024), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return fmt.Errorf("assignments of plan %s: %w", name, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			left--
+			a, err := c.readAssignment(ctx, m.Data(), m.Headers())
+			if err != nil {
+				return fmt.Errorf("assignments of plan %s: %w", name, err)
+			}
+			if a.NodeID == "" {
+				a.NodeID = AssignmentNode(name, m.Subject())
+			}
+			if !fn(a) {
+				return nil
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return fmt.Errorf("assignments of plan %s: %w", name, err)
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+	return nil
+}

@@ -1,0 +1,137 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+// Client asks poolplanner over one NATS connection.
+type Client struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+// New returns a client over nc, which the caller keeps and closes.
+func New(nc *nats.Conn) (*Client, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return &Client{nc: nc, js: js}, nil
+}
+
+// JetStream is the client's JetStream context.
+func (c *Client) JetStream() jetstream.JetStream { return c.js }
+
+// Request sends req (JSON-encoded unless it is []byte) to subject and
+// decodes the reply into reply. An error reply comes back as one of the
+// error kinds, wrapped with the server's description; a reply stored as
+// an object (too large for a message) is fetched.
+func (c *Client) Request(ctx context.Context, subject string, req, reply any) error {
+	data, ok := req.([]byte)
+	if !ok {
+		var err error
+		if data, err = json.Marshal(req); err != nil {
+			return fmt.Errorf("%s: %w", subject, err)
+		}
+	}
+	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%s: no planner is serving (start `planner serve`): %w", subject, err)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+		desc := msg.Header.Get(micro.ErrorHeader)
+		var body struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(msg.Data, &body) == nil && body.Error != "" {
+			desc = body.Error
+		}
+		return fmt.Errorf("%w: %s", CodeErr(code), strings.TrimPrefix(desc, CodeErr(code).Error()+": "))
+	}
+	if err := c.decodeBody(ctx, msg.Data, msg.Header, reply); err != nil {
+		return fmt.Errorf("%s: reply: %w", subject, err)
+	}
+	return nil
+}
+
+// decodeBody decodes a message body into v, fetching it from its object
+// when the message says it is stored as one.
+func (c *Client) decodeBody(ctx context.Context, data []byte, h nats.Header, v any) error {
+	if h.Get(ObjectHeader) == "" {
+		return Decode(data, h, v)
+	}
+	var ref ObjectRef
+	if err := Decode(data, h, &ref); err != nil {
+		return fmt.Errorf("object reference: %w", err)
+	}
+	return c.getObject(ctx, ref.Bucket, ref.Object, v)
+}
+
+// MaxObject bounds what an object may expand to: a plan of 100,000 nodes
+// is about 400 MB of JSON.
+const MaxObject = 2 << 30
+
+// getObject reads an object of gzipped JSON into v.
+func (c *Client) getObject(ctx context.Context, bucket, name string, v any) error {
+	obs, err := c.js.ObjectStore(ctx, bucket)
+	if err != nil {
+		return fmt.Errorf("object store %s: %w", bucket, err)
+	}
+	data, err := obs.GetBytes(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("object %s/%s: %w", bucket, name, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("object %s/%s: %w", bucket, name, err)
+	}
+	if data, err = Gunzip(data, MaxObject); err != nil {
+		return fmt.Errorf("object %s/%s: %w", bucket, name, err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("object %s/%s: %w", bucket, name, err)
+	}
+	return nil
+}
+
+// Lookup asks where worker index of component goes in the latest
+// revision of plan name.
+func (c *Client) Lookup(ctx context.Context, name, component string, index int) (*PlacedWorker, error) {
+	var w PlacedWorker
+	err := c.Request(ctx, LookupSubject, LookupRequest{Plan: name, Component: component, Index: &index}, &w)
+	return &w, err
+}
+
+// LookupNode asks for node's workers in the latest revision of plan name.
+func (c *Client) LookupNode(ctx context.Context, name, node string) (*Assignment, error) {
+	var a Assignment
+	err := c.Request(ctx, LookupSubject, LookupRequest{Plan: name, NodeID: node}, &a)
+	return &a, err
+}
+
+// Validate plans spec (JSON) on the live inventory, publishing nothing.
+func (c *Client) Validate(ctx context.Context, spec []byte) (*ValidateReply, error) {
+	var r ValidateReply
+	err := c.Request(ctx, ValidateSubject, spec, &r)
+	return &r, err
+}
+
+// RequestPlan asks the service for revision rev of plan name (0: the
+// latest). Plan reads the same from the stream, without a service.
+func (c *Client) RequestPlan(ctx context.Context, name string, rev int) (*plan.Document, error) {
+	var d plan.Document
+	err := c.Request(ctx, PlanSubject, PlanRequest{Plan: name, Revision: rev}, &d)
+	return &d, err
+}

@@ -1,0 +1,111 @@
+// Package client follows and asks poolplanner over NATS: a plan's
+// revisions, one node's assignments, lookups and validation, and any
+// revision of a plan rebuilt from the stream and its snapshots. Launchers
+// written in Go use it; its names and messages are those subjects.md
+// documents for any NATS client.
+package client
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Names fixed by the outside contract (shared/contract.md).
+const (
+	// InventoryBucket is the KV bucket of node inventories, key = node id.
+	InventoryBucket = "poolplanner-inventory"
+	// SpecBucket is the KV bucket of job specs, key = plan name.
+	SpecBucket = "poolplanner-specs"
+	// PlansStream is the stream of plan revisions, kept for audit.
+	PlansStream = "POOLPLANNER_PLANS"
+	// PlanSubjectPrefix prefixes the subject of plan NAME's revisions.
+	PlanSubjectPrefix = "poolplanner.plans."
+	// AssignmentSubjectPrefix prefixes poolplanner.assignments.NAME.NODE_ID,
+	// one node's workers of plan NAME, kept last per subject.
+	AssignmentSubjectPrefix = "poolplanner.assignments."
+	// ServiceName is the micro service's name.
+	ServiceName = "poolplanner"
+	// ValidateSubject answers: is this job spec valid on the live
+	// inventory.
+	ValidateSubject = "poolplanner.validate"
+	// LookupSubject answers: where does a worker (or a node's workers) go.
+	LookupSubject = "poolplanner.lookup"
+	// PlanSubject answers with a plan document (latest, or a revision).
+	PlanSubject = "poolplanner.plan"
+)
+
+// Names of poolplanner's own, documented in subjects.md.
+const (
+	// AssignmentsStream keeps the last message of every assignment
+	// subject.
+	AssignmentsStream = "POOLPLANNER_ASSIGNMENTS"
+	// PlansBucket is the object store of snapshots (revisions stored
+	// whole) and of assignments too large for one message.
+	PlansBucket = "poolplanner-plans"
+	// RepliesBucket is the object store of replies too large for one
+	// message; they expire after RepliesTTL.
+	RepliesBucket = "poolplanner-replies"
+)
+
+// Message headers.
+const (
+	// RevisionHeader carries a plan event's or assignment's revision.
+	RevisionHeader = "Poolplanner-Revision"
+	// BaseHeader carries the revision whose whole placement begins the
+	// chain an event continues (plan.Event.Base).
+	BaseHeader = "Poolplanner-Base"
+	// KindHeader says how an event carries the placement: document,
+	// change or snapshot (plan.Event.Kind).
+	KindHeader = "Poolplanner-Kind"
+	// ValidHeader, MovedHeader, ReasonHeader and ErrorHeader repeat the
+	// event's valid, moved, reason and error, so that a history reads
+	// headers only.
+	ValidHeader  = "Poolplanner-Valid"
+	MovedHeader  = "Poolplanner-Moved"
+	ReasonHeader = "Poolplanner-Reason"
+	ErrorHeader  = "Poolplanner-Error"
+	// SpecDigestHeader carries a digest of the spec a plan was made from.
+	SpecDigestHeader = "Poolplanner-Spec-Digest"
+	// PlannerHeader names the planner instance that published an event.
+	PlannerHeader = "Poolplanner-Planner"
+	// EncodingHeader marks a gzipped JSON body (EncodingGzip).
+	EncodingHeader = "Poolplanner-Encoding"
+	EncodingGzip   = "gzip"
+	// ObjectHeader marks a reply or assignment whose body is an ObjectRef:
+	// the message itself was too large.
+	ObjectHeader = "Poolplanner-Object"
+)
+
+// MaxMessage bounds every message poolplanner sends: NATS's default
+// max_payload, so that a stock server carries them at any cluster size.
+const MaxMessage = 1 << 20
+
+// PlanEventSubject is the subject plan name's revisions are published on.
+func PlanEventSubject(name string) string { return PlanSubjectPrefix + name }
+
+// AssignmentSubject is the subject of node's workers of plan name.
+func AssignmentSubject(name, node string) string {
+	return AssignmentSubjectPrefix + name + "." + node
+}
+
+// AssignmentNode is the node id of an assignment subject of plan name,
+// or "" when subject is not one.
+func AssignmentNode(name, subject string) string {
+	node, _ := strings.CutPrefix(subject, AssignmentSubjectPrefix+name+".")
+	if node == subject {
+		return ""
+	}
+	return node
+}
+
+// SnapshotObject names the object holding revision rev of plan name
+// whole, in PlansBucket.
+func SnapshotObject(name string, rev int) string {
+	return name + "/snapshots/" + strconv.Itoa(rev)
+}
+
+// AssignmentObject names the object holding node's workers of plan name
+// when they are too many for one message, in PlansBucket.
+func AssignmentObject(name, node string) string {
+	return name + "/assignments/" + node
+}

@@ -1,0 +1,368 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+// Revision is one revision of a plan: its event as the stream holds it
+// and its document, whole.
+type Revision struct {
+	Event    *plan.Event
+	Document *plan.Document
+	// Seq is the stream sequence of the event.
+	Seq uint64
+	// SpecDigest and Publisher are the event's headers.
+	SpecDigest string
+	Publisher  string
+}
+
+// Info is one revision as a history lists it, read from its headers.
+type Info struct {
+	Revision  int
+	Seq       uint64
+	Time      time.Time
+	Valid     bool
+	Moved     int
+	Reason    string
+	Error     string
+	Kind      string
+	Base      int
+	Publisher string
+}
+
+func infoOf(seq uint64, t time.Time, h nats.Header) Info {
+	rev, _ := strconv.Atoi(h.Get(RevisionHeader))
+	base, _ := strconv.Atoi(h.Get(BaseHeader))
+	moved, _ := strconv.Atoi(h.Get(MovedHeader))
+	return Info{Revision: rev, Seq: seq, Time: t, Valid: h.Get(ValidHeader) == "true", Moved: moved,
+		Reason: h.Get(ReasonHeader), Error: h.Get(ErrorHeader), Kind: h.Get(KindHeader), Base: base, Publisher: h.Get(PlannerHeader)}
+}
+
+// plans is the plan stream, for direct gets.
+func (c *Client) plans(ctx context.Context) (jetstream.Stream, error) {
+	st, err := c.js.Stream(ctx, PlansStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("stream %s: %w (no planner has run)", PlansStream, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", PlansStream, err)
+	}
+	return st, nil
+}
+
+// Plan rebuilds revision rev of plan name (0: the latest) from the
+// stream and its snapshots, as subjects.md describes: the revision's
+// event; if it carries a change, its base revision (a whole document or
+// a snapshot object) and the changes after it, up to rev. It needs no
+// planner, only the stream. ErrNotFound when there is no such revision.
+func (c *Client) Plan(ctx context.Context, name string, rev int) (*Revision, error) {
+	st, err := c.plans(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var m *jetstream.RawStreamMsg
+	if rev == 0 {
+		m, err = lastEvent(ctx, st, name)
+	} else {
+		m, err = eventAt(ctx, st, name, rev)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c.rebuild(ctx, st, name, m)
+}
+
+// lastEvent is plan name's newest event.
+func lastEvent(ctx context.Context, st jetstream.Stream, name string) (*jetstream.RawStreamMsg, error) {
+	m, err := st.GetLastMsgForSubject(ctx, PlanEventSubject(name))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("plan %s: %w (no revision published yet)", name, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("plan %s: %w", name, err)
+	}
+	return m, nil
+}
+
+// eventAt finds the event of revision rev by binary search over stream
+// sequences (revisions grow with sequence on the plan's subject), each
+// probe a direct get of the next event at or after a sequence: a few
+// dozen reads at most, whatever the history.
+func eventAt(ctx context.Context, st jetstream.Stream, name string, rev int) (*jetstream.RawStreamMsg, error) {
+	last, err := lastEvent(ctx, st, name)
+	if err != nil {
+		return nil, err
+	}
+	subject := PlanEventSubject(name)
+	lo, hi := uint64(1), last.Sequence
+	for lo <= hi {
+		mid := lo + (hi-lo)/2
+		m, err := st.GetMsg(ctx, mid, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			hi = mid - 1
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("plan %s revision %d: %w", name, rev, err)
+		}
+		r, _ := strconv.Atoi(m.Header.Get(RevisionHeader))
+		switch {
+		case r == rev:
+			return m, nil
+		case r < rev:
+			lo = m.Sequence + 1
+		default:
+			hi = mid - 1
+		}
+	}
+	return nil, fmt.Errorf("plan %s revision %d: %w", name, rev, ErrNotFound)
+}
+
+func decodeEvent(m *jetstream.RawStreamMsg) (*plan.Event, error) {
+	var ev plan.Event
+	if err := Decode(m.Data, m.Header, &ev); err != nil {
+		return nil, fmt.Errorf("event at sequence %d: %w", m.Sequence, err)
+	}
+	return &ev, nil
+}
+
+// rebuild makes the whole document of event m.
+func (c *Client) rebuild(ctx context.Context, st jetstream.Stream, name string, m *jetstream.RawStreamMsg) (*Revision, error) {
+	ev, err := decodeEvent(m)
+	if err != nil {
+		return nil, err
+	}
+	out := &Revision{Event: ev, Seq: m.Sequence, SpecDigest: m.Header.Get(SpecDigestHeader), Publisher: m.Header.Get(PlannerHeader)}
+	if ev.Kind() != "change" {
+		out.Document, err = c.whole(ctx, ev)
+		return out, err
+	}
+	baseMsg, err := eventAt(ctx, st, name, ev.Base)
+	if err != nil {
+		return nil, fmt.Errorf("plan %s revision %d: base %d: %w", name, ev.Revision, ev.Base, err)
+	}
+	base, err := decodeEvent(baseMsg)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := c.whole(ctx, base)
+	if err != nil {
+		return nil, err
+	}
+	r := plan.NewReplay(doc)
+	for seq := baseMsg.Sequence + 1; r.Revision() < ev.Revision; {
+		next, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(PlanEventSubject(name)))
+		if err != nil {
+			return nil, fmt.Errorf("plan %s after revision %d: %w", name, r.Revision(), err)
+		}
+		e, err := decodeEvent(next)
+		if err != nil {
+			return nil, err
+		}
+		if err := r.Apply(e); err != nil {
+			return nil, fmt.Errorf("plan %s: %w", name, err)
+		}
+		seq = next.Sequence + 1
+	}
+	out.Document = r.Document()
+	return out, nil
+}
+
+// whole is the document of an event that carries or names it whole.
+func (c *Client) whole(ctx context.Context, ev *plan.Event) (*plan.Document, error) {
+	if ev.Placement != nil {
+		return &plan.Document{Header: ev.Header, Placement: *ev.Placement}, nil
+	}
+	var d plan.Document
+	if err := c.getObject(ctx, PlansBucket, ev.Snapshot, &d); err != nil {
+		return nil, fmt.Errorf("snapshot of revision %d: %w", ev.Revision, err)
+	}
+	return &d, nil
+}
+
+// History calls fn with every revision of plan name the stream keeps,
+// oldest first, until fn returns false. It reads headers only, with a
+// consumer it deletes when done.
+func (c *Client) History(ctx context.Context, name string, fn func(Info) bool) error {
+	st, err := c.plans(ctx)
+	if err != nil {
+		return err
+	}
+	last, err := lastEvent(ctx, st, name)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{PlanEventSubject(name)},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return fmt.Errorf("plan history %s: %w", name, err)
+	}
+	defer c.dropConsumer(PlansStream, cons)
+	for {
+		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return fmt.Errorf("plan history %s: %w", name, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("plan history %s: %w", name, err)
+			}
+			if !fn(infoOf(md.Sequence.Stream, md.Timestamp, m.Headers())) || md.Sequence.Stream >= last.Sequence {
+				return nil
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return fmt.Errorf("plan history %s: %w", name, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("plan history %s: stream ended before sequence %d", name, last.Sequence)
+		}
+	}
+}
+
+// dropConsumer deletes an ordered consumer now rather than leave it to
+// expire on the server.
+func (c *Client) dropConsumer(stream string, cons jetstream.Consumer) {
+	if info := cons.CachedInfo(); info != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = c.js.DeleteConsumer(ctx, stream, info.Name)
+	}
+}
+
+// FollowOptions tune Follow.
+type FollowOptions struct {
+	// Skip, when set, is asked about every new revision before it is
+	// read; a revision it skips is not delivered (a planner skips its
+	// own).
+	Skip func(Info) bool
+}
+
+// Follow delivers the latest revision of plan name, whole, and then every
+// new one, until ctx is done; the channel is then closed. It survives
+// reconnects. Each revision is rebuilt from the one before where its
+// event carries a change.
+func (c *Client) Follow(ctx context.Context, name string, opts FollowOptions) (<-chan *Revision, error) {
+	st, err := c.plans(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := c.Plan(ctx, name, 0)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{PlanEventSubject(name)}, DeliverPolicy: jetstream.DeliverNewPolicy}
+	if cur != nil {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, cur.Seq+1
+	}
+	cons, err := st.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("follow plan %s: %w", name, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("follow plan %s: %w", name, err)
+	}
+	out := make(chan *Revision, 16)
+	go func() {
+		defer close(out)
+		defer c.dropConsumer(PlansStream, cons)
+		stop := context.AfterFunc(ctx, it.Stop)
+		defer stop()
+		f := follower{c: c, st: st, name: name, opts: opts}
+		if cur != nil {
+			f.replay = plan.NewReplay(cur.Document)
+			if !send(ctx, out, cur) {
+				return
+			}
+		}
+		for {
+			m, err := it.Next()
+			if err != nil {
+				return
+			}
+			if r := f.next(ctx, m); r != nil && !send(ctx, out, r) {
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// follower applies a plan's events as they come.
+type follower struct {
+	c      *Client
+	st     jetstream.Stream
+	name   string
+	opts   FollowOptions
+	replay *plan.Replay
+}
+
+// next reads one event: applied to the revision before where it carries
+// a change, else rebuilt; nil when skipped or unreadable.
+func (f *follower) next(ctx context.Context, m jetstream.Msg) *Revision {
+	md, err := m.Metadata()
+	if err != nil {
+		return nil
+	}
+	if f.opts.Skip != nil && f.opts.Skip(infoOf(md.Sequence.Stream, md.Timestamp, m.Headers())) {
+		f.replay = nil // the chain continues without us
+		return nil
+	}
+	raw := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp}
+	ev, err := decodeEvent(raw)
+	if err != nil {
+		return nil
+	}
+	r := &Revision{Event: ev, Seq: raw.Sequence, SpecDigest: raw.Header.Get(SpecDigestHeader), Publisher: raw.Header.Get(PlannerHeader)}
+	if f.replay != nil && (ev.Kind() == "document" || ev.Kind() == "change" && ev.Revision == f.replay.Revision()+1) && f.replay.Apply(ev) == nil {
+		r.Document = f.replay.Document()
+		return r
+	}
+	whole, err := f.c.rebuild(ctx, f.st, f.name, raw)
+	if err != nil {
+		return nil
+	}
+	f.replay = plan.NewReplay(whole.Document)
+	return whole
+}
+
+func send[T any](ctx context.Context, out chan<- T, v T) bool {
+	select {
+	case out <- v:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// EventSeq is the stream sequence of revision rev's event of plan name.
+func (c *Client) EventSeq(ctx context.Context, name string, rev int) (uint64, error) {
+	st, err := c.plans(ctx)
+	if err != nil {
+		return 0, err
+	}
+	m, err := eventAt(ctx, st, name, rev)
+	if err != nil {
+		return 0, err
+	}
+	return m.Sequence, nil
+}

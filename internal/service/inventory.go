@@ -1,0 +1,192 @@
+package service
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+// view is the live inventory as the planner plans on it: each node's
+// document and planner node, the ids in order, and, for the nodes that
+// changed since the last plan published, their document then. Keeping it
+// incrementally makes a replan's inventory cost in proportion to the
+// change, not the cluster.
+type view struct {
+	docs  map[string]inventory.NodeInventory
+	nodes map[string]planner.Node
+	ids   []string // sorted: the nodes with a planner node
+	// basis holds, per node changed since the last published plan, its
+	// document then (nil: it was not there).
+	basis map[string]*inventory.NodeInventory
+}
+
+func newView() view {
+	return view{docs: map[string]inventory.NodeInventory{}, nodes: map[string]planner.Node{}, basis: map[string]*inventory.NodeInventory{}}
+}
+
+// put sets node id's document and reports whether it changed.
+func (v *view) put(id string, doc inventory.NodeInventory) (bool, error) {
+	old, ok := v.docs[id]
+	if ok && inventory.SameInventory(old, doc) {
+		return false, nil
+	}
+	v.remember(id, old, ok)
+	v.docs[id] = doc
+	n, err := doc.PlannerNode()
+	if err != nil {
+		v.dropNode(id)
+		return true, fmt.Errorf("node %s: %w", id, err)
+	}
+	v.nodes[id] = n
+	if i, found := slices.BinarySearch(v.ids, id); !found {
+		v.ids = slices.Insert(v.ids, i, id)
+	}
+	return true, nil
+}
+
+// remove forgets node id and reports whether it was there.
+func (v *view) remove(id string) bool {
+	old, ok := v.docs[id]
+	if !ok {
+		return false
+	}
+	v.remember(id, old, true)
+	delete(v.docs, id)
+	v.dropNode(id)
+	return true
+}
+
+func (v *view) dropNode(id string) {
+	delete(v.nodes, id)
+	if i, found := slices.BinarySearch(v.ids, id); found {
+		v.ids = slices.Delete(v.ids, i, i+1)
+	}
+}
+
+// remember keeps a node's document as it was at the last published plan,
+// the first time it changes after.
+func (v *view) remember(id string, old inventory.NodeInventory, present bool) {
+	if _, ok := v.basis[id]; ok {
+		return
+	}
+	if present {
+		v.basis[id] = &old
+	} else {
+		v.basis[id] = nil
+	}
+}
+
+// planNodes is the inventory for planning, by id.
+func (v *view) planNodes() []planner.Node {
+	out := make([]planner.Node, len(v.ids))
+	for i, id := range v.ids {
+		out[i] = v.nodes[id]
+	}
+	return out
+}
+
+// changes says what changed since the last published plan: "nodes
+// joined: ...; nodes left: ...; GPUs unhealthy: n:3; nodes changed: ...".
+func (v *view) changes() []string {
+	var joined, left, sick, changed []string
+	for id, old := range v.basis {
+		now, ok := v.docs[id]
+		switch {
+		case old == nil && ok:
+			joined = append(joined, id)
+		case old != nil && !ok:
+			left = append(left, id)
+		case old == nil || !ok || inventory.SameInventory(*old, now):
+		default:
+			was := map[string]bool{}
+			for _, g := range old.GPUs {
+				was[g.UUID] = g.Healthy
+			}
+			any := false
+			for _, g := range now.GPUs {
+				if !g.Healthy && was[g.UUID] {
+					sick = append(sick, fmt.Sprintf("%s:%d", id, g.Index))
+					any = true
+				}
+			}
+			if !any {
+				changed = append(changed, id)
+			}
+		}
+	}
+	var parts []string
+	for _, l := range []struct {
+		what string
+		ids  []string
+	}{{"nodes joined", joined}, {"nodes left", left}, {"GPUs unhealthy", sick}, {"nodes changed", changed}} {
+		if len(l.ids) > 0 {
+			sort.Strings(l.ids)
+			parts = append(parts, l.what+": "+ellipsis(l.ids, 8))
+		}
+	}
+	return parts
+}
+
+func ellipsis(ids []string, n int) string {
+	if len(ids) <= n {
+		return strings.Join(ids, ", ")
+	}
+	return strings.Join(ids[:n], ", ") + fmt.Sprintf(" and %d more", len(ids)-n)
+}
+
+// apply folds one inventory event into the live inventory and reports
+// whether it changed anything a plan could depend on. Every event but a
+// removal is the node reporting.
+func (p *Planner) apply(ev bus.Event) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch ev.Op {
+	case bus.Changed:
+		p.reported[ev.NodeID] = true
+		changed, err := p.live.put(ev.NodeID, ev.Inventory)
+		if err != nil {
+			p.cfg.Log.Warn().Err(err).Msg("skipping a node whose inventory is malformed")
+		}
+		return changed
+	case bus.Heartbeat:
+		p.reported[ev.NodeID] = true
+	case bus.Removed:
+		return p.live.remove(ev.NodeID)
+	}
+	return false
+}
+
+// replaceNodes swaps in a resynced inventory and reports whether it
+// differs.
+func (p *Planner) replaceNodes(nodes map[string]inventory.NodeInventory) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	changed := false
+	for id := range p.live.docs {
+		if _, ok := nodes[id]; !ok {
+			changed = p.live.remove(id) || changed
+		}
+	}
+	for id, doc := range nodes {
+		p.reported[id] = true
+		c, err := p.live.put(id, doc)
+		if err != nil {
+			p.cfg.Log.Warn().Err(err).Msg("skipping a node whose inventory is malformed")
+		}
+		changed = changed || c
+	}
+	return changed
+}
+
+// node is node id's document.
+func (p *Planner) node(id string) (inventory.NodeInventory, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, ok := p.live.docs[id]
+	return n, ok
+}

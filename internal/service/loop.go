@@ -1,0 +1,235 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+// loop is the planner's one goroutine: it folds inventory, spec and
+// other planners' revisions into the planner's state and replans when the
+// inventory has been quiet for Debounce.
+type loop struct {
+	p      *Planner
+	log    zerolog.Logger
+	follow <-chan *bus.StoredPlan
+	specW  jetstream.KeyWatcher
+	events <-chan bus.Event
+	// synced: the watch has delivered the bucket's contents; the first
+	// plan waits for it, so no plan is made on part of the inventory.
+	synced     bool
+	everSynced bool
+	// resync collects a (re-established) watch's initial contents.
+	resync  map[string]inventory.NodeInventory
+	attempt int // of the inventory watch
+	timer   *time.Timer
+	retry   *time.Timer
+	dirty   bool
+	// A steady stream of changes (a rolling start of thousands of
+	// reporters, a flapping GPU) must not postpone the replan for ever:
+	// it waits for a quiet Debounce, but at most maxWait since the first
+	// change.
+	dirtySince time.Time
+	maxWait    time.Duration
+	started    time.Time
+	// failures counts replans that failed in a row; lastFailure is the
+	// cause last logged, so a failing publish is said once, not every
+	// retry.
+	failures    int
+	lastFailure string
+}
+
+func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
+	l := &loop{p: p, log: p.cfg.Log.With().Str("plan", p.cfg.Plan).Logger(), started: time.Now(),
+		timer: time.NewTimer(time.Hour), retry: time.NewTimer(0), maxWait: max(10*p.cfg.Debounce, time.Second)}
+	l.timer.Stop()
+	var err error
+	l.follow, err = p.plans.Follow(ctx, p.cfg.Plan, func(i client.Info) bool {
+		if i.Publisher == p.plans.Publisher {
+			return true // ours: replan stored it as latest already
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.latest != nil && i.Seq <= p.latest.Seq
+	})
+	if err != nil {
+		return nil, err
+	}
+	specKV, err := p.specs.KV(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if l.specW, err = specKV.Watch(ctx, p.cfg.Plan); err != nil {
+		return nil, fmt.Errorf("watch spec %s: %w", p.cfg.Plan, err)
+	}
+	return l, nil
+}
+
+func (l *loop) close() {
+	_ = l.specW.Stop()
+	l.timer.Stop()
+	l.retry.Stop()
+}
+
+func (l *loop) run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-l.retry.C:
+			l.watch(ctx)
+		case ev, ok := <-l.events:
+			if !ok {
+				l.watchClosed(ctx)
+				continue
+			}
+			l.attempt = 0
+			l.inventory(ev)
+		case sp, ok := <-l.follow:
+			if !ok {
+				l.follow = nil
+				continue
+			}
+			l.p.mu.Lock()
+			if l.p.latest == nil || sp.Seq > l.p.latest.Seq {
+				l.p.latest = sp
+			}
+			l.p.mu.Unlock()
+		case e, ok := <-l.specW.Updates():
+			if !ok {
+				return nil
+			}
+			l.spec(e)
+		case <-l.timer.C:
+			l.replan(ctx)
+		}
+	}
+}
+
+// kick notes a change and arms the replan.
+func (l *loop) kick() {
+	if !l.dirty {
+		l.dirtySince = time.Now()
+	}
+	l.dirty = true
+	l.p.mu.Lock()
+	haveSpec := l.p.spec != nil
+	l.p.mu.Unlock()
+	if l.synced && haveSpec && l.failures == 0 {
+		l.timer.Reset(max(0, min(l.p.cfg.Debounce, l.maxWait-time.Since(l.dirtySince))))
+	}
+}
+
+// watch (re)starts the inventory watch.
+func (l *loop) watch(ctx context.Context) {
+	ch, err := l.p.inv.Watch(ctx)
+	if err != nil {
+		l.log.Warn().Err(err).Msg("inventory watch failed; retrying")
+		l.retry.Reset(bus.Backoff(l.attempt))
+		l.attempt++
+		return
+	}
+	l.events, l.resync = ch, map[string]inventory.NodeInventory{}
+}
+
+// watchClosed starts over with a full resync when the watch ends without
+// being asked to, so that nothing that happened meanwhile is missed.
+func (l *loop) watchClosed(ctx context.Context) {
+	l.events, l.synced = nil, false
+	if ctx.Err() == nil {
+		l.log.Warn().Msg("inventory watch closed; re-establishing")
+		l.retry.Reset(bus.Backoff(l.attempt))
+		l.attempt++
+	}
+}
+
+// inventory folds one watch event in.
+func (l *loop) inventory(ev bus.Event) {
+	if l.resync == nil {
+		if l.p.apply(ev) {
+			l.kick()
+		}
+		return
+	}
+	switch ev.Op {
+	case bus.Changed:
+		l.resync[ev.NodeID] = ev.Inventory
+	case bus.Heartbeat:
+		// A heartbeat of a key this watch has not shown: what we knew is
+		// all there is. Never overwrite the fresher value this watch
+		// delivered.
+		if _, seen := l.resync[ev.NodeID]; !seen {
+			if old, ok := l.p.node(ev.NodeID); ok {
+				l.resync[ev.NodeID] = old
+			}
+		}
+	case bus.Removed:
+		delete(l.resync, ev.NodeID)
+	case bus.Synced:
+		l.p.replaceNodes(l.resync)
+		if !l.everSynced {
+			l.p.afterFirstSync()
+		}
+		l.resync, l.synced, l.everSynced = nil, true, true
+		l.kick()
+	}
+}
+
+// spec takes a stored spec.
+func (l *loop) spec(e jetstream.KeyValueEntry) {
+	if e == nil {
+		return // the initial values are in
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		l.log.Warn().Msg("spec deleted; keeping the last one")
+		return
+	}
+	spec, err := planner.ParseSpec(e.Value())
+	if err != nil {
+		l.log.Error().Err(err).Uint64("spec_revision", e.Revision()).Msg("stored spec does not parse; keeping the last one")
+		return
+	}
+	l.p.mu.Lock()
+	l.p.spec, l.p.digest = spec, SpecDigest(spec)
+	l.p.mu.Unlock()
+	l.log.Info().Uint64("spec_revision", e.Revision()).Msg("spec loaded")
+	l.kick()
+}
+
+// replan plans and publishes when the inventory has settled; a failure
+// backs off, and is logged once per cause, while the last good plan keeps
+// being served.
+func (l *loop) replan(ctx context.Context) {
+	if !l.dirty {
+		return
+	}
+	if wait := l.p.settling(l.started); wait > 0 {
+		l.timer.Reset(wait)
+		return
+	}
+	l.dirty = false
+	err := l.p.replan(ctx)
+	if err == nil {
+		if l.failures > 0 {
+			l.log.Info().Int("failures", l.failures).Msg("replanned after failures")
+		}
+		l.failures, l.lastFailure = 0, ""
+		return
+	}
+	l.dirty = true
+	wait := bus.Backoff(l.failures + 3) // from about 1 s up to 5 s
+	l.failures++
+	if cause := err.Error(); cause != l.lastFailure {
+		l.log.Error().Err(err).Dur("retry_in", wait).Msg("replan failed; retrying, serving the last plan meanwhile")
+		l.lastFailure = cause
+	}
+	l.timer.Reset(wait)
+}

@@ -1,0 +1,260 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+// maxChange bounds a change event's body; a larger change is stored as a
+// snapshot instead.
+const maxChange = 512 << 10
+
+// afterFirstSync starts the change log from the plan found at start: the
+// first watch filled the inventory, which is no change; the nodes of that
+// plan that are not there left.
+func (p *Planner) afterFirstSync() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.live.basis)
+	if p.latest == nil {
+		return
+	}
+	for _, pl := range p.latest.Plan.Pools {
+		for _, n := range pl.Nodes {
+			if _, ok := p.live.docs[n.NodeID]; !ok {
+				p.live.basis[n.NodeID] = &inventory.NodeInventory{NodeID: n.NodeID}
+			}
+		}
+	}
+}
+
+// replan computes the next plan and publishes it if it changed: its
+// event, then the assignments of the nodes whose workers changed. On a
+// conflict it re-reads the latest and recomputes.
+func (p *Planner) replan(ctx context.Context) error {
+	if err := p.reconcileAssignments(ctx); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	nodes := p.live.planNodes()
+	changes := p.live.changes()
+	p.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		p.mu.Lock()
+		latest, spec, digest := p.latest, p.spec, p.digest
+		p.mu.Unlock()
+		var prev *planner.Plan
+		var expect uint64
+		if latest != nil {
+			prev, expect = latest.Plan, latest.Seq
+		}
+		specChanged := latest != nil && latest.SpecDigest != digest
+		next, ch, _ := planner.Replan(prev, spec, nodes)
+		if prev != nil && planner.SamePlacement(prev, next) {
+			p.adoptSpec(latest, specChanged, digest)
+			return nil
+		}
+		next.Name = p.cfg.Plan
+		next.Revision = 1
+		if prev != nil {
+			next.Revision = prev.Revision + 1
+		}
+		next.CreatedAt = p.cfg.Now().UTC()
+		next.Reason = reason(prev, changes, specChanged, ch)
+		change := planner.Diff(prev, next)
+		ev, err := p.event(ctx, latest, next, change)
+		if err != nil {
+			return err
+		}
+		seq, err := p.plans.PublishEvent(ctx, ev, digest, expect)
+		if errors.Is(err, bus.ErrConflict) && attempt < maxConflicts {
+			sp, rerr := p.plans.Latest(ctx, p.cfg.Plan)
+			if rerr != nil {
+				return rerr
+			}
+			p.mu.Lock()
+			p.latest = sp
+			p.mu.Unlock()
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		p.published(&bus.StoredPlan{Plan: next, Seq: seq, SpecDigest: digest, Base: ev.Base})
+		p.cfg.Log.Info().Str("plan", next.Name).Int("revision", next.Revision).Bool("valid", next.Valid).
+			Int("moved", next.Moved).Str("kind", ev.Kind()).Str("reason", next.Reason).Msg("plan published")
+		if err := p.publishAssignments(ctx, prev, next, change); err != nil {
+			p.mu.Lock()
+			p.reconcile = true
+			p.mu.Unlock()
+			return err
+		}
+		if ev.Kind() != "change" {
+			p.retain(ctx)
+		}
+		return nil
+	}
+}
+
+// adoptSpec takes a new spec that plans as the old one did, so that the
+// next inventory change replans from the plan's state again.
+func (p *Planner) adoptSpec(latest *bus.StoredPlan, specChanged bool, digest string) {
+	if !specChanged {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.latest == latest {
+		p.latest = &bus.StoredPlan{Plan: latest.Plan, Seq: latest.Seq, SpecDigest: digest, Base: latest.Base}
+	}
+}
+
+// published makes sp the latest plan and starts a new change log.
+func (p *Planner) published(sp *bus.StoredPlan) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.latest == nil || sp.Seq > p.latest.Seq {
+		p.latest = sp
+	}
+	clear(p.live.basis)
+}
+
+// event is how next travels: whole when it is small (then the event
+// reads as the plan document), else as the change from the latest while
+// the chain of changes is short and the change small, else stored whole
+// as a snapshot object the event names.
+func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *planner.Plan, change *plan.Change) (*plan.Event, error) {
+	if next.Workers.Len() <= p.cfg.InlineWorkers {
+		ev := &plan.Event{Header: next.Header, Base: next.Revision, Placement: &next.Placement}
+		if data, _, err := client.Encode(ev); err == nil && len(data) <= maxChange {
+			return ev, nil
+		}
+	}
+	if latest != nil && next.Revision-latest.Base < p.cfg.SnapshotEvery {
+		ev := &plan.Event{Header: next.Header, Base: latest.Base, Change: change}
+		if data, _, err := client.Encode(ev); err == nil && len(data) <= maxChange {
+			return ev, nil
+		}
+	}
+	name, err := p.plans.PutSnapshot(ctx, &next.Document)
+	if err != nil {
+		return nil, err
+	}
+	return &plan.Event{Header: next.Header, Base: next.Revision, Snapshot: name}, nil
+}
+
+// publishAssignments publishes the workers of every node of the change
+// whose workers changed: an empty list for a node that lost them all.
+func (p *Planner) publishAssignments(ctx context.Context, prev, next *planner.Plan, change *plan.Change) error {
+	var as []client.Assignment
+	for _, nc := range change.Nodes {
+		var was []plan.Worker
+		if prev != nil {
+			was = prev.OnNode(nc.NodeID)
+		}
+		if len(was) == 0 && len(nc.Workers) == 0 || slices.EqualFunc(was, nc.Workers, sameWorker) {
+			continue
+		}
+		as = append(as, assignment(next, nc.NodeID, nc.Workers))
+	}
+	return p.plans.PublishAssignments(ctx, as)
+}
+
+func assignment(p *planner.Plan, node string, ws []plan.Worker) client.Assignment {
+	a := client.Assignment{Plan: p.Name, Revision: p.Revision, NodeID: node, Workers: make([]client.PlacedWorker, len(ws))}
+	for i, w := range ws {
+		a.Workers[i] = client.Place(p.Name, p.Revision, w)
+	}
+	return a
+}
+
+func sameWorker(a, b plan.Worker) bool {
+	return a.Component == b.Component && a.Index == b.Index && a.Pool == b.Pool && a.NodeID == b.NodeID &&
+		a.IP == b.IP && a.GPUShare == b.GPUShare && a.CPUs == b.CPUs &&
+		slices.Equal(a.GPUs, b.GPUs) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs)
+}
+
+// reconcileAssignments makes the assignment subjects match the latest
+// plan when they may not (at start, after a publish that failed between
+// the event and the assignments): it reads every node's last assignment
+// and republishes those that differ.
+func (p *Planner) reconcileAssignments(ctx context.Context) error {
+	p.mu.Lock()
+	need, latest := p.reconcile, p.latest
+	p.mu.Unlock()
+	if !need || latest == nil {
+		return nil
+	}
+	want := map[string][]plan.Worker{}
+	for _, w := range latest.Plan.Workers.All() {
+		want[w.NodeID] = append(want[w.NodeID], *w)
+	}
+	var as []client.Assignment
+	err := p.plans.Client().Assignments(ctx, p.cfg.Plan, func(a *client.Assignment) bool {
+		have := make([]plan.Worker, len(a.Workers))
+		for i, pw := range a.Workers {
+			have[i] = pw.Worker
+		}
+		if !slices.EqualFunc(have, want[a.NodeID], sameWorker) {
+			as = append(as, assignment(latest.Plan, a.NodeID, want[a.NodeID]))
+		}
+		delete(want, a.NodeID)
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for node, ws := range want {
+		as = append(as, assignment(latest.Plan, node, ws))
+	}
+	if err := p.plans.PublishAssignments(ctx, as); err != nil {
+		return err
+	}
+	if len(as) > 0 {
+		p.cfg.Log.Info().Int("nodes", len(as)).Int("revision", latest.Plan.Revision).Msg("assignments brought up to the latest plan")
+	}
+	p.mu.Lock()
+	if p.latest == latest {
+		p.reconcile = false
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// retain drops the oldest revisions past the history limits, from a whole
+// document on, so every revision kept can be rebuilt.
+func (p *Planner) retain(ctx context.Context) {
+	if err := p.plans.Retain(ctx, p.cfg.Plan, p.cfg.HistoryAge, p.cfg.HistoryBytes, p.cfg.Now()); err != nil {
+		p.cfg.Log.Warn().Err(err).Msg("trimming the plan history failed; it will be tried again")
+	}
+}
+
+// reason says why a new revision exists: which nodes came or went, which
+// GPUs turned unhealthy, a spec change, and what the planner did.
+func reason(prev *planner.Plan, changes []string, specChanged bool, ch *planner.Change) string {
+	var parts []string
+	if prev == nil {
+		parts = append(parts, "first plan")
+	}
+	if specChanged {
+		parts = append(parts, "spec changed")
+	}
+	if prev != nil {
+		parts = append(parts, changes...)
+	}
+	if s := ch.Summary(); s != "" && !(ch.Fresh && ch.FreshWhy == "first plan") {
+		parts = append(parts, s)
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "inventory changed")
+	}
+	return strings.Join(parts, "; ")
+}

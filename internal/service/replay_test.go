@@ -1,0 +1,199 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+const churnSpec = `
+scheduling:
+  train:  {worker_num: 24, num_cpus: 1, num_gpus: 1}
+  eval:   {worker_num: 4, num_cpus: 1, num_gpus: 2}
+  buffer: {worker_num: auto, num_cpus: 1, num_gpus: 0}
+  env:
+    - {worker_num: 40, num_cpus: 1, num_gpus: 0.25}
+placement: {mode: auto, strategy: disaggregate, env_strategy: default}
+`
+
+// churn replans a planner many times under random inventory changes (nodes
+// leaving and coming back, GPUs failing and healing), without the loop,
+// and returns what it published at each revision.
+func churn(t *testing.T, p *Planner, steps int) map[int]string {
+	t.Helper()
+	ctx := context.Background()
+	latest, err := p.start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.latest = latest
+	spec, _ := planner.ParseSpec([]byte(churnSpec))
+	p.spec, p.digest = spec, SpecDigest(spec)
+	all := map[string]inventory.NodeInventory{}
+	for i := range 12 {
+		id := fmt.Sprintf("n%02d", i)
+		var doc inventory.NodeInventory
+		_ = json.Unmarshal(simDoc(id), &doc)
+		all[id] = doc
+		_, _ = p.live.put(id, doc)
+	}
+	rng := rand.New(rand.NewPCG(7, uint64(steps)))
+	computed := map[int]string{}
+	for step := range steps {
+		if step > 0 {
+			id := fmt.Sprintf("n%02d", rng.IntN(12))
+			switch doc := all[id]; rng.IntN(3) {
+			case 0:
+				if !p.live.remove(id) {
+					_, _ = p.live.put(id, doc)
+				}
+			case 1:
+				var sick inventory.NodeInventory
+				_ = json.Unmarshal(simDoc(id, rng.IntN(8)), &sick)
+				_, _ = p.live.put(id, sick)
+			case 2:
+				_, _ = p.live.put(id, doc)
+			}
+		}
+		if err := p.replan(ctx); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		computed[p.latest.Plan.Revision] = string(p.latest.Plan.AppendJSON(nil))
+	}
+	return computed
+}
+
+// TestReplayChurn: every revision of a churned plan, rebuilt from the
+// stream and its snapshots by the documented scheme (client.Plan), is the
+// document the planner computed; events of every kind were used; no event
+// was over the 1 MB default; every node's assignment subject holds its
+// workers of the latest revision.
+func TestReplayChurn(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	p := New(Config{NC: h.nc, JS: h.js, Plan: "default", SnapshotEvery: 4, InlineWorkers: -1, Settle: -1, Log: zerolog.Nop()})
+	computed := churn(t, p, 60)
+	c := p.plans.Client()
+	kinds := map[string]int{}
+	err := c.History(ctx, "default", func(i client.Info) bool {
+		kinds[i.Kind]++
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kinds["change"] == 0 || kinds["snapshot"] == 0 {
+		t.Errorf("event kinds %v: want changes and snapshots", kinds)
+	}
+	for rev, want := range computed {
+		r, err := c.Plan(ctx, "default", rev)
+		if err != nil {
+			t.Fatalf("revision %d: %v", rev, err)
+		}
+		if got := string(r.Document.AppendJSON(nil)); got != want {
+			t.Fatalf("revision %d (%s) rebuilt differs:\n got %s\nwant %s", rev, r.Event.Kind(), got, want)
+		}
+	}
+	checkAssignments(t, c, p.latest.Plan)
+	st, _ := h.js.Stream(ctx, client.PlansStream)
+	for seq := uint64(1); ; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			break
+		}
+		if len(m.Data) > client.MaxMessage {
+			t.Errorf("event at %d is %d bytes", seq, len(m.Data))
+		}
+	}
+}
+
+// checkAssignments: each node of the plan has its workers on its
+// assignment subject, and every other node none.
+func checkAssignments(t *testing.T, c *client.Client, p *planner.Plan) {
+	t.Helper()
+	ctx := context.Background()
+	want := map[string][]plan.Worker{}
+	for _, w := range p.Workers.All() {
+		want[w.NodeID] = append(want[w.NodeID], *w)
+	}
+	seen := 0
+	err := c.Assignments(ctx, p.Name, func(a *client.Assignment) bool {
+		seen++
+		have := make([]plan.Worker, len(a.Workers))
+		for i, pw := range a.Workers {
+			have[i] = pw.Worker
+		}
+		if !slices.EqualFunc(have, want[a.NodeID], sameWorker) {
+			t.Errorf("node %s: assignment of revision %d has %d workers, the plan %d", a.NodeID, a.Revision, len(have), len(want[a.NodeID]))
+		}
+		delete(want, a.NodeID)
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for node := range want {
+		t.Errorf("node %s has workers but no assignment", node)
+	}
+	if seen == 0 {
+		t.Errorf("no assignments")
+	}
+}
+
+// TestRetain: trimming the history keeps whole chains: the oldest revision
+// kept is one its event carries or names whole, every revision kept can
+// be rebuilt, and the snapshots of revisions dropped are gone.
+func TestRetain(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	p := New(Config{NC: h.nc, JS: h.js, Plan: "default", SnapshotEvery: 3, InlineWorkers: -1, Settle: -1,
+		HistoryAge: -1, HistoryBytes: -1, Log: zerolog.Nop()})
+	churn(t, p, 30)
+	c := p.plans.Client()
+	infos := func() []client.Info {
+		var out []client.Info
+		if err := c.History(ctx, "default", func(i client.Info) bool { out = append(out, i); return true }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	before := infos()
+	last := before[len(before)-1]
+	// An age limit of a second, an hour later: everything is old; what is
+	// kept is the chain of the newest revision.
+	if err := p.plans.Retain(ctx, "default", time.Second, -1, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	after := infos()
+	if after[0].Revision != last.Base || after[len(after)-1].Revision != last.Revision {
+		t.Fatalf("kept revisions %d..%d, want %d..%d", after[0].Revision, after[len(after)-1].Revision, last.Base, last.Revision)
+	}
+	for _, i := range after {
+		if _, err := c.Plan(ctx, "default", i.Revision); err != nil {
+			t.Fatalf("revision %d kept but not rebuildable: %v", i.Revision, err)
+		}
+	}
+	if _, err := c.Plan(ctx, "default", before[0].Revision); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("revision %d dropped, yet: %v", before[0].Revision, err)
+	}
+	obs, _ := h.js.ObjectStore(ctx, client.PlansBucket)
+	objs, _ := obs.List(ctx)
+	for _, o := range objs {
+		var rev int
+		if _, err := fmt.Sscanf(o.Name, "default/snapshots/%d", &rev); err == nil && rev < last.Base {
+			t.Errorf("snapshot %s of a dropped revision kept", o.Name)
+		}
+	}
+}
