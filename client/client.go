@@ -98,10 +98,10 @@ func (c *Client) getObject(ctx context.Context, bucket, name string, v any) erro
 		return fmt.Errorf("object %s/%s: %w", bucket, name, err)
 	}
 	if data, err = Gunzip(data, MaxObject); err != nil {
-		return fmt.Errorf("object %s/%s: %w", bucket, name, err)
+		return fmt.Errorf("object %s/%s: %w: %w", bucket, name, ErrUnreadable, err)
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("object %s/%s: %w", bucket, name, err)
+		return fmt.Errorf("object %s/%s: %w: %w", bucket, name, ErrUnreadable, err)
 	}
 	return nil
 }

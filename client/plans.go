@@ -130,7 +130,7 @@ func eventAt(ctx context.Context, st jetstream.Stream, name string, rev int) (*j
 func decodeEvent(m *jetstream.RawStreamMsg) (*plan.Event, error) {
 	var ev plan.Event
 	if err := Decode(m.Data, m.Header, &ev); err != nil {
-		return nil, fmt.Errorf("event at sequence %d: %w", m.Sequence, err)
+		return nil, fmt.Errorf("event at sequence %d: %w: %w", m.Sequence, ErrUnreadable, err)
 	}
 	return &ev, nil
 }
@@ -266,12 +266,18 @@ func (c *Client) Follow(ctx context.Context, name string, opts FollowOptions) (<
 		return nil, err
 	}
 	cur, err := c.Plan(ctx, name, 0)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return nil, err
-	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{PlanEventSubject(name)}, DeliverPolicy: jetstream.DeliverNewPolicy}
-	if cur != nil {
+	switch {
+	case err == nil:
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, cur.Seq+1
+	case errors.Is(err, ErrUnreadable):
+		// The latest cannot be read: follow what comes after it.
+		cur = nil
+		if last, lerr := lastEvent(ctx, st, name); lerr == nil {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, last.Sequence+1
+		}
+	case !errors.Is(err, ErrNotFound):
+		return nil, err
 	}
 	cons, err := st.OrderedConsumer(ctx, cfg)
 	if err != nil {

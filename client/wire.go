@@ -25,6 +25,10 @@ var (
 	ErrInternal   = errors.New("internal error")
 )
 
+// ErrUnreadable says a stored revision or object is not what poolplanner
+// writes: damaged, or written by another program.
+var ErrUnreadable = errors.New("unreadable")
+
 // Wire codes of the error kinds, sent in micro's Nats-Service-Error-Code.
 const (
 	CodeBadRequest = "400"

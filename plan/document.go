@@ -208,7 +208,7 @@ func (x Explanation) Text() string {
 		fmt.Fprintf(&b, "  compromise: %s\n", r)
 	}
 	for _, r := range x.Displaced {
-		fmt.Fprintf(&b, "  moved: %s\n", r)
+		fmt.Fprintf(&b, "  placed again: %s\n", r)
 	}
 	return b.String()
 }

@@ -3,6 +3,7 @@ package plan
 import (
 	"encoding/json"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -261,8 +262,13 @@ func appendInts(b []byte, xs []int) []byte {
 	return append(b, ']')
 }
 
-// appendFloat writes a float as encoding/json does for ordinary values.
+// appendFloat writes a float as encoding/json does for ordinary values,
+// and null for what JSON cannot hold (the planner bounds its inputs so
+// that none arises; a document must stay JSON whatever happens).
 func appendFloat(b []byte, f float64) []byte {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return append(b, "null"...)
+	}
 	if a := abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
 		return strconv.AppendFloat(b, f, 'e', -1, 64)
 	}

@@ -86,6 +86,9 @@ type StoredPlan struct {
 	// Base is the revision whose whole placement begins the chain of
 	// changes it ends (plan.Event.Base).
 	Base int
+	// Unreadable marks a revision that could not be read: no change may
+	// build on it.
+	Unreadable bool
 }
 
 func storedOf(r *client.Revision) *StoredPlan {
@@ -132,15 +135,36 @@ func (s *PlanStore) Ensure(ctx context.Context) error {
 
 // Latest returns the newest revision of plan name, rebuilt whole; nil and
 // no error when the plan has none yet.
+//
+// A latest revision no one can read (damaged, or written by another
+// program) must not stop planning: it comes back as an invalid plan of
+// its revision, which the next plan follows as it would any invalid one.
 func (s *PlanStore) Latest(ctx context.Context, name string) (*StoredPlan, error) {
 	r, err := s.client.Plan(ctx, name, 0)
 	if errors.Is(err, client.ErrNotFound) {
 		return nil, nil
 	}
+	if errors.Is(err, client.ErrUnreadable) {
+		return s.unreadable(ctx, name, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return storedOf(r), nil
+}
+
+func (s *PlanStore) unreadable(ctx context.Context, name string, cause error) (*StoredPlan, error) {
+	st, err := s.js.Stream(ctx, PlansStream)
+	if err != nil {
+		return nil, err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, PlanVersionSubject(name))
+	if err != nil {
+		return nil, err
+	}
+	rev, _ := strconv.Atoi(m.Header.Get(RevisionHeader))
+	doc := plan.Document{Header: plan.Header{Name: name, Revision: rev, Error: fmt.Sprintf("revision %d is unreadable: %v", rev, cause)}}
+	return &StoredPlan{Plan: &planner.Plan{Document: doc}, Seq: m.Sequence, Base: rev, Unreadable: true}, nil
 }
 
 // Revision returns revision rev of plan name, rebuilt whole, or

@@ -103,6 +103,11 @@ func newValidateCmd() *cobra.Command {
 			if reply.Document == nil {
 				return fmt.Errorf("validate: the reply has no plan")
 			}
+			if !reply.Valid && output == "yaml" {
+				// As planner plan: no resource_pool to print.
+				fmt.Fprintln(cmd.ErrOrStderr(), "planner: not valid on the live inventory: "+reply.Error)
+				return exitError{ExitInvalid}
+			}
 			if err := writePlan(cmd.OutOrStdout(), &planner.Plan{Document: *reply.Document}, output); err != nil {
 				return err
 			}

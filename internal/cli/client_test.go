@@ -80,6 +80,9 @@ func TestServeAndClients(t *testing.T) {
 	if code, out, _ = run(t, "validate", "--spec", big, "--server", server); code != 1 || !strings.Contains(out, "Insufficient GPUs") {
 		t.Errorf("validate 1000 train: exit %d\n%s", code, out)
 	}
+	if code, out, errOut := run(t, "validate", "--spec", big, "--server", server, "--output", "yaml"); code != 1 || out != "" || !strings.Contains(errOut, "Insufficient GPUs") {
+		t.Errorf("validate -o yaml of 1000 train: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
 	// Why not, structured: the reply's explanations, printed for a person.
 	huge := writeFile(t, "huge.yaml", "scheduling: {eval: {worker_num: 1, num_cpus: 0, num_gpus: 16}}\n")
 	if code, out, _ = run(t, "validate", "--spec", huge, "--server", server); code != 1 || !strings.Contains(out, "why\n  eval: 0 of 1 placed\n    excluded: fewer than 16 healthy GPUs on") {

@@ -32,7 +32,12 @@ stay keeps its place, the others are placed again, and the plan says what
 moved and why: what the live service would do if the inventory became
 this one.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runPlan(cmd, f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("previous") && f.previous == "" {
+				return usagef("--previous: give the plan document's file")
+			}
+			return runPlan(cmd, f)
+		},
 	}
 	cmd.Flags().StringVar(&f.inventory, "inventory", "", "inventory JSON: rlightning cluster info or a list of NodeInventory documents")
 	cmd.Flags().StringVar(&f.spec, "spec", "", "job spec, YAML or JSON")

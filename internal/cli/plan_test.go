@@ -103,6 +103,12 @@ func TestPlanBadInput(t *testing.T) {
 		{name: "fractional multi-gpu", spec: "scheduling: {eval: {worker_num: 1, num_gpus: 1.5}}\n" + good, want: "scheduling.eval.num_gpus: 1.5 is not allowed"},
 		{name: "auto outside buffer", spec: "scheduling: {train: {worker_num: auto, num_gpus: 1}}\n" + good, want: `scheduling.train.worker_num: "auto" is allowed only for buffer`},
 		{name: "malformed index", spec: "scheduling: {train: {worker_num: 1, num_gpus: 1}}\nplacement: {mode: manual}\nresource_pool: [{name: p, num_node: 1, num_gpus: 8, train: \"0-x\"}]\n", want: `resource_pool[0].train: malformed index string "0-x"`},
+		{name: "absurd CPUs", spec: "scheduling: {train: {worker_num: 8, num_cpus: 1e308, num_gpus: 1}}\n", want: "scheduling.train.num_cpus: 1e+308 is not allowed; want a number from 0 to 1000000000"},
+		{name: "absurd node CPUs", inv: `{"node_id_to_resources": {"a": {"ip": "x", "CPU": 1e308, "GPU": 8}}}`, want: "node_id_to_resources.a.CPU: 1e+308 is not allowed; want a number from 0 to 1000000000"},
+		{name: "null env group", spec: "scheduling: {env: [null]}\n", want: "scheduling.env[0]: want a mapping with worker_num, num_cpus and num_gpus, got nothing"},
+		{name: "worker_counts per group", spec: "scheduling: {env: [{worker_num: 16, num_gpus: 0}]}\nplacement: {mode: manual}\nresource_pool: [{name: p, num_node: 1, num_gpus: 8, worker_counts: {env: [[16, 0]]}}]\n", want: "resource_pool[0].worker_counts.env[0]: gives 2 counts; want one per scheduling group of env (1)"},
+		{name: "worker_counts of nothing", spec: "scheduling: {env: [{worker_num: 16, num_gpus: 0}]}\nplacement: {mode: manual}\nresource_pool: [{name: p, num_node: 1, num_gpus: 8, worker_counts: {env: [16], eval: [0]}}]\n", want: "resource_pool[0].worker_counts.eval: the spec schedules no eval workers"},
+		{name: "worker_counts short", spec: "scheduling: {env: [{worker_num: 16, num_gpus: 0}]}\nplacement: {mode: manual}\nresource_pool: [{name: p, num_node: 1, num_gpus: 8, worker_counts: {env: [15]}}]\n", want: "resource_pool: worker_counts place 15 workers of scheduling.env[0]; it asks for 16"},
 		{name: "worker_counts not a list", spec: "scheduling: {env: [{worker_num: 2, num_gpus: 0}]}\nplacement: {mode: manual}\nresource_pool: [{name: p, num_node: 1, num_gpus: 8, worker_counts: {env: 2}}]\n", want: "resource_pool[0].worker_counts.env: want a list with an entry per node, got the number 2"},
 		{name: "worker_counts for buffer", spec: "scheduling: {env: [{worker_num: 2, num_gpus: 0}]}\nplacement: {mode: manual}\nresource_pool: [{name: p, num_node: 1, num_gpus: 8, worker_counts: {buffer: [1]}}]\n", want: `resource_pool[0].worker_counts: unknown key "buffer"`},
 		{name: "worker_counts too short", spec: "scheduling: {env: [{worker_num: 2, num_gpus: 0}]}\nplacement: {mode: manual}\nresource_pool: [{name: p, num_node: 2, num_gpus: 8, worker_counts: {env: [2]}}]\n", want: "resource_pool[0].worker_counts.env: lists 1 nodes but num_node is 2"},
@@ -190,7 +196,7 @@ func TestPlanPrevious(t *testing.T) {
 		t.Errorf("moved %d (node-01 had %d), reason %q", after.Moved, gone, after.Reason)
 	}
 	code, out, _ = run(t, "plan", "--inventory", less, "--spec", spec, "--previous", prevFile)
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("moved %d workers: ", gone)) || !strings.Contains(out, "node left on node-01") {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("moved %d workers; placed again: ", gone)) || !strings.Contains(out, "node left on node-01") {
 		t.Errorf("text (exit %d):\n%s", code, out)
 	}
 	for _, c := range []struct{ name, body, want string }{
@@ -205,5 +211,8 @@ func TestPlanPrevious(t *testing.T) {
 	}
 	if code, _, errOut := run(t, "plan", "--inventory", less, "--spec", spec, "--previous", "/nonexistent.json"); code != 2 || !strings.Contains(errOut, "--previous: open /nonexistent.json") {
 		t.Errorf("missing file: exit %d %q", code, errOut)
+	}
+	if code, _, errOut := run(t, "plan", "--inventory", less, "--spec", spec, "--previous", ""); code != 2 || !strings.Contains(errOut, "--previous: give the plan document's file") {
+		t.Errorf("empty --previous: exit %d %q", code, errOut)
 	}
 }

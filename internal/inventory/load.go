@@ -77,11 +77,11 @@ func ParseNodes(data []byte) ([]planner.Node, error) {
 		if r.CPU != nil {
 			cpus = *r.CPU
 		}
-		if gpus < 0 || gpus != math.Trunc(gpus) || gpus > 1<<16 {
-			return nil, fmt.Errorf("%s.GPU: %v is not allowed; want a whole number >= 0", field, gpus)
+		if gpus < 0 || gpus != math.Trunc(gpus) || gpus > planner.MaxNodeGPUs {
+			return nil, fmt.Errorf("%s.GPU: %v is not allowed; want a whole number from 0 to %d", field, gpus, planner.MaxNodeGPUs)
 		}
-		if cpus < 0 || math.IsInf(cpus, 0) || math.IsNaN(cpus) {
-			return nil, fmt.Errorf("%s.CPU: %v is not allowed; want a number >= 0", field, cpus)
+		if !(cpus >= 0) || cpus > planner.MaxCPUs {
+			return nil, fmt.Errorf("%s.CPU: %v is not allowed; want a number from 0 to %d", field, cpus, int(planner.MaxCPUs))
 		}
 		nodes = append(nodes, planner.Node{ID: id, IP: r.IP, CPUs: cpus, GPUs: int(gpus)})
 	}
@@ -92,6 +92,12 @@ func ParseNodes(data []byte) ([]planner.Node, error) {
 // 0..n-1, and unhealthy GPUs are listed so no work lands on them.
 func (n NodeInventory) PlannerNode() (planner.Node, error) {
 	node := planner.Node{ID: n.NodeID, IP: n.IP, CPUs: float64(n.CPUs), GPUs: len(n.GPUs)}
+	if n.CPUs < 0 || float64(n.CPUs) > planner.MaxCPUs {
+		return node, fmt.Errorf("cpus: %d is not allowed; want 0 to %d", n.CPUs, int(planner.MaxCPUs))
+	}
+	if len(n.GPUs) > planner.MaxNodeGPUs {
+		return node, fmt.Errorf("gpus: %d GPUs is not allowed; want at most %d", len(n.GPUs), planner.MaxNodeGPUs)
+	}
 	uuids := make([]string, len(n.GPUs))
 	seen := make([]bool, len(n.GPUs))
 	for i, g := range n.GPUs {

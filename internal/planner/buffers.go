@@ -47,6 +47,15 @@ func (e *engine) placeBuffers() (map[string][]int, int) {
 		if k >= prevB || !samePlace(e.prev.Workers.At(e.slots+k), &w) {
 			moved++
 		}
+		if e.prev != nil && (!same || e.fast && k < prevB && !samePlace(e.prev.Workers.At(e.slots+k), &w)) {
+			from := ""
+			if k < len(e.prevBufferIDs) {
+				from = e.prevBufferIDs[k]
+			} else if k < prevB {
+				from = e.prev.Workers.At(e.slots + k).NodeID
+			}
+			e.displaced = append(e.displaced, Displaced{Component: Buffer, Index: k, NodeID: from, Why: WhyBuffer})
+		}
 		e.store.set(e.slots+k, w)
 		e.rebuffered = append(e.rebuffered, at)
 		s2t[strconv.Itoa(k)] = e.trainOn(e.table[at])

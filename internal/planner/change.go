@@ -124,6 +124,9 @@ func (e *engine) moved() int {
 	seen := make(map[[2]int]bool, len(e.displaced))
 	for _, d := range e.displaced {
 		ci := d.Component.Rank()
+		if ci < 0 || ci >= nComp {
+			continue // buffers: placeBuffers counts them
+		}
 		k := [2]int{ci, d.Index}
 		if seen[k] {
 			continue

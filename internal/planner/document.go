@@ -35,6 +35,7 @@ func (e *engine) finish(err error) (*Plan, error) {
 		doc.Strategy, doc.EnvStrategy = "", ""
 	}
 	if err != nil {
+		e.invalid = true
 		doc.Error = err.Error()
 		doc.Explanations = e.explain()
 		doc.Notes = e.notesDoc()

@@ -136,6 +136,7 @@ type engine struct {
 	gone       []string
 	cap        Capacity
 	attempted  bool // placing began: the arithmetic passed
+	invalid    bool // the run failed: its plan places nothing
 	warnings   []string
 	displaced  []Displaced
 	// prev is the previous plan of an incremental run; fast is set when
@@ -146,7 +147,10 @@ type engine struct {
 	prevState   *planState
 	fast        bool
 	prevBuffers []int32
-	room        []int32
+	// prevBufferIDs is the node of each buffer of a previous plan read
+	// back from JSON (adoptSlow).
+	prevBufferIDs []string
+	room          []int32
 	// buffers is the node of each buffer of this run's plan; bufferMoves
 	// counts those that changed node.
 	buffers     []int32
@@ -204,20 +208,20 @@ func bufferReserve(bf *WorkerGroup) int {
 	return int(math.Ceil(float64(n)*bf.NumGPUs - eps))
 }
 
-// maxNodeGPUs bounds a node's GPU count: the planner keeps a share per
+// MaxNodeGPUs bounds a node's GPU count: the planner keeps a share per
 // GPU and component.
-const maxNodeGPUs = 1 << 12
+const MaxNodeGPUs = 1 << 12
 
 // sortedNodes orders nodes by id, refusing an id given twice and counts
 // no machine has.
 func sortedNodes(nodes []Node) ([]int, error) {
 	for i := range nodes {
 		n := &nodes[i]
-		if n.GPUs < 0 || n.GPUs > maxNodeGPUs {
-			return nil, &PlanError{Msg: fmt.Sprintf("node %q: %d GPUs is not allowed; want 0 to %d", n.ID, n.GPUs, maxNodeGPUs)}
+		if n.GPUs < 0 || n.GPUs > MaxNodeGPUs {
+			return nil, &PlanError{Msg: fmt.Sprintf("node %q: %d GPUs is not allowed; want 0 to %d", n.ID, n.GPUs, MaxNodeGPUs)}
 		}
-		if !(n.CPUs >= 0) || math.IsInf(n.CPUs, 0) {
-			return nil, &PlanError{Msg: fmt.Sprintf("node %q: %v CPUs is not allowed; want a number >= 0", n.ID, n.CPUs)}
+		if !(n.CPUs >= 0) || n.CPUs > MaxCPUs {
+			return nil, &PlanError{Msg: fmt.Sprintf("node %q: %v CPUs is not allowed; want a number from 0 to %d", n.ID, n.CPUs, int(MaxCPUs))}
 		}
 	}
 	order := make([]int, len(nodes))

@@ -115,7 +115,9 @@ func (e *engine) explainComp(ci int, ts *tallies) Explanation {
 	for reason, t := range e.passed[ci] {
 		x.Excluded = append(x.Excluded, ReasonCount{Reason: reason, Nodes: t.nodes, NodeIDs: t.ids})
 	}
-	x.Displaced = e.displacedCounts(d.comp)
+	if !e.invalid {
+		x.Displaced = e.displacedCounts(d.comp)
+	}
 	sortCounts(x.Excluded)
 	sortCounts(x.Compromises)
 	return x
@@ -178,6 +180,9 @@ func (e *engine) explain() []Explanation {
 		if short || len(x.Excluded) > 0 || len(x.Compromises) > 0 || len(x.Displaced) > 0 {
 			out = append(out, x)
 		}
+	}
+	if moved := e.displacedCounts(Buffer); len(moved) > 0 && !e.invalid {
+		out = append(out, Explanation{Component: Buffer, Asked: len(e.buffers), Placed: len(e.buffers), Displaced: moved})
 	}
 	return out
 }

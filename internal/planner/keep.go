@@ -19,6 +19,8 @@ const (
 	WhyNeeds       = "needs changed"
 	WhyConflict    = "GPU taken"
 	WhyPool        = "pool changed"
+	// WhyBuffer: a buffer worker goes where its node's train workers are.
+	WhyBuffer = "follows its train workers"
 )
 
 // Displaced is a worker of the previous plan that had to be placed again,
@@ -374,12 +376,16 @@ func (e *engine) prevByNode() ([][]*Worker, [nComp][]bool) {
 		}
 	}
 	e.prevBuffers = slices.Repeat([]int32{-1}, nbuf)
+	e.prevBufferIDs = make([]string, nbuf)
 	for _, w := range e.prev.Workers.All() {
 		ci := w.Component.Rank()
 		at := e.find(w.NodeID)
 		if w.Component == Buffer {
-			if w.Index >= 0 && w.Index < nbuf && at >= 0 {
-				e.prevBuffers[w.Index] = at
+			if w.Index >= 0 && w.Index < nbuf {
+				e.prevBufferIDs[w.Index] = w.NodeID
+				if at >= 0 {
+					e.prevBuffers[w.Index] = at
+				}
 			}
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 )
 
@@ -53,10 +54,11 @@ func Replan(prev *Plan, spec *Spec, nodes []Node) (*Plan, *Change, error) {
 		return fresh(prev, spec, nodes, "the incremental plan could not place every worker: "+err.Error())
 	}
 	doc, err := e.finish(err)
-	ch := &Change{Displaced: e.displaced}
 	if err != nil {
-		return doc, ch, err
+		// An invalid plan places nothing: nothing was re-placed either.
+		return doc, &Change{}, err
 	}
+	ch := &Change{Displaced: e.displaced}
 	if e.fast {
 		doc.Moved = e.moved() + e.bufferMoves
 	} else {
@@ -69,8 +71,39 @@ func fresh(prev *Plan, spec *Spec, nodes []Node, why string) (*Plan, *Change, er
 	doc, err := Compute(spec, nodes)
 	if err == nil {
 		doc.Moved = CountMoved(prev, doc)
+		if prev != nil && prev.Valid {
+			explainFresh(prev, doc, why)
+		}
 	}
 	return doc, &Change{Fresh: true, FreshWhy: why}, err
+}
+
+// explainFresh adds to a plan made afresh, per component, how many of
+// the previous plan's workers it moved, and why it did not keep them.
+func explainFresh(prev, doc *Plan, why string) {
+	old := indexWorkers(prev.Workers)
+	moved := map[Component]int{}
+	for _, w := range doc.Workers.All() {
+		if o := old.get(w.Component, w.Index); o == nil || !samePlace(o, w) {
+			moved[w.Component]++
+		}
+	}
+	asked := map[Component]int{}
+	for _, w := range doc.Workers.All() {
+		asked[w.Component]++
+	}
+	for _, c := range []Component{Train, Eval, Env, Buffer} {
+		if moved[c] == 0 {
+			continue
+		}
+		rc := ReasonCount{Reason: "planned afresh: " + why, Workers: moved[c]}
+		i := slices.IndexFunc(doc.Explanations, func(x Explanation) bool { return x.Component == c })
+		if i < 0 {
+			doc.Explanations = append(doc.Explanations, Explanation{Component: c, Asked: asked[c], Placed: asked[c]})
+			i = len(doc.Explanations) - 1
+		}
+		doc.Explanations[i].Displaced = append(doc.Explanations[i].Displaced, rc)
+	}
 }
 
 // freshWhy says why prev cannot be the base of an incremental plan for

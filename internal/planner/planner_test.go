@@ -57,8 +57,12 @@ func TestParseSpecDefaults(t *testing.T) {
 	if !s.Scheduling.Buffer.Auto || s.Scheduling.Buffer.NumCPUs != 1 || len(s.Scheduling.Env) != 1 {
 		t.Errorf("scheduling %+v", s.Scheduling)
 	}
-	if _, err := ParseSpec([]byte("scheduling: {}\nplacement: {mode: manual}\n")); err == nil || !strings.Contains(err.Error(), "resource_pool") {
+	if _, err := ParseSpec([]byte("scheduling: {train: {worker_num: 1}}\nplacement: {mode: manual}\n")); err == nil || !strings.Contains(err.Error(), "resource_pool") {
 		t.Errorf("manual without pools: %v", err)
+	}
+	// A spec of no workers exports no pools, and that loads back.
+	if _, err := ParseSpec([]byte("scheduling: {}\nplacement: {mode: manual}\nresource_pool: []\n")); err != nil {
+		t.Errorf("manual spec of no workers: %v", err)
 	}
 }
 
@@ -198,4 +202,26 @@ func TestPoolsOnlyAgrees(t *testing.T) {
 			t.Fatalf("pools-only plan has %d workers", lean.Workers.Len())
 		}
 	})
+}
+
+// TestCPUOnlyWorkersWait: workers that need no GPU are placed after every
+// GPU worker, so that their CPUs do not leave a GPU group nowhere to go
+// (placed in index order, 38 env workers of 10 CPUs would take every
+// rollout node's CPUs before the 8 GPU env workers come).
+func TestCPUOnlyWorkersWait(t *testing.T) {
+	spec := specT(t, `
+scheduling:
+  train: {worker_num: 8, num_cpus: 4, num_gpus: 1}
+  env:
+    - {worker_num: 38, num_cpus: 10, num_gpus: 0}
+    - {worker_num: 8, num_cpus: 1, num_gpus: 0.5}
+`)
+	nodes := []Node{{ID: "a", CPUs: 128, GPUs: 8}, {ID: "b", CPUs: 128, GPUs: 8}, {ID: "c", CPUs: 128, GPUs: 8}, {ID: "d", CPUs: 128, GPUs: 8}}
+	p, err := Compute(spec, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range checkPlan(spec, nodes, p) {
+		t.Error(e)
+	}
 }

@@ -73,6 +73,10 @@ type Spec struct {
 	ResourcePool []PoolConfig
 }
 
+// MaxCPUs bounds a count of CPUs, a node's or a worker's: no machine has
+// more, and sums of them stay far from overflowing.
+const MaxCPUs = 1e9
+
 // MaxWorkers bounds the workers one spec may ask for: every worker is
 // planned and recorded, and a plan of two million workers already takes
 // about 300 MB. (Twenty thousand 8-GPU nodes running env workers at a
@@ -137,10 +141,57 @@ func ParseSpec(data []byte) (*Spec, error) {
 	if total > MaxWorkers {
 		return nil, fieldErr("scheduling", "asks for %d workers in all; a plan holds at most %d", total, MaxWorkers)
 	}
-	if s.Placement.Mode == ModeManual && len(s.ResourcePool) == 0 {
+	if s.Placement.Mode == ModeManual && len(s.ResourcePool) == 0 && total > 0 {
 		return nil, fieldErr("resource_pool", "placement.mode is manual but resource_pool is empty; list the pools, or use mode auto")
 	}
+	if s.Placement.Mode == ModeManual {
+		if err := checkCounts(s); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// checkCounts checks the pools' worker_counts against the scheduling: a
+// count per group of the component on every node, and, summed over the
+// pools, every worker of every group.
+func checkCounts(s *Spec) error {
+	sc := s.Scheduling
+	groups := [nComp][]WorkerGroup{groupList(sc.Train), groupList(sc.Eval), sc.Env}
+	var sums [nComp][]int
+	for ci := range sums {
+		sums[ci] = make([]int, len(groups[ci]))
+	}
+	counted := [nComp]bool{}
+	for i, pc := range s.ResourcePool {
+		for ci, c := range gpuComponents {
+			counts := pc.WorkerCounts[c]
+			if counts == nil {
+				continue
+			}
+			counted[ci] = true
+			field := fmt.Sprintf("resource_pool[%d].worker_counts.%s", i, c)
+			if len(groups[ci]) == 0 {
+				return fieldErr(field, "the spec schedules no %s workers", c)
+			}
+			for j, per := range counts {
+				if len(per) != len(groups[ci]) {
+					return fieldErr(fmt.Sprintf("%s[%d]", field, j), "gives %d counts; want one per scheduling group of %s (%d)", len(per), c, len(groups[ci]))
+				}
+				for gi, k := range per {
+					sums[ci][gi] += k
+				}
+			}
+		}
+	}
+	for ci, c := range gpuComponents {
+		for gi, g := range groups[ci] {
+			if counted[ci] && sums[ci][gi] != g.WorkerNum {
+				return fieldErr("resource_pool", "worker_counts place %d %s of %s; it asks for %d", sums[ci][gi], plural(sums[ci][gi], "worker", "workers"), groupName(c, gi), g.WorkerNum)
+			}
+		}
+	}
+	return nil
 }
 
 func parseScheduling(v any, out *Scheduling) error {
@@ -217,7 +268,7 @@ func parseGroup(field string, v any, allowAuto bool) (WorkerGroup, error) {
 	default:
 		n, ok := number(wn)
 		if !ok || n < 0 || n != math.Trunc(n) {
-			return g, fieldErr(field+".worker_num", "%v is not allowed; want a whole number >= 0%s", wn, autoHint(allowAuto))
+			return g, fieldErr(field+".worker_num", "%s is not allowed; want a whole number >= 0%s", show(wn), autoHint(allowAuto))
 		}
 		if n > MaxWorkers {
 			return g, fieldErr(field+".worker_num", "%v is more than a plan holds; want at most %d", wn, MaxWorkers)
@@ -226,15 +277,15 @@ func parseGroup(field string, v any, allowAuto bool) (WorkerGroup, error) {
 	}
 	if raw, ok := m["num_cpus"]; ok && raw != nil {
 		n, ok := number(raw)
-		if !ok || n < 0 || math.IsInf(n, 0) {
-			return g, fieldErr(field+".num_cpus", "%v is not allowed; want a number >= 0", raw)
+		if !ok || n < 0 || n > MaxCPUs {
+			return g, fieldErr(field+".num_cpus", "%s is not allowed; want a number from 0 to %d", show(raw), int(MaxCPUs))
 		}
 		g.NumCPUs = n
 	}
 	if raw, ok := m["num_gpus"]; ok && raw != nil {
 		n, ok := number(raw)
 		if !ok || n < 0 || math.IsInf(n, 0) || n > 1e6 {
-			return g, fieldErr(field+".num_gpus", "%v is not allowed; want a fraction in (0, 1], a whole number, or 0", raw)
+			return g, fieldErr(field+".num_gpus", "%s is not allowed; want a fraction in (0, 1], a whole number up to 1000000, or 0", show(raw))
 		}
 		if n > 1 && n != math.Trunc(n) {
 			return g, fieldErr(field+".num_gpus", "%v is not allowed: above 1 a worker takes whole GPUs; want a fraction in (0, 1] or a whole number", raw)
@@ -453,7 +504,7 @@ func parseWorkerCounts(field string, v any, p *PoolConfig) error {
 			for j, g := range groups {
 				n, ok := number(g)
 				if !ok || n < 0 || n != math.Trunc(n) || n > MaxWorkers {
-					return fieldErr(fmt.Sprintf("%s[%d]", f, i), "%v is not allowed in entry %d; want whole numbers of workers >= 0", g, j)
+					return fieldErr(fmt.Sprintf("%s[%d]", f, i), "%s is not allowed in entry %d; want whole numbers of workers from 0 to %d", show(g), j, MaxWorkers)
 				}
 				counts[i] = append(counts[i], int(n))
 			}
@@ -501,6 +552,15 @@ func number(v any) (float64, bool) {
 		return x, true
 	}
 	return 0, false
+}
+
+// show writes a value a person gave, as they would: "nothing" for a YAML
+// null, not Go's "<nil>".
+func show(v any) string {
+	if v == nil {
+		return "nothing"
+	}
+	return fmt.Sprint(v)
 }
 
 func kindOf(v any) string {

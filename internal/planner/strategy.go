@@ -120,27 +120,55 @@ func (e *engine) passedBy(ci int, reason, node string) {
 
 // place runs the placement's passes over src, candidate nodes in rank
 // order: every node for a fresh plan, those with room for an incremental
-// one.
+// one. In auto mode workers that need no GPU wait until every GPU worker
+// is placed: rlightning's passes would put them on the first nodes with a
+// free GPU, where their CPUs can leave a GPU worker nowhere to go.
 func (e *engine) place(src []int32) {
-	switch {
-	case e.rules.manual:
+	if e.rules.manual {
 		e.manualPasses()
-	case e.rules.colocate:
-		e.colocate(src)
-		e.cpuOnly()
-	default:
-		e.disaggregate(src)
-		e.cpuOnly()
+		return
 	}
+	deferred := e.deferCPUOnly()
+	if e.rules.colocate {
+		e.colocate(src)
+	} else {
+		e.disaggregate(src)
+	}
+	e.cpuOnly(deferred)
 }
 
-// cpuOnly places workers that need no GPU and that the passes left, since
-// rlightning's passes visit only nodes with a free GPU: on any node with
-// the CPUs, in tier and rank order (their pool's nodes first).
-func (e *engine) cpuOnly() {
-	var all []int32
+// deferCPUOnly takes the workers of groups that need no GPU out of the
+// demands, and returns them by component.
+func (e *engine) deferCPUOnly() [nComp][]int {
+	var out [nComp][]int
 	for ci, d := range e.demands {
-		if d.done() || d.group().NumGPUs > 0 {
+		some := false
+		for _, g := range d.groups {
+			some = some || g.WorkerNum > 0 && g.NumGPUs <= 0
+		}
+		if !some {
+			continue
+		}
+		gpu := []int{}
+		for ; !d.done(); d.advance() {
+			if d.group().NumGPUs > 0 {
+				gpu = append(gpu, d.index())
+			} else {
+				out[ci] = append(out[ci], d.index())
+			}
+		}
+		d.only(gpu)
+	}
+	return out
+}
+
+// cpuOnly places the workers that need no GPU on any node with the CPUs,
+// in tier and rank order (their component's nodes first); what it cannot
+// place goes back to the demand, for the shortfall to say.
+func (e *engine) cpuOnly(deferred [nComp][]int) {
+	var all []int32
+	for ci, list := range deferred {
+		if len(list) == 0 {
 			continue
 		}
 		if all == nil {
@@ -150,17 +178,30 @@ func (e *engine) cpuOnly() {
 			}
 			all = rankOrder(e.table, all)
 		}
+		d := e.demands[ci]
+		cd := *d
+		cd.only(list)
 		tg := target{pool: e.pools[e.rules.pool[ci]]}
 		for _, c := range e.candidates(all, 1<<ci) {
-			if d.done() || d.group().NumGPUs > 0 {
+			if cd.done() {
 				break
 			}
-			if e.table[c.at].cpuLeft+eps < d.group().NumCPUs {
+			if e.table[c.at].cpuLeft+eps < cd.group().NumCPUs {
+				e.passedBy(ci, ReasonCPUsExhausted, e.table[c.at].node.ID)
 				continue
 			}
-			placed, _ := e.fill(tg, c.at, d, nil)
-			e.shared(c, d, placed)
+			placed, _ := e.fill(tg, c.at, &cd, nil)
+			e.shared(c, &cd, placed)
 		}
+		var left []int
+		for ; !d.done(); d.advance() {
+			left = append(left, d.index())
+		}
+		for ; !cd.done(); cd.advance() {
+			left = append(left, cd.index())
+		}
+		slices.Sort(left)
+		d.only(left)
 	}
 }
 

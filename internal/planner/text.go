@@ -121,7 +121,7 @@ func writeMap(bw *bufio.Writer, p *Plan) {
 		rows = append(rows, info[id].row(id))
 	}
 	fmt.Fprintf(bw, "\nGPU map (%s)\n", mapLegend)
-	writeRuns(bw, foldRows(rows))
+	writeRuns(bw, foldRows(rows, slices.Sorted(slices.Values(order))))
 }
 
 // mapNodes gathers every pool node, in pool order, with what its workers
@@ -182,16 +182,23 @@ func (ni *mapNode) row(id string) mapRow {
 	}
 }
 
-// mapRun is neighbouring rows that differ only in their node id.
+// mapRun is neighbouring rows that differ only in their node id, whose
+// ids follow one another: "a..b (n)" names exactly the nodes from a to b.
 type mapRun struct {
 	first, last mapRow
 	n           int
 }
 
-func foldRows(rows []mapRow) []mapRun {
+// foldRows folds runs of rows; ids are every row's id, sorted.
+func foldRows(rows []mapRow, ids []string) []mapRun {
+	rank := make(map[string]int, len(ids))
+	for i, id := range ids {
+		rank[id] = i
+	}
 	var runs []mapRun
 	for _, r := range rows {
-		if k := len(runs) - 1; k >= 0 && runs[k].last.pools == r.pools && runs[k].last.gpus == r.gpus && runs[k].last.cpus == r.cpus {
+		if k := len(runs) - 1; k >= 0 && rank[r.node] == rank[runs[k].last.node]+1 &&
+			runs[k].last.pools == r.pools && runs[k].last.gpus == r.gpus && runs[k].last.cpus == r.cpus {
 			runs[k].last = r
 			runs[k].n++
 			continue
@@ -261,16 +268,18 @@ func cell(u []gpuUse, i int, allocated, unhealthy bool) byte {
 	return '.'
 }
 
-// writeMoved says what an incremental plan moved and why.
+// writeMoved says how many workers moved, and which of the previous
+// plan's workers were placed again, and why (some may land where they
+// were).
 func writeMoved(bw *bufio.Writer, p *Plan) {
 	var parts []string
 	for _, x := range p.Explanations {
 		for _, r := range x.Displaced {
-			parts = append(parts, fmt.Sprintf("%s %d: %s", x.Component, r.Workers, ReasonCount{Reason: r.Reason, Nodes: r.Nodes, NodeIDs: r.NodeIDs}))
+			parts = append(parts, fmt.Sprintf("%s: %s", x.Component, r))
 		}
 	}
 	if len(parts) > 0 {
-		fmt.Fprintf(bw, "moved %d %s: %s\n", p.Moved, plural(p.Moved, "worker", "workers"), strings.Join(parts, "; "))
+		fmt.Fprintf(bw, "moved %d %s; placed again: %s\n", p.Moved, plural(p.Moved, "worker", "workers"), strings.Join(parts, "; "))
 	}
 }
 

@@ -138,7 +138,7 @@ func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *plann
 			return ev, nil
 		}
 	}
-	if latest != nil && next.Revision-latest.Base < p.cfg.SnapshotEvery {
+	if latest != nil && !latest.Unreadable && next.Revision-latest.Base < p.cfg.SnapshotEvery {
 		ev := &plan.Event{Header: next.Header, Base: latest.Base, Change: change}
 		if data, _, err := client.Encode(ev); err == nil && len(data) <= maxChange {
 			return ev, nil

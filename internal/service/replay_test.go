@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/plan"
@@ -195,5 +197,31 @@ func TestRetain(t *testing.T) {
 		if _, err := fmt.Sscanf(o.Name, "default/snapshots/%d", &rev); err == nil && rev < last.Base {
 			t.Errorf("snapshot %s of a dropped revision kept", o.Name)
 		}
+	}
+}
+
+// TestUnreadableLatest: a latest revision no one can read (damaged, or
+// written by another program) does not stop the planner: it plans afresh
+// and publishes the next revision.
+func TestUnreadableLatest(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	for i := 1; i <= 4; i++ {
+		h.node(fmt.Sprintf("n%d", i))
+	}
+	if err := bus.NewPlanStore(h.js).Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(client.PlanEventSubject("default"))
+	msg.Header.Set(client.RevisionHeader, "7")
+	msg.Data = []byte(`{"revision": 7, "cpus_required": +Inf`)
+	if _, err := h.js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	stop := h.planner(ctx, testSpec)
+	defer stop()
+	next := h.waitRevision(8)
+	if !next.Valid {
+		t.Fatalf("revision 8: %s", next.Error)
 	}
 }

@@ -208,7 +208,7 @@ func (p *Planner) startRetrying(ctx context.Context) (*bus.StoredPlan, bool) {
 			return nil, false
 		}
 		wait := bus.Backoff(attempt)
-		p.cfg.Log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot reach JetStream yet; retrying")
+		p.cfg.Log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot start (JetStream away, or the stream refuses); retrying")
 		select {
 		case <-ctx.Done():
 			return nil, false
