@@ -98,10 +98,27 @@ func AssignmentNode(name, subject string) string {
 	return node
 }
 
-// SnapshotObject names the object holding revision rev of plan name
-// whole, in PlansBucket.
-func SnapshotObject(name string, rev int) string {
-	return name + "/snapshots/" + strconv.Itoa(rev)
+// SnapshotObject names an object holding revision rev of plan name
+// whole, in PlansBucket; id tells apart the snapshots two planners racing
+// to publish rev store (only one's event names its own). Readers take
+// the name from the event.
+func SnapshotObject(name string, rev int, id string) string {
+	return SnapshotPrefix(name) + strconv.Itoa(rev) + "/" + id
+}
+
+// SnapshotPrefix begins the name of every snapshot object of plan name.
+func SnapshotPrefix(name string) string { return name + "/snapshots/" }
+
+// SnapshotRevision is the revision a snapshot object of plan name holds;
+// false when object is not one.
+func SnapshotRevision(name, object string) (int, bool) {
+	rest, ok := strings.CutPrefix(object, SnapshotPrefix(name))
+	if !ok {
+		return 0, false
+	}
+	rev, _, _ := strings.Cut(rest, "/")
+	n, err := strconv.Atoi(rev)
+	return n, err == nil
 }
 
 // AssignmentObject names the object holding node's workers of plan name

@@ -339,7 +339,7 @@ func (f *follower) next(ctx context.Context, m jetstream.Msg) *Revision {
 		return nil
 	}
 	r := &Revision{Event: ev, Seq: raw.Sequence, SpecDigest: raw.Header.Get(SpecDigestHeader), Publisher: raw.Header.Get(PlannerHeader)}
-	if f.replay != nil && (ev.Kind() == "document" || ev.Kind() == "change" && ev.Revision == f.replay.Revision()+1) && f.replay.Apply(ev) == nil {
+	if f.replay != nil && ev.Follows(f.replay.Revision()) && f.replay.Apply(ev) == nil {
 		r.Document = f.replay.Document()
 		return r
 	}

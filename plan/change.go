@@ -12,7 +12,9 @@ import (
 // Event is one revision of a plan as its subject carries it: the header,
 // and the placement in one of three forms. Whole (small plans and invalid
 // ones), when the event reads exactly as the plan document; as the change
-// from the revision before; or stored whole as an object, a snapshot.
+// from the revision before; or stored whole as an object, a snapshot
+// (the event then carries the change too when it is small, so that a
+// follower need not fetch the object).
 type Event struct {
 	Header
 	// Base is the revision whose whole placement begins the chain of
@@ -34,10 +36,16 @@ func (e *Event) Kind() string {
 	switch {
 	case e.Placement != nil:
 		return "document"
-	case e.Change != nil:
-		return "change"
+	case e.Snapshot != "" || e.Change == nil:
+		return "snapshot"
 	}
-	return "snapshot"
+	return "change"
+}
+
+// Follows says whether e can be applied to revision rev: it carries its
+// whole placement, or the change from rev.
+func (e *Event) Follows(rev int) bool {
+	return e.Placement != nil || e.Change != nil && e.Revision == rev+1
 }
 
 // Change is what a revision's placement changes of the one before's,
@@ -133,8 +141,8 @@ func (r *Replay) Revision() int { return r.header.Revision }
 
 // Apply moves the replay to the event's revision, which must follow the
 // one it holds (ErrNotNext) unless the event carries its whole placement.
-// An event that names a snapshot cannot be applied: load the snapshot and
-// start a new replay from it.
+// An event that only names a snapshot cannot be applied: load the
+// snapshot and start a new replay from it.
 func (r *Replay) Apply(e *Event) error {
 	switch {
 	case e.Placement != nil:

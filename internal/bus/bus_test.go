@@ -13,7 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // startServer starts an embedded server on a free port with JetStream in
@@ -326,5 +328,51 @@ func TestConnectServerDownAtStart(t *testing.T) {
 	}
 	if !strings.Contains(nc.ConnectedUrl(), port) {
 		t.Errorf("connected to %s", nc.ConnectedUrl())
+	}
+}
+
+// TestSnapshotsOfOneRevision: two planners racing to publish a revision
+// each store their own snapshot; neither overwrites the other's, and the
+// loser's can be dropped. The retention's parse of snapshot names reads
+// their revision.
+func TestSnapshotsOfOneRevision(t *testing.T) {
+	_, url := startServer(t)
+	_, js := connect(t, url)
+	ctx := context.Background()
+	s := NewPlanStore(js)
+	if err := s.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := &plan.Document{Header: plan.Header{Name: "default", Revision: 7, Reason: "a"}}
+	b := &plan.Document{Header: plan.Header{Name: "default", Revision: 7, Reason: "b"}}
+	na, _, err := s.PutSnapshot(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb, _, err := s.PutSnapshot(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if na == nb {
+		t.Fatalf("both snapshots of revision 7 are %s", na)
+	}
+	obs, _ := js.ObjectStore(ctx, client.PlansBucket)
+	z, err := obs.GetBytes(ctx, na)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := client.Gunzip(z, 1<<20)
+	if !strings.Contains(string(raw), `"reason":"a"`) {
+		t.Fatalf("snapshot %s holds %s", na, raw)
+	}
+	s.DropSnapshot(ctx, nb)
+	if _, err := obs.GetBytes(ctx, nb); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Errorf("dropped snapshot %s: %v", nb, err)
+	}
+	for name, want := range map[string]int{na: 7, "default/snapshots/12/x": 12, "other/snapshots/3/x": -1, "default/assignments/n1": -1} {
+		rev, ok := client.SnapshotRevision("default", name)
+		if want < 0 && ok || want >= 0 && rev != want {
+			t.Errorf("SnapshotRevision(%s) = %d %v, want %d", name, rev, ok, want)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -89,6 +90,10 @@ type StoredPlan struct {
 	// Unreadable marks a revision that could not be read: no change may
 	// build on it.
 	Unreadable bool
+	// BaseBytes and ChainBytes weigh what a reader fetches to rebuild it:
+	// the base's whole form and the change events after it; zero when
+	// unknown (a revision read back rather than published here).
+	BaseBytes, ChainBytes int
 }
 
 func storedOf(r *client.Revision) *StoredPlan {
@@ -237,56 +242,78 @@ func oneLine(s string, n int) string {
 
 // PutSnapshot stores doc whole, gzipped JSON, as its revision's snapshot
 // object, and returns the object's name.
-func (s *PlanStore) PutSnapshot(ctx context.Context, doc *plan.Document) (string, error) {
-	name := client.SnapshotObject(doc.Name, doc.Revision)
-	if err := s.putObject(ctx, client.PlansBucket, name, doc.AppendJSON(nil)); err != nil {
-		return "", fmt.Errorf("snapshot of plan %s revision %d: %w", doc.Name, doc.Revision, err)
+func (s *PlanStore) PutSnapshot(ctx context.Context, doc *plan.Document) (name string, size int, err error) {
+	name = client.SnapshotObject(doc.Name, doc.Revision, nuid.Next())
+	if size, err = s.putObject(ctx, client.PlansBucket, name, doc.AppendJSON(nil)); err != nil {
+		return "", 0, fmt.Errorf("snapshot of plan %s revision %d: %w", doc.Name, doc.Revision, err)
 	}
-	return name, nil
+	return name, size, nil
 }
 
-func (s *PlanStore) putObject(ctx context.Context, bucket, name string, data []byte) error {
+// DropSnapshot deletes a snapshot no event names (its revision was not
+// published); the history's trimming would delete it later anyway.
+func (s *PlanStore) DropSnapshot(ctx context.Context, name string) {
+	if obs, err := s.js.ObjectStore(ctx, client.PlansBucket); err == nil {
+		_ = obs.Delete(ctx, name)
+	}
+}
+
+// putObject stores data gzipped; size is the bytes stored.
+func (s *PlanStore) putObject(ctx context.Context, bucket, name string, data []byte) (int, error) {
 	z, err := client.Gzip(data)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	obs, err := s.js.ObjectStore(ctx, bucket)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	_, err = obs.PutBytes(ctx, name, z)
-	return err
+	return len(z), err
 }
 
 // PublishAssignments publishes each node's workers on its assignment
-// subject, all at once, and waits for JetStream to store them. A node's
-// workers too many for one message go into an object, which the message
-// points at.
+// subject and waits for JetStream to store them. A node's workers too
+// many for one message go into an object, which the message points at.
+// At most assignmentWindow publishes wait for their acks at a time: far
+// under the client's limit on pending async publishes, past which a
+// publish gives up after a short stall on a busy server.
 func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignment) error {
-	var acks []jetstream.PubAckFuture
-	for i := range as {
-		a := &as[i]
-		msg, err := s.assignmentMsg(ctx, a)
-		if err != nil {
-			return err
-		}
-		f, err := s.js.PublishMsgAsync(msg)
-		if err != nil {
-			return fmt.Errorf("assignment of %s: %w", a.NodeID, err)
-		}
-		acks = append(acks, f)
-	}
-	for i, f := range acks {
+	acks := make([]jetstream.PubAckFuture, len(as))
+	wait := func(i int) error {
 		select {
-		case <-f.Ok():
-		case err := <-f.Err():
+		case <-acks[i].Ok():
+			return nil
+		case err := <-acks[i].Err():
 			return fmt.Errorf("assignment of %s: %w", as[i].NodeID, err)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+	for i := range as {
+		if i >= assignmentWindow {
+			if err := wait(i - assignmentWindow); err != nil {
+				return err
+			}
+		}
+		msg, err := s.assignmentMsg(ctx, &as[i])
+		if err != nil {
+			return err
+		}
+		if acks[i], err = s.js.PublishMsgAsync(msg); err != nil {
+			return fmt.Errorf("assignment of %s: %w", as[i].NodeID, err)
+		}
+	}
+	for i := max(0, len(as)-assignmentWindow); i < len(as); i++ {
+		if err := wait(i); err != nil {
+			return err
+		}
+	}
 	return nil
 }
+
+// assignmentWindow is how many assignment publishes may await their acks.
+const assignmentWindow = 512
 
 func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment) (*nats.Msg, error) {
 	data, h, err := client.Encode(a)
@@ -299,7 +326,7 @@ func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment) (*n
 	if len(data) > maxBody {
 		name := client.AssignmentObject(a.Plan, a.NodeID)
 		raw, _ := json.Marshal(a)
-		if err := s.putObject(ctx, client.PlansBucket, name, raw); err != nil {
+		if _, err := s.putObject(ctx, client.PlansBucket, name, raw); err != nil {
 			return nil, fmt.Errorf("assignment of %s: %w", a.NodeID, err)
 		}
 		data, _ = json.Marshal(client.ObjectRef{Bucket: client.PlansBucket, Object: name, Size: uint64(len(raw))})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -140,11 +139,8 @@ func (s *PlanStore) cut(ctx context.Context, st jetstream.Stream, name string, k
 	if err != nil {
 		return fmt.Errorf("retain plan %s: list snapshots: %w", name, err)
 	}
-	prefix := client.SnapshotObject(name, 0)
-	prefix = strings.TrimSuffix(prefix, "0")
 	for _, info := range infos {
-		rev, err := strconv.Atoi(strings.TrimPrefix(info.Name, prefix))
-		if err == nil && strings.HasPrefix(info.Name, prefix) && rev < keep {
+		if rev, ok := client.SnapshotRevision(name, info.Name); ok && rev < keep {
 			_ = obs.Delete(ctx, info.Name)
 		}
 	}

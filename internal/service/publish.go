@@ -58,7 +58,8 @@ func (p *Planner) replan(ctx context.Context) error {
 		}
 		specChanged := latest != nil && latest.SpecDigest != digest
 		next, ch, _ := planner.Replan(prev, spec, nodes)
-		if prev != nil && planner.SamePlacement(prev, next) {
+		// An unreadable latest is replaced even by the same placement.
+		if prev != nil && !latest.Unreadable && planner.SamePlacement(prev, next) {
 			p.adoptSpec(latest, specChanged, digest)
 			return nil
 		}
@@ -70,11 +71,14 @@ func (p *Planner) replan(ctx context.Context) error {
 		next.CreatedAt = p.cfg.Now().UTC()
 		next.Reason = reason(prev, changes, specChanged, ch)
 		change := planner.Diff(prev, next)
-		ev, err := p.event(ctx, latest, next, change)
+		ev, stored, err := p.event(ctx, latest, next, change)
 		if err != nil {
 			return err
 		}
 		seq, err := p.plans.PublishEvent(ctx, ev, digest, expect)
+		if err != nil && ev.Snapshot != "" {
+			p.plans.DropSnapshot(context.WithoutCancel(ctx), ev.Snapshot)
+		}
 		if errors.Is(err, bus.ErrConflict) && attempt < maxConflicts {
 			sp, rerr := p.plans.Latest(ctx, p.cfg.Plan)
 			if rerr != nil {
@@ -88,7 +92,8 @@ func (p *Planner) replan(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		p.published(&bus.StoredPlan{Plan: next, Seq: seq, SpecDigest: digest, Base: ev.Base})
+		stored.Seq, stored.SpecDigest = seq, digest
+		p.published(stored)
 		p.cfg.Log.Info().Str("plan", next.Name).Int("revision", next.Revision).Bool("valid", next.Valid).
 			Int("moved", next.Moved).Str("kind", ev.Kind()).Str("reason", next.Reason).Msg("plan published")
 		if err := p.publishAssignments(ctx, prev, next, change); err != nil {
@@ -113,7 +118,9 @@ func (p *Planner) adoptSpec(latest *bus.StoredPlan, specChanged bool, digest str
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.latest == latest {
-		p.latest = &bus.StoredPlan{Plan: latest.Plan, Seq: latest.Seq, SpecDigest: digest, Base: latest.Base}
+		adopted := *latest
+		adopted.SpecDigest = digest
+		p.latest = &adopted
 	}
 }
 
@@ -127,28 +134,43 @@ func (p *Planner) published(sp *bus.StoredPlan) {
 	clear(p.live.basis)
 }
 
-// event is how next travels: whole when it is small (then the event
-// reads as the plan document), else as the change from the latest while
-// the chain of changes is short and the change small, else stored whole
-// as a snapshot object the event names.
-func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *planner.Plan, change *plan.Change) (*plan.Event, error) {
+// event is how next travels, and what it will be as the latest: whole
+// when it is small (then the event reads as the plan document), else as
+// the change from the latest while the chain of changes is short, weighs
+// less than its base and the change fits a message, else stored whole as
+// a snapshot object the event names. A snapshot event carries the change
+// too when it fits, so that followers apply it without the object.
+func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *planner.Plan, change *plan.Change) (*plan.Event, *bus.StoredPlan, error) {
+	stored := &bus.StoredPlan{Plan: next, Base: next.Revision}
 	if next.Workers.Len() <= p.cfg.InlineWorkers {
 		ev := &plan.Event{Header: next.Header, Base: next.Revision, Placement: &next.Placement}
 		if data, _, err := client.Encode(ev); err == nil && len(data) <= maxChange {
-			return ev, nil
+			stored.BaseBytes = len(data)
+			return ev, stored, nil
 		}
 	}
-	if latest != nil && !latest.Unreadable && next.Revision-latest.Base < p.cfg.SnapshotEvery {
-		ev := &plan.Event{Header: next.Header, Base: latest.Base, Change: change}
-		if data, _, err := client.Encode(ev); err == nil && len(data) <= maxChange {
-			return ev, nil
+	// A change applies to the latest only when that could be read.
+	ev := &plan.Event{Header: next.Header}
+	var data []byte
+	if latest != nil && !latest.Unreadable {
+		ev.Change = change
+		var err error
+		if data, _, err = client.Encode(ev); err != nil || len(data) > maxChange {
+			ev.Change = nil
 		}
 	}
-	name, err := p.plans.PutSnapshot(ctx, &next.Document)
+	if ev.Change != nil && next.Revision-latest.Base < p.cfg.SnapshotEvery &&
+		(latest.BaseBytes == 0 || latest.ChainBytes+len(data) <= latest.BaseBytes) {
+		ev.Base = latest.Base
+		stored.Base, stored.BaseBytes, stored.ChainBytes = latest.Base, latest.BaseBytes, latest.ChainBytes+len(data)
+		return ev, stored, nil
+	}
+	name, size, err := p.plans.PutSnapshot(ctx, &next.Document)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &plan.Event{Header: next.Header, Base: next.Revision, Snapshot: name}, nil
+	ev.Base, ev.Snapshot, stored.BaseBytes = next.Revision, name, size
+	return ev, stored, nil
 }
 
 // publishAssignments publishes the workers of every node of the change

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,18 +79,37 @@ func churn(t *testing.T, p *Planner, steps int) map[int]string {
 }
 
 // TestReplayChurn: every revision of a churned plan, rebuilt from the
-// stream and its snapshots by the documented scheme (client.Plan), is the
-// document the planner computed; events of every kind were used; no event
-// was over the 1 MB default; every node's assignment subject holds its
-// workers of the latest revision.
+// stream and its snapshots by the documented scheme (client.Plan), and
+// as a follower applies them one after another, is the document the
+// planner computed; events of every kind were used, and snapshot events
+// after the first carry their change; no event was over the 1 MB
+// default; every node's assignment subject holds its workers of the
+// latest revision.
 func TestReplayChurn(t *testing.T) {
 	h := newHarness(t)
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	p := New(Config{NC: h.nc, JS: h.js, Plan: "default", SnapshotEvery: 4, InlineWorkers: -1, Settle: -1, Log: zerolog.Nop()})
-	computed := churn(t, p, 60)
 	c := p.plans.Client()
+	if err := p.plans.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	follow, err := c.Follow(ctx, "default", client.FollowOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	computed := churn(t, p, 60)
+	for range len(computed) {
+		r := <-follow
+		if got, want := string(r.Document.AppendJSON(nil)), computed[r.Document.Revision]; got != want {
+			t.Fatalf("revision %d (%s) as followed differs:\n got %s\nwant %s", r.Document.Revision, r.Event.Kind(), got, want)
+		}
+		if r.Event.Kind() == "snapshot" && r.Event.Revision > 1 && r.Event.Change == nil {
+			t.Errorf("snapshot event of revision %d carries no change", r.Event.Revision)
+		}
+	}
 	kinds := map[string]int{}
-	err := c.History(ctx, "default", func(i client.Info) bool {
+	err = c.History(ctx, "default", func(i client.Info) bool {
 		kinds[i.Kind]++
 		return true
 	})
@@ -202,26 +222,31 @@ func TestRetain(t *testing.T) {
 
 // TestUnreadableLatest: a latest revision no one can read (damaged, or
 // written by another program) does not stop the planner: it plans afresh
-// and publishes the next revision.
+// and publishes the next revision, whole, even when that places nothing
+// (no nodes), as the unreadable one may have.
 func TestUnreadableLatest(t *testing.T) {
-	h := newHarness(t)
-	ctx := context.Background()
-	for i := 1; i <= 4; i++ {
-		h.node(fmt.Sprintf("n%d", i))
-	}
-	if err := bus.NewPlanStore(h.js).Ensure(ctx); err != nil {
-		t.Fatal(err)
-	}
-	msg := nats.NewMsg(client.PlanEventSubject("default"))
-	msg.Header.Set(client.RevisionHeader, "7")
-	msg.Data = []byte(`{"revision": 7, "cpus_required": +Inf`)
-	if _, err := h.js.PublishMsg(ctx, msg); err != nil {
-		t.Fatal(err)
-	}
-	stop := h.planner(ctx, testSpec)
-	defer stop()
-	next := h.waitRevision(8)
-	if !next.Valid {
-		t.Fatalf("revision 8: %s", next.Error)
+	for _, nodes := range []int{4, 0} {
+		t.Run(fmt.Sprintf("nodes=%d", nodes), func(t *testing.T) {
+			h := newHarness(t)
+			ctx := context.Background()
+			for i := 1; i <= nodes; i++ {
+				h.node(fmt.Sprintf("n%d", i))
+			}
+			if err := bus.NewPlanStore(h.js).Ensure(ctx); err != nil {
+				t.Fatal(err)
+			}
+			msg := nats.NewMsg(client.PlanEventSubject("default"))
+			msg.Header.Set(client.RevisionHeader, "7")
+			msg.Data = []byte(`{"revision": 7, "cpus_required": +Inf`)
+			if _, err := h.js.PublishMsg(ctx, msg); err != nil {
+				t.Fatal(err)
+			}
+			stop := h.planner(ctx, testSpec)
+			defer stop()
+			next := h.waitRevision(8)
+			if next.Valid != (nodes > 0) || strings.Contains(next.Error, "unreadable") {
+				t.Fatalf("revision 8: valid %v: %s", next.Valid, next.Error)
+			}
+		})
 	}
 }
