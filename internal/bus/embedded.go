@@ -24,6 +24,10 @@ type EmbeddedOptions struct {
 	// ReadyTimeout bounds the wait for the server to accept clients;
 	// zero means 10s.
 	ReadyTimeout time.Duration
+	// MaxPayload is the largest message the server takes; zero means
+	// NATS's default, 1 MB, which poolplanner never needs raised. (Tests
+	// lower it to see large bodies go into objects.)
+	MaxPayload int32
 }
 
 // StartEmbedded starts a NATS server with JetStream in this process and
@@ -55,9 +59,9 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, string, error) {
 		JetStream:  true,
 		StoreDir:   opts.StoreDir,
 		// The caller owns signals (the reporter and planner both handle
-		// SIGTERM themselves). max_payload stays NATS's default: no
-		// message poolplanner sends is larger.
-		NoSigs: true,
+		// SIGTERM themselves).
+		NoSigs:     true,
+		MaxPayload: opts.MaxPayload,
 	}
 	ns, err := server.NewServer(sopts)
 	if err != nil {

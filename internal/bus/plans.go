@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -260,17 +261,30 @@ func (s *PlanStore) DropSnapshot(ctx context.Context, name string) {
 
 // putObject stores data gzipped; size is the bytes stored.
 func (s *PlanStore) putObject(ctx context.Context, bucket, name string, data []byte) (int, error) {
+	return storeObject(ctx, s.js, bucket, name, data)
+}
+
+// storeObject stores data gzipped in bucket as name, in chunks a message
+// can carry on this server; size is the bytes stored.
+func storeObject(ctx context.Context, js jetstream.JetStream, bucket, name string, data []byte) (int, error) {
 	z, err := client.Gzip(data)
 	if err != nil {
 		return 0, err
 	}
-	obs, err := s.js.ObjectStore(ctx, bucket)
+	obs, err := js.ObjectStore(ctx, bucket)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("object store %s: %w", bucket, err)
 	}
-	_, err = obs.PutBytes(ctx, name, z)
-	return len(z), err
+	chunk := uint32(min(objectChunk, BodyLimit(js.Conn())))
+	meta := jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: chunk}}
+	if _, err := obs.Put(ctx, meta, bytes.NewReader(z)); err != nil {
+		return 0, fmt.Errorf("store object %s/%s: %w", bucket, name, err)
+	}
+	return len(z), nil
 }
+
+// objectChunk is the object store's usual chunk size.
+const objectChunk = 128 << 10
 
 // PublishAssignments publishes each node's workers on its assignment
 // subject and waits for JetStream to store them. A node's workers too
@@ -323,7 +337,7 @@ func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment) (*n
 	if h == nil {
 		h = nats.Header{}
 	}
-	if len(data) > maxBody {
+	if len(data) > BodyLimit(s.js.Conn()) {
 		name := client.AssignmentObject(a.Plan, a.NodeID)
 		raw, _ := json.Marshal(a)
 		if _, err := s.putObject(ctx, client.PlansBucket, name, raw); err != nil {
@@ -335,10 +349,6 @@ func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment) (*n
 	h.Set(RevisionHeader, strconv.Itoa(a.Revision))
 	return &nats.Msg{Subject: client.AssignmentSubject(a.Plan, a.NodeID), Header: h, Data: data}, nil
 }
-
-// maxBody is the largest body poolplanner puts in a message, leaving room
-// for headers under client.MaxMessage.
-const maxBody = client.MaxMessage - 16<<10
 
 // Follow delivers the latest revision of plan name and then every new
 // one that skip does not skip, until ctx is done.

@@ -101,7 +101,7 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 				return
 			}
 			data, h, err := EncodeJSON(v)
-			if err == nil && len(data) > maxBody {
+			if err == nil && len(data) > BodyLimit(nc) {
 				data, h, err = replyObject(ctx, nc, v)
 			}
 			if err != nil {
@@ -219,18 +219,11 @@ func replyObject(ctx context.Context, nc *nats.Conn, v any) ([]byte, nats.Header
 	} else if raw, err = json.Marshal(v); err != nil {
 		return nil, nil, err
 	}
-	z, err := client.Gzip(raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	obs, err := js.ObjectStore(ctx, client.RepliesBucket)
-	if err != nil {
-		return nil, nil, fmt.Errorf("object store %s: %w", client.RepliesBucket, err)
-	}
 	name := "reply/" + nuid.Next()
-	if _, err := obs.PutBytes(ctx, name, z); err != nil {
+	size, err := storeObject(ctx, js, client.RepliesBucket, name, raw)
+	if err != nil {
 		return nil, nil, fmt.Errorf("store reply: %w", err)
 	}
-	data, _ := json.Marshal(client.ObjectRef{Bucket: client.RepliesBucket, Object: name, Size: uint64(len(z))})
+	data, _ := json.Marshal(client.ObjectRef{Bucket: client.RepliesBucket, Object: name, Size: uint64(size)})
 	return data, nats.Header{client.ObjectHeader: []string{"1"}}, nil
 }

@@ -227,6 +227,12 @@ func newWatchCmd() *cobra.Command {
 // watchNode prints a node's assignment as it is now and at every change:
 // in text a line per worker, else the assignment message.
 func watchNode(cmd *cobra.Command, c *client.Client, plan, node, output string) error {
+	if err := bus.ValidateNodeID(node); err != nil {
+		return usageError{fmt.Errorf("--node: %w", err)}
+	}
+	if _, err := c.Assignment(cmd.Context(), plan, node); errors.Is(err, client.ErrNotFound) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "node %s has had no workers in plan %s; waiting for its first assignment\n", node, plan)
+	}
 	ch, err := c.FollowNode(cmd.Context(), plan, node)
 	if err != nil {
 		return err

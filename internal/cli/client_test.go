@@ -117,4 +117,24 @@ func TestServeAndClients(t *testing.T) {
 	if !strings.Contains(wout.String(), "revision 2") || !strings.Contains(wout.String(), "GPU map") {
 		t.Errorf("watch showed:\n%s", wout.String())
 	}
+
+	// One node's assignments: the node's latest at once; a node that never
+	// had workers says it waits; a node id no subject can carry is usage.
+	for _, c := range []struct {
+		node           string
+		code           int
+		stdout, stderr string
+	}{
+		{w.NodeID, 0, ": " + w.NodeID + ", 9 workers\n  train ", ""},
+		{"nosuch", 0, "", "node nosuch has had no workers in plan default; waiting for its first assignment"},
+		{"a b", 2, "", `--node: invalid node id "a b"`},
+	} {
+		nctx, ncancel := context.WithTimeout(context.Background(), time.Second)
+		var nout, nerr bytes.Buffer
+		code := Main(nctx, []string{"watch", "--node", c.node, "--server", server}, nil, &nout, &nerr)
+		ncancel()
+		if code != c.code || !strings.Contains(nout.String(), c.stdout) || !strings.Contains(nerr.String(), c.stderr) {
+			t.Errorf("watch --node %q: exit %d\nstdout %s\nstderr %s", c.node, code, nout.String(), nerr.String())
+		}
+	}
 }

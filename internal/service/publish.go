@@ -13,8 +13,8 @@ import (
 	"github.com/poolplanner/poolplanner/plan"
 )
 
-// maxChange bounds a change event's body; a larger change is stored as a
-// snapshot instead.
+// maxChange bounds an event's body (or the server's max_payload, where
+// smaller): a larger change makes the revision a snapshot.
 const maxChange = 512 << 10
 
 // afterFirstSync starts the change log from the plan found at start: the
@@ -142,9 +142,10 @@ func (p *Planner) published(sp *bus.StoredPlan) {
 // too when it fits, so that followers apply it without the object.
 func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *planner.Plan, change *plan.Change) (*plan.Event, *bus.StoredPlan, error) {
 	stored := &bus.StoredPlan{Plan: next, Base: next.Revision}
+	limit := min(maxChange, bus.BodyLimit(p.cfg.NC))
 	if next.Workers.Len() <= p.cfg.InlineWorkers {
 		ev := &plan.Event{Header: next.Header, Base: next.Revision, Placement: &next.Placement}
-		if data, _, err := client.Encode(ev); err == nil && len(data) <= maxChange {
+		if data, _, err := client.Encode(ev); err == nil && len(data) <= limit {
 			stored.BaseBytes = len(data)
 			return ev, stored, nil
 		}
@@ -155,7 +156,7 @@ func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *plann
 	if latest != nil && !latest.Unreadable {
 		ev.Change = change
 		var err error
-		if data, _, err = client.Encode(ev); err != nil || len(data) > maxChange {
+		if data, _, err = client.Encode(ev); err != nil || len(data) > limit {
 			ev.Change = nil
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
@@ -248,5 +249,79 @@ func TestUnreadableLatest(t *testing.T) {
 				t.Fatalf("revision 8: valid %v: %s", next.Valid, next.Error)
 			}
 		})
+	}
+}
+
+// TestOversizedMessages: what would not fit in a message travels as an
+// object the message points at: the assignment of a node with 60,000
+// workers, and the whole plan as a poolplanner.plan reply (on a server
+// that takes 64 KiB messages, since so uniform a plan gzips to 200 KiB).
+// The client reads both as if they had come inline; the event is a
+// snapshot.
+func TestOversizedMessages(t *testing.T) {
+	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), MaxPayload: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	h := &harness{t: t, nc: nc, js: js}
+	ctx := context.Background()
+	p := New(Config{NC: h.nc, JS: h.js, Settle: -1, Log: zerolog.Nop()})
+	if _, err := p.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := planner.ParseSpec([]byte("scheduling:\n  env:\n    - {worker_num: 60000, num_cpus: 1, num_gpus: 0}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.spec, p.digest = spec, SpecDigest(spec)
+	big := inventory.Facts{NodeID: "big", Hostname: "big", IP: "10.0.0.9", CPUs: 100000}.Inventory()
+	_, _ = p.live.put("big", big)
+	if err := p.replan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := lastEvent(ctx, h.js); err != nil || ev.Header.Get(client.KindHeader) != "snapshot" {
+		t.Fatalf("event: %v", err)
+	}
+	svc, err := bus.AddService(h.nc, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = svc.Stop() }()
+	c := p.plans.Client()
+
+	st, _ := h.js.Stream(ctx, client.AssignmentsStream)
+	m, err := st.GetLastMsgForSubject(ctx, client.AssignmentSubject("default", "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Header.Get(client.ObjectHeader) != "1" || len(m.Data) > 1024 {
+		t.Fatalf("assignment of 60,000 workers: %d bytes, object header %q", len(m.Data), m.Header.Get(client.ObjectHeader))
+	}
+	a, err := c.Assignment(ctx, "default", "big")
+	if err != nil || len(a.Workers) != 60000 || a.Workers[59999].CPUs != 1 {
+		t.Fatalf("assignment read back: %v, %d workers", err, len(a.Workers))
+	}
+
+	reply, err := h.nc.Request(client.PlanSubject, []byte(`{"plan":"default"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref client.ObjectRef
+	if reply.Header.Get(client.ObjectHeader) != "1" || json.Unmarshal(reply.Data, &ref) != nil || ref.Bucket != client.RepliesBucket || ref.Size == 0 {
+		t.Fatalf("poolplanner.plan of 60,000 workers: header %v, body %.200s", reply.Header, reply.Data)
+	}
+	doc, err := c.RequestPlan(ctx, "default", 0)
+	if err != nil || doc.Workers.Len() != 60000 {
+		t.Fatalf("plan read back: %v", err)
+	}
+	if got, want := string(doc.AppendJSON(nil)), string(p.latest.Plan.AppendJSON(nil)); got != want {
+		t.Errorf("plan fetched from its object differs from the planner's")
 	}
 }

@@ -332,6 +332,32 @@ func TestRestartSettles(t *testing.T) {
 	}
 }
 
+// TestSettleOnlyForSilentNodes: settling waits only for nodes of a plan
+// found at start that have not reported since. A node leaving right
+// after a fresh start (its plan made by this planner), or after a restart
+// once it had reported, is replanned at once, however long --settle is.
+func TestSettleOnlyForSilentNodes(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	for i := 1; i <= 4; i++ {
+		h.node(fmt.Sprintf("n%d", i))
+	}
+	cfg := Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: time.Hour}
+	stopA := h.plannerWith(ctx, cfg)
+	first := h.waitRevision(1)
+	h.kill(first.Workers.At(0).NodeID)
+	second := h.waitRevision(2) // within waitRevision's 10 s, not the hour
+	stopA()
+
+	stopB := h.plannerWith(ctx, cfg)
+	defer stopB()
+	time.Sleep(500 * time.Millisecond) // every live node heartbeats meanwhile
+	h.kill(second.Workers.At(0).NodeID)
+	if third := h.waitRevision(3); third.Moved == 0 {
+		t.Errorf("revision 3 moved nothing: %s", third.Reason)
+	}
+}
+
 // simDoc is the inventory document of a node of 8 simulated H100s, the
 // listed GPUs unhealthy.
 func simDoc(id string, sick ...int) []byte {
