@@ -38,7 +38,8 @@ func (p *Planner) afterFirstSync() {
 
 // replan computes the next plan and publishes it if it changed: its
 // event, then the assignments of the nodes whose workers changed. On a
-// conflict it re-reads the latest and recomputes.
+// conflict (another planner published first) it re-reads the latest and
+// recomputes.
 func (p *Planner) replan(ctx context.Context) error {
 	if err := p.reconcileAssignments(ctx); err != nil {
 		return err
@@ -48,65 +49,73 @@ func (p *Planner) replan(ctx context.Context) error {
 	changes := p.live.changes()
 	p.mu.Unlock()
 	for attempt := 0; ; attempt++ {
+		err := p.publishNext(ctx, nodes, changes)
+		if !errors.Is(err, bus.ErrConflict) || attempt >= maxConflicts {
+			return err
+		}
+		sp, err := p.plans.Latest(ctx, p.cfg.Plan)
+		if err != nil {
+			return err
+		}
 		p.mu.Lock()
-		latest, spec, digest := p.latest, p.spec, p.digest
+		p.latest = sp
 		p.mu.Unlock()
-		var prev *planner.Plan
-		var expect uint64
-		if latest != nil {
-			prev, expect = latest.Plan, latest.Seq
-		}
-		specChanged := latest != nil && latest.SpecDigest != digest
-		next, ch, _ := planner.Replan(prev, spec, nodes)
-		// An unreadable latest is replaced even by the same placement.
-		if prev != nil && !latest.Unreadable && planner.SamePlacement(prev, next) {
-			p.adoptSpec(latest, specChanged, digest)
-			return nil
-		}
-		next.Name = p.cfg.Plan
-		next.Revision = 1
-		if prev != nil {
-			next.Revision = prev.Revision + 1
-		}
-		next.CreatedAt = p.cfg.Now().UTC()
-		next.Reason = reason(prev, changes, specChanged, ch)
-		change := planner.Diff(prev, next)
-		ev, stored, err := p.event(ctx, latest, next, change)
-		if err != nil {
-			return err
-		}
-		seq, err := p.plans.PublishEvent(ctx, ev, digest, expect)
-		if err != nil && ev.Snapshot != "" {
-			p.plans.DropSnapshot(context.WithoutCancel(ctx), ev.Snapshot)
-		}
-		if errors.Is(err, bus.ErrConflict) && attempt < maxConflicts {
-			sp, rerr := p.plans.Latest(ctx, p.cfg.Plan)
-			if rerr != nil {
-				return rerr
-			}
-			p.mu.Lock()
-			p.latest = sp
-			p.mu.Unlock()
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		stored.Seq, stored.SpecDigest = seq, digest
-		p.published(stored)
-		p.cfg.Log.Info().Str("plan", next.Name).Int("revision", next.Revision).Bool("valid", next.Valid).
-			Int("moved", next.Moved).Str("kind", ev.Kind()).Str("reason", next.Reason).Msg("plan published")
-		if err := p.publishAssignments(ctx, prev, next, change); err != nil {
-			p.mu.Lock()
-			p.reconcile = true
-			p.mu.Unlock()
-			return err
-		}
-		if ev.Kind() != "change" {
-			p.retain(ctx)
-		}
+	}
+}
+
+// publishNext plans nodes from the latest revision and publishes the
+// plan as the next one if it differs.
+func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes []string) error {
+	p.mu.Lock()
+	latest, spec, digest := p.latest, p.spec, p.digest
+	p.mu.Unlock()
+	var prev *planner.Plan
+	var expect uint64
+	if latest != nil {
+		prev, expect = latest.Plan, latest.Seq
+	}
+	specChanged := latest != nil && latest.SpecDigest != digest
+	next, ch, _ := planner.Replan(prev, spec, nodes)
+	// An unreadable latest is replaced even by the same placement.
+	if prev != nil && !latest.Unreadable && planner.SamePlacement(prev, next) {
+		p.adoptSpec(latest, specChanged, digest)
 		return nil
 	}
+	next.Name = p.cfg.Plan
+	next.Revision = 1
+	if prev != nil {
+		next.Revision = prev.Revision + 1
+	}
+	next.CreatedAt = p.cfg.Now().UTC()
+	next.Reason = reason(prev, changes, specChanged, ch)
+	change := planner.Diff(prev, next)
+	ev, stored, err := p.event(ctx, latest, next, change)
+	if err != nil {
+		return err
+	}
+	seq, err := p.plans.PublishEvent(ctx, ev, digest, expect)
+	if errors.Is(err, bus.ErrConflict) && ev.Snapshot != "" {
+		// Refused for sure, so no event names this snapshot. (After other
+		// errors, a timeout, the event may have been stored.)
+		p.plans.DropSnapshot(context.WithoutCancel(ctx), ev.Snapshot)
+	}
+	if err != nil {
+		return err
+	}
+	stored.Seq, stored.SpecDigest = seq, digest
+	p.published(stored)
+	p.cfg.Log.Info().Str("plan", next.Name).Int("revision", next.Revision).Bool("valid", next.Valid).
+		Int("moved", next.Moved).Str("kind", ev.Kind()).Str("reason", next.Reason).Msg("plan published")
+	if err := p.publishAssignments(ctx, prev, next, change); err != nil {
+		p.mu.Lock()
+		p.reconcile = true
+		p.mu.Unlock()
+		return err
+	}
+	if ev.Kind() != "change" {
+		p.retain(ctx)
+	}
+	return nil
 }
 
 // adoptSpec takes a new spec that plans as the old one did, so that the

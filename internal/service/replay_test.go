@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
@@ -259,18 +258,7 @@ func TestUnreadableLatest(t *testing.T) {
 // The client reads both as if they had come inline; the event is a
 // snapshot.
 func TestOversizedMessages(t *testing.T) {
-	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), MaxPayload: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	h := &harness{t: t, nc: nc, js: js}
+	h := newHarnessWith(t, bus.EmbeddedOptions{MaxPayload: 64 << 10})
 	ctx := context.Background()
 	p := New(Config{NC: h.nc, JS: h.js, Settle: -1, Log: zerolog.Nop()})
 	if _, err := p.start(ctx); err != nil {

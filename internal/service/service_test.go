@@ -40,7 +40,15 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir()})
+	return newHarnessWith(t, bus.EmbeddedOptions{})
+}
+
+// newHarnessWith starts the harness's server with opts (its store in a
+// temp dir).
+func newHarnessWith(t *testing.T, opts bus.EmbeddedOptions) *harness {
+	t.Helper()
+	opts.StoreDir = t.TempDir()
+	ns, url, err := bus.StartEmbedded(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
