@@ -10,13 +10,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// readAssignment decodes an assignment message, fetching it from its
-// object when it was too large for one.
-func (c *Client) readAssignment(ctx context.Context, data []byte, h nats.Header) (*Assignment, error) {
-	var a Assignment
-	if err := c.decodeBody(ctx, data, h, &a); err != nil {
-		return nil, err
+// readAssignment decodes node's assignment message of plan name,
+// fetching it from its object (that node's, at most MaxDecoded bytes)
+// when it was too large for one.
+func (c *Client) readAssignment(ctx context.Context, name, node string, seq uint64, data []byte, h nats.Header) (*Assignment, error) {
+	a := Assignment{Seq: seq}
+	rule := objectRule{bucket: PlansBucket, prefix: AssignmentObjectPrefix(name, node), limit: MaxDecoded}
+	if err := c.decodeBody(ctx, data, h, &a, rule); err != nil {
+		return nil, fmt.Errorf("assignment of plan %s node %s at %d: %w", name, node, seq, err)
 	}
+	// The subject says whose it is, whatever the body claims.
+	a.Seq, a.Plan, a.NodeID = seq, name, node
 	if a.Workers == nil {
 		a.Workers = []PlacedWorker{}
 	}
@@ -37,13 +41,15 @@ func (c *Client) Assignment(ctx context.Context, name, node string) (*Assignment
 	if err != nil {
 		return nil, fmt.Errorf("plan %s node %s: %w", name, node, err)
 	}
-	return c.readAssignment(ctx, m.Data, m.Header)
+	return c.readAssignment(ctx, name, node, m.Sequence, m.Data, m.Header)
 }
 
 // FollowNode delivers node's workers of plan name as its assignment
 // subject has them now (if it has had any), then every change, until ctx
 // is done; the channel is then closed. A launcher on a node follows this:
-// it costs only its own node's changes.
+// it costs only its own node's changes. Revisions delivered never go
+// back (an older revision's message, published late, is skipped), and
+// messages that cannot be read are skipped.
 func (c *Client) FollowNode(ctx context.Context, name, node string) (<-chan *Assignment, error) {
 	cons, err := c.js.OrderedConsumer(ctx, AssignmentsStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{AssignmentSubject(name, node)},
@@ -54,6 +60,7 @@ func (c *Client) FollowNode(ctx context.Context, name, node string) (<-chan *Ass
 	}
 	it, err := cons.Messages()
 	if err != nil {
+		c.dropConsumer(AssignmentsStream, cons)
 		return nil, fmt.Errorf("follow plan %s node %s: %w", name, node, err)
 	}
 	out := make(chan *Assignment, 4)
@@ -62,13 +69,22 @@ func (c *Client) FollowNode(ctx context.Context, name, node string) (<-chan *Ass
 		defer c.dropConsumer(AssignmentsStream, cons)
 		stop := context.AfterFunc(ctx, it.Stop)
 		defer stop()
+		last := 0
 		for {
 			m, err := it.Next()
 			if err != nil {
 				return
 			}
-			a, err := c.readAssignment(ctx, m.Data(), m.Headers())
-			if err == nil && !send(ctx, out, a) {
+			var seq uint64
+			if md, err := m.Metadata(); err == nil {
+				seq = md.Sequence.Stream
+			}
+			a, err := c.readAssignment(ctx, name, node, seq, m.Data(), m.Headers())
+			if err != nil || a.Revision < last {
+				continue
+			}
+			last = a.Revision
+			if !send(ctx, out, a) {
 				return
 			}
 		}
@@ -78,7 +94,8 @@ func (c *Client) FollowNode(ctx context.Context, name, node string) (<-chan *Ass
 
 // Assignments calls fn with the last assignment of every node of plan
 // name, until fn returns false; a planner checks them against its plan at
-// start. It reads them with a consumer it deletes when done.
+// start. A message it cannot read comes with Err set and no workers. It
+// reads them with a consumer it deletes when done.
 func (c *Client) Assignments(ctx context.Context, name string, fn func(*Assignment) bool) error {
 	st, err := c.js.Stream(ctx, AssignmentsStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -99,8 +116,7 @@ func (c *Client) Assignments(ctx context.Context, name string, fn func(*Assignme
 	if info == nil || info.NumPending == 0 {
 		return nil
 	}
-	left := info.NumPending
-	for left > 0 {
+	for left := info.NumPending; left > 0; {
 		batch, err := cons.Fetch(min(int(left), 1024), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			return fmt.Errorf("assignments of plan %s: %w", name, err)
@@ -109,14 +125,7 @@ func (c *Client) Assignments(ctx context.Context, name string, fn func(*Assignme
 		for m := range batch.Messages() {
 			n++
 			left--
-			a, err := c.readAssignment(ctx, m.Data(), m.Headers())
-			if err != nil {
-				return fmt.Errorf("assignments of plan %s: %w", name, err)
-			}
-			if a.NodeID == "" {
-				a.NodeID = AssignmentNode(name, m.Subject())
-			}
-			if !fn(a) {
+			if !fn(c.assignmentOf(ctx, name, m)) {
 				return nil
 			}
 		}
@@ -128,4 +137,18 @@ func (c *Client) Assignments(ctx context.Context, name string, fn func(*Assignme
 		}
 	}
 	return nil
+}
+
+// assignmentOf reads one message of Assignments.
+func (c *Client) assignmentOf(ctx context.Context, name string, m jetstream.Msg) *Assignment {
+	node := AssignmentNode(name, m.Subject())
+	var seq uint64
+	if md, err := m.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	a, err := c.readAssignment(ctx, name, node, seq, m.Data(), m.Headers())
+	if err != nil {
+		return &Assignment{Plan: name, NodeID: node, Workers: []PlacedWorker{}, Seq: seq, Err: err}
+	}
+	return a
 }

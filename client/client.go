@@ -61,34 +61,57 @@ func (c *Client) Request(ctx context.Context, subject string, req, reply any) er
 		}
 		return fmt.Errorf("%w: %s", CodeErr(code), strings.TrimPrefix(desc, CodeErr(code).Error()+": "))
 	}
-	if err := c.decodeBody(ctx, msg.Data, msg.Header, reply); err != nil {
+	if err := c.decodeBody(ctx, msg.Data, msg.Header, reply, objectRule{bucket: RepliesBucket, limit: MaxObject}); err != nil {
 		return fmt.Errorf("%s: reply: %w", subject, err)
 	}
 	return nil
 }
 
+// objectRule is where a message's object may be, and how large: a
+// message must not make its reader fetch anything anywhere.
+type objectRule struct {
+	bucket string
+	// prefix, when set, begins the names allowed.
+	prefix string
+	limit  int64
+}
+
 // decodeBody decodes a message body into v, fetching it from its object
-// when the message says it is stored as one.
-func (c *Client) decodeBody(ctx context.Context, data []byte, h nats.Header, v any) error {
+// when the message says it is stored as one, as far as rule allows.
+func (c *Client) decodeBody(ctx context.Context, data []byte, h nats.Header, v any, rule objectRule) error {
 	if h.Get(ObjectHeader) == "" {
 		return Decode(data, h, v)
 	}
 	var ref ObjectRef
 	if err := Decode(data, h, &ref); err != nil {
-		return fmt.Errorf("object reference: %w", err)
+		return fmt.Errorf("object reference: %w: %w", ErrUnreadable, err)
 	}
-	return c.getObject(ctx, ref.Bucket, ref.Object, v)
+	if ref.Bucket != rule.bucket || !strings.HasPrefix(ref.Object, rule.prefix) {
+		return fmt.Errorf("object reference %s/%s: %w: want one in %s", ref.Bucket, ref.Object, ErrUnreadable, rule.bucket)
+	}
+	return c.getObject(ctx, ref.Bucket, ref.Object, rule.limit, v)
 }
 
-// MaxObject bounds what an object may expand to: a plan of 100,000 nodes
-// is about 400 MB of JSON.
+// MaxObject bounds what a snapshot or reply object may expand to: a plan
+// of 100,000 nodes and 1.8 million workers is about 400 MB of JSON.
 const MaxObject = 2 << 30
 
-// getObject reads an object of gzipped JSON into v.
-func (c *Client) getObject(ctx context.Context, bucket, name string, v any) error {
+// getObject reads an object of gzipped JSON, expanding to at most limit
+// bytes, into v.
+func (c *Client) getObject(ctx context.Context, bucket, name string, limit int64, v any) error {
 	obs, err := c.js.ObjectStore(ctx, bucket)
 	if err != nil {
 		return fmt.Errorf("object store %s: %w", bucket, err)
+	}
+	info, err := obs.GetInfo(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("object %s/%s: %w", bucket, name, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("object %s/%s: %w", bucket, name, err)
+	}
+	if int64(info.Size) > limit {
+		return fmt.Errorf("object %s/%s: %w: %d bytes, over %d", bucket, name, ErrUnreadable, info.Size, limit)
 	}
 	data, err := obs.GetBytes(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -97,7 +120,7 @@ func (c *Client) getObject(ctx context.Context, bucket, name string, v any) erro
 	if err != nil {
 		return fmt.Errorf("object %s/%s: %w", bucket, name, err)
 	}
-	if data, err = Gunzip(data, MaxObject); err != nil {
+	if data, err = Gunzip(data, limit); err != nil {
 		return fmt.Errorf("object %s/%s: %w: %w", bucket, name, ErrUnreadable, err)
 	}
 	if err := json.Unmarshal(data, v); err != nil {

@@ -121,8 +121,15 @@ func SnapshotRevision(name, object string) (int, bool) {
 	return n, err == nil
 }
 
-// AssignmentObject names the object holding node's workers of plan name
-// when they are too many for one message, in PlansBucket.
-func AssignmentObject(name, node string) string {
-	return name + "/assignments/" + node
+// AssignmentObject names an object holding node's workers of plan name
+// when they are too many for one message, in PlansBucket; id makes each
+// one's name new, so that a message never points at another's object.
+func AssignmentObject(name, node, id string) string {
+	return AssignmentObjectPrefix(name, node) + id
+}
+
+// AssignmentObjectPrefix begins the names of node's assignment objects of
+// plan name.
+func AssignmentObjectPrefix(name, node string) string {
+	return name + "/assignments/" + node + "/"
 }

@@ -135,7 +135,10 @@ func decodeEvent(m *jetstream.RawStreamMsg) (*plan.Event, error) {
 	return &ev, nil
 }
 
-// rebuild makes the whole document of event m.
+// rebuild makes the whole document of event m. A revision whose event
+// exists but cannot be rebuilt (its base or snapshot gone, a gap in its
+// chain, an event that contradicts the scheme) is ErrUnreadable, never
+// ErrNotFound: the plan exists.
 func (c *Client) rebuild(ctx context.Context, st jetstream.Stream, name string, m *jetstream.RawStreamMsg) (*Revision, error) {
 	ev, err := decodeEvent(m)
 	if err != nil {
@@ -144,11 +147,14 @@ func (c *Client) rebuild(ctx context.Context, st jetstream.Stream, name string, 
 	out := &Revision{Event: ev, Seq: m.Sequence, SpecDigest: m.Header.Get(SpecDigestHeader), Publisher: m.Header.Get(PlannerHeader)}
 	if ev.Kind() != "change" {
 		out.Document, err = c.whole(ctx, ev)
-		return out, err
+		return out, unreadable(err)
+	}
+	if ev.Base >= ev.Revision || ev.Base < 1 {
+		return nil, fmt.Errorf("plan %s revision %d: %w: base %d", name, ev.Revision, ErrUnreadable, ev.Base)
 	}
 	baseMsg, err := eventAt(ctx, st, name, ev.Base)
 	if err != nil {
-		return nil, fmt.Errorf("plan %s revision %d: base %d: %w", name, ev.Revision, ev.Base, err)
+		return nil, fmt.Errorf("plan %s revision %d: base %d: %w", name, ev.Revision, ev.Base, unreadable(err))
 	}
 	base, err := decodeEvent(baseMsg)
 	if err != nil {
@@ -156,20 +162,20 @@ func (c *Client) rebuild(ctx context.Context, st jetstream.Stream, name string, 
 	}
 	doc, err := c.whole(ctx, base)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("plan %s revision %d: %w", name, ev.Revision, unreadable(err))
 	}
 	r := plan.NewReplay(doc)
 	for seq := baseMsg.Sequence + 1; r.Revision() < ev.Revision; {
 		next, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(PlanEventSubject(name)))
 		if err != nil {
-			return nil, fmt.Errorf("plan %s after revision %d: %w", name, r.Revision(), err)
+			return nil, fmt.Errorf("plan %s after revision %d: %w", name, r.Revision(), unreadable(err))
 		}
 		e, err := decodeEvent(next)
 		if err != nil {
 			return nil, err
 		}
 		if err := r.Apply(e); err != nil {
-			return nil, fmt.Errorf("plan %s: %w", name, err)
+			return nil, fmt.Errorf("plan %s: %w: %w", name, ErrUnreadable, err)
 		}
 		seq = next.Sequence + 1
 	}
@@ -177,14 +183,31 @@ func (c *Client) rebuild(ctx context.Context, st jetstream.Stream, name string, 
 	return out, nil
 }
 
+// unreadable makes a missing piece of a revision that exists (its base,
+// snapshot or a chain event) ErrUnreadable; other errors (JetStream
+// away) stay as they are.
+func unreadable(err error) error {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, jetstream.ErrMsgNotFound) {
+		// Not %w: the revision exists; what is missing is a piece of it.
+		return fmt.Errorf("%w: %v", ErrUnreadable, err)
+	}
+	return err
+}
+
 // whole is the document of an event that carries or names it whole.
 func (c *Client) whole(ctx context.Context, ev *plan.Event) (*plan.Document, error) {
 	if ev.Placement != nil {
 		return &plan.Document{Header: ev.Header, Placement: *ev.Placement}, nil
 	}
+	if ev.Snapshot == "" || ev.Base != ev.Revision {
+		return nil, fmt.Errorf("revision %d: %w: neither whole nor a snapshot", ev.Revision, ErrUnreadable)
+	}
 	var d plan.Document
-	if err := c.getObject(ctx, PlansBucket, ev.Snapshot, &d); err != nil {
+	if err := c.getObject(ctx, PlansBucket, ev.Snapshot, MaxObject, &d); err != nil {
 		return nil, fmt.Errorf("snapshot of revision %d: %w", ev.Revision, err)
+	}
+	if d.Revision != ev.Revision || d.Name != ev.Name {
+		return nil, fmt.Errorf("snapshot of revision %d: %w: holds %s revision %d", ev.Revision, ErrUnreadable, d.Name, d.Revision)
 	}
 	return &d, nil
 }
@@ -285,6 +308,7 @@ func (c *Client) Follow(ctx context.Context, name string, opts FollowOptions) (<
 	}
 	it, err := cons.Messages()
 	if err != nil {
+		c.dropConsumer(PlansStream, cons)
 		return nil, fmt.Errorf("follow plan %s: %w", name, err)
 	}
 	out := make(chan *Revision, 16)

@@ -117,6 +117,12 @@ type Assignment struct {
 	Revision int            `json:"revision"`
 	NodeID   string         `json:"node_id"`
 	Workers  []PlacedWorker `json:"workers"`
+	// Seq is the stream sequence the assignment was read at (0 when it
+	// was not read from the stream).
+	Seq uint64 `json:"-"`
+	// Err is set by Assignments for a message it could not read (damaged,
+	// or its object gone); Workers is then empty.
+	Err error `json:"-"`
 }
 
 // ValidateReply is the reply to validate: the plan the spec would get on

@@ -153,6 +153,11 @@ func (r *Replay) Apply(e *Event) error {
 	case e.Revision != r.header.Revision+1:
 		return fmt.Errorf("revision %d after %d: %w", e.Revision, r.header.Revision, ErrNotNext)
 	}
+	for i, n := range e.Change.Export.Counts {
+		if n < 0 || n > MaxGroups {
+			return fmt.Errorf("revision %d: export.worker_counts[%d] is %d; want 0 to %d", e.Revision, i, n, MaxGroups)
+		}
+	}
 	for _, nc := range e.Change.Nodes {
 		if len(nc.Workers) == 0 && len(nc.Pools) == 0 && len(nc.Notes) == 0 {
 			delete(r.nodes, nc.NodeID)

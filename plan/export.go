@@ -146,6 +146,10 @@ func (p *Document) ResourcePoolYAML() ([]byte, error) {
 	return buf.Bytes(), enc.Close()
 }
 
+// MaxGroups bounds the scheduling groups of one component an export's
+// worker_counts may list (a spec has one per env entry).
+const MaxGroups = 4096
+
 // ExportOptions say what rlightning's list needs beyond the pools.
 type ExportOptions struct {
 	// NodeIDs says, per pool, whether it lists node_ids: where loading the

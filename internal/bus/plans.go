@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,8 +31,11 @@ const (
 	// PlanDuplicateWindow is how long JetStream remembers message ids, so
 	// that a retried publish of the same revision is stored once.
 	PlanDuplicateWindow = 2 * time.Minute
-	// RepliesTTL is how long a reply too large for a message is kept.
-	RepliesTTL = 15 * time.Minute
+	// RepliesTTL is how long a reply too large for a message is kept,
+	// and RepliesMaxBytes how many bytes of them: past that, large replies
+	// fail (error 500) until older ones expire, rather than fill the disk.
+	RepliesTTL      = 15 * time.Minute
+	RepliesMaxBytes = 4 << 30
 )
 
 // ErrConflict is returned by PlanStore.PublishEvent when another planner
@@ -95,10 +99,22 @@ type StoredPlan struct {
 	// the base's whole form and the change events after it; zero when
 	// unknown (a revision read back rather than published here).
 	BaseBytes, ChainBytes int
+	// Changed lists the nodes its event says changed, when it carries a
+	// change; nil when it does not say (a whole event).
+	Changed []string
+	// Publisher is the planner instance that published it.
+	Publisher string
 }
 
 func storedOf(r *client.Revision) *StoredPlan {
-	return &StoredPlan{Plan: &planner.Plan{Document: *r.Document}, Seq: r.Seq, SpecDigest: r.SpecDigest, Base: r.Event.Base}
+	sp := &StoredPlan{Plan: &planner.Plan{Document: *r.Document}, Seq: r.Seq, SpecDigest: r.SpecDigest, Base: r.Event.Base, Publisher: r.Publisher}
+	if ch := r.Event.Change; ch != nil {
+		sp.Changed = make([]string, len(ch.Nodes))
+		for i, n := range ch.Nodes {
+			sp.Changed[i] = n.NodeID
+		}
+	}
+	return sp
 }
 
 // PlanStore writes plan revisions (events, snapshots, assignments) and
@@ -108,6 +124,10 @@ type PlanStore struct {
 	client *client.Client
 	// Publisher, when set, goes out in PlannerHeader with every event.
 	Publisher string
+	// objs tracks the assignment objects of the plans bucket (nil until
+	// first listed).
+	objMu sync.Mutex
+	objs  map[string]bool
 }
 
 // NewPlanStore returns a store over js; Ensure creates the streams and
@@ -130,7 +150,7 @@ func (s *PlanStore) Ensure(ctx context.Context) error {
 	}
 	for _, cfg := range []jetstream.ObjectStoreConfig{
 		{Bucket: client.PlansBucket, Description: "poolplanner: plan snapshots, oversized assignments", Storage: jetstream.FileStorage},
-		{Bucket: client.RepliesBucket, Description: "poolplanner: replies too large for a message", Storage: jetstream.FileStorage, TTL: RepliesTTL},
+		{Bucket: client.RepliesBucket, Description: "poolplanner: replies too large for a message", Storage: jetstream.FileStorage, TTL: RepliesTTL, MaxBytes: RepliesMaxBytes},
 	} {
 		if _, err := s.js.CreateOrUpdateObjectStore(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure object store %s: %w", cfg.Bucket, err)
@@ -253,11 +273,7 @@ func (s *PlanStore) PutSnapshot(ctx context.Context, doc *plan.Document) (name s
 
 // DropSnapshot deletes a snapshot no event names (its revision was not
 // published); the history's trimming would delete it later anyway.
-func (s *PlanStore) DropSnapshot(ctx context.Context, name string) {
-	if obs, err := s.js.ObjectStore(ctx, client.PlansBucket); err == nil {
-		_ = obs.Delete(ctx, name)
-	}
-}
+func (s *PlanStore) DropSnapshot(ctx context.Context, name string) { s.dropObject(ctx, name) }
 
 // putObject stores data gzipped; size is the bytes stored.
 func (s *PlanStore) putObject(ctx context.Context, bucket, name string, data []byte) (int, error) {
@@ -288,17 +304,29 @@ const objectChunk = 128 << 10
 
 // PublishAssignments publishes each node's workers on its assignment
 // subject and waits for JetStream to store them. A node's workers too
-// many for one message go into an object, which the message points at.
-// At most assignmentWindow publishes wait for their acks at a time: far
-// under the client's limit on pending async publishes, past which a
-// publish gives up after a short stall on a busy server.
-func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignment) error {
+// many for one message go into an object, which the message points at;
+// once a node's new message is stored, its older objects are deleted.
+// With expect, each assignment replaces only the message at its Seq (0:
+// none yet): one published since is newer, and the server refuses this
+// one, which is then dropped silently. At most assignmentWindow
+// publishes wait for their acks at a time: far under the client's limit
+// on pending async publishes, past which a publish gives up after a
+// short stall on a busy server.
+func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignment, expect bool) error {
 	acks := make([]jetstream.PubAckFuture, len(as))
+	objects := make([]string, len(as))
 	wait := func(i int) error {
 		select {
 		case <-acks[i].Ok():
+			s.assignmentStored(ctx, &as[i], objects[i])
 			return nil
 		case err := <-acks[i].Err():
+			var apiErr *jetstream.APIError
+			if expect && errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+				apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+				s.dropObject(ctx, objects[i])
+				return nil
+			}
 			return fmt.Errorf("assignment of %s: %w", as[i].NodeID, err)
 		case <-ctx.Done():
 			return ctx.Err()
@@ -310,11 +338,16 @@ func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignme
 				return err
 			}
 		}
-		msg, err := s.assignmentMsg(ctx, &as[i])
+		msg, object, err := s.assignmentMsg(ctx, &as[i])
 		if err != nil {
 			return err
 		}
-		if acks[i], err = s.js.PublishMsgAsync(msg); err != nil {
+		objects[i] = object
+		var opts []jetstream.PublishOpt
+		if expect {
+			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(as[i].Seq))
+		}
+		if acks[i], err = s.js.PublishMsgAsync(msg, opts...); err != nil {
 			return fmt.Errorf("assignment of %s: %w", as[i].NodeID, err)
 		}
 	}
@@ -329,25 +362,73 @@ func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignme
 // assignmentWindow is how many assignment publishes may await their acks.
 const assignmentWindow = 512
 
-func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment) (*nats.Msg, error) {
+// assignmentMsg is a's message, and the object that holds a when it is
+// too large for one ("" when it is not).
+func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment) (*nats.Msg, string, error) {
 	data, h, err := client.Encode(a)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if h == nil {
 		h = nats.Header{}
 	}
+	var object string
 	if len(data) > BodyLimit(s.js.Conn()) {
-		name := client.AssignmentObject(a.Plan, a.NodeID)
+		object = client.AssignmentObject(a.Plan, a.NodeID, nuid.Next())
 		raw, _ := json.Marshal(a)
-		if _, err := s.putObject(ctx, client.PlansBucket, name, raw); err != nil {
-			return nil, fmt.Errorf("assignment of %s: %w", a.NodeID, err)
+		size, err := s.putObject(ctx, client.PlansBucket, object, raw)
+		if err != nil {
+			return nil, "", fmt.Errorf("assignment of %s: %w", a.NodeID, err)
 		}
-		data, _ = json.Marshal(client.ObjectRef{Bucket: client.PlansBucket, Object: name, Size: uint64(len(raw))})
+		data, _ = json.Marshal(client.ObjectRef{Bucket: client.PlansBucket, Object: object, Size: uint64(size)})
 		h = nats.Header{client.ObjectHeader: []string{"1"}}
 	}
 	h.Set(RevisionHeader, strconv.Itoa(a.Revision))
-	return &nats.Msg{Subject: client.AssignmentSubject(a.Plan, a.NodeID), Header: h, Data: data}, nil
+	return &nats.Msg{Subject: client.AssignmentSubject(a.Plan, a.NodeID), Header: h, Data: data}, object, nil
+}
+
+// assignmentStored deletes a node's assignment objects other than the
+// one its message, just stored, names (object; "" for none). The objects
+// there are are listed once per store, then tracked.
+func (s *PlanStore) assignmentStored(ctx context.Context, a *client.Assignment, object string) {
+	prefix := client.AssignmentObjectPrefix(a.Plan, a.NodeID)
+	s.objMu.Lock()
+	if s.objs == nil {
+		s.objs = map[string]bool{}
+		if obs, err := s.js.ObjectStore(ctx, client.PlansBucket); err == nil {
+			if infos, err := obs.List(ctx); err == nil {
+				for _, info := range infos {
+					if strings.Contains(info.Name, "/assignments/") {
+						s.objs[info.Name] = true
+					}
+				}
+			}
+		}
+	}
+	var old []string
+	for name := range s.objs {
+		if strings.HasPrefix(name, prefix) && name != object {
+			old = append(old, name)
+			delete(s.objs, name)
+		}
+	}
+	if object != "" {
+		s.objs[object] = true
+	}
+	s.objMu.Unlock()
+	for _, name := range old {
+		s.dropObject(ctx, name)
+	}
+}
+
+// dropObject deletes object name of the plans bucket, if any.
+func (s *PlanStore) dropObject(ctx context.Context, name string) {
+	if name == "" {
+		return
+	}
+	if obs, err := s.js.ObjectStore(ctx, client.PlansBucket); err == nil {
+		_ = obs.Delete(context.WithoutCancel(ctx), name)
+	}
 }
 
 // Follow delivers the latest revision of plan name and then every new

@@ -13,8 +13,9 @@ import (
 )
 
 // Retain drops the oldest revisions of plan name past the history limits:
-// those older than maxAge, and, while the stream holds more than maxBytes,
-// the oldest chains (a negative limit is no limit). It cuts only just
+// those older than maxAge, and, while the plan stream and its object
+// store (every plan's events, snapshots and oversized assignments) hold
+// more than maxBytes, the oldest chains (a negative limit is no limit). It cuts only just
 // before a revision whose event carries or names its whole placement, and
 // never past the newest such revision, so that every revision kept can be
 // rebuilt; then it deletes the snapshots no revision kept needs.
@@ -34,11 +35,11 @@ func (s *PlanStore) Retain(ctx context.Context, name string, maxAge time.Duratio
 		}
 	}
 	for range 64 {
-		info, err := st.Info(ctx)
+		size, err := s.stored(ctx, st)
 		if err != nil {
 			return fmt.Errorf("retain plan %s: %w", name, err)
 		}
-		if maxBytes < 0 || int64(info.State.Bytes) <= maxBytes {
+		if maxBytes < 0 || size <= maxBytes {
 			return nil
 		}
 		next, err := nextWhole(ctx, st, subject)
@@ -50,6 +51,23 @@ func (s *PlanStore) Retain(ctx context.Context, name string, maxAge time.Duratio
 		}
 	}
 	return nil
+}
+
+// stored is the bytes of the plan stream and its object store.
+func (s *PlanStore) stored(ctx context.Context, st jetstream.Stream) (int64, error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	obs, err := s.js.ObjectStore(ctx, client.PlansBucket)
+	if err != nil {
+		return 0, err
+	}
+	status, err := obs.Status(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return int64(info.State.Bytes + status.Size()), nil
 }
 
 // event reads the headers of the first event on subject at or after seq.

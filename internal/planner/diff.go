@@ -229,6 +229,20 @@ func wholeOrder(name string, now []PoolNode) plan.PoolOrder {
 	return po
 }
 
+// NodeIndex returns OnNode for many nodes: from the run's state when p
+// has one, else from an index of every worker built once.
+func (p *Plan) NodeIndex() func(id string) []Worker {
+	if p.state != nil {
+		content := p.state.nodeContent(p)
+		return func(id string) []Worker { return content(id).Workers }
+	}
+	byNode := map[string][]Worker{} // workers sit by component, buffers last
+	for _, w := range p.Workers.All() {
+		byNode[w.NodeID] = append(byNode[w.NodeID], *w)
+	}
+	return func(id string) []Worker { return byNode[id] }
+}
+
 // OnNode lists the workers p places on node id, buffers last: from the
 // run's state when p has one, else by reading every worker.
 func (p *Plan) OnNode(id string) []Worker {

@@ -226,6 +226,9 @@ func parseScheduling(v any, out *Scheduling) error {
 	switch env := m["env"].(type) {
 	case nil:
 	case []any:
+		if len(env) > plan.MaxGroups {
+			return fieldErr("scheduling.env", "%d worker groups; at most %d", len(env), plan.MaxGroups)
+		}
 		for i, raw := range env {
 			g, err := parseGroup(fmt.Sprintf("scheduling.env[%d]", i), raw, false)
 			if err != nil {

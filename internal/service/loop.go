@@ -32,7 +32,10 @@ type loop struct {
 	attempt int // of the inventory watch
 	timer   *time.Timer
 	retry   *time.Timer
-	dirty   bool
+	// check fires a moment after another planner's revision is adopted,
+	// to check its assignments (Planner.checkAssignments).
+	check *time.Timer
+	dirty bool
 	// A steady stream of changes (a rolling start of thousands of
 	// reporters, a flapping GPU) must not postpone the replan for ever:
 	// it waits for a quiet Debounce, but at most maxWait since the first
@@ -49,8 +52,9 @@ type loop struct {
 
 func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
 	l := &loop{p: p, log: p.cfg.Log.With().Str("plan", p.cfg.Plan).Logger(), started: time.Now(),
-		timer: time.NewTimer(time.Hour), retry: time.NewTimer(0), maxWait: max(10*p.cfg.Debounce, time.Second)}
+		timer: time.NewTimer(time.Hour), retry: time.NewTimer(0), check: time.NewTimer(time.Hour), maxWait: max(10*p.cfg.Debounce, time.Second)}
 	l.timer.Stop()
+	l.check.Stop()
 	var err error
 	l.follow, err = p.plans.Follow(ctx, p.cfg.Plan, func(i client.Info) bool {
 		if i.Publisher == p.plans.Publisher {
@@ -77,6 +81,7 @@ func (l *loop) close() {
 	_ = l.specW.Stop()
 	l.timer.Stop()
 	l.retry.Stop()
+	l.check.Stop()
 }
 
 func (l *loop) run(ctx context.Context) error {
@@ -98,11 +103,13 @@ func (l *loop) run(ctx context.Context) error {
 				l.follow = nil
 				continue
 			}
-			l.p.mu.Lock()
-			if l.p.latest == nil || sp.Seq > l.p.latest.Seq {
-				l.p.latest = sp
+			l.p.adopted(sp)
+			l.check.Reset(checkAfter)
+		case <-l.check.C:
+			if err := l.p.checkAssignments(ctx); err != nil {
+				l.log.Warn().Err(err).Msg("checking another planner's assignments failed; retrying")
+				l.check.Reset(5 * checkAfter)
 			}
-			l.p.mu.Unlock()
 		case e, ok := <-l.specW.Updates():
 			if !ok {
 				return nil
@@ -113,6 +120,11 @@ func (l *loop) run(ctx context.Context) error {
 		}
 	}
 }
+
+// checkAfter is how long after adopting another planner's revision its
+// assignments are checked: that planner publishes them right after the
+// event.
+const checkAfter = 2 * time.Second
 
 // kick notes a change and arms the replan.
 func (l *loop) kick() {

@@ -3,7 +3,6 @@ package service
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 
 	"github.com/poolplanner/poolplanner/client"
@@ -50,6 +49,10 @@ func (p *Planner) replan(ctx context.Context) error {
 	p.mu.Unlock()
 	for attempt := 0; ; attempt++ {
 		err := p.publishNext(ctx, nodes, changes)
+		if err == nil {
+			// Still to do when the latest was unreadable before.
+			return p.reconcileAssignments(ctx)
+		}
 		if !errors.Is(err, bus.ErrConflict) || attempt >= maxConflicts {
 			return err
 		}
@@ -57,9 +60,7 @@ func (p *Planner) replan(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		p.mu.Lock()
-		p.latest = sp
-		p.mu.Unlock()
+		p.adopted(sp)
 	}
 }
 
@@ -181,84 +182,6 @@ func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *plann
 	}
 	ev.Base, ev.Snapshot, stored.BaseBytes = next.Revision, name, size
 	return ev, stored, nil
-}
-
-// publishAssignments publishes the workers of every node of the change
-// whose workers changed: an empty list for a node that lost them all.
-func (p *Planner) publishAssignments(ctx context.Context, prev, next *planner.Plan, change *plan.Change) error {
-	var as []client.Assignment
-	for _, nc := range change.Nodes {
-		var was []plan.Worker
-		if prev != nil {
-			was = prev.OnNode(nc.NodeID)
-		}
-		if len(was) == 0 && len(nc.Workers) == 0 || slices.EqualFunc(was, nc.Workers, sameWorker) {
-			continue
-		}
-		as = append(as, assignment(next, nc.NodeID, nc.Workers))
-	}
-	return p.plans.PublishAssignments(ctx, as)
-}
-
-func assignment(p *planner.Plan, node string, ws []plan.Worker) client.Assignment {
-	a := client.Assignment{Plan: p.Name, Revision: p.Revision, NodeID: node, Workers: make([]client.PlacedWorker, len(ws))}
-	for i, w := range ws {
-		a.Workers[i] = client.Place(p.Name, p.Revision, w)
-	}
-	return a
-}
-
-func sameWorker(a, b plan.Worker) bool {
-	return a.Component == b.Component && a.Index == b.Index && a.Pool == b.Pool && a.NodeID == b.NodeID &&
-		a.IP == b.IP && a.GPUShare == b.GPUShare && a.CPUs == b.CPUs &&
-		slices.Equal(a.GPUs, b.GPUs) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs)
-}
-
-// reconcileAssignments makes the assignment subjects match the latest
-// plan when they may not (at start, after a publish that failed between
-// the event and the assignments): it reads every node's last assignment
-// and republishes those that differ.
-func (p *Planner) reconcileAssignments(ctx context.Context) error {
-	p.mu.Lock()
-	need, latest := p.reconcile, p.latest
-	p.mu.Unlock()
-	if !need || latest == nil {
-		return nil
-	}
-	want := map[string][]plan.Worker{}
-	for _, w := range latest.Plan.Workers.All() {
-		want[w.NodeID] = append(want[w.NodeID], *w)
-	}
-	var as []client.Assignment
-	err := p.plans.Client().Assignments(ctx, p.cfg.Plan, func(a *client.Assignment) bool {
-		have := make([]plan.Worker, len(a.Workers))
-		for i, pw := range a.Workers {
-			have[i] = pw.Worker
-		}
-		if !slices.EqualFunc(have, want[a.NodeID], sameWorker) {
-			as = append(as, assignment(latest.Plan, a.NodeID, want[a.NodeID]))
-		}
-		delete(want, a.NodeID)
-		return true
-	})
-	if err != nil {
-		return err
-	}
-	for node, ws := range want {
-		as = append(as, assignment(latest.Plan, node, ws))
-	}
-	if err := p.plans.PublishAssignments(ctx, as); err != nil {
-		return err
-	}
-	if len(as) > 0 {
-		p.cfg.Log.Info().Int("nodes", len(as)).Int("revision", latest.Plan.Revision).Msg("assignments brought up to the latest plan")
-	}
-	p.mu.Lock()
-	if p.latest == latest {
-		p.reconcile = false
-	}
-	p.mu.Unlock()
-	return nil
 }
 
 // retain drops the oldest revisions past the history limits, from a whole

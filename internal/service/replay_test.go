@@ -312,4 +312,21 @@ func TestOversizedMessages(t *testing.T) {
 	if got, want := string(doc.AppendJSON(nil)), string(p.latest.Plan.AppendJSON(nil)); got != want {
 		t.Errorf("plan fetched from its object differs from the planner's")
 	}
+
+	// The node's workers fit a message again: its object goes.
+	spec, _ = planner.ParseSpec([]byte("scheduling:\n  env:\n    - {worker_num: 10, num_cpus: 1, num_gpus: 0}\n"))
+	p.spec, p.digest = spec, SpecDigest(spec)
+	if err := p.replan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := c.Assignment(ctx, "default", "big"); err != nil || len(a.Workers) != 10 {
+		t.Fatalf("assignment of 10 workers: %v", err)
+	}
+	obs, _ := h.js.ObjectStore(ctx, client.PlansBucket)
+	objs, _ := obs.List(ctx)
+	for _, o := range objs {
+		if strings.HasPrefix(o.Name, client.AssignmentObjectPrefix("default", "big")) {
+			t.Errorf("object %s left behind", o.Name)
+		}
+	}
 }

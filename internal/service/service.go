@@ -109,8 +109,10 @@ type Planner struct {
 	inherited *planner.Plan
 	reported  map[string]bool
 	// reconcile is set while the assignment subjects may not match the
-	// latest plan (at start, after a failed publish).
+	// latest plan (at start, after a failed publish); verify names the
+	// nodes of another planner's revision whose assignments to check.
 	reconcile bool
+	verify    map[string]bool
 }
 
 // New returns a planner; Run starts it.

@@ -1,0 +1,187 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+// publishAssignments publishes the workers of every node of the change
+// whose workers changed: an empty list for a node that lost them all.
+func (p *Planner) publishAssignments(ctx context.Context, prev, next *planner.Plan, change *plan.Change) error {
+	was := func(string) []plan.Worker { return nil }
+	if prev != nil && len(change.Nodes) > 0 {
+		was = prev.NodeIndex()
+	}
+	var as []client.Assignment
+	for _, nc := range change.Nodes {
+		if old := was(nc.NodeID); len(old) == 0 && len(nc.Workers) == 0 || slices.EqualFunc(old, nc.Workers, sameWorker) {
+			continue
+		}
+		as = append(as, assignment(next, nc.NodeID, nc.Workers))
+	}
+	return p.plans.PublishAssignments(ctx, as, false)
+}
+
+func assignment(p *planner.Plan, node string, ws []plan.Worker) client.Assignment {
+	a := client.Assignment{Plan: p.Name, Revision: p.Revision, NodeID: node, Workers: make([]client.PlacedWorker, len(ws))}
+	for i, w := range ws {
+		a.Workers[i] = client.Place(p.Name, p.Revision, w)
+	}
+	return a
+}
+
+func sameWorker(a, b plan.Worker) bool {
+	return a.Component == b.Component && a.Index == b.Index && a.Pool == b.Pool && a.NodeID == b.NodeID &&
+		a.IP == b.IP && a.GPUShare == b.GPUShare && a.CPUs == b.CPUs &&
+		slices.Equal(a.GPUs, b.GPUs) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs)
+}
+
+// stale is the assignment to publish for node when what its subject
+// holds (have, nil when nothing) is not its workers in latest: nil when
+// it is. It replaces only that message (Seq), so a newer one published
+// meanwhile, by another planner, stays.
+func stale(latest *planner.Plan, node string, want []plan.Worker, have *client.Assignment) *client.Assignment {
+	var seq uint64
+	if have != nil {
+		seq = have.Seq
+		ws := make([]plan.Worker, len(have.Workers))
+		for i, pw := range have.Workers {
+			ws[i] = pw.Worker
+		}
+		if have.Err == nil && slices.EqualFunc(ws, want, sameWorker) {
+			return nil
+		}
+	} else if len(want) == 0 {
+		return nil
+	}
+	a := assignment(latest, node, want)
+	a.Seq = seq
+	return &a
+}
+
+// reconcileAssignments makes the assignment subjects match the latest
+// plan when they may not (at start, after a publish that failed between
+// the event and the assignments, after another planner's revision whose
+// nodes are not known): it reads every node's last assignment and
+// republishes those that differ or cannot be read. It waits while the
+// latest is unreadable: that has no workers to go by.
+func (p *Planner) reconcileAssignments(ctx context.Context) error {
+	p.mu.Lock()
+	need, latest := p.reconcile, p.latest
+	p.mu.Unlock()
+	if !need || latest == nil || latest.Unreadable {
+		return nil
+	}
+	on := latest.Plan.NodeIndex()
+	left := map[string]bool{}
+	for _, w := range latest.Plan.Workers.All() {
+		left[w.NodeID] = true
+	}
+	var as []client.Assignment
+	err := p.plans.Client().Assignments(ctx, p.cfg.Plan, func(a *client.Assignment) bool {
+		if s := stale(latest.Plan, a.NodeID, on(a.NodeID), a); s != nil {
+			as = append(as, *s)
+		}
+		delete(left, a.NodeID)
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for node := range left {
+		as = append(as, *stale(latest.Plan, node, on(node), nil))
+	}
+	if err := p.plans.PublishAssignments(ctx, as, true); err != nil {
+		return err
+	}
+	if len(as) > 0 {
+		p.cfg.Log.Info().Int("nodes", len(as)).Int("revision", latest.Plan.Revision).Msg("assignments brought up to the latest plan")
+	}
+	p.mu.Lock()
+	if p.latest == latest {
+		p.reconcile = false
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// adopted makes sp, another planner's revision, the latest (if newer)
+// and notes what to check of its assignments (verifyAssignments): the
+// nodes its event says changed, or, when it does not say (or sp is nil),
+// every node.
+func (p *Planner) adopted(sp *bus.StoredPlan) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sp != nil {
+		if p.latest != nil && sp.Seq <= p.latest.Seq {
+			return
+		}
+		p.latest = sp
+	}
+	if sp == nil || sp.Changed == nil {
+		p.reconcile = true
+		return
+	}
+	if p.verify == nil {
+		p.verify = map[string]bool{}
+	}
+	for _, n := range sp.Changed {
+		p.verify[n] = true
+	}
+}
+
+// checkAssignments is the check a moment after adopting another
+// planner's revision: its nodes', or every node's.
+func (p *Planner) checkAssignments(ctx context.Context) error {
+	if err := p.verifyAssignments(ctx); err != nil {
+		return err
+	}
+	return p.reconcileAssignments(ctx)
+}
+
+// verifyAssignments checks, a moment after this planner adopted another
+// planner's revision, that the nodes that revision changed have their
+// assignments: the other planner may have died between its event and
+// them. It reads only those nodes' subjects; a revision that does not
+// say which nodes changed is reconciled whole.
+func (p *Planner) verifyAssignments(ctx context.Context) error {
+	p.mu.Lock()
+	nodes, latest := p.verify, p.latest
+	p.verify = nil
+	p.mu.Unlock()
+	if len(nodes) == 0 || latest == nil || latest.Unreadable {
+		return nil
+	}
+	on := latest.Plan.NodeIndex()
+	c := p.plans.Client()
+	var as []client.Assignment
+	for node := range nodes {
+		have, err := c.Assignment(ctx, p.cfg.Plan, node)
+		switch {
+		case errors.Is(err, client.ErrNotFound):
+			have = nil
+		case errors.Is(err, client.ErrUnreadable):
+			p.adopted(nil) // the whole reconcile replaces what it cannot read
+			continue
+		case err != nil:
+			p.mu.Lock()
+			p.verify = nodes // try again
+			p.mu.Unlock()
+			return err
+		}
+		if s := stale(latest.Plan, node, on(node), have); s != nil {
+			as = append(as, *s)
+		}
+	}
+	if len(as) > 0 {
+		p.cfg.Log.Warn().Int("nodes", len(as)).Int("revision", latest.Plan.Revision).
+			Msg("another planner's revision left assignments behind; publishing them")
+	}
+	return p.plans.PublishAssignments(ctx, as, true)
+}

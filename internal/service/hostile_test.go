@@ -1,0 +1,205 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+// bigSpec has more workers than the tests' InlineWorkers, so events are
+// changes and snapshots.
+const bigSpec = `
+scheduling:
+  train:  {worker_num: 8, num_cpus: 1, num_gpus: 1}
+  env:
+    - {worker_num: 40, num_cpus: 0, num_gpus: 0.25}
+placement: {mode: auto, strategy: disaggregate, env_strategy: default}
+`
+
+// offline is a planner driven by hand (no loop): inventory put straight
+// into its view, replans called directly.
+func offline(t *testing.T, h *harness, nodes int) *Planner {
+	t.Helper()
+	p := New(Config{NC: h.nc, JS: h.js, SnapshotEvery: 4, InlineWorkers: 10, Settle: -1, Log: zerolog.Nop()})
+	latest, err := p.start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.latest, p.reconcile = latest, latest != nil
+	spec, _ := planner.ParseSpec([]byte(bigSpec))
+	p.spec, p.digest = spec, SpecDigest(spec)
+	for i := range nodes {
+		id := fmt.Sprintf("n%02d", i)
+		var doc inventory.NodeInventory
+		_ = json.Unmarshal(simDoc(id), &doc)
+		_, _ = p.live.put(id, doc)
+	}
+	return p
+}
+
+// TestMissingSnapshot: the latest revision's snapshot is gone (deleted
+// by hand). The plan still exists: the planner reads it as unreadable
+// and publishes the next revision whole, rather than taking the plan for
+// new and failing to publish revision 1 for ever.
+func TestMissingSnapshot(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	p := offline(t, h, 4)
+	if err := p.replan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.plans.Client().Plan(ctx, "default", 1)
+	if err != nil || r.Event.Snapshot == "" {
+		t.Fatalf("revision 1: %v, a %s event", err, r.Event.Kind())
+	}
+	p.plans.DropSnapshot(ctx, r.Event.Snapshot)
+	if _, err := p.plans.Client().Plan(ctx, "default", 0); !errors.Is(err, client.ErrUnreadable) {
+		t.Fatalf("latest without its snapshot: %v, want unreadable", err)
+	}
+	q := offline(t, h, 4)
+	if !q.latest.Unreadable {
+		t.Fatalf("the restarted planner's latest: %+v", q.latest)
+	}
+	if err := q.replan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := q.plans.Client().Plan(ctx, "default", 0); err != nil || r.Document.Revision != 2 || !r.Document.Valid {
+		t.Fatalf("revision 2: %v", err)
+	}
+}
+
+// TestHostileEvents: events that break the scheme (a base after the
+// revision, a change on a base that is not whole, worker_counts out of
+// range) are unreadable revisions, never a wrong document or a panic.
+func TestHostileEvents(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	p := offline(t, h, 4)
+	if err := p.replan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := p.plans.Client()
+	for i, body := range []string{
+		`{"name":"default","revision":2,"base":5,"change":{"nodes":[],"pools":[],"export":{"node_ids":[],"worker_counts":[0,0,0]}}}`,
+		`{"name":"default","revision":3,"base":2,"change":{"nodes":[],"pools":[],"export":{"node_ids":[],"worker_counts":[0,0,0]}}}`,
+		`{"name":"default","revision":4,"base":1,"change":{"nodes":[],"pools":[],"export":{"node_ids":[],"worker_counts":[-1,0,0]}}}`,
+		`{"name":"default","revision":5,"base":5}`,
+	} {
+		msg := nats.NewMsg(client.PlanEventSubject("default"))
+		msg.Header.Set(client.RevisionHeader, fmt.Sprint(i+2))
+		msg.Data = []byte(body)
+		if _, err := h.js.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Plan(ctx, "default", i+2); !errors.Is(err, client.ErrUnreadable) {
+			t.Errorf("revision %d (%s): %v, want unreadable", i+2, body, err)
+		}
+	}
+}
+
+// TestAnotherPlannersAssignments: another planner stored a revision and
+// died before its assignments. The running planner adopts the revision
+// and, a moment later, publishes the assignments of the nodes it changed.
+func TestAnotherPlannersAssignments(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	for i := range 4 {
+		h.node(fmt.Sprintf("n%02d", i))
+	}
+	stop := h.plannerWith(ctx, Config{Spec: []byte(bigSpec), Debounce: 50 * time.Millisecond, Settle: -1, InlineWorkers: 10})
+	defer stop()
+	first := h.waitRevision(1)
+
+	// The other planner sees one node fewer and publishes only the event.
+	b := offline(t, h, 4)
+	victim := first.Workers.At(0).NodeID
+	b.live.remove(victim)
+	next, _, _ := planner.Replan(b.latest.Plan, b.spec, b.live.planNodes())
+	next.Name, next.Revision, next.CreatedAt, next.Reason = "default", 2, time.Now().UTC(), "test: the other planner"
+	ev, _, err := b.event(ctx, b.latest, next, planner.Diff(b.latest.Plan, next))
+	if err != nil || ev.Change == nil {
+		t.Fatalf("event: %v", err)
+	}
+	if _, err := b.plans.PublishEvent(ctx, ev, b.digest, b.latest.Seq); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a, err := b.plans.Client().Assignment(ctx, "default", victim)
+		if err == nil && a.Revision == 2 && len(a.Workers) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node that left still has its assignment: %+v %v", a, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	checkAssignments(t, b.plans.Client(), next)
+}
+
+// TestRestartKeepsAssignments: a planner that starts on an unreadable
+// latest does not empty every node's assignment while it replans; and a
+// damaged assignment message (on a node of the plan, or on no node's)
+// does not stop it: it replaces them.
+func TestRestartKeepsAssignments(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	p := offline(t, h, 4)
+	if err := p.replan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	node := p.latest.Plan.Workers.At(0).NodeID
+	for _, subject := range []string{client.AssignmentSubject("default", node), client.AssignmentSubject("default", "bogus")} {
+		if _, err := h.js.Publish(ctx, subject, []byte("{")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg := nats.NewMsg(client.PlanEventSubject("default"))
+	msg.Header.Set(client.RevisionHeader, "2")
+	msg.Data = []byte(`{"revision": 2, "cpus_required": +Inf`)
+	if _, err := h.js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var emptied []string
+	sub, err := h.nc.Subscribe(client.AssignmentSubjectPrefix+"default.>", func(m *nats.Msg) {
+		var a client.Assignment
+		if json.Unmarshal(m.Data, &a) == nil && len(a.Workers) == 0 {
+			mu.Lock()
+			emptied = append(emptied, m.Subject)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	_ = h.nc.Flush()
+
+	q := offline(t, h, 4)
+	if err := q.replan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if q.latest.Plan.Revision != 3 || !q.latest.Plan.Valid {
+		t.Fatalf("revision %d: %s", q.latest.Plan.Revision, q.latest.Plan.Error)
+	}
+	checkAssignments(t, q.plans.Client(), q.latest.Plan)
+	_ = h.nc.Flush()
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(emptied) != 1 || emptied[0] != client.AssignmentSubject("default", "bogus") {
+		t.Errorf("emptied %v; want only the damaged message of no node", emptied)
+	}
+}
