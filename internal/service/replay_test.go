@@ -218,6 +218,15 @@ func TestRetain(t *testing.T) {
 			t.Errorf("snapshot %s of a dropped revision kept", o.Name)
 		}
 	}
+	// Histories, rebuilds and assignment reads leave no consumer behind.
+	_ = c.Assignments(ctx, "default", func(*client.Assignment) bool { return true })
+	for _, stream := range []string{client.PlansStream, client.AssignmentsStream} {
+		st, _ := h.js.Stream(ctx, stream)
+		info, err := st.Info(ctx)
+		if err != nil || info.State.Consumers != 0 {
+			t.Errorf("stream %s: %v, %d consumers left", stream, err, info.State.Consumers)
+		}
+	}
 }
 
 // TestUnreadableLatest: a latest revision no one can read (damaged, or
