@@ -110,6 +110,13 @@ func TestServeAndClients(t *testing.T) {
 	if len(revs) != 2 || revs[1].Revision != 2 || !strings.Contains(revs[1].Reason, "spec changed") {
 		t.Fatalf("history after spec set: %+v\n%s", revs, out)
 	}
+	// Earlier revisions answer, rebuilt from the stream.
+	if code, out, _ = run(t, "lookup", "--revision", "1", "train", "0", "--server", server); code != 0 || !strings.Contains(out, `"revision": 1`) {
+		t.Errorf("lookup --revision 1: exit %d\n%s", code, out)
+	}
+	if code, _, errOut = run(t, "lookup", "--revision", "9", "train", "0", "--server", server); code != 1 || !strings.Contains(errOut, "not found") {
+		t.Errorf("lookup --revision 9: exit %d, stderr %q", code, errOut)
+	}
 	wctx, wcancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer wcancel()
 	var wout bytes.Buffer
