@@ -47,7 +47,7 @@ func Example_launcher() {
 			// Start (or keep) the worker; stop those no longer listed.
 			fmt.Printf("  %s %d: CUDA_VISIBLE_DEVICES=%q\n", w.Component, w.Index, w.CUDAVisibleDevices)
 		}
-		break // a launcher keeps ranging; the example stops here
+		cancel() // a launcher keeps ranging; the example stops after the first
 	}
 	// Output:
 	// revision 1: 3 workers on gpu-0

@@ -117,12 +117,12 @@ func (s *PlanStore) keepByAge(ctx context.Context, st jetstream.Stream, subject 
 // on subject: cutting before it drops the oldest chain. 0 when the oldest
 // chain is the newest.
 func nextWhole(ctx context.Context, st jetstream.Stream, subject string) (int, error) {
-	m, rev, _, err := event(ctx, st, subject, 1)
+	m, _, _, err := event(ctx, st, subject, 1)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
 	for err == nil {
-		var base int
+		var rev, base int
 		if m, rev, base, err = event(ctx, st, subject, m.Sequence+1); err == nil && base == rev {
 			return rev, nil
 		}
