@@ -61,7 +61,7 @@ func (c *Client) Request(ctx context.Context, subject string, req, reply any) er
 		}
 		return fmt.Errorf("%w: %s", CodeErr(code), strings.TrimPrefix(desc, CodeErr(code).Error()+": "))
 	}
-	if err := c.decodeBody(ctx, msg.Data, msg.Header, reply, objectRule{bucket: RepliesBucket, limit: MaxObject}); err != nil {
+	if err := c.decodeBody(ctx, msg.Data, msg.Header, reply, objectRule{bucket: RepliesBucket, prefix: ReplyObjectPrefix, limit: MaxObject}); err != nil {
 		return fmt.Errorf("%s: reply: %w", subject, err)
 	}
 	return nil
@@ -80,16 +80,20 @@ type objectRule struct {
 // when the message says it is stored as one, as far as rule allows.
 func (c *Client) decodeBody(ctx context.Context, data []byte, h nats.Header, v any, rule objectRule) error {
 	if h.Get(ObjectHeader) == "" {
-		return Decode(data, h, v)
+		if err := Decode(data, h, v); err != nil {
+			return fmt.Errorf("%w: %w", ErrUnreadable, err)
+		}
+		return nil
 	}
 	var ref ObjectRef
 	if err := Decode(data, h, &ref); err != nil {
 		return fmt.Errorf("object reference: %w: %w", ErrUnreadable, err)
 	}
-	if ref.Bucket != rule.bucket || !strings.HasPrefix(ref.Object, rule.prefix) {
+	if ref.Bucket != rule.bucket || !strings.HasPrefix(ref.Object, rule.prefix) || strings.Contains(ref.Object[len(rule.prefix):], "/") {
 		return fmt.Errorf("object reference %s/%s: %w: want one in %s", ref.Bucket, ref.Object, ErrUnreadable, rule.bucket)
 	}
-	return c.getObject(ctx, ref.Bucket, ref.Object, rule.limit, v)
+	// The message exists, so its object missing makes it unreadable.
+	return unreadable(c.getObject(ctx, ref.Bucket, ref.Object, rule.limit, v))
 }
 
 // MaxObject bounds what a snapshot or reply object may expand to: a plan

@@ -129,7 +129,11 @@ func AssignmentObject(name, node, id string) string {
 }
 
 // AssignmentObjectPrefix begins the names of node's assignment objects of
-// plan name.
+// plan name. "@" cannot be in a node id, so no node's prefix begins
+// another's (node ids may hold "/").
 func AssignmentObjectPrefix(name, node string) string {
-	return name + "/assignments/" + node + "/"
+	return name + "/assignments/" + node + "@"
 }
+
+// ReplyObjectPrefix begins the names of reply objects in RepliesBucket.
+const ReplyObjectPrefix = "reply/"

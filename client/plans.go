@@ -132,6 +132,9 @@ func decodeEvent(m *jetstream.RawStreamMsg) (*plan.Event, error) {
 	if err := Decode(m.Data, m.Header, &ev); err != nil {
 		return nil, fmt.Errorf("event at sequence %d: %w: %w", m.Sequence, ErrUnreadable, err)
 	}
+	if h := m.Header.Get(RevisionHeader); h != strconv.Itoa(ev.Revision) || PlanEventSubject(ev.Name) != m.Subject {
+		return nil, fmt.Errorf("event at sequence %d: %w: plan %q revision %d on %s, header revision %s", m.Sequence, ErrUnreadable, ev.Name, ev.Revision, m.Subject, h)
+	}
 	return &ev, nil
 }
 
@@ -164,6 +167,8 @@ func (c *Client) rebuild(ctx context.Context, st jetstream.Stream, name string, 
 	if err != nil {
 		return nil, fmt.Errorf("plan %s revision %d: %w", name, ev.Revision, unreadable(err))
 	}
+	// The chain is the change events after the base, each the next
+	// revision, ending at m itself.
 	r := plan.NewReplay(doc)
 	for seq := baseMsg.Sequence + 1; r.Revision() < ev.Revision; {
 		next, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(PlanEventSubject(name)))
@@ -173,6 +178,9 @@ func (c *Client) rebuild(ctx context.Context, st jetstream.Stream, name string, 
 		e, err := decodeEvent(next)
 		if err != nil {
 			return nil, err
+		}
+		if e.Kind() != "change" || e.Base != ev.Base || next.Sequence > m.Sequence || (e.Revision == ev.Revision) != (next.Sequence == m.Sequence) {
+			return nil, fmt.Errorf("plan %s revision %d: %w: the chain from base %d breaks at sequence %d", name, ev.Revision, ErrUnreadable, ev.Base, next.Sequence)
 		}
 		if err := r.Apply(e); err != nil {
 			return nil, fmt.Errorf("plan %s: %w: %w", name, ErrUnreadable, err)
@@ -187,7 +195,7 @@ func (c *Client) rebuild(ctx context.Context, st jetstream.Stream, name string, 
 // snapshot or a chain event) ErrUnreadable; other errors (JetStream
 // away) stay as they are.
 func unreadable(err error) error {
-	if errors.Is(err, ErrNotFound) || errors.Is(err, jetstream.ErrMsgNotFound) {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) {
 		// Not %w: the revision exists; what is missing is a piece of it.
 		return fmt.Errorf("%w: %v", ErrUnreadable, err)
 	}
@@ -201,6 +209,9 @@ func (c *Client) whole(ctx context.Context, ev *plan.Event) (*plan.Document, err
 	}
 	if ev.Snapshot == "" || ev.Base != ev.Revision {
 		return nil, fmt.Errorf("revision %d: %w: neither whole nor a snapshot", ev.Revision, ErrUnreadable)
+	}
+	if rev, ok := SnapshotRevision(ev.Name, ev.Snapshot); !ok || rev != ev.Revision {
+		return nil, fmt.Errorf("revision %d: %w: snapshot %q is not one of its", ev.Revision, ErrUnreadable, ev.Snapshot)
 	}
 	var d plan.Document
 	if err := c.getObject(ctx, PlansBucket, ev.Snapshot, MaxObject, &d); err != nil {

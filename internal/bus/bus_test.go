@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -374,5 +375,65 @@ func TestSnapshotsOfOneRevision(t *testing.T) {
 		if want < 0 && ok || want >= 0 && rev != want {
 			t.Errorf("SnapshotRevision(%s) = %d %v, want %d", name, rev, ok, want)
 		}
+	}
+}
+
+// TestAssignmentObjects: assignments too large for a message (on a
+// server taking 64 KiB) go into objects. Node ids may hold "/": node x's
+// objects are never taken for node x/y's. When a node's new message is
+// stored its old object goes; a message whose object is gone is
+// unreadable, not "no assignment".
+func TestAssignmentObjects(t *testing.T) {
+	ns, url, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir(), MaxPayload: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	_, js := connect(t, url)
+	ctx := context.Background()
+	s := NewPlanStore(js)
+	if err := s.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	big := func(node string, rev, n int) client.Assignment {
+		a := client.Assignment{Plan: "default", Revision: rev, NodeID: node}
+		for i := range n {
+			w := plan.Worker{Component: plan.Env, Index: i, NodeID: node, GPUs: []int{0}, GPUUUIDs: []string{rand.Text()}, GPUShare: 0.001}
+			a.Workers = append(a.Workers, client.Place("default", rev, w))
+		}
+		return a
+	}
+	if err := s.PublishAssignments(ctx, []client.Assignment{big("x/y", 1, 3000)}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PublishAssignments(ctx, []client.Assignment{big("x", 1, 3000), big("x", 2, 3000)}, false); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := client.New(js.Conn())
+	for node, rev := range map[string]int{"x/y": 1, "x": 2} {
+		if a, err := c.Assignment(ctx, "default", node); err != nil || a.Revision != rev || len(a.Workers) != 3000 {
+			t.Fatalf("node %s: %v", node, err)
+		}
+	}
+	obs, _ := js.ObjectStore(ctx, client.PlansBucket)
+	objs, _ := obs.List(ctx)
+	count := map[string]int{}
+	for _, o := range objs {
+		for _, node := range []string{"x", "x/y"} {
+			if strings.HasPrefix(o.Name, client.AssignmentObjectPrefix("default", node)) {
+				count[node]++
+			}
+		}
+	}
+	if count["x"] != 1 || count["x/y"] != 1 {
+		t.Fatalf("objects per node %v, want one each", count)
+	}
+	for _, o := range objs {
+		if strings.HasPrefix(o.Name, client.AssignmentObjectPrefix("default", "x/y")) {
+			_ = obs.Delete(ctx, o.Name)
+		}
+	}
+	if _, err := c.Assignment(ctx, "default", "x/y"); !errors.Is(err, client.ErrUnreadable) {
+		t.Errorf("a message whose object is gone: %v, want unreadable", err)
 	}
 }

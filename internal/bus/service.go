@@ -219,7 +219,7 @@ func replyObject(ctx context.Context, nc *nats.Conn, v any) ([]byte, nats.Header
 	} else if raw, err = json.Marshal(v); err != nil {
 		return nil, nil, err
 	}
-	name := "reply/" + nuid.Next()
+	name := client.ReplyObjectPrefix + nuid.Next()
 	size, err := storeObject(ctx, js, client.RepliesBucket, name, raw)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store reply: %w", err)

@@ -48,6 +48,9 @@ func sameWorker(a, b plan.Worker) bool {
 // meanwhile, by another planner, stays.
 func stale(latest *planner.Plan, node string, want []plan.Worker, have *client.Assignment) *client.Assignment {
 	var seq uint64
+	if have != nil && have.Err == nil && have.Revision > latest.Revision {
+		return nil // another planner's newer revision: this one is behind
+	}
 	if have != nil {
 		seq = have.Seq
 		ws := make([]plan.Worker, len(have.Workers))
@@ -158,6 +161,10 @@ func (p *Planner) verifyAssignments(ctx context.Context) error {
 	if len(nodes) == 0 || latest == nil || latest.Unreadable {
 		return nil
 	}
+	if len(nodes) > verifyMax {
+		p.adopted(nil) // one batched read of every node is cheaper
+		return nil
+	}
 	on := latest.Plan.NodeIndex()
 	c := p.plans.Client()
 	var as []client.Assignment
@@ -183,5 +190,20 @@ func (p *Planner) verifyAssignments(ctx context.Context) error {
 		p.cfg.Log.Warn().Int("nodes", len(as)).Int("revision", latest.Plan.Revision).
 			Msg("another planner's revision left assignments behind; publishing them")
 	}
-	return p.plans.PublishAssignments(ctx, as, true)
+	if err := p.plans.PublishAssignments(ctx, as, true); err != nil {
+		p.adopted(nil) // not lost: the whole reconcile will do it
+		return err
+	}
+	return nil
+}
+
+// verifyMax is how many nodes verifyAssignments reads one by one; more
+// are reconciled in one batched read.
+const verifyMax = 256
+
+// checkPending says whether assignments wait to be checked.
+func (p *Planner) checkPending() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.verify) > 0 || p.reconcile
 }

@@ -95,6 +95,11 @@ func TestHostileEvents(t *testing.T) {
 		`{"name":"default","revision":3,"base":2,"change":{"nodes":[],"pools":[],"export":{"node_ids":[],"worker_counts":[0,0,0]}}}`,
 		`{"name":"default","revision":4,"base":1,"change":{"nodes":[],"pools":[],"export":{"node_ids":[],"worker_counts":[-1,0,0]}}}`,
 		`{"name":"default","revision":5,"base":5}`,
+		`{"name":"default","revision":6,"base":6,"snapshot":"other/snapshots/6/x"}`,
+		`{"name":"other","revision":7,"base":7,"resource_pool":[],"pools":[],"workers":[],"storage_to_train_workers":{}}`,
+		`{"name":"default","revision":8,"base":8,"resource_pool":[],"pools":[],"workers":[],"storage_to_train_workers":{}}`,
+		// A chain from revision 1 through the whole revision 8: broken.
+		`{"name":"default","revision":9,"base":1,"change":{"nodes":[],"pools":[],"export":{"node_ids":[],"worker_counts":[0,0,0]}}}`,
 	} {
 		msg := nats.NewMsg(client.PlanEventSubject("default"))
 		msg.Header.Set(client.RevisionHeader, fmt.Sprint(i+2))
@@ -102,7 +107,14 @@ func TestHostileEvents(t *testing.T) {
 		if _, err := h.js.PublishMsg(ctx, msg); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Plan(ctx, "default", i+2); !errors.Is(err, client.ErrUnreadable) {
+		_, err := c.Plan(ctx, "default", i+2)
+		if i+2 == 8 {
+			if err != nil {
+				t.Errorf("revision 8, whole: %v", err)
+			}
+			continue
+		}
+		if !errors.Is(err, client.ErrUnreadable) {
 			t.Errorf("revision %d (%s): %v, want unreadable", i+2, body, err)
 		}
 	}
@@ -146,6 +158,41 @@ func TestAnotherPlannersAssignments(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	checkAssignments(t, b.plans.Client(), next)
+}
+
+// TestRepairsKeepNewer: a repair never replaces an assignment of a newer
+// revision than the planner's (another planner's), and a damaged message
+// on a node of another planner's revision is repaired.
+func TestRepairsKeepNewer(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	p := offline(t, h, 4)
+	if err := p.replan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ws := p.latest.Plan.Workers.Slice()
+	newer, damaged := ws[0].NodeID, ws[len(ws)-1].NodeID
+	if newer == damaged {
+		t.Fatal("want workers on two nodes")
+	}
+	c := p.plans.Client()
+	ahead := client.Assignment{Plan: "default", Revision: 9, NodeID: newer, Workers: []client.PlacedWorker{}}
+	if err := p.plans.PublishAssignments(ctx, []client.Assignment{ahead}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.js.Publish(ctx, client.AssignmentSubject("default", damaged), []byte("{")); err != nil {
+		t.Fatal(err)
+	}
+	p.verify = map[string]bool{newer: true, damaged: true}
+	if err := p.checkAssignments(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := c.Assignment(ctx, "default", newer); err != nil || a.Revision != 9 {
+		t.Errorf("the newer assignment was replaced: %+v %v", a, err)
+	}
+	if a, err := c.Assignment(ctx, "default", damaged); err != nil || a.Revision != 1 || len(a.Workers) == 0 {
+		t.Errorf("the damaged assignment: %+v %v", a, err)
+	}
 }
 
 // TestRestartKeepsAssignments: a planner that starts on an unreadable

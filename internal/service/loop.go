@@ -33,9 +33,11 @@ type loop struct {
 	timer   *time.Timer
 	retry   *time.Timer
 	// check fires a moment after another planner's revision is adopted,
-	// to check its assignments (Planner.checkAssignments).
-	check *time.Timer
-	dirty bool
+	// to check its assignments (Planner.checkAssignments); checking says
+	// it is armed, so that a busy other planner cannot postpone it.
+	check    *time.Timer
+	checking bool
+	dirty    bool
 	// A steady stream of changes (a rolling start of thousands of
 	// reporters, a flapping GPU) must not postpone the replan for ever:
 	// it waits for a quiet Debounce, but at most maxWait since the first
@@ -104,11 +106,12 @@ func (l *loop) run(ctx context.Context) error {
 				continue
 			}
 			l.p.adopted(sp)
-			l.check.Reset(checkAfter)
+			l.armCheck(checkAfter)
 		case <-l.check.C:
+			l.checking = false
 			if err := l.p.checkAssignments(ctx); err != nil {
 				l.log.Warn().Err(err).Msg("checking another planner's assignments failed; retrying")
-				l.check.Reset(5 * checkAfter)
+				l.armCheck(5 * checkAfter)
 			}
 		case e, ok := <-l.specW.Updates():
 			if !ok {
@@ -125,6 +128,14 @@ func (l *loop) run(ctx context.Context) error {
 // assignments are checked: that planner publishes them right after the
 // event.
 const checkAfter = 2 * time.Second
+
+// armCheck arms the assignment check unless it is armed already.
+func (l *loop) armCheck(after time.Duration) {
+	if !l.checking {
+		l.checking = true
+		l.check.Reset(after)
+	}
+}
 
 // kick notes a change and arms the replan.
 func (l *loop) kick() {
@@ -229,6 +240,9 @@ func (l *loop) replan(ctx context.Context) {
 	}
 	l.dirty = false
 	err := l.p.replan(ctx)
+	if l.p.checkPending() {
+		l.armCheck(checkAfter) // it adopted another planner's revision
+	}
 	if err == nil {
 		if l.failures > 0 {
 			l.log.Info().Int("failures", l.failures).Msg("replanned after failures")
