@@ -437,3 +437,35 @@ func TestAssignmentObjects(t *testing.T) {
 		t.Errorf("a message whose object is gone: %v, want unreadable", err)
 	}
 }
+
+// TestWatchForgetsUnreadable: a value the watcher cannot read (here, not
+// JSON) is skipped and its key forgotten, so the next heartbeat is read
+// as a change, not taken for "unchanged" (which would hide, say, a GPU
+// that turned unhealthy meanwhile).
+func TestWatchForgetsUnreadable(t *testing.T) {
+	_, url := startServer(t)
+	_, js := connect(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s := NewInventoryStore(js)
+	doc := testDoc(t, "n1")
+	s.Put(ctx, "n1", doc, false, time.Minute)
+	events, err := s.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Put(ctx, "n1", []byte("{not json"), false, time.Minute)
+	s.Put(ctx, "n1", doc, true, time.Minute)
+	var ops []EventOp
+	for len(ops) < 3 {
+		select {
+		case ev := <-events:
+			ops = append(ops, ev.Op)
+		case <-ctx.Done():
+			t.Fatalf("events %v, want Changed, Synced, Changed", ops)
+		}
+	}
+	if ops[0] != Changed || ops[1] != Synced || ops[2] != Changed {
+		t.Fatalf("events %v, want Changed, Synced, Changed (the heartbeat after the unreadable value read again)", ops)
+	}
+}
