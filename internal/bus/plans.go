@@ -166,31 +166,38 @@ func (s *PlanStore) Ensure(ctx context.Context) error {
 // program) must not stop planning: it comes back as an invalid plan of
 // its revision, which the next plan follows as it would any invalid one.
 func (s *PlanStore) Latest(ctx context.Context, name string) (*StoredPlan, error) {
-	r, err := s.client.Plan(ctx, name, 0)
-	if errors.Is(err, client.ErrNotFound) {
+	st, err := s.js.Stream(ctx, PlansStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("latest plan %s: %w", name, err)
+	}
+	// Read the last event once, and rebuild that one: a newer event
+	// stored meanwhile must not be blamed for this one's damage.
+	m, err := st.GetLastMsgForSubject(ctx, PlanVersionSubject(name))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("latest plan %s: %w", name, err)
+	}
+	rev, _ := strconv.Atoi(m.Header.Get(RevisionHeader))
+	r, err := s.client.Plan(ctx, name, rev)
+	switch {
+	case rev < 1:
+		err = fmt.Errorf("%w: no revision header", client.ErrUnreadable)
+	case err == nil && r.Seq != m.Sequence:
+		err = fmt.Errorf("%w: an earlier event also claims revision %d", client.ErrUnreadable, rev)
+	}
 	if errors.Is(err, client.ErrUnreadable) {
-		return s.unreadable(ctx, name, err)
+		doc := plan.Document{Header: plan.Header{Name: name, Revision: rev, Error: fmt.Sprintf("revision %d is unreadable: %v", rev, err)}}
+		return &StoredPlan{Plan: &planner.Plan{Document: doc}, Seq: m.Sequence, Base: rev, Unreadable: true}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	return storedOf(r), nil
-}
-
-func (s *PlanStore) unreadable(ctx context.Context, name string, cause error) (*StoredPlan, error) {
-	st, err := s.js.Stream(ctx, PlansStream)
-	if err != nil {
-		return nil, err
-	}
-	m, err := st.GetLastMsgForSubject(ctx, PlanVersionSubject(name))
-	if err != nil {
-		return nil, err
-	}
-	rev, _ := strconv.Atoi(m.Header.Get(RevisionHeader))
-	doc := plan.Document{Header: plan.Header{Name: name, Revision: rev, Error: fmt.Sprintf("revision %d is unreadable: %v", rev, cause)}}
-	return &StoredPlan{Plan: &planner.Plan{Document: doc}, Seq: m.Sequence, Base: rev, Unreadable: true}, nil
 }
 
 // Revision returns revision rev of plan name, rebuilt whole, or
