@@ -119,11 +119,16 @@ func TestStartEmbeddedErrors(t *testing.T) {
 }
 
 // The bucket gets the same settings whoever creates it, and a second
-// create-or-update is a no-op.
+// create-or-update is a no-op; a bucket made by an earlier version (as
+// nats.go makes KV buckets, rollups allowed) is brought to them.
 func TestBucketSettings(t *testing.T) {
 	_, url := startServer(t)
 	_, js := connect(t, url)
 	ctx := context.Background()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: InventoryBucket, History: InventoryHistory,
+		Storage: jetstream.FileStorage, LimitMarkerTTL: MinKeyTTL}); err != nil {
+		t.Fatal(err)
+	}
 	for range 2 {
 		if _, err := NewInventoryStore(js).Ensure(ctx); err != nil {
 			t.Fatal(err)
@@ -134,7 +139,8 @@ func TestBucketSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := st.CachedInfo().Config
-	if cfg.MaxMsgsPerSubject != InventoryHistory || !cfg.AllowMsgTTL || cfg.SubjectDeleteMarkerTTL != InventoryMarkerTTL || cfg.MaxAge != 0 || cfg.Storage != jetstream.FileStorage {
+	if cfg.MaxMsgsPerSubject != InventoryHistory || !cfg.AllowMsgTTL || cfg.SubjectDeleteMarkerTTL != 0 || cfg.MaxAge != 0 || cfg.Storage != jetstream.FileStorage ||
+		cfg.AllowRollup || !cfg.DenyPurge || cfg.MaxMsgSize != InventoryMaxDoc {
 		t.Errorf("stream config = %+v", cfg)
 	}
 }
@@ -175,8 +181,9 @@ func TestPutGetDeleteList(t *testing.T) {
 	}
 }
 
-// A key whose puts stop is purged after its TTL, and both a plain KV
-// watcher (any NATS client) and Watch are told.
+// TestExpiryReachesWatchers: a key whose TTL runs out is gone from the
+// bucket and the watch delivers Removed/expired for it, although the
+// bucket (refusing rollups) leaves no marker.
 func TestExpiryReachesWatchers(t *testing.T) {
 	_, url := startServer(t)
 	_, js := connect(t, url)
@@ -187,11 +194,6 @@ func TestExpiryReachesWatchers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kvw, err := kv.WatchAll(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kvw.Stop()
 	events, err := s.Watch(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -199,29 +201,10 @@ func TestExpiryReachesWatchers(t *testing.T) {
 	if ev := <-events; ev.Op != Synced {
 		t.Fatalf("first event %v, want synced", ev.Op)
 	}
-
 	start := time.Now()
 	if _, err := s.Put(ctx, "n1", testDoc(t, "n1"), false, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	var sawPut, sawPurge bool
-	for !sawPurge {
-		select {
-		case e := <-kvw.Updates():
-			if e == nil {
-				continue // end of initial values
-			}
-			switch e.Operation() {
-			case jetstream.KeyValuePut:
-				sawPut = true
-			case jetstream.KeyValuePurge:
-				sawPurge = true
-			}
-		case <-ctx.Done():
-			t.Fatalf("KV watcher saw no purge (put seen: %v)", sawPut)
-		}
-	}
-	t.Logf("purge seen by KV watcher %s after put with 1s TTL", time.Since(start).Round(time.Millisecond))
 	want := []struct {
 		op     EventOp
 		reason string
@@ -238,6 +221,10 @@ func TestExpiryReachesWatchers(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("Watch: no %v event", w.op)
 		}
+	}
+	t.Logf("expiry seen %s after a put with a 1s TTL", time.Since(start).Round(time.Millisecond))
+	if _, err := kv.Get(ctx, "n1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("the expired key is still there: %v", err)
 	}
 }
 
@@ -438,11 +425,10 @@ func TestAssignmentObjects(t *testing.T) {
 	}
 }
 
-// TestWatchForgetsUnreadable: a value the watcher cannot read (here, not
-// JSON) is skipped and its key forgotten, so the next heartbeat is read
-// as a change, not taken for "unchanged" (which would hide, say, a GPU
-// that turned unhealthy meanwhile).
-func TestWatchForgetsUnreadable(t *testing.T) {
+// TestWatchRejects: a document the watcher cannot trust (not JSON,
+// another node's id, impossible values) is one Rejected event, and its
+// heartbeats nothing; the next valid document is a change again.
+func TestWatchRejects(t *testing.T) {
 	_, url := startServer(t)
 	_, js := connect(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -454,18 +440,22 @@ func TestWatchForgetsUnreadable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Put(ctx, "n1", []byte("{not json"), false, time.Minute)
-	s.Put(ctx, "n1", doc, true, time.Minute)
-	var ops []EventOp
-	for len(ops) < 3 {
+	bad := []byte("{not json")
+	s.Put(ctx, "n1", bad, false, time.Minute)
+	s.Put(ctx, "n1", bad, true, time.Minute)
+	s.Put(ctx, "n1", testDoc(t, "n2"), false, time.Minute)
+	s.Put(ctx, "n1", doc, false, time.Minute)
+	var got []string
+	for len(got) < 5 {
 		select {
 		case ev := <-events:
-			ops = append(ops, ev.Op)
+			got = append(got, ev.Op.String()+" "+ev.Reason)
 		case <-ctx.Done():
-			t.Fatalf("events %v, want Changed, Synced, Changed", ops)
+			t.Fatalf("events %q", got)
 		}
 	}
-	if ops[0] != Changed || ops[1] != Synced || ops[2] != Changed {
-		t.Fatalf("events %v, want Changed, Synced, Changed (the heartbeat after the unreadable value read again)", ops)
+	if got[0] != "changed " || got[1] != "synced " || !strings.HasPrefix(got[2], "rejected invalid character") ||
+		got[3] != `rejected node_id: "n2" under key "n1"; a document must be the key's node` || got[4] != "changed " {
+		t.Fatalf("events %q", got)
 	}
 }

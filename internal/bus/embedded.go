@@ -7,8 +7,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/auth"
 )
 
 // EmbeddedOptions configure an in-process NATS server.
@@ -28,6 +31,12 @@ type EmbeddedOptions struct {
 	// NATS's default, 1 MB, which poolplanner never needs raised. (Tests
 	// lower it to see large bodies go into objects.)
 	MaxPayload int32
+	// Auth, when set, makes the server require credentials it signed
+	// (operator mode): anonymous clients are refused and each role gets
+	// its permissions.
+	Auth *auth.Authority
+	// TLSCert and TLSKey, when set, make clients connect with TLS.
+	TLSCert, TLSKey string
 }
 
 // StartEmbedded starts a NATS server with JetStream in this process and
@@ -63,6 +72,9 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, string, error) {
 		NoSigs:     true,
 		MaxPayload: opts.MaxPayload,
 	}
+	if err := secure(sopts, opts); err != nil {
+		return nil, "", err
+	}
 	ns, err := server.NewServer(sopts)
 	if err != nil {
 		return nil, "", fmt.Errorf("embedded nats: %w", err)
@@ -78,6 +90,36 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, string, error) {
 		return nil, "", fmt.Errorf("embedded nats: not ready on %s after %s", listen, timeout)
 	}
 	return ns, ns.ClientURL(), nil
+}
+
+// secure sets the server's auth (the authority's operator and accounts,
+// JetStream in poolplanner's account) and TLS.
+func secure(sopts *server.Options, opts EmbeddedOptions) error {
+	if a := opts.Auth; a != nil {
+		resolver := &server.MemAccResolver{}
+		if err := resolver.Store(a.AccountKey, a.AccountJWT); err != nil {
+			return fmt.Errorf("embedded nats: account: %w", err)
+		}
+		if err := resolver.Store(a.SystemKey, a.SystemJWT); err != nil {
+			return fmt.Errorf("embedded nats: system account: %w", err)
+		}
+		sopts.TrustedOperators = []*jwt.OperatorClaims{a.Operator()}
+		sopts.AccountResolver = resolver
+		sopts.SystemAccount = a.SystemKey
+	}
+	if (opts.TLSCert == "") != (opts.TLSKey == "") {
+		return errors.New("embedded nats: TLS needs both a certificate and its key")
+	}
+	if opts.TLSCert != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: opts.TLSCert, KeyFile: opts.TLSKey})
+		if err != nil {
+			return fmt.Errorf("embedded nats: TLS: %w", err)
+		}
+		sopts.TLSConfig = tc
+		sopts.TLS = true
+		sopts.TLSTimeout = 5
+	}
+	return nil
 }
 
 // serverLogger routes nats-server's log lines to zerolog.

@@ -25,32 +25,53 @@ const (
 	// of the last changes. Every revision carries the reporter's TTL, so
 	// history never outlives the node by more than one TTL.
 	InventoryHistory = 16
-	// InventoryMarkerTTL is how long the purge marker of an expired key
-	// stays; watchers see it live. It is also the floor the server
-	// imposes on every per-key TTL, so it must not exceed the shortest
-	// --ttl; one second is the least the server allows.
-	InventoryMarkerTTL = time.Second
+	// MinKeyTTL is the shortest per-key TTL the server allows, and so
+	// the floor of every reporter's --ttl.
+	MinKeyTTL = time.Second
 )
 
-// InventoryBucketConfig returns the bucket's settings: file storage, no
-// bucket-wide TTL (each put carries its reporter's own --ttl), limit
-// markers on, so that an expired key reaches watchers as a purge.
-func InventoryBucketConfig() jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{
-		Bucket:         InventoryBucket,
-		Description:    "poolplanner node inventories, key = node id",
-		History:        InventoryHistory,
-		Storage:        jetstream.FileStorage,
-		LimitMarkerTTL: InventoryMarkerTTL,
+// InventoryMaxDoc bounds one inventory document: a node of 64 GPUs is
+// about 30 KB of JSON.
+const InventoryMaxDoc = 256 << 10
+
+// InventoryStreamConfig is the bucket's stream: a KV bucket as nats.go
+// makes one (file storage, no bucket-wide TTL, since each put carries its
+// reporter's own --ttl), except that it refuses rollups and purges, and
+// documents over InventoryMaxDoc. A KV bucket allows rollups, and a
+// client that may publish to its own key could then purge every key with
+// "Nats-Rollup: all"; poolplanner never rolls up or purges the
+// inventory (a leaving node's key gets a delete marker), so the stream
+// refuses both, whoever asks. The server makes markers for expired keys
+// only on streams that allow rollups, so there are none: watchers note
+// each key's TTL themselves (Watch).
+func InventoryStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              InventoryStream,
+		Description:       "poolplanner node inventories, key = node id",
+		Subjects:          []string{InventorySubjectPrefix + ">"},
+		MaxMsgsPerSubject: InventoryHistory,
+		MaxBytes:          -1,
+		MaxMsgSize:        InventoryMaxDoc,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          1,
+		AllowRollup:       false,
+		DenyDelete:        true,
+		DenyPurge:         true,
+		Duplicates:        2 * time.Minute,
+		AllowDirect:       true,
+		Discard:           jetstream.DiscardNew,
+		AllowMsgTTL:       true,
 	}
 }
 
 // KeyTTL rounds ttl up to the whole seconds the server counts message
-// TTLs in, and to at least InventoryMarkerTTL, which the server would
+// TTLs in, and to at least MinKeyTTL, which the server would
 // impose anyway.
 func KeyTTL(ttl time.Duration) time.Duration {
 	ttl = (ttl + time.Second - 1).Truncate(time.Second)
-	return max(ttl, InventoryMarkerTTL)
+	return max(ttl, MinKeyTTL)
 }
 
 // InventoryStore reads and writes the inventory bucket. Creating one does
@@ -58,7 +79,10 @@ func KeyTTL(ttl time.Duration) time.Duration {
 // gone missing (a server that lost its storage), so a reporter never has
 // to care whether NATS was up when it started.
 type InventoryStore struct {
-	js jetstream.JetStream
+	// NoCreate keeps the store from creating the bucket: a reporter
+	// whose credentials may only write its own key waits for the planner.
+	NoCreate bool
+	js       jetstream.JetStream
 	// kv is the bucket once it is known to exist.
 	kv atomic.Pointer[jetstream.KeyValue]
 }
@@ -69,9 +93,12 @@ func NewInventoryStore(js jetstream.JetStream) *InventoryStore {
 }
 
 // Ensure creates the bucket if it is missing, or brings its settings to
-// InventoryBucketConfig.
+// InventoryStreamConfig.
 func (s *InventoryStore) Ensure(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := s.js.CreateOrUpdateKeyValue(ctx, InventoryBucketConfig())
+	if _, err := s.js.CreateOrUpdateStream(ctx, InventoryStreamConfig()); err != nil {
+		return nil, fmt.Errorf("ensure bucket %s: %w", InventoryBucket, err)
+	}
+	kv, err := s.js.KeyValue(ctx, InventoryBucket)
 	if err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: %w", InventoryBucket, err)
 	}
@@ -79,11 +106,25 @@ func (s *InventoryStore) Ensure(ctx context.Context) (jetstream.KeyValue, error)
 	return kv, nil
 }
 
-// KV returns the bucket, creating it if needed; for reads the store does
-// not wrap (history, keys).
+// ErrNoBucket is a store that may not create the bucket finding it
+// missing: the planner makes it.
+var ErrNoBucket = errors.New("the inventory bucket does not exist yet; the planner creates it")
+
+// KV returns the bucket, creating it if it is missing and the store may
+// (NoCreate unset); for reads the store does not wrap (history, keys).
 func (s *InventoryStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 	if kv := s.kv.Load(); kv != nil {
 		return *kv, nil
+	}
+	kv, err := s.js.KeyValue(ctx, InventoryBucket)
+	switch {
+	case err == nil:
+		s.kv.Store(&kv)
+		return kv, nil
+	case !errors.Is(err, jetstream.ErrBucketNotFound):
+		return nil, fmt.Errorf("bucket %s: %w", InventoryBucket, err)
+	case s.NoCreate:
+		return nil, ErrNoBucket
 	}
 	return s.Ensure(ctx)
 }
@@ -108,7 +149,7 @@ func (s *InventoryStore) Put(ctx context.Context, nodeID string, doc []byte, hea
 		// The bucket vanished under us (a server restarted without its
 		// storage): make it again and retry once.
 		s.kv.Store(nil)
-		if _, err = s.Ensure(ctx); err == nil {
+		if _, err = s.KV(ctx); err == nil {
 			ack, err = s.js.PublishMsg(ctx, msg, jetstream.WithMsgTTL(KeyTTL(ttl)))
 		}
 	}
@@ -202,6 +243,11 @@ const (
 	// Synced: every key that existed when the watch started has been
 	// delivered; sent once.
 	Synced
+	// Rejected: the key's new document cannot be trusted (not JSON, a
+	// node_id other than the key, impossible values); Event.Reason says
+	// why. The node is out until a valid document comes; its heartbeats
+	// are not read again.
+	Rejected
 )
 
 func (o EventOp) String() string {
@@ -214,6 +260,8 @@ func (o EventOp) String() string {
 		return "removed"
 	case Synced:
 		return "synced"
+	case Rejected:
+		return "rejected"
 	}
 	return "EventOp(" + strconv.Itoa(int(o)) + ")"
 }
@@ -245,9 +293,12 @@ type Event struct {
 // whatever the size of the inventory. The channel is closed when ctx is
 // done or the watch fails.
 //
-// The watch resumes by itself after a reconnect, but a purge marker that
-// came and went (InventoryMarkerTTL) while it was cut off is not
-// replayed; a watcher that must not miss an expiry also checks ExpiresAt.
+// A key whose TTL runs out leaves no marker (the bucket refuses rollups,
+// which markers need): the watch itself notes when each key expires,
+// and once that time has passed and the server no longer holds the key,
+// it delivers Removed with ReasonExpired. So an expiry is never missed,
+// not even one during a reconnect. The watch resumes by itself after a
+// reconnect.
 func (s *InventoryStore) Watch(ctx context.Context) (<-chan Event, error) {
 	if _, err := s.KV(ctx); err != nil {
 		return nil, fmt.Errorf("watch inventory: %w", err)
@@ -266,10 +317,25 @@ func (s *InventoryStore) Watch(ctx context.Context) (<-chan Event, error) {
 	}
 	out := make(chan Event, 64)
 	ended := stopOnDone(ctx, it.Stop)
+	msgs := make(chan jetstream.Msg, 64)
+	go func() {
+		defer close(msgs)
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				return // stopped, or the consumer could not be recreated
+			}
+			select {
+			case msgs <- msg:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	go func() {
 		defer close(out)
 		defer close(ended)
-		w := watcher{store: s, known: map[string]bool{}}
+		w := watcher{store: s, known: map[string]bool{}, rejected: map[string]bool{}, expires: map[string]time.Time{}}
 		// The initial state is the messages pending when the consumer was
 		// made (one per key); later puts may already be pending too by the
 		// first delivery, so count rather than wait for NumPending 0.
@@ -281,11 +347,26 @@ func (s *InventoryStore) Watch(ctx context.Context) (<-chan Event, error) {
 		if synced && !send(ctx, out, Event{Op: Synced}) {
 			return
 		}
+		tick := time.NewTicker(expiryCheck)
+		defer tick.Stop()
 		var delivered uint64
 		for {
-			msg, err := it.Next()
-			if err != nil {
-				return // stopped, or the consumer could not be recreated
+			var msg jetstream.Msg
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				for _, ev := range w.expired(ctx, time.Now()) {
+					if !send(ctx, out, ev) {
+						return
+					}
+				}
+				continue
+			case m, ok := <-msgs:
+				if !ok {
+					return
+				}
+				msg = m
 			}
 			ev, ok := w.event(ctx, msg)
 			if ok && !send(ctx, out, ev) {
@@ -312,11 +393,49 @@ func send(ctx context.Context, out chan<- Event, ev Event) bool {
 	}
 }
 
+// expiryCheck is how often a watch looks for keys past their TTL.
+const expiryCheck = 250 * time.Millisecond
+
 type watcher struct {
 	store *InventoryStore
 	// known holds the keys whose current inventory this watcher has
 	// delivered; a heartbeat for any other key needs its value read.
 	known map[string]bool
+	// rejected holds the keys whose current document was rejected: their
+	// heartbeats (the same bytes) are not read again.
+	rejected map[string]bool
+	// expires is when each live key's TTL runs out, by the server's
+	// clock (its message timestamp plus the TTL).
+	expires map[string]time.Time
+}
+
+// expired delivers Removed for each key past its TTL that the server no
+// longer holds. The server's word decides: a key this host's clock
+// thinks expired but the server still holds stays, and is asked again.
+func (w *watcher) expired(ctx context.Context, now time.Time) []Event {
+	var out []Event
+	for node, at := range w.expires {
+		if now.Before(at) {
+			continue
+		}
+		kv, err := w.store.KV(ctx)
+		if err != nil {
+			return out
+		}
+		_, err = kv.Get(ctx, node)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			delete(w.expires, node)
+			delete(w.known, node)
+			delete(w.rejected, node)
+			out = append(out, Event{Op: Removed, NodeID: node, Reason: ReasonExpired})
+		case err == nil:
+			w.expires[node] = now.Add(time.Second) // the server's clock is behind ours
+		default:
+			return out // NATS away: ask again next time
+		}
+	}
+	return out
 }
 
 // event turns a headers-only message into an Event; false means skip it.
@@ -333,24 +452,28 @@ func (w *watcher) event(ctx context.Context, msg jetstream.Msg) (Event, bool) {
 	h := msg.Headers()
 	if reason := removal(h); reason != "" {
 		delete(w.known, nodeID)
+		delete(w.rejected, nodeID)
+		delete(w.expires, nodeID)
 		ev.Op, ev.Reason = Removed, reason
 		return ev, true
 	}
-	if ttl := h.Get(jetstream.MsgTTLHeader); ttl != "" {
-		if secs, err := strconv.ParseInt(ttl, 10, 64); err == nil {
-			ev.ExpiresAt = md.Timestamp.Add(time.Duration(secs) * time.Second)
-		} else if d, err := time.ParseDuration(ttl); err == nil {
-			ev.ExpiresAt = md.Timestamp.Add(d)
-		}
+	ev.ExpiresAt = expiresAt(h, md.Timestamp)
+	if ev.ExpiresAt.IsZero() {
+		delete(w.expires, nodeID)
+	} else {
+		w.expires[nodeID] = ev.ExpiresAt
 	}
-	if h.Get(HeartbeatHeader) != "" && w.known[nodeID] {
+	if h.Get(HeartbeatHeader) != "" && (w.known[nodeID] || w.rejected[nodeID]) {
+		if w.rejected[nodeID] {
+			return Event{}, false
+		}
 		ev.Op = Heartbeat
 		return ev, true
 	}
 	// A value that cannot be read (expired or superseded since it was
-	// delivered, NATS away, a document that does not parse) is skipped
-	// and the key forgotten: the next heartbeat reads it again, instead
-	// of passing for "unchanged" and hiding a change for ever.
+	// delivered, NATS away) is skipped and the key forgotten: the next
+	// heartbeat reads it again, instead of passing for "unchanged" and
+	// hiding a change for ever.
 	kv, err := w.store.KV(ctx)
 	if err != nil {
 		delete(w.known, nodeID)
@@ -361,13 +484,39 @@ func (w *watcher) event(ctx context.Context, msg jetstream.Msg) (Event, bool) {
 		delete(w.known, nodeID)
 		return Event{}, false
 	}
-	if err := json.Unmarshal(e.Value(), &ev.Inventory); err != nil {
-		delete(w.known, nodeID)
-		return Event{}, false
+	// The key is the node's identity: a document must say it is that
+	// node, and be possible, or the node is out.
+	err = json.Unmarshal(e.Value(), &ev.Inventory)
+	if err == nil {
+		err = ev.Inventory.Validate()
 	}
+	if err == nil && ev.Inventory.NodeID != nodeID {
+		err = fmt.Errorf("node_id: %q under key %q; a document must be the key's node", ev.Inventory.NodeID, nodeID)
+	}
+	if err != nil {
+		delete(w.known, nodeID)
+		w.rejected[nodeID] = true
+		return Event{Op: Rejected, NodeID: nodeID, Revision: ev.Revision, Reason: err.Error(), ExpiresAt: ev.ExpiresAt}, true
+	}
+	delete(w.rejected, nodeID)
 	w.known[nodeID] = true
 	ev.Op = Changed
 	return ev, true
+}
+
+// expiresAt is when a message's TTL runs out; zero without one.
+func expiresAt(h nats.Header, stored time.Time) time.Time {
+	ttl := h.Get(jetstream.MsgTTLHeader)
+	if ttl == "" || ttl == "never" {
+		return time.Time{}
+	}
+	if secs, err := strconv.ParseInt(ttl, 10, 64); err == nil {
+		return stored.Add(time.Duration(secs) * time.Second)
+	}
+	if d, err := time.ParseDuration(ttl); err == nil {
+		return stored.Add(d)
+	}
+	return time.Time{}
 }
 
 // removal returns why a message removes its key, or "" for a put.

@@ -33,16 +33,13 @@ func ParseNodes(data []byte) ([]planner.Node, error) {
 		nodes := make([]planner.Node, 0, len(docs))
 		seen := make(map[string]bool, len(docs))
 		for i, d := range docs {
-			if d.NodeID == "" {
-				return nil, fmt.Errorf("inventory[%d].node_id: missing; every node needs an id", i)
+			if err := d.Validate(); err != nil {
+				return nil, fmt.Errorf("inventory[%d].%w", i, err)
 			}
 			if seen[d.NodeID] {
 				return nil, fmt.Errorf("inventory[%d].node_id: %q appears twice", i, d.NodeID)
 			}
 			seen[d.NodeID] = true
-			if d.CPUs < 0 {
-				return nil, fmt.Errorf("inventory[%d].cpus: %d is not allowed; want a whole number >= 0", i, d.CPUs)
-			}
 			n, err := d.PlannerNode()
 			if err != nil {
 				return nil, fmt.Errorf("inventory[%d]: %w", i, err)

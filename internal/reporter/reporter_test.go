@@ -248,13 +248,6 @@ func TestKilledReporterIsPurged(t *testing.T) {
 	if ev := next(t, events, 5*time.Second); ev.Op != bus.Changed {
 		t.Fatalf("first event %+v", ev)
 	}
-	kv, _ := store.KV(context.Background())
-	kvw, err := kv.Watch(context.Background(), "n1", jetstream.UpdatesOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kvw.Stop()
-
 	r.kill(t)
 	killed := time.Now()
 	// TTL 1s, plus up to one heartbeat already in flight, plus the
@@ -263,16 +256,10 @@ func TestKilledReporterIsPurged(t *testing.T) {
 	if ev.Op != bus.Removed || ev.Reason != bus.ReasonExpired {
 		t.Fatalf("event %+v, want removed/expired", ev)
 	}
-	t.Logf("purged %s after the kill (TTL 1s)", time.Since(killed).Round(10*time.Millisecond))
-	for {
-		select {
-		case e := <-kvw.Updates():
-			if e != nil && e.Operation() == jetstream.KeyValuePurge {
-				return
-			}
-		case <-time.After(2 * time.Second):
-			t.Fatal("plain KV watcher saw no purge")
-		}
+	t.Logf("expired %s after the kill (TTL 1s)", time.Since(killed).Round(10*time.Millisecond))
+	kv, _ := store.KV(context.Background())
+	if _, err := kv.Get(context.Background(), "n1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("the dead node's key is still there: %v", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
@@ -248,5 +250,95 @@ func TestRestartKeepsAssignments(t *testing.T) {
 	defer mu.Unlock()
 	if len(emptied) != 1 || emptied[0] != client.AssignmentSubject("default", "bogus") {
 		t.Errorf("emptied %v; want only the damaged message of no node", emptied)
+	}
+}
+
+// syncBuffer is a log sink tests can read while the planner writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(s.b)
+}
+
+// TestHostileInventory: documents that cannot be trusted, put under keys
+// of their own, are each ignored with one log line naming the key and
+// why, and the plan of the other nodes does not change.
+func TestHostileInventory(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	for i := 1; i <= 4; i++ {
+		h.node(fmt.Sprintf("n%d", i))
+	}
+	var logs syncBuffer
+	p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(testSpec), Debounce: 20 * time.Millisecond, Settle: -1, Log: zerolog.New(&logs)})
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(pctx) }()
+	defer func() { cancel(); <-done }()
+	first := h.waitRevision(1)
+
+	good := func(id string) inventory.NodeInventory {
+		var doc inventory.NodeInventory
+		_ = json.Unmarshal(simDoc(id), &doc)
+		return doc
+	}
+	mk := func(edit func(*inventory.NodeInventory)) []byte {
+		doc := good("evil")
+		edit(&doc)
+		b, _ := json.Marshal(doc)
+		return b
+	}
+	store := bus.NewInventoryStore(h.js)
+	for _, c := range []struct {
+		name, why string
+		doc       []byte
+	}{
+		{"another node's id", `node_id: \"n1\" under key \"evil\"`, mk(func(d *inventory.NodeInventory) { d.NodeID = "n1" })},
+		{"no id", "node_id: missing", mk(func(d *inventory.NodeInventory) { d.NodeID = "" })},
+		{"negative CPUs", "cpus: -100 is not allowed", mk(func(d *inventory.NodeInventory) { d.CPUs = -100 })},
+		{"65 GPUs", "gpus: 65 GPUs is not allowed", mk(func(d *inventory.NodeInventory) {
+			for i := len(d.GPUs); i < 65; i++ {
+				d.GPUs = append(d.GPUs, inventory.GPU{Index: i, UUID: fmt.Sprintf("GPU-x-%d", i), Healthy: true})
+			}
+		})},
+		{"a long string", "hostname: 2048 bytes", mk(func(d *inventory.NodeInventory) { d.Hostname = strings.Repeat("h", 2048) })},
+		{"duplicate UUIDs", "appears twice", mk(func(d *inventory.NodeInventory) { d.GPUs[1].UUID = d.GPUs[0].UUID })},
+		{"not JSON", "unexpected end of JSON input", []byte(`{"node_id": "evil", "gpus": [`)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := strings.Count(logs.String(), "inventory document rejected")
+			if _, err := store.Put(ctx, "evil", c.doc, false, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for strings.Count(logs.String(), "inventory document rejected") == before {
+				if time.Now().After(deadline) {
+					t.Fatalf("no log line; logs:\n%s", logs.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if !strings.Contains(logs.String(), c.why) || !strings.Contains(logs.String(), `"node":"evil"`) {
+				t.Errorf("log does not say %q for key evil:\n%s", c.why, logs.String())
+			}
+			time.Sleep(100 * time.Millisecond) // a replan would be published by now
+			if got := len(h.history()); got != 1 {
+				t.Fatalf("%d revisions; the hostile document changed the plan", got)
+			}
+		})
+	}
+	if got := h.waitRevision(1); got.Workers.Len() != first.Workers.Len() {
+		t.Errorf("workers %d, were %d", got.Workers.Len(), first.Workers.Len())
 	}
 }

@@ -157,8 +157,19 @@ func (p *Planner) apply(ev bus.Event) bool {
 		p.reported[ev.NodeID] = true
 	case bus.Removed:
 		return p.live.remove(ev.NodeID)
+	case bus.Rejected:
+		p.reported[ev.NodeID] = true
+		p.rejected(ev)
+		return p.live.remove(ev.NodeID)
 	}
 	return false
+}
+
+// rejected logs a document the watch would not take: once per key and
+// change, since the watch delivers each change once.
+func (p *Planner) rejected(ev bus.Event) {
+	p.cfg.Log.Warn().Str("node", ev.NodeID).Uint64("revision", ev.Revision).Str("reason", ev.Reason).
+		Msg("inventory document rejected; the node is out of the plan until it reports a valid one")
 }
 
 // replaceNodes swaps in a resynced inventory and reports whether it

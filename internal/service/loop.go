@@ -196,6 +196,11 @@ func (l *loop) inventory(ev bus.Event) {
 		}
 	case bus.Removed:
 		delete(l.resync, ev.NodeID)
+	case bus.Rejected:
+		delete(l.resync, ev.NodeID)
+		l.p.mu.Lock()
+		l.p.rejected(ev)
+		l.p.mu.Unlock()
 	case bus.Synced:
 		l.p.replaceNodes(l.resync)
 		if !l.everSynced {

@@ -1,0 +1,83 @@
+package inventory
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Limits on one inventory document: far past any real node, so that a
+// document past them is a bug or an attack, never a machine.
+const (
+	MaxGPUs   = 64
+	MaxCPUs   = 4096
+	MaxLabels = 256
+	// MaxString bounds every string of a document.
+	MaxString = 1024
+)
+
+// Validate checks a document as the planner must before trusting it:
+// an id, at most MaxGPUs GPUs with distinct indices 0..n-1 and distinct
+// UUIDs, at most MaxCPUs CPUs (not negative), at most MaxLabels labels,
+// no string over MaxString bytes, NVLink peers and NUMA nodes in range.
+// The error names the field and what is allowed.
+func (n NodeInventory) Validate() error {
+	if n.NodeID == "" {
+		return errors.New("node_id: missing")
+	}
+	for _, f := range []struct{ name, v string }{{"node_id", n.NodeID}, {"hostname", n.Hostname}, {"ip", n.IP},
+		{"driver_version", n.DriverVersion}, {"cuda_driver_version", n.CUDADriverVersion}} {
+		if len(f.v) > MaxString {
+			return fmt.Errorf("%s: %d bytes; at most %d", f.name, len(f.v), MaxString)
+		}
+	}
+	if n.CPUs < 0 || n.CPUs > MaxCPUs {
+		return fmt.Errorf("cpus: %d is not allowed; want 0 to %d", n.CPUs, MaxCPUs)
+	}
+	if len(n.GPUs) > MaxGPUs {
+		return fmt.Errorf("gpus: %d GPUs is not allowed; want at most %d", len(n.GPUs), MaxGPUs)
+	}
+	if len(n.Labels) > MaxLabels {
+		return fmt.Errorf("labels: %d labels; at most %d", len(n.Labels), MaxLabels)
+	}
+	for k, v := range n.Labels {
+		if len(k) > MaxString || len(v) > MaxString {
+			return fmt.Errorf("labels: a label of %d+%d bytes; at most %d each", len(k), len(v), MaxString)
+		}
+	}
+	seenIndex := make([]bool, len(n.GPUs))
+	seenUUID := map[string]bool{}
+	for i, g := range n.GPUs {
+		if err := g.validate(len(n.GPUs)); err != nil {
+			return fmt.Errorf("gpus[%d].%w", i, err)
+		}
+		if seenIndex[g.Index] {
+			return fmt.Errorf("gpus[%d].index: %d appears twice; want distinct indices 0..%d", i, g.Index, len(n.GPUs)-1)
+		}
+		seenIndex[g.Index] = true
+		if g.UUID != "" && seenUUID[g.UUID] {
+			return fmt.Errorf("gpus[%d].uuid: %q appears twice", i, g.UUID)
+		}
+		seenUUID[g.UUID] = true
+	}
+	return nil
+}
+
+// validate checks one GPU of a node of count GPUs.
+func (g GPU) validate(count int) error {
+	if g.Index < 0 || g.Index >= count {
+		return fmt.Errorf("index: %d is not allowed; want 0..%d", g.Index, count-1)
+	}
+	for _, f := range []struct{ name, v string }{{"uuid", g.UUID}, {"name", g.Name}, {"pci_bus_id", g.PCIBusID}, {"unhealthy_reason", g.UnhealthyReason}} {
+		if len(f.v) > MaxString {
+			return fmt.Errorf("%s: %d bytes; at most %d", f.name, len(f.v), MaxString)
+		}
+	}
+	if g.NUMANode != nil && (*g.NUMANode < 0 || *g.NUMANode > MaxCPUs) {
+		return fmt.Errorf("numa_node: %d is not allowed; want 0 to %d", *g.NUMANode, MaxCPUs)
+	}
+	if len(g.NVLinkPeers) > count || slices.ContainsFunc(g.NVLinkPeers, func(p int) bool { return p < 0 || p >= count || p == g.Index }) {
+		return fmt.Errorf("nvlink_peers: %v is not allowed; want other GPUs' indices 0..%d", g.NVLinkPeers, count-1)
+	}
+	return nil
+}
