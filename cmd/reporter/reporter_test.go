@@ -125,7 +125,7 @@ func TestSIGTERMDeletesKey(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 
-	nc, err := bus.Connect(url, "test", zerolog.Nop())
+	nc, err := bus.Connect(url, "test", zerolog.Nop(), bus.Security{})
 	if err != nil {
 		t.Fatal(err)
 	}

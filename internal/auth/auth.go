@@ -32,7 +32,8 @@ const (
 	// reporters).
 	Planner Role = "planner"
 	// Launcher follows plans and assignments and calls lookup, validate
-	// and plan; it writes nothing.
+	// and plan; it may read the account's streams (the inventory and specs
+	// too) and writes nothing.
 	Launcher Role = "launcher"
 	// Reporter puts and deletes its own node's key of the inventory
 	// bucket, nothing else.
@@ -227,28 +228,21 @@ func IdentityOf(creds []byte) (Identity, error) {
 	return id, nil
 }
 
-// Streams a reader may read (direct gets, consumers, info), by role.
-var (
-	launcherStreams = []string{client.PlansStream, client.AssignmentsStream, "OBJ_" + client.PlansBucket, "OBJ_" + client.RepliesBucket}
-	adminStreams    = append(slices.Clone(launcherStreams), "KV_"+client.SpecBucket, "KV_"+client.InventoryBucket)
-)
-
 // services are the subjects of the poolplanner micro service.
 var services = []string{client.ValidateSubject, client.LookupSubject, client.PlanSubject}
 
-// readStream is what reading a stream takes: its info, direct and
-// stored-message gets, and ephemeral consumers (create, info, fetch,
-// delete).
-func readStream(s string) []string {
-	api := "$JS.API."
-	return []string{
-		api + "STREAM.INFO." + s,
-		api + "DIRECT.GET." + s, api + "DIRECT.GET." + s + ".>",
-		api + "STREAM.MSG.GET." + s,
-		api + "CONSUMER.CREATE." + s, api + "CONSUMER.CREATE." + s + ".>",
-		api + "CONSUMER.INFO." + s + ".*", api + "CONSUMER.DELETE." + s + ".*",
-		api + "CONSUMER.MSG.NEXT." + s + ".*",
-	}
+// readStreams is what reading the account's streams takes: their info,
+// direct gets, and ephemeral consumers (create, info, fetch, delete).
+// Nothing here writes a message, a stream or its settings. (Wildcards,
+// not a list per stream: a user JWT travels in the CONNECT line, which
+// a server bounds to 4 KB by default.)
+var readStreams = []string{
+	"$JS.API.STREAM.INFO.*",
+	"$JS.API.DIRECT.GET.*", "$JS.API.DIRECT.GET.*.>",
+	"$JS.API.STREAM.MSG.GET.*",
+	"$JS.API.CONSUMER.CREATE.*.>",
+	"$JS.API.CONSUMER.INFO.*.*", "$JS.API.CONSUMER.DELETE.*.*",
+	"$JS.API.CONSUMER.MSG.NEXT.*.*",
 }
 
 // Permissions is what role may publish and subscribe to. A reporter's
@@ -267,16 +261,12 @@ func Permissions(role Role, node string) jwt.Permissions {
 		p.Pub.Allow.Add(key, "$JS.API.STREAM.INFO."+stream, "$JS.API.DIRECT.GET."+stream+"."+key)
 		p.Sub.Allow.Add(inbox)
 	case Launcher:
-		for _, s := range launcherStreams {
-			p.Pub.Allow.Add(readStream(s)...)
-		}
+		p.Pub.Allow.Add(readStreams...)
 		p.Pub.Allow.Add(services...)
 		p.Pub.Allow.Add("$SRV.>")
 		p.Sub.Allow.Add(inbox, client.PlanSubjectPrefix+">", client.AssignmentSubjectPrefix+">")
 	case Admin:
-		for _, s := range adminStreams {
-			p.Pub.Allow.Add(readStream(s)...)
-		}
+		p.Pub.Allow.Add(readStreams...)
 		p.Pub.Allow.Add(services...)
 		p.Pub.Allow.Add("$SRV.>", "$KV."+client.SpecBucket+".>", "$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
 			"$JS.API.CONSUMER.NAMES.*", "$JS.API.CONSUMER.LIST.*")

@@ -33,7 +33,7 @@ func startServer(t testing.TB) (*server.Server, string) {
 
 func connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := Connect(url, "test", zerolog.Nop())
+	nc, err := Connect(url, "test", zerolog.Nop(), Security{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestConnectServerDownAtStart(t *testing.T) {
 	ns.Shutdown()
 	ns.WaitForShutdown()
 
-	nc, err := Connect(url, "test", zerolog.Nop())
+	nc, err := Connect(url, "test", zerolog.Nop(), Security{})
 	if err != nil {
 		t.Fatalf("Connect with the server down: %v", err)
 	}

@@ -2,12 +2,17 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/auth"
 )
 
 // Backoff bounds.
@@ -29,11 +34,17 @@ func Backoff(attempt int) time.Duration {
 	return d + jitter
 }
 
-// Connect dials url for a long-lived client named name. A server that is
-// down at start is not an error: the connection keeps retrying, forever,
-// with Backoff, and JetStream calls fail until it is up. Connection events
-// are logged to log. extra options come last and win.
-func Connect(url, name string, log zerolog.Logger, extra ...nats.Option) (*nats.Conn, error) {
+// Connect dials url for a long-lived client named name, with sec's
+// credentials and CA. A server that is down at start is not an error:
+// the connection keeps retrying, forever, with Backoff, and JetStream
+// calls fail until it is up. Connection events are logged to log,
+// refusals (credentials, permissions) reworded by Explain. extra options
+// come last and win.
+func Connect(url, name string, log zerolog.Logger, sec Security, extra ...nats.Option) (*nats.Conn, error) {
+	secOpts, err := sec.Options()
+	if err != nil {
+		return nil, err
+	}
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.RetryOnFailedConnect(true),
@@ -47,7 +58,7 @@ func Connect(url, name string, log zerolog.Logger, extra ...nats.Option) (*nats.
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			ev := log.Warn()
 			if err != nil {
-				ev = ev.Err(err)
+				ev = ev.Err(Explain(err, nil, sec))
 			}
 			ev.Msg("disconnected from NATS; reconnecting")
 		}),
@@ -58,6 +69,9 @@ func Connect(url, name string, log zerolog.Logger, extra ...nats.Option) (*nats.
 			log.Debug().Msg("NATS connection closed")
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				err = fmt.Errorf("%s may not do this: %w", sec.who(), err)
+			}
 			ev := log.Error().Err(err)
 			if sub != nil {
 				ev = ev.Str("subject", sub.Subject)
@@ -65,9 +79,10 @@ func Connect(url, name string, log zerolog.Logger, extra ...nats.Option) (*nats.
 			ev.Msg("NATS async error")
 		}),
 	}
+	opts = append(opts, secOpts...)
 	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w", url, err)
+		return nil, fmt.Errorf("connect %s: %w", url, Explain(err, nil, sec))
 	}
 	if !nc.IsConnected() {
 		log.Warn().Str("server", url).Msg("NATS not reachable yet; retrying in the background")
@@ -88,4 +103,91 @@ func stopOnDone(ctx context.Context, stop func()) chan<- struct{} {
 		stop()
 	}()
 	return ended
+}
+
+// Security is how a client proves who it is to the server, and how it
+// checks the server: the flags --creds and --tls-ca.
+type Security struct {
+	// Creds is a .creds file (`planner creds ROLE`); empty: connect
+	// without credentials.
+	Creds string
+	// TLSCA is a PEM file of the CA that signed the server's certificate;
+	// empty: the system's CAs (TLS is still used when the server asks
+	// for it, or the URL is tls://).
+	TLSCA string
+}
+
+// Options are the nats options for s, after checking that its files can
+// be read, with the flag named in the error.
+func (s Security) Options() ([]nats.Option, error) {
+	var opts []nats.Option
+	if s.Creds != "" {
+		if _, err := s.Identity(); err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.UserCredentials(s.Creds))
+	}
+	if s.TLSCA != "" {
+		if _, err := os.Stat(s.TLSCA); err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		opts = append(opts, nats.RootCAs(s.TLSCA))
+	}
+	return opts, nil
+}
+
+// Identity is the role the credentials were made for (zero without
+// credentials, or with ones poolplanner did not make).
+func (s Security) Identity() (auth.Identity, error) {
+	if s.Creds == "" {
+		return auth.Identity{}, nil
+	}
+	data, err := os.ReadFile(s.Creds)
+	if err != nil {
+		return auth.Identity{}, fmt.Errorf("--creds: %w", err)
+	}
+	id, err := auth.IdentityOf(data)
+	if err != nil {
+		return auth.Identity{}, fmt.Errorf("--creds %s: %w", s.Creds, err)
+	}
+	return id, nil
+}
+
+// who says whose credentials s holds, for messages.
+func (s Security) who() string {
+	id, _ := s.Identity()
+	switch {
+	case s.Creds == "":
+		return "a client without credentials"
+	case id.Role == "":
+		return "the credentials in " + s.Creds
+	case id.Node != "":
+		return fmt.Sprintf("the %s of node %s (%s)", id.Role, id.Node, s.Creds)
+	}
+	return fmt.Sprintf("the %s credentials in %s", id.Role, s.Creds)
+}
+
+// Explain rewords what NATS says when it refuses a client: no or wrong
+// credentials, a subject the credentials may not use (which NATS reports
+// apart from the request, so the request itself only times out), or a
+// certificate it cannot verify.
+func Explain(err error, nc *nats.Conn, s Security) error {
+	if err == nil {
+		return nil
+	}
+	role := s.who()
+	switch {
+	case errors.Is(err, nats.ErrAuthorization) && s.Creds == "":
+		return fmt.Errorf("authorization violation: the server requires credentials; pass --creds FILE (`planner creds ROLE` makes one): %w", err)
+	case errors.Is(err, nats.ErrAuthorization):
+		return fmt.Errorf("authorization violation: the server refused %s (%s): %w", role, s.Creds, err)
+	case strings.Contains(err.Error(), "certificate"):
+		return fmt.Errorf("TLS: the server's certificate cannot be verified; pass --tls-ca with the CA that signed it: %w", err)
+	}
+	if nc != nil {
+		if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) {
+			return fmt.Errorf("permissions violation: %s may not do this: %v (%w)", role, last, err)
+		}
+	}
+	return err
 }

@@ -469,8 +469,16 @@ func NewSpecStore(js jetstream.JetStream) *SpecStore { return &SpecStore{js: js}
 
 // KV creates the bucket if missing and returns it.
 func (s *SpecStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := s.js.CreateOrUpdateKeyValue(ctx, SpecBucketConfig())
-	if err != nil {
+	// Bind first: an admin may write specs but not make or change the
+	// bucket, which the planner does.
+	kv, err := s.js.KeyValue(ctx, SpecBucket)
+	if err == nil {
+		return kv, nil
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("bucket %s: %w", SpecBucket, err)
+	}
+	if kv, err = s.js.CreateOrUpdateKeyValue(ctx, SpecBucketConfig()); err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: %w", SpecBucket, err)
 	}
 	return kv, nil

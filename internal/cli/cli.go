@@ -79,6 +79,6 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newPlanCmd())
-	root.AddCommand(append(clientCommands(), newServeCmd())...)
+	root.AddCommand(append(clientCommands(), newServeCmd(), newCredsCmd(), newAuthCmd())...)
 	return root
 }

@@ -11,12 +11,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
@@ -30,28 +29,6 @@ func clientCommands() []*cobra.Command {
 }
 
 func defaultServer() string { return "nats://" + DefaultListen }
-
-func dial(server string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(server, nats.Name("poolplanner-client"), nats.Timeout(5*time.Second))
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect %s: %w (is `planner serve` running?)", server, err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("jetstream: %w", err)
-	}
-	return nc, js, nil
-}
-
-// dialPlan checks --plan, then dials: the commands that read or write
-// one plan's stream or spec refuse a bad name before touching NATS.
-func dialPlan(server, plan string) (*nats.Conn, jetstream.JetStream, error) {
-	if err := bus.ValidatePlanName(plan); err != nil {
-		return nil, nil, usagef("--plan: %v", err)
-	}
-	return dial(server)
-}
 
 // busErr turns a bad-request reply into a usage error (exit 2).
 func busErr(err error) error {
@@ -68,12 +45,13 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func newValidateCmd() *cobra.Command {
-	var server, specPath, output string
+	var cf connFlags
+	var specPath, output string
 	cmd := &cobra.Command{
 		Use:   "validate --spec FILE [--server URL]",
 		Short: "Validate a job spec against the live inventory, without publishing",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: cf.wrap("validate", nil, func(cmd *cobra.Command, _ []string) error {
 			if specPath == "" {
 				return usagef("validate needs --spec FILE")
 			}
@@ -89,7 +67,7 @@ func newValidateCmd() *cobra.Command {
 			if err != nil {
 				return usagef("--spec %s: %v", specPath, err)
 			}
-			nc, _, err := dial(server)
+			nc, _, err := cf.dial()
 			if err != nil {
 				return err
 			}
@@ -118,22 +96,23 @@ func newValidateCmd() *cobra.Command {
 				return exitError{ExitInvalid}
 			}
 			return nil
-		},
+		}),
 	}
-	cmd.Flags().StringVar(&server, "server", defaultServer(), "NATS URL of the planner service")
+	cf.add(cmd.Flags())
 	cmd.Flags().StringVar(&specPath, "spec", "", "job spec, YAML or JSON")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 	return cmd
 }
 
 func newLookupCmd() *cobra.Command {
-	var server, plan, node string
+	var cf connFlags
+	var plan, node string
 	var revision int
 	cmd := &cobra.Command{
 		Use:   "lookup COMPONENT INDEX | lookup --node ID",
 		Short: "Where a worker runs: node, GPUs, GPU UUIDs and CUDA_VISIBLE_DEVICES",
 		Args:  cobra.MaximumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: cf.wrap("lookup", nil, func(cmd *cobra.Command, args []string) error {
 			req := bus.LookupRequest{Plan: plan, NodeID: node, Revision: revision}
 			switch {
 			case node != "" && len(args) > 0:
@@ -147,7 +126,7 @@ func newLookupCmd() *cobra.Command {
 				}
 				req.Component, req.Index = args[0], &i
 			}
-			nc, _, err := dial(server)
+			nc, _, err := cf.dial()
 			if err != nil {
 				return err
 			}
@@ -166,9 +145,9 @@ func newLookupCmd() *cobra.Command {
 				return busErr(err)
 			}
 			return writeJSON(cmd.OutOrStdout(), reply)
-		},
+		}),
 	}
-	cmd.Flags().StringVar(&server, "server", defaultServer(), "NATS URL of the planner service")
+	cf.add(cmd.Flags())
 	cmd.Flags().StringVar(&plan, "plan", "default", "plan name")
 	cmd.Flags().StringVar(&node, "node", "", "list every worker of this node")
 	cmd.Flags().IntVar(&revision, "revision", 0, "plan revision (default the latest)")
@@ -176,12 +155,13 @@ func newLookupCmd() *cobra.Command {
 }
 
 func newWatchCmd() *cobra.Command {
-	var server, plan, node, output string
+	var cf connFlags
+	var plan, node, output string
 	cmd := &cobra.Command{
 		Use:   "watch [--plan NAME] [--node NODE_ID] [--server URL]",
 		Short: "Follow plan revisions, or one node's assignments, as they are published",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: cf.wrap("watch", nil, func(cmd *cobra.Command, _ []string) error {
 			if !validOutput(output) {
 				return usagef("--output: %q is not allowed; want text, json or yaml", output)
 			}
@@ -190,7 +170,7 @@ func newWatchCmd() *cobra.Command {
 					return usagef("--node: %v", err)
 				}
 			}
-			nc, _, err := dialPlan(server, plan)
+			nc, _, err := cf.dialPlan(plan)
 			if err != nil {
 				return err
 			}
@@ -215,9 +195,9 @@ func newWatchCmd() *cobra.Command {
 				}
 			}
 			return nil
-		},
+		}),
 	}
-	cmd.Flags().StringVar(&server, "server", defaultServer(), "NATS URL")
+	cf.add(cmd.Flags())
 	cmd.Flags().StringVar(&plan, "plan", "default", "plan name")
 	cmd.Flags().StringVar(&node, "node", "", "follow only this node's assignments (poolplanner.assignments.PLAN.NODE_ID)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
@@ -280,16 +260,17 @@ type historyEntry struct {
 }
 
 func newHistoryCmd() *cobra.Command {
-	var server, plan, output string
+	var cf connFlags
+	var plan, output string
 	cmd := &cobra.Command{
 		Use:   "history [--plan NAME] [--output text|json]",
 		Short: "List every revision of a plan the stream keeps, for audit",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: cf.wrap("history", nil, func(cmd *cobra.Command, _ []string) error {
 			if output != "text" && output != "json" {
 				return usagef("--output: %q is not allowed; want text or json", output)
 			}
-			nc, _, err := dialPlan(server, plan)
+			nc, _, err := cf.dialPlan(plan)
 			if err != nil {
 				return err
 			}
@@ -315,9 +296,9 @@ func newHistoryCmd() *cobra.Command {
 				fmt.Fprintf(tw, "%d\t%s\t%v\t%d\t%s\n", e.Revision, e.CreatedAt.Format(time.RFC3339), e.Valid, e.Moved, e.Reason)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
-	cmd.Flags().StringVar(&server, "server", defaultServer(), "NATS URL")
+	cf.add(cmd.Flags())
 	cmd.Flags().StringVar(&plan, "plan", "default", "plan name")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
@@ -325,17 +306,18 @@ func newHistoryCmd() *cobra.Command {
 
 func newSpecCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "spec", Short: "Read or change a plan's stored spec"}
-	var server, plan string
+	var cf connFlags
+	var plan string
 	set := &cobra.Command{
 		Use:   "set --plan NAME FILE",
 		Short: "Store FILE as the plan's spec; the planner replans on it",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: cf.wrap("setting a spec", []auth.Role{auth.Admin, auth.Planner}, func(cmd *cobra.Command, args []string) error {
 			if _, err := loadSpec(args[0]); err != nil {
 				return err
 			}
 			data, _ := os.ReadFile(args[0])
-			nc, js, err := dialPlan(server, plan)
+			nc, js, err := cf.dialPlan(plan)
 			if err != nil {
 				return err
 			}
@@ -348,9 +330,9 @@ func newSpecCmd() *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "spec of plan %s stored (spec revision %d)\n", plan, rev)
 			return nil
-		},
+		}),
 	}
-	set.Flags().StringVar(&server, "server", defaultServer(), "NATS URL")
+	cf.add(set.Flags())
 	set.Flags().StringVar(&plan, "plan", "default", "plan name")
 	cmd.AddCommand(set)
 	return cmd

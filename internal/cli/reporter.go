@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/reporter"
@@ -24,6 +25,7 @@ import (
 // reporterOptions are the command's flags, as the contract names them.
 type reporterOptions struct {
 	server    string
+	sec       bus.Security
 	nodeID    string
 	ip        string
 	heartbeat time.Duration
@@ -70,6 +72,7 @@ without a word; on SIGTERM or SIGINT the reporter deletes it first.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.server, "server", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	addSecurity(f, &opts.sec)
 	f.StringVar(&opts.nodeID, "node-id", "", "node id, the key in the bucket (default the hostname)")
 	f.StringVar(&opts.ip, "ip", "", "IP other nodes reach this one on (default the address of the default route's interface)")
 	f.DurationVar(&opts.heartbeat, "heartbeat", reporter.DefaultHeartbeat, "how often to refresh the key")
@@ -196,7 +199,19 @@ func runReporter(ctx context.Context, c reporterConfig, stdout, stderr io.Writer
 		return enc.Encode(inv)
 	}
 
-	nc, err := bus.Connect(c.server, "poolplanner-reporter "+facts.NodeID, log)
+	// Credentials made for one node's reporter may write that node's key
+	// only: say so now, not after the server refuses every put.
+	id, err := c.sec.Identity()
+	if err != nil {
+		return usageError{err}
+	}
+	if id.Role != "" && id.Role != auth.Reporter && id.Role != auth.Planner {
+		return usagef("--creds %s: credentials of role %s cannot report; `planner creds reporter --node-id %s` makes a reporter's", c.sec.Creds, id.Role, facts.NodeID)
+	}
+	if id.Role == auth.Reporter && id.Node != facts.NodeID {
+		return usagef("authorization violation: --creds %s may only write key %s; this reporter's node id is %s", c.sec.Creds, id.Node, facts.NodeID)
+	}
+	nc, err := bus.Connect(c.server, "poolplanner-reporter "+facts.NodeID, log, c.sec)
 	if err != nil {
 		return usagef("--server: %w", err)
 	}
@@ -206,9 +221,13 @@ func runReporter(ctx context.Context, c reporterConfig, stdout, stderr io.Writer
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	log.Info().Str("server", c.server).Dur("heartbeat", c.heartbeat).Dur("ttl", c.ttl).Msg("reporter starting")
+	store := bus.NewInventoryStore(js)
+	// A reporter's credentials cannot create the bucket: it waits for the
+	// planner to.
+	store.NoCreate = id.Role == auth.Reporter
 	return reporter.Run(ctx, reporter.Config{
 		Source:    src,
-		Store:     bus.NewInventoryStore(js),
+		Store:     store,
 		Heartbeat: c.heartbeat,
 		TTL:       c.ttl,
 		Log:       log,

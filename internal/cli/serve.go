@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -11,10 +12,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/reporter"
@@ -56,7 +59,9 @@ func newServeCmd() *cobra.Command {
 	var (
 		server, listen, dataDir, specPath, plan, logLevel string
 		simulate                                          []string
-		noLocal                                           bool
+		noLocal, secure, insecure                         bool
+		tlsCert, tlsKey                                   string
+		sec                                               bus.Security
 		debounce, heartbeat, settle, historyAge           time.Duration
 		historyBytes                                      int64
 	)
@@ -97,23 +102,38 @@ func newServeCmd() *cobra.Command {
 			if historyAge == 0 || historyBytes == 0 {
 				return usagef("--history-age and --history-bytes: must not be 0 (negative: no limit)")
 			}
+			if err := checkServeSecurity(server, listen, secure, insecure, tlsCert, tlsKey); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 
 			url := server
+			var extra []nats.Option
 			if url == "" {
 				if dataDir == "" {
 					dataDir = filepath.Join(os.TempDir(), "poolplanner")
 				}
-				ns, u, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: listen, StoreDir: dataDir, Log: log})
+				eopts := bus.EmbeddedOptions{Listen: listen, StoreDir: dataDir, Log: log, TLSCert: tlsCert, TLSKey: tlsKey}
+				if secure {
+					a, planner, err := serveCreds(dataDir, log)
+					if err != nil {
+						return err
+					}
+					eopts.Auth, sec.Creds = a, planner
+				}
+				ns, u, err := bus.StartEmbedded(eopts)
 				if err != nil {
 					return err
 				}
 				defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 				url = u
-				log.Info().Str("url", url).Str("data_dir", dataDir).Msg("embedded NATS with JetStream started")
+				// The planner itself talks to its server in process: no
+				// socket, no TLS to verify.
+				extra = append(extra, nats.InProcessServer(ns))
+				log.Info().Str("url", url).Str("data_dir", dataDir).Bool("auth", secure).Bool("tls", tlsCert != "").Msg("embedded NATS with JetStream started")
 			}
-			nc, err := bus.Connect(url, "poolplanner-planner", log)
+			nc, err := bus.Connect(url, "poolplanner-planner", log, sec, extra...)
 			if err != nil {
 				return err
 			}
@@ -185,7 +205,58 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&historyAge, "history-age", service.DefaultHistoryAge, "keep plan revisions this long (and the chain they need); negative: for ever")
 	f.Int64Var(&historyBytes, "history-bytes", service.DefaultHistoryBytes, "keep at most this many bytes of plan revisions, dropping the oldest chains; negative: no limit")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.BoolVar(&secure, "auth", false, "the embedded server requires credentials: keys kept under --data-dir/auth, admin, planner and launcher .creds written to --data-dir/creds (`planner creds` makes more)")
+	f.BoolVar(&insecure, "no-auth", false, "serve a non-loopback --listen without credentials, deliberately")
+	f.StringVar(&tlsCert, "tls-cert", "", "the embedded server's TLS certificate (PEM); with --tls-key, clients must use TLS")
+	f.StringVar(&tlsKey, "tls-key", "", "the key of --tls-cert (PEM)")
+	addSecurity(f, &sec)
 	return cmd
+}
+
+// checkServeSecurity refuses flag combinations that would not do what
+// they say, and an open embedded server on a non-loopback address
+// unless --no-auth asks for it.
+func checkServeSecurity(server, listen string, secure, insecure bool, tlsCert, tlsKey string) error {
+	switch {
+	case secure && insecure:
+		return usagef("--auth and --no-auth: choose one")
+	case server != "" && (secure || tlsCert != "" || tlsKey != ""):
+		return usagef("--auth, --tls-cert and --tls-key secure the embedded server; with --server, pass the planner's --creds (and --tls-ca)")
+	case (tlsCert == "") != (tlsKey == ""):
+		return usagef("--tls-cert and --tls-key go together")
+	case server == "" && !secure && !insecure && !loopback(listen):
+		return usagef("--listen %s is reachable from other hosts, and without --auth anyone there could rewrite the plan: add --auth, or --no-auth to serve it open deliberately", listen)
+	}
+	return nil
+}
+
+// loopback says whether HOST:PORT listens on this host only.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// serveCreds opens the authority under dataDir (keys made the first
+// time) and writes the admin, planner and launcher credentials there if
+// missing; it returns the planner's file, which serve connects with.
+func serveCreds(dataDir string, log zerolog.Logger) (*auth.Authority, string, error) {
+	a, err := auth.Open(dataDir)
+	if err != nil {
+		return nil, "", err
+	}
+	paths, err := writeCreds(a, filepath.Join(dataDir, "creds"), []auth.Role{auth.Admin, auth.Planner, auth.Launcher}, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	log.Info().Str("admin", paths[0]).Str("planner", paths[1]).Str("launcher", paths[2]).Msg("credentials")
+	return a, paths[1], nil
 }
 
 // localSource reports this machine's GPUs with NVML where it can, else

@@ -88,7 +88,7 @@ func (s *testServer) stop() {
 // client is a test's own view of the bucket.
 func client(t *testing.T, url string) *bus.InventoryStore {
 	t.Helper()
-	nc, err := bus.Connect(url, "test-watcher", zerolog.Nop())
+	nc, err := bus.Connect(url, "test-watcher", zerolog.Nop(), bus.Security{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func startReporter(t *testing.T, url string, src inventory.Source, heartbeat, tt
 	log := zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger()
 	// The connection logs from its own goroutines, possibly after the
 	// test has ended, which testing forbids; keep it quiet.
-	nc, err := bus.Connect(url, "reporter", zerolog.Nop())
+	nc, err := bus.Connect(url, "reporter", zerolog.Nop(), bus.Security{})
 	if err != nil {
 		t.Fatal(err)
 	}

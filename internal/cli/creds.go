@@ -1,0 +1,163 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/poolplanner/poolplanner/internal/auth"
+	"github.com/poolplanner/poolplanner/internal/bus"
+)
+
+// defaultDataDir is where serve keeps its state, and so its keys.
+func defaultDataDir() string { return filepath.Join(os.TempDir(), "poolplanner") }
+
+// newCredsCmd prints credentials for a role, signed by the keys under
+// --data-dir (made there the first time).
+func newCredsCmd() *cobra.Command {
+	var dataDir, node string
+	cmd := &cobra.Command{
+		Use:   "creds ROLE [--node-id ID] [--data-dir DIR]",
+		Short: "Print NATS credentials (.creds) for a role: admin, planner, launcher, or reporter --node-id ID",
+		Long: `creds prints a .creds file for ROLE on stdout, signed by the keys that
+planner serve --auth (or planner auth init) keeps under --data-dir/auth:
+
+  admin     set and remove specs, read everything
+  planner   run planner serve --server against a server that trusts these keys
+  launcher  follow plans and assignments, call lookup, validate and plan
+  reporter  put and delete the inventory key of node --node-id, nothing else`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			role, err := auth.ParseRole(args[0])
+			if err != nil {
+				return usageError{err}
+			}
+			if err := checkCredsNode(role, node); err != nil {
+				return err
+			}
+			a, err := auth.Open(dataDirOr(dataDir))
+			if err != nil {
+				return err
+			}
+			creds, err := a.Creds(role, node)
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(creds)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "where the keys are kept, as for planner serve (default $TMPDIR/poolplanner)")
+	cmd.Flags().StringVar(&node, "node-id", "", "the reporter's node id")
+	return cmd
+}
+
+func checkCredsNode(role auth.Role, node string) error {
+	switch {
+	case role == auth.Reporter && node == "":
+		return usagef("a reporter's credentials are for one node: pass --node-id")
+	case role != auth.Reporter && node != "":
+		return usagef("--node-id is for a reporter's credentials only")
+	case node != "":
+		if err := bus.ValidateNodeID(node); err != nil {
+			return usagef("--node-id: %v", err)
+		}
+	}
+	return nil
+}
+
+func dataDirOr(dir string) string {
+	if dir == "" {
+		return defaultDataDir()
+	}
+	return dir
+}
+
+// newAuthCmd sets up credentials for an external NATS server.
+func newAuthCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "auth", Short: "Set up credentials for an external NATS server"}
+	var dataDir string
+	var reporters []string
+	initCmd := &cobra.Command{
+		Use:   "init [--data-dir DIR] [--reporter NODE_ID]...",
+		Short: "Make the keys, a nats-server configuration that trusts them, and credentials",
+		Long: `init makes (once) the operator and account keys under DIR/auth, and writes
+DIR/nats-auth.conf, which a nats-server configuration includes to require
+these credentials, and DIR/creds/admin.creds, planner.creds,
+launcher.creds and reporter-NODE_ID.creds for each --reporter. Existing
+credentials files are kept.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, n := range reporters {
+				if err := checkCredsNode(auth.Reporter, n); err != nil {
+					return err
+				}
+			}
+			dir := dataDirOr(dataDir)
+			a, err := auth.Open(dir)
+			if err != nil {
+				return err
+			}
+			conf := filepath.Join(dir, "nats-auth.conf")
+			if err := os.WriteFile(conf, []byte(a.ServerConfig()), 0o600); err != nil {
+				return fmt.Errorf("write %s: %w", conf, err)
+			}
+			paths, err := writeCreds(a, filepath.Join(dir, "creds"), []auth.Role{auth.Admin, auth.Planner, auth.Launcher}, reporters)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s\n%s\n", conf, strings.Join(paths, "\n"))
+			return nil
+		},
+	}
+	initCmd.Flags().StringVar(&dataDir, "data-dir", "", "where to keep the keys and write the files (default $TMPDIR/poolplanner)")
+	initCmd.Flags().StringArrayVar(&reporters, "reporter", nil, "also write credentials for the reporter of this node (repeatable)")
+	cmd.AddCommand(initCmd)
+	return cmd
+}
+
+// writeCreds writes dir/ROLE.creds for each role and
+// dir/reporter-NODE.creds for each node, keeping files that exist (they
+// may have been handed out), and returns their paths in that order.
+func writeCreds(a *auth.Authority, dir string, roles []auth.Role, nodes []string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	type want struct {
+		role auth.Role
+		node string
+	}
+	var all []want
+	for _, r := range roles {
+		all = append(all, want{r, ""})
+	}
+	for _, n := range nodes {
+		all = append(all, want{auth.Reporter, n})
+	}
+	var paths []string
+	for _, w := range all {
+		name := string(w.role) + ".creds"
+		if w.node != "" {
+			name = "reporter-" + strings.ReplaceAll(w.node, "/", "_") + ".creds"
+		}
+		path := filepath.Join(dir, name)
+		paths = append(paths, path)
+		if _, err := os.Stat(path); err == nil {
+			continue
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("credentials %s: %w", path, err)
+		}
+		creds, err := a.Creds(w.role, w.node)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, creds, 0o600); err != nil {
+			return nil, fmt.Errorf("credentials %s: %w", path, err)
+		}
+	}
+	return paths, nil
+}
