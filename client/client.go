@@ -137,28 +137,36 @@ func (c *Client) getObject(ctx context.Context, bucket, name string, limit int64
 // revision of plan name.
 func (c *Client) Lookup(ctx context.Context, name, component string, index int) (*PlacedWorker, error) {
 	var w PlacedWorker
-	err := c.Request(ctx, LookupSubject, LookupRequest{Plan: name, Component: component, Index: &index}, &w)
-	return &w, err
+	if err := c.Request(ctx, LookupSubject, LookupRequest{Plan: name, Component: component, Index: &index}, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
 }
 
 // LookupNode asks for node's workers in the latest revision of plan name.
 func (c *Client) LookupNode(ctx context.Context, name, node string) (*Assignment, error) {
 	var a Assignment
-	err := c.Request(ctx, LookupSubject, LookupRequest{Plan: name, NodeID: node}, &a)
-	return &a, err
+	if err := c.Request(ctx, LookupSubject, LookupRequest{Plan: name, NodeID: node}, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
 }
 
 // Validate plans spec (JSON) on the live inventory, publishing nothing.
 func (c *Client) Validate(ctx context.Context, spec []byte) (*ValidateReply, error) {
 	var r ValidateReply
-	err := c.Request(ctx, ValidateSubject, spec, &r)
-	return &r, err
+	if err := c.Request(ctx, ValidateSubject, spec, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
 // RequestPlan asks the service for revision rev of plan name (0: the
 // latest). Plan reads the same from the stream, without a service.
 func (c *Client) RequestPlan(ctx context.Context, name string, rev int) (*plan.Document, error) {
 	var d plan.Document
-	err := c.Request(ctx, PlanSubject, PlanRequest{Plan: name, Revision: rev}, &d)
-	return &d, err
+	if err := c.Request(ctx, PlanSubject, PlanRequest{Plan: name, Revision: rev}, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
 }

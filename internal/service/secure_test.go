@@ -1,0 +1,113 @@
+package service
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/auth"
+	"github.com/poolplanner/poolplanner/internal/bus"
+)
+
+// TestSecureService: on a server that requires credentials, each role
+// does its part with its own: reporters put their nodes, the planner
+// plans, a launcher looks up and follows its node, an admin changes the
+// spec and the planner replans.
+func TestSecureService(t *testing.T) {
+	dir := t.TempDir()
+	a, err := auth.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: dir, Auth: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	connect := func(role auth.Role, node string) (*nats.Conn, jetstream.JetStream) {
+		creds, err := a.Creds(role, node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "user.creds")
+		_ = os.WriteFile(path, creds, 0o600)
+		nc, err := bus.Connect(url, string(role), zerolog.Nop(), bus.Security{Creds: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, _ := jetstream.New(nc)
+		return nc, js
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	pnc, pjs := connect(auth.Planner, "")
+	p := New(Config{NC: pnc, JS: pjs, Spec: []byte(testSpec), Debounce: 20 * time.Millisecond, Settle: -1, Log: zerolog.Nop()})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	for _, id := range []string{"n1", "n2", "n3"} {
+		_, js := connect(auth.Reporter, id)
+		store := bus.NewInventoryStore(js)
+		store.NoCreate = true
+		for {
+			_, err := store.Put(ctx, id, simDoc(id), false, time.Minute)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("reporter %s: %v", id, err)
+			}
+			time.Sleep(50 * time.Millisecond) // the planner makes the bucket
+		}
+	}
+
+	lnc, _ := connect(auth.Launcher, "")
+	c, _ := client.New(lnc)
+	var w *client.PlacedWorker
+	for w == nil {
+		w, err = c.Lookup(ctx, "default", "train", 0)
+		if ctx.Err() != nil {
+			t.Fatalf("launcher lookup: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	follow, err := c.FollowNode(ctx, "default", w.NodeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-follow; got == nil || len(got.Workers) == 0 {
+		t.Fatalf("launcher follows %s: %+v", w.NodeID, got)
+	}
+
+	before, err := c.Plan(ctx, "default", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ajs := connect(auth.Admin, "")
+	changed := "scheduling:\n  train: {worker_num: 12, num_cpus: 1, num_gpus: 1}\n"
+	if _, err := bus.NewSpecStore(ajs).Put(ctx, "default", []byte(changed)); err != nil {
+		t.Fatalf("admin sets the spec: %v", err)
+	}
+	for {
+		r, err := c.Plan(ctx, "default", 0)
+		// The admin's spec: 12 train workers, no eval.
+		if err == nil && r.Document.Revision > before.Document.Revision &&
+			r.Document.Workers.Find("train", 11) != nil && r.Document.Workers.Find("eval", 0) == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no replan after the admin's spec: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
