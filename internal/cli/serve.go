@@ -133,7 +133,13 @@ func newServeCmd() *cobra.Command {
 				extra = append(extra, nats.InProcessServer(ns))
 				log.Info().Str("url", url).Str("data_dir", dataDir).Bool("auth", secure).Bool("tls", tlsCert != "").Msg("embedded NATS with JetStream started")
 			}
-			nc, err := bus.Connect(url, "poolplanner-planner", log, sec, extra...)
+			connectURL := url
+			if len(extra) > 0 {
+				// In process the server offers TLS without requiring it; a
+				// tls:// URL would ask for it over the pipe.
+				connectURL = strings.Replace(url, "tls://", "nats://", 1)
+			}
+			nc, err := bus.Connect(connectURL, "poolplanner-planner", log, sec, extra...)
 			if err != nil {
 				return err
 			}
