@@ -134,27 +134,61 @@ func (s *InventoryStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 // marked with HeartbeatHeader so that watchers can skip it without
 // reading the value. It returns the revision.
 func (s *InventoryStore) Put(ctx context.Context, nodeID string, doc []byte, heartbeat bool, ttl time.Duration) (uint64, error) {
+	return s.put(ctx, nodeID, doc, heartbeat, ttl, nil)
+}
+
+// ErrKeyMoved is PutIf's and DeleteIf's answer when the key changed
+// since the revision the writer expected: something else wrote it.
+var ErrKeyMoved = errors.New("the key changed since this writer's last revision")
+
+// PutIf is Put, done only if nodeID's key is still at revision last (0:
+// it holds nothing); else ErrKeyMoved. A reporter writes this way, so
+// that two reporters given one node id notice each other.
+func (s *InventoryStore) PutIf(ctx context.Context, nodeID string, doc []byte, heartbeat bool, ttl time.Duration, last uint64) (uint64, error) {
+	return s.put(ctx, nodeID, doc, heartbeat, ttl, &last)
+}
+
+func (s *InventoryStore) put(ctx context.Context, nodeID string, doc []byte, heartbeat bool, ttl time.Duration, last *uint64) (uint64, error) {
 	if err := ValidateNodeID(nodeID); err != nil {
 		return 0, err
-	}
-	if _, err := s.KV(ctx); err != nil {
-		return 0, fmt.Errorf("put inventory %s: %w", nodeID, err)
 	}
 	msg := &nats.Msg{Subject: InventorySubject(nodeID), Header: nats.Header{}, Data: doc}
 	if heartbeat {
 		msg.Header.Set(HeartbeatHeader, "1")
 	}
-	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgTTL(KeyTTL(ttl)))
+	rev, err := s.publish(ctx, msg, ttl, last)
+	if err != nil {
+		return 0, fmt.Errorf("put inventory %s: %w", nodeID, err)
+	}
+	return rev, nil
+}
+
+// publish writes msg to the bucket with a TTL (and the expected last
+// revision, when last is set).
+func (s *InventoryStore) publish(ctx context.Context, msg *nats.Msg, ttl time.Duration, last *uint64) (uint64, error) {
+	if _, err := s.KV(ctx); err != nil {
+		return 0, err
+	}
+	opts := []jetstream.PublishOpt{jetstream.WithMsgTTL(KeyTTL(ttl))}
+	if last != nil {
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(*last))
+	}
+	ack, err := s.js.PublishMsg(ctx, msg, opts...)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) {
 		// The bucket vanished under us (a server restarted without its
 		// storage): make it again and retry once.
 		s.kv.Store(nil)
 		if _, err = s.KV(ctx); err == nil {
-			ack, err = s.js.PublishMsg(ctx, msg, jetstream.WithMsgTTL(KeyTTL(ttl)))
+			ack, err = s.js.PublishMsg(ctx, msg, opts...)
 		}
 	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return 0, ErrKeyMoved
+	}
 	if err != nil {
-		return 0, fmt.Errorf("put inventory %s: %w", nodeID, err)
+		return 0, err
 	}
 	return ack.Sequence, nil
 }
@@ -163,20 +197,54 @@ func (s *InventoryStore) Put(ctx context.Context, nodeID string, doc []byte, hea
 // marker itself expires after ttl, so a bucket whose nodes come and go
 // does not fill with markers.
 func (s *InventoryStore) Delete(ctx context.Context, nodeID string, ttl time.Duration) error {
+	return s.delete(ctx, nodeID, ttl, nil)
+}
+
+// DeleteIf is Delete, done only if the key is still at revision last;
+// else ErrKeyMoved: a reporter shutting down does not delete a key
+// another reporter now holds.
+func (s *InventoryStore) DeleteIf(ctx context.Context, nodeID string, ttl time.Duration, last uint64) error {
+	return s.delete(ctx, nodeID, ttl, &last)
+}
+
+func (s *InventoryStore) delete(ctx context.Context, nodeID string, ttl time.Duration, last *uint64) error {
 	if err := ValidateNodeID(nodeID); err != nil {
 		return err
-	}
-	if _, err := s.KV(ctx); err != nil {
-		return fmt.Errorf("delete inventory %s: %w", nodeID, err)
 	}
 	// jetstream.KeyValue.Delete refuses a TTL, so write the marker as KV
 	// does (KV-Operation: DEL) with our own TTL.
 	msg := nats.NewMsg(InventorySubject(nodeID))
 	msg.Header.Set("KV-Operation", "DEL")
-	if _, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgTTL(KeyTTL(ttl))); err != nil {
+	if _, err := s.publish(ctx, msg, ttl, last); err != nil {
 		return fmt.Errorf("delete inventory %s: %w", nodeID, err)
 	}
 	return nil
+}
+
+// Current is nodeID's key as it stands: the document (nil when it was
+// deleted) and the revision (0 when the key holds nothing).
+func (s *InventoryStore) Current(ctx context.Context, nodeID string) ([]byte, uint64, error) {
+	if err := ValidateNodeID(nodeID); err != nil {
+		return nil, 0, err
+	}
+	if _, err := s.KV(ctx); err != nil {
+		return nil, 0, fmt.Errorf("read inventory %s: %w", nodeID, err)
+	}
+	st, err := s.js.Stream(ctx, InventoryStream)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read inventory %s: %w", nodeID, err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, InventorySubject(nodeID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read inventory %s: %w", nodeID, err)
+	}
+	if removal(m.Header) != "" {
+		return nil, m.Sequence, nil
+	}
+	return m.Data, m.Sequence, nil
 }
 
 // Get returns nodeID's inventory and its revision; jetstream.ErrKeyNotFound

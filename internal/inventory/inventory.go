@@ -50,6 +50,10 @@ type NodeInventory struct {
 	// CUDADriverVersion is the CUDA version the driver supports, as
 	// "12.4"; empty without NVML.
 	CUDADriverVersion string `json:"cuda_driver_version,omitempty"`
+	// Reporter tells apart the reporter process that wrote the document
+	// (random, new at each start): two reporters given one node id see
+	// each other's writes by it.
+	Reporter string `json:"reporter,omitempty"`
 }
 
 // Source produces a node's inventory: NVML on a GPU machine, a simulation
@@ -86,7 +90,7 @@ func SameInventory(a, b NodeInventory) bool {
 
 // canonical clears what SameInventory and Fingerprint ignore.
 func canonical(n NodeInventory) NodeInventory {
-	n.ReportedAt = time.Time{}
+	n.ReportedAt, n.Reporter = time.Time{}, ""
 	if len(n.GPUs) == 0 {
 		n.GPUs = nil
 	}

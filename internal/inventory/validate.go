@@ -26,7 +26,7 @@ func (n NodeInventory) Validate() error {
 		return errors.New("node_id: missing")
 	}
 	for _, f := range []struct{ name, v string }{{"node_id", n.NodeID}, {"hostname", n.Hostname}, {"ip", n.IP},
-		{"driver_version", n.DriverVersion}, {"cuda_driver_version", n.CUDADriverVersion}} {
+		{"driver_version", n.DriverVersion}, {"cuda_driver_version", n.CUDADriverVersion}, {"reporter", n.Reporter}} {
 		if len(f.v) > MaxString {
 			return fmt.Errorf("%s: %d bytes; at most %d", f.name, len(f.v), MaxString)
 		}

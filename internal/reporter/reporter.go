@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
@@ -19,14 +20,24 @@ import (
 )
 
 // Store is where the reporter keeps the inventory; *bus.InventoryStore is
-// the real one.
+// the real one. Writes name the revision they replace, so that a key
+// someone else wrote meanwhile is noticed (bus.ErrKeyMoved).
 type Store interface {
-	// Put stores doc under nodeID for ttl. heartbeat marks a put whose
-	// bytes equal the previous put's.
-	Put(ctx context.Context, nodeID string, doc []byte, heartbeat bool, ttl time.Duration) (uint64, error)
-	// Delete removes nodeID's key.
-	Delete(ctx context.Context, nodeID string, ttl time.Duration) error
+	// PutIf stores doc under nodeID for ttl if the key is at revision
+	// last. heartbeat marks a put whose bytes equal the previous put's.
+	PutIf(ctx context.Context, nodeID string, doc []byte, heartbeat bool, ttl time.Duration, last uint64) (uint64, error)
+	// DeleteIf removes nodeID's key if it is at revision last.
+	DeleteIf(ctx context.Context, nodeID string, ttl time.Duration, last uint64) error
+	// Current is the key's document (nil when deleted) and revision (0
+	// when it holds nothing).
+	Current(ctx context.Context, nodeID string) ([]byte, uint64, error)
 }
+
+// ErrOtherReporter is Run's error when another reporter writes this
+// node's key: two hosts given one node id. Rather than overwrite each
+// other every heartbeat (the planner would see one node whose GPUs keep
+// changing), the reporter stops.
+var ErrOtherReporter = errors.New("another reporter writes this node's key")
 
 var _ Store = (*bus.InventoryStore)(nil)
 
@@ -76,13 +87,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	r := &run{Config: cfg, putTimeout: min(max(cfg.Heartbeat, time.Second), 5*time.Second)}
+	r := &run{Config: cfg, putTimeout: min(max(cfg.Heartbeat, time.Second), 5*time.Second), instance: nuid.Next()}
 	return r.loop(ctx)
 }
 
 type run struct {
 	Config
 	putTimeout time.Duration
+	// instance is this process's id, in every document it writes; rev the
+	// key's revision after its last write (0: not yet known, read it).
+	instance string
+	rev      uint64
+	stop     error // set when another reporter holds the key
 
 	last    inventory.NodeInventory
 	doc     []byte // last as JSON; nil until the source first answers
@@ -109,6 +125,9 @@ func (r *run) loop(ctx context.Context) error {
 				r.scheduleRetry()
 			}
 		}
+		if r.stop != nil {
+			return r.stop
+		}
 		select {
 		case <-ctx.Done():
 			r.shutdown()
@@ -116,6 +135,9 @@ func (r *run) loop(ctx context.Context) error {
 		case <-beat.C:
 			if r.stored {
 				r.put(ctx, true)
+			}
+			if r.stop != nil {
+				return r.stop
 			}
 		case <-r.Source.Changed():
 			r.read(ctx)
@@ -138,7 +160,7 @@ func (r *run) read(ctx context.Context) {
 	if r.doc != nil && inventory.SameInventory(r.last, inv) {
 		return
 	}
-	inv.ReportedAt = r.Now().UTC()
+	inv.ReportedAt, inv.Reporter = r.Now().UTC(), r.instance
 	doc, err := json.Marshal(inv)
 	if err != nil {
 		r.Log.Error().Err(err).Msg("encoding the inventory failed")
@@ -159,7 +181,22 @@ func (r *run) put(ctx context.Context, heartbeat bool) bool {
 	// A put cut short by shutdown may still have been stored; deleting a
 	// key that never was costs nothing, leaving one behind costs a TTL.
 	r.ever = true
-	rev, err := r.Store.Put(pctx, r.last.NodeID, r.doc, heartbeat, r.TTL)
+	if r.rev == 0 {
+		if !r.claim(pctx, false) {
+			return false
+		}
+	}
+	rev, err := r.Store.PutIf(pctx, r.last.NodeID, r.doc, heartbeat, r.TTL, r.rev)
+	if errors.Is(err, bus.ErrKeyMoved) {
+		// Written by someone else since our last put, or gone (expired
+		// while NATS was away, deleted by hand): claim it again, unless
+		// another reporter holds it.
+		r.rev = 0
+		if !r.claim(pctx, true) {
+			return false
+		}
+		rev, err = r.Store.PutIf(pctx, r.last.NodeID, r.doc, false, r.TTL, r.rev)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return false
@@ -181,7 +218,34 @@ func (r *run) put(ctx context.Context, heartbeat bool) bool {
 		kind = "heartbeat"
 	}
 	ev.Str("kind", kind).Uint64("revision", rev).Int("gpus", len(r.last.GPUs)).Msg("inventory published")
-	r.stored, r.fails = true, 0
+	r.stored, r.fails, r.rev = true, 0, rev
+	return true
+}
+
+// claim reads the key and takes its revision as the one to replace,
+// unless another reporter's document is there: then it sets stop, naming
+// the other host. At start (moved false) a document of this host's is
+// taken for its own from before a restart, and replaced; once this
+// reporter has written the key (moved), any other reporter's write is
+// another reporter's. Its own document (a put that was stored although
+// it timed out) it replaces.
+func (r *run) claim(ctx context.Context, moved bool) bool {
+	doc, rev, err := r.Store.Current(ctx, r.last.NodeID)
+	if err != nil {
+		r.stored = false
+		r.fails++
+		r.Log.Warn().Err(err).Int("attempt", r.fails).Msg("reading the inventory key failed; retrying")
+		return false
+	}
+	var other inventory.NodeInventory
+	if doc != nil && json.Unmarshal(doc, &other) == nil && other.Reporter != "" && other.Reporter != r.instance &&
+		(moved || other.Hostname != r.last.Hostname || other.IP != r.last.IP) {
+		r.stop = fmt.Errorf("node %s: %w: host %s (ip %s, reporter %s) wrote it at revision %d; give each host its own --node-id",
+			r.last.NodeID, ErrOtherReporter, other.Hostname, other.IP, other.Reporter, rev)
+		r.Log.Error().Err(r.stop).Msg("stopping: two reporters for one node")
+		return false
+	}
+	r.rev = rev
 	return true
 }
 
@@ -212,7 +276,12 @@ func (r *run) shutdown() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := r.Store.Delete(ctx, r.last.NodeID, r.TTL); err != nil {
+	err := r.Store.DeleteIf(ctx, r.last.NodeID, r.TTL, r.rev)
+	if errors.Is(err, bus.ErrKeyMoved) {
+		r.Log.Warn().Msg("the inventory key was written by something else since; leaving it")
+		return
+	}
+	if err != nil {
 		r.Log.Warn().Err(err).Msg("deleting the inventory key failed; it expires after the TTL")
 		return
 	}

@@ -359,3 +359,56 @@ func TestNATSDownAtStart(t *testing.T) {
 	t.Cleanup(srv.stop)
 	waitForKey(t, client(t, srv.url), "n1", 10*time.Second, nil)
 }
+
+// TestTwoReportersOneNode: two reporters given one node id do not
+// overwrite each other for ever. One started on another host while the
+// first holds the key stops at once, naming that host; one started on
+// the same host (taken for a restart) takes the key, and the first,
+// seeing a write not its own, stops.
+func TestTwoReportersOneNode(t *testing.T) {
+	on := func(host string) *fakeSource {
+		src := newFakeSource("n1")
+		src.inv.Hostname = host
+		return src
+	}
+	wait := func(r *running) error {
+		t.Helper()
+		select {
+		case err := <-r.done:
+			r.done <- nil // for the cleanup's stop
+			return err
+		case <-time.After(5 * time.Second):
+			t.Fatal("the second reporter did not stop")
+			return nil
+		}
+	}
+	t.Run("another host", func(t *testing.T) {
+		srv := startServer(t)
+		store := client(t, srv.url)
+		startReporter(t, srv.url, on("h1"), 100*time.Millisecond, time.Second)
+		waitForKey(t, store, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.Hostname == "h1" })
+		b := startReporter(t, srv.url, on("h2"), 100*time.Millisecond, time.Second)
+		err := wait(b)
+		if !errors.Is(err, ErrOtherReporter) || !strings.Contains(err.Error(), "host h1") {
+			t.Fatalf("second reporter: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if inv, _, err := store.Get(context.Background(), "n1"); err != nil || inv.Hostname != "h1" {
+			t.Errorf("the key: %v, host %q", err, inv.Hostname)
+		}
+	})
+	t.Run("same host", func(t *testing.T) {
+		srv := startServer(t)
+		store := client(t, srv.url)
+		a := startReporter(t, srv.url, on("h1"), 100*time.Millisecond, time.Second)
+		first := waitForKey(t, store, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.Reporter != "" })
+		startReporter(t, srv.url, on("h1"), 100*time.Millisecond, time.Second)
+		err := wait(a)
+		if !errors.Is(err, ErrOtherReporter) {
+			t.Fatalf("first reporter: %v", err)
+		}
+		if inv := waitForKey(t, store, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.Reporter != first.Reporter }); inv.Reporter == "" {
+			t.Errorf("the key: %+v", inv)
+		}
+	})
+}
