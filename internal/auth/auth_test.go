@@ -1,0 +1,125 @@
+package auth
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/jwt/v2"
+)
+
+// TestOpenKeepsKeys: the keys are made once, owner-only, and the same
+// authority comes back from them.
+func TestOpenKeepsKeys(t *testing.T) {
+	dir := t.TempDir()
+	a, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.AccountKey != b.AccountKey || a.SystemKey != b.SystemKey || a.Operator().Subject != b.Operator().Subject {
+		t.Fatal("a second Open made other keys")
+	}
+	for _, name := range keyFiles {
+		fi, err := os.Stat(filepath.Join(dir, "auth", name))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v", name, err, fi.Mode())
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "auth", "account.nk"), []byte("SUnotaseed"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "account.nk") {
+		t.Errorf("a damaged key: %v", err)
+	}
+}
+
+// TestCreds: each role's credentials say who they are, are signed by the
+// account, and carry that role's permissions; a reporter's name one key.
+func TestCreds(t *testing.T) {
+	a, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		role      Role
+		node      string
+		pub, deny []string // subjects it may publish to, and may not
+	}{
+		{Reporter, "gpu-07.example", []string{"$KV.poolplanner-inventory.gpu-07.example"}, []string{"$KV.poolplanner-inventory.gpu-08", "poolplanner.plans.default", "$JS.API.STREAM.DELETE.KV_poolplanner-inventory"}},
+		{Launcher, "", []string{"poolplanner.lookup", "$JS.API.DIRECT.GET.POOLPLANNER_PLANS"}, []string{"poolplanner.plans.default", "$KV.poolplanner-specs.default", "$JS.API.STREAM.PURGE.POOLPLANNER_PLANS"}},
+		{Admin, "", []string{"$KV.poolplanner-specs.default", "poolplanner.validate"}, []string{"poolplanner.plans.default", "$KV.poolplanner-inventory.n1", "$JS.API.STREAM.DELETE.POOLPLANNER_PLANS"}},
+		{Planner, "", []string{"poolplanner.plans.default", "$JS.API.STREAM.CREATE.POOLPLANNER_PLANS"}, nil},
+	} {
+		t.Run(string(c.role), func(t *testing.T) {
+			creds, err := a.Creds(c.role, c.node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := IdentityOf(creds)
+			if err != nil || id.Role != c.role || id.Node != c.node {
+				t.Fatalf("identity %+v, %v", id, err)
+			}
+			token, _ := jwt.ParseDecoratedJWT(creds)
+			uc, err := jwt.DecodeUserClaims(token)
+			if err != nil || uc.Issuer != a.AccountKey {
+				t.Fatalf("issuer %s, %v", uc.Issuer, err)
+			}
+			if len(token) > 3000 {
+				t.Errorf("user JWT of %d bytes: a server's CONNECT line is 4 KB by default", len(token))
+			}
+			for _, s := range c.pub {
+				if !allowed(uc.Pub.Allow, s) {
+					t.Errorf("may not publish to %s", s)
+				}
+			}
+			for _, s := range c.deny {
+				if allowed(uc.Pub.Allow, s) {
+					t.Errorf("may publish to %s", s)
+				}
+			}
+			if c.role != Planner && (allowed(uc.Sub.Allow, "poolplanner.lookup") || allowed(uc.Sub.Allow, "poolplanner.validate")) {
+				t.Error("may answer the service")
+			}
+		})
+	}
+	if _, err := a.Creds(Reporter, ""); err == nil {
+		t.Error("a reporter's credentials without a node")
+	}
+	if _, err := a.Creds(Launcher, "n1"); err == nil {
+		t.Error("a launcher's credentials with a node")
+	}
+	if _, err := ParseRole("root"); err == nil {
+		t.Error("role root accepted")
+	}
+	conf := a.ServerConfig()
+	for _, want := range []string{"operator: " + a.OperatorJWT, "system_account: " + a.SystemKey, "resolver: MEMORY", a.AccountKey + ": " + a.AccountJWT} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("server config lacks %.60s", want)
+		}
+	}
+}
+
+// allowed says whether subject matches one of the patterns, as NATS
+// matches them (* one token, > the rest).
+func allowed(patterns []string, subject string) bool {
+	return slices.ContainsFunc(patterns, func(p string) bool {
+		pt, st := strings.Split(p, "."), strings.Split(subject, ".")
+		for i, tok := range pt {
+			switch {
+			case tok == ">":
+				return len(st) > i
+			case i >= len(st):
+				return false
+			case tok != "*" && tok != st[i]:
+				return false
+			}
+		}
+		return len(pt) == len(st)
+	})
+}

@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/poolplanner/poolplanner/internal/auth"
+)
+
+func TestCredsCommands(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"creds", "launcher", "--data-dir", dir}, 0, "BEGIN NATS USER JWT"},
+		{[]string{"creds", "reporter", "--node-id", "n1", "--data-dir", dir}, 0, "BEGIN USER NKEY SEED"},
+		{[]string{"creds", "reporter", "--data-dir", dir}, 2, "pass --node-id"},
+		{[]string{"creds", "admin", "--node-id", "n1", "--data-dir", dir}, 2, "reporter's credentials only"},
+		{[]string{"creds", "root", "--data-dir", dir}, 2, "want one of admin, planner, launcher, reporter"},
+		{[]string{"creds", "reporter", "--node-id", "a b", "--data-dir", dir}, 2, "invalid node id"},
+	} {
+		code, out, errOut := run(t, c.args...)
+		if code != c.code || !strings.Contains(out+errOut, c.out) {
+			t.Errorf("%v: exit %d, stdout %.80q, stderr %q", c.args, code, out, errOut)
+		}
+	}
+	code, out, errOut := run(t, "auth", "init", "--data-dir", dir, "--reporter", "n1", "--reporter", "rack/7")
+	if code != 0 {
+		t.Fatalf("auth init: exit %d: %s", code, errOut)
+	}
+	for _, name := range []string{"nats-auth.conf", "creds/admin.creds", "creds/planner.creds", "creds/launcher.creds", "creds/reporter-n1.creds", "creds/reporter-rack_7.creds"} {
+		if !strings.Contains(out, filepath.Join(dir, name)) {
+			t.Errorf("auth init does not list %s:\n%s", name, out)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "creds", "reporter-rack_7.creds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := auth.IdentityOf(data); err != nil || id.Role != auth.Reporter || id.Node != "rack/7" {
+		t.Errorf("reporter-rack_7.creds: %+v %v", id, err)
+	}
+	// Credentials handed out are kept: a second init leaves them.
+	before, _ := os.ReadFile(filepath.Join(dir, "creds", "admin.creds"))
+	if code, _, errOut := run(t, "auth", "init", "--data-dir", dir); code != 0 {
+		t.Fatal(errOut)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, "creds", "admin.creds")); string(after) != string(before) {
+		t.Error("a second init rewrote admin.creds")
+	}
+}
