@@ -294,6 +294,11 @@ func storeObject(ctx context.Context, js jetstream.JetStream, bucket, name strin
 	if err != nil {
 		return 0, err
 	}
+	return storeGzipped(ctx, js, bucket, name, z)
+}
+
+// storeGzipped stores z, gzipped already.
+func storeGzipped(ctx context.Context, js jetstream.JetStream, bucket, name string, z []byte) (int, error) {
 	obs, err := js.ObjectStore(ctx, bucket)
 	if err != nil {
 		return 0, fmt.Errorf("object store %s: %w", bucket, err)

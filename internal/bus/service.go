@@ -95,6 +95,10 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 		return svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
 			ctx, cancel := context.WithTimeout(context.Background(), HandlerTimeout)
 			defer cancel()
+			if n := len(r.Data()); n > MaxRequest {
+				respondErr(r, fmt.Errorf("%w: a request of %d bytes; at most %d", ErrBadRequest, n, MaxRequest))
+				return
+			}
 			v, err := h(ctx, r.Data())
 			if err != nil {
 				respondErr(r, err)
@@ -102,7 +106,7 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 			}
 			data, h, err := EncodeJSON(v)
 			if err == nil && len(data) > BodyLimit(nc) {
-				data, h, err = replyObject(ctx, nc, v)
+				data, h, err = replyObject(ctx, nc, data, h)
 			}
 			if err != nil {
 				respondErr(r, fmt.Errorf("%w: encode reply: %w", ErrInternal, err))
@@ -205,25 +209,27 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, req, reply any)
 	return c.Request(ctx, subject, req, reply)
 }
 
-// replyObject stores a reply too large for a message in the replies
-// bucket, where it stays RepliesTTL, and returns the message that points
-// at it.
-func replyObject(ctx context.Context, nc *nats.Conn, v any) ([]byte, nats.Header, error) {
+// MaxRequest bounds a request's body: a job spec is a few KB.
+const MaxRequest = 256 << 10
+
+// replyObject stores a reply too large for a message (data, encoded as
+// h says) in the replies bucket, where it stays RepliesTTL, and returns
+// the message that points at it.
+func replyObject(ctx context.Context, nc *nats.Conn, data []byte, h nats.Header) ([]byte, nats.Header, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, nil, err
 	}
-	var raw []byte
-	if p, ok := v.(*planner.Plan); ok {
-		raw = p.AppendJSON(nil)
-	} else if raw, err = json.Marshal(v); err != nil {
-		return nil, nil, err
+	if h.Get(client.EncodingHeader) == "" {
+		if data, err = client.Gzip(data); err != nil {
+			return nil, nil, err
+		}
 	}
 	name := client.ReplyObjectPrefix + nuid.Next()
-	size, err := storeObject(ctx, js, client.RepliesBucket, name, raw)
+	size, err := storeGzipped(ctx, js, client.RepliesBucket, name, data)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store reply: %w", err)
 	}
-	data, _ := json.Marshal(client.ObjectRef{Bucket: client.RepliesBucket, Object: name, Size: uint64(size)})
-	return data, nats.Header{client.ObjectHeader: []string{"1"}}, nil
+	ref, _ := json.Marshal(client.ObjectRef{Bucket: client.RepliesBucket, Object: name, Size: uint64(size)})
+	return ref, nats.Header{client.ObjectHeader: []string{"1"}}, nil
 }

@@ -3,13 +3,25 @@ package service
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
+	"slices"
+	"time"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
+// ValidateMaxWorkers bounds the placement a validate reply carries: a
+// plan of more workers is validated whole, but the reply leaves out its
+// workers and pools (hundreds of MB of JSON at a million workers) and
+// says so in warnings; resource_pool, the reasons and the arithmetic
+// stay.
+const ValidateMaxWorkers = 100_000
+
 // Validate implements bus.Answerer: spec planned afresh on the live
-// inventory, nothing published.
+// inventory, nothing published. (The service runs one validation at a
+// time: a micro endpoint handles its requests in turn.)
 func (p *Planner) Validate(_ context.Context, data []byte) (*bus.ValidateReply, error) {
 	spec, err := planner.ParseSpec(data)
 	if err != nil {
@@ -19,10 +31,19 @@ func (p *Planner) Validate(_ context.Context, data []byte) (*bus.ValidateReply, 
 	nodes := p.live.planNodes()
 	p.mu.Unlock()
 	doc, _ := planner.Compute(spec, nodes)
-	doc.Name = p.cfg.Plan
-	doc.CreatedAt = p.cfg.Now().UTC()
-	doc.Reason = "validation: not published"
-	return &bus.ValidateReply{Document: &doc.Document, Nodes: len(nodes)}, nil
+	reply := doc.Document
+	reply.Name = p.cfg.Plan
+	reply.CreatedAt = p.cfg.Now().UTC()
+	reply.Reason = "validation: not published"
+	if n := reply.Workers.Len(); n > ValidateMaxWorkers {
+		reply.Workers, reply.Pools, reply.Notes = plan.NewWorkers(nil), []plan.Pool{}, nil
+		reply.Warnings = append(slices.Clone(reply.Warnings), fmt.Sprintf(
+			"workers and pools left out of this reply: %d workers, over %d; planner plan prints them offline, and the published plan carries them", n, ValidateMaxWorkers))
+		// The plan just made is garbage once the reply is sent: give its
+		// memory back rather than keep it for the next large request.
+		time.AfterFunc(time.Second, debug.FreeOSMemory)
+	}
+	return &bus.ValidateReply{Document: &reply, Nodes: len(nodes)}, nil
 }
 
 // Plan implements bus.Answerer: the latest revision from memory, other

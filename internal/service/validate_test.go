@@ -3,9 +3,14 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -114,5 +119,42 @@ func TestValidateExplains(t *testing.T) {
 			}
 			t.Fatalf("no explanation for %s: %s", c.comp, data)
 		})
+	}
+}
+
+// TestValidateBounded: a spec placing more than ValidateMaxWorkers is
+// validated whole, but the reply leaves out workers and pools and says
+// so, staying small; a request over bus.MaxRequest is refused unread.
+func TestValidateBounded(t *testing.T) {
+	h := newHarness(t)
+	p := New(Config{NC: h.nc, JS: h.js, Settle: -1, Log: zerolog.Nop()})
+	for i := range 4 {
+		id := fmt.Sprintf("n%d", i)
+		if _, err := p.live.put(id, inv(id, 8, 64)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc, err := bus.AddService(h.nc, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = svc.Stop() }()
+	c, _ := client.New(h.nc)
+	ctx := context.Background()
+	reply, err := c.Validate(ctx, []byte(`{"scheduling": {"env": [{"worker_num": 150000, "num_cpus": 0, "num_gpus": 0}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reply.Valid || reply.Workers.Len() != 0 || len(reply.Pools) != 0 || len(reply.ResourcePool) == 0 ||
+		len(reply.Warnings) == 0 || !strings.Contains(reply.Warnings[len(reply.Warnings)-1], "150000 workers") {
+		t.Fatalf("reply: valid %v, %d workers, %d pools, resource_pool %d, warnings %q", reply.Valid, reply.Workers.Len(), len(reply.Pools), len(reply.ResourcePool), reply.Warnings)
+	}
+	small, err := c.Validate(ctx, []byte(`{"scheduling": {"train": {"worker_num": 4, "num_cpus": 1, "num_gpus": 1}}}`))
+	if err != nil || small.Workers.Len() != 4 {
+		t.Fatalf("a small spec: %v", err)
+	}
+	huge := []byte(`{"scheduling": {"train": {"worker_num": 4, "num_gpus": 1}}, "x": "` + strings.Repeat("x", bus.MaxRequest) + `"}`)
+	if _, err := c.Validate(ctx, huge); !errors.Is(err, client.ErrBadRequest) || !strings.Contains(err.Error(), "at most 262144") {
+		t.Errorf("a request over the limit: %v", err)
 	}
 }
