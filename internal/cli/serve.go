@@ -55,168 +55,193 @@ func parseSimNodes(s string) (simNodes, error) {
 	return simNodes{1, sim}, nil
 }
 
+// serveOptions are planner serve's flags.
+type serveOptions struct {
+	server, listen, dataDir, specPath, plan, logLevel string
+	simulate                                          []string
+	noLocal, secure, insecure                         bool
+	tlsCert, tlsKey                                   string
+	sec                                               bus.Security
+	debounce, heartbeat, settle, historyAge           time.Duration
+	historyBytes                                      int64
+}
+
 func newServeCmd() *cobra.Command {
-	var (
-		server, listen, dataDir, specPath, plan, logLevel string
-		simulate                                          []string
-		noLocal, secure, insecure                         bool
-		tlsCert, tlsKey                                   string
-		sec                                               bus.Security
-		debounce, heartbeat, settle, historyAge           time.Duration
-		historyBytes                                      int64
-	)
+	var o serveOptions
 	cmd := &cobra.Command{
 		Use:   "serve [--server URL] [--listen HOST:PORT] [--data-dir DIR] [--spec FILE] [--plan NAME] [--simulate SPEC]... [--no-local-reporter]",
 		Short: "Run the planner service: watch the inventory, publish plan versions, answer lookups",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			level, err := zerolog.ParseLevel(logLevel)
-			if err != nil {
-				return usagef("--log-level %q: want debug, info, warn or error", logLevel)
-			}
-			log := zerolog.New(cmd.ErrOrStderr()).Level(level).With().Timestamp().Logger()
-			var sims []simNodes
-			for _, s := range simulate {
-				sn, err := parseSimNodes(s)
-				if err != nil {
-					return usageError{err}
-				}
-				sims = append(sims, sn)
-			}
-			if err := bus.ValidatePlanName(plan); err != nil {
-				return usagef("--plan: %v", err)
-			}
-			var spec []byte
-			if specPath != "" {
-				if _, err := loadSpec(specPath); err != nil {
-					return err
-				}
-				spec, _ = os.ReadFile(specPath)
-			}
-			if debounce < 0 {
-				return usagef("--debounce %s: must be >= 0", debounce)
-			}
-			if heartbeat <= 0 {
-				return usagef("--heartbeat %s: must be positive", heartbeat)
-			}
-			if historyAge == 0 || historyBytes == 0 {
-				return usagef("--history-age and --history-bytes: must not be 0 (negative: no limit)")
-			}
-			if err := checkServeSecurity(server, listen, secure, insecure, tlsCert, tlsKey); err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-
-			url := server
-			var extra []nats.Option
-			if url == "" {
-				if dataDir == "" {
-					dataDir = filepath.Join(os.TempDir(), "poolplanner")
-				}
-				eopts := bus.EmbeddedOptions{Listen: listen, StoreDir: dataDir, Log: log, TLSCert: tlsCert, TLSKey: tlsKey}
-				if secure {
-					a, planner, err := serveCreds(dataDir, log)
-					if err != nil {
-						return err
-					}
-					eopts.Auth, sec.Creds = a, planner
-				}
-				ns, u, err := bus.StartEmbedded(eopts)
-				if err != nil {
-					return err
-				}
-				defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-				url = u
-				// The planner itself talks to its server in process: no
-				// socket, no TLS to verify.
-				extra = append(extra, nats.InProcessServer(ns))
-				log.Info().Str("url", url).Str("data_dir", dataDir).Bool("auth", secure).Bool("tls", tlsCert != "").Msg("embedded NATS with JetStream started")
-			}
-			connectURL := url
-			if len(extra) > 0 {
-				// In process the server offers TLS without requiring it; a
-				// tls:// URL would ask for it over the pipe.
-				connectURL = strings.Replace(url, "tls://", "nats://", 1)
-			}
-			nc, err := bus.Connect(connectURL, "poolplanner-planner", log, sec, extra...)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return fmt.Errorf("jetstream: %w", err)
-			}
-			store := bus.NewInventoryStore(js)
-			done := make(chan struct{})
-			reporters := 0
-			startReporter := func(src inventory.Source, id string) {
-				reporters++
-				go func() {
-					defer func() { done <- struct{}{} }()
-					err := reporter.Run(ctx, reporter.Config{Source: src, Store: store, Heartbeat: heartbeat,
-						TTL: heartbeat * reporter.DefaultTTLBeats, Log: log.With().Str("node", id).Logger()})
-					if err != nil {
-						log.Error().Err(err).Str("node", id).Msg("reporter stopped")
-					}
-				}()
-			}
-			if !noLocal {
-				facts, err := inventory.LocalFacts(inventory.FactsOptions{})
-				if err != nil {
-					log.Warn().Err(err).Msg("no local reporter: cannot read this machine's facts")
-				} else {
-					// Without NVML libraries this node reports no GPUs, which
-					// is what it has for planning.
-					startReporter(localSource(ctx, facts, log), facts.NodeID)
-				}
-			}
-			for si, sn := range sims {
-				for i := range sn.Nodes {
-					id := fmt.Sprintf("sim-%s-%d", strings.ToLower(sn.Sim.Model.Key), i+1)
-					if si > 0 {
-						id = fmt.Sprintf("sim%d-%s-%d", si+1, strings.ToLower(sn.Sim.Model.Key), i+1)
-					}
-					facts := inventory.Facts{NodeID: id, Hostname: id, IP: fmt.Sprintf("10.%d.%d.%d", si, (i+1)/256, (i+1)%256), CPUs: 128, MemoryBytes: 2 << 40}
-					startReporter(inventory.NewSimulated(facts, sn.Sim), id)
-				}
-			}
-			// The first plan waits for the bucket's contents: let the
-			// in-process reporters put theirs first, so that a cold start
-			// plans on every simulated node, not on the first few.
-			waitReported(ctx, store, reporters, 30*time.Second, log)
-			p := service.New(service.Config{NC: nc, JS: js, Plan: plan, Spec: spec, Debounce: debounce, Settle: settle,
-				HistoryAge: historyAge, HistoryBytes: historyBytes, Log: log})
-			log.Info().Str("plan", plan).Int("reporters", reporters).Msg("planner serving")
-			err = p.Run(ctx)
-			stop()
-			for range reporters {
-				<-done
-			}
-			return err
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&server, "server", "", "NATS URL to join; empty starts an embedded NATS server with JetStream")
-	f.StringVar(&listen, "listen", DefaultListen, "HOST:PORT the embedded NATS server listens on")
-	f.StringVar(&dataDir, "data-dir", "", "where the embedded server stores JetStream data (default $TMPDIR/poolplanner)")
-	f.StringVar(&specPath, "spec", "", "job spec, YAML or JSON, stored as the plan's spec")
-	f.StringVar(&plan, "plan", "default", "plan name")
-	f.StringArrayVar(&simulate, "simulate", nil, "add simulated nodes: 2x8xH100 is 2 nodes of 8 H100s (repeatable)")
-	f.BoolVar(&noLocal, "no-local-reporter", false, "do not report this machine's inventory in-process")
-	f.DurationVar(&debounce, "debounce", service.DefaultDebounce, "quiet time after an inventory change before replanning")
-	f.DurationVar(&settle, "settle", service.DefaultSettle, "after start, how long to wait for the nodes of the latest plan to report before replanning without them (negative: no wait)")
-	f.DurationVar(&heartbeat, "heartbeat", reporter.DefaultHeartbeat, "heartbeat of the in-process reporters")
-	f.DurationVar(&historyAge, "history-age", service.DefaultHistoryAge, "keep plan revisions this long (and the chain they need); negative: for ever")
-	f.Int64Var(&historyBytes, "history-bytes", service.DefaultHistoryBytes, "keep at most this many bytes of plan revisions, dropping the oldest chains; negative: no limit")
-	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	f.BoolVar(&secure, "auth", false, "the embedded server requires credentials: keys kept under --data-dir/auth, admin, planner and launcher .creds written to --data-dir/creds (`planner creds` makes more)")
-	f.BoolVar(&insecure, "no-auth", false, "serve a non-loopback --listen without credentials, deliberately")
-	f.StringVar(&tlsCert, "tls-cert", "", "the embedded server's TLS certificate (PEM); with --tls-key, clients must use TLS")
-	f.StringVar(&tlsKey, "tls-key", "", "the key of --tls-cert (PEM)")
-	addSecurity(f, &sec)
+	f.StringVar(&o.server, "server", "", "NATS URL to join; empty starts an embedded NATS server with JetStream")
+	f.StringVar(&o.listen, "listen", DefaultListen, "HOST:PORT the embedded NATS server listens on")
+	f.StringVar(&o.dataDir, "data-dir", "", "where the embedded server stores JetStream data (default $TMPDIR/poolplanner)")
+	f.StringVar(&o.specPath, "spec", "", "job spec, YAML or JSON, stored as the plan's spec")
+	f.StringVar(&o.plan, "plan", "default", "plan name")
+	f.StringArrayVar(&o.simulate, "simulate", nil, "add simulated nodes: 2x8xH100 is 2 nodes of 8 H100s (repeatable)")
+	f.BoolVar(&o.noLocal, "no-local-reporter", false, "do not report this machine's inventory in-process")
+	f.DurationVar(&o.debounce, "debounce", service.DefaultDebounce, "quiet time after an inventory change before replanning")
+	f.DurationVar(&o.settle, "settle", service.DefaultSettle, "after start, how long to wait for the nodes of the latest plan to report before replanning without them (negative: no wait)")
+	f.DurationVar(&o.heartbeat, "heartbeat", reporter.DefaultHeartbeat, "heartbeat of the in-process reporters")
+	f.DurationVar(&o.historyAge, "history-age", service.DefaultHistoryAge, "keep plan revisions this long (and the chain they need); negative: for ever")
+	f.Int64Var(&o.historyBytes, "history-bytes", service.DefaultHistoryBytes, "keep at most this many bytes of plan revisions, dropping the oldest chains; negative: no limit")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.BoolVar(&o.secure, "auth", false, "the embedded server requires credentials: keys kept under --data-dir/auth, admin, planner and launcher .creds written to --data-dir/creds (`planner creds` makes more)")
+	f.BoolVar(&o.insecure, "no-auth", false, "serve a non-loopback --listen without credentials, deliberately")
+	f.StringVar(&o.tlsCert, "tls-cert", "", "the embedded server's TLS certificate (PEM); with --tls-key, clients must use TLS")
+	f.StringVar(&o.tlsKey, "tls-key", "", "the key of --tls-cert (PEM)")
+	addSecurity(f, &o.sec)
 	return cmd
+}
+
+// check validates the flags before anything starts, and returns the
+// simulated nodes and the spec's bytes.
+func (o *serveOptions) check() ([]simNodes, []byte, error) {
+	var sims []simNodes
+	for _, s := range o.simulate {
+		sn, err := parseSimNodes(s)
+		if err != nil {
+			return nil, nil, usageError{err}
+		}
+		sims = append(sims, sn)
+	}
+	if err := bus.ValidatePlanName(o.plan); err != nil {
+		return nil, nil, usagef("--plan: %v", err)
+	}
+	var spec []byte
+	if o.specPath != "" {
+		if _, err := loadSpec(o.specPath); err != nil {
+			return nil, nil, err
+		}
+		spec, _ = os.ReadFile(o.specPath)
+	}
+	switch {
+	case o.debounce < 0:
+		return nil, nil, usagef("--debounce %s: must be >= 0", o.debounce)
+	case o.heartbeat <= 0:
+		return nil, nil, usagef("--heartbeat %s: must be positive", o.heartbeat)
+	case o.historyAge == 0 || o.historyBytes == 0:
+		return nil, nil, usagef("--history-age and --history-bytes: must not be 0 (negative: no limit)")
+	}
+	return sims, spec, checkServeSecurity(o.server, o.listen, o.secure, o.insecure, o.tlsCert, o.tlsKey)
+}
+
+func (o *serveOptions) run(cmd *cobra.Command) error {
+	level, err := zerolog.ParseLevel(o.logLevel)
+	if err != nil {
+		return usagef("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	log := zerolog.New(cmd.ErrOrStderr()).Level(level).With().Timestamp().Logger()
+	sims, spec, err := o.check()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	nc, shutdown, err := o.connect(log)
+	if err != nil {
+		return err
+	}
+	defer shutdown()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	store := bus.NewInventoryStore(js)
+	reporters, done := o.startReporters(ctx, store, sims, log)
+	// The first plan waits for the bucket's contents: let the in-process
+	// reporters put theirs first, so that a cold start plans on every
+	// simulated node, not on the first few.
+	waitReported(ctx, store, reporters, 30*time.Second, log)
+	p := service.New(service.Config{NC: nc, JS: js, Plan: o.plan, Spec: spec, Debounce: o.debounce, Settle: o.settle,
+		HistoryAge: o.historyAge, HistoryBytes: o.historyBytes, Log: log})
+	log.Info().Str("plan", o.plan).Int("reporters", reporters).Msg("planner serving")
+	err = p.Run(ctx)
+	stop()
+	for range reporters {
+		<-done
+	}
+	return err
+}
+
+// connect starts the embedded server unless --server names one, and
+// connects the planner; shutdown closes both.
+func (o *serveOptions) connect(log zerolog.Logger) (*nats.Conn, func(), error) {
+	url, sec := o.server, o.sec
+	var extra []nats.Option
+	closeServer := func() {}
+	if url == "" {
+		if o.dataDir == "" {
+			o.dataDir = defaultDataDir()
+		}
+		eopts := bus.EmbeddedOptions{Listen: o.listen, StoreDir: o.dataDir, Log: log, TLSCert: o.tlsCert, TLSKey: o.tlsKey}
+		if o.secure {
+			a, planner, err := serveCreds(o.dataDir, log)
+			if err != nil {
+				return nil, nil, err
+			}
+			eopts.Auth, sec.Creds = a, planner
+		}
+		ns, u, err := bus.StartEmbedded(eopts)
+		if err != nil {
+			return nil, nil, err
+		}
+		closeServer = func() { ns.Shutdown(); ns.WaitForShutdown() }
+		log.Info().Str("url", u).Str("data_dir", o.dataDir).Bool("auth", o.secure).Bool("tls", o.tlsCert != "").Msg("embedded NATS with JetStream started")
+		// The planner itself talks to its server in process: no socket.
+		// In process the server offers TLS without requiring it; a tls://
+		// URL would ask for it over the pipe.
+		url = strings.Replace(u, "tls://", "nats://", 1)
+		extra = append(extra, nats.InProcessServer(ns))
+	}
+	nc, err := bus.Connect(url, "poolplanner-planner", log, sec, extra...)
+	if err != nil {
+		closeServer()
+		return nil, nil, err
+	}
+	return nc, func() { nc.Close(); closeServer() }, nil
+}
+
+// startReporters runs the in-process reporters (this machine's unless
+// --no-local-reporter, and the simulated nodes); each sends on done when
+// it ends.
+func (o *serveOptions) startReporters(ctx context.Context, store *bus.InventoryStore, sims []simNodes, log zerolog.Logger) (int, <-chan struct{}) {
+	done := make(chan struct{})
+	reporters := 0
+	start := func(src inventory.Source, id string) {
+		reporters++
+		go func() {
+			defer func() { done <- struct{}{} }()
+			err := reporter.Run(ctx, reporter.Config{Source: src, Store: store, Heartbeat: o.heartbeat,
+				TTL: o.heartbeat * reporter.DefaultTTLBeats, Log: log.With().Str("node", id).Logger()})
+			if err != nil {
+				log.Error().Err(err).Str("node", id).Msg("reporter stopped")
+			}
+		}()
+	}
+	if !o.noLocal {
+		facts, err := inventory.LocalFacts(inventory.FactsOptions{})
+		if err != nil {
+			log.Warn().Err(err).Msg("no local reporter: cannot read this machine's facts")
+		} else {
+			// Without NVML libraries this node reports no GPUs, which is
+			// what it has for planning.
+			start(localSource(ctx, facts, log), facts.NodeID)
+		}
+	}
+	for si, sn := range sims {
+		for i := range sn.Nodes {
+			id := fmt.Sprintf("sim-%s-%d", strings.ToLower(sn.Sim.Model.Key), i+1)
+			if si > 0 {
+				id = fmt.Sprintf("sim%d-%s-%d", si+1, strings.ToLower(sn.Sim.Model.Key), i+1)
+			}
+			facts := inventory.Facts{NodeID: id, Hostname: id, IP: fmt.Sprintf("10.%d.%d.%d", si, (i+1)/256, (i+1)%256), CPUs: 128, MemoryBytes: 2 << 40}
+			start(inventory.NewSimulated(facts, sn.Sim), id)
+		}
+	}
+	return reporters, done
 }
 
 // checkServeSecurity refuses flag combinations that would not do what
