@@ -24,9 +24,11 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/planner /out/reporter /usr/local/bin/
 COPY examples/ /usr/share/poolplanner/examples/
-# /secrets belongs to the user the binaries run as, so that a volume
-# mounted there (keys and credentials, planner auth init) is theirs too.
-RUN mkdir -p /secrets && chown 65534:65534 /secrets
+# /secrets and the directories compose mounts volumes on belong to the
+# user the binaries run as, so that a new volume mounted there (keys and
+# credentials, planner auth init) is theirs too, and owner-only.
+RUN mkdir -p /secrets/keys /secrets/nats /secrets/planner /secrets/reporter \
+    && chown -R 65534:65534 /secrets && chmod -R 700 /secrets
 # NVML (the reporter) comes from the host: the NVIDIA container toolkit
 # mounts libnvidia-ml.so.1 into containers that reserve GPUs.
 ENV NVIDIA_DRIVER_CAPABILITIES=utility

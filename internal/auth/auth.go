@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
@@ -78,17 +80,35 @@ type Authority struct {
 // keyFiles are the seeds Open keeps, under DIR/auth.
 var keyFiles = [...]string{"operator.nk", "account.nk", "system.nk"}
 
+// ErrNoKeys is Load's answer where no keys were made yet.
+var ErrNoKeys = errors.New("no keys yet")
+
 // Open loads the authority kept under dir/auth, creating its keys (files
 // readable by the owner only) the first time.
-func Open(dir string) (*Authority, error) {
+func Open(dir string) (*Authority, error) { return open(dir, true) }
+
+// Load loads the authority kept under dir/auth; ErrNoKeys if there is
+// none. Commands that only sign (planner creds) use it, so that a wrong
+// --data-dir is an error, not a new authority nobody trusts.
+func Load(dir string) (*Authority, error) { return open(dir, false) }
+
+func open(dir string, create bool) (*Authority, error) {
 	keyDir := filepath.Join(dir, "auth")
-	if err := os.MkdirAll(keyDir, 0o700); err != nil {
-		return nil, fmt.Errorf("auth keys: %w", err)
+	if create {
+		if err := os.MkdirAll(keyDir, 0o700); err != nil {
+			return nil, fmt.Errorf("auth keys: %w", err)
+		}
+	}
+	if err := private(keyDir, true); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("auth keys in %s: %w (planner serve --auth or planner auth init makes them)", keyDir, ErrNoKeys)
+		}
+		return nil, err
 	}
 	makers := [...]func() (nkeys.KeyPair, error){nkeys.CreateOperator, nkeys.CreateAccount, nkeys.CreateAccount}
 	var kps [3]nkeys.KeyPair
 	for i, name := range keyFiles {
-		kp, err := loadOrCreate(filepath.Join(keyDir, name), makers[i])
+		kp, err := loadOrCreate(filepath.Join(keyDir, name), makers[i], create)
 		if err != nil {
 			return nil, err
 		}
@@ -97,9 +117,32 @@ func Open(dir string) (*Authority, error) {
 	return newAuthority(kps[0], kps[1], kps[2])
 }
 
-func loadOrCreate(path string, create func() (nkeys.KeyPair, error)) (nkeys.KeyPair, error) {
+// private checks that path is this user's and nobody else's: whoever
+// can write the keys (say, in a shared /tmp) can sign any credentials.
+func private(path string, dir bool) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("auth keys: %w", err)
+	}
+	if fi.IsDir() != dir {
+		return fmt.Errorf("auth keys: %s is not a %s", path, map[bool]string{true: "directory", false: "file"}[dir])
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("auth keys: %s has mode %#o; the keys must be the owner's only (chmod go-rwx)", path, perm)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
+		return fmt.Errorf("auth keys: %s belongs to user %d, not to this user (%d)", path, st.Uid, os.Getuid())
+	}
+	return nil
+}
+
+// loadOrCreate reads a key's seed, or (with create) makes the key: the
+// seed goes to a temporary file first and is linked into place, so a
+// crash leaves no half-written key and two processes creating at once
+// end up with the same one.
+func loadOrCreate(path string, create func() (nkeys.KeyPair, error), mayCreate bool) (nkeys.KeyPair, error) {
 	seed, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, os.ErrNotExist) && mayCreate {
 		kp, err := create()
 		if err != nil {
 			return nil, fmt.Errorf("create key %s: %w", path, err)
@@ -107,26 +150,37 @@ func loadOrCreate(path string, create func() (nkeys.KeyPair, error)) (nkeys.KeyP
 		if seed, err = kp.Seed(); err != nil {
 			return nil, fmt.Errorf("create key %s: %w", path, err)
 		}
-		// O_EXCL: two processes creating the keys at once must not end up
-		// with different ones.
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if errors.Is(err, os.ErrExist) {
-			return loadOrCreate(path, create)
-		}
+		tmp, err := os.CreateTemp(filepath.Dir(path), ".new-key-*")
 		if err != nil {
 			return nil, fmt.Errorf("write key %s: %w", path, err)
 		}
-		_, werr := f.Write(seed)
-		if cerr := f.Close(); werr == nil {
+		defer os.Remove(tmp.Name())
+		_, werr := tmp.Write(seed)
+		if werr == nil {
+			werr = tmp.Sync()
+		}
+		if cerr := tmp.Close(); werr == nil {
 			werr = cerr
+		}
+		if werr == nil {
+			werr = os.Link(tmp.Name(), path)
+		}
+		if errors.Is(werr, os.ErrExist) {
+			return loadOrCreate(path, create, false) // another process made it first
 		}
 		if werr != nil {
 			return nil, fmt.Errorf("write key %s: %w", path, werr)
 		}
 		return kp, nil
 	}
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("auth key %s: %w", path, ErrNoKeys)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read key %s: %w", path, err)
+	}
+	if err := private(path, false); err != nil {
+		return nil, err
 	}
 	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
 	if err != nil {
@@ -169,8 +223,9 @@ func (a *Authority) Operator() *jwt.OperatorClaims {
 }
 
 // Creds is a .creds file (user JWT and seed) for role; node names the
-// reporter's node and is refused for the other roles.
-func (a *Authority) Creds(role Role, node string) ([]byte, error) {
+// reporter's node and is refused for the other roles. expires, when not
+// zero, is how long the credentials work.
+func (a *Authority) Creds(role Role, node string, expires time.Duration) ([]byte, error) {
 	if _, err := ParseRole(string(role)); err != nil {
 		return nil, err
 	}
@@ -188,13 +243,23 @@ func (a *Authority) Creds(role Role, node string) ([]byte, error) {
 		uc.Name = nodePrefix + node
 	}
 	uc.Tags.Add(roleTag + string(role))
-	uc.Permissions = Permissions(role, node)
+	uc.Permissions = Permissions(role, node, pub)
+	if expires > 0 {
+		uc.Expires = time.Now().Add(expires).Unix()
+	}
 	token, err := uc.Encode(a.account)
 	if err != nil {
 		return nil, fmt.Errorf("user jwt: %w", err)
 	}
 	seed, _ := user.Seed()
-	return jwt.FormatUserConfig(token, seed)
+	creds, err := jwt.FormatUserConfig(token, seed)
+	if err != nil {
+		return nil, err
+	}
+	// Outside the two blocks a .creds file is free text.
+	note := fmt.Sprintf("poolplanner %s credentials; replies come to this user's inbox prefix only:\n  nats --creds FILE --inbox-prefix %s ...\n\n",
+		role, InboxPrefix(pub))
+	return append([]byte(note), creds...), nil
 }
 
 // Identity is what a .creds file says of itself: its role and, for a
@@ -203,6 +268,9 @@ func (a *Authority) Creds(role Role, node string) ([]byte, error) {
 type Identity struct {
 	Role Role
 	Node string
+	// Inbox is the inbox prefix the credentials must use; "" for NATS's
+	// default, _INBOX.
+	Inbox string
 }
 
 // IdentityOf reads the role of the credentials in a .creds file; the
@@ -225,6 +293,9 @@ func IdentityOf(creds []byte) (Identity, error) {
 	if id.Role == Reporter {
 		id.Node = strings.TrimPrefix(uc.Name, nodePrefix)
 	}
+	if id.Role != "" {
+		id.Inbox = InboxPrefix(uc.Subject)
+	}
 	return id, nil
 }
 
@@ -245,12 +316,21 @@ var readStreams = []string{
 	"$JS.API.CONSUMER.MSG.NEXT.*.*",
 }
 
-// Permissions is what role may publish and subscribe to. A reporter's
+// Permissions is what role may publish and subscribe to; user is the
+// user's public key, which names a reporter's own inbox. A reporter's
 // are for its node alone; nobody but the planner may subscribe to the
 // service's subjects (so nobody else can answer them) or publish plans.
-func Permissions(role Role, node string) jwt.Permissions {
+//
+// Readers (launcher, admin) may subscribe to inboxes only, never to a
+// subject a stream stores: a consumer they create may be a push consumer
+// delivering anywhere, and were they listening on, say,
+// poolplanner.assignments.X, its deliveries would have an audience there,
+// and the assignments stream would store them, old assignments
+// replayed as new. With no audience the server delivers nothing. They
+// read streams through consumers that deliver to their inboxes (what
+// every poolplanner command and nats.go's consumers do).
+func Permissions(role Role, node, user string) jwt.Permissions {
 	var p jwt.Permissions
-	inbox := "_INBOX.>"
 	switch role {
 	case Planner:
 		p.Pub.Allow.Add(">")
@@ -259,21 +339,29 @@ func Permissions(role Role, node string) jwt.Permissions {
 		key := "$KV." + client.InventoryBucket + "." + node
 		stream := "KV_" + client.InventoryBucket
 		p.Pub.Allow.Add(key, "$JS.API.STREAM.INFO."+stream, "$JS.API.DIRECT.GET."+stream+"."+key)
-		p.Sub.Allow.Add(inbox)
 	case Launcher:
 		p.Pub.Allow.Add(readStreams...)
 		p.Pub.Allow.Add(services...)
 		p.Pub.Allow.Add("$SRV.>")
-		p.Sub.Allow.Add(inbox, client.PlanSubjectPrefix+">", client.AssignmentSubjectPrefix+">")
 	case Admin:
 		p.Pub.Allow.Add(readStreams...)
 		p.Pub.Allow.Add(services...)
 		p.Pub.Allow.Add("$SRV.>", "$KV."+client.SpecBucket+".>", "$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
 			"$JS.API.CONSUMER.NAMES.*", "$JS.API.CONSUMER.LIST.*")
-		p.Sub.Allow.Add(inbox, client.PlanSubjectPrefix+">", client.AssignmentSubjectPrefix+">", "$KV.>")
+	}
+	if role != Planner {
+		// Its own inbox, not everyone's: no client reads the replies to
+		// another's requests (nor learns where the planner's go).
+		p.Sub.Allow.Add(InboxPrefix(user) + ".>")
 	}
 	return p
 }
+
+// InboxPrefix is the inbox prefix of a user: replies to its requests
+// come there, and its credentials let it listen there only. Clients
+// with the credentials use it (bus.Security does; with the nats CLI,
+// --inbox-prefix, which planner creds prints).
+func InboxPrefix(user string) string { return "_INBOX." + user }
 
 // ServerConfig is the part of a nats-server configuration that makes an
 // external server trust these credentials (operator mode, the two

@@ -1,11 +1,13 @@
 package auth
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 )
@@ -31,6 +33,16 @@ func TestOpenKeepsKeys(t *testing.T) {
 			t.Errorf("%s: %v %v", name, err, fi.Mode())
 		}
 	}
+	if _, err := Load(t.TempDir()); !errors.Is(err, ErrNoKeys) {
+		t.Errorf("Load where there are no keys: %v", err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "auth"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "owner's only") {
+		t.Errorf("keys in a directory others can read: %v", err)
+	}
+	_ = os.Chmod(filepath.Join(dir, "auth"), 0o700)
 	if err := os.WriteFile(filepath.Join(dir, "auth", "account.nk"), []byte("SUnotaseed"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +69,7 @@ func TestCreds(t *testing.T) {
 		{Planner, "", []string{"poolplanner.plans.default", "$JS.API.STREAM.CREATE.POOLPLANNER_PLANS"}, nil},
 	} {
 		t.Run(string(c.role), func(t *testing.T) {
-			creds, err := a.Creds(c.role, c.node)
+			creds, err := a.Creds(c.role, c.node, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,12 +98,29 @@ func TestCreds(t *testing.T) {
 			if c.role != Planner && (allowed(uc.Sub.Allow, "poolplanner.lookup") || allowed(uc.Sub.Allow, "poolplanner.validate")) {
 				t.Error("may answer the service")
 			}
+			// Readers listen on inboxes only: a push consumer's deliveries
+			// to a stream's subject must find no audience.
+			for _, s := range []string{"poolplanner.plans.default", "poolplanner.assignments.default.n1", "$KV.poolplanner-inventory.n1", "$O.poolplanner-plans.C.x"} {
+				if c.role != Planner && allowed(uc.Sub.Allow, s) {
+					t.Errorf("may subscribe to %s", s)
+				}
+			}
+			if c.role == Reporter && (allowed(uc.Sub.Allow, "_INBOX.abc") || !allowed(uc.Sub.Allow, id.Inbox+".x")) {
+				t.Errorf("reporter inboxes %v, identity inbox %s", uc.Sub.Allow, id.Inbox)
+			}
 		})
 	}
-	if _, err := a.Creds(Reporter, ""); err == nil {
+	if creds, err := a.Creds(Launcher, "", time.Hour); err != nil {
+		t.Fatal(err)
+	} else if token, _ := jwt.ParseDecoratedJWT(creds); token != "" {
+		if uc, _ := jwt.DecodeUserClaims(token); uc == nil || uc.Expires < time.Now().Add(59*time.Minute).Unix() {
+			t.Errorf("credentials for an hour expire at %v", uc)
+		}
+	}
+	if _, err := a.Creds(Reporter, "", 0); err == nil {
 		t.Error("a reporter's credentials without a node")
 	}
-	if _, err := a.Creds(Launcher, "n1"); err == nil {
+	if _, err := a.Creds(Launcher, "n1", 0); err == nil {
 		t.Error("a launcher's credentials with a node")
 	}
 	if _, err := ParseRole("root"); err == nil {

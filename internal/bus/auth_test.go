@@ -58,7 +58,7 @@ type session struct {
 
 func as(t *testing.T, a *auth.Authority, url string, role auth.Role, node string) *session {
 	t.Helper()
-	creds, err := a.Creds(role, node)
+	creds, err := a.Creds(role, node, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,6 +179,49 @@ func TestAuthDenials(t *testing.T) {
 		_ = l.nc.Flush()
 		// The subscription is made locally; the server refuses it.
 		l.refused(t, errors.New("subscription refused"), "sub "+client.LookupSubject)
+	})
+
+	t.Run("reporter reads others' replies", func(t *testing.T) {
+		r := as(t, a, url, auth.Reporter, "n1")
+		if _, err := r.nc.SubscribeSync("_INBOX.>"); err != nil {
+			t.Fatal(err)
+		}
+		_ = r.nc.Flush()
+		r.refused(t, errors.New("subscription refused"), "sub _INBOX.>")
+	})
+	t.Run("launcher listens on a stream's subject", func(t *testing.T) {
+		l := as(t, a, url, auth.Launcher, "")
+		if _, err := l.nc.SubscribeSync(client.AssignmentSubject("default", "n2")); err != nil {
+			t.Fatal(err)
+		}
+		_ = l.nc.Flush()
+		l.refused(t, errors.New("subscription refused"), "sub "+client.AssignmentSubject("default", "n2"))
+	})
+	t.Run("launcher replays through a push consumer", func(t *testing.T) {
+		// A consumer delivering the plan stream onto an assignment subject
+		// would have the assignments stream store what it delivers, if
+		// anyone listened there; no reader may.
+		ctx := context.Background()
+		p := as(t, a, url, auth.Planner, "")
+		if _, err := p.js.Publish(ctx, client.PlanEventSubject("replay"), []byte(`{"revision":1}`)); err != nil {
+			t.Fatal(err)
+		}
+		st, _ := p.js.Stream(ctx, client.AssignmentsStream)
+		before, _ := st.Info(ctx)
+		l := as(t, a, url, auth.Launcher, "")
+		target := client.AssignmentSubject("default", "n9")
+		_, _ = l.nc.SubscribeSync(target) // the audience it would need: refused
+		_ = l.nc.Flush()
+		_, _ = l.js.CreateConsumer(ctx, client.PlansStream, jetstream.ConsumerConfig{Name: "replay",
+			FilterSubject: client.PlanEventSubject("replay"), AckPolicy: jetstream.AckNonePolicy})
+		req := `{"stream_name":"` + client.PlansStream + `","config":{"name":"push","deliver_subject":"` + target + `","ack_policy":"none","filter_subject":"` + client.PlanEventSubject("replay") + `"}}`
+		_, _ = l.nc.Request("$JS.API.CONSUMER.CREATE."+client.PlansStream+".push", []byte(req), time.Second)
+		time.Sleep(time.Second)
+		// A delivery is stored under the subject it had in its own
+		// stream: count messages.
+		if after, _ := st.Info(ctx); after.State.LastSeq != before.State.LastSeq {
+			t.Fatalf("the assignments stream stored a delivery: sequence %d, was %d", after.State.LastSeq, before.State.LastSeq)
+		}
 	})
 
 	t.Run("allowed", func(t *testing.T) {

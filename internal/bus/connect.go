@@ -122,10 +122,14 @@ type Security struct {
 func (s Security) Options() ([]nats.Option, error) {
 	var opts []nats.Option
 	if s.Creds != "" {
-		if _, err := s.Identity(); err != nil {
+		id, err := s.Identity()
+		if err != nil {
 			return nil, err
 		}
 		opts = append(opts, nats.UserCredentials(s.Creds))
+		if id.Inbox != "" {
+			opts = append(opts, nats.CustomInboxPrefix(id.Inbox))
+		}
 	}
 	if s.TLSCA != "" {
 		if _, err := os.Stat(s.TLSCA); err != nil {

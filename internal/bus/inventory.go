@@ -472,19 +472,28 @@ type watcher struct {
 	// rejected holds the keys whose current document was rejected: their
 	// heartbeats (the same bytes) are not read again.
 	rejected map[string]bool
-	// expires is when each live key's TTL runs out, by the server's
-	// clock (its message timestamp plus the TTL).
+	// expires is when each live key's TTL runs out, by this host's
+	// clock: when its last message arrived plus the TTL. (The server's
+	// timestamps are by its clock, which may differ from this one.)
 	expires map[string]time.Time
 }
 
+// expiryChecksPerTick bounds the keys expired asks the server about at
+// once, so that a burst (a rack losing power) does not hold up the watch.
+const expiryChecksPerTick = 64
+
 // expired delivers Removed for each key past its TTL that the server no
-// longer holds. The server's word decides: a key this host's clock
-// thinks expired but the server still holds stays, and is asked again.
+// longer holds. The server's word decides: a key this host thinks expired
+// but the server still holds stays, and is asked again a second later.
 func (w *watcher) expired(ctx context.Context, now time.Time) []Event {
 	var out []Event
+	asked := 0
 	for node, at := range w.expires {
 		if now.Before(at) {
 			continue
+		}
+		if asked++; asked > expiryChecksPerTick {
+			break
 		}
 		kv, err := w.store.KV(ctx)
 		if err != nil {
@@ -498,7 +507,7 @@ func (w *watcher) expired(ctx context.Context, now time.Time) []Event {
 			delete(w.rejected, node)
 			out = append(out, Event{Op: Removed, NodeID: node, Reason: ReasonExpired})
 		case err == nil:
-			w.expires[node] = now.Add(time.Second) // the server's clock is behind ours
+			w.expires[node] = now.Add(time.Second) // not yet, by the server's clock
 		default:
 			return out // NATS away: ask again next time
 		}
@@ -525,11 +534,12 @@ func (w *watcher) event(ctx context.Context, msg jetstream.Msg) (Event, bool) {
 		ev.Op, ev.Reason = Removed, reason
 		return ev, true
 	}
-	ev.ExpiresAt = expiresAt(h, md.Timestamp)
-	if ev.ExpiresAt.IsZero() {
+	ttl := msgTTL(h)
+	if ttl == 0 {
 		delete(w.expires, nodeID)
 	} else {
-		w.expires[nodeID] = ev.ExpiresAt
+		ev.ExpiresAt = md.Timestamp.Add(ttl)
+		w.expires[nodeID] = time.Now().Add(ttl)
 	}
 	if h.Get(HeartbeatHeader) != "" && (w.known[nodeID] || w.rejected[nodeID]) {
 		if w.rejected[nodeID] {
@@ -572,19 +582,19 @@ func (w *watcher) event(ctx context.Context, msg jetstream.Msg) (Event, bool) {
 	return ev, true
 }
 
-// expiresAt is when a message's TTL runs out; zero without one.
-func expiresAt(h nats.Header, stored time.Time) time.Time {
+// msgTTL is a message's TTL; zero without one.
+func msgTTL(h nats.Header) time.Duration {
 	ttl := h.Get(jetstream.MsgTTLHeader)
 	if ttl == "" || ttl == "never" {
-		return time.Time{}
+		return 0
 	}
-	if secs, err := strconv.ParseInt(ttl, 10, 64); err == nil {
-		return stored.Add(time.Duration(secs) * time.Second)
+	if secs, err := strconv.ParseInt(ttl, 10, 64); err == nil && secs > 0 {
+		return time.Duration(secs) * time.Second
 	}
-	if d, err := time.ParseDuration(ttl); err == nil {
-		return stored.Add(d)
+	if d, err := time.ParseDuration(ttl); err == nil && d > 0 {
+		return d
 	}
-	return time.Time{}
+	return 0
 }
 
 // removal returns why a message removes its key, or "" for a put.

@@ -234,3 +234,26 @@ func reporterCmd(t *testing.T, args ...string) (code int, stdout, stderr string)
 	code = ReporterMain(context.Background(), args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
+
+// TestComposeSecretsSplit: the signing keys stay with the service that
+// makes credentials; every other service mounts only its own secret.
+func TestComposeSecretsSplit(t *testing.T) {
+	p := loadCompose(t)
+	want := map[string]string{"nats": "nats-auth", "planner": "planner-creds", "reporter": "reporter-creds"}
+	for _, name := range p.ServiceNames() {
+		for _, v := range p.Services[name].Volumes {
+			if v.Type != types.VolumeTypeVolume || v.Source == "nats-data" {
+				continue
+			}
+			if name == "auth-init" {
+				continue
+			}
+			if v.Source != want[name] {
+				t.Errorf("service %s mounts volume %s; it may have only %q", name, v.Source, want[name])
+			}
+			if !v.ReadOnly {
+				t.Errorf("service %s mounts its secret %s writable", name, v.Source)
+			}
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,6 +21,7 @@ func defaultDataDir() string { return filepath.Join(os.TempDir(), "poolplanner")
 // --data-dir (made there the first time).
 func newCredsCmd() *cobra.Command {
 	var dataDir, node string
+	var expires time.Duration
 	cmd := &cobra.Command{
 		Use:   "creds ROLE [--node-id ID] [--data-dir DIR]",
 		Short: "Print NATS credentials (.creds) for a role: admin, planner, launcher, or reporter --node-id ID",
@@ -39,11 +41,14 @@ planner serve --auth (or planner auth init) keeps under --data-dir/auth:
 			if err := checkCredsNode(role, node); err != nil {
 				return err
 			}
-			a, err := auth.Open(dataDirOr(dataDir))
+			if expires < 0 {
+				return usagef("--expires %s: must be >= 0", expires)
+			}
+			a, err := auth.Load(dataDirOr(dataDir))
 			if err != nil {
 				return err
 			}
-			creds, err := a.Creds(role, node)
+			creds, err := a.Creds(role, node, expires)
 			if err != nil {
 				return err
 			}
@@ -53,6 +58,7 @@ planner serve --auth (or planner auth init) keeps under --data-dir/auth:
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "where the keys are kept, as for planner serve (default $TMPDIR/poolplanner)")
 	cmd.Flags().StringVar(&node, "node-id", "", "the reporter's node id")
+	cmd.Flags().DurationVar(&expires, "expires", 0, "the credentials stop working after this long (default: never; new keys are the only way to withdraw them)")
 	return cmd
 }
 
@@ -81,15 +87,19 @@ func dataDirOr(dir string) string {
 func newAuthCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "auth", Short: "Set up credentials for an external NATS server"}
 	var dataDir string
-	var reporters []string
+	var reporters, exports []string
 	initCmd := &cobra.Command{
-		Use:   "init [--data-dir DIR] [--reporter NODE_ID]...",
+		Use:   "init [--data-dir DIR] [--reporter NODE_ID]... [--export WHAT=PATH]...",
 		Short: "Make the keys, a nats-server configuration that trusts them, and credentials",
 		Long: `init makes (once) the operator and account keys under DIR/auth, and writes
 DIR/nats-auth.conf, which a nats-server configuration includes to require
 these credentials, and DIR/creds/admin.creds, planner.creds,
 launcher.creds and reporter-NODE_ID.creds for each --reporter. Existing
-credentials files are kept.`,
+credentials files are kept.
+
+--export writes one of them somewhere else too, for a machine or
+container that must get that file and nothing more: WHAT is
+server-config, admin, planner, launcher or reporter:NODE_ID.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, n := range reporters {
@@ -97,9 +107,16 @@ credentials files are kept.`,
 					return err
 				}
 			}
+			wants, err := parseExports(exports)
+			if err != nil {
+				return err
+			}
 			dir := dataDirOr(dataDir)
 			a, err := auth.Open(dir)
 			if err != nil {
+				return err
+			}
+			if err := export(a, wants); err != nil {
 				return err
 			}
 			conf := filepath.Join(dir, "nats-auth.conf")
@@ -116,8 +133,63 @@ credentials files are kept.`,
 	}
 	initCmd.Flags().StringVar(&dataDir, "data-dir", "", "where to keep the keys and write the files (default $TMPDIR/poolplanner)")
 	initCmd.Flags().StringArrayVar(&reporters, "reporter", nil, "also write credentials for the reporter of this node (repeatable)")
+	initCmd.Flags().StringArrayVar(&exports, "export", nil, "also write WHAT (server-config, admin, planner, launcher, reporter:NODE_ID) to PATH, if missing (repeatable)")
 	cmd.AddCommand(initCmd)
 	return cmd
+}
+
+// exportFile is one --export: the server's configuration (role "") or a
+// role's credentials, written to path.
+type exportFile struct {
+	role       auth.Role
+	node, path string
+}
+
+func parseExports(args []string) ([]exportFile, error) {
+	var out []exportFile
+	for _, arg := range args {
+		what, path, ok := strings.Cut(arg, "=")
+		if !ok || path == "" {
+			return nil, usagef("--export %q: want WHAT=PATH", arg)
+		}
+		if what == "server-config" {
+			out = append(out, exportFile{path: path})
+			continue
+		}
+		r, node, _ := strings.Cut(what, ":")
+		role, err := auth.ParseRole(r)
+		if err != nil {
+			return nil, usagef("--export %q: %v, or server-config", arg, err)
+		}
+		if err := checkCredsNode(role, node); err != nil {
+			return nil, usagef("--export %q: %v", arg, err)
+		}
+		out = append(out, exportFile{role, node, path})
+	}
+	return out, nil
+}
+
+// export writes each wanted file that is missing, owner-only.
+func export(a *auth.Authority, wants []exportFile) error {
+	for _, w := range wants {
+		if _, err := os.Stat(w.path); err == nil {
+			continue
+		}
+		data := []byte(a.ServerConfig())
+		if w.role != "" {
+			var err error
+			if data, err = a.Creds(w.role, w.node, 0); err != nil {
+				return err
+			}
+		}
+		if err := os.MkdirAll(filepath.Dir(w.path), 0o700); err != nil {
+			return fmt.Errorf("--export %s: %w", w.path, err)
+		}
+		if err := os.WriteFile(w.path, data, 0o600); err != nil {
+			return fmt.Errorf("--export %s: %w", w.path, err)
+		}
+	}
+	return nil
 }
 
 // writeCreds writes dir/ROLE.creds for each role and
@@ -151,7 +223,7 @@ func writeCreds(a *auth.Authority, dir string, roles []auth.Role, nodes []string
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("credentials %s: %w", path, err)
 		}
-		creds, err := a.Creds(w.role, w.node)
+		creds, err := a.Creds(w.role, w.node, 0)
 		if err != nil {
 			return nil, err
 		}

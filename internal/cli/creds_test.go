@@ -11,6 +11,14 @@ import (
 
 func TestCredsCommands(t *testing.T) {
 	dir := t.TempDir()
+	// Signing needs keys made by serve --auth or auth init: a wrong
+	// --data-dir is an error, not a new authority nobody trusts.
+	if code, _, errOut := run(t, "creds", "launcher", "--data-dir", dir); code != 1 || !strings.Contains(errOut, "no keys yet") {
+		t.Fatalf("creds without keys: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := run(t, "auth", "init", "--data-dir", dir); code != 0 {
+		t.Fatal(errOut)
+	}
 	for _, c := range []struct {
 		args []string
 		code int
@@ -22,6 +30,8 @@ func TestCredsCommands(t *testing.T) {
 		{[]string{"creds", "admin", "--node-id", "n1", "--data-dir", dir}, 2, "reporter's credentials only"},
 		{[]string{"creds", "root", "--data-dir", dir}, 2, "want one of admin, planner, launcher, reporter"},
 		{[]string{"creds", "reporter", "--node-id", "a b", "--data-dir", dir}, 2, "invalid node id"},
+		{[]string{"creds", "launcher", "--expires", "1h", "--data-dir", dir}, 0, "BEGIN NATS USER JWT"},
+		{[]string{"creds", "launcher", "--expires", "-1h", "--data-dir", dir}, 2, "must be >= 0"},
 	} {
 		code, out, errOut := run(t, c.args...)
 		if code != c.code || !strings.Contains(out+errOut, c.out) {
@@ -43,6 +53,26 @@ func TestCredsCommands(t *testing.T) {
 	}
 	if id, err := auth.IdentityOf(data); err != nil || id.Role != auth.Reporter || id.Node != "rack/7" {
 		t.Errorf("reporter-rack_7.creds: %+v %v", id, err)
+	}
+	// --export: one file, somewhere else, for the one who needs it.
+	out2 := t.TempDir()
+	code, _, errOut = run(t, "auth", "init", "--data-dir", dir, "--export", "reporter:n7="+filepath.Join(out2, "r", "reporter.creds"),
+		"--export", "server-config="+filepath.Join(out2, "nats", "nats-auth.conf"))
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	if data, err := os.ReadFile(filepath.Join(out2, "r", "reporter.creds")); err != nil {
+		t.Fatal(err)
+	} else if id, err := auth.IdentityOf(data); err != nil || id.Node != "n7" {
+		t.Errorf("exported reporter credentials: %+v %v", id, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(out2, "nats", "nats-auth.conf")); err != nil || !strings.Contains(string(data), "resolver_preload") {
+		t.Errorf("exported server config: %v", err)
+	}
+	for _, bad := range []string{"planner", "root=/x", "reporter=/x", "launcher:n1=/x"} {
+		if code, _, _ := run(t, "auth", "init", "--data-dir", dir, "--export", bad); code != 2 {
+			t.Errorf("--export %s: exit %d", bad, code)
+		}
 	}
 	// Credentials handed out are kept: a second init leaves them.
 	before, _ := os.ReadFile(filepath.Join(dir, "creds", "admin.creds"))

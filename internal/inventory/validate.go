@@ -3,6 +3,7 @@ package inventory
 import (
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 )
 
@@ -17,7 +18,7 @@ const (
 )
 
 // Validate checks a document as the planner must before trusting it:
-// an id, at most MaxGPUs GPUs with distinct indices 0..n-1 and distinct
+// an id, an IP address (or none), at most MaxGPUs GPUs with distinct indices 0..n-1 and distinct
 // UUIDs, at most MaxCPUs CPUs (not negative), at most MaxLabels labels,
 // no string over MaxString bytes, NVLink peers and NUMA nodes in range.
 // The error names the field and what is allowed.
@@ -30,6 +31,9 @@ func (n NodeInventory) Validate() error {
 		if len(f.v) > MaxString {
 			return fmt.Errorf("%s: %d bytes; at most %d", f.name, len(f.v), MaxString)
 		}
+	}
+	if n.IP != "" && net.ParseIP(n.IP) == nil {
+		return fmt.Errorf("ip: %q is not an IP address", n.IP)
 	}
 	if n.CPUs < 0 || n.CPUs > MaxCPUs {
 		return fmt.Errorf("cpus: %d is not allowed; want 0 to %d", n.CPUs, MaxCPUs)

@@ -32,7 +32,7 @@ func TestSecureService(t *testing.T) {
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 	connect := func(role auth.Role, node string) (*nats.Conn, jetstream.JetStream) {
-		creds, err := a.Creds(role, node)
+		creds, err := a.Creds(role, node, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
