@@ -6,6 +6,8 @@
 package auth
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -214,6 +216,15 @@ func newAuthority(operator, account, system nkeys.KeyPair) (*Authority, error) {
 		return nil, fmt.Errorf("system account jwt: %w", err)
 	}
 	return a, nil
+}
+
+// RouteSecret is the password servers of one cluster, started with the
+// same keys, present to each other on their routes: none but they can
+// join the cluster.
+func (a *Authority) RouteSecret() string {
+	seed, _ := a.account.Seed()
+	sum := sha256.Sum256(append([]byte("poolplanner routes\x00"), seed...))
+	return hex.EncodeToString(sum[:])
 }
 
 // Operator is the operator's claims, for a server's trusted operators.

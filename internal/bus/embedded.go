@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -37,7 +39,19 @@ type EmbeddedOptions struct {
 	Auth *auth.Authority
 	// TLSCert and TLSKey, when set, make clients connect with TLS.
 	TLSCert, TLSKey string
+	// ClusterListen, when set (HOST:PORT), makes the server one of a NATS
+	// cluster, JetStream replicated by Raft; Routes are the other
+	// servers' cluster addresses (nats://HOST:PORT), and ServerName, which
+	// must differ from theirs, names this one (default: from
+	// ClusterListen). With Auth, routes authenticate with a secret all
+	// servers with the same keys share.
+	ClusterListen string
+	Routes        []string
+	ServerName    string
 }
+
+// ClusterName names the NATS cluster of planner serve's servers.
+const ClusterName = "poolplanner"
 
 // StartEmbedded starts a NATS server with JetStream in this process and
 // returns it with the URL clients connect to. The caller owns shutdown:
@@ -75,6 +89,9 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, string, error) {
 	if err := secure(sopts, opts); err != nil {
 		return nil, "", err
 	}
+	if err := cluster(sopts, opts); err != nil {
+		return nil, "", err
+	}
 	ns, err := server.NewServer(sopts)
 	if err != nil {
 		return nil, "", fmt.Errorf("embedded nats: %w", err)
@@ -90,6 +107,44 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, string, error) {
 		return nil, "", fmt.Errorf("embedded nats: not ready on %s after %s", listen, timeout)
 	}
 	return ns, ns.ClientURL(), nil
+}
+
+// cluster sets the server's cluster: its listen address, routes, name.
+func cluster(sopts *server.Options, opts EmbeddedOptions) error {
+	if opts.ServerName != "" {
+		sopts.ServerName = opts.ServerName
+	}
+	if opts.ClusterListen == "" {
+		if len(opts.Routes) > 0 {
+			return errors.New("embedded nats: routes need a cluster listen address")
+		}
+		return nil
+	}
+	host, portStr, err := net.SplitHostPort(opts.ClusterListen)
+	port, perr := strconv.Atoi(portStr)
+	if err != nil || perr != nil || port <= 0 || port > 65535 {
+		return fmt.Errorf("embedded nats: cluster listen %q: want HOST:PORT", opts.ClusterListen)
+	}
+	sopts.Cluster = server.ClusterOpts{Name: ClusterName, Host: host, Port: port}
+	if opts.ServerName == "" {
+		sopts.ServerName = "poolplanner-" + strings.NewReplacer(":", "-", ".", "-", "[", "", "]", "").Replace(opts.ClusterListen)
+	}
+	if opts.Auth != nil {
+		sopts.Cluster.Username, sopts.Cluster.Password = "poolplanner", opts.Auth.RouteSecret()
+	}
+	var routes []*url.URL
+	for _, r := range opts.Routes {
+		u, err := url.Parse(r)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("embedded nats: route %q: want nats://HOST:PORT", r)
+		}
+		if opts.Auth != nil {
+			u.User = url.UserPassword(sopts.Cluster.Username, sopts.Cluster.Password)
+		}
+		routes = append(routes, u)
+	}
+	sopts.Routes = routes
+	return nil
 }
 
 // secure sets the server's auth (the authority's operator and accounts,

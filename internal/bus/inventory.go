@@ -44,7 +44,7 @@ const InventoryMaxDoc = 256 << 10
 // refuses both, whoever asks. The server makes markers for expired keys
 // only on streams that allow rollups, so there are none: watchers note
 // each key's TTL themselves (Watch).
-func InventoryStreamConfig() jetstream.StreamConfig {
+func InventoryStreamConfig(replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              InventoryStream,
 		Description:       "poolplanner node inventories, key = node id",
@@ -55,7 +55,7 @@ func InventoryStreamConfig() jetstream.StreamConfig {
 		MaxMsgs:           -1,
 		MaxConsumers:      -1,
 		Storage:           jetstream.FileStorage,
-		Replicas:          1,
+		Replicas:          max(replicas, 1),
 		AllowRollup:       false,
 		DenyDelete:        true,
 		DenyPurge:         true,
@@ -82,6 +82,8 @@ type InventoryStore struct {
 	// NoCreate keeps the store from creating the bucket: a reporter
 	// whose credentials may only write its own key waits for the planner.
 	NoCreate bool
+	// Replicas is how many servers keep the bucket (0: one).
+	Replicas int
 	js       jetstream.JetStream
 	// kv is the bucket once it is known to exist.
 	kv atomic.Pointer[jetstream.KeyValue]
@@ -95,8 +97,8 @@ func NewInventoryStore(js jetstream.JetStream) *InventoryStore {
 // Ensure creates the bucket if it is missing, or brings its settings to
 // InventoryStreamConfig.
 func (s *InventoryStore) Ensure(ctx context.Context) (jetstream.KeyValue, error) {
-	if _, err := s.js.CreateOrUpdateStream(ctx, InventoryStreamConfig()); err != nil {
-		return nil, fmt.Errorf("ensure bucket %s: %w", InventoryBucket, err)
+	if _, err := s.js.CreateOrUpdateStream(ctx, InventoryStreamConfig(s.Replicas)); err != nil {
+		return nil, fmt.Errorf("ensure bucket %s: %w", InventoryBucket, ReplicasErr(err, s.Replicas))
 	}
 	kv, err := s.js.KeyValue(ctx, InventoryBucket)
 	if err != nil {

@@ -46,12 +46,13 @@ var ErrConflict = errors.New("plan history moved on")
 // file, for audit, until the planner drops the oldest (Retain), always
 // from a whole document on, so every revision kept can be rebuilt. Direct
 // gets read it without consumers.
-func PlansStreamConfig() jetstream.StreamConfig {
+func PlansStreamConfig(replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              PlansStream,
 		Description:       "poolplanner plan revisions, subject = poolplanner.plans.NAME",
 		Subjects:          []string{PlanSubjectPrefix + ">"},
 		Storage:           jetstream.FileStorage,
+		Replicas:          replicas,
 		MaxMsgsPerSubject: -1,
 		Duplicates:        PlanDuplicateWindow,
 		AllowDirect:       true,
@@ -61,24 +62,26 @@ func PlansStreamConfig() jetstream.StreamConfig {
 // AssignmentsStreamConfig is the assignment stream's settings: the last
 // message of every poolplanner.assignments.NAME.NODE_ID, so a launcher
 // that starts late reads its node's workers at once.
-func AssignmentsStreamConfig() jetstream.StreamConfig {
+func AssignmentsStreamConfig(replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              client.AssignmentsStream,
 		Description:       "poolplanner: each node's workers of each plan, last per subject",
 		Subjects:          []string{client.AssignmentSubjectPrefix + ">"},
 		Storage:           jetstream.FileStorage,
+		Replicas:          replicas,
 		MaxMsgsPerSubject: 1,
 		AllowDirect:       true,
 	}
 }
 
 // SpecBucketConfig is the spec bucket's settings.
-func SpecBucketConfig() jetstream.KeyValueConfig {
+func SpecBucketConfig(replicas int) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
 		Bucket:      SpecBucket,
 		Description: "poolplanner job specs, key = plan name",
 		History:     SpecHistory,
 		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
 	}
 }
 
@@ -124,6 +127,9 @@ type PlanStore struct {
 	client *client.Client
 	// Publisher, when set, goes out in PlannerHeader with every event.
 	Publisher string
+	// Replicas is how many servers keep the streams and object stores (0:
+	// one).
+	Replicas int
 	// objs tracks the assignment objects of the plans bucket (nil until
 	// first listed).
 	objMu sync.Mutex
@@ -143,21 +149,38 @@ func (s *PlanStore) Client() *client.Client { return s.client }
 // Ensure creates the plan and assignment streams and the object stores if
 // they are missing.
 func (s *PlanStore) Ensure(ctx context.Context) error {
-	for _, cfg := range []jetstream.StreamConfig{PlansStreamConfig(), AssignmentsStreamConfig()} {
+	r := max(s.Replicas, 1)
+	for _, cfg := range []jetstream.StreamConfig{PlansStreamConfig(r), AssignmentsStreamConfig(r)} {
 		if _, err := s.js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+			return fmt.Errorf("ensure stream %s: %w", cfg.Name, ReplicasErr(err, r))
 		}
 	}
 	for _, cfg := range []jetstream.ObjectStoreConfig{
-		{Bucket: client.PlansBucket, Description: "poolplanner: plan snapshots, oversized assignments", Storage: jetstream.FileStorage},
-		{Bucket: client.RepliesBucket, Description: "poolplanner: replies too large for a message", Storage: jetstream.FileStorage, TTL: RepliesTTL, MaxBytes: RepliesMaxBytes},
+		{Bucket: client.PlansBucket, Description: "poolplanner: plan snapshots, oversized assignments", Storage: jetstream.FileStorage, Replicas: r},
+		{Bucket: client.RepliesBucket, Description: "poolplanner: replies too large for a message", Storage: jetstream.FileStorage, TTL: RepliesTTL, MaxBytes: RepliesMaxBytes, Replicas: r},
 	} {
 		if _, err := s.js.CreateOrUpdateObjectStore(ctx, cfg); err != nil {
-			return fmt.Errorf("ensure object store %s: %w", cfg.Bucket, err)
+			return fmt.Errorf("ensure object store %s: %w", cfg.Bucket, ReplicasErr(err, r))
 		}
 	}
 	return nil
 }
+
+// ReplicasErr says, when JetStream refuses a stream for want of servers,
+// how many it was asked for.
+func ReplicasErr(err error, replicas int) error {
+	var apiErr *jetstream.APIError
+	// 10005: no peers, 10023: insufficient resources, 10074: replicas on
+	// a server that is not clustered.
+	if replicas > 1 && errors.As(err, &apiErr) && (apiErr.ErrorCode == 10005 || apiErr.ErrorCode == 10023 || apiErr.ErrorCode == 10074) {
+		return fmt.Errorf("%w: --replicas %d: the NATS cluster has not that many JetStream servers: %w", ErrReplicas, replicas, err)
+	}
+	return err
+}
+
+// ErrReplicas is a stream or bucket refused for want of servers: a
+// setting to change, not an outage to wait out.
+var ErrReplicas = errors.New("not enough servers")
 
 // Latest returns the newest revision of plan name, rebuilt whole; nil and
 // no error when the plan has none yet.
@@ -467,6 +490,8 @@ func (s *PlanStore) Follow(ctx context.Context, name string, skip func(client.In
 // SpecStore reads and writes the spec bucket.
 type SpecStore struct {
 	js jetstream.JetStream
+	// Replicas is how many servers keep the bucket (0: one).
+	Replicas int
 }
 
 // NewSpecStore returns a store over js.
@@ -483,8 +508,15 @@ func (s *SpecStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("bucket %s: %w", SpecBucket, err)
 	}
-	if kv, err = s.js.CreateOrUpdateKeyValue(ctx, SpecBucketConfig()); err != nil {
-		return nil, fmt.Errorf("ensure bucket %s: %w", SpecBucket, err)
+	return s.Ensure(ctx)
+}
+
+// Ensure creates the spec bucket, or brings its settings (replicas) to
+// SpecBucketConfig.
+func (s *SpecStore) Ensure(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := s.js.CreateOrUpdateKeyValue(ctx, SpecBucketConfig(s.Replicas))
+	if err != nil {
+		return nil, fmt.Errorf("ensure bucket %s: %w", SpecBucket, ReplicasErr(err, s.Replicas))
 	}
 	return kv, nil
 }

@@ -82,6 +82,9 @@ type Config struct {
 	// InlineWorkers bounds the plans whose events carry them whole
 	// (DefaultInlineWorkers when zero; negative: none).
 	InlineWorkers int
+	// Replicas is how many servers of the NATS cluster keep each stream
+	// and bucket (0: one); more than there are is an error at start.
+	Replicas int
 	// NoService skips registering the micro service.
 	NoService bool
 	Log       zerolog.Logger
@@ -142,8 +145,9 @@ func New(cfg Config) *Planner {
 	if cfg.JS != nil {
 		plans = bus.NewPlanStore(cfg.JS)
 		plans.Publisher = nuid.Next()
+		plans.Replicas = cfg.Replicas
 	}
-	return &Planner{
+	p := &Planner{
 		cfg:      cfg,
 		plans:    plans,
 		specs:    bus.NewSpecStore(cfg.JS),
@@ -151,6 +155,8 @@ func New(cfg Config) *Planner {
 		live:     newView(),
 		reported: map[string]bool{},
 	}
+	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
+	return p
 }
 
 // SpecDigest is the digest a plan message carries of its spec.
@@ -174,9 +180,9 @@ func (p *Planner) Run(ctx context.Context) error {
 			return fmt.Errorf("spec: %w", err)
 		}
 	}
-	latest, ok := p.startRetrying(ctx)
-	if !ok {
-		return nil
+	latest, ok, err := p.startRetrying(ctx)
+	if err != nil || !ok {
+		return err
 	}
 	p.mu.Lock()
 	p.latest = latest
@@ -202,21 +208,25 @@ func (p *Planner) Run(ctx context.Context) error {
 
 // startRetrying makes the streams and buckets and reads the latest plan,
 // waiting for JetStream as long as it takes: NATS may not be up yet (a
-// compose file starting everything at once). false means ctx ended.
-func (p *Planner) startRetrying(ctx context.Context) (*bus.StoredPlan, bool) {
+// compose file starting everything at once). false means ctx ended; an
+// error, that waiting cannot mend it (too few servers for --replicas).
+func (p *Planner) startRetrying(ctx context.Context) (*bus.StoredPlan, bool, error) {
 	for attempt := 0; ; attempt++ {
 		latest, err := p.start(ctx)
 		if err == nil {
-			return latest, true
+			return latest, true, nil
+		}
+		if errors.Is(err, bus.ErrReplicas) {
+			return nil, false, err
 		}
 		if ctx.Err() != nil {
-			return nil, false
+			return nil, false, nil
 		}
 		wait := bus.Backoff(attempt)
 		p.cfg.Log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot start (JetStream away, or the stream refuses); retrying")
 		select {
 		case <-ctx.Done():
-			return nil, false
+			return nil, false, nil
 		case <-time.After(wait):
 		}
 	}
@@ -226,6 +236,12 @@ func (p *Planner) startRetrying(ctx context.Context) (*bus.StoredPlan, bool) {
 // it differs from the stored one, and reads the latest plan.
 func (p *Planner) start(ctx context.Context) (*bus.StoredPlan, error) {
 	if err := p.plans.Ensure(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := p.specs.Ensure(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := p.inv.Ensure(ctx); err != nil {
 		return nil, err
 	}
 	if len(p.cfg.Spec) > 0 {

@@ -1,0 +1,96 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/testcluster"
+)
+
+// TestReplicatedState: on three clustered embedded servers the streams
+// and buckets are made with three replicas (and brought up from one),
+// and a key survives the loss of the server its client talked to.
+func TestReplicatedState(t *testing.T) {
+	c := testcluster.Start(t, 3, nil)
+	nc, err := bus.Connect(c.URLs(), "test", zerolog.Nop(), bus.Security{}, nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+
+	// A bucket made with one replica is brought to three.
+	inv := bus.NewInventoryStore(js)
+	if _, err := inv.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inv.Replicas = 3
+	if _, err := inv.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	plans := bus.NewPlanStore(js)
+	plans.Replicas = 3
+	if err := plans.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{bus.InventoryStream, bus.PlansStream, "OBJ_poolplanner-plans"} {
+		st, err := js.Stream(ctx, name)
+		if err != nil || st.CachedInfo().Config.Replicas != 3 {
+			t.Fatalf("%s: %v, replicas %d", name, err, st.CachedInfo().Config.Replicas)
+		}
+	}
+	doc := []byte(`{"node_id":"n1","ip":"10.0.0.1","cpus":8,"gpus":[]}`)
+	if _, err := inv.Put(ctx, "n1", doc, false, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.WaitCurrent(ctx, t, js, bus.InventoryStream)
+	// The server this client is on goes; the client moves on, the key
+	// stays, writes go on.
+	c.StopServer(c.Index(nc.ConnectedUrl()))
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := inv.Put(pctx, "n2", doc, false, time.Hour)
+		pcancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no write after a server was lost: %v (connected %v to %s)\n%s", err, nc.IsConnected(), nc.ConnectedUrl(), c.State())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, _, err := inv.Get(ctx, "n1"); err != nil {
+		t.Errorf("n1 after a server was lost: %v", err)
+	}
+}
+
+// TestReplicasTooMany: three replicas on one server is a setting to
+// change, said so, not an outage to wait out.
+func TestReplicasTooMany(t *testing.T) {
+	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	plans := bus.NewPlanStore(js)
+	plans.Replicas = 3
+	err = plans.Ensure(context.Background())
+	if !errors.Is(err, bus.ErrReplicas) {
+		t.Fatalf("three replicas on one server: %v", err)
+	}
+}
