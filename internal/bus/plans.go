@@ -50,12 +50,14 @@ func PlansStreamConfig(replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              PlansStream,
 		Description:       "poolplanner plan revisions, subject = poolplanner.plans.NAME",
-		Subjects:          []string{PlanSubjectPrefix + ">"},
+		Subjects:          []string{PlanSubjectPrefix + ">", LeaseSubjectPrefix + ">"},
 		Storage:           jetstream.FileStorage,
 		Replicas:          replicas,
 		MaxMsgsPerSubject: -1,
 		Duplicates:        PlanDuplicateWindow,
 		AllowDirect:       true,
+		// Leases lapse by their own TTL.
+		AllowMsgTTL: true,
 	}
 }
 
@@ -238,7 +240,14 @@ func (s *PlanStore) Revision(ctx context.Context, name string, rev int) (*Stored
 // The message id is NAME:REVISION, so a retried publish is stored once and
 // a second planner's revision N is refused. It returns ErrConflict when
 // the history moved on.
-func (s *PlanStore) PublishEvent(ctx context.Context, ev *plan.Event, specDigest string, expect uint64) (uint64, error) {
+//
+// With a lease (its sequence, nonzero) the stream checks that lease
+// instead: it must still be the last message on the plan's lease subject,
+// so a planner that lost its lease cannot publish; the one that holds it
+// is the plan's only writer and continues from the latest it read when it
+// took the lease. The message id (plan:revision) refuses a second event
+// of one revision in the duplicate window either way.
+func (s *PlanStore) PublishEvent(ctx context.Context, ev *plan.Event, specDigest string, expect, lease uint64) (uint64, error) {
 	what := fmt.Sprintf("plan %s revision %d", ev.Name, ev.Revision)
 	data, h, err := client.Encode(ev)
 	if err != nil {
@@ -264,12 +273,15 @@ func (s *PlanStore) PublishEvent(ctx context.Context, ev *plan.Event, specDigest
 	if s.Publisher != "" {
 		msg.Header.Set(PlannerHeader, s.Publisher)
 	}
-	ack, err := s.js.PublishMsg(ctx, msg,
-		jetstream.WithExpectLastSequencePerSubject(expect),
-		jetstream.WithMsgID(ev.Name+":"+strconv.Itoa(ev.Revision)))
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+	check := jetstream.WithExpectLastSequencePerSubject(expect)
+	if lease != 0 {
+		check = jetstream.WithExpectLastSequenceForSubject(lease, LeaseSubject(ev.Name))
+	}
+	ack, err := s.js.PublishMsg(ctx, msg, check, jetstream.WithMsgID(ev.Name+":"+strconv.Itoa(ev.Revision)))
+	if isWrongLast(err) && lease != 0 {
+		return 0, fmt.Errorf("publish %s: %w", what, ErrLeaseLost)
+	}
+	if isWrongLast(err) {
 		return 0, fmt.Errorf("publish %s: %w", what, ErrConflict)
 	}
 	if err != nil {

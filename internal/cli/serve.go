@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -64,6 +65,12 @@ type serveOptions struct {
 	sec                                               bus.Security
 	debounce, heartbeat, settle, historyAge           time.Duration
 	historyBytes                                      int64
+	// HA: replicas of the state, the embedded server's cluster, the
+	// planner lease.
+	replicas                 int
+	clusterListen, name      string
+	routes                   []string
+	leaseTTL                 time.Duration
 }
 
 func newServeCmd() *cobra.Command {
@@ -92,6 +99,11 @@ func newServeCmd() *cobra.Command {
 	f.BoolVar(&o.insecure, "no-auth", false, "serve a non-loopback --listen without credentials, deliberately")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "the embedded server's TLS certificate (PEM); with --tls-key, clients must use TLS")
 	f.StringVar(&o.tlsKey, "tls-key", "", "the key of --tls-cert (PEM)")
+	f.IntVar(&o.replicas, "replicas", 1, "how many NATS servers keep each stream and bucket (1 to 5); more than the cluster has is an error")
+	f.StringVar(&o.clusterListen, "cluster-listen", "", "HOST:PORT the embedded server listens on for its cluster peers (with --routes: a NATS cluster of planner serve processes)")
+	f.StringSliceVar(&o.routes, "routes", nil, "the other embedded servers' cluster addresses, nats://HOST:PORT (comma-separated or repeated)")
+	f.StringVar(&o.name, "server-name", "", "the embedded server's name, unique in the cluster (default: from --cluster-listen)")
+	f.DurationVar(&o.leaseTTL, "lease-ttl", service.DefaultLeaseTTL, "how long the leading planner's lease lasts unrenewed: a standby takes over within it and a second")
 	addSecurity(f, &o.sec)
 	return cmd
 }
@@ -124,8 +136,40 @@ func (o *serveOptions) check() ([]simNodes, []byte, error) {
 		return nil, nil, usagef("--heartbeat %s: must be positive", o.heartbeat)
 	case o.historyAge == 0 || o.historyBytes == 0:
 		return nil, nil, usagef("--history-age and --history-bytes: must not be 0 (negative: no limit)")
+	case o.replicas < 1 || o.replicas > 5:
+		return nil, nil, usagef("--replicas %d: must be 1 to 5", o.replicas)
+	case o.leaseTTL < time.Second || o.leaseTTL > time.Hour:
+		return nil, nil, usagef("--lease-ttl %s: must be 1s to 1h", o.leaseTTL)
+	}
+	if err := o.checkCluster(); err != nil {
+		return nil, nil, err
 	}
 	return sims, spec, checkServeSecurity(o.server, o.listen, o.secure, o.insecure, o.tlsCert, o.tlsKey)
+}
+
+// checkCluster checks the cluster flags: they need the embedded server,
+// and replicas need a cluster.
+func (o *serveOptions) checkCluster() error {
+	if o.server != "" && (o.clusterListen != "" || len(o.routes) > 0 || o.name != "") {
+		return usagef("--cluster-listen, --routes and --server-name configure the embedded server: not with --server")
+	}
+	if len(o.routes) > 0 && o.clusterListen == "" {
+		return usagef("--routes needs --cluster-listen: the address the other servers route to")
+	}
+	if o.clusterListen != "" {
+		if _, _, err := net.SplitHostPort(o.clusterListen); err != nil {
+			return usagef("--cluster-listen %q: want HOST:PORT", o.clusterListen)
+		}
+	}
+	for _, r := range o.routes {
+		if u, err := url.Parse(r); err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "nats-route") {
+			return usagef("--routes %q: want nats://HOST:PORT", r)
+		}
+	}
+	if o.server == "" && o.replicas > 1 && len(o.routes) < o.replicas-1 {
+		return usagef("--replicas %d: the embedded server needs --cluster-listen and --routes naming at least %d other servers", o.replicas, o.replicas-1)
+	}
+	return nil
 }
 
 func (o *serveOptions) run(cmd *cobra.Command) error {
@@ -156,7 +200,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	// simulated node, not on the first few.
 	waitReported(ctx, store, reporters, 30*time.Second, log)
 	p := service.New(service.Config{NC: nc, JS: js, Plan: o.plan, Spec: spec, Debounce: o.debounce, Settle: o.settle,
-		HistoryAge: o.historyAge, HistoryBytes: o.historyBytes, Log: log})
+		HistoryAge: o.historyAge, HistoryBytes: o.historyBytes, Replicas: o.replicas, LeaseTTL: o.leaseTTL, Log: log})
 	log.Info().Str("plan", o.plan).Int("reporters", reporters).Msg("planner serving")
 	err = p.Run(ctx)
 	stop()
@@ -176,7 +220,8 @@ func (o *serveOptions) connect(log zerolog.Logger) (*nats.Conn, func(), error) {
 		if o.dataDir == "" {
 			o.dataDir = defaultDataDir()
 		}
-		eopts := bus.EmbeddedOptions{Listen: o.listen, StoreDir: o.dataDir, Log: log, TLSCert: o.tlsCert, TLSKey: o.tlsKey}
+		eopts := bus.EmbeddedOptions{Listen: o.listen, StoreDir: o.dataDir, Log: log, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
+			ClusterListen: o.clusterListen, Routes: o.routes, ServerName: o.name}
 		if o.secure {
 			a, planner, err := serveCreds(o.dataDir, log)
 			if err != nil {

@@ -145,7 +145,7 @@ func TestAnotherPlannersAssignments(t *testing.T) {
 	if err != nil || ev.Change == nil {
 		t.Fatalf("event: %v", err)
 	}
-	if _, err := b.plans.PublishEvent(ctx, ev, b.digest, b.latest.Seq); err != nil {
+	if _, err := b.plans.PublishEvent(ctx, ev, b.digest, b.latest.Seq, 0); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -50,6 +51,8 @@ type loop struct {
 	// retry.
 	failures    int
 	lastFailure string
+	// lease: whether this planner leads the plan.
+	lease lease
 }
 
 func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
@@ -57,6 +60,7 @@ func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
 		timer: time.NewTimer(time.Hour), retry: time.NewTimer(0), check: time.NewTimer(time.Hour), maxWait: max(10*p.cfg.Debounce, time.Second)}
 	l.timer.Stop()
 	l.check.Stop()
+	l.lease.timer = time.NewTimer(0)
 	var err error
 	l.follow, err = p.plans.Follow(ctx, p.cfg.Plan, func(i client.Info) bool {
 		if i.Publisher == p.plans.Publisher {
@@ -84,13 +88,20 @@ func (l *loop) close() {
 	l.timer.Stop()
 	l.retry.Stop()
 	l.check.Stop()
+	l.lease.timer.Stop()
 }
 
 func (l *loop) run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			l.releaseLease(ctx)
 			return nil
+		case <-l.lease.timer.C:
+			if l.tendLease(ctx) {
+				l.armCheck(0)
+				l.kick() // publishes only if the inventory changed meanwhile
+			}
 		case <-l.retry.C:
 			l.watch(ctx)
 		case ev, ok := <-l.events:
@@ -109,6 +120,9 @@ func (l *loop) run(ctx context.Context) error {
 			l.armCheck(checkAfter)
 		case <-l.check.C:
 			l.checking = false
+			if l.lease.seq == 0 {
+				continue // a standby leaves them to the leader, and checks when it leads
+			}
 			if err := l.p.checkAssignments(ctx); err != nil {
 				l.log.Warn().Err(err).Msg("checking another planner's assignments failed; retrying")
 				l.armCheck(5 * checkAfter)
@@ -239,12 +253,20 @@ func (l *loop) replan(ctx context.Context) {
 	if !l.dirty {
 		return
 	}
+	if l.lease.seq == 0 {
+		return // a standby replans when it takes the lease
+	}
 	if wait := l.p.settling(l.started); wait > 0 {
 		l.timer.Reset(wait)
 		return
 	}
 	l.dirty = false
 	err := l.p.replan(ctx)
+	if errors.Is(err, bus.ErrLeaseLost) {
+		l.dirty = true
+		l.stepDown(err.Error())
+		return
+	}
 	if l.p.checkPending() {
 		l.armCheck(checkAfter) // it adopted another planner's revision
 	}

@@ -68,7 +68,7 @@ func (p *Planner) replan(ctx context.Context) error {
 // plan as the next one if it differs.
 func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes []string) error {
 	p.mu.Lock()
-	latest, spec, digest := p.latest, p.spec, p.digest
+	latest, spec, digest, lease := p.latest, p.spec, p.digest, p.leaseSeq
 	p.mu.Unlock()
 	var prev *planner.Plan
 	var expect uint64
@@ -94,8 +94,8 @@ func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes
 	if err != nil {
 		return err
 	}
-	seq, err := p.plans.PublishEvent(ctx, ev, digest, expect)
-	if errors.Is(err, bus.ErrConflict) && ev.Snapshot != "" {
+	seq, err := p.plans.PublishEvent(ctx, ev, digest, expect, lease)
+	if (errors.Is(err, bus.ErrConflict) || errors.Is(err, bus.ErrLeaseLost)) && ev.Snapshot != "" {
 		// Refused for sure, so no event names this snapshot. (After other
 		// errors, a timeout, the event may have been stored.)
 		p.plans.DropSnapshot(context.WithoutCancel(ctx), ev.Snapshot)

@@ -85,6 +85,9 @@ type Config struct {
 	// Replicas is how many servers of the NATS cluster keep each stream
 	// and bucket (0: one); more than there are is an error at start.
 	Replicas int
+	// LeaseTTL is how long the leading planner's lease lasts unrenewed
+	// (DefaultLeaseTTL when zero).
+	LeaseTTL time.Duration
 	// NoService skips registering the micro service.
 	NoService bool
 	Log       zerolog.Logger
@@ -93,7 +96,9 @@ type Config struct {
 }
 
 // Planner is one planner service instance. Several may run on one plan:
-// the stream's expected-sequence check keeps the history linear.
+// the one holding the plan's lease replans and publishes, the others
+// stand by, following its revisions and the inventory, and answer
+// requests; the stream refuses a revision whose planner lost the lease.
 type Planner struct {
 	cfg   Config
 	plans *bus.PlanStore
@@ -116,6 +121,9 @@ type Planner struct {
 	// nodes of another planner's revision whose assignments to check.
 	reconcile bool
 	verify    map[string]bool
+	// leaseSeq is the plan's lease this planner holds (0: it stands by),
+	// the fencing token of its publishes.
+	leaseSeq uint64
 }
 
 // New returns a planner; Run starts it.
@@ -134,6 +142,9 @@ func New(cfg Config) *Planner {
 	}
 	if cfg.HistoryBytes == 0 {
 		cfg.HistoryBytes = DefaultHistoryBytes
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
 	}
 	if cfg.SnapshotEvery <= 0 {
 		cfg.SnapshotEvery = DefaultSnapshotEvery

@@ -1,0 +1,189 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+// instance is a planner on a connection of its own, so that a test can
+// cut it off as a crash would.
+type instance struct {
+	p      *Planner
+	nc     *nats.Conn
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (h *harness) instance(url string, cfg Config) *instance {
+	h.t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	cfg.NC, cfg.JS, cfg.Log = nc, js, zerolog.Nop()
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{p: New(cfg), nc: nc, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(in.done)
+		if err := in.p.Run(ctx); err != nil {
+			h.t.Errorf("planner: %v", err)
+		}
+	}()
+	h.t.Cleanup(in.stop)
+	return in
+}
+
+// crash cuts the planner off without a word: no lease given back.
+func (in *instance) crash() {
+	in.nc.Close()
+	in.stop()
+}
+
+func (in *instance) stop() {
+	in.cancel()
+	<-in.done
+	in.nc.Close()
+}
+
+// waitLeader waits until one of ins holds the lease, and returns it.
+func (h *harness) waitLeader(within time.Duration, ins ...*instance) *instance {
+	h.t.Helper()
+	store := bus.NewPlanStore(h.js)
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		l, err := store.ReadLease(context.Background(), "default")
+		if err == nil && l != nil {
+			for _, in := range ins {
+				if in.p.plans.Publisher == l.Holder && in.p.leading() == l.Seq {
+					return in
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.t.Fatalf("none of %d planners leads within %s", len(ins), within)
+	return nil
+}
+
+// TestFailover: of two planners one leads and publishes; the other
+// stands by. When the leader dies, the standby takes the lease within its
+// TTL and a poll, publishes nothing while nothing changed, and continues
+// the revision sequence when a node dies. A leader that stops cleanly
+// hands over at once.
+func TestFailover(t *testing.T) {
+	h := newHarness(t)
+	for i := range 4 {
+		h.node(fmt.Sprintf("n%02d", i))
+	}
+	url := h.nc.ConnectedUrl()
+	cfg := Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
+	a := h.instance(url, cfg)
+	first := h.waitRevision(1)
+	b := h.instance(url, cfg)
+	if h.waitLeader(5*time.Second, a, b) != a {
+		t.Fatal("the first planner does not lead")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if b.p.leading() != 0 {
+		t.Fatal("the standby leads too")
+	}
+
+	a.crash()
+	crashed := time.Now()
+	h.waitLeader(5*time.Second, b)
+	t.Logf("standby took over %s after the leader died (lease TTL 1s)", time.Since(crashed).Round(10*time.Millisecond))
+	time.Sleep(500 * time.Millisecond)
+	if got := h.history(); len(got) != 1 {
+		t.Fatalf("taking over published revisions %v with nothing changed", revisions(got))
+	}
+
+	h.kill(first.Workers.At(0).NodeID)
+	second := h.waitRevision(2)
+	if !second.Valid || second.Reason == "" {
+		t.Fatalf("revision 2 after the takeover: valid %v, reason %q", second.Valid, second.Reason)
+	}
+
+	// A clean stop gives the lease back: a new standby leads at its
+	// next look, not after the TTL.
+	c := h.instance(url, cfg)
+	time.Sleep(300 * time.Millisecond)
+	b.stop()
+	h.waitLeader(2*time.Second, c)
+}
+
+// TestPausedLeaderCannotPublish: a leader that was paused past its
+// lease's TTL, while another planner took the lease, wakes and tries to
+// publish: the stream refuses it (the publish checks the lease), and the
+// new leader's revisions continue the sequence.
+func TestPausedLeaderCannotPublish(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	take := func(p *Planner) {
+		t.Helper()
+		l := &bus.Lease{Holder: p.plans.Publisher, Since: time.Now(), Renewed: time.Now(), TTLSeconds: 1}
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			seq, err := p.plans.WriteLease(ctx, "default", l, 0)
+			if err == nil {
+				p.leaseSeq = seq
+				return
+			}
+			if !errors.Is(err, bus.ErrLeaseHeld) || time.Now().After(deadline) {
+				t.Fatalf("take the lease: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	a := offline(t, h, 4)
+	take(a)
+	if err := a.replan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// a pauses; its lease lapses; b takes it.
+	b := offline(t, h, 4)
+	take(b)
+	sp, err := b.plans.Latest(ctx, "default")
+	if err != nil || sp == nil {
+		t.Fatalf("latest: %v", err)
+	}
+	b.latest = sp
+
+	// a wakes, sees a node gone, and tries to publish revision 2.
+	a.live.remove("n00")
+	if err := a.replan(ctx); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Fatalf("a paused leader published: %v", err)
+	}
+	if got := h.history(); len(got) != 1 {
+		t.Fatalf("revisions %v after the paused leader woke, want [1]", revisions(got))
+	}
+	b.live.remove("n01")
+	if err := b.replan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := h.history()
+	if len(got) != 2 || got[1].Revision != 2 {
+		t.Fatalf("revisions %v, want [1 2]", revisions(got))
+	}
+	if onNode(got[1], "n01") || !onNode(got[1], "n00") {
+		t.Error("revision 2 is not the new leader's plan")
+	}
+}
+
+func onNode(p *planner.Plan, node string) bool {
+	for _, w := range p.Workers.All() {
+		if w.NodeID == node {
+			return true
+		}
+	}
+	return false
+}
