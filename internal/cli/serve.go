@@ -67,10 +67,10 @@ type serveOptions struct {
 	historyBytes                                      int64
 	// HA: replicas of the state, the embedded server's cluster, the
 	// planner lease.
-	replicas                 int
-	clusterListen, name      string
-	routes                   []string
-	leaseTTL                 time.Duration
+	replicas            int
+	clusterListen, name string
+	routes              []string
+	leaseTTL            time.Duration
 }
 
 func newServeCmd() *cobra.Command {
