@@ -25,7 +25,7 @@ const requestTimeout = 10 * time.Second
 
 // clientCommands are the commands that talk to a running `planner serve`.
 func clientCommands() []*cobra.Command {
-	return []*cobra.Command{newValidateCmd(), newLookupCmd(), newWatchCmd(), newHistoryCmd(), newSpecCmd()}
+	return []*cobra.Command{newValidateCmd(), newLookupCmd(), newWatchCmd(), newHistoryCmd(), newSpecCmd(), newStatusCmd()}
 }
 
 func defaultServer() string { return "nats://" + DefaultListen }
