@@ -109,6 +109,10 @@ type StoredPlan struct {
 	Changed []string
 	// Publisher is the planner instance that published it.
 	Publisher string
+	// Orphan marks a revision whose event the stream lost (the stream
+	// was recreated): the next revision must be whole, and published
+	// even if it places the same.
+	Orphan bool
 }
 
 func storedOf(r *client.Revision) *StoredPlan {

@@ -122,7 +122,7 @@ func (p *Planner) adopted(sp *bus.StoredPlan) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if sp != nil {
-		if p.latest != nil && sp.Seq <= p.latest.Seq {
+		if p.latest != nil && sp.Plan.Revision <= p.latest.Plan.Revision {
 			return
 		}
 		p.latest = sp

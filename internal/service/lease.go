@@ -101,19 +101,10 @@ func (l *loop) takeLease(ctx context.Context) bool {
 // (a direct get may be answered by a replica that lags).
 func (l *loop) catchUp(ctx context.Context) error {
 	last, err := l.p.plans.LastSeq(ctx, bus.PlanVersionSubject(l.p.cfg.Plan))
-	if err != nil {
+	if err != nil || last == 0 {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		l.p.mu.Lock()
-		have := uint64(0)
-		if l.p.latest != nil {
-			have = l.p.latest.Seq
-		}
-		l.p.mu.Unlock()
-		if have >= last {
-			return nil
-		}
 		sp, err := l.p.plans.Latest(ctx, l.p.cfg.Plan)
 		if err != nil {
 			return err

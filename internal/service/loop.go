@@ -53,6 +53,14 @@ type loop struct {
 	lastFailure string
 	// lease: whether this planner leads the plan.
 	lease lease
+	// guardT ticks the checks of guard; reconnects is the connection's
+	// count it last saw; stopWatch ends the inventory watch.
+	guardT     *time.Ticker
+	reconnects uint64
+	stopWatch  context.CancelFunc
+	// settlingOutage: most nodes vanished at once, and the planner waits
+	// for them to report again (outage).
+	settlingOutage bool
 }
 
 func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
@@ -61,16 +69,10 @@ func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
 	l.timer.Stop()
 	l.check.Stop()
 	l.lease.timer = time.NewTimer(0)
+	l.guardT = time.NewTicker(guardEvery)
+	l.reconnects = p.cfg.NC.Stats().Reconnects
 	var err error
-	l.follow, err = p.plans.Follow(ctx, p.cfg.Plan, func(i client.Info) bool {
-		if i.Publisher == p.plans.Publisher {
-			return true // ours: replan stored it as latest already
-		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.latest != nil && i.Seq <= p.latest.Seq
-	})
-	if err != nil {
+	if l.follow, err = p.followPlans(ctx); err != nil {
 		return nil, err
 	}
 	specKV, err := p.specs.KV(ctx)
@@ -83,12 +85,31 @@ func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
 	return l, nil
 }
 
+// followPlans follows the plan's revisions, skipping this planner's own
+// and those it has.
+func (p *Planner) followPlans(ctx context.Context) (<-chan *bus.StoredPlan, error) {
+	return p.plans.Follow(ctx, p.cfg.Plan, func(i client.Info) bool {
+		if i.Publisher == p.plans.Publisher {
+			return true // ours: replan stored it as latest already
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		// By revision, not stream sequence: a recreated stream starts
+		// its sequence again, the plan's revisions do not.
+		return p.latest != nil && i.Revision <= p.latest.Plan.Revision
+	})
+}
+
 func (l *loop) close() {
 	_ = l.specW.Stop()
 	l.timer.Stop()
 	l.retry.Stop()
 	l.check.Stop()
 	l.lease.timer.Stop()
+	l.guardT.Stop()
+	if l.stopWatch != nil {
+		l.stopWatch()
+	}
 }
 
 func (l *loop) run(ctx context.Context) error {
@@ -102,6 +123,8 @@ func (l *loop) run(ctx context.Context) error {
 				l.armCheck(0)
 				l.kick() // publishes only if the inventory changed meanwhile
 			}
+		case <-l.guardT.C:
+			l.guard(ctx)
 		case <-l.retry.C:
 			l.watch(ctx)
 		case ev, ok := <-l.events:
@@ -129,9 +152,13 @@ func (l *loop) run(ctx context.Context) error {
 			}
 		case e, ok := <-l.specW.Updates():
 			if !ok {
-				return nil
+				// The spec bucket went away under the watch: guard
+				// recreates it and watches again.
+				l.log.Error().Msg("the spec watch ended; re-establishing it")
+				l.specW = stoppedWatch{}
+				continue
 			}
-			l.spec(e)
+			l.spec(ctx, e)
 		case <-l.timer.C:
 			l.replan(ctx)
 		}
@@ -167,7 +194,18 @@ func (l *loop) kick() {
 
 // watch (re)starts the inventory watch.
 func (l *loop) watch(ctx context.Context) {
-	ch, err := l.p.inv.Watch(ctx)
+	if l.stopWatch != nil {
+		l.stopWatch()
+	}
+	wctx, stop := context.WithCancel(ctx)
+	l.stopWatch = stop
+	ch, err := l.p.inv.Watch(wctx)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		l.log.Error().Err(err).Msg("the inventory bucket is gone; recreating it")
+		if _, err = l.p.inv.Ensure(ctx); err == nil {
+			ch, err = l.p.inv.Watch(wctx)
+		}
+	}
 	if err != nil {
 		l.log.Warn().Err(err).Msg("inventory watch failed; retrying")
 		l.retry.Reset(bus.Backoff(l.attempt))
@@ -225,8 +263,10 @@ func (l *loop) inventory(ev bus.Event) {
 	}
 }
 
-// spec takes a stored spec.
-func (l *loop) spec(e jetstream.KeyValueEntry) {
+// spec takes a stored spec. One that does not parse keeps the last good
+// one; with none yet (a planner started without --spec), the newest good
+// one in the bucket's history.
+func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 	if e == nil {
 		return // the initial values are in
 	}
@@ -235,16 +275,57 @@ func (l *loop) spec(e jetstream.KeyValueEntry) {
 		return
 	}
 	spec, err := planner.ParseSpec(e.Value())
+	value, rev := e.Value(), e.Revision()
 	if err != nil {
-		l.log.Error().Err(err).Uint64("spec_revision", e.Revision()).Msg("stored spec does not parse; keeping the last one")
-		return
+		l.p.mu.Lock()
+		have := l.p.spec != nil
+		l.p.mu.Unlock()
+		if have {
+			l.log.Error().Err(err).Uint64("spec_revision", e.Revision()).Msg("stored spec does not parse; keeping the last one")
+			return
+		}
+		if spec, value, rev = l.lastGoodSpec(ctx, e.Revision()); spec == nil {
+			l.log.Error().Err(err).Uint64("spec_revision", e.Revision()).Msg("stored spec does not parse, nor does any before it: no plan until a good one is stored (planner spec set)")
+			return
+		}
+		l.log.Error().Err(err).Uint64("spec_revision", e.Revision()).Uint64("planning_on", rev).Msg("stored spec does not parse; planning on the last good one")
 	}
 	l.p.mu.Lock()
-	l.p.spec, l.p.digest = spec, SpecDigest(spec)
+	l.p.spec, l.p.digest, l.p.specBytes = spec, SpecDigest(spec), value
 	l.p.mu.Unlock()
-	l.log.Info().Uint64("spec_revision", e.Revision()).Msg("spec loaded")
+	l.log.Info().Uint64("spec_revision", rev).Msg("spec loaded")
 	l.kick()
 }
+
+// lastGoodSpec is the newest stored spec before revision bad that
+// parses; nil if none.
+func (l *loop) lastGoodSpec(ctx context.Context, bad uint64) (*planner.Spec, []byte, uint64) {
+	kv, err := l.p.specs.KV(ctx)
+	if err != nil {
+		return nil, nil, 0
+	}
+	hist, err := kv.History(ctx, l.p.cfg.Plan)
+	if err != nil {
+		return nil, nil, 0
+	}
+	for i := len(hist) - 1; i >= 0; i-- {
+		e := hist[i]
+		if e.Revision() >= bad || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		if spec, err := planner.ParseSpec(e.Value()); err == nil {
+			return spec, e.Value(), e.Revision()
+		}
+	}
+	return nil, nil, 0
+}
+
+// stoppedWatch stands in for a spec watch that ended, until guard
+// watches again.
+type stoppedWatch struct{}
+
+func (stoppedWatch) Updates() <-chan jetstream.KeyValueEntry { return nil }
+func (stoppedWatch) Stop() error                            { return nil }
 
 // replan plans and publishes when the inventory has settled; a failure
 // backs off, and is logged once per cause, while the last good plan keeps
@@ -256,6 +337,7 @@ func (l *loop) replan(ctx context.Context) {
 	if l.lease.seq == 0 {
 		return // a standby replans when it takes the lease
 	}
+	l.outage()
 	if wait := l.p.settling(l.started); wait > 0 {
 		l.timer.Reset(wait)
 		return
@@ -271,6 +353,7 @@ func (l *loop) replan(ctx context.Context) {
 		l.armCheck(checkAfter) // it adopted another planner's revision
 	}
 	if err == nil {
+		l.settlingOutage = false
 		if l.failures > 0 {
 			l.log.Info().Int("failures", l.failures).Msg("replanned after failures")
 		}

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/poolplanner/poolplanner/client"
@@ -68,7 +69,7 @@ func (p *Planner) replan(ctx context.Context) error {
 // plan as the next one if it differs.
 func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes []string) error {
 	p.mu.Lock()
-	latest, spec, digest, lease := p.latest, p.spec, p.digest, p.leaseSeq
+	latest, spec, digest, lease, note := p.latest, p.spec, p.digest, p.leaseSeq, p.note
 	p.mu.Unlock()
 	var prev *planner.Plan
 	var expect uint64
@@ -78,7 +79,7 @@ func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes
 	specChanged := latest != nil && latest.SpecDigest != digest
 	next, ch, _ := planner.Replan(prev, spec, nodes)
 	// An unreadable latest is replaced even by the same placement.
-	if prev != nil && !latest.Unreadable && planner.SamePlacement(prev, next) {
+	if prev != nil && !latest.Unreadable && !latest.Orphan && planner.SamePlacement(prev, next) {
 		p.adoptSpec(latest, specChanged, digest)
 		return nil
 	}
@@ -89,6 +90,10 @@ func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes
 	}
 	next.CreatedAt = p.cfg.Now().UTC()
 	next.Reason = reason(prev, changes, specChanged, ch)
+	if latest != nil && latest.Orphan {
+		note = join(note, fmt.Sprintf("the plan history was lost (stream recreated): revision %d republished whole", next.Revision))
+	}
+	next.Reason = join(note, next.Reason)
 	change := planner.Diff(prev, next)
 	ev, stored, err := p.event(ctx, latest, next, change)
 	if err != nil {
@@ -105,6 +110,11 @@ func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes
 	}
 	stored.Seq, stored.SpecDigest = seq, digest
 	p.published(stored)
+	p.mu.Lock()
+	if p.note == note {
+		p.note = ""
+	}
+	p.mu.Unlock()
 	p.cfg.Log.Info().Str("plan", next.Name).Int("revision", next.Revision).Bool("valid", next.Valid).
 		Int("moved", next.Moved).Str("kind", ev.Kind()).Str("reason", next.Reason).Msg("plan published")
 	if err := p.publishAssignments(ctx, prev, next, change); err != nil {
@@ -138,7 +148,7 @@ func (p *Planner) adoptSpec(latest *bus.StoredPlan, specChanged bool, digest str
 func (p *Planner) published(sp *bus.StoredPlan) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.latest == nil || sp.Seq > p.latest.Seq {
+	if p.latest == nil || sp.Plan.Revision > p.latest.Plan.Revision {
 		p.latest = sp
 	}
 	clear(p.live.basis)
@@ -163,7 +173,7 @@ func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *plann
 	// A change applies to the latest only when that could be read.
 	ev := &plan.Event{Header: next.Header}
 	var data []byte
-	if latest != nil && !latest.Unreadable {
+	if latest != nil && !latest.Unreadable && !latest.Orphan {
 		ev.Change = change
 		var err error
 		if data, _, err = client.Encode(ev); err != nil || len(data) > limit {
@@ -212,4 +222,15 @@ func reason(prev *planner.Plan, changes []string, specChanged bool, ch *planner.
 		parts = append(parts, "inventory changed")
 	}
 	return strings.Join(parts, "; ")
+}
+
+// join joins reason parts that are not empty.
+func join(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
 }

@@ -124,6 +124,11 @@ type Planner struct {
 	// leaseSeq is the plan's lease this planner holds (0: it stands by),
 	// the fencing token of its publishes.
 	leaseSeq uint64
+	// specBytes is the spec planned on, as stored, to put back should
+	// the bucket be lost; note, what the next revision's reason adds
+	// (an outage waited out).
+	specBytes []byte
+	note      string
 }
 
 // New returns a planner; Run starts it.

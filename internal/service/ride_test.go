@@ -1,0 +1,390 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/reporter"
+)
+
+// rideServer is an embedded server a test can stop, start again on the
+// same port, and wipe.
+type rideServer struct {
+	t      *testing.T
+	listen string
+	dir    string
+	ns     *server.Server
+}
+
+func newRideServer(t *testing.T) *rideServer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &rideServer{t: t, listen: l.Addr().String(), dir: t.TempDir()}
+	l.Close()
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *rideServer) url() string { return "nats://" + s.listen }
+
+func (s *rideServer) start() {
+	s.t.Helper()
+	ns, _, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: s.listen, StoreDir: s.dir})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.ns = ns
+}
+
+func (s *rideServer) stop() {
+	if s.ns != nil {
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+		s.ns = nil
+	}
+}
+
+// wipe restarts the server with an empty store.
+func (s *rideServer) wipe() {
+	s.stop()
+	if err := os.RemoveAll(s.dir); err != nil {
+		s.t.Fatal(err)
+	}
+	s.start()
+}
+
+// rideConn connects as a long-lived client does: reconnecting for ever.
+func rideConn(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := bus.Connect(url, "test", zerolog.Nop(), bus.Security{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	return nc, js
+}
+
+// ride is a planner and real reporters, each on a connection of its own,
+// against one server.
+type ride struct {
+	t    *testing.T
+	srv  *rideServer
+	js   jetstream.JetStream // the test's own
+	logs syncBuffer
+	mu   sync.Mutex
+	reps map[string]context.CancelFunc
+	stop context.CancelFunc
+	done chan error
+	// proxy stands between the planner and the server, to cut it off.
+	proxy *proxy
+}
+
+func newRide(t *testing.T, nodes int, cfg Config) *ride {
+	t.Helper()
+	r := &ride{t: t, srv: newRideServer(t), reps: map[string]context.CancelFunc{}, done: make(chan error, 1)}
+	_, r.js = rideConn(t, r.srv.url())
+	for i := range nodes {
+		r.reporter(fmt.Sprintf("n%02d", i))
+	}
+	r.proxy = newProxy(t, r.srv.listen)
+	nc, js := rideConn(t, "nats://"+r.proxy.addr)
+	cfg.NC, cfg.JS, cfg.Log = nc, js, zerolog.New(&r.logs)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stop = cancel
+	go func() { r.done <- New(cfg).Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		r.mu.Lock()
+		for _, c := range r.reps {
+			c()
+		}
+		r.mu.Unlock()
+	})
+	return r
+}
+
+// reporter runs a real reporter for node id (8 H100s; heartbeat 300ms,
+// TTL 1s) on a connection of its own.
+func (r *ride) reporter(id string) {
+	_, js := rideConn(r.t, r.srv.url())
+	sim, _ := inventory.ParseSimulation("8xH100")
+	src := inventory.NewSimulated(inventory.Facts{NodeID: id, Hostname: id, IP: "10.0.0.1", CPUs: 64}, sim)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.mu.Lock()
+	r.reps[id] = cancel
+	r.mu.Unlock()
+	go func() {
+		_ = reporter.Run(ctx, reporter.Config{Source: src, Store: bus.NewInventoryStore(js), Heartbeat: 300 * time.Millisecond,
+			TTL: time.Second, Log: zerolog.Nop()})
+	}()
+}
+
+// crashReporter stops id's reporter without deleting its key (a dead
+// host): the key expires.
+func (r *ride) crashReporter(id string) {
+	// Cancelling makes Run delete the key; a dead host does not. Stop
+	// its heartbeats by closing its connection first.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reps[id]()
+}
+
+// waitPlan waits for a revision of at least rev that satisfies ok.
+func (r *ride) waitPlan(within time.Duration, what string, ok func(*planner.Plan) bool) *planner.Plan {
+	r.t.Helper()
+	store := bus.NewPlanStore(r.js)
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		sp, err := store.Latest(ctx, "default")
+		cancel()
+		if err == nil && sp != nil && ok(sp.Plan) {
+			return sp.Plan
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.t.Fatalf("no plan %s within %s; log:\n%s", what, within, r.logs.String())
+	return nil
+}
+
+func revisionAtLeast(rev int) func(*planner.Plan) bool {
+	return func(p *planner.Plan) bool { return p.Revision >= rev }
+}
+
+// TestOutageLongerThanTTL: NATS is away for longer than the keys' TTL,
+// so every key has expired when it comes back. No node died: the planner
+// waits for the reporters to put their keys again, as after a restart,
+// and moves nobody.
+func TestOutageLongerThanTTL(t *testing.T) {
+	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 5 * time.Second, LeaseTTL: time.Second})
+	r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
+	r.srv.stop()
+	time.Sleep(2500 * time.Millisecond) // > the 1s TTL: every key expires
+	r.srv.start()
+	time.Sleep(8 * time.Second) // the settle, and more
+	for _, p := range revisionsOf(t, r.js) {
+		if p.Revision > 1 && (p.Moved > 0 || !p.Valid) {
+			t.Errorf("revision %d after an outage: valid %v, moved %d (%s)", p.Revision, p.Valid, p.Moved, p.Reason)
+		}
+	}
+	if !strings.Contains(r.logs.String(), "inventory outage") && !strings.Contains(r.logs.String(), "re-reading the whole inventory") {
+		t.Errorf("the outage is not in the log:\n%s", r.logs.String())
+	}
+}
+
+// TestCutOffMissesExpiry: the planner is cut off from NATS while a node
+// dies and its key expires; after the reconnect it re-reads the
+// inventory and replans without the node.
+func TestCutOffMissesExpiry(t *testing.T) {
+	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second})
+	first := r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
+	victim := first.Workers.At(0).NodeID
+	r.proxy.cut(true)
+	r.crashReporter(victim)
+	time.Sleep(3 * time.Second) // the key expires meanwhile
+	r.proxy.cut(false)
+	p := r.waitPlan(15*time.Second, "without the dead node", func(p *planner.Plan) bool {
+		return p.Revision >= 2 && !onNode(p, victim)
+	})
+	if !p.Valid {
+		t.Fatalf("revision %d: %s", p.Revision, p.Error)
+	}
+}
+
+// revisionsOf is every revision of the default plan.
+func revisionsOf(t *testing.T, js jetstream.JetStream) []*planner.Plan {
+	t.Helper()
+	h := &harness{t: t, js: js}
+	return h.history()
+}
+
+// proxy forwards TCP connections to a server until cut.
+type proxy struct {
+	t     *testing.T
+	addr  string
+	to    string
+	mu    sync.Mutex
+	off   bool
+	conns []net.Conn
+}
+
+func newProxy(t *testing.T, to string) *proxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{t: t, addr: l.Addr().String(), to: to}
+	t.Cleanup(func() { l.Close(); p.cut(true) })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+func (p *proxy) serve(c net.Conn) {
+	p.mu.Lock()
+	off := p.off
+	p.mu.Unlock()
+	if off {
+		c.Close()
+		return
+	}
+	s, err := net.Dial("tcp", p.to)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns = append(p.conns, c, s)
+	p.mu.Unlock()
+	go func() { _, _ = copyConn(s, c) }()
+	_, _ = copyConn(c, s)
+}
+
+func copyConn(dst, src net.Conn) (int64, error) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				return n, werr
+			}
+			n += int64(k)
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// cut drops every connection and refuses new ones (off), or lets them
+// through again.
+func (p *proxy) cut(off bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.off = off
+	if off {
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// TestWipedStore: the plan stream, the inventory and spec buckets and
+// the assignments are deleted by hand, and later the server restarts
+// with its store wiped. Each time the planner logs the loss as an error,
+// recreates the streams, puts its spec back, and publishes its plan as
+// the next revision, whole, continuing the sequence; it never stops.
+func TestWipedStore(t *testing.T) {
+	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 3 * time.Second, LeaseTTL: time.Second})
+	first := r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
+	ctx := context.Background()
+	for _, name := range []string{bus.PlansStream, bus.InventoryStream, "KV_" + bus.SpecBucket, "POOLPLANNER_ASSIGNMENTS"} {
+		if err := r.js.DeleteStream(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second := r.waitPlan(20*time.Second, "after the streams were deleted", revisionAtLeast(2))
+	if second.Revision != 2 || !second.Valid || !strings.Contains(second.Reason, "history was lost") || !planner.SamePlacement(first, second) {
+		t.Fatalf("after deleting the streams: revision %d, valid %v, reason %q, same placement %v", second.Revision, second.Valid, second.Reason, planner.SamePlacement(first, second))
+	}
+	checkSpecBack(t, r.js)
+
+	r.srv.wipe()
+	third := r.waitPlan(30*time.Second, "after the store was wiped", revisionAtLeast(1))
+	if third.Revision != 3 || !third.Valid || !planner.SamePlacement(first, third) {
+		t.Fatalf("after a wiped store: revision %d, valid %v, reason %q", third.Revision, third.Valid, third.Reason)
+	}
+	checkSpecBack(t, r.js)
+	select {
+	case err := <-r.done:
+		t.Fatalf("the planner stopped: %v", err)
+	default:
+	}
+	if n := strings.Count(r.logs.String(), "NATS lost the planner's state"); n < 2 {
+		t.Errorf("the losses are logged %d times, want 2:\n%s", n, r.logs.String())
+	}
+}
+
+func checkSpecBack(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	spec, _, err := bus.NewSpecStore(js).Get(ctx, "default")
+	if err != nil || string(spec) != testSpec {
+		t.Errorf("spec not put back: %q %v", spec, err)
+	}
+}
+
+// TestLastGoodSpec: a planner started without a spec of its own while
+// the stored spec does not parse plans on the newest one that does,
+// says so, and takes the next good spec stored.
+func TestLastGoodSpec(t *testing.T) {
+	srv := newRideServer(t)
+	_, js := rideConn(t, srv.url())
+	ctx := context.Background()
+	specs := bus.NewSpecStore(js)
+	if _, err := specs.Put(ctx, "default", []byte(testSpec)); err != nil {
+		t.Fatal(err)
+	}
+	// Stored behind the spec store's check, as an older planner or the
+	// nats CLI could.
+	kv, err := specs.KV(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "default", []byte("scheduling: {train: {worker_num: -1}}")); err != nil {
+		t.Fatal(err)
+	}
+	r := &ride{t: t, srv: srv, js: js, reps: map[string]context.CancelFunc{}, done: make(chan error, 1)}
+	for i := range 4 {
+		r.reporter(fmt.Sprintf("n%02d", i))
+	}
+	nc, pjs := rideConn(t, srv.url())
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		r.done <- New(Config{NC: nc, JS: pjs, Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second, Log: zerolog.New(&r.logs)}).Run(pctx)
+	}()
+	first := r.waitPlan(20*time.Second, "on the last good spec", revisionAtLeast(1))
+	if !first.Valid || first.Workers.Len() == 0 {
+		t.Fatalf("revision 1: valid %v, %d workers", first.Valid, first.Workers.Len())
+	}
+	if !strings.Contains(r.logs.String(), "planning on the last good one") {
+		t.Errorf("the bad spec is not in the log:\n%s", r.logs.String())
+	}
+	smaller := strings.Replace(testSpec, "worker_num: 8", "worker_num: 4", 1)
+	if _, err := specs.Put(ctx, "default", []byte(smaller)); err != nil {
+		t.Fatal(err)
+	}
+	r.waitPlan(10*time.Second, "on the new spec", func(p *planner.Plan) bool { return p.Revision == 2 && p.Valid })
+}
