@@ -325,7 +325,7 @@ func (l *loop) lastGoodSpec(ctx context.Context, bad uint64) (*planner.Spec, []b
 type stoppedWatch struct{}
 
 func (stoppedWatch) Updates() <-chan jetstream.KeyValueEntry { return nil }
-func (stoppedWatch) Stop() error                            { return nil }
+func (stoppedWatch) Stop() error                             { return nil }
 
 // replan plans and publishes when the inventory has settled; a failure
 // backs off, and is logged once per cause, while the last good plan keeps
