@@ -58,7 +58,7 @@ func (c *Client) FollowNode(ctx context.Context, name, node string) (<-chan *Ass
 	if err != nil {
 		return nil, fmt.Errorf("follow plan %s node %s: %w", name, node, err)
 	}
-	it, err := cons.Messages()
+	it, err := cons.Messages(FollowHeartbeat()...)
 	if err != nil {
 		c.dropConsumer(AssignmentsStream, cons)
 		return nil, fmt.Errorf("follow plan %s node %s: %w", name, node, err)

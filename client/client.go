@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -169,4 +170,13 @@ func (c *Client) RequestPlan(ctx context.Context, name string, rev int) (*plan.D
 		return nil, err
 	}
 	return &d, nil
+}
+
+// FollowHeartbeat is how the followers (Follow, FollowNode, the
+// planner's inventory watch) pull: with a heartbeat every second and
+// requests that expire in five, so that a follower whose consumer went
+// with a server notices within two seconds and makes it again on
+// another, rather than after the library's default of a minute.
+func FollowHeartbeat() []jetstream.PullMessagesOpt {
+	return []jetstream.PullMessagesOpt{jetstream.PullExpiry(5 * time.Second), jetstream.PullHeartbeat(time.Second)}
 }

@@ -317,7 +317,7 @@ func (c *Client) Follow(ctx context.Context, name string, opts FollowOptions) (<
 	if err != nil {
 		return nil, fmt.Errorf("follow plan %s: %w", name, err)
 	}
-	it, err := cons.Messages()
+	it, err := cons.Messages(FollowHeartbeat()...)
 	if err != nil {
 		c.dropConsumer(PlansStream, cons)
 		return nil, fmt.Errorf("follow plan %s: %w", name, err)

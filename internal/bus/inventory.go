@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 )
 
@@ -381,7 +382,7 @@ func (s *InventoryStore) Watch(ctx context.Context) (<-chan Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watch inventory: %w", err)
 	}
-	it, err := cons.Messages()
+	it, err := cons.Messages(client.FollowHeartbeat()...)
 	if err != nil {
 		return nil, fmt.Errorf("watch inventory: %w", err)
 	}

@@ -57,10 +57,18 @@ type loop struct {
 	// count it last saw; stopWatch ends the inventory watch.
 	guardT     *time.Ticker
 	reconnects uint64
-	stopWatch  context.CancelFunc
-	// settlingOutage: most nodes vanished at once, and the planner waits
-	// for them to report again (outage).
-	settlingOutage bool
+	// seen is the newest stream sequence the inventory watch delivered;
+	// seenAtGuard, what it was at the last guard; behind, how many guards
+	// in a row found the watch standing still behind the stream.
+	seen, seenAtGuard uint64
+	behind            int
+	stopWatch         context.CancelFunc
+	// settlingOutage: nodes vanished in an outage, and the planner waits
+	// for them to report again; outageReconnects and reconnectedAt, the
+	// reconnects outage last saw and when it saw the count change.
+	settlingOutage   bool
+	outageReconnects uint64
+	reconnectedAt    time.Time
 }
 
 func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
@@ -71,6 +79,7 @@ func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
 	l.lease.timer = time.NewTimer(0)
 	l.guardT = time.NewTicker(guardEvery)
 	l.reconnects = p.cfg.NC.Stats().Reconnects
+	l.outageReconnects = l.reconnects
 	var err error
 	if l.follow, err = p.followPlans(ctx); err != nil {
 		return nil, err
@@ -133,6 +142,7 @@ func (l *loop) run(ctx context.Context) error {
 				continue
 			}
 			l.attempt = 0
+			l.seen = max(l.seen, ev.Revision)
 			l.inventory(ev)
 		case sp, ok := <-l.follow:
 			if !ok {
@@ -353,7 +363,14 @@ func (l *loop) replan(ctx context.Context) {
 		l.armCheck(checkAfter) // it adopted another planner's revision
 	}
 	if err == nil {
-		l.settlingOutage = false
+		if l.settlingOutage {
+			// Said in the revision, or nothing moved and nothing needs
+			// saying.
+			l.settlingOutage = false
+			l.p.mu.Lock()
+			l.p.note = ""
+			l.p.mu.Unlock()
+		}
 		if l.failures > 0 {
 			l.log.Info().Int("failures", l.failures).Msg("replanned after failures")
 		}

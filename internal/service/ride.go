@@ -31,7 +31,7 @@ func (l *loop) guard(ctx context.Context) {
 	if n := l.p.cfg.NC.Stats().Reconnects; n != l.reconnects {
 		l.reconnects, reconnected = n, true
 	}
-	missing, err := l.p.missing(ctx)
+	missing, invLast, err := l.p.missing(ctx)
 	if err != nil {
 		l.log.Debug().Err(err).Msg("cannot check the streams")
 		return
@@ -43,10 +43,28 @@ func (l *loop) guard(ctx context.Context) {
 			return
 		}
 	}
-	if reconnected || len(missing) > 0 {
+	stalled := l.stalled(invLast)
+	if stalled {
+		l.log.Warn().Uint64("stream", invLast).Uint64("watch", l.seen).Msg("the inventory watch is stuck behind the stream (its consumer went with a server?)")
+	}
+	if reconnected || stalled || len(missing) > 0 {
 		l.log.Info().Bool("reconnected", reconnected).Msg("re-reading the whole inventory and the spec")
 		l.restartWatches(ctx)
 	}
+}
+
+// stalled says whether the inventory watch delivered nothing for a whole
+// guard period while the stream moved past it: reporters heartbeat all
+// the time, so a watch that works never stands still behind it.
+func (l *loop) stalled(streamLast uint64) bool {
+	behind := l.events != nil && streamLast > l.seen && l.seen == l.seenAtGuard
+	l.seenAtGuard = l.seen
+	if !behind {
+		l.behind = 0
+		return false
+	}
+	l.behind++
+	return l.behind >= 2
 }
 
 // stateStreams are the streams behind the planner's state.
@@ -55,20 +73,24 @@ var stateStreams = []string{bus.PlansStream, client.AssignmentsStream, bus.Inven
 
 // missing lists the streams of the planner's state that NATS no longer
 // has.
-func (p *Planner) missing(ctx context.Context) ([]string, error) {
+// It also returns the inventory stream's last sequence.
+func (p *Planner) missing(ctx context.Context) ([]string, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, guardEvery)
 	defer cancel()
 	var out []string
+	var invLast uint64
 	for _, name := range stateStreams {
-		_, err := p.cfg.JS.Stream(ctx, name)
+		st, err := p.cfg.JS.Stream(ctx, name)
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			out = append(out, name)
 		case err != nil:
-			return nil, err
+			return nil, 0, err
+		case name == bus.InventoryStream:
+			invLast = st.CachedInfo().State.LastSeq
 		}
 	}
-	return out, nil
+	return out, invLast, nil
 }
 
 // recreate makes the missing streams again and puts back what this
@@ -125,7 +147,7 @@ func (l *loop) restartWatches(ctx context.Context) {
 	if l.stopWatch != nil {
 		l.stopWatch()
 	}
-	l.events, l.synced = nil, false
+	l.events, l.synced, l.seen, l.seenAtGuard, l.behind = nil, false, 0, 0, 0
 	l.watch(ctx)
 	if l.follow == nil {
 		if f, err := l.p.followPlans(ctx); err == nil {
@@ -140,14 +162,18 @@ func (l *loop) restartWatches(ctx context.Context) {
 	}
 }
 
-// outage notices most of the latest plan's nodes gone at once: rather
-// than nodes leaving, that is an inventory outage (NATS away for longer
-// than the keys' TTL, the inventory bucket lost), after which reporters
-// put their keys again. The planner then settles as after a restart:
-// it waits for those nodes to report, up to Settle, and the revision
-// says so. It returns whether it started settling.
+// outage notices nodes of the latest plan gone in an inventory outage,
+// not leaving: most of them at once, or any shortly after this planner's
+// connection came back (NATS away for longer than the keys' TTL, the
+// inventory bucket lost; the reporters then put their keys again). The
+// planner then settles as after a restart: it waits for those nodes to
+// report, up to Settle, and the revision says so. It returns whether it
+// started settling.
 func (l *loop) outage() bool {
 	p := l.p
+	if n := p.cfg.NC.Stats().Reconnects; n != l.outageReconnects {
+		l.outageReconnects, l.reconnectedAt = n, time.Now()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if l.settlingOutage || p.latest == nil || !p.latest.Plan.Valid || p.cfg.Settle < 0 {
@@ -165,7 +191,9 @@ func (l *loop) outage() bool {
 			lost++
 		}
 	}
-	if len(nodes) < 2 || lost*2 <= len(nodes) {
+	reconnected := !l.reconnectedAt.IsZero() && time.Since(l.reconnectedAt) < p.cfg.Settle
+	most := len(nodes) >= 2 && lost*2 > len(nodes)
+	if lost == 0 || !most && !reconnected {
 		return false
 	}
 	l.settlingOutage, l.started = true, time.Now()
@@ -173,8 +201,12 @@ func (l *loop) outage() bool {
 	for id := range p.live.docs {
 		p.reported[id] = true
 	}
-	p.note = fmt.Sprintf("%d of %d nodes vanished at once (an inventory outage, not nodes leaving): waited up to %s for them to report again", lost, len(nodes), p.cfg.Settle)
-	l.log.Warn().Int("lost", lost).Int("nodes", len(nodes)).Dur("settle", p.cfg.Settle).
-		Msg("most of the plan's nodes vanished at once: treating it as an inventory outage, waiting for them to report again")
+	why := "vanished at once (an inventory outage, not nodes leaving)"
+	if reconnected {
+		why = "vanished while NATS was away (their keys expired, not the nodes)"
+	}
+	p.note = fmt.Sprintf("%d of %d nodes %s: waited up to %s for them to report again", lost, len(nodes), why, p.cfg.Settle)
+	l.log.Warn().Int("lost", lost).Int("nodes", len(nodes)).Bool("reconnected", reconnected).Dur("settle", p.cfg.Settle).
+		Msg("nodes of the plan vanished in an inventory outage: waiting for them to report again")
 	return true
 }

@@ -1,0 +1,453 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/reporter"
+	"github.com/poolplanner/poolplanner/internal/testcluster"
+)
+
+const chaosSpec = `
+scheduling:
+  train:  {worker_num: 16, num_cpus: 1, num_gpus: 1}
+  eval:   {worker_num: 2, num_cpus: 1, num_gpus: 4}
+  buffer: {worker_num: auto, num_cpus: 1, num_gpus: 0}
+  env:
+    - {worker_num: 16, num_cpus: 1, num_gpus: 0.25}
+placement: {mode: auto, strategy: disaggregate, env_strategy: default}
+`
+
+// Chaos timing: reporters' heartbeat and TTL, the planners' debounce and
+// lease. bound is how soon the issue wants a churn event in a published
+// plan: TTL + debounce + lease TTL + 1 s.
+const (
+	chaosBeat     = 500 * time.Millisecond
+	chaosTTL      = 2 * time.Second
+	chaosDebounce = 100 * time.Millisecond
+	chaosLease    = time.Second
+	chaosBound    = chaosTTL + chaosDebounce + chaosLease + time.Second
+)
+
+// sickSource is a simulated node whose GPUs can turn unhealthy.
+type sickSource struct {
+	mu  sync.Mutex
+	inv inventory.NodeInventory
+	ch  chan struct{}
+}
+
+func newSickSource(id string, i int) *sickSource {
+	sim, _ := inventory.ParseSimulation("8xH100")
+	inv := inventory.Facts{NodeID: id, Hostname: id, IP: fmt.Sprintf("10.1.%d.%d", i/250, i%250+1), CPUs: 64}.Inventory()
+	inv.GPUs = inventory.SimulatedGPUs(id, sim)
+	return &sickSource{inv: inv, ch: make(chan struct{}, 1)}
+}
+
+func (s *sickSource) Inventory(context.Context) (inventory.NodeInventory, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inv := s.inv
+	inv.GPUs = append([]inventory.GPU(nil), s.inv.GPUs...)
+	return inv, nil
+}
+
+func (s *sickSource) Changed() <-chan struct{} { return s.ch }
+
+func (s *sickSource) sicken(uuid string) {
+	s.mu.Lock()
+	for i := range s.inv.GPUs {
+		if s.inv.GPUs[i].UUID == uuid {
+			s.inv.GPUs[i].Healthy = false
+		}
+	}
+	s.mu.Unlock()
+	select {
+	case s.ch <- struct{}{}:
+	default:
+	}
+}
+
+// chaos is three clustered servers, planners and reporters on them.
+type chaos struct {
+	t        *testing.T
+	c        *testcluster.Cluster
+	js       jetstream.JetStream
+	conns    []jetstream.JetStream // the reporters', shared
+	mu       sync.Mutex
+	nodes    map[string]*sickSource
+	stops    map[string]context.CancelFunc
+	next     int
+	planners []*instance
+	logs     syncBuffer
+}
+
+func (x *chaos) join() string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	id := fmt.Sprintf("node-%03d", x.next)
+	src := newSickSource(id, x.next)
+	js := x.conns[x.next%len(x.conns)]
+	x.next++
+	ctx, cancel := context.WithCancel(context.Background())
+	x.nodes[id], x.stops[id] = src, cancel
+	go func() {
+		_ = reporter.Run(ctx, reporter.Config{Source: src, Store: bus.NewInventoryStore(js), Heartbeat: chaosBeat, TTL: chaosTTL, Log: zerolog.Nop()})
+	}()
+	return id
+}
+
+// leave stops a node's reporter, which deletes its key.
+func (x *chaos) leave(id string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.stops[id]()
+	delete(x.nodes, id)
+	delete(x.stops, id)
+}
+
+func (x *chaos) planner() *instance {
+	nc, err := bus.Connect(x.c.URLs(), "chaos-planner", zerolog.Nop(), bus.Security{})
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{p: New(Config{NC: nc, JS: js, Spec: []byte(chaosSpec), Debounce: chaosDebounce, Settle: 3 * time.Second,
+		LeaseTTL: chaosLease, Replicas: 3, Log: zerolog.New(&x.logs).With().Timestamp().Str("planner", fmt.Sprint(len(x.planners))).Logger()}), nc: nc, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(in.done)
+		if err := in.p.Run(ctx); err != nil {
+			x.t.Errorf("planner: %v", err)
+		}
+	}()
+	x.t.Cleanup(in.stop)
+	x.planners = append(x.planners, in)
+	return in
+}
+
+func (x *chaos) latest() *planner.Plan {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	sp, err := bus.NewPlanStore(x.js).Latest(ctx, "default")
+	if err != nil || sp == nil {
+		return nil
+	}
+	return sp.Plan
+}
+
+// await waits until the latest plan is valid and ok, and returns how long
+// it took.
+func (x *chaos) await(what string, ok func(*planner.Plan) bool) time.Duration {
+	x.t.Helper()
+	start := time.Now()
+	for time.Since(start) < 60*time.Second {
+		if p := x.latest(); p != nil && p.Valid && ok(p) {
+			return time.Since(start)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	x.t.Fatalf("no valid plan with %s within 60s; planner log:\n%s", what, x.logs.String())
+	return 0
+}
+
+// churn makes one change the plan must answer: a node holding workers
+// leaves, or a GPU in use turns unhealthy; and now and then a node
+// joins. It returns how long until a valid plan reflected it.
+func (x *chaos) churn(rng *rand.Rand) (string, time.Duration) {
+	var p *planner.Plan
+	x.await("a plan", func(l *planner.Plan) bool { p = l; return true })
+	ws := p.Workers.Slice()
+	w := ws[rng.IntN(len(ws))]
+	for len(w.GPUUUIDs) == 0 {
+		w = ws[rng.IntN(len(ws))]
+	}
+	if rng.IntN(3) == 0 {
+		x.join()
+	}
+	if rng.IntN(2) == 0 {
+		x.leave(w.NodeID)
+		return "node " + w.NodeID + " left", x.await(w.NodeID+" gone", func(p *planner.Plan) bool { return !onNode(p, w.NodeID) })
+	}
+	x.mu.Lock()
+	src := x.nodes[w.NodeID]
+	x.mu.Unlock()
+	uuid := w.GPUUUIDs[0]
+	src.sicken(uuid)
+	return "GPU " + uuid + " unhealthy", x.await(uuid+" unused", func(p *planner.Plan) bool { return !usesGPU(p, uuid) })
+}
+
+func usesGPU(p *planner.Plan, uuid string) bool {
+	for _, w := range p.Workers.All() {
+		for _, u := range w.GPUUUIDs {
+			if u == uuid {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestChaos: three clustered servers with R3 state, three planners, 50
+// reporters churning; one server is stopped without warning and brought
+// back, and separately the leading planner. Every churn event is in a
+// valid published plan soon after; the history is 1..N, each once, every
+// plan keeps the invariants; no inventory key or spec is lost, and the
+// restarted server catches up.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: a minute of clustered servers")
+	}
+	defer func(f string) { zerolog.TimeFieldFormat = f }(zerolog.TimeFieldFormat)
+	zerolog.TimeFieldFormat = "15:04:05.000"
+	x := &chaos{t: t, c: testcluster.Start(t, 3, nil), nodes: map[string]*sickSource{}, stops: map[string]context.CancelFunc{}}
+	nc, err := bus.Connect(x.c.URLs(), "chaos-test", zerolog.Nop(), bus.Security{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	x.js, _ = jetstream.New(nc)
+	for range 5 {
+		rc, err := bus.Connect(x.c.URLs(), "chaos-reporters", zerolog.Nop(), bus.Security{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rc.Close)
+		js, _ := jetstream.New(rc)
+		x.conns = append(x.conns, js)
+	}
+	for range 3 {
+		x.planner()
+	}
+	for range 50 {
+		x.join()
+	}
+	t.Cleanup(func() {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		for _, stop := range x.stops {
+			stop()
+		}
+	})
+	x.await("every node", func(p *planner.Plan) bool { return p.Revision >= 1 })
+	x.standby()
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	var worst time.Duration
+	var report []string
+	step := func(phase string) {
+		what, took := x.churn(rng)
+		worst = max(worst, took)
+		if took > chaosBound {
+			t.Errorf("%s: %s: in a plan only after %s, bound %s", phase, what, took, chaosBound)
+		}
+		report = append(report, fmt.Sprintf("%s: %s: in a plan after %s", phase, what, took.Round(10*time.Millisecond)))
+	}
+	for range 4 {
+		step("steady")
+	}
+	// A server goes without warning: the one the test's connection uses
+	// is as good as any.
+	down := x.c.Index(nc.ConnectedUrl())
+	x.c.StopServer(down)
+	for range 4 {
+		step(fmt.Sprintf("server s%d down", down))
+	}
+	x.c.StartServer(down)
+	for range 2 {
+		step(fmt.Sprintf("server s%d back", down))
+	}
+	// The leading planner dies without a word.
+	var leader *instance
+	for _, in := range x.planners {
+		if in.p.leading() != 0 {
+			leader = in
+		}
+	}
+	if leader == nil {
+		t.Fatal("no planner leads")
+	}
+	leader.crash()
+	crashed := time.Now()
+	took := make(chan time.Duration, 1)
+	go func() {
+		for time.Since(crashed) < time.Minute {
+			for _, in := range x.planners {
+				if in != leader && in.p.leading() != 0 {
+					took <- time.Since(crashed)
+					return
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		took <- -1
+	}()
+	for range 4 {
+		step("leader killed")
+	}
+	report = append(report, fmt.Sprintf("leader killed: a standby led %s after (lease TTL %s)", (<-took).Round(10*time.Millisecond), chaosLease))
+	x.planner()
+	for range 2 {
+		step("planner back")
+	}
+	for _, line := range report {
+		t.Log(line)
+	}
+	t.Logf("slowest: %s (bound: TTL %s + debounce %s + lease TTL %s + 1s = %s)", worst, chaosTTL, chaosDebounce, chaosLease, chaosBound)
+
+	x.checkHistory()
+	x.checkInventory()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, name := range []string{bus.PlansStream, bus.InventoryStream, "KV_" + bus.SpecBucket, client.AssignmentsStream} {
+		testcluster.WaitCurrent(ctx, t, x.js, name)
+	}
+	if strings.Contains(x.logs.String(), `"level":"error"`) {
+		t.Logf("planner errors (allowed while a server is down):\n%s", x.logs.String())
+	}
+}
+
+// standby waits until every planner runs (its spec loaded) and has
+// been running for longer than the settle time, so that a standby that
+// takes over replans at once.
+func (x *chaos) standby() {
+	x.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for _, in := range x.planners {
+		for {
+			in.p.mu.Lock()
+			ok := in.p.spec != nil
+			in.p.mu.Unlock()
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				x.t.Fatalf("a planner did not start; log:\n%s", x.logs.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	time.Sleep(3 * time.Second)
+}
+
+// checkHistory: revisions 1..N, each once, every one valid and keeping
+// the invariants a plan can be checked for without its inventory.
+func (x *chaos) checkHistory() {
+	x.t.Helper()
+	var revs []int
+	store := bus.NewPlanStore(x.js)
+	err := store.Client().History(context.Background(), "default", func(i client.Info) bool {
+		revs = append(revs, i.Revision)
+		return true
+	})
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	for i, r := range revs {
+		if r != i+1 {
+			x.t.Fatalf("revisions %v: want 1..%d, each once", revs, len(revs))
+		}
+	}
+	spec, _ := planner.ParseSpec([]byte(chaosSpec))
+	for _, r := range revs {
+		sp, err := store.Revision(context.Background(), "default", r)
+		if err != nil {
+			x.t.Fatalf("revision %d: %v", r, err)
+		}
+		if errs := lightInvariants(spec, sp.Plan); len(errs) > 0 {
+			x.t.Errorf("revision %d: %v", r, errs)
+		}
+	}
+	x.t.Logf("%d revisions, 1..%d, each once, all valid", len(revs), len(revs))
+}
+
+// lightInvariants: valid; every component's workers all placed, indices
+// 0..n-1; no GPU shared beyond 1.0; a GPU on one node only.
+func lightInvariants(spec *planner.Spec, p *planner.Plan) []string {
+	var errs []string
+	if !p.Valid {
+		return []string{"invalid: " + p.Error}
+	}
+	want := map[planner.Component]int{planner.Train: spec.Scheduling.Train.WorkerNum, planner.Eval: spec.Scheduling.Eval.WorkerNum, planner.Env: spec.Scheduling.Env[0].WorkerNum}
+	idx := map[planner.Component][]int{}
+	share := map[string]float64{}
+	node := map[string]string{}
+	for _, w := range p.Workers.All() {
+		idx[w.Component] = append(idx[w.Component], w.Index)
+		for _, u := range w.GPUUUIDs {
+			share[u] += w.GPUShare
+			if n, ok := node[u]; ok && n != w.NodeID {
+				errs = append(errs, fmt.Sprintf("GPU %s on %s and %s", u, n, w.NodeID))
+			}
+			node[u] = w.NodeID
+		}
+	}
+	for c, n := range want {
+		got := idx[c]
+		sort.Ints(got)
+		for i, v := range got {
+			if v != i {
+				errs = append(errs, fmt.Sprintf("%s indices %v", c, got))
+				break
+			}
+		}
+		if len(got) != n {
+			errs = append(errs, fmt.Sprintf("%s: %d workers, want %d", c, len(got), n))
+		}
+	}
+	for u, s := range share {
+		if s > 1+1e-9 {
+			errs = append(errs, fmt.Sprintf("GPU %s shared %.2f", u, s))
+		}
+	}
+	return errs
+}
+
+// checkInventory: the bucket holds exactly the running reporters' keys.
+func (x *chaos) checkInventory() {
+	x.t.Helper()
+	deadline := time.Now().Add(chaosTTL + 5*time.Second)
+	for {
+		kv, err := x.js.KeyValue(context.Background(), bus.InventoryBucket)
+		var keys []string
+		if err == nil {
+			var lister jetstream.KeyLister
+			if lister, err = kv.ListKeys(context.Background()); err == nil {
+				for k := range lister.Keys() {
+					keys = append(keys, k)
+				}
+			}
+		}
+		x.mu.Lock()
+		var want []string
+		for id := range x.nodes {
+			want = append(want, id)
+		}
+		x.mu.Unlock()
+		sort.Strings(keys)
+		sort.Strings(want)
+		if err == nil && fmt.Sprint(keys) == fmt.Sprint(want) {
+			spec, _, err := bus.NewSpecStore(x.js).Get(context.Background(), "default")
+			if err != nil || string(spec) != chaosSpec {
+				x.t.Errorf("spec lost: %v", err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			x.t.Fatalf("inventory keys %v (%v), want the running reporters' %v", keys, err, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
