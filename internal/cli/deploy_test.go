@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -162,6 +163,14 @@ func TestDeployNATSCluster(t *testing.T) {
 	status := waitFor("leader: planner", "status", "--server", url, "--creds", admin)
 	if !strings.Contains(status, "POOLPLANNER_PLANS         3") {
 		t.Errorf("status does not show the plan stream with three replicas:\n%s", status)
+	}
+	code, out, _ := run(t, "status", "--server", url, "--creds", admin, "-o", "json")
+	var st statusReport
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Leader == nil || st.Leader.Holder == "" || st.Revision < 1 || len(st.Streams) != len(statusStreams) {
+		t.Errorf("status -o json: exit %d, %v: %s", code, err, out)
+	}
+	if code, _, errOut := run(t, "status", "--server", url, "-o", "yaml"); code != ExitUsage || !strings.Contains(errOut, "--output") {
+		t.Errorf("status -o yaml: exit %d: %s", code, errOut)
 	}
 	servers[1].Shutdown()
 	waitFor(`"cuda_visible_devices"`, "lookup", "train", "1", "--server", url, "--creds", admin)

@@ -166,6 +166,9 @@ func (o *serveOptions) checkCluster() error {
 			return usagef("--routes %q: want nats://HOST:PORT", r)
 		}
 	}
+	if o.clusterListen != "" && !o.secure && !o.insecure && !loopback(o.clusterListen) {
+		return usagef("--cluster-listen %s is reachable from other hosts, and without --auth any server there could join the cluster and read or rewrite its state: add --auth (every server with the same keys), or --no-auth deliberately", o.clusterListen)
+	}
 	if o.server == "" && o.replicas > 1 && len(o.routes) < o.replicas-1 {
 		return usagef("--replicas %d: the embedded server needs --cluster-listen and --routes naming at least %d other servers", o.replicas, o.replicas-1)
 	}
