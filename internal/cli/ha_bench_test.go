@@ -103,7 +103,7 @@ func BenchmarkHeartbeats10k(b *testing.B) {
 }
 
 const (
-	hbNodes     = 10000
+	hbNodes       = 10000
 	loadBeat      = 5 * time.Second
 	loadTTL       = 15 * time.Second
 	loadPublisher = 256 // puts in flight
