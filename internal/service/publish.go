@@ -89,11 +89,10 @@ func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes
 		next.Revision = prev.Revision + 1
 	}
 	next.CreatedAt = p.cfg.Now().UTC()
-	next.Reason = reason(prev, changes, specChanged, ch)
+	next.Reason = join(note, reason(prev, changes, specChanged, ch))
 	if latest != nil && latest.Orphan {
-		note = join(note, fmt.Sprintf("the plan history was lost (stream recreated): revision %d republished whole", next.Revision))
+		next.Reason = join(fmt.Sprintf("the plan history was lost (stream recreated): revision %d republished whole", next.Revision), next.Reason)
 	}
-	next.Reason = join(note, next.Reason)
 	change := planner.Diff(prev, next)
 	ev, stored, err := p.event(ctx, latest, next, change)
 	if err != nil {
@@ -109,12 +108,7 @@ func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes
 		return err
 	}
 	stored.Seq, stored.SpecDigest = seq, digest
-	p.published(stored)
-	p.mu.Lock()
-	if p.note == note {
-		p.note = ""
-	}
-	p.mu.Unlock()
+	p.published(stored, note)
 	p.cfg.Log.Info().Str("plan", next.Name).Int("revision", next.Revision).Bool("valid", next.Valid).
 		Int("moved", next.Moved).Str("kind", ev.Kind()).Str("reason", next.Reason).Msg("plan published")
 	if err := p.publishAssignments(ctx, prev, next, change); err != nil {
@@ -144,10 +138,14 @@ func (p *Planner) adoptSpec(latest *bus.StoredPlan, specChanged bool, digest str
 	}
 }
 
-// published makes sp the latest plan and starts a new change log.
-func (p *Planner) published(sp *bus.StoredPlan) {
+// published makes sp the latest plan and starts a new change log; note,
+// said in its reason, is said.
+func (p *Planner) published(sp *bus.StoredPlan, note string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.note == note {
+		p.note = ""
+	}
 	if p.latest == nil || sp.Plan.Revision > p.latest.Plan.Revision {
 		p.latest = sp
 	}
