@@ -390,10 +390,10 @@ func TestAssignmentObjects(t *testing.T) {
 		}
 		return a
 	}
-	if err := s.PublishAssignments(ctx, []client.Assignment{big("x/y", 1, 3000)}, false); err != nil {
+	if _, err := s.PublishAssignments(ctx, []client.Assignment{big("x/y", 1, 3000)}, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PublishAssignments(ctx, []client.Assignment{big("x", 1, 3000), big("x", 2, 3000)}, false); err != nil {
+	if _, err := s.PublishAssignments(ctx, []client.Assignment{big("x", 1, 3000), big("x", 2, 3000)}, false); err != nil {
 		t.Fatal(err)
 	}
 	c, _ := client.New(js.Conn())
@@ -457,5 +457,43 @@ func TestWatchRejects(t *testing.T) {
 	if got[0] != "changed " || got[1] != "synced " || !strings.HasPrefix(got[2], "rejected invalid character") ||
 		got[3] != `rejected node_id: "n2" under key "n1"; a document must be the key's node` || got[4] != "changed " {
 		t.Fatalf("events %q", got)
+	}
+}
+
+// TestReleaseLease: giving the lease back after renewals frees it at
+// once, the earlier renewals with it; someone else's is left alone.
+func TestReleaseLease(t *testing.T) {
+	_, url := startServer(t)
+	_, js := connect(t, url)
+	ctx := context.Background()
+	s := NewPlanStore(js)
+	if err := s.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := &Lease{Holder: "a", TTLSeconds: 60}
+	seq, err := s.WriteLease(ctx, "default", l, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteLease(ctx, "default", &Lease{Holder: "b", TTLSeconds: 60}, 0); !errors.Is(err, ErrLeaseHeld) {
+		t.Fatalf("a second holder: %v", err)
+	}
+	if seq, err = s.WriteLease(ctx, "default", l, seq); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseLease(ctx, "default", seq-1); err != nil { // not the current one
+		t.Fatal(err)
+	}
+	if cur, err := s.ReadLease(ctx, "default"); err != nil || cur == nil || cur.Seq != seq {
+		t.Fatalf("a stale release freed the lease: %+v %v", cur, err)
+	}
+	if err := s.ReleaseLease(ctx, "default", seq); err != nil {
+		t.Fatal(err)
+	}
+	if cur, err := s.ReadLease(ctx, "default"); err != nil || cur != nil {
+		t.Fatalf("after release: %+v %v", cur, err)
+	}
+	if _, err := s.WriteLease(ctx, "default", &Lease{Holder: "b", TTLSeconds: 60}, 0); err != nil {
+		t.Fatalf("taking the released lease: %v", err)
 	}
 }

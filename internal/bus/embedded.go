@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -127,7 +128,14 @@ func cluster(sopts *server.Options, opts EmbeddedOptions) error {
 	}
 	sopts.Cluster = server.ClusterOpts{Name: ClusterName, Host: host, Port: port}
 	if opts.ServerName == "" {
-		sopts.ServerName = "poolplanner-" + strings.NewReplacer(":", "-", ".", "-", "[", "", "]", "").Replace(opts.ClusterListen)
+		// Named after where it listens; a wildcard address is the same on
+		// every host, so there the host's name goes in.
+		where := opts.ClusterListen
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			h, _ := os.Hostname()
+			where = h + ":" + portStr
+		}
+		sopts.ServerName = "poolplanner-" + strings.NewReplacer(":", "-", ".", "-", "[", "", "]", "").Replace(where)
 	}
 	if opts.Auth != nil {
 		sopts.Cluster.Username, sopts.Cluster.Password = "poolplanner", opts.Auth.RouteSecret()

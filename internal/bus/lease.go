@@ -97,8 +97,9 @@ func (s *PlanStore) WriteLease(ctx context.Context, name string, l *Lease, expec
 }
 
 // ReleaseLease gives up the lease at seq (a clean shutdown), so that a
-// standby need not wait for it to lapse. Someone else's lease is left
-// alone: its sequence differs.
+// standby need not wait for it to lapse: it purges the lease subject,
+// this holder's earlier renewals (still within their TTL) with it.
+// Someone else's lease is left alone: its sequence differs.
 func (s *PlanStore) ReleaseLease(ctx context.Context, name string, seq uint64) error {
 	st, err := s.js.Stream(ctx, PlansStream)
 	if err != nil {
@@ -108,7 +109,7 @@ func (s *PlanStore) ReleaseLease(ctx context.Context, name string, seq uint64) e
 	if err != nil || m.Sequence != seq {
 		return nil // lapsed or taken over: not ours to release
 	}
-	if err := st.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(LeaseSubject(name))); err != nil {
 		return fmt.Errorf("release lease %s: %w", name, err)
 	}
 	return nil

@@ -359,23 +359,25 @@ const objectChunk = 128 << 10
 // once a node's new message is stored, its older objects are deleted.
 // With expect, each assignment replaces only the message at its Seq (0:
 // none yet): one published since is newer, and the server refuses this
-// one, which is then dropped silently. At most assignmentWindow
+// one, which is then dropped and counted in refused. Each stored
+// assignment's Seq becomes its new stream sequence. At most assignmentWindow
 // publishes wait for their acks at a time: far under the client's limit
 // on pending async publishes, past which a publish gives up after a
 // short stall on a busy server.
-func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignment, expect bool) error {
+func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignment, expect bool) (refused int, err error) {
 	acks := make([]jetstream.PubAckFuture, len(as))
 	objects := make([]string, len(as))
 	wait := func(i int) error {
 		select {
-		case <-acks[i].Ok():
+		case ack := <-acks[i].Ok():
+			as[i].Seq = ack.Sequence
 			s.assignmentStored(ctx, &as[i], objects[i])
 			return nil
 		case err := <-acks[i].Err():
-			var apiErr *jetstream.APIError
-			if expect && errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-				apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			if expect && isWrongLast(err) {
 				s.dropObject(ctx, objects[i])
+				as[i].Seq = 0
+				refused++
 				return nil
 			}
 			return fmt.Errorf("assignment of %s: %w", as[i].NodeID, err)
@@ -386,12 +388,12 @@ func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignme
 	for i := range as {
 		if i >= assignmentWindow {
 			if err := wait(i - assignmentWindow); err != nil {
-				return err
+				return refused, err
 			}
 		}
 		msg, object, err := s.assignmentMsg(ctx, &as[i])
 		if err != nil {
-			return err
+			return refused, err
 		}
 		objects[i] = object
 		var opts []jetstream.PublishOpt
@@ -399,15 +401,15 @@ func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignme
 			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(as[i].Seq))
 		}
 		if acks[i], err = s.js.PublishMsgAsync(msg, opts...); err != nil {
-			return fmt.Errorf("assignment of %s: %w", as[i].NodeID, err)
+			return refused, fmt.Errorf("assignment of %s: %w", as[i].NodeID, err)
 		}
 	}
 	for i := max(0, len(as)-assignmentWindow); i < len(as); i++ {
 		if err := wait(i); err != nil {
-			return err
+			return refused, err
 		}
 	}
-	return nil
+	return refused, nil
 }
 
 // assignmentWindow is how many assignment publishes may await their acks.

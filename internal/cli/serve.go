@@ -102,7 +102,7 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&o.replicas, "replicas", 1, "how many NATS servers keep each stream and bucket (1 to 5); more than the cluster has is an error")
 	f.StringVar(&o.clusterListen, "cluster-listen", "", "HOST:PORT the embedded server listens on for its cluster peers (with --routes: a NATS cluster of planner serve processes)")
 	f.StringSliceVar(&o.routes, "routes", nil, "the other embedded servers' cluster addresses, nats://HOST:PORT (comma-separated or repeated)")
-	f.StringVar(&o.name, "server-name", "", "the embedded server's name, unique in the cluster (default: from --cluster-listen)")
+	f.StringVar(&o.name, "server-name", "", "the embedded server's name, unique in the cluster (default: from --cluster-listen, with the hostname for a wildcard address)")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", service.DefaultLeaseTTL, "how long the leading planner's lease lasts unrenewed: a standby takes over within it and a second")
 	addSecurity(f, &o.sec)
 	return cmd

@@ -13,6 +13,10 @@ import (
 
 // publishAssignments publishes the workers of every node of the change
 // whose workers changed: an empty list for a node that lost them all.
+// Each replaces only the message this planner knows its node's subject
+// at (assignSeq): a planner deposed while it was paused between a
+// revision and its assignments cannot overwrite the new leader's. A
+// refusal leaves the subjects to the next reconcile, which reads them.
 func (p *Planner) publishAssignments(ctx context.Context, prev, next *planner.Plan, change *plan.Change) error {
 	was := func(string) []plan.Worker { return nil }
 	if prev != nil && len(change.Nodes) > 0 {
@@ -25,7 +29,38 @@ func (p *Planner) publishAssignments(ctx context.Context, prev, next *planner.Pl
 		}
 		as = append(as, assignment(next, nc.NodeID, nc.Workers))
 	}
-	return p.plans.PublishAssignments(ctx, as, false)
+	p.mu.Lock()
+	for i := range as {
+		as[i].Seq = p.assignSeq[as[i].NodeID]
+	}
+	p.mu.Unlock()
+	return p.sendAssignments(ctx, as)
+}
+
+// sendAssignments publishes as, each replacing only the message at its
+// Seq, and notes where each now is; refusals (a subject written by
+// someone else since) call for a reconcile.
+func (p *Planner) sendAssignments(ctx context.Context, as []client.Assignment) error {
+	refused, err := p.plans.PublishAssignments(ctx, as, true)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, a := range as {
+		if a.Seq != 0 {
+			p.assignSeq[a.NodeID] = a.Seq
+		}
+	}
+	if refused > 0 {
+		p.reconcile = true
+		p.cfg.Log.Warn().Int("nodes", refused).Msg("assignments written by another planner since; reconciling them with the latest plan")
+	}
+	return err
+}
+
+// noteAssignment records where a node's assignment was read.
+func (p *Planner) noteAssignment(a *client.Assignment) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.assignSeq[a.NodeID] = a.Seq
 }
 
 func assignment(p *planner.Plan, node string, ws []plan.Worker) client.Assignment {
@@ -88,6 +123,7 @@ func (p *Planner) reconcileAssignments(ctx context.Context) error {
 	}
 	var as []client.Assignment
 	err := p.plans.Client().Assignments(ctx, p.cfg.Plan, func(a *client.Assignment) bool {
+		p.noteAssignment(a)
 		if s := stale(latest.Plan, a.NodeID, on(a.NodeID), a); s != nil {
 			as = append(as, *s)
 		}
@@ -100,7 +136,7 @@ func (p *Planner) reconcileAssignments(ctx context.Context) error {
 	for node := range left {
 		as = append(as, *stale(latest.Plan, node, on(node), nil))
 	}
-	if err := p.plans.PublishAssignments(ctx, as, true); err != nil {
+	if err := p.sendAssignments(ctx, as); err != nil {
 		return err
 	}
 	if len(as) > 0 {
@@ -173,6 +209,8 @@ func (p *Planner) verifyAssignments(ctx context.Context) error {
 		switch {
 		case errors.Is(err, client.ErrNotFound):
 			have = nil
+		case err == nil:
+			p.noteAssignment(have)
 		case errors.Is(err, client.ErrUnreadable):
 			p.adopted(nil) // the whole reconcile replaces what it cannot read
 			continue
@@ -190,7 +228,7 @@ func (p *Planner) verifyAssignments(ctx context.Context) error {
 		p.cfg.Log.Warn().Int("nodes", len(as)).Int("revision", latest.Plan.Revision).
 			Msg("another planner's revision left assignments behind; publishing them")
 	}
-	if err := p.plans.PublishAssignments(ctx, as, true); err != nil {
+	if err := p.sendAssignments(ctx, as); err != nil {
 		p.adopted(nil) // not lost: the whole reconcile will do it
 		return err
 	}

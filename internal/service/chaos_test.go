@@ -89,6 +89,7 @@ type chaos struct {
 	mu       sync.Mutex
 	nodes    map[string]*sickSource
 	stops    map[string]context.CancelFunc
+	left     map[string]bool // the nodes the test made leave
 	next     int
 	planners []*instance
 	logs     syncBuffer
@@ -114,6 +115,7 @@ func (x *chaos) leave(id string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.stops[id]()
+	x.left[id] = true
 	delete(x.nodes, id)
 	delete(x.stops, id)
 }
@@ -212,7 +214,7 @@ func TestChaos(t *testing.T) {
 	}
 	defer func(f string) { zerolog.TimeFieldFormat = f }(zerolog.TimeFieldFormat)
 	zerolog.TimeFieldFormat = "15:04:05.000"
-	x := &chaos{t: t, c: testcluster.Start(t, 3, nil), nodes: map[string]*sickSource{}, stops: map[string]context.CancelFunc{}}
+	x := &chaos{t: t, c: testcluster.Start(t, 3, nil), nodes: map[string]*sickSource{}, stops: map[string]context.CancelFunc{}, left: map[string]bool{}}
 	nc, err := bus.Connect(x.c.URLs(), "chaos-test", zerolog.Nop(), bus.Security{})
 	if err != nil {
 		t.Fatal(err)
@@ -350,6 +352,16 @@ func (x *chaos) checkHistory() {
 	store := bus.NewPlanStore(x.js)
 	err := store.Client().History(context.Background(), "default", func(i client.Info) bool {
 		revs = append(revs, i.Revision)
+		// A node no test step stopped must never leave: its key outlives
+		// any one server (its reporter heartbeats through the others).
+		if _, rest, ok := strings.Cut(i.Reason, "nodes left: "); ok {
+			list, _, _ := strings.Cut(rest, ";")
+			for _, id := range strings.Split(list, ", ") {
+				if !x.left[id] {
+					x.t.Errorf("revision %d: node %s left, but the test never stopped it: %s", i.Revision, id, i.Reason)
+				}
+			}
+		}
 		return true
 	})
 	if err != nil {

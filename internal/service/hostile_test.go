@@ -179,7 +179,7 @@ func TestRepairsKeepNewer(t *testing.T) {
 	}
 	c := p.plans.Client()
 	ahead := client.Assignment{Plan: "default", Revision: 9, NodeID: newer, Workers: []client.PlacedWorker{}}
-	if err := p.plans.PublishAssignments(ctx, []client.Assignment{ahead}, false); err != nil {
+	if _, err := p.plans.PublishAssignments(ctx, []client.Assignment{ahead}, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.js.Publish(ctx, client.AssignmentSubject("default", damaged), []byte("{")); err != nil {

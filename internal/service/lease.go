@@ -88,6 +88,9 @@ func (l *loop) takeLease(ctx context.Context) bool {
 		return false
 	}
 	l.lease.seq, l.lease.since, l.lease.renewed, l.lease.holder = seq, now, now, ""
+	// Failures as a standby (a replan refused for the lease) are no
+	// leader's: start afresh, so that kick arms the replan.
+	l.failures, l.lastFailure = 0, ""
 	l.p.mu.Lock()
 	l.p.leaseSeq = seq
 	// Whoever led may have died between a revision and its assignments.
@@ -158,8 +161,10 @@ func (l *loop) stepDown(why string) {
 	}
 	l.log.Warn().Str("why", why).Msg("no longer leading this plan; standing by")
 	l.lease.seq, l.lease.holder = 0, ""
+	// A settle for an outage is the next leader's to judge.
+	l.settlingOutage = false
 	l.p.mu.Lock()
-	l.p.leaseSeq = 0
+	l.p.leaseSeq, l.p.note = 0, ""
 	l.p.mu.Unlock()
 }
 

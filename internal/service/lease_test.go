@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
@@ -186,4 +187,44 @@ func onNode(p *planner.Plan, node string) bool {
 		}
 	}
 	return false
+}
+
+// TestDeposedLeaderAssignments: a leader deposed between a revision and
+// its assignments cannot overwrite the assignments the new leader wrote
+// since; it is refused, and left to reconcile.
+func TestDeposedLeaderAssignments(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	a := offline(t, h, 4)
+	if err := a.replan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	node := a.latest.Plan.Workers.At(0).NodeID
+	b := offline(t, h, 4)
+	if err := b.reconcileAssignments(ctx); err != nil { // what a new leader does first
+		t.Fatal(err)
+	}
+	b.live.remove(node)
+	if err := b.replan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ours, err := b.plans.Client().Assignment(ctx, "default", node)
+	if err != nil || len(ours.Workers) != 0 || ours.Revision != 2 {
+		t.Fatalf("the new leader's assignment of %s: %+v %v", node, ours, err)
+	}
+	// a wakes and sends revision 1's workers for the node.
+	stale := assignment(a.latest.Plan, node, a.latest.Plan.NodeIndex()(node))
+	a.mu.Lock()
+	stale.Seq = a.assignSeq[node]
+	a.mu.Unlock()
+	if err := a.sendAssignments(ctx, []client.Assignment{stale}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.plans.Client().Assignment(ctx, "default", node)
+	if err != nil || got.Seq != ours.Seq || len(got.Workers) != 0 {
+		t.Fatalf("the deposed leader overwrote the assignment: %+v %v", got, err)
+	}
+	if !a.checkPending() {
+		t.Error("the refusal does not call for a reconcile")
+	}
 }

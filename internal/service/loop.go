@@ -62,7 +62,12 @@ type loop struct {
 	// in a row found the watch standing still behind the stream.
 	seen, seenAtGuard uint64
 	behind            int
-	stopWatch         context.CancelFunc
+	// streamAtGuard is the inventory stream's last sequence at the last
+	// guard; plansCreated, when the plan stream was made, to notice it
+	// made anew.
+	streamAtGuard uint64
+	plansCreated  time.Time
+	stopWatch     context.CancelFunc
 	// settlingOutage: nodes vanished in an outage, and the planner waits
 	// for them to report again; outageReconnects and reconnectedAt, the
 	// reconnects outage last saw and when it saw the count change.

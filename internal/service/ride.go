@@ -30,8 +30,9 @@ func (l *loop) guard(ctx context.Context) {
 	reconnected := false
 	if n := l.p.cfg.NC.Stats().Reconnects; n != l.reconnects {
 		l.reconnects, reconnected = n, true
+		l.noteReconnect()
 	}
-	missing, invLast, err := l.p.missing(ctx)
+	missing, invLast, err := l.p.missing(ctx, &l.plansCreated)
 	if err != nil {
 		l.log.Debug().Err(err).Msg("cannot check the streams")
 		return
@@ -50,6 +51,33 @@ func (l *loop) guard(ctx context.Context) {
 	if reconnected || stalled || len(missing) > 0 {
 		l.log.Info().Bool("reconnected", reconnected).Msg("re-reading the whole inventory and the spec")
 		l.restartWatches(ctx)
+		return
+	}
+	l.rewatch(ctx)
+}
+
+// rewatch follows the plan and watches the spec again where either
+// ended (its stream went away under it, and came back).
+func (l *loop) rewatch(ctx context.Context) {
+	if l.follow == nil {
+		if f, err := l.p.followPlans(ctx); err == nil {
+			l.follow = f
+		}
+	}
+	if _, stopped := l.specW.(stoppedWatch); stopped {
+		if kv, err := l.p.specs.KV(ctx); err == nil {
+			if w, err := kv.Watch(ctx, l.p.cfg.Plan); err == nil {
+				l.specW = w
+			}
+		}
+	}
+}
+
+// noteReconnect notes when this planner's connection came back, for
+// outage.
+func (l *loop) noteReconnect() {
+	if n := l.p.cfg.NC.Stats().Reconnects; n != l.outageReconnects {
+		l.outageReconnects, l.reconnectedAt = n, time.Now()
 	}
 }
 
@@ -57,7 +85,11 @@ func (l *loop) guard(ctx context.Context) {
 // guard period while the stream moved past it: reporters heartbeat all
 // the time, so a watch that works never stands still behind it.
 func (l *loop) stalled(streamLast uint64) bool {
-	behind := l.events != nil && streamLast > l.seen && l.seen == l.seenAtGuard
+	// The stream must have moved since the last look: its newest
+	// messages may have expired, which no watch delivers.
+	moved := streamLast > l.streamAtGuard
+	l.streamAtGuard = streamLast
+	behind := l.events != nil && moved && streamLast > l.seen && l.seen == l.seenAtGuard
 	l.seenAtGuard = l.seen
 	if !behind {
 		l.behind = 0
@@ -73,8 +105,11 @@ var stateStreams = []string{bus.PlansStream, client.AssignmentsStream, bus.Inven
 
 // missing lists the streams of the planner's state that NATS no longer
 // has.
-// It also returns the inventory stream's last sequence.
-func (p *Planner) missing(ctx context.Context) ([]string, uint64, error) {
+// It also returns the inventory stream's last sequence. A plan stream
+// made anew since the last look (*plansCreated; another planner
+// recreated it before this one noticed it gone) counts as missing: its
+// sequences, the lease's among them, began again.
+func (p *Planner) missing(ctx context.Context, plansCreated *time.Time) ([]string, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, guardEvery)
 	defer cancel()
 	var out []string
@@ -88,6 +123,12 @@ func (p *Planner) missing(ctx context.Context) ([]string, uint64, error) {
 			return nil, 0, err
 		case name == bus.InventoryStream:
 			invLast = st.CachedInfo().State.LastSeq
+		case name == bus.PlansStream:
+			created := st.CachedInfo().Created
+			if !plansCreated.IsZero() && !created.Equal(*plansCreated) {
+				out = append(out, name)
+			}
+			*plansCreated = created
 		}
 	}
 	return out, invLast, nil
@@ -115,7 +156,13 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 			spec := p.specBytes
 			p.mu.Unlock()
 			if spec != nil {
-				if _, err := p.specs.Put(ctx, p.cfg.Plan, spec); err != nil {
+				// Create, not put: a spec stored since (another planner
+				// restored it, someone set a new one) stays.
+				kv, err := p.specs.KV(ctx)
+				if err == nil {
+					_, err = kv.Create(ctx, p.cfg.Plan, spec)
+				}
+				if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 					return fmt.Errorf("restore the spec: %w", err)
 				}
 			}
@@ -127,9 +174,18 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 				p.latest = &orphan
 			}
 			p.reconcile = p.latest != nil
+			p.assignSeq = map[string]uint64{}
 			p.mu.Unlock()
+			// The leader knows the newest revision; a standby may lag
+			// it. The leader takes the lease again at once, a standby
+			// only if the leader has not within a TTL, so the sequence
+			// goes on from the newest revision there was.
+			wait := p.cfg.LeaseTTL
+			if l.lease.seq != 0 {
+				wait = 0
+			}
 			l.stepDown("the plan stream, and the lease with it, was lost")
-			l.lease.timer.Reset(0)
+			l.lease.timer.Reset(wait)
 			l.kick()
 		case client.AssignmentsStream, "OBJ_" + client.PlansBucket:
 			p.mu.Lock()
@@ -171,9 +227,7 @@ func (l *loop) restartWatches(ctx context.Context) {
 // started settling.
 func (l *loop) outage() bool {
 	p := l.p
-	if n := p.cfg.NC.Stats().Reconnects; n != l.outageReconnects {
-		l.outageReconnects, l.reconnectedAt = n, time.Now()
-	}
+	l.noteReconnect()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if l.settlingOutage || p.latest == nil || !p.latest.Plan.Valid || p.cfg.Settle < 0 {

@@ -129,6 +129,9 @@ type Planner struct {
 	// (an outage waited out).
 	specBytes []byte
 	note      string
+	// assignSeq is the stream sequence of each node's assignment as this
+	// planner last wrote or read it: the one its next write replaces.
+	assignSeq map[string]uint64
 }
 
 // New returns a planner; Run starts it.
@@ -151,6 +154,8 @@ func New(cfg Config) *Planner {
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
 	}
+	// NATS counts message TTLs in whole seconds.
+	cfg.LeaseTTL = (cfg.LeaseTTL + time.Second - 1).Truncate(time.Second)
 	if cfg.SnapshotEvery <= 0 {
 		cfg.SnapshotEvery = DefaultSnapshotEvery
 	}
@@ -164,12 +169,13 @@ func New(cfg Config) *Planner {
 		plans.Replicas = cfg.Replicas
 	}
 	p := &Planner{
-		cfg:      cfg,
-		plans:    plans,
-		specs:    bus.NewSpecStore(cfg.JS),
-		inv:      bus.NewInventoryStore(cfg.JS),
-		live:     newView(),
-		reported: map[string]bool{},
+		cfg:       cfg,
+		plans:     plans,
+		specs:     bus.NewSpecStore(cfg.JS),
+		inv:       bus.NewInventoryStore(cfg.JS),
+		live:      newView(),
+		reported:  map[string]bool{},
+		assignSeq: map[string]uint64{},
 	}
 	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
 	return p
