@@ -148,6 +148,7 @@ func (p *Planner) apply(ev bus.Event) bool {
 	switch ev.Op {
 	case bus.Changed:
 		p.reported[ev.NodeID] = true
+		delete(p.expired, ev.NodeID)
 		changed, err := p.live.put(ev.NodeID, ev.Inventory)
 		if err != nil {
 			p.cfg.Log.Warn().Err(err).Msg("skipping a node whose inventory is malformed")
@@ -155,7 +156,15 @@ func (p *Planner) apply(ev bus.Event) bool {
 		return changed
 	case bus.Heartbeat:
 		p.reported[ev.NodeID] = true
+		delete(p.expired, ev.NodeID)
 	case bus.Removed:
+		// Only a key that ran out may be an outage's (outage); one its
+		// reporter deleted is a node leaving.
+		if ev.Reason == bus.ReasonDeleted {
+			delete(p.expired, ev.NodeID)
+		} else {
+			p.expired[ev.NodeID] = true
+		}
 		return p.live.remove(ev.NodeID)
 	case bus.Rejected:
 		p.reported[ev.NodeID] = true
@@ -180,6 +189,7 @@ func (p *Planner) replaceNodes(nodes map[string]inventory.NodeInventory) bool {
 	changed := false
 	for id := range p.live.docs {
 		if _, ok := nodes[id]; !ok {
+			p.expired[id] = true // gone while the watch was away: why, unknown
 			changed = p.live.remove(id) || changed
 		}
 	}

@@ -146,6 +146,15 @@ func (p *Planner) published(sp *bus.StoredPlan, note string) {
 	if p.note == note {
 		p.note = ""
 	}
+	// Gone nodes the plan no longer holds cannot be an outage's.
+	if len(p.expired) > 0 {
+		on := sp.Plan.NodeIndex()
+		for id := range p.expired {
+			if len(on(id)) == 0 {
+				delete(p.expired, id)
+			}
+		}
+	}
 	if p.latest == nil || sp.Plan.Revision > p.latest.Plan.Revision {
 		p.latest = sp
 	}

@@ -219,7 +219,8 @@ func (l *loop) restartWatches(ctx context.Context) {
 }
 
 // outage notices nodes of the latest plan gone in an inventory outage,
-// not leaving: most of them at once, or any shortly after this planner's
+// not leaving: their keys ran out (a reporter that deletes its key is
+// leaving), most of them at once, or any shortly after this planner's
 // connection came back (NATS away for longer than the keys' TTL, the
 // inventory bucket lost; the reporters then put their keys again). The
 // planner then settles as after a restart: it waits for those nodes to
@@ -241,7 +242,7 @@ func (l *loop) outage() bool {
 	}
 	lost := 0
 	for id := range nodes {
-		if _, ok := p.live.docs[id]; !ok {
+		if _, ok := p.live.docs[id]; !ok && p.expired[id] {
 			lost++
 		}
 	}

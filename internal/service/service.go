@@ -132,6 +132,9 @@ type Planner struct {
 	// assignSeq is the stream sequence of each node's assignment as this
 	// planner last wrote or read it: the one its next write replaces.
 	assignSeq map[string]uint64
+	// expired are the nodes whose keys vanished other than by their
+	// reporter's delete, since they last reported: an outage's, maybe.
+	expired map[string]bool
 }
 
 // New returns a planner; Run starts it.
@@ -176,6 +179,7 @@ func New(cfg Config) *Planner {
 		live:      newView(),
 		reported:  map[string]bool{},
 		assignSeq: map[string]uint64{},
+		expired:   map[string]bool{},
 	}
 	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
 	return p
