@@ -97,12 +97,14 @@ func (n NodeInventory) PlannerNode() (planner.Node, error) {
 	}
 	uuids := make([]string, len(n.GPUs))
 	seen := make([]bool, len(n.GPUs))
+	node.Models, node.MemoryBytes, node.Labels = make([]string, len(n.GPUs)), make([]uint64, len(n.GPUs)), n.Labels
 	for i, g := range n.GPUs {
 		if g.Index < 0 || g.Index >= len(n.GPUs) || seen[g.Index] {
 			return node, fmt.Errorf("gpus[%d].index: %d is not allowed; want distinct indices 0..%d", i, g.Index, len(n.GPUs)-1)
 		}
 		seen[g.Index] = true
 		uuids[g.Index] = g.UUID
+		node.Models[g.Index], node.MemoryBytes[g.Index] = g.Name, g.MemoryBytes
 		if !g.Healthy {
 			node.Unhealthy = append(node.Unhealthy, g.Index)
 		}

@@ -155,6 +155,8 @@ type engine struct {
 	// counts those that changed node.
 	buffers     []int32
 	bufferMoves int
+	// cons are each scheduling group's constraints (nil: none).
+	cons [nComp][]*Constraints
 }
 
 // Options tune a planning run.
@@ -173,6 +175,9 @@ func newEngine(spec *Spec, opt Options) *engine {
 	for ci, d := range e.demands {
 		e.base[ci] = e.slots
 		e.slots += d.asked
+		for _, g := range d.groups {
+			e.cons[ci] = append(e.cons[ci], g.Constraints)
+		}
 	}
 	if sc.Buffer != nil && e.demands[0].asked > 0 {
 		e.hasBuffer = true
@@ -357,8 +362,20 @@ func (e *engine) fill(tg target, at int32, d *demand, gpus []int) (int, stopReas
 	}
 	ns := e.mut(at)
 	placed, pos := 0, 0
+	all, gi := gpus, -1
 	for !d.done() {
 		g := d.group()
+		if d.gi != gi {
+			// Each group may use only the GPUs its constraints allow.
+			var why string
+			gi, pos = d.gi, 0
+			if gpus, why = e.eligible(ns, d.ci, gi, all, int(math.Ceil(g.NumGPUs))); why != "" {
+				if placed == 0 {
+					ns.note(d.comp, why)
+				}
+				return placed, stopTooSmall
+			}
+		}
 		cpus := g.NumCPUs
 		if d.ci == 0 && e.hasBuffer && ns.count[0] == 0 {
 			cpus += e.bufferCPUs

@@ -19,6 +19,9 @@ const (
 	WhyNeeds       = "needs changed"
 	WhyConflict    = "GPU taken"
 	WhyPool        = "pool changed"
+	// WhyConstraint: the group's node_selector, gpu_model or
+	// min_gpu_memory_gb no longer allows its place.
+	WhyConstraint = "constraints not met"
 	// WhyBuffer: a buffer worker goes where its node's train workers are.
 	WhyBuffer = "follows its train workers"
 )
@@ -231,6 +234,9 @@ func (e *engine) keepOne(at int32, w *Worker) (why, where string) {
 	tg, ok := e.targetOf(w, ci, at)
 	if !ok {
 		return WhyPool, n.ID
+	}
+	if !e.allows(n, ci, gi, w.GPUs) {
+		return WhyConstraint, n.ID
 	}
 	for i, x := range w.GPUs {
 		if why := e.keepGPU(ns, tg, ci, w, i, frac); why != "" {

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"maps"
 	"slices"
 )
 
@@ -22,6 +23,12 @@ type Node struct {
 	Unhealthy []int
 	// GPUUUIDs, when known, maps index to UUID.
 	GPUUUIDs []string
+	// Models and MemoryBytes, when known, map index to the GPU's model
+	// name (NVML's) and memory; Labels are the node's labels. Constraints
+	// read them.
+	Models      []string
+	MemoryBytes []uint64
+	Labels      map[string]string
 }
 
 // Healthy reports whether GPU i may be given work.
@@ -36,7 +43,8 @@ func (n *Node) hasUUIDs() bool { return len(n.GPUUUIDs) == n.GPUs && n.GPUs > 0 
 // plan made for one holds for the other.
 func sameFacts(a, b *Node) bool {
 	return a.ID == b.ID && a.IP == b.IP && a.CPUs == b.CPUs && a.GPUs == b.GPUs &&
-		slices.Equal(a.Unhealthy, b.Unhealthy) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs)
+		slices.Equal(a.Unhealthy, b.Unhealthy) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs) &&
+		slices.Equal(a.Models, b.Models) && slices.Equal(a.MemoryBytes, b.MemoryBytes) && maps.Equal(a.Labels, b.Labels)
 }
 
 // runToken names one planning run.

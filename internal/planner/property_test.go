@@ -84,27 +84,33 @@ func TestPlanProperties(t *testing.T) {
 		if !reflect.DeepEqual(again.Workers.Slice(), p.Workers.Slice()) {
 			t.Fatalf("planning is not deterministic")
 		}
-		manual := *spec
-		manual.Placement = Placement{Mode: ModeManual}
-		rp, _ := json.Marshal(p.ResourcePool)
-		var raw []any
-		_ = json.Unmarshal(rp, &raw)
-		pools, perr := parsePools(raw)
-		if perr != nil {
-			t.Fatalf("export does not parse: %v\n%s", perr, rp)
-		}
-		manual.ResourcePool = pools
-		p2, err := Compute(&manual, nodes)
-		if err != nil {
-			t.Fatalf("export loaded in manual mode: %v\n%s", err, rp)
-		}
-		if fmt.Sprint(allocSet(p2)) != fmt.Sprint(allocSet(p)) || fmt.Sprint(countSet(p2)) != fmt.Sprint(countSet(p)) {
-			t.Fatalf("export loaded in manual mode gives other allocations or workers per node\n%s", rp)
-		}
-		for _, e := range checkPlan(&manual, nodes, p2) {
-			t.Error("manual: " + e)
-		}
+		exportLoadsBack(t, spec, nodes, p)
 	})
+}
+
+// exportLoadsBack: p's export loads back in manual mode to the same
+// allocations and workers per node.
+func exportLoadsBack(t *rapid.T, spec *Spec, nodes []Node, p *Plan) {
+	manual := *spec
+	manual.Placement = Placement{Mode: ModeManual}
+	rp, _ := json.Marshal(p.ResourcePool)
+	var raw []any
+	_ = json.Unmarshal(rp, &raw)
+	pools, perr := parsePools(raw)
+	if perr != nil {
+		t.Fatalf("export does not parse: %v\n%s", perr, rp)
+	}
+	manual.ResourcePool = pools
+	p2, err := Compute(&manual, nodes)
+	if err != nil {
+		t.Fatalf("export loaded in manual mode: %v\n%s", err, rp)
+	}
+	if fmt.Sprint(allocSet(p2)) != fmt.Sprint(allocSet(p)) || fmt.Sprint(countSet(p2)) != fmt.Sprint(countSet(p)) {
+		t.Fatalf("export loaded in manual mode gives other allocations or workers per node\n%s", rp)
+	}
+	for _, e := range checkPlan(&manual, nodes, p2) {
+		t.Error("manual: " + e)
+	}
 }
 
 // TestRequiredMatchesPacking: when the GPU arithmetic passes on a cluster of

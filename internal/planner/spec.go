@@ -31,6 +31,8 @@ type WorkerGroup struct {
 	Auto    bool
 	NumCPUs float64
 	NumGPUs float64
+	// Constraints say where its workers may run (nil: anywhere).
+	*Constraints
 }
 
 // Scheduling is the job's worker groups. A nil group schedules nothing.
@@ -254,7 +256,7 @@ func parseGroup(field string, v any, allowAuto bool) (WorkerGroup, error) {
 	if !ok {
 		return g, fieldErr(field, "want a mapping with worker_num, num_cpus and num_gpus, got %s", kindOf(v))
 	}
-	if err := onlyKeys(field, m, "worker_num", "num_cpus", "num_gpus"); err != nil {
+	if err := onlyKeys(field, m, "worker_num", "num_cpus", "num_gpus", "node_selector", "gpu_model", "min_gpu_memory_gb"); err != nil {
 		return g, err
 	}
 	switch wn := m["worker_num"].(type) {
@@ -295,7 +297,85 @@ func parseGroup(field string, v any, allowAuto bool) (WorkerGroup, error) {
 		}
 		g.NumGPUs = n
 	}
+	c, err := parseConstraints(field, m)
+	if err != nil {
+		return g, err
+	}
+	switch {
+	case c.any() && allowAuto:
+		return g, fieldErr(field, "node_selector, gpu_model and min_gpu_memory_gb are not allowed for buffer: buffers follow their train workers")
+	case c.gpuWise() && g.NumGPUs == 0:
+		return g, fieldErr(field, "gpu_model and min_gpu_memory_gb need num_gpus > 0")
+	case c.any():
+		g.Constraints = c
+	}
 	return g, nil
+}
+
+// parseConstraints reads a group's node_selector, gpu_model and
+// min_gpu_memory_gb.
+func parseConstraints(field string, m map[string]any) (*Constraints, error) {
+	c := &Constraints{}
+	switch sel := m["node_selector"].(type) {
+	case nil:
+	case map[string]any:
+		if len(sel) > 64 {
+			return nil, fieldErr(field+".node_selector", "%d labels; at most 64", len(sel))
+		}
+		c.NodeSelector = map[string]string{}
+		for k, v := range sel {
+			s, ok := scalarString(v)
+			if !ok || k == "" || len(k) > 256 || len(s) > 256 {
+				return nil, fieldErr(field+".node_selector."+k, "%s is not allowed; want a label name and a string value, each at most 256 bytes", show(v))
+			}
+			c.NodeSelector[k] = s
+		}
+	default:
+		return nil, fieldErr(field+".node_selector", "want a mapping of label: value, got %s", kindOf(sel))
+	}
+	switch gm := m["gpu_model"].(type) {
+	case nil:
+	case string:
+		c.GPUModels = []string{gm}
+	case []any:
+		for i, v := range gm {
+			s, ok := v.(string)
+			if !ok {
+				return nil, fieldErr(fmt.Sprintf("%s.gpu_model[%d]", field, i), "%s is not allowed; want a model name such as H100", show(v))
+			}
+			c.GPUModels = append(c.GPUModels, s)
+		}
+		if len(gm) == 0 {
+			return nil, fieldErr(field+".gpu_model", "an empty list matches nothing; want a model name or a list of them")
+		}
+	default:
+		return nil, fieldErr(field+".gpu_model", "want a model name such as H100, or a list of them, got %s", kindOf(gm))
+	}
+	for i, s := range c.GPUModels {
+		if strings.TrimSpace(s) == "" || len(s) > 128 {
+			return nil, fieldErr(fmt.Sprintf("%s.gpu_model[%d]", field, i), "%q is not allowed; want a model name such as H100", s)
+		}
+	}
+	if raw, ok := m["min_gpu_memory_gb"]; ok && raw != nil {
+		n, ok := number(raw)
+		if !ok || n <= 0 || n > 1<<20 {
+			return nil, fieldErr(field+".min_gpu_memory_gb", "%s is not allowed; want a number of gigabytes > 0", show(raw))
+		}
+		c.MinGPUMemoryGB = n
+	}
+	return c, nil
+}
+
+// scalarString is v as a label value: a string, or a number or boolean
+// YAML read as one.
+func scalarString(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case bool, int, int64, uint64, float64:
+		return fmt.Sprint(x), true
+	}
+	return "", false
 }
 
 func autoHint(allowAuto bool) string {

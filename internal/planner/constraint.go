@@ -1,0 +1,137 @@
+package planner
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Constraints say where a worker group may run: on nodes whose labels
+// match NodeSelector, on GPUs whose model matches one of GPUModels
+// (a case-insensitive substring of NVML's name, "H100" for "NVIDIA
+// H100 80GB HBM3") and that have at least MinGPUMemoryGB. A node
+// qualifies with only its matching healthy GPUs. The zero value allows
+// anything.
+type Constraints struct {
+	NodeSelector   map[string]string `json:"node_selector,omitempty"`
+	GPUModels      []string          `json:"gpu_model,omitempty"`
+	MinGPUMemoryGB float64           `json:"min_gpu_memory_gb,omitempty"`
+}
+
+// gib is a gigabyte as min_gpu_memory_gb counts it: GPU makers' "80GB"
+// is 80 GiB of memory (NVML reports 85,520,809,984 bytes for an H100 80GB,
+// a little under 80 GiB; see minMemoryBytes).
+const gib = 1 << 30
+
+// any reports whether c constrains anything.
+func (c *Constraints) any() bool {
+	return c != nil && (len(c.NodeSelector) > 0 || len(c.GPUModels) > 0 || c.MinGPUMemoryGB > 0)
+}
+
+// gpuWise reports whether c looks at GPUs, not only at the node.
+func (c *Constraints) gpuWise() bool { return len(c.GPUModels) > 0 || c.MinGPUMemoryGB > 0 }
+
+// minMemoryBytes is the least memory a GPU needs. NVML reports a little
+// less than the marketed size (an "80GB" H100: 79.6 GiB; driver
+// reservations), so a GPU within 1 GiB of the asked size counts.
+func (c *Constraints) minMemoryBytes() uint64 {
+	if c.MinGPUMemoryGB <= 1 {
+		return uint64(c.MinGPUMemoryGB * gib * 0.5)
+	}
+	return uint64((c.MinGPUMemoryGB - 1) * gib)
+}
+
+// nodeOK reports whether n's labels match the selector.
+func (c *Constraints) nodeOK(n *Node) bool {
+	for k, v := range c.NodeSelector {
+		if have, ok := n.Labels[k]; !ok || have != v {
+			return false
+		}
+	}
+	return true
+}
+
+// gpuOK reports whether GPU g of n is of an allowed model and has the
+// memory asked. A node that does not say (an rlightning cluster file)
+// matches no GPU constraint.
+func (c *Constraints) gpuOK(n *Node, g int) bool {
+	if len(c.GPUModels) > 0 {
+		if g >= len(n.Models) {
+			return false
+		}
+		name := strings.ToLower(n.Models[g])
+		if !slices.ContainsFunc(c.GPUModels, func(m string) bool { return strings.Contains(name, strings.ToLower(m)) }) {
+			return false
+		}
+	}
+	if c.MinGPUMemoryGB > 0 && (g >= len(n.MemoryBytes) || n.MemoryBytes[g] < c.minMemoryBytes()) {
+		return false
+	}
+	return true
+}
+
+// nodeReason is the reason a node is passed over for its labels.
+func (c *Constraints) nodeReason() string {
+	keys := slices.Sorted(maps.Keys(c.NodeSelector))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + c.NodeSelector[k]
+	}
+	return "node_selector " + strings.Join(parts, ",") + " does not match the node's labels"
+}
+
+// gpuReason is the reason a node is passed over for its GPUs.
+func (c *Constraints) gpuReason() string {
+	var what []string
+	if len(c.GPUModels) > 0 {
+		what = append(what, fmt.Sprintf("gpu_model %v", c.GPUModels))
+	}
+	if c.MinGPUMemoryGB > 0 {
+		what = append(what, fmt.Sprintf("min_gpu_memory_gb %g", c.MinGPUMemoryGB))
+	}
+	return strings.Join(what, ", ") + " matches no healthy GPU"
+}
+
+// eligible is what of gpus (a node's usable GPUs, or a manual pool's
+// there) group gi of component ci may use on ns; why is not empty when
+// the node cannot serve the group at all.
+func (e *engine) eligible(ns *nodeState, ci, gi int, gpus []int, count int) (out []int, why string) {
+	c := e.cons[ci][gi]
+	if !c.any() {
+		return gpus, ""
+	}
+	if !c.nodeOK(ns.node) {
+		return nil, c.nodeReason()
+	}
+	if count == 0 || !c.gpuWise() {
+		return gpus, ""
+	}
+	for _, g := range gpus {
+		if c.gpuOK(ns.node, g) {
+			out = append(out, g)
+		}
+	}
+	if len(out) == 0 {
+		return nil, c.gpuReason()
+	}
+	return out, ""
+}
+
+// allows reports whether the constraints of group gi of component ci
+// allow w's place: kept workers meet the same checks as new ones.
+func (e *engine) allows(n *Node, ci, gi int, gpus []int) bool {
+	c := e.cons[ci][gi]
+	if !c.any() {
+		return true
+	}
+	if !c.nodeOK(n) {
+		return false
+	}
+	for _, g := range gpus {
+		if c.gpuWise() && !c.gpuOK(n, g) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,288 @@
+package planner
+
+import (
+	"fmt"
+	"pgregory.net/rapid"
+	"strings"
+	"testing"
+)
+
+// modelNode is a node of gpus GPUs of the given models (cycled), with
+// labels.
+func modelNode(id string, gpus int, labels map[string]string, models ...string) Node {
+	mem := map[string]uint64{"NVIDIA H100 80GB HBM3": 81559 << 20, "NVIDIA H200": 143771 << 20, "NVIDIA L40S": 46068 << 20, "NVIDIA B200": 183359 << 20}
+	n := Node{ID: id, IP: "10.0.0.1", CPUs: 64, GPUs: gpus, Labels: labels}
+	for g := range gpus {
+		m := models[g*len(models)/gpus]
+		n.Models = append(n.Models, m)
+		n.MemoryBytes = append(n.MemoryBytes, mem[m])
+		n.GPUUUIDs = append(n.GPUUUIDs, fmt.Sprintf("GPU-%s-%d", id, g))
+	}
+	return n
+}
+
+const (
+	l40s = "NVIDIA L40S"
+	h100 = "NVIDIA H100 80GB HBM3"
+	h200 = "NVIDIA H200"
+)
+
+// TestConstraints: each constraint changes the answer (the same spec
+// without it places elsewhere), every worker lands where its group's
+// constraints allow, and an unmet constraint invalidates the plan with
+// a reason naming the component and the constraint.
+func TestConstraints(t *testing.T) {
+	zoneA, zoneB := map[string]string{"zone": "a"}, map[string]string{"zone": "b"}
+	cases := []struct {
+		name  string
+		nodes []Node
+		group string // the train group's constraint fields
+		// want: the node (and GPUs, when set) every train worker lands on.
+		node string
+		gpus []int
+		err  string
+	}{
+		{name: "gpu_model", nodes: []Node{modelNode("n0", 8, nil, l40s), modelNode("n1", 8, nil, h100)},
+			group: "gpu_model: H100", node: "n1"},
+		{name: "gpu_model list, case", nodes: []Node{modelNode("n0", 8, nil, l40s), modelNode("n1", 8, nil, h200)},
+			group: "gpu_model: [h100, h200]", node: "n1"},
+		{name: "min_gpu_memory_gb", nodes: []Node{modelNode("n0", 8, nil, l40s), modelNode("n1", 8, nil, h100)},
+			group: "min_gpu_memory_gb: 80", node: "n1"},
+		{name: "node_selector", nodes: []Node{modelNode("n0", 8, zoneA, h100), modelNode("n1", 8, zoneB, h100)},
+			group: "node_selector: {zone: b}", node: "n1"},
+		{name: "only the matching GPUs of a mixed node", nodes: []Node{modelNode("n0", 8, nil, l40s, h100)},
+			group: "gpu_model: H100", node: "n0", gpus: []int{4, 5, 6, 7}},
+		{name: "no such model", nodes: []Node{modelNode("n0", 8, nil, l40s), modelNode("n1", 8, nil, h100)},
+			group: "gpu_model: B200", err: "train: 0 of 4 workers placed; the next needs 1 GPU and 1 CPU; gpu_model [B200] matches no healthy GPU on 2 nodes (n0, n1)"},
+		{name: "no such label", nodes: []Node{modelNode("n0", 8, zoneA, h100)},
+			group: "node_selector: {zone: b}", err: "train: 0 of 4 workers placed; the next needs 1 GPU and 1 CPU; node_selector zone=b does not match the node's labels on n0"},
+		{name: "a file without models", nodes: uniformNodes(2, 8, 64),
+			group: "gpu_model: H100", err: "gpu_model [H100] matches no healthy GPU on 2 nodes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			spec := mustSpec(t, fmt.Sprintf("scheduling: {train: {worker_num: 4, num_cpus: 1, num_gpus: 1, %s}}\n", c.group))
+			p, _ := Compute(spec, c.nodes)
+			if c.err != "" {
+				if p.Valid || !strings.Contains(p.Error, c.err) {
+					t.Fatalf("valid %v, error %q; want %q", p.Valid, p.Error, c.err)
+				}
+				return
+			}
+			if !p.Valid {
+				t.Fatalf("invalid: %s", p.Error)
+			}
+			var gpus []int
+			for _, w := range p.Workers.Slice() {
+				if w.NodeID != c.node {
+					t.Errorf("train %d on %s, want %s", w.Index, w.NodeID, c.node)
+				}
+				gpus = append(gpus, w.GPUs...)
+			}
+			if c.gpus != nil && fmt.Sprint(gpus) != fmt.Sprint(c.gpus) {
+				t.Errorf("GPUs %v, want %v", gpus, c.gpus)
+			}
+			// Without the constraint the answer differs.
+			free, _ := Compute(mustSpec(t, "scheduling: {train: {worker_num: 4, num_cpus: 1, num_gpus: 1}}\n"), c.nodes)
+			if SamePlacement(free, p) {
+				t.Error("the constraint does not change the answer; the case proves nothing")
+			}
+		})
+	}
+}
+
+// TestConstraintsReplan: a spec that adds a constraint displaces the
+// workers it no longer allows, saying why, and keeps the rest; a node
+// whose labels change loses the workers its new labels exclude.
+func TestConstraintsReplan(t *testing.T) {
+	nodes := []Node{modelNode("n0", 8, map[string]string{"zone": "a"}, l40s), modelNode("n1", 8, map[string]string{"zone": "a"}, h100)}
+	free := mustSpec(t, "scheduling: {train: {worker_num: 4, num_cpus: 1, num_gpus: 1}, eval: {worker_num: 2, num_cpus: 1, num_gpus: 1}}\n")
+	first, _ := Compute(free, nodes)
+	if !first.Valid || !onNodeOf(first, Train, "n0") {
+		t.Fatalf("first plan: valid %v; train must start on n0 for the test to mean anything", first.Valid)
+	}
+	pinned := mustSpec(t, "scheduling: {train: {worker_num: 4, num_cpus: 1, num_gpus: 1, gpu_model: H100}, eval: {worker_num: 2, num_cpus: 1, num_gpus: 1}}\n")
+	next, ch, _ := Replan(first, pinned, nodes)
+	if !next.Valid || onNodeOf(next, Train, "n0") {
+		t.Fatalf("after gpu_model H100: valid %v (%s), train still on n0", next.Valid, next.Error)
+	}
+	if !strings.Contains(ch.Summary(), WhyConstraint) {
+		t.Errorf("the change does not say why: %s", ch.Summary())
+	}
+	// The node's labels change: a selector on eval moves it.
+	sel := mustSpec(t, "scheduling: {train: {worker_num: 4, num_cpus: 1, num_gpus: 1, gpu_model: H100}, eval: {worker_num: 2, num_cpus: 1, num_gpus: 1, node_selector: {zone: a}}}\n")
+	third, _, _ := Replan(next, sel, nodes)
+	if !third.Valid {
+		t.Fatalf("third: %s", third.Error)
+	}
+	relabelled := []Node{nodes[0], modelNode("n1", 8, map[string]string{"zone": "b"}, h100)}
+	relabelled[0].Labels = map[string]string{"zone": "a"}
+	fourth, _, _ := Replan(third, sel, relabelled)
+	for _, w := range fourth.Workers.Slice() {
+		if w.Component == Eval && w.NodeID == "n1" {
+			t.Errorf("eval %d stays on n1 whose zone is now b", w.Index)
+		}
+	}
+}
+
+func onNodeOf(p *Plan, c Component, node string) bool {
+	for _, w := range p.Workers.Slice() {
+		if w.Component == c && w.NodeID == node {
+			return true
+		}
+	}
+	return false
+}
+
+// TestConstraintSpecErrors: bad constraint fields are refused naming
+// the field and what is allowed.
+func TestConstraintSpecErrors(t *testing.T) {
+	cases := []struct{ spec, want string }{
+		{"scheduling: {train: {worker_num: 1, num_gpus: 1, gpu_model: []}}", "scheduling.train.gpu_model: an empty list matches nothing"},
+		{"scheduling: {train: {worker_num: 1, num_gpus: 1, gpu_model: 7}}", "scheduling.train.gpu_model: want a model name such as H100, or a list of them, got the number 7"},
+		{"scheduling: {train: {worker_num: 1, num_gpus: 1, gpu_model: [H100, 3]}}", "scheduling.train.gpu_model[1]: 3 is not allowed"},
+		{"scheduling: {train: {worker_num: 1, num_gpus: 1, min_gpu_memory_gb: -1}}", "scheduling.train.min_gpu_memory_gb: -1 is not allowed; want a number of gigabytes > 0"},
+		{"scheduling: {train: {worker_num: 1, num_gpus: 1, node_selector: [a]}}", "scheduling.train.node_selector: want a mapping of label: value"},
+		{"scheduling: {train: {worker_num: 1, num_gpus: 1, node_selector: {zone: {x: 1}}}}", "scheduling.train.node_selector.zone:"},
+		{"scheduling: {env: [{worker_num: 1, num_gpus: 0, gpu_model: H100}]}", "scheduling.env[0]: gpu_model and min_gpu_memory_gb need num_gpus > 0"},
+		{"scheduling: {train: {worker_num: 1, num_gpus: 1}, buffer: {worker_num: auto, node_selector: {zone: a}}}", "not allowed for buffer"},
+	}
+	for _, c := range cases {
+		_, err := ParseSpec([]byte(c.spec))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want %q", c.spec, err, c.want)
+		}
+	}
+	// A CPU-only group may still select nodes.
+	if _, err := ParseSpec([]byte("scheduling: {env: [{worker_num: 2, num_gpus: 0, node_selector: {zone: a, rack: 7}}]}")); err != nil {
+		t.Error(err)
+	}
+}
+
+// genConstrained is a random cluster of mixed models and zones, and a
+// random spec some of whose groups carry constraints.
+func genConstrained(t *rapid.T) ([]Node, *Spec) {
+	nodes := genNodes(t)
+	models := []string{l40s, h100, h200}
+	for i := range nodes {
+		n := &nodes[i]
+		n.Labels = map[string]string{"zone": rapid.SampledFrom([]string{"a", "b"}).Draw(t, "zone")}
+		mixed := rapid.IntRange(0, 3).Draw(t, "mixed") == 0
+		first := rapid.SampledFrom(models).Draw(t, "model")
+		for g := range n.GPUs {
+			m := first
+			if mixed && g >= n.GPUs/2 {
+				m = models[(g+i)%len(models)]
+			}
+			n.Models = append(n.Models, m)
+			n.MemoryBytes = append(n.MemoryBytes, map[string]uint64{l40s: 46068 << 20, h100: 81559 << 20, h200: 143771 << 20}[m])
+		}
+	}
+	spec := genSpec(t)
+	constrain := func(g *WorkerGroup, name string) {
+		if g == nil || rapid.IntRange(0, 2).Draw(t, name+"Free") == 0 {
+			return
+		}
+		c := &Constraints{}
+		if rapid.Bool().Draw(t, name+"Zone") {
+			c.NodeSelector = map[string]string{"zone": rapid.SampledFrom([]string{"a", "b"}).Draw(t, name+"ZoneValue")}
+		}
+		if g.NumGPUs > 0 {
+			switch rapid.IntRange(0, 3).Draw(t, name+"GPUKind") {
+			case 1:
+				c.GPUModels = []string{rapid.SampledFrom([]string{"H100", "h200", "L40S", "B200"}).Draw(t, name+"Model")}
+			case 2:
+				c.GPUModels = []string{"H100", "H200"}
+			case 3:
+				c.MinGPUMemoryGB = rapid.SampledFrom([]float64{40, 80, 141}).Draw(t, name+"Mem")
+			}
+		}
+		if c.any() {
+			g.Constraints = c
+		}
+	}
+	constrain(spec.Scheduling.Train, "train")
+	constrain(spec.Scheduling.Eval, "eval")
+	for i := range spec.Scheduling.Env {
+		constrain(&spec.Scheduling.Env[i], fmt.Sprintf("env%d", i))
+	}
+	return nodes, spec
+}
+
+// checkConstraints: every worker of a valid plan sits on a node and GPUs
+// its group's constraints allow.
+func checkConstraints(t *rapid.T, spec *Spec, nodes []Node, p *Plan) {
+	byID := map[string]*Node{}
+	for i := range nodes {
+		byID[nodes[i].ID] = &nodes[i]
+	}
+	groups := [nComp][]WorkerGroup{groupList(spec.Scheduling.Train), groupList(spec.Scheduling.Eval), spec.Scheduling.Env}
+	for _, w := range p.Workers.Slice() {
+		ci := w.Component.Rank()
+		if ci < 0 || ci >= nComp {
+			continue // buffers follow train
+		}
+		d := newDemand(ci, groups[ci])
+		_, g := d.groupAt(w.Index)
+		c := g.Constraints
+		if !c.any() {
+			continue
+		}
+		n := byID[w.NodeID]
+		if !c.nodeOK(n) {
+			t.Fatalf("%s %d on %s: labels %v, selector %v", w.Component, w.Index, w.NodeID, n.Labels, c.NodeSelector)
+		}
+		for _, x := range w.GPUs {
+			if c.gpuWise() && !c.gpuOK(n, x) {
+				t.Fatalf("%s %d on %s GPU %d (%s): constraints %+v", w.Component, w.Index, w.NodeID, x, n.Models[x], *c)
+			}
+		}
+	}
+}
+
+// TestConstraintProperties: on random mixed clusters and constrained
+// specs, valid plans keep every invariant and every constraint,
+// validation agrees with planning, and replans after the labels and
+// models of a node change keep them too.
+func TestConstraintProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nodes, spec := genConstrained(t)
+		p, err := Compute(spec, nodes)
+		if (err == nil) != p.Valid {
+			t.Fatalf("error %v but valid=%v", err, p.Valid)
+		}
+		if verr := Validate(spec, nodes); (verr == nil) != p.Valid {
+			t.Fatalf("validate says %v, plan valid=%v", verr, p.Valid)
+		}
+		if !p.Valid {
+			return
+		}
+		for _, e := range checkPlan(spec, nodes, p) {
+			t.Fatal(e)
+		}
+		checkConstraints(t, spec, nodes, p)
+		exportLoadsBack(t, spec, nodes, p)
+		// A node is relabelled and a GPU's model changes (replaced).
+		next := append([]Node(nil), nodes...)
+		i := rapid.IntRange(0, len(next)-1).Draw(t, "changed")
+		n := next[i]
+		n.Labels = map[string]string{"zone": rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "newZone")}
+		if n.GPUs > 0 {
+			n.Models = append([]string(nil), n.Models...)
+			n.Models[0] = rapid.SampledFrom([]string{l40s, h100, h200}).Draw(t, "newModel")
+		}
+		next[i] = n
+		r, _, err := Replan(p, spec, next)
+		if (err == nil) != r.Valid {
+			t.Fatalf("replan error %v but valid=%v", err, r.Valid)
+		}
+		if r.Valid {
+			for _, e := range checkPlan(spec, next, r) {
+				t.Fatal(e)
+			}
+			checkConstraints(t, spec, next, r)
+		} else if fresh, _ := Compute(spec, next); fresh.Valid {
+			t.Fatalf("the replan is invalid (%s) where a fresh plan is valid", r.Error)
+		}
+	})
+}
