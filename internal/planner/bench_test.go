@@ -92,3 +92,39 @@ func BenchmarkPlanPoolsOnly(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlanConstrained is BenchmarkPlan's cluster and demand on
+// mixed nodes: half H100 in zone a, a quarter H200 and a quarter L40S in
+// zone b; train wants H100, eval 80 GB in zone b (the H200s), env
+// anything. Compare with BenchmarkPlan/nodes=20000 in the same run.
+func BenchmarkPlanConstrained(b *testing.B) {
+	for _, n := range []int{1000, 20000} {
+		nodes, spec := benchCluster(n)
+		zones := []map[string]string{{"zone": "a"}, {"zone": "b"}}
+		for i := range nodes {
+			model, mem, zone := "NVIDIA H100 80GB HBM3", uint64(81559<<20), zones[0]
+			switch i % 4 {
+			case 2:
+				model, mem, zone = "NVIDIA H200", 143771<<20, zones[1]
+			case 3:
+				model, mem, zone = "NVIDIA L40S", 46068<<20, zones[1]
+			}
+			nodes[i].Labels = zone
+			for range nodes[i].GPUs {
+				nodes[i].Models = append(nodes[i].Models, model)
+				nodes[i].MemoryBytes = append(nodes[i].MemoryBytes, mem)
+			}
+		}
+		spec.Scheduling.Train.Constraints = &Constraints{GPUModels: []string{"H100"}}
+		spec.Scheduling.Eval.Constraints = &Constraints{NodeSelector: map[string]string{"zone": "b"}, MinGPUMemoryGB: 80}
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := Compute(spec, nodes)
+				if err != nil || !p.Valid {
+					b.Fatalf("plan: %v", err)
+				}
+			}
+		})
+	}
+}
