@@ -13,10 +13,38 @@ import (
 // H100 80GB HBM3") and that have at least MinGPUMemoryGB. A node
 // qualifies with only its matching healthy GPUs. The zero value allows
 // anything.
+//
+// GPULink says how the GPUs of one multi-GPU worker must be linked:
+// LinkAny (""), LinkNVLink (pairwise NVLink peers), LinkNUMA (one NUMA
+// node), LinkPreferNVLink (NVLink where the node can, else one NUMA node,
+// else any, noted as a compromise).
 type Constraints struct {
 	NodeSelector   map[string]string `json:"node_selector,omitempty"`
 	GPUModels      []string          `json:"gpu_model,omitempty"`
 	MinGPUMemoryGB float64           `json:"min_gpu_memory_gb,omitempty"`
+	GPULink        string            `json:"gpu_link,omitempty"`
+}
+
+// gpu_link values.
+const (
+	LinkAny          = "any"
+	LinkNVLink       = "nvlink"
+	LinkNUMA         = "numa"
+	LinkPreferNVLink = "prefer-nvlink"
+)
+
+// ReasonPreferNVLink is a compromise: a prefer-nvlink worker placed on
+// GPUs without NVLink between them.
+const ReasonPreferNVLink = "gpu_link prefer-nvlink: placed without NVLink (no NVLink-peer GPUs free)"
+
+// linkReason is why a node took no worker of a group whose GPUs must be
+// linked: count GPUs so linked were not free.
+func linkReason(link string, count int) string {
+	what := "NVLink-peer"
+	if link == LinkNUMA {
+		what = "same-NUMA"
+	}
+	return fmt.Sprintf("gpu_link %s: no %d %s healthy GPUs free", link, count, what)
 }
 
 // gib is a gigabyte as min_gpu_memory_gb counts it: GPU makers' "80GB"
@@ -26,7 +54,7 @@ const gib = 1 << 30
 
 // any reports whether c constrains anything.
 func (c *Constraints) any() bool {
-	return c != nil && (len(c.NodeSelector) > 0 || len(c.GPUModels) > 0 || c.MinGPUMemoryGB > 0)
+	return c != nil && (len(c.NodeSelector) > 0 || len(c.GPUModels) > 0 || c.MinGPUMemoryGB > 0 || c.GPULink != "")
 }
 
 // gpuWise reports whether c looks at GPUs, not only at the node.
@@ -132,6 +160,101 @@ func (e *engine) allows(n *Node, ci, gi int, gpus []int) bool {
 		if c.gpuWise() && !c.gpuOK(n, g) {
 			return false
 		}
+	}
+	return len(gpus) < 2 || linked(n, gpus, c.GPULink)
+}
+
+// pickLinked is pick for a worker of count GPUs whose group says how
+// they must be linked: held is nil when no such GPUs are free, and why
+// says so when plain GPUs would have been; compromise is set when
+// prefer-nvlink settled for less.
+func (e *engine) pickLinked(ns *nodeState, ci, gi int, gpus []int, pos *int, count int) (held []int, why string, compromise bool) {
+	c := e.cons[ci][gi]
+	link := ""
+	if c != nil {
+		link = c.GPULink
+	}
+	if link == "" || link == LinkAny {
+		return e.pick(ns, ci, gpus, pos, count, 1), "", false
+	}
+	var free []int
+	for _, g := range gpus[*pos:] {
+		if e.fits(ns, ci, g, 1) {
+			free = append(free, g)
+		}
+	}
+	if len(free) < count {
+		return nil, "", false
+	}
+	n := ns.node
+	switch link {
+	case LinkNVLink:
+		held = clique(free, count, n.Peers)
+	case LinkNUMA:
+		held = sameNUMA(free, count, n.NUMA)
+	case LinkPreferNVLink:
+		if held = clique(free, count, n.Peers); held == nil {
+			if held = sameNUMA(free, count, n.NUMA); held == nil {
+				held = free[:count:count]
+			}
+			compromise = true
+		}
+	}
+	if held == nil {
+		return nil, linkReason(link, count), false
+	}
+	return held, "", compromise
+}
+
+// clique is count GPUs of free, pairwise NVLink peers (greedily, from
+// each GPU in turn); nil if there are none.
+func clique(free []int, count int, peers []uint64) []int {
+	for i, a := range free {
+		if a >= len(peers) {
+			continue
+		}
+		held := []int{a}
+		for _, b := range free[i+1:] {
+			if len(held) == count {
+				break
+			}
+			ok := b < len(peers)
+			for _, h := range held {
+				ok = ok && peers[h]&(1<<b) != 0 && peers[b]&(1<<h) != 0
+			}
+			if ok {
+				held = append(held, b)
+			}
+		}
+		if len(held) == count {
+			return held
+		}
+	}
+	return nil
+}
+
+// sameNUMA is count GPUs of free on one known NUMA node; nil if there
+// are none.
+func sameNUMA(free []int, count int, numa []int) []int {
+	by := map[int][]int{}
+	for _, g := range free {
+		if g < len(numa) && numa[g] >= 0 {
+			by[numa[g]] = append(by[numa[g]], g)
+			if len(by[numa[g]]) == count {
+				return by[numa[g]]
+			}
+		}
+	}
+	return nil
+}
+
+// linked reports whether gpus are linked as link asks (kept workers).
+func linked(n *Node, gpus []int, link string) bool {
+	switch link {
+	case LinkNVLink:
+		return clique(gpus, len(gpus), n.Peers) != nil
+	case LinkNUMA:
+		return sameNUMA(gpus, len(gpus), n.NUMA) != nil
 	}
 	return true
 }

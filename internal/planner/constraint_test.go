@@ -176,6 +176,18 @@ func genConstrained(t *rapid.T) ([]Node, *Spec) {
 			}
 			n.Models = append(n.Models, m)
 			n.MemoryBytes = append(n.MemoryBytes, map[string]uint64{l40s: 46068 << 20, h100: 81559 << 20, h200: 143771 << 20}[m])
+			n.NUMA = append(n.NUMA, rapid.IntRange(-1, 1).Draw(t, "numa"))
+		}
+		// NVLink matrices with holes: each pair linked or not, symmetric.
+		n.Peers = make([]uint64, n.GPUs)
+		full := rapid.Bool().Draw(t, "fullMesh")
+		for a := range n.GPUs {
+			for b := a + 1; b < n.GPUs; b++ {
+				if full || rapid.IntRange(0, 2).Draw(t, "link") > 0 {
+					n.Peers[a] |= 1 << b
+					n.Peers[b] |= 1 << a
+				}
+			}
 		}
 	}
 	spec := genSpec(t)
@@ -196,6 +208,9 @@ func genConstrained(t *rapid.T) ([]Node, *Spec) {
 			case 3:
 				c.MinGPUMemoryGB = rapid.SampledFrom([]float64{40, 80, 141}).Draw(t, name+"Mem")
 			}
+		}
+		if g.NumGPUs >= 2 {
+			c.GPULink = rapid.SampledFrom([]string{"", LinkNVLink, LinkNUMA, LinkPreferNVLink}).Draw(t, name+"Link")
 		}
 		if c.any() {
 			g.Constraints = c
@@ -236,6 +251,9 @@ func checkConstraints(t *rapid.T, spec *Spec, nodes []Node, p *Plan) {
 			if c.gpuWise() && !c.gpuOK(n, x) {
 				t.Fatalf("%s %d on %s GPU %d (%s): constraints %+v", w.Component, w.Index, w.NodeID, x, n.Models[x], *c)
 			}
+		}
+		if len(w.GPUs) > 1 && !linked(n, w.GPUs, c.GPULink) {
+			t.Fatalf("%s %d on %s GPUs %v: not linked as gpu_link %s asks (peers %v, NUMA %v)", w.Component, w.Index, w.NodeID, w.GPUs, c.GPULink, n.Peers, n.NUMA)
 		}
 	}
 }
@@ -285,4 +303,70 @@ func TestConstraintProperties(t *testing.T) {
 			t.Fatalf("the replan is invalid (%s) where a fresh plan is valid", r.Error)
 		}
 	})
+}
+
+// linkNode is a 4-GPU node whose NVLink pairs are {0,2} and {1,3} and
+// whose NUMA nodes are 0,1,0,1: the first two free GPUs are linked
+// neither way.
+func linkNode(id string, nvlink bool) Node {
+	n := modelNode(id, 4, nil, h100)
+	n.NUMA = []int{0, 1, 0, 1}
+	n.Peers = make([]uint64, 4)
+	if nvlink {
+		n.Peers = []uint64{1 << 2, 1 << 3, 1 << 0, 1 << 1}
+	}
+	return n
+}
+
+// TestGPULink: gpu_link changes which GPUs a multi-GPU worker takes, is
+// refused with its reason where no linked GPUs are free, and
+// prefer-nvlink settles for less, saying so.
+func TestGPULink(t *testing.T) {
+	cases := []struct {
+		name, link string
+		node       Node
+		gpus       []int
+		err        string
+		compromise bool
+	}{
+		{name: "nvlink", link: "nvlink", node: linkNode("n0", true), gpus: []int{0, 2}},
+		{name: "numa", link: "numa", node: linkNode("n0", false), gpus: []int{0, 2}},
+		{name: "prefer-nvlink with NVLink", link: "prefer-nvlink", node: linkNode("n0", true), gpus: []int{0, 2}},
+		{name: "prefer-nvlink without", link: "prefer-nvlink", node: linkNode("n0", false), gpus: []int{0, 2}, compromise: true},
+		{name: "nvlink on PCIe", link: "nvlink", node: linkNode("n0", false), err: "eval: 0 of 1 workers placed; the next needs 2 GPU and 1 CPU; gpu_link nvlink: no 2 NVLink-peer healthy GPUs free on n0"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			spec := mustSpec(t, fmt.Sprintf("scheduling: {eval: {worker_num: 1, num_cpus: 1, num_gpus: 2, gpu_link: %s}}\n", c.link))
+			p, _ := Compute(spec, []Node{c.node})
+			if c.err != "" {
+				if p.Valid || !strings.Contains(p.Error, c.err) {
+					t.Fatalf("valid %v, error %q; want %q", p.Valid, p.Error, c.err)
+				}
+				return
+			}
+			if !p.Valid || fmt.Sprint(p.Workers.At(0).GPUs) != fmt.Sprint(c.gpus) {
+				t.Fatalf("valid %v (%s), GPUs %v; want %v", p.Valid, p.Error, p.Workers.At(0).GPUs, c.gpus)
+			}
+			var noted bool
+			for _, x := range p.Explanations {
+				for _, rc := range x.Compromises {
+					noted = noted || rc.Reason == ReasonPreferNVLink
+				}
+			}
+			if noted != c.compromise {
+				t.Errorf("compromise noted %v, want %v: %+v", noted, c.compromise, p.Explanations)
+			}
+			free, _ := Compute(mustSpec(t, "scheduling: {eval: {worker_num: 1, num_cpus: 1, num_gpus: 2}}\n"), []Node{c.node})
+			if c.compromise == false && SamePlacement(free, p) {
+				t.Error("the constraint does not change the answer")
+			}
+		})
+	}
+	if _, err := ParseSpec([]byte("scheduling: {eval: {worker_num: 1, num_gpus: 1, gpu_link: nvlink}}")); err == nil || !strings.Contains(err.Error(), "scheduling.eval.gpu_link: nvlink links the GPUs of one worker: it needs num_gpus of 2 or more") {
+		t.Errorf("gpu_link on a 1-GPU worker: %v", err)
+	}
+	if _, err := ParseSpec([]byte("scheduling: {eval: {worker_num: 1, num_gpus: 2, gpu_link: pcie}}")); err == nil || !strings.Contains(err.Error(), `"pcie" is not allowed; want any, nvlink, numa or prefer-nvlink`) {
+		t.Errorf("gpu_link pcie: %v", err)
+	}
 }

@@ -404,10 +404,16 @@ func (e *engine) fill(tg target, at int32, d *demand, gpus []int) (int, stopReas
 				e.passedOver(ns, d, placed, nil, TooFewGPUs(count))
 				return placed, stopTooSmall
 			}
-			held := e.pick(ns, d.ci, gpus, &pos, count, 1)
+			held, why, compromise := e.pickLinked(ns, d.ci, d.gi, gpus, &pos, count)
 			if held == nil {
-				e.passedOver(ns, d, placed, gpus, ReasonNoFreeGPUs)
+				if why == "" {
+					why = ReasonNoFreeGPUs
+				}
+				e.passedOver(ns, d, placed, gpus, why)
 				return placed, stopGPUs
+			}
+			if compromise {
+				ns.note(d.comp, ReasonPreferNVLink)
 			}
 			e.record(tg, at, ns, d.ci, d.index(), d.gi, g, held, nil, frac, cpus)
 			d.advance()

@@ -101,7 +101,7 @@ func (e *engine) explainComp(ci int, ts *tallies) Explanation {
 	needsGPUs := gpusNeeded(d.groups) > 0
 	for reason, t := range ts[ci] {
 		rc := ReasonCount{Reason: reason, Nodes: t.nodes, NodeIDs: t.ids}
-		if reason == ReasonPoolShared {
+		if reason == ReasonPoolShared || reason == ReasonPreferNVLink {
 			x.Compromises = append(x.Compromises, rc)
 		} else {
 			x.Excluded = append(x.Excluded, rc)

@@ -29,6 +29,14 @@ type Node struct {
 	Models      []string
 	MemoryBytes []uint64
 	Labels      map[string]string
+	// Peers, when known, is per GPU the set (bit j: GPU j) of GPUs it
+	// has an NVLink path to; NUMA, per GPU, its NUMA node (-1: unknown).
+	// gpu_link reads them.
+	Peers []uint64
+	NUMA  []int
+	// Domain is the node's NVLink domain (fabric clique); "" is a domain
+	// of its own. nvlink_domain reads it.
+	Domain string
 }
 
 // Healthy reports whether GPU i may be given work.
@@ -44,7 +52,8 @@ func (n *Node) hasUUIDs() bool { return len(n.GPUUUIDs) == n.GPUs && n.GPUs > 0 
 func sameFacts(a, b *Node) bool {
 	return a.ID == b.ID && a.IP == b.IP && a.CPUs == b.CPUs && a.GPUs == b.GPUs &&
 		slices.Equal(a.Unhealthy, b.Unhealthy) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs) &&
-		slices.Equal(a.Models, b.Models) && slices.Equal(a.MemoryBytes, b.MemoryBytes) && maps.Equal(a.Labels, b.Labels)
+		slices.Equal(a.Models, b.Models) && slices.Equal(a.MemoryBytes, b.MemoryBytes) && maps.Equal(a.Labels, b.Labels) &&
+		slices.Equal(a.Peers, b.Peers) && slices.Equal(a.NUMA, b.NUMA) && a.Domain == b.Domain
 }
 
 // runToken names one planning run.

@@ -3,6 +3,7 @@ package planner
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -256,7 +257,7 @@ func parseGroup(field string, v any, allowAuto bool) (WorkerGroup, error) {
 	if !ok {
 		return g, fieldErr(field, "want a mapping with worker_num, num_cpus and num_gpus, got %s", kindOf(v))
 	}
-	if err := onlyKeys(field, m, "worker_num", "num_cpus", "num_gpus", "node_selector", "gpu_model", "min_gpu_memory_gb"); err != nil {
+	if err := onlyKeys(field, m, "worker_num", "num_cpus", "num_gpus", "node_selector", "gpu_model", "min_gpu_memory_gb", "gpu_link"); err != nil {
 		return g, err
 	}
 	switch wn := m["worker_num"].(type) {
@@ -306,6 +307,8 @@ func parseGroup(field string, v any, allowAuto bool) (WorkerGroup, error) {
 		return g, fieldErr(field, "node_selector, gpu_model and min_gpu_memory_gb are not allowed for buffer: buffers follow their train workers")
 	case c.gpuWise() && g.NumGPUs == 0:
 		return g, fieldErr(field, "gpu_model and min_gpu_memory_gb need num_gpus > 0")
+	case c.GPULink != "" && c.GPULink != LinkAny && g.NumGPUs < 2:
+		return g, fieldErr(field+".gpu_link", "%s links the GPUs of one worker: it needs num_gpus of 2 or more", c.GPULink)
 	case c.any():
 		g.Constraints = c
 	}
@@ -355,6 +358,18 @@ func parseConstraints(field string, m map[string]any) (*Constraints, error) {
 		if strings.TrimSpace(s) == "" || len(s) > 128 {
 			return nil, fieldErr(fmt.Sprintf("%s.gpu_model[%d]", field, i), "%q is not allowed; want a model name such as H100", s)
 		}
+	}
+	switch link := m["gpu_link"].(type) {
+	case nil:
+	case string:
+		if !slices.Contains([]string{LinkAny, LinkNVLink, LinkNUMA, LinkPreferNVLink}, link) {
+			return nil, fieldErr(field+".gpu_link", "%q is not allowed; want any, nvlink, numa or prefer-nvlink", link)
+		}
+		if link != LinkAny {
+			c.GPULink = link
+		}
+	default:
+		return nil, fieldErr(field+".gpu_link", "want any, nvlink, numa or prefer-nvlink, got %s", kindOf(link))
 	}
 	if raw, ok := m["min_gpu_memory_gb"]; ok && raw != nil {
 		n, ok := number(raw)
