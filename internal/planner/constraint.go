@@ -23,6 +23,9 @@ type Constraints struct {
 	GPUModels      []string          `json:"gpu_model,omitempty"`
 	MinGPUMemoryGB float64           `json:"min_gpu_memory_gb,omitempty"`
 	GPULink        string            `json:"gpu_link,omitempty"`
+	// NVLinkDomain is where the group's workers go among NVLink domains:
+	// DomainAny (""), DomainPack, DomainStrict.
+	NVLinkDomain string `json:"nvlink_domain,omitempty"`
 }
 
 // gpu_link values.
@@ -54,7 +57,7 @@ const gib = 1 << 30
 
 // any reports whether c constrains anything.
 func (c *Constraints) any() bool {
-	return c != nil && (len(c.NodeSelector) > 0 || len(c.GPUModels) > 0 || c.MinGPUMemoryGB > 0 || c.GPULink != "")
+	return c != nil && (len(c.NodeSelector) > 0 || len(c.GPUModels) > 0 || c.MinGPUMemoryGB > 0 || c.GPULink != "" || c.NVLinkDomain != "")
 }
 
 // gpuWise reports whether c looks at GPUs, not only at the node.

@@ -2,7 +2,9 @@ package planner
 
 import (
 	"fmt"
+	"maps"
 	"pgregory.net/rapid"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -178,6 +180,7 @@ func genConstrained(t *rapid.T) ([]Node, *Spec) {
 			n.MemoryBytes = append(n.MemoryBytes, map[string]uint64{l40s: 46068 << 20, h100: 81559 << 20, h200: 143771 << 20}[m])
 			n.NUMA = append(n.NUMA, rapid.IntRange(-1, 1).Draw(t, "numa"))
 		}
+		n.Domain = rapid.SampledFrom([]string{"", "d1", "d2", "d3"}).Draw(t, "domain")
 		// NVLink matrices with holes: each pair linked or not, symmetric.
 		n.Peers = make([]uint64, n.GPUs)
 		full := rapid.Bool().Draw(t, "fullMesh")
@@ -212,6 +215,9 @@ func genConstrained(t *rapid.T) ([]Node, *Spec) {
 		if g.NumGPUs >= 2 {
 			c.GPULink = rapid.SampledFrom([]string{"", LinkNVLink, LinkNUMA, LinkPreferNVLink}).Draw(t, name+"Link")
 		}
+		if g.NumGPUs > 0 {
+			c.NVLinkDomain = rapid.SampledFrom([]string{"", "", DomainPack, DomainStrict}).Draw(t, name+"Domain")
+		}
 		if c.any() {
 			g.Constraints = c
 		}
@@ -232,6 +238,8 @@ func checkConstraints(t *rapid.T, spec *Spec, nodes []Node, p *Plan) {
 		byID[nodes[i].ID] = &nodes[i]
 	}
 	groups := [nComp][]WorkerGroup{groupList(spec.Scheduling.Train), groupList(spec.Scheduling.Eval), spec.Scheduling.Env}
+	e := newEngine(spec, Options{})
+	strictIn := map[int]string{} // component: the domain its GPU workers are in
 	for _, w := range p.Workers.Slice() {
 		ci := w.Component.Rank()
 		if ci < 0 || ci >= nComp {
@@ -251,6 +259,16 @@ func checkConstraints(t *rapid.T, spec *Spec, nodes []Node, p *Plan) {
 			if c.gpuWise() && !c.gpuOK(n, x) {
 				t.Fatalf("%s %d on %s GPU %d (%s): constraints %+v", w.Component, w.Index, w.NodeID, x, n.Models[x], *c)
 			}
+		}
+		if mode, _ := e.domainMode(ci); mode == DomainStrict && len(w.GPUs) > 0 {
+			d := n.Domain
+			if d == "" {
+				d = "node:" + n.ID
+			}
+			if have, ok := strictIn[ci]; ok && have != d {
+				t.Fatalf("%s: nvlink_domain strict, yet workers in %s and %s", w.Component, have, d)
+			}
+			strictIn[ci] = d
 		}
 		if len(w.GPUs) > 1 && !linked(n, w.GPUs, c.GPULink) {
 			t.Fatalf("%s %d on %s GPUs %v: not linked as gpu_link %s asks (peers %v, NUMA %v)", w.Component, w.Index, w.NodeID, w.GPUs, c.GPULink, n.Peers, n.NUMA)
@@ -369,4 +387,174 @@ func TestGPULink(t *testing.T) {
 	if _, err := ParseSpec([]byte("scheduling: {eval: {worker_num: 1, num_gpus: 2, gpu_link: pcie}}")); err == nil || !strings.Contains(err.Error(), `"pcie" is not allowed; want any, nvlink, numa or prefer-nvlink`) {
 		t.Errorf("gpu_link pcie: %v", err)
 	}
+}
+
+// nvlNodes is an NVL72-shaped cluster in small: domains of 4-GPU nodes,
+// sizes given, their nodes interleaved in rank order so that plain rank
+// order spreads a job across every domain.
+func nvlNodes(sizes ...int) []Node {
+	var nodes []Node
+	for round := 0; ; round++ {
+		added := false
+		for d, size := range sizes {
+			if round < size {
+				n := modelNode(fmt.Sprintf("n%02d", len(nodes)), 4, nil, "NVIDIA GB200")
+				n.Domain = fmt.Sprintf("clique-%d", d)
+				nodes = append(nodes, n)
+				added = true
+			}
+		}
+		if !added {
+			return nodes
+		}
+	}
+}
+
+// domainsOf lists the domains component c's workers use, in rank order,
+// each once, and whether each domain's ranks are contiguous.
+func domainsOf(p *Plan, nodes []Node, c Component) ([]string, bool) {
+	dom := map[string]string{}
+	for _, n := range nodes {
+		dom[n.ID] = n.Domain
+		if n.Domain == "" {
+			dom[n.ID] = "node:" + n.ID
+		}
+	}
+	byIndex := map[int]string{}
+	for _, w := range p.Workers.Slice() {
+		if w.Component == c {
+			byIndex[w.Index] = dom[w.NodeID]
+		}
+	}
+	var seq []string
+	contiguous := true
+	for i := range len(byIndex) {
+		d := byIndex[i]
+		if len(seq) == 0 || seq[len(seq)-1] != d {
+			if slices.Contains(seq, d) {
+				contiguous = false
+				continue
+			}
+			seq = append(seq, d)
+		}
+	}
+	return seq, contiguous
+}
+
+// TestNVLinkDomain: pack keeps a job in as few NVLink domains as can
+// hold it, its ranks contiguous per domain, where rank order would
+// spread it over all; strict keeps it in one or says why not.
+func TestNVLinkDomain(t *testing.T) {
+	nodes := nvlNodes(2, 4, 3) // 8, 16 and 12 GPUs
+	cases := []struct {
+		name, mode string
+		workers    int
+		domains    int
+		err        string
+	}{
+		{name: "pack into the domain that holds it", mode: "pack", workers: 12, domains: 1},
+		{name: "pack into the fewest", mode: "pack", workers: 20, domains: 2},
+		{name: "strict", mode: "strict", workers: 14, domains: 1},
+		{name: "strict too big", mode: "strict", workers: 20, err: "nvlink_domain strict: in another NVLink domain than train's on"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			y := fmt.Sprintf("scheduling: {train: {worker_num: %d, num_cpus: 1, num_gpus: 1, nvlink_domain: %s}}\n", c.workers, c.mode)
+			p, _ := Compute(mustSpec(t, y), nodes)
+			if c.err != "" {
+				if p.Valid || !strings.Contains(p.Error, c.err) {
+					t.Fatalf("valid %v, error %q; want %q", p.Valid, p.Error, c.err)
+				}
+				return
+			}
+			if !p.Valid {
+				t.Fatal(p.Error)
+			}
+			seq, contiguous := domainsOf(p, nodes, Train)
+			if len(seq) != c.domains || !contiguous {
+				t.Errorf("domains %v (contiguous %v), want %d", seq, contiguous, c.domains)
+			}
+			free, _ := Compute(mustSpec(t, fmt.Sprintf("scheduling: {train: {worker_num: %d, num_cpus: 1, num_gpus: 1}}\n", c.workers)), nodes)
+			if seq, _ := domainsOf(free, nodes, Train); len(seq) <= c.domains {
+				t.Errorf("without nvlink_domain the job uses %v too; the case proves nothing", seq)
+			}
+		})
+	}
+	if _, err := ParseSpec([]byte("scheduling: {env: [{worker_num: 1, num_gpus: 0, nvlink_domain: pack}]}")); err == nil || !strings.Contains(err.Error(), "nvlink_domain: pack places GPU workers among NVLink domains: it needs num_gpus > 0") {
+		t.Errorf("nvlink_domain on CPU workers: %v", err)
+	}
+}
+
+// TestNVLinkDomainProperties: on random domain layouts, a train-only
+// job with pack uses the fewest domains the greedy fill can (largest
+// room first) with ranks contiguous per domain, and with strict one
+// domain or none at all; replans after a node leaves keep strict.
+func TestNVLinkDomainProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var sizes []int
+		for range rapid.IntRange(1, 4).Draw(t, "domains") {
+			sizes = append(sizes, rapid.IntRange(1, 4).Draw(t, "size"))
+		}
+		nodes := nvlNodes(sizes...)
+		for i := range nodes {
+			if rapid.IntRange(0, 5).Draw(t, "alone") == 0 {
+				nodes[i].Domain = ""
+			}
+		}
+		count := rapid.SampledFrom([]float64{1, 2, 0.5}).Draw(t, "gpus")
+		mode := rapid.SampledFrom([]string{"pack", "strict"}).Draw(t, "mode")
+		workers := rapid.IntRange(1, 40).Draw(t, "workers")
+		spec, err := ParseSpec([]byte(fmt.Sprintf("scheduling: {train: {worker_num: %d, num_cpus: 1, num_gpus: %g, nvlink_domain: %s}}\n", workers, count, mode)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := Compute(spec, nodes)
+		// Room per domain, in workers.
+		room := map[string]int{}
+		for _, n := range nodes {
+			d := n.Domain
+			if d == "" {
+				d = "node:" + n.ID
+			}
+			switch count {
+			case 2:
+				room[d] += n.GPUs / 2
+			case 0.5:
+				room[d] += n.GPUs * 2
+			default:
+				room[d] += n.GPUs
+			}
+		}
+		rooms := slices.Sorted(maps.Values(room))
+		slices.Reverse(rooms)
+		fewest, sum := 0, 0
+		for _, r := range rooms {
+			if sum >= workers {
+				break
+			}
+			sum += r
+			fewest++
+		}
+		if sum < workers {
+			return // the cluster cannot hold it
+		}
+		if mode == "strict" {
+			if p.Valid != (rooms[0] >= workers) {
+				t.Fatalf("strict: valid %v (%s), largest domain room %d, workers %d", p.Valid, p.Error, rooms[0], workers)
+			}
+			if p.Valid {
+				if seq, _ := domainsOf(p, nodes, Train); len(seq) != 1 {
+					t.Fatalf("strict: domains %v", seq)
+				}
+			}
+			return
+		}
+		if !p.Valid {
+			t.Fatalf("pack: invalid (%s) where the domains hold %d of %d", p.Error, sum, workers)
+		}
+		seq, contiguous := domainsOf(p, nodes, Train)
+		if len(seq) != fewest || !contiguous {
+			t.Fatalf("pack: domains %v (contiguous %v), want %d", seq, contiguous, fewest)
+		}
+	})
 }

@@ -257,7 +257,7 @@ func parseGroup(field string, v any, allowAuto bool) (WorkerGroup, error) {
 	if !ok {
 		return g, fieldErr(field, "want a mapping with worker_num, num_cpus and num_gpus, got %s", kindOf(v))
 	}
-	if err := onlyKeys(field, m, "worker_num", "num_cpus", "num_gpus", "node_selector", "gpu_model", "min_gpu_memory_gb", "gpu_link"); err != nil {
+	if err := onlyKeys(field, m, "worker_num", "num_cpus", "num_gpus", "node_selector", "gpu_model", "min_gpu_memory_gb", "gpu_link", "nvlink_domain"); err != nil {
 		return g, err
 	}
 	switch wn := m["worker_num"].(type) {
@@ -307,6 +307,8 @@ func parseGroup(field string, v any, allowAuto bool) (WorkerGroup, error) {
 		return g, fieldErr(field, "node_selector, gpu_model and min_gpu_memory_gb are not allowed for buffer: buffers follow their train workers")
 	case c.gpuWise() && g.NumGPUs == 0:
 		return g, fieldErr(field, "gpu_model and min_gpu_memory_gb need num_gpus > 0")
+	case c.NVLinkDomain != "" && g.NumGPUs == 0:
+		return g, fieldErr(field+".nvlink_domain", "%s places GPU workers among NVLink domains: it needs num_gpus > 0", c.NVLinkDomain)
 	case c.GPULink != "" && c.GPULink != LinkAny && g.NumGPUs < 2:
 		return g, fieldErr(field+".gpu_link", "%s links the GPUs of one worker: it needs num_gpus of 2 or more", c.GPULink)
 	case c.any():
@@ -370,6 +372,18 @@ func parseConstraints(field string, m map[string]any) (*Constraints, error) {
 		}
 	default:
 		return nil, fieldErr(field+".gpu_link", "want any, nvlink, numa or prefer-nvlink, got %s", kindOf(link))
+	}
+	switch dom := m["nvlink_domain"].(type) {
+	case nil:
+	case string:
+		if !slices.Contains([]string{DomainAny, DomainPack, DomainStrict}, dom) {
+			return nil, fieldErr(field+".nvlink_domain", "%q is not allowed; want any, pack or strict", dom)
+		}
+		if dom != DomainAny {
+			c.NVLinkDomain = dom
+		}
+	default:
+		return nil, fieldErr(field+".nvlink_domain", "want any, pack or strict, got %s", kindOf(dom))
 	}
 	if raw, ok := m["min_gpu_memory_gb"]; ok && raw != nil {
 		n, ok := number(raw)

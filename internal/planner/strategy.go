@@ -213,7 +213,7 @@ func (e *engine) cpuOnly(deferred [nComp][]int) {
 func (e *engine) disaggregate(src []int32) {
 	train, eval, env := e.demands[0], e.demands[1], e.demands[2]
 	tp, rp := e.pools[0], e.pools[1]
-	for _, c := range e.candidates(src, e.rules.masks[0]) {
+	for _, c := range e.candidates(e.domainOrder(src, 0), e.rules.masks[0]) {
 		if train.done() && e.reserve == 0 {
 			break
 		}
@@ -221,7 +221,7 @@ func (e *engine) disaggregate(src []int32) {
 			e.fillTrain(tp, c)
 		}
 	}
-	for _, c := range e.candidates(src, e.rules.masks[1]) {
+	for _, c := range e.candidates(e.domainSrc(src, 1, 2), e.rules.masks[1]) {
 		if eval.done() && env.done() {
 			break
 		}
@@ -244,7 +244,7 @@ func (e *engine) disaggregate(src []int32) {
 func (e *engine) colocate(src []int32) {
 	train, eval, env := e.demands[0], e.demands[1], e.demands[2]
 	gp := e.pools[0]
-	for _, c := range e.candidates(src, e.rules.masks[0]) {
+	for _, c := range e.candidates(e.domainSrc(src, 0, 1, 2), e.rules.masks[0]) {
 		if train.done() && eval.done() && env.done() && e.reserve == 0 {
 			break
 		}
