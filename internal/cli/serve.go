@@ -286,6 +286,10 @@ func (o *serveOptions) startReporters(ctx context.Context, store *bus.InventoryS
 				id = fmt.Sprintf("sim%d-%s-%d", si+1, strings.ToLower(sn.Sim.Model.Key), i+1)
 			}
 			facts := inventory.Facts{NodeID: id, Hostname: id, IP: fmt.Sprintf("10.%d.%d.%d", si, (i+1)/256, (i+1)%256), CPUs: 128, MemoryBytes: 2 << 40}
+			if per := sn.Sim.Model.DomainNodes; per > 0 {
+				// Rack-scale parts: DomainNodes nodes to an NVLink domain.
+				facts.Labels = map[string]string{inventory.CliqueLabel: fmt.Sprintf("sim%d-%s-domain-%d", si+1, strings.ToLower(sn.Sim.Model.Key), i/per+1)}
+			}
 			start(inventory.NewSimulated(facts, sn.Sim), id)
 		}
 	}

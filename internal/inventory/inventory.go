@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"time"
 )
@@ -32,6 +33,32 @@ type GPU struct {
 	// NVLinkPeers lists the node-local indices of the GPUs this one has an
 	// NVLink peer-to-peer path to, ascending; the planner's topology input.
 	NVLinkPeers []int `json:"nvlink_peers,omitempty"`
+	// Fabric is the GPU's NVLink fabric clique (GB200 and later: NVML's
+	// GPU fabric info, once the fabric manager registered it); nil where
+	// the GPU has none. GPUs of one cluster UUID and clique id share an
+	// NVLink domain across nodes.
+	Fabric *Fabric `json:"fabric,omitempty"`
+}
+
+// Fabric is a GPU's place in a multi-node NVLink fabric.
+type Fabric struct {
+	ClusterUUID string `json:"cluster_uuid"`
+	CliqueID    uint32 `json:"clique_id"`
+}
+
+// CliqueLabel is the node label that names a node's NVLink domain where
+// NVML cannot (NVIDIA GPU feature discovery's name for it).
+const CliqueLabel = "nvidia.com/gpu.clique"
+
+// Domain is the node's NVLink domain: its GPUs' fabric clique, else the
+// CliqueLabel label, else "" (a domain of its own).
+func (n NodeInventory) Domain() string {
+	for _, g := range n.GPUs {
+		if g.Fabric != nil && g.Fabric.ClusterUUID != "" {
+			return fmt.Sprintf("%s.%d", g.Fabric.ClusterUUID, g.Fabric.CliqueID)
+		}
+	}
+	return n.Labels[CliqueLabel]
 }
 
 // NodeInventory is the document a reporter keeps in the inventory bucket,

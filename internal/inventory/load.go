@@ -98,13 +98,22 @@ func (n NodeInventory) PlannerNode() (planner.Node, error) {
 	uuids := make([]string, len(n.GPUs))
 	seen := make([]bool, len(n.GPUs))
 	node.Models, node.MemoryBytes, node.Labels = make([]string, len(n.GPUs)), make([]uint64, len(n.GPUs)), n.Labels
+	node.Peers, node.NUMA, node.Domain = make([]uint64, len(n.GPUs)), make([]int, len(n.GPUs)), n.Domain()
 	for i, g := range n.GPUs {
 		if g.Index < 0 || g.Index >= len(n.GPUs) || seen[g.Index] {
 			return node, fmt.Errorf("gpus[%d].index: %d is not allowed; want distinct indices 0..%d", i, g.Index, len(n.GPUs)-1)
 		}
 		seen[g.Index] = true
 		uuids[g.Index] = g.UUID
-		node.Models[g.Index], node.MemoryBytes[g.Index] = g.Name, g.MemoryBytes
+		node.Models[g.Index], node.MemoryBytes[g.Index], node.NUMA[g.Index] = g.Name, g.MemoryBytes, -1
+		if g.NUMANode != nil {
+			node.NUMA[g.Index] = *g.NUMANode
+		}
+		for _, p := range g.NVLinkPeers {
+			if p >= 0 && p < len(n.GPUs) && p < 64 {
+				node.Peers[g.Index] |= 1 << p
+			}
+		}
 		if !g.Healthy {
 			node.Unhealthy = append(node.Unhealthy, g.Index)
 		}

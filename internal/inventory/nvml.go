@@ -215,9 +215,35 @@ func (n *NVML) describe(d nvml.Device, g *GPU) {
 	if cur, _, ret := d.GetMigMode(); ok("DeviceGetMigMode", ret) {
 		g.MIGEnabled = cur == nvml.DEVICE_MIG_ENABLE
 	}
+	g.Fabric = n.fabric(d)
 	if lost != nil {
 		n.unusable(g, lost)
 	}
+}
+
+// fabric is d's NVLink fabric clique, nil where it has none: GPUs
+// before GB200 answer NOT_SUPPORTED (older drivers lack the call), and a
+// GPU whose fabric manager has not registered it yet has no clique to
+// report (the next scan will).
+func (n *NVML) fabric(d nvml.Device) *Fabric {
+	// The v1 call: the versioned one cannot be mocked (its handler wraps
+	// an unexported device), and v1 carries all that is read here.
+	//lint:ignore SA1019 see above
+	info, ret := d.GetGpuFabricInfo()
+	switch {
+	case ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_FUNCTION_NOT_FOUND:
+		return nil
+	case !n.ok("DeviceGetGpuFabricInfo", ret):
+		return nil
+	case info.State != nvml.GPU_FABRIC_STATE_COMPLETED || nvml.Return(info.Status) != nvml.SUCCESS:
+		return nil
+	}
+	var zero [16]uint8
+	if info.ClusterUuid == zero {
+		return nil
+	}
+	u := info.ClusterUuid
+	return &Fabric{ClusterUUID: fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16]), CliqueID: info.CliqueId}
 }
 
 // nvlinkPeers records, for each pair of GPUs, whether NVML reports an

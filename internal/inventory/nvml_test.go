@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -45,6 +46,8 @@ func newMachine(s *server.Server) *machine {
 		}
 		dev.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return nvml.EventTypeAll, nvml.SUCCESS }
 		dev.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+		// Hopper GPUs have no multi-node NVLink fabric.
+		dev.GetGpuFabricInfoFunc = func() (nvml.GpuFabricInfo, nvml.Return) { return nvml.GpuFabricInfo{}, nvml.ERROR_NOT_SUPPORTED }
 	}
 	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
 		return &mock.EventSet{
@@ -348,3 +351,43 @@ func TestNVMLEventsNotSupported(t *testing.T) {
 }
 
 func itoa(x uint64) string { return strconv.FormatUint(x, 10) }
+
+// TestNVMLFabricClique: a GPU whose fabric manager registered it reports
+// its NVLink clique (GB200 and later), which becomes the node's NVLink
+// domain; one still registering, or without a fabric, reports none, and
+// the node label names the domain instead.
+func TestNVMLFabricClique(t *testing.T) {
+	uuid := [16]uint8{0x6b, 0x1c, 0x2d, 0x3e, 0x4f, 0x50, 0x61, 0x72, 0x83, 0x94, 0xa5, 0xb6, 0xc7, 0xd8, 0xe9, 0xfa}
+	cases := []struct {
+		name   string
+		info   nvml.GpuFabricInfo
+		ret    nvml.Return
+		want   *Fabric
+		labels map[string]string
+		domain string
+	}{
+		{name: "registered", info: nvml.GpuFabricInfo{ClusterUuid: uuid, CliqueId: 7, State: nvml.GPU_FABRIC_STATE_COMPLETED},
+			want: &Fabric{ClusterUUID: "6b1c2d3e-4f50-6172-8394-a5b6c7d8e9fa", CliqueID: 7}, domain: "6b1c2d3e-4f50-6172-8394-a5b6c7d8e9fa.7"},
+		{name: "still registering", info: nvml.GpuFabricInfo{ClusterUuid: uuid, CliqueId: 7, State: nvml.GPU_FABRIC_STATE_IN_PROGRESS}},
+		{name: "no fabric", ret: nvml.ERROR_NOT_SUPPORTED, labels: map[string]string{CliqueLabel: "rack-3"}, domain: "rack-3"},
+		{name: "old driver", ret: nvml.ERROR_FUNCTION_NOT_FOUND},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMachine(dgxh100.New())
+			for _, d := range m.Devices {
+				d.(*server.Device).GetGpuFabricInfoFunc = func() (nvml.GpuFabricInfo, nvml.Return) { return c.info, c.ret }
+			}
+			inv := inventoryOf(t, openNVML(t, m, NVMLOptions{}))
+			inv.Labels = c.labels
+			for _, g := range inv.GPUs {
+				if fmt.Sprint(g.Fabric) != fmt.Sprint(c.want) || (c.want != nil && *g.Fabric != *c.want) {
+					t.Fatalf("gpu %d fabric %+v, want %+v", g.Index, g.Fabric, c.want)
+				}
+			}
+			if d := inv.Domain(); d != c.domain {
+				t.Errorf("domain %q, want %q", d, c.domain)
+			}
+		})
+	}
+}

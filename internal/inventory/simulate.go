@@ -25,6 +25,10 @@ type Model struct {
 	// NVLink is true for SXM parts, whose GPUs all reach each other over
 	// NVSwitch; simulated nodes of such models get full NVLink peer sets.
 	NVLink bool
+	// DomainNodes, for a rack-scale part, is how many nodes share one
+	// NVLink domain (serve --simulate puts them in one by the
+	// nvidia.com/gpu.clique label); 0 for others.
+	DomainNodes int
 }
 
 // models lists the GPU models --simulate knows, by key. Memory is what
@@ -34,6 +38,8 @@ var models = []Model{
 	{Key: "A100", Name: "NVIDIA A100-SXM4-80GB", MemoryBytes: 81920 << 20, NVLink: true},
 	{Key: "A100-40GB", Name: "NVIDIA A100-SXM4-40GB", MemoryBytes: 40960 << 20, NVLink: true},
 	{Key: "B200", Name: "NVIDIA B200", MemoryBytes: 183359 << 20, NVLink: true},
+	// GB200 NVL72: 4 GPUs a node, 18 nodes an NVLink domain (a rack).
+	{Key: "GB200", Name: "NVIDIA GB200", MemoryBytes: 189471 << 20, NVLink: true, DomainNodes: 18},
 	{Key: "H100", Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 81559 << 20, NVLink: true},
 	{Key: "H200", Name: "NVIDIA H200", MemoryBytes: 143771 << 20, NVLink: true},
 	{Key: "L4", Name: "NVIDIA L4", MemoryBytes: 23034 << 20},

@@ -83,5 +83,8 @@ func (g GPU) validate(count int) error {
 	if len(g.NVLinkPeers) > count || slices.ContainsFunc(g.NVLinkPeers, func(p int) bool { return p < 0 || p >= count || p == g.Index }) {
 		return fmt.Errorf("nvlink_peers: %v is not allowed; want other GPUs' indices 0..%d", g.NVLinkPeers, count-1)
 	}
+	if g.Fabric != nil && (g.Fabric.ClusterUUID == "" || len(g.Fabric.ClusterUUID) > 64) {
+		return fmt.Errorf("fabric.cluster_uuid: %d bytes is not allowed; want a UUID of at most 64", len(g.Fabric.ClusterUUID))
+	}
 	return nil
 }

@@ -44,6 +44,7 @@ func TestValidate(t *testing.T) {
 		{"NUMA", "gpus[0].numa_node: -1", func(n *NodeInventory) { n.GPUs[0].NUMANode = &numa }},
 		{"NVLink to itself", "gpus[3].nvlink_peers", func(n *NodeInventory) { n.GPUs[3].NVLinkPeers = []int{3} }},
 		{"NVLink out of range", "gpus[3].nvlink_peers", func(n *NodeInventory) { n.GPUs[3].NVLinkPeers = []int{9} }},
+		{"fabric without cluster", "gpus[2].fabric.cluster_uuid", func(n *NodeInventory) { n.GPUs[2].Fabric = &Fabric{CliqueID: 3} }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := good()
