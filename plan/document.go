@@ -33,6 +33,11 @@ type PoolNode struct {
 	// WorkerCounts counts the workers of each component here, per
 	// scheduling group.
 	WorkerCounts GroupCounts `json:"worker_counts"`
+	// GPUModel is the node's GPU model as NVML names it (models joined
+	// by "+" in GPU order on a mixed node); NVLinkDomain its NVLink
+	// domain. Empty where the inventory does not say.
+	GPUModel     string `json:"gpu_model,omitempty"`
+	NVLinkDomain string `json:"nvlink_domain,omitempty"`
 }
 
 // GroupCounts holds a count per scheduling group of each component: one

@@ -209,7 +209,16 @@ func appendPoolNode(b []byte, n PoolNode) []byte {
 			b = appendInts(b, counts)
 		}
 	}
-	return append(b, "}}"...)
+	b = append(b, '}')
+	if n.GPUModel != "" {
+		b = append(b, `,"gpu_model":`...)
+		b = appendString(b, n.GPUModel)
+	}
+	if n.NVLinkDomain != "" {
+		b = append(b, `,"nvlink_domain":`...)
+		b = appendString(b, n.NVLinkDomain)
+	}
+	return append(b, '}')
 }
 
 // AppendJSON appends the worker as JSON, as encoding/json writes it.

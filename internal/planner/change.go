@@ -187,5 +187,6 @@ func samePoolNode(a, b PoolNode) bool {
 	return a.NodeID == b.NodeID && a.IP == b.IP && a.TotalGPUs == b.TotalGPUs && a.TotalCPUs == b.TotalCPUs &&
 		maps.EqualFunc(a.Allocations, b.Allocations, slices.Equal) &&
 		slices.Equal(a.UnhealthyGPUs, b.UnhealthyGPUs) && slices.Equal(a.WorkerCounts.Train, b.WorkerCounts.Train) &&
-		slices.Equal(a.WorkerCounts.Eval, b.WorkerCounts.Eval) && slices.Equal(a.WorkerCounts.Env, b.WorkerCounts.Env)
+		slices.Equal(a.WorkerCounts.Eval, b.WorkerCounts.Eval) && slices.Equal(a.WorkerCounts.Env, b.WorkerCounts.Env) &&
+		a.GPUModel == b.GPUModel && a.NVLinkDomain == b.NVLinkDomain
 }

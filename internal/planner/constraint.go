@@ -261,3 +261,15 @@ func linked(n *Node, gpus []int, link string) bool {
 	}
 	return true
 }
+
+// constrained reports whether any group of the spec has constraints.
+func (e *engine) constrained() bool {
+	for _, cs := range e.cons {
+		for _, c := range cs {
+			if c.any() {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -3,6 +3,7 @@ package planner
 import (
 	"errors"
 	"slices"
+	"strings"
 
 	"github.com/poolplanner/poolplanner/plan"
 )
@@ -48,7 +49,7 @@ func (e *engine) finish(err error) (*Plan, error) {
 	}
 	var order [][]int32
 	doc.Pools, order = e.poolsDoc()
-	doc.ResourcePool = exportPools(doc.Pools, order, e.table, e.exportCounts())
+	doc.ResourcePool = exportPools(doc.Pools, order, e.table, e.exportCounts(), e.constrained())
 	doc.Explanations = e.explain()
 	doc.Notes = e.notesDoc()
 	doc.Warnings = e.warnings
@@ -162,6 +163,7 @@ func (e *engine) autoNode(at int32, p int, dst *PoolNode, slab []Range, kept *[]
 		}
 	}
 	dst.UnhealthyGPUs = unhealthyOf(n)
+	dst.GPUModel, dst.NVLinkDomain = modelOf(n), n.Domain
 	if ns.owner == e.token && len(*kept) < cap(*kept) {
 		*kept = append(*kept, *dst)
 		ns.doc[p] = &(*kept)[len(*kept)-1]
@@ -172,7 +174,8 @@ func (e *engine) autoNode(at int32, p int, dst *PoolNode, slab []Range, kept *[]
 // manualNode is a manual pool entry as the document shows it.
 func (e *engine) manualNode(en *poolEntry) PoolNode {
 	n := e.table[en.at].node
-	pn := PoolNode{NodeID: n.ID, IP: n.IP, TotalGPUs: n.GPUs, TotalCPUs: n.CPUs, Allocations: make(map[Component][]Range, 3)}
+	pn := PoolNode{NodeID: n.ID, IP: n.IP, TotalGPUs: n.GPUs, TotalCPUs: n.CPUs, Allocations: make(map[Component][]Range, 3),
+		GPUModel: modelOf(n), NVLinkDomain: n.Domain}
 	for ci, c := range gpuComponents {
 		if len(en.alloc[ci]) > 0 {
 			pn.Allocations[c] = plan.RangesOf(en.alloc[ci])
@@ -265,4 +268,16 @@ func (e *engine) exportCounts() [nComp]int {
 		}
 	}
 	return out
+}
+
+// modelOf is n's GPU model for the document: its models in GPU order,
+// each once, joined by "+".
+func modelOf(n *Node) string {
+	var seen []string
+	for _, m := range n.Models {
+		if m != "" && !slices.Contains(seen, m) {
+			seen = append(seen, m)
+		}
+	}
+	return strings.Join(seen, "+")
 }

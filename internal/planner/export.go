@@ -7,9 +7,11 @@ import "github.com/poolplanner/poolplanner/plan"
 // them would pick other nodes, and worker_counts for the components in
 // counts (with their groups' number), so that loading the export
 // reproduces the plan; order holds each pool's node positions in table,
-// which is sorted by node id.
-func exportPools(pools []Pool, order [][]int32, table []*nodeState, counts [nComp]int) []PoolExport {
-	mixed := false
+// which is sorted by node id. exact (a spec with constraints, which
+// rlightning's format cannot say) lists node_ids on every pool, so that
+// the export names the very nodes the constraints chose.
+func exportPools(pools []Pool, order [][]int32, table []*nodeState, counts [nComp]int, exact bool) []PoolExport {
+	mixed := exact
 	for _, ns := range table {
 		mixed = mixed || ns.node.GPUs != table[0].node.GPUs
 	}

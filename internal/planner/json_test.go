@@ -20,6 +20,12 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 					nodes[i].GPUUUIDs = append(nodes[i].GPUUUIDs, rapid.StringMatching(`GPU-[a-f0-9"\\\n é]{0,8}`).Draw(t, "uuid"))
 				}
 			}
+			if rapid.Bool().Draw(t, "models") {
+				for range nodes[i].GPUs {
+					nodes[i].Models = append(nodes[i].Models, rapid.StringMatching(`NVIDIA [A-Z0-9"é ]{0,6}`).Draw(t, "model"))
+				}
+				nodes[i].Domain = rapid.StringMatching(`[a-z0-9."\\]{0,6}`).Draw(t, "domain")
+			}
 		}
 		p, _ := Compute(spec, nodes)
 		p.Name = rapid.String().Draw(t, "name")

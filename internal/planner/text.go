@@ -174,9 +174,16 @@ func (ni *mapNode) row(id string) mapRow {
 		}
 		g.WriteByte(cell(ni.use, i, ni.alloc[i], slices.Contains(ni.pn.UnhealthyGPUs, i)))
 	}
+	pools := strings.Join(ni.pools, "+")
+	if m := shortModel(ni.pn.GPUModel); m != "" {
+		pools += "  " + m
+	}
+	if ni.pn.NVLinkDomain != "" {
+		pools += "  domain " + ni.pn.NVLinkDomain
+	}
 	return mapRow{
 		node:  id,
-		pools: strings.Join(ni.pools, "+"),
+		pools: pools,
 		gpus:  g.String(),
 		cpus:  fmt.Sprintf("cpus %s/%s", pyNum(ni.cpus), pyNum(ni.pn.TotalCPUs)),
 	}
@@ -320,4 +327,14 @@ func ellipsize(s string, n int) string {
 		return s
 	}
 	return s[:n/2] + " ... " + s[len(s)-n/2:]
+}
+
+// shortModel is a model as a map row shows it: without the maker's name
+// ("NVIDIA H100 80GB HBM3" is "H100 80GB HBM3").
+func shortModel(m string) string {
+	parts := strings.Split(m, "+")
+	for i, p := range parts {
+		parts[i] = strings.TrimPrefix(strings.TrimPrefix(p, "NVIDIA "), "Tesla ")
+	}
+	return strings.Join(parts, "+")
 }
