@@ -480,6 +480,13 @@ func TestNVLinkDomain(t *testing.T) {
 			}
 		})
 	}
+	// A strict component does not drag the other rollout component into
+	// its domain.
+	mixed := append(nvlNodes(2, 2), modelNode("pcie-1", 8, nil, l40s))
+	p, _ := Compute(mustSpec(t, "scheduling: {eval: {worker_num: 2, num_cpus: 1, num_gpus: 2, gpu_model: L40S}, env: [{worker_num: 8, num_cpus: 1, num_gpus: 0.25, nvlink_domain: strict}]}\n"), mixed)
+	if !p.Valid || !onNodeOf(p, Eval, "pcie-1") {
+		t.Errorf("eval on L40S with env strict elsewhere: valid %v: %s", p.Valid, p.Error)
+	}
 	if _, err := ParseSpec([]byte("scheduling: {env: [{worker_num: 1, num_gpus: 0, nvlink_domain: pack}]}")); err == nil || !strings.Contains(err.Error(), "nvlink_domain: pack places GPU workers among NVLink domains: it needs num_gpus > 0") {
 		t.Errorf("nvlink_domain on CPU workers: %v", err)
 	}

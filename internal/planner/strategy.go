@@ -211,7 +211,7 @@ func (e *engine) cpuOnly(deferred [nComp][]int) {
 // rollout takes the nodes train does not use first, and a train node's
 // leftover only when it must, as a member of both pools.
 func (e *engine) disaggregate(src []int32) {
-	train, eval, env := e.demands[0], e.demands[1], e.demands[2]
+	train := e.demands[0]
 	tp, rp := e.pools[0], e.pools[1]
 	for _, c := range e.candidates(e.domainOrder(src, 0), e.rules.masks[0]) {
 		if train.done() && e.reserve == 0 {
@@ -221,18 +221,39 @@ func (e *engine) disaggregate(src []int32) {
 			e.fillTrain(tp, c)
 		}
 	}
-	for _, c := range e.candidates(e.domainSrc(src, 1, 2), e.rules.masks[1]) {
-		if eval.done() && env.done() {
+	// Eval and env share the rollout pass, each node taking eval first;
+	// where both have an nvlink_domain, or one keeps strictly to a domain
+	// the other need not share, each gets a pass of its own.
+	me, _ := e.domainMode(1)
+	mv, _ := e.domainMode(2)
+	if me != "" && mv != "" || me == DomainStrict && e.demands[2].left() > 0 || mv == DomainStrict && e.demands[1].left() > 0 {
+		e.rollout(rp, e.domainOrder(src, 1), true, false)
+		e.rollout(rp, e.domainOrder(src, 2), false, true)
+		return
+	}
+	e.rollout(rp, e.domainSrc(src, 1, 2), true, true)
+}
+
+// rollout is a pass of the rollout pool over order, placing eval, env or
+// both.
+func (e *engine) rollout(rp *poolRun, order []int32, evalOn, envOn bool) {
+	eval, env := e.demands[1], e.demands[2]
+	for _, c := range e.candidates(order, e.rules.masks[1]) {
+		if (eval.done() || !evalOn) && (env.done() || !envOn) {
 			break
 		}
 		if !e.visit(c, e.rules.masks[1]) {
 			continue
 		}
 		usable := e.table[c.at].usable
-		pe, _ := e.fill(target{pool: rp}, c.at, eval, usable)
-		pv, _ := e.fill(target{pool: rp}, c.at, env, usable)
-		e.shared(c, eval, pe)
-		e.shared(c, env, pv)
+		if evalOn {
+			pe, _ := e.fill(target{pool: rp}, c.at, eval, usable)
+			e.shared(c, eval, pe)
+		}
+		if envOn {
+			pv, _ := e.fill(target{pool: rp}, c.at, env, usable)
+			e.shared(c, env, pv)
+		}
 	}
 }
 
