@@ -95,8 +95,8 @@ func BenchmarkPlanPoolsOnly(b *testing.B) {
 
 // BenchmarkPlanConstrained is BenchmarkPlan's cluster and demand on
 // mixed nodes: half H100 in zone a, a quarter H200 and a quarter L40S in
-// zone b; train wants H100, eval 80 GB in zone b (the H200s), env
-// anything. Compare with BenchmarkPlan/nodes=20000 in the same run.
+// zone b, 18 nodes to an NVLink domain; train wants H100 packed by
+// domain, eval 80 GB in zone b (the H200s), env anything. Compare with BenchmarkPlan/nodes=20000 in the same run.
 func BenchmarkPlanConstrained(b *testing.B) {
 	for _, n := range []int{1000, 20000} {
 		nodes, spec := benchCluster(n)
@@ -110,12 +110,13 @@ func BenchmarkPlanConstrained(b *testing.B) {
 				model, mem, zone = "NVIDIA L40S", 46068<<20, zones[1]
 			}
 			nodes[i].Labels = zone
+			nodes[i].Domain = fmt.Sprintf("rack-%d", i/18)
 			for range nodes[i].GPUs {
 				nodes[i].Models = append(nodes[i].Models, model)
 				nodes[i].MemoryBytes = append(nodes[i].MemoryBytes, mem)
 			}
 		}
-		spec.Scheduling.Train.Constraints = &Constraints{GPUModels: []string{"H100"}}
+		spec.Scheduling.Train.Constraints = &Constraints{GPUModels: []string{"H100"}, NVLinkDomain: DomainPack}
 		spec.Scheduling.Eval.Constraints = &Constraints{NodeSelector: map[string]string{"zone": "b"}, MinGPUMemoryGB: 80}
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			b.ReportAllocs()

@@ -91,8 +91,8 @@ func (c *Constraints) gpuOK(n *Node, g int) bool {
 		if g >= len(n.Models) {
 			return false
 		}
-		name := strings.ToLower(n.Models[g])
-		if !slices.ContainsFunc(c.GPUModels, func(m string) bool { return strings.Contains(name, strings.ToLower(m)) }) {
+		name := n.Models[g]
+		if !slices.ContainsFunc(c.GPUModels, func(m string) bool { return containsFold(name, m) }) {
 			return false
 		}
 	}
@@ -100,6 +100,17 @@ func (c *Constraints) gpuOK(n *Node, g int) bool {
 		return false
 	}
 	return true
+}
+
+// containsFold reports whether sub is in s, ignoring case, without
+// allocating (it runs for every GPU a constrained group looks at).
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeReason is the reason a node is passed over for its labels.
@@ -137,6 +148,10 @@ func (e *engine) eligible(ns *nodeState, ci, gi int, gpus []int, count int) (out
 	}
 	if count == 0 || !c.gpuWise() {
 		return gpus, ""
+	}
+	first := slices.IndexFunc(gpus, func(g int) bool { return !c.gpuOK(ns.node, g) })
+	if first < 0 && len(gpus) > 0 {
+		return gpus, "" // every GPU matches: no copy
 	}
 	for _, g := range gpus {
 		if c.gpuOK(ns.node, g) {

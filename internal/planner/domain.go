@@ -138,13 +138,13 @@ func (e *engine) roomOf(ns *nodeState, ci, gi int) int {
 	}
 	g := e.demands[ci].groups[gi]
 	count, frac := gpuCount(g)
-	gpus, why := e.eligible(ns, ci, gi, ns.usable, count)
-	if why != "" || count == 0 {
+	c := e.cons[ci][gi]
+	if count == 0 || c.any() && !c.nodeOK(ns.node) {
 		return 0
 	}
 	free := 0
-	for _, x := range gpus {
-		if e.fits(ns, ci, x, 1) {
+	for _, x := range ns.usable {
+		if e.fits(ns, ci, x, 1) && (!c.any() || !c.gpuWise() || c.gpuOK(ns.node, x)) {
 			free++
 		}
 	}
