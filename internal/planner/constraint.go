@@ -92,7 +92,7 @@ func (c *Constraints) gpuOK(n *Node, g int) bool {
 			return false
 		}
 		name := n.Models[g]
-		if !slices.ContainsFunc(c.GPUModels, func(m string) bool { return containsFold(name, m) }) {
+		if !slices.ContainsFunc(c.GPUModels, func(m string) bool { return modelMatch(name, m) }) {
 			return false
 		}
 	}
@@ -102,16 +102,24 @@ func (c *Constraints) gpuOK(n *Node, g int) bool {
 	return true
 }
 
-// containsFold reports whether sub is in s, ignoring case, without
-// allocating (it runs for every GPU a constrained group looks at).
-func containsFold(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if strings.EqualFold(s[i:i+len(sub)], sub) {
+// modelMatch reports whether model (a short name, "H100", or several
+// words, "H100 80GB") names GPU name (NVML's, "NVIDIA H100 80GB HBM3"):
+// its words, case aside, are whole words of the name in a row, words
+// being split at spaces and dashes. So A10 is not an A100, L4 not an
+// L40S, B200 not a GB200. It does not allocate: it runs for every GPU a
+// constrained group looks at.
+func modelMatch(name, model string) bool {
+	model = strings.TrimSpace(model)
+	for i := 0; i+len(model) <= len(name); i++ {
+		if (i == 0 || isSep(name[i-1])) && strings.EqualFold(name[i:i+len(model)], model) &&
+			(i+len(model) == len(name) || isSep(name[i+len(model)])) {
 			return true
 		}
 	}
 	return false
 }
+
+func isSep(b byte) bool { return b == ' ' || b == '-' }
 
 // nodeReason is the reason a node is passed over for its labels.
 func (c *Constraints) nodeReason() string {
@@ -224,29 +232,35 @@ func (e *engine) pickLinked(ns *nodeState, ci, gi int, gpus []int, pos *int, cou
 	return held, "", compromise
 }
 
-// clique is count GPUs of free, pairwise NVLink peers (greedily, from
-// each GPU in turn); nil if there are none.
+// clique is count GPUs of free, pairwise NVLink peers (the first such
+// set in free's order, by a search that backtracks: a node's NVLink
+// matrix may have holes); nil if there are none.
 func clique(free []int, count int, peers []uint64) []int {
-	for i, a := range free {
-		if a >= len(peers) {
-			continue
+	held := make([]int, 0, count)
+	var search func(from int) bool
+	search = func(from int) bool {
+		if len(held) == count {
+			return true
 		}
-		held := []int{a}
-		for _, b := range free[i+1:] {
-			if len(held) == count {
-				break
-			}
+		for i := from; i <= len(free)-(count-len(held)); i++ {
+			b := free[i]
 			ok := b < len(peers)
 			for _, h := range held {
 				ok = ok && peers[h]&(1<<b) != 0 && peers[b]&(1<<h) != 0
 			}
-			if ok {
-				held = append(held, b)
+			if !ok {
+				continue
 			}
+			held = append(held, b)
+			if search(i + 1) {
+				return true
+			}
+			held = held[:len(held)-1]
 		}
-		if len(held) == count {
-			return held
-		}
+		return false
+	}
+	if search(0) {
+		return held
 	}
 	return nil
 }

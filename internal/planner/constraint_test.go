@@ -565,3 +565,68 @@ func TestNVLinkDomainProperties(t *testing.T) {
 		}
 	})
 }
+
+// TestModelMatch: gpu_model names whole words of NVML's name, so one
+// model is not taken for its neighbour in the family.
+func TestModelMatch(t *testing.T) {
+	cases := []struct {
+		name, model string
+		want        bool
+	}{
+		{"NVIDIA A100-SXM4-80GB", "A100", true},
+		{"NVIDIA A100-SXM4-80GB", "A10", false},
+		{"NVIDIA A10", "A10", true},
+		{"NVIDIA L40S", "L4", false},
+		{"NVIDIA L4", "l4", true},
+		{"NVIDIA GB200", "B200", false},
+		{"NVIDIA GB200", "GB200", true},
+		{"NVIDIA H100 80GB HBM3", "h100 80gb", true},
+		{"NVIDIA H100 80GB HBM3", "H100 8", false},
+		{"Tesla T4", "T4", true},
+	}
+	for _, c := range cases {
+		if got := modelMatch(c.name, c.model); got != c.want {
+			t.Errorf("modelMatch(%q, %q) = %v, want %v", c.name, c.model, got, c.want)
+		}
+	}
+}
+
+// TestCliqueBacktracks: NVLink matrices with holes still give a clique
+// where one exists, not only where the first GPU's greedy pick finds it.
+func TestCliqueBacktracks(t *testing.T) {
+	peers := make([]uint64, 4)
+	for _, l := range [][2]int{{0, 1}, {0, 2}, {0, 3}, {2, 3}} {
+		peers[l[0]] |= 1 << l[1]
+		peers[l[1]] |= 1 << l[0]
+	}
+	if got := clique([]int{0, 1, 2, 3}, 3, peers); fmt.Sprint(got) != "[0 2 3]" {
+		t.Errorf("clique = %v, want [0 2 3]", got)
+	}
+	if got := clique([]int{1, 2, 3}, 3, peers); got != nil {
+		t.Errorf("clique of 1,2,3 = %v, want none", got)
+	}
+}
+
+// TestConstraintsManualCounts: manual pools with worker_counts keep to
+// the constraints too.
+func TestConstraintsManualCounts(t *testing.T) {
+	nodes := []Node{modelNode("n0", 8, map[string]string{"zone": "a"}, l40s, h100)}
+	y := `scheduling: {train: {worker_num: 2, num_cpus: 1, num_gpus: 1, gpu_model: H100}}
+placement: {mode: manual}
+resource_pool:
+  - {name: p, num_node: 1, num_gpus: 8, node_ids: [n0], train: "0-7", worker_counts: {train: [2]}}
+`
+	p, _ := Compute(mustSpec(t, y), nodes)
+	if !p.Valid {
+		t.Fatal(p.Error)
+	}
+	for _, w := range p.Workers.Slice() {
+		if w.GPUs[0] < 4 {
+			t.Errorf("train %d on GPU %d, an L40S", w.Index, w.GPUs[0])
+		}
+	}
+	sel := strings.Replace(y, "gpu_model: H100", "node_selector: {zone: b}", 1)
+	if p, _ := Compute(mustSpec(t, sel), nodes); p.Valid || !strings.Contains(p.Error, "node_selector zone=b does not match") {
+		t.Errorf("manual pool on a zone-a node for a zone-b group: valid %v, %q", p.Valid, p.Error)
+	}
+}

@@ -19,8 +19,9 @@ const (
 	WhyNeeds       = "needs changed"
 	WhyConflict    = "GPU taken"
 	WhyPool        = "pool changed"
-	// WhyConstraint: the group's node_selector, gpu_model or
-	// min_gpu_memory_gb no longer allows its place.
+	// WhyConstraint: the group's node_selector, gpu_model,
+	// min_gpu_memory_gb or gpu_link no longer allows its place (the spec
+	// or the node changed).
 	WhyConstraint = "constraints not met"
 	// WhyBuffer: a buffer worker goes where its node's train workers are.
 	WhyBuffer = "follows its train workers"
@@ -235,13 +236,13 @@ func (e *engine) keepOne(at int32, w *Worker) (why, where string) {
 	if !ok {
 		return WhyPool, n.ID
 	}
-	if !e.allows(n, ci, gi, w.GPUs) {
-		return WhyConstraint, n.ID
-	}
 	for i, x := range w.GPUs {
 		if why := e.keepGPU(ns, tg, ci, w, i, frac); why != "" {
 			return why, fmt.Sprintf("%s:%d", n.ID, x)
 		}
+	}
+	if !e.allows(n, ci, gi, w.GPUs) {
+		return WhyConstraint, n.ID
 	}
 	cpus := g.NumCPUs
 	if ci == 0 && e.hasBuffer && ns.count[0] == 0 {

@@ -95,19 +95,36 @@ func (e *engine) placeOne(tg target, en *poolEntry, d *demand, gi int, g WorkerG
 		return false
 	}
 	count, frac := gpuCount(g)
+	// The group's constraints hold in manual pools as anywhere.
+	gpus, why := e.eligible(ns, d.ci, gi, en.gpus[d.ci], count)
+	if why != "" {
+		ns.note(d.comp, why)
+		return false
+	}
 	var held []int
 	if count > 0 {
 		pos := 0
-		switch gpus := en.gpus[d.ci]; {
-		case len(gpus) == 0:
+		switch {
+		case len(en.gpus[d.ci]) == 0:
 			ns.note(d.comp, ReasonNoPoolGPUs)
 			return false
 		case len(gpus) < count:
 			ns.note(d.comp, TooFewGPUs(count))
 			return false
 		}
-		if held = e.pick(ns, d.ci, en.gpus[d.ci], &pos, count, frac); held == nil {
-			ns.note(d.comp, ReasonNoFreeGPUs)
+		if count > 1 {
+			var compromise bool
+			if held, why, compromise = e.pickLinked(ns, d.ci, gi, gpus, &pos, count); compromise {
+				ns.note(d.comp, ReasonPreferNVLink)
+			}
+		} else {
+			held = e.pick(ns, d.ci, gpus, &pos, count, frac)
+		}
+		if held == nil {
+			if why == "" {
+				why = ReasonNoFreeGPUs
+			}
+			ns.note(d.comp, why)
 			return false
 		}
 	}
