@@ -154,6 +154,11 @@ func (e *engine) eligible(ns *nodeState, ci, gi int, gpus []int, count int) (out
 	if !c.nodeOK(ns.node) {
 		return nil, c.nodeReason()
 	}
+	if c.NVLinkDomain == DomainStrict && count > 0 {
+		if want := e.strictDomain(ci, gi); want != "" && domainOf(ns) != want {
+			return nil, strictReason(e.demands[ci].comp)
+		}
+	}
 	if count == 0 || !c.gpuWise() {
 		return gpus, ""
 	}

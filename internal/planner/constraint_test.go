@@ -238,15 +238,14 @@ func checkConstraints(t *rapid.T, spec *Spec, nodes []Node, p *Plan) {
 		byID[nodes[i].ID] = &nodes[i]
 	}
 	groups := [nComp][]WorkerGroup{groupList(spec.Scheduling.Train), groupList(spec.Scheduling.Eval), spec.Scheduling.Env}
-	e := newEngine(spec, Options{})
-	strictIn := map[int]string{} // component: the domain its GPU workers are in
+	strictIn := map[[2]int]string{} // component and group: the domain its workers are in
 	for _, w := range p.Workers.Slice() {
 		ci := w.Component.Rank()
 		if ci < 0 || ci >= nComp {
 			continue // buffers follow train
 		}
 		d := newDemand(ci, groups[ci])
-		_, g := d.groupAt(w.Index)
+		gi, g := d.groupAt(w.Index)
 		c := g.Constraints
 		if !c.any() {
 			continue
@@ -260,15 +259,15 @@ func checkConstraints(t *rapid.T, spec *Spec, nodes []Node, p *Plan) {
 				t.Fatalf("%s %d on %s GPU %d (%s): constraints %+v", w.Component, w.Index, w.NodeID, x, n.Models[x], *c)
 			}
 		}
-		if mode, _ := e.domainMode(ci); mode == DomainStrict && len(w.GPUs) > 0 {
+		if c.NVLinkDomain == DomainStrict {
 			d := n.Domain
 			if d == "" {
 				d = "node:" + n.ID
 			}
-			if have, ok := strictIn[ci]; ok && have != d {
-				t.Fatalf("%s: nvlink_domain strict, yet workers in %s and %s", w.Component, have, d)
+			if have, ok := strictIn[[2]int{ci, gi}]; ok && have != d {
+				t.Fatalf("%s group %d: nvlink_domain strict, yet workers in %s and %s", w.Component, gi, have, d)
 			}
-			strictIn[ci] = d
+			strictIn[[2]int{ci, gi}] = d
 		}
 		if len(w.GPUs) > 1 && !linked(n, w.GPUs, c.GPULink) {
 			t.Fatalf("%s %d on %s GPUs %v: not linked as gpu_link %s asks (peers %v, NUMA %v)", w.Component, w.Index, w.NodeID, w.GPUs, c.GPULink, n.Peers, n.NUMA)
@@ -549,10 +548,27 @@ func TestNVLinkDomainProperties(t *testing.T) {
 			if p.Valid != (rooms[0] >= workers) {
 				t.Fatalf("strict: valid %v (%s), largest domain room %d, workers %d", p.Valid, p.Error, rooms[0], workers)
 			}
-			if p.Valid {
-				if seq, _ := domainsOf(p, nodes, Train); len(seq) != 1 {
-					t.Fatalf("strict: domains %v", seq)
-				}
+			if !p.Valid {
+				return
+			}
+			if seq, _ := domainsOf(p, nodes, Train); len(seq) != 1 {
+				t.Fatalf("strict: domains %v", seq)
+			}
+			// A node changes domain or loses a GPU: the replan keeps the
+			// job in one domain, or is invalid only where a fresh plan is.
+			next := slices.Clone(nodes)
+			i := rapid.IntRange(0, len(next)-1).Draw(t, "changed")
+			if rapid.Bool().Draw(t, "moveDomain") {
+				next[i].Domain = rapid.SampledFrom([]string{"", "clique-0", "clique-9"}).Draw(t, "newDomain")
+			} else {
+				next[i].Unhealthy = []int{0}
+			}
+			r, _, _ := Replan(p, spec, next)
+			if fresh, _ := Compute(spec, next); r.Valid != fresh.Valid {
+				t.Fatalf("replan valid %v (%s), fresh valid %v", r.Valid, r.Error, fresh.Valid)
+			}
+			if seq, _ := domainsOf(r, next, Train); r.Valid && len(seq) != 1 {
+				t.Fatalf("strict after a replan: domains %v", seq)
 			}
 			return
 		}
@@ -628,5 +644,64 @@ resource_pool:
 	sel := strings.Replace(y, "gpu_model: H100", "node_selector: {zone: b}", 1)
 	if p, _ := Compute(mustSpec(t, sel), nodes); p.Valid || !strings.Contains(p.Error, "node_selector zone=b does not match") {
 		t.Errorf("manual pool on a zone-a node for a zone-b group: valid %v, %q", p.Valid, p.Error)
+	}
+}
+
+// TestConstraintGroups: env groups with constraints of their own each
+// find their nodes, whatever order the nodes come in; a strict group
+// keeps to its domain without dragging the other groups there.
+func TestConstraintGroups(t *testing.T) {
+	nodes := []Node{modelNode("a-h100", 4, nil, h100), modelNode("b-l40s", 4, nil, l40s)}
+	p, _ := Compute(mustSpec(t, "scheduling: {env: [{worker_num: 4, num_cpus: 1, num_gpus: 1, gpu_model: L40S}, {worker_num: 4, num_cpus: 1, num_gpus: 1, gpu_model: H100}]}\n"), nodes)
+	if !p.Valid {
+		t.Fatalf("groups of different models: %s", p.Error)
+	}
+	mixed := append(nvlNodes(2, 2), modelNode("pcie-1", 8, nil, l40s))
+	p, _ = Compute(mustSpec(t, "scheduling: {env: [{worker_num: 8, num_cpus: 1, num_gpus: 0.25}, {worker_num: 7, num_cpus: 1, num_gpus: 1, nvlink_domain: strict}]}\n"), mixed)
+	if !p.Valid {
+		t.Fatalf("a strict group beside a free one: %s", p.Error)
+	}
+	doms := map[string]bool{}
+	for _, w := range p.Workers.Slice() {
+		if w.Index >= 8 {
+			for _, n := range mixed {
+				if n.ID == w.NodeID {
+					doms[n.Domain] = true
+				}
+			}
+		}
+	}
+	if len(doms) != 1 {
+		t.Errorf("the strict group spans %v", doms)
+	}
+}
+
+// TestStrictReplans: a replan keeps a strict group in one domain when a
+// node it holds moves to another domain, or a GPU of its full domain
+// fails: it plans afresh rather than split it.
+func TestStrictReplans(t *testing.T) {
+	nodes := nvlNodes(3, 3) // 12 GPUs a domain
+	spec := mustSpec(t, "scheduling: {train: {worker_num: 12, num_cpus: 1, num_gpus: 1, nvlink_domain: strict}}\n")
+	first, _ := Compute(spec, nodes)
+	if seq, _ := domainsOf(first, nodes, Train); !first.Valid || len(seq) != 1 {
+		t.Fatalf("first: %v %s", seq, first.Error)
+	}
+	used := first.Workers.At(0).NodeID
+	for _, change := range []string{"node moves to another domain", "a GPU fails"} {
+		next := slices.Clone(nodes)
+		for i := range next {
+			if next[i].ID == used {
+				if change == "a GPU fails" {
+					next[i].Unhealthy = []int{0}
+				} else {
+					next[i].Domain = "clique-9"
+				}
+			}
+		}
+		p, _, _ := Replan(first, spec, next)
+		seq, _ := domainsOf(p, next, Train)
+		if !p.Valid || len(seq) != 1 {
+			t.Errorf("%s: valid %v (%s), domains %v", change, p.Valid, p.Error, seq)
+		}
 	}
 }

@@ -259,7 +259,7 @@ func (e *engine) finalRoom() []int32 {
 func (e *engine) exportCounts() [nComp]int {
 	var out [nComp]int
 	for ci, d := range e.demands {
-		counted := e.prev != nil || e.exactCounts()[ci]
+		counted := e.prev != nil || e.exactCounts()[ci] || e.constrained()
 		for _, g := range d.groups {
 			counted = counted || g.WorkerNum > 0 && g.NumGPUs <= 0
 		}

@@ -42,10 +42,21 @@ func (e *engine) domainMode(ci int) (string, int) {
 // the first with room for all of them; nodes left out are counted with
 // the reason. Without nvlink_domain, src is returned as it is.
 func (e *engine) domainOrder(src []int32, ci int) []int32 {
-	mode, gi := e.domainMode(ci)
-	if mode == "" {
+	_, gi := e.domainMode(ci)
+	if gi < 0 {
 		return src
 	}
+	return e.domainOrderGroup(src, ci, gi, true)
+}
+
+// domainOrderGroup is domainOrder by group gi's nvlink_domain; note says
+// whether nodes strict leaves out are counted (once a run).
+func (e *engine) domainOrderGroup(src []int32, ci, gi int, note bool) []int32 {
+	c := e.cons[ci][gi]
+	if c == nil || c.NVLinkDomain == "" || c.NVLinkDomain == DomainAny {
+		return src
+	}
+	mode := c.NVLinkDomain
 	type domain struct {
 		id    string
 		first int // position of its first node in src
@@ -69,28 +80,20 @@ func (e *engine) domainOrder(src []int32, ci int) []int32 {
 	slices.SortStableFunc(all, func(a, b *domain) int {
 		return cmp.Or(cmp.Compare(b.room, a.room), cmp.Compare(a.first, b.first))
 	})
-	if mode == DomainStrict && len(all) > 0 {
-		chosen := all[0]
-		need := e.demands[ci].left()
-		if home := e.homeDomain(ci); home != "" && byID[home] != nil {
-			chosen = byID[home]
-		} else {
-			for _, d := range all {
-				if d.room >= need {
-					chosen = d
-					break
-				}
-			}
-		}
-		reason := fmt.Sprintf("nvlink_domain strict: in another NVLink domain than %s's", e.demands[ci].comp)
+	if mode == DomainStrict {
+		want := e.strictDomain(ci, gi)
+		reason := strictReason(e.demands[ci].comp)
+		out := make([]int32, 0, len(src))
 		for _, d := range all {
-			if d != chosen {
+			if d.id == want {
+				out = append(out, d.nodes...)
+			} else if note {
 				for _, at := range d.nodes {
 					e.passedBy(ci, reason, e.table[at].node.ID)
 				}
 			}
 		}
-		return chosen.nodes
+		return out
 	}
 	out := make([]int32, 0, len(src))
 	for _, d := range all {
@@ -119,12 +122,102 @@ func (e *engine) domainSrc(src []int32, comps ...int) []int32 {
 	return e.domainOrder(src, pick)
 }
 
-// homeDomain is the domain component ci already holds workers in (kept
-// by a replan), "" if none.
-func (e *engine) homeDomain(ci int) string {
+// strictReason is why a node is not offered to a strict group.
+func strictReason(c Component) string {
+	return fmt.Sprintf("nvlink_domain strict: in another NVLink domain than %s's", c)
+}
+
+// strictDomain is the one NVLink domain strict group gi of component ci
+// keeps to, chosen once a run, when the group is first placed: the
+// domain it holds most workers in already (a replan), else the first in
+// rank order with room for all its workers still to place, else the one
+// with the most room. In manual mode, the domain of the node the pools
+// first place it on ("" until then: any).
+func (e *engine) strictDomain(ci, gi int) string {
+	key := [2]int{ci, gi}
+	if d, ok := e.strict[key]; ok {
+		return d
+	}
+	d := e.homeDomain(ci, gi)
+	if d == "" && e.rules.manual {
+		// The pools name the nodes: the group keeps to the domain of the
+		// first it is placed on.
+		return ""
+	}
+	if d == "" {
+		need := e.demands[ci].groups[gi].WorkerNum
+		for _, ns := range e.table {
+			if gi < len(ns.gcount[ci]) {
+				need -= int(ns.gcount[ci][gi])
+			}
+		}
+		room := map[string]int{}
+		var order []string
+		all := make([]int32, len(e.table))
+		for i := range all {
+			all[i] = int32(i)
+		}
+		for _, at := range rankOrder(e.table, all) {
+			ns := e.table[at]
+			id := domainOf(ns)
+			if _, ok := room[id]; !ok {
+				order = append(order, id)
+			}
+			room[id] += e.roomOf(ns, ci, gi)
+		}
+		for _, id := range order {
+			if d == "" || room[id] > room[d] {
+				d = id
+			}
+			if room[id] >= need {
+				d = id
+				break
+			}
+		}
+	}
+	if e.strict == nil {
+		e.strict = map[[2]int]string{}
+	}
+	e.strict[key] = d
+	return d
+}
+
+// homeDomain is the domain group gi of component ci already holds the
+// most workers in (kept by a replan), "" if none.
+func (e *engine) homeDomain(ci, gi int) string {
+	count := map[string]int{}
+	best := ""
 	for _, ns := range e.table {
-		if ns.count[ci] > 0 {
-			return domainOf(ns)
+		if gi < len(ns.gcount[ci]) && ns.gcount[ci][gi] > 0 {
+			d := domainOf(ns)
+			count[d] += int(ns.gcount[ci][gi])
+			if best == "" || count[d] > count[best] || count[d] == count[best] && d < best {
+				best = d
+			}
+		}
+	}
+	return best
+}
+
+// strictSpread names a strict group whose workers span several NVLink
+// domains ("" when none does): a replan that kept workers where their
+// domains changed, which only planning afresh can mend.
+func (e *engine) strictSpread() string {
+	for ci := range nComp {
+		for gi, c := range e.cons[ci] {
+			if c == nil || c.NVLinkDomain != DomainStrict {
+				continue
+			}
+			seen := ""
+			for _, ns := range e.table {
+				if gi < len(ns.gcount[ci]) && ns.gcount[ci][gi] > 0 {
+					if d := domainOf(ns); seen == "" {
+						seen = d
+					} else if d != seen {
+						return string(e.demands[ci].comp)
+					}
+				}
+			}
 		}
 	}
 	return ""

@@ -155,8 +155,10 @@ type engine struct {
 	// counts those that changed node.
 	buffers     []int32
 	bufferMoves int
-	// cons are each scheduling group's constraints (nil: none).
-	cons [nComp][]*Constraints
+	// cons are each scheduling group's constraints (nil: none); strict,
+	// the NVLink domain each strict group keeps to (strictDomain).
+	cons   [nComp][]*Constraints
+	strict map[[2]int]string
 }
 
 // Options tune a planning run.
@@ -359,6 +361,15 @@ const (
 func (e *engine) fill(tg target, at int32, d *demand, gpus []int) (int, stopReason) {
 	if d.done() {
 		return 0, stopDone
+	}
+	// A node the group may not use at all is only noted, and not copied
+	// when it says so already: a replan then touches none of them.
+	ro := e.table[at]
+	if _, why := e.eligible(ro, d.ci, d.gi, gpus, int(math.Ceil(d.group().NumGPUs))); why != "" {
+		if !slices.Contains(ro.notes, nodeNote{d.comp, why}) {
+			e.mut(at).note(d.comp, why)
+		}
+		return 0, stopTooSmall
 	}
 	ns := e.mut(at)
 	placed, pos := 0, 0

@@ -48,7 +48,8 @@ func (e *engine) manualPasses() {
 }
 
 // placeCounted places on a pool entry the workers its worker_counts give
-// it, group by group, larger workers first (first fit decreasing: the
+// it, group by group, those with GPU constraints first, then larger
+// workers first (first fit decreasing: the
 // counts come from a plan that fitted them there, in whatever order it
 // placed them). Each takes the next index of its group's queue.
 func (e *engine) placeCounted(p *poolRun, en *poolEntry, d *demand, queue [][]int) {
@@ -59,7 +60,17 @@ func (e *engine) placeCounted(p *poolRun, en *poolEntry, d *demand, queue [][]in
 	for g := range groups {
 		groups[g] = g
 	}
-	slices.SortStableFunc(groups, func(a, b int) int { return cmp.Compare(d.groups[b].NumGPUs, d.groups[a].NumGPUs) })
+	// Groups with GPU constraints first: what they may use is narrower,
+	// and a group free to go anywhere must not take it from them.
+	narrow := func(gi int) int {
+		if c := e.cons[d.ci][gi]; c.any() && (c.gpuWise() || c.GPULink != "") {
+			return 1
+		}
+		return 0
+	}
+	slices.SortStableFunc(groups, func(a, b int) int {
+		return cmp.Or(cmp.Compare(narrow(b), narrow(a)), cmp.Compare(d.groups[b].NumGPUs, d.groups[a].NumGPUs))
+	})
 	tg := target{pool: p, entry: en}
 	for _, gi := range groups {
 		g := d.groups[gi]

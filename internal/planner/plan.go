@@ -53,6 +53,9 @@ func Replan(prev *Plan, spec *Spec, nodes []Node) (*Plan, *Change, error) {
 	if errors.As(err, &short) {
 		return fresh(prev, spec, nodes, "the incremental plan could not place every worker: "+err.Error())
 	}
+	if comp := e.strictSpread(); err == nil && comp != "" {
+		return fresh(prev, spec, nodes, "nvlink_domain strict: the "+comp+" workers kept span several NVLink domains")
+	}
 	doc, err := e.finish(err)
 	if err != nil {
 		// An invalid plan places nothing: nothing was re-placed either.

@@ -1,6 +1,9 @@
 package planner
 
-import "slices"
+import (
+	"reflect"
+	"slices"
+)
 
 // poolRun is one resource pool during a run.
 type poolRun struct {
@@ -134,6 +137,7 @@ func (e *engine) place(src []int32) {
 	} else {
 		e.disaggregate(src)
 	}
+	e.groupPasses(src)
 	e.cpuOnly(deferred)
 }
 
@@ -179,26 +183,97 @@ func (e *engine) cpuOnly(deferred [nComp][]int) {
 			all = rankOrder(e.table, all)
 		}
 		d := e.demands[ci]
-		cd := *d
-		cd.only(list)
-		tg := target{pool: e.pools[e.rules.pool[ci]]}
-		for _, c := range e.candidates(all, 1<<ci) {
-			if cd.done() {
-				break
-			}
-			if e.table[c.at].cpuLeft+eps < cd.group().NumCPUs {
-				e.passedBy(ci, ReasonCPUsExhausted, e.table[c.at].node.ID)
-				continue
-			}
-			placed, _ := e.fill(tg, c.at, &cd, nil)
-			e.shared(c, &cd, placed)
-		}
 		var left []int
+		// Groups with constraints of their own each get the nodes again:
+		// a node one group may not use stops the pass there for it alone.
+		for _, list := range e.byGroup(ci, list) {
+			cd := *d
+			cd.only(list)
+			tg := target{pool: e.pools[e.rules.pool[ci]]}
+			for _, c := range e.candidates(all, 1<<ci) {
+				if cd.done() {
+					break
+				}
+				if e.table[c.at].cpuLeft+eps < cd.group().NumCPUs {
+					e.passedBy(ci, ReasonCPUsExhausted, e.table[c.at].node.ID)
+					continue
+				}
+				placed, _ := e.fill(tg, c.at, &cd, nil)
+				e.shared(c, &cd, placed)
+			}
+			for ; !cd.done(); cd.advance() {
+				left = append(left, cd.index())
+			}
+		}
 		for ; !d.done(); d.advance() {
 			left = append(left, d.index())
 		}
-		for ; !cd.done(); cd.advance() {
-			left = append(left, cd.index())
+		slices.Sort(left)
+		d.only(left)
+	}
+}
+
+// byGroup splits list (indices of component ci) by scheduling group
+// where the groups' constraints differ; else it is list alone.
+func (e *engine) byGroup(ci int, list []int) [][]int {
+	if !e.groupsDiffer(ci) {
+		return [][]int{list}
+	}
+	d := e.demands[ci]
+	out := make([][]int, len(d.groups))
+	for _, i := range list {
+		gi, _ := d.groupAt(i)
+		out[gi] = append(out[gi], i)
+	}
+	return out
+}
+
+// groupsDiffer reports whether component ci's groups have constraints
+// that differ.
+func (e *engine) groupsDiffer(ci int) bool {
+	cs := e.cons[ci]
+	for _, c := range cs[min(1, len(cs)):] {
+		if !reflect.DeepEqual(c, cs[0]) {
+			return true
+		}
+	}
+	return false
+}
+
+// groupPasses places, group by group, each over the nodes in its own
+// order (its nvlink_domain's), the workers of a component whose groups
+// have constraints of their own: a pass that placed the groups in turn
+// would stop at a node one group may not use for the groups after it
+// too. The strategy's passes leave env to it then; train and eval, one
+// group each, never.
+func (e *engine) groupPasses(src []int32) {
+	for ci, d := range e.demands {
+		if d.done() || !e.groupsDiffer(ci) {
+			continue
+		}
+		var list, left []int
+		for ; !d.done(); d.advance() {
+			list = append(list, d.index())
+		}
+		tg := target{pool: e.pools[e.rules.pool[ci]]}
+		for gi, idx := range e.byGroup(ci, list) {
+			if len(idx) == 0 {
+				continue
+			}
+			cd := *d
+			cd.only(idx)
+			for _, c := range e.candidates(e.domainOrderGroup(src, ci, gi, true), 1<<ci) {
+				if cd.done() {
+					break
+				}
+				if e.roomFor(e.table[c.at], 1<<ci) {
+					placed, _ := e.fill(tg, c.at, &cd, e.table[c.at].usable)
+					e.shared(c, &cd, placed)
+				}
+			}
+			for ; !cd.done(); cd.advance() {
+				left = append(left, cd.index())
+			}
 		}
 		slices.Sort(left)
 		d.only(left)
@@ -223,7 +298,12 @@ func (e *engine) disaggregate(src []int32) {
 	}
 	// Eval and env share the rollout pass, each node taking eval first;
 	// where both have an nvlink_domain, or one keeps strictly to a domain
-	// the other need not share, each gets a pass of its own.
+	// the other need not share, each gets a pass of its own. Env groups
+	// with constraints of their own get theirs later (groupPasses).
+	if e.groupsDiffer(2) {
+		e.rollout(rp, e.domainOrder(src, 1), true, false)
+		return
+	}
 	me, _ := e.domainMode(1)
 	mv, _ := e.domainMode(2)
 	if me != "" && mv != "" || me == DomainStrict && e.demands[2].left() > 0 || mv == DomainStrict && e.demands[1].left() > 0 {
@@ -275,7 +355,9 @@ func (e *engine) colocate(src []int32) {
 		e.fillTrain(gp, c)
 		usable := e.table[c.at].usable
 		e.fill(target{pool: gp}, c.at, eval, usable)
-		e.fill(target{pool: gp}, c.at, env, usable)
+		if !e.groupsDiffer(2) {
+			e.fill(target{pool: gp}, c.at, env, usable) // else groupPasses
+		}
 	}
 }
 
