@@ -228,7 +228,6 @@ func (n *NVML) describe(d nvml.Device, g *GPU) {
 func (n *NVML) fabric(d nvml.Device) *Fabric {
 	// The v1 call: the versioned one cannot be mocked (its handler wraps
 	// an unexported device), and v1 carries all that is read here.
-	//lint:ignore SA1019 see above
 	info, ret := d.GetGpuFabricInfo()
 	switch {
 	case ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_FUNCTION_NOT_FOUND:

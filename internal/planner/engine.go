@@ -362,13 +362,7 @@ func (e *engine) fill(tg target, at int32, d *demand, gpus []int) (int, stopReas
 	if d.done() {
 		return 0, stopDone
 	}
-	// A node the group may not use at all is only noted, and not copied
-	// when it says so already: a replan then touches none of them.
-	ro := e.table[at]
-	if _, why := e.eligible(ro, d.ci, d.gi, gpus, int(math.Ceil(d.group().NumGPUs))); why != "" {
-		if !slices.Contains(ro.notes, nodeNote{d.comp, why}) {
-			e.mut(at).note(d.comp, why)
-		}
+	if e.barred(at, d, gpus) {
 		return 0, stopTooSmall
 	}
 	ns := e.mut(at)
@@ -381,9 +375,6 @@ func (e *engine) fill(tg target, at int32, d *demand, gpus []int) (int, stopReas
 			var why string
 			gi, pos = d.gi, 0
 			if gpus, why = e.eligible(ns, d.ci, gi, all, int(math.Ceil(g.NumGPUs))); why != "" {
-				if placed == 0 {
-					ns.note(d.comp, why)
-				}
 				return placed, stopTooSmall
 			}
 		}
@@ -411,27 +402,49 @@ func (e *engine) fill(tg target, at int32, d *demand, gpus []int) (int, stopReas
 			}
 			placed += e.fillGPU(tg, at, ns, d, gpus[pos:pos+1], frac, cpus)
 		default:
-			if len(gpus) < count {
-				e.passedOver(ns, d, placed, nil, TooFewGPUs(count))
-				return placed, stopTooSmall
+			if stop := e.fillMulti(tg, at, ns, d, gpus, &pos, placed, count, cpus); stop != stopDone {
+				return placed, stop
 			}
-			held, why, compromise := e.pickLinked(ns, d.ci, d.gi, gpus, &pos, count)
-			if held == nil {
-				if why == "" {
-					why = ReasonNoFreeGPUs
-				}
-				e.passedOver(ns, d, placed, gpus, why)
-				return placed, stopGPUs
-			}
-			if compromise {
-				ns.note(d.comp, ReasonPreferNVLink)
-			}
-			e.record(tg, at, ns, d.ci, d.index(), d.gi, g, held, nil, frac, cpus)
-			d.advance()
 			placed++
 		}
 	}
 	return placed, stopDone
+}
+
+// fillMulti places the next worker of d, needing count > 1 whole GPUs
+// (linked as its group's gpu_link asks), on ns; stopDone when it did,
+// else why not, noted when the node took none of d's workers (placed).
+func (e *engine) fillMulti(tg target, at int32, ns *nodeState, d *demand, gpus []int, pos *int, placed, count int, cpus float64) stopReason {
+	if len(gpus) < count {
+		e.passedOver(ns, d, placed, nil, TooFewGPUs(count))
+		return stopTooSmall
+	}
+	held, why, compromise := e.pickLinked(ns, d.ci, d.gi, gpus, pos, count)
+	if held == nil {
+		if why == "" {
+			why = ReasonNoFreeGPUs
+		}
+		e.passedOver(ns, d, placed, gpus, why)
+		return stopGPUs
+	}
+	if compromise {
+		ns.note(d.comp, ReasonPreferNVLink)
+	}
+	e.record(tg, at, ns, d.ci, d.index(), d.gi, d.group(), held, nil, 1, cpus)
+	d.advance()
+	return stopDone
+}
+
+// barred reports whether d's current group may not use node at at all,
+// noting why. A node that says so already is not copied: a replan then
+// touches none of the nodes a group may not use.
+func (e *engine) barred(at int32, d *demand, gpus []int) bool {
+	ro := e.table[at]
+	_, why := e.eligible(ro, d.ci, d.gi, gpus, int(math.Ceil(d.group().NumGPUs)))
+	if why != "" && !slices.Contains(ro.notes, nodeNote{d.comp, why}) {
+		e.mut(at).note(d.comp, why)
+	}
+	return why != ""
 }
 
 // fillGPU places on one GPU (gpu, a one-element window no one changes)

@@ -3,7 +3,6 @@ package planner
 import (
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"strings"
 
@@ -298,113 +297,14 @@ func parseGroup(field string, v any, allowAuto bool) (WorkerGroup, error) {
 		}
 		g.NumGPUs = n
 	}
-	c, err := parseConstraints(field, m)
+	c, err := parseConstraints(field, m, g.NumGPUs, allowAuto)
 	if err != nil {
 		return g, err
 	}
-	switch {
-	case c.any() && allowAuto:
-		return g, fieldErr(field, "node_selector, gpu_model and min_gpu_memory_gb are not allowed for buffer: buffers follow their train workers")
-	case c.gpuWise() && g.NumGPUs == 0:
-		return g, fieldErr(field, "gpu_model and min_gpu_memory_gb need num_gpus > 0")
-	case c.NVLinkDomain != "" && g.NumGPUs == 0:
-		return g, fieldErr(field+".nvlink_domain", "%s places GPU workers among NVLink domains: it needs num_gpus > 0", c.NVLinkDomain)
-	case c.GPULink != "" && c.GPULink != LinkAny && g.NumGPUs < 2:
-		return g, fieldErr(field+".gpu_link", "%s links the GPUs of one worker: it needs num_gpus of 2 or more", c.GPULink)
-	case c.any():
+	if c.any() {
 		g.Constraints = c
 	}
 	return g, nil
-}
-
-// parseConstraints reads a group's node_selector, gpu_model and
-// min_gpu_memory_gb.
-func parseConstraints(field string, m map[string]any) (*Constraints, error) {
-	c := &Constraints{}
-	switch sel := m["node_selector"].(type) {
-	case nil:
-	case map[string]any:
-		if len(sel) > 64 {
-			return nil, fieldErr(field+".node_selector", "%d labels; at most 64", len(sel))
-		}
-		c.NodeSelector = map[string]string{}
-		for k, v := range sel {
-			s, ok := scalarString(v)
-			if !ok || k == "" || len(k) > 256 || len(s) > 256 {
-				return nil, fieldErr(field+".node_selector."+k, "%s is not allowed; want a label name and a string value, each at most 256 bytes", show(v))
-			}
-			c.NodeSelector[k] = s
-		}
-	default:
-		return nil, fieldErr(field+".node_selector", "want a mapping of label: value, got %s", kindOf(sel))
-	}
-	switch gm := m["gpu_model"].(type) {
-	case nil:
-	case string:
-		c.GPUModels = []string{gm}
-	case []any:
-		for i, v := range gm {
-			s, ok := v.(string)
-			if !ok {
-				return nil, fieldErr(fmt.Sprintf("%s.gpu_model[%d]", field, i), "%s is not allowed; want a model name such as H100", show(v))
-			}
-			c.GPUModels = append(c.GPUModels, s)
-		}
-		if len(gm) == 0 {
-			return nil, fieldErr(field+".gpu_model", "an empty list matches nothing; want a model name or a list of them")
-		}
-	default:
-		return nil, fieldErr(field+".gpu_model", "want a model name such as H100, or a list of them, got %s", kindOf(gm))
-	}
-	for i, s := range c.GPUModels {
-		if strings.TrimSpace(s) == "" || len(s) > 128 {
-			return nil, fieldErr(fmt.Sprintf("%s.gpu_model[%d]", field, i), "%q is not allowed; want a model name such as H100", s)
-		}
-	}
-	switch link := m["gpu_link"].(type) {
-	case nil:
-	case string:
-		if !slices.Contains([]string{LinkAny, LinkNVLink, LinkNUMA, LinkPreferNVLink}, link) {
-			return nil, fieldErr(field+".gpu_link", "%q is not allowed; want any, nvlink, numa or prefer-nvlink", link)
-		}
-		if link != LinkAny {
-			c.GPULink = link
-		}
-	default:
-		return nil, fieldErr(field+".gpu_link", "want any, nvlink, numa or prefer-nvlink, got %s", kindOf(link))
-	}
-	switch dom := m["nvlink_domain"].(type) {
-	case nil:
-	case string:
-		if !slices.Contains([]string{DomainAny, DomainPack, DomainStrict}, dom) {
-			return nil, fieldErr(field+".nvlink_domain", "%q is not allowed; want any, pack or strict", dom)
-		}
-		if dom != DomainAny {
-			c.NVLinkDomain = dom
-		}
-	default:
-		return nil, fieldErr(field+".nvlink_domain", "want any, pack or strict, got %s", kindOf(dom))
-	}
-	if raw, ok := m["min_gpu_memory_gb"]; ok && raw != nil {
-		n, ok := number(raw)
-		if !ok || n <= 0 || n > 1<<20 {
-			return nil, fieldErr(field+".min_gpu_memory_gb", "%s is not allowed; want a number of gigabytes > 0", show(raw))
-		}
-		c.MinGPUMemoryGB = n
-	}
-	return c, nil
-}
-
-// scalarString is v as a label value: a string, or a number or boolean
-// YAML read as one.
-func scalarString(v any) (string, bool) {
-	switch x := v.(type) {
-	case string:
-		return x, true
-	case bool, int, int64, uint64, float64:
-		return fmt.Sprint(x), true
-	}
-	return "", false
 }
 
 func autoHint(allowAuto bool) string {
