@@ -1,3 +1,5 @@
+//go:build cgo
+
 package inventory
 
 import (
@@ -6,13 +8,6 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
-
-// DefaultIgnoredXIDs are the XID errors the NVIDIA device plugin does not
-// count against a GPU's health: they are caused by the application (13
-// graphics engine exception, 31 memory page fault, 43 GPU stopped
-// processing, 45 preemptive cleanup, 68 video processor exception, 109
-// context switch timeout), not by the hardware.
-var DefaultIgnoredXIDs = []uint64{13, 31, 43, 45, 68, 109}
 
 // healthWaitMs is how long one NVML event wait blocks; it bounds how long
 // WatchHealth takes to notice that its context is done.

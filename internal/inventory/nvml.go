@@ -1,8 +1,9 @@
+//go:build cgo
+
 package inventory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,10 +14,6 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/rs/zerolog"
 )
-
-// ErrNoNVML means the NVML library is not installed: every laptop and CI
-// machine. The reporter then reports the node with no GPUs.
-var ErrNoNVML = errors.New("NVML library not found")
 
 // NVMLError is a failed NVML call, naming the call.
 type NVMLError struct {
@@ -31,21 +28,6 @@ func (e *NVMLError) Error() string {
 // Unwrap lets callers test for a particular code with errors.Is, e.g.
 // errors.Is(err, nvml.ERROR_GPU_IS_LOST).
 func (e *NVMLError) Unwrap() error { return e.Return }
-
-// NVMLOptions configure an NVML source.
-type NVMLOptions struct {
-	// Facts are the node facts the GPUs are added to.
-	Facts Facts
-	// IgnoredXIDs are XID errors that do not make a GPU unhealthy;
-	// nil means DefaultIgnoredXIDs.
-	IgnoredXIDs []uint64
-	// SysfsRoot is where /sys lives, for the NUMA fallback; tests point it
-	// at a fixture.
-	SysfsRoot string
-	// Log receives warnings about calls that failed but did not fail the
-	// report.
-	Log zerolog.Logger
-}
 
 // NVML is a Source that reads the GPUs through NVML. It is safe for
 // concurrent use: WatchHealth runs beside Inventory calls.
