@@ -93,6 +93,16 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, string, error) {
 	if err := cluster(sopts, opts); err != nil {
 		return nil, "", err
 	}
+	// A taken port fails now, by name, rather than after ReadyTimeout as
+	// "not ready" (the server only logs its failed listen).
+	if err := portFree(listen, port); err != nil {
+		return nil, "", err
+	}
+	if opts.ClusterListen != "" {
+		if err := portFree(opts.ClusterListen, sopts.Cluster.Port); err != nil {
+			return nil, "", err
+		}
+	}
 	ns, err := server.NewServer(sopts)
 	if err != nil {
 		return nil, "", fmt.Errorf("embedded nats: %w", err)
@@ -108,6 +118,19 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, string, error) {
 		return nil, "", fmt.Errorf("embedded nats: not ready on %s after %s", listen, timeout)
 	}
 	return ns, ns.ClientURL(), nil
+}
+
+// portFree checks that addr (HOST:PORT, port its port) can be listened
+// on; port 0 (any) always can.
+func portFree(addr string, port int) error {
+	if port <= 0 {
+		return nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("embedded nats: listen %s: %w (another server there? choose another port)", addr, err)
+	}
+	return l.Close()
 }
 
 // cluster sets the server's cluster: its listen address, routes, name.

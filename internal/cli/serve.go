@@ -223,20 +223,26 @@ func (o *serveOptions) connect(log zerolog.Logger) (*nats.Conn, func(), error) {
 		if o.dataDir == "" {
 			o.dataDir = defaultDataDir()
 		}
+		unlock, err := bus.LockDataDir(o.dataDir)
+		if err != nil {
+			return nil, nil, err
+		}
 		eopts := bus.EmbeddedOptions{Listen: o.listen, StoreDir: o.dataDir, Log: log, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
 			ClusterListen: o.clusterListen, Routes: o.routes, ServerName: o.name}
 		if o.secure {
 			a, planner, err := serveCreds(o.dataDir, log)
 			if err != nil {
+				unlock()
 				return nil, nil, err
 			}
 			eopts.Auth, sec.Creds = a, planner
 		}
 		ns, u, err := bus.StartEmbedded(eopts)
 		if err != nil {
+			unlock()
 			return nil, nil, err
 		}
-		closeServer = func() { ns.Shutdown(); ns.WaitForShutdown() }
+		closeServer = func() { ns.Shutdown(); ns.WaitForShutdown(); unlock() }
 		log.Info().Str("url", u).Str("data_dir", o.dataDir).Bool("auth", o.secure).Bool("tls", o.tlsCert != "").Msg("embedded NATS with JetStream started")
 		// The planner itself talks to its server in process: no socket.
 		// In process the server offers TLS without requiring it; a tls://

@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"bytes"
+	"context"
+	"net"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestServeClusterFlags: the cluster and replica flags that cannot work
@@ -29,5 +33,39 @@ func TestServeClusterFlags(t *testing.T) {
 		if code != ExitUsage || !strings.Contains(errOut, c.want) {
 			t.Errorf("planner %s: exit %d, %q; want exit %d and %q", strings.Join(args, " "), code, errOut, ExitUsage, c.want)
 		}
+	}
+}
+
+// TestServeDataDirAndPort: a second serve on a data directory in use,
+// or on a taken port, refuses at once saying which.
+func TestServeDataDirAndPort(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", dir, "--no-local-reporter", "--log-level", "error"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
+	}()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("first serve not up")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	start := time.Now()
+	code, _, errOut := run(t, "serve", "--listen", freeAddr(t), "--data-dir", dir, "--no-local-reporter")
+	if code == 0 || !strings.Contains(errOut, "--data-dir "+dir+" is held by process") || time.Since(start) > 5*time.Second {
+		t.Errorf("second serve on the same data dir: exit %d after %s: %s", code, time.Since(start), errOut)
+	}
+	start = time.Now()
+	code, _, errOut = run(t, "serve", "--listen", addr, "--data-dir", t.TempDir(), "--no-local-reporter")
+	if code == 0 || !strings.Contains(errOut, "listen "+addr) || !strings.Contains(errOut, "address already in use") || time.Since(start) > 5*time.Second {
+		t.Errorf("serve on a taken port: exit %d after %s: %s", code, time.Since(start), errOut)
 	}
 }

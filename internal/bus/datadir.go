@@ -1,0 +1,41 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ErrDataDirInUse is LockDataDir's answer when another process holds the
+// directory: two servers on one JetStream store corrupt it.
+var ErrDataDirInUse = errors.New("data directory in use")
+
+// LockDataDir takes dir (made if missing) for this process: an exclusive
+// lock on dir/LOCK, held until release or exit (a crashed holder leaves
+// no stale lock: the kernel drops it). A second process gets
+// ErrDataDirInUse naming the holder's pid.
+func LockDataDir(dir string) (release func(), err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, "LOCK")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	if err := lockFile(f); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		who := "another process"
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(holder))); perr == nil {
+			who = fmt.Sprintf("process %d", pid)
+		}
+		return nil, fmt.Errorf("%w: --data-dir %s is held by %s (another planner serve?); give each server its own --data-dir", ErrDataDirInUse, dir, who)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return func() { _ = unlockFile(f); _ = f.Close() }, nil
+}
