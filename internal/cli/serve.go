@@ -60,7 +60,7 @@ func parseSimNodes(s string) (simNodes, error) {
 type serveOptions struct {
 	server, listen, dataDir, specPath, plan, logLevel string
 	simulate                                          []string
-	noLocal, secure, insecure                         bool
+	noLocal, secure, insecure, replaceSpec            bool
 	tlsCert, tlsKey                                   string
 	sec                                               bus.Security
 	debounce, heartbeat, settle, historyAge           time.Duration
@@ -85,7 +85,8 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.server, "server", "", "NATS URL to join; empty starts an embedded NATS server with JetStream")
 	f.StringVar(&o.listen, "listen", DefaultListen, "HOST:PORT the embedded NATS server listens on")
 	f.StringVar(&o.dataDir, "data-dir", "", "where the embedded server stores JetStream data (default $TMPDIR/poolplanner)")
-	f.StringVar(&o.specPath, "spec", "", "job spec, YAML or JSON, stored as the plan's spec")
+	f.StringVar(&o.specPath, "spec", "", "job spec, YAML or JSON, stored as the plan's spec when the plan has none (a spec set since wins; see --replace-spec)")
+	f.BoolVar(&o.replaceSpec, "replace-spec", false, "store --spec over the plan's stored spec when they differ")
 	f.StringVar(&o.plan, "plan", "default", "plan name")
 	f.StringArrayVar(&o.simulate, "simulate", nil, "add simulated nodes: 2x8xH100 is 2 nodes of 8 H100s (repeatable)")
 	f.BoolVar(&o.noLocal, "no-local-reporter", false, "do not report this machine's inventory in-process")
@@ -202,7 +203,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	// reporters put theirs first, so that a cold start plans on every
 	// simulated node, not on the first few.
 	waitReported(ctx, store, reporters, 30*time.Second, log)
-	p := service.New(service.Config{NC: nc, JS: js, Plan: o.plan, Spec: spec, Debounce: o.debounce, Settle: o.settle,
+	p := service.New(service.Config{NC: nc, JS: js, Plan: o.plan, Spec: spec, ReplaceSpec: o.replaceSpec, Debounce: o.debounce, Settle: o.settle,
 		HistoryAge: o.historyAge, HistoryBytes: o.historyBytes, Replicas: o.replicas, LeaseTTL: o.leaseTTL, Log: log})
 	log.Info().Str("plan", o.plan).Int("reporters", reporters).Msg("planner serving")
 	err = p.Run(ctx)

@@ -388,3 +388,37 @@ func TestLastGoodSpec(t *testing.T) {
 	}
 	r.waitPlan(10*time.Second, "on the new spec", func(p *planner.Plan) bool { return p.Revision == 2 && p.Valid })
 }
+
+// TestSpecPrecedence: serve --spec seeds a plan that has no spec; a spec
+// set since wins over the file at the next start, said in a warning,
+// unless ReplaceSpec.
+func TestSpecPrecedence(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	other := strings.Replace(testSpec, "worker_num: 8", "worker_num: 4", 1)
+	var logs syncBuffer
+	seed := func(replace bool) string {
+		t.Helper()
+		p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(testSpec), ReplaceSpec: replace, Log: zerolog.New(&logs)})
+		if _, err := p.start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := bus.NewSpecStore(h.js).Get(ctx, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(got)
+	}
+	if got := seed(false); got != testSpec {
+		t.Fatalf("a plan without a spec: got %q", got)
+	}
+	if _, err := bus.NewSpecStore(h.js).Put(ctx, "default", []byte(other)); err != nil { // planner spec set
+		t.Fatal(err)
+	}
+	if got := seed(false); got != other || !strings.Contains(logs.String(), "keeping the stored one") {
+		t.Fatalf("restart with --spec after spec set: stored %q, log %s", got, logs.String())
+	}
+	if got := seed(true); got != testSpec {
+		t.Fatalf("--replace-spec: stored %q", got)
+	}
+}

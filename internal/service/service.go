@@ -62,9 +62,10 @@ type Config struct {
 	JS jetstream.JetStream
 	// Plan names the plan (default "default").
 	Plan string
-	// Spec, when set, is stored as the plan's spec at start if it differs
-	// from the stored one.
-	Spec []byte
+	// Spec, when set, is stored as the plan's spec at start if the plan
+	// has none (or, with ReplaceSpec, if it differs from the stored one).
+	Spec        []byte
+	ReplaceSpec bool
 	// Debounce is how long the inventory must stay quiet before a
 	// replan; zero replans at once.
 	Debounce time.Duration
@@ -270,18 +271,35 @@ func (p *Planner) start(ctx context.Context) (*bus.StoredPlan, error) {
 	if _, err := p.inv.Ensure(ctx); err != nil {
 		return nil, err
 	}
-	if len(p.cfg.Spec) > 0 {
-		cur, _, err := p.specs.Get(ctx, p.cfg.Plan)
-		if err != nil && !errors.Is(err, bus.ErrNotFound) {
-			return nil, err
-		}
-		if string(cur) != string(p.cfg.Spec) {
-			if _, err := p.specs.Put(ctx, p.cfg.Plan, p.cfg.Spec); err != nil {
-				return nil, err
-			}
-		}
+	if err := p.seedSpec(ctx); err != nil {
+		return nil, err
 	}
 	return p.plans.Latest(ctx, p.cfg.Plan)
+}
+
+// seedSpec stores the configured spec as the plan's when the plan has
+// none. A stored spec that differs was set since (planner spec set, or
+// another planner's --spec): the live one wins, said in a warning,
+// unless ReplaceSpec says the file does.
+func (p *Planner) seedSpec(ctx context.Context) error {
+	if len(p.cfg.Spec) == 0 {
+		return nil
+	}
+	cur, rev, err := p.specs.Get(ctx, p.cfg.Plan)
+	switch {
+	case err != nil && !errors.Is(err, bus.ErrNotFound):
+		return err
+	case err == nil && string(cur) == string(p.cfg.Spec):
+		return nil
+	case err == nil && !p.cfg.ReplaceSpec:
+		p.cfg.Log.Warn().Str("plan", p.cfg.Plan).Uint64("spec_revision", rev).
+			Msg("the stored spec differs from --spec: keeping the stored one, set since (planner spec set); --replace-spec makes the file win")
+		return nil
+	case err == nil:
+		p.cfg.Log.Info().Str("plan", p.cfg.Plan).Uint64("replaced_revision", rev).Msg("--replace-spec: storing --spec over the stored spec")
+	}
+	_, err = p.specs.Put(ctx, p.cfg.Plan, p.cfg.Spec)
+	return err
 }
 
 // settling is how much longer a freshly started planner waits before
