@@ -56,6 +56,9 @@ func Connect(url, name string, log zerolog.Logger, sec Security, extra ...nats.O
 			log.Info().Str("server", nc.ConnectedUrlRedacted()).Msg("connected to NATS")
 		}),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return // closed on purpose: no outage to report
+			}
 			ev := log.Warn()
 			if err != nil {
 				ev = ev.Err(Explain(err, nil, sec))

@@ -211,8 +211,10 @@ func secure(sopts *server.Options, opts EmbeddedOptions) error {
 // serverLogger routes nats-server's log lines to zerolog.
 type serverLogger struct{ log zerolog.Logger }
 
+// Noticef: the server's notices (its banner, routes coming and going)
+// are for debugging poolplanner, not for its operator's eyes.
 func (l serverLogger) Noticef(format string, v ...any) {
-	l.log.Info().Str("component", "nats-server").Msgf(format, v...)
+	l.log.Debug().Str("component", "nats-server").Msgf(format, v...)
 }
 func (l serverLogger) Warnf(format string, v ...any) {
 	l.log.Warn().Str("component", "nats-server").Msgf(format, v...)

@@ -146,13 +146,8 @@ func (o reporterOptions) validate(formatSet bool, stderr io.Writer) (reporterCon
 	if c.level, err = zerolog.ParseLevel(o.logLevel); err != nil || o.logLevel == "" {
 		return c, usagef("--log-level %q: want trace, debug, info, warn or error", o.logLevel)
 	}
-	if !formatSet && isTerminal(stderr) {
-		c.logFormat = "console"
-	}
-	if c.logFormat != "json" && c.logFormat != "console" {
-		return c, usagef("--log-format %q: want json or console", o.logFormat)
-	}
-	return c, nil
+	c.logFormat, err = logFormat(c.logFormat, formatSet, stderr)
+	return c, err
 }
 
 func isTerminal(w io.Writer) bool {
@@ -165,11 +160,29 @@ func isTerminal(w io.Writer) bool {
 }
 
 func newReporterLogger(c reporterConfig, stderr io.Writer) zerolog.Logger {
+	return newLogger(c.logFormat, c.level, stderr)
+}
+
+// newLogger is the reporter's and serve's logger: JSON, or for people
+// (console) with times of day.
+func newLogger(format string, level zerolog.Level, stderr io.Writer) zerolog.Logger {
 	var w io.Writer = stderr
-	if c.logFormat == "console" {
+	if format == "console" {
 		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}
 	}
-	return zerolog.New(w).Level(c.level).With().Timestamp().Logger()
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+// logFormat is --log-format as given, or console where stderr is a
+// terminal and the flag was not set.
+func logFormat(format string, set bool, stderr io.Writer) (string, error) {
+	if !set && isTerminal(stderr) {
+		format = "console"
+	}
+	if format != "json" && format != "console" {
+		return "", usagef("--log-format %q: want json or console", format)
+	}
+	return format, nil
 }
 
 func runReporter(ctx context.Context, c reporterConfig, stdout, stderr io.Writer) error {

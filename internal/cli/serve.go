@@ -59,6 +59,7 @@ func parseSimNodes(s string) (simNodes, error) {
 // serveOptions are planner serve's flags.
 type serveOptions struct {
 	server, listen, dataDir, specPath, plan, logLevel string
+	logFormat                                         string
 	simulate                                          []string
 	noLocal, secure, insecure, replaceSpec            bool
 	tlsCert, tlsKey                                   string
@@ -95,7 +96,8 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&o.heartbeat, "heartbeat", reporter.DefaultHeartbeat, "heartbeat of the in-process reporters")
 	f.DurationVar(&o.historyAge, "history-age", service.DefaultHistoryAge, "keep plan revisions this long (and the chain they need); negative: for ever")
 	f.Int64Var(&o.historyBytes, "history-bytes", service.DefaultHistoryBytes, "keep at most this many bytes of plan revisions, dropping the oldest chains; negative: no limit")
-	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error (the embedded NATS server's own notices at debug)")
+	f.StringVar(&o.logFormat, "log-format", "json", "json or console (default console when stderr is a terminal)")
 	f.BoolVar(&o.secure, "auth", false, "the embedded server requires credentials: keys kept under --data-dir/auth, admin, planner and launcher .creds written to --data-dir/creds (`planner creds` makes more)")
 	f.BoolVar(&o.insecure, "no-auth", false, "serve a non-loopback --listen without credentials, deliberately")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "the embedded server's TLS certificate (PEM); with --tls-key, clients must use TLS")
@@ -178,10 +180,14 @@ func (o *serveOptions) checkCluster() error {
 
 func (o *serveOptions) run(cmd *cobra.Command) error {
 	level, err := zerolog.ParseLevel(o.logLevel)
-	if err != nil {
+	if err != nil || o.logLevel == "" {
 		return usagef("--log-level %q: want debug, info, warn or error", o.logLevel)
 	}
-	log := zerolog.New(cmd.ErrOrStderr()).Level(level).With().Timestamp().Logger()
+	format, err := logFormat(o.logFormat, cmd.Flags().Changed("log-format"), cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	log := newLogger(format, level, cmd.ErrOrStderr())
 	sims, spec, err := o.check()
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -60,12 +61,59 @@ func TestServeDataDirAndPort(t *testing.T) {
 	}
 	start := time.Now()
 	code, _, errOut := run(t, "serve", "--listen", freeAddr(t), "--data-dir", dir, "--no-local-reporter")
-	if code == 0 || !strings.Contains(errOut, "--data-dir "+dir+" is held by process") || time.Since(start) > 5*time.Second {
+	if code == 0 || !strings.Contains(errOut, "--data-dir "+dir+" is held by process") || time.Since(start) > 8*time.Second {
 		t.Errorf("second serve on the same data dir: exit %d after %s: %s", code, time.Since(start), errOut)
 	}
 	start = time.Now()
 	code, _, errOut = run(t, "serve", "--listen", addr, "--data-dir", t.TempDir(), "--no-local-reporter")
-	if code == 0 || !strings.Contains(errOut, "listen "+addr) || !strings.Contains(errOut, "address already in use") || time.Since(start) > 5*time.Second {
+	if code == 0 || !strings.Contains(errOut, "listen "+addr) || !strings.Contains(errOut, "address already in use") || time.Since(start) > 8*time.Second {
 		t.Errorf("serve on a taken port: exit %d after %s: %s", code, time.Since(start), errOut)
 	}
+}
+
+// TestServeCleanShutdown: a serve stopped on purpose logs nothing
+// alarming: no warning, no error, no NATS banner at info.
+func TestServeCleanShutdown(t *testing.T) {
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr syncWriter
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", t.TempDir(), "--no-local-reporter",
+			"--simulate", "4x8xH100", "--spec", "../../examples/disaggregate.yaml", "--settle", "-1s"}, nil, &bytes.Buffer{}, &stderr)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(stderr.String(), "plan published") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no plan: %s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if strings.Contains(line, `"level":"warn"`) || strings.Contains(line, `"level":"error"`) || strings.Contains(line, "nats-server") {
+			t.Errorf("alarming line: %s", line)
+		}
+	}
+}
+
+// syncWriter is a buffer written by one goroutine and read by another.
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 )
@@ -16,10 +19,16 @@ import (
 // renewals.
 const DefaultLeaseTTL = 5 * time.Second
 
-// lease is the planner's side of the plan's lease: whether it leads, and
-// since when. Only the loop goroutine changes it; Planner.leaseSeq,
-// which publishNext reads, mirrors seq.
-type lease struct {
+// leaser keeps the planner's side of the plan's lease in a goroutine of
+// its own: a leader busy for longer than the TTL (publishing the first
+// plan of a large cluster) still renews, and only a planner that stops
+// altogether (dead, paused, cut off) loses the lease. Planner.leaseSeq
+// mirrors seq; Planner.pubMu keeps a renewal from changing the lease
+// between a publish reading it and the stream checking it.
+type leaser struct {
+	p   *Planner
+	log zerolog.Logger
+	mu  sync.Mutex
 	seq uint64
 	// since is when this planner took the lease; renewed, when the
 	// stream last confirmed it (this host's clock).
@@ -27,93 +36,127 @@ type lease struct {
 	// holder is the last other holder seen, so a change is logged once.
 	holder string
 	timer  *time.Timer
+	// taken and lost cue the loop (buffered, never blocking): replan and
+	// check when the lease was taken, drop a leader's state when lost.
+	taken, lost chan struct{}
 }
 
-// leaseEvery is how often a leader renews and a standby looks.
-func (l *loop) leaseEvery() time.Duration {
-	if l.lease.seq != 0 {
-		return l.p.cfg.LeaseTTL / 3
-	}
-	return min(l.p.cfg.LeaseTTL/5, 500*time.Millisecond)
+func newLeaser(p *Planner, log zerolog.Logger) *leaser {
+	return &leaser{p: p, log: log, timer: time.NewTimer(0), taken: make(chan struct{}, 1), lost: make(chan struct{}, 1)}
 }
 
-// tendLease renews the lease while this planner leads, and otherwise
-// looks whether it is free and takes it. It returns true when this
-// planner just took the lease.
-func (l *loop) tendLease(ctx context.Context) bool {
-	defer func() { l.lease.timer.Reset(l.leaseEvery()) }()
-	if l.lease.seq != 0 {
-		l.renewLease(ctx)
-		return false
+// run tends the lease until ctx ends, then gives it back.
+func (ls *leaser) run(ctx context.Context) {
+	defer ls.timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			ls.release(ctx)
+			return
+		case <-ls.timer.C:
+			ls.tend(ctx)
+			ls.timer.Reset(ls.every())
+		}
 	}
-	cur, err := l.p.plans.ReadLease(ctx, l.p.cfg.Plan)
+}
+
+// every is how often a leader renews and a standby looks.
+func (ls *leaser) every() time.Duration {
+	if ls.current() != 0 {
+		return ls.p.cfg.LeaseTTL / 3
+	}
+	return min(ls.p.cfg.LeaseTTL/5, 500*time.Millisecond)
+}
+
+func (ls *leaser) current() uint64 {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.seq
+}
+
+// tend renews the lease while this planner leads, and otherwise looks
+// whether it is free and takes it.
+func (ls *leaser) tend(ctx context.Context) {
+	if ls.current() != 0 {
+		ls.renew(ctx)
+		return
+	}
+	cur, err := ls.p.plans.ReadLease(ctx, ls.p.cfg.Plan)
 	if err != nil {
-		l.log.Debug().Err(err).Msg("cannot read the plan's lease")
-		return false
+		ls.log.Debug().Err(err).Msg("cannot read the plan's lease")
+		return
 	}
 	if cur != nil {
-		if cur.Holder != l.lease.holder {
-			l.lease.holder = cur.Holder
-			l.log.Info().Str("leader", cur.Holder).Str("leader_host", cur.Host).Msg("standing by: another planner leads this plan")
+		if cur.Holder != ls.holder {
+			ls.holder = cur.Holder
+			ls.log.Info().Str("leader", cur.Holder).Str("leader_host", cur.Host).Msg("standing by: another planner leads this plan")
 		}
-		return false
+		return
 	}
-	return l.takeLease(ctx)
+	ls.take(ctx)
 }
 
-// newLease is this planner's lease body.
-func (l *loop) newLease(since time.Time) *bus.Lease {
+// body is this planner's lease body.
+func (ls *leaser) body(since time.Time) *bus.Lease {
 	host, _ := os.Hostname()
-	return &bus.Lease{Holder: l.p.plans.Publisher, Host: host, PID: os.Getpid(), Since: since.UTC(),
-		Renewed: time.Now().UTC(), TTLSeconds: l.p.cfg.LeaseTTL.Seconds()}
+	return &bus.Lease{Holder: ls.p.plans.Publisher, Host: host, PID: os.Getpid(), Since: since.UTC(),
+		Renewed: time.Now().UTC(), TTLSeconds: ls.p.cfg.LeaseTTL.Seconds()}
 }
 
-// takeLease takes the free lease, then reads the latest revision as the
+// write stores the lease expecting the subject at expect, so that no
+// publish reads the lease while it changes.
+func (ls *leaser) write(ctx context.Context, since time.Time, expect uint64) (uint64, error) {
+	ls.p.pubMu.Lock()
+	defer ls.p.pubMu.Unlock()
+	return ls.p.plans.WriteLease(ctx, ls.p.cfg.Plan, ls.body(since), expect)
+}
+
+// take takes the free lease, then reads the latest revision as the
 // stream's leader has it, so that this planner continues the sequence
 // from the last revision whoever led before published.
-func (l *loop) takeLease(ctx context.Context) bool {
+func (ls *leaser) take(ctx context.Context) {
 	now := time.Now()
-	seq, err := l.p.plans.WriteLease(ctx, l.p.cfg.Plan, l.newLease(now), 0)
+	seq, err := ls.write(ctx, now, 0)
 	if err != nil {
 		if !errors.Is(err, bus.ErrLeaseHeld) {
-			l.log.Debug().Err(err).Msg("cannot take the plan's lease")
+			ls.log.Debug().Err(err).Msg("cannot take the plan's lease")
 		}
-		return false
+		return
 	}
-	if err := l.catchUp(ctx); err != nil {
+	if err := ls.catchUp(ctx); err != nil {
 		// Leading on a stale latest would fork the history (the message
 		// id check aside): give the lease back and try again.
-		l.log.Warn().Err(err).Msg("took the lease but cannot read the latest revision; giving it back")
-		_ = l.p.plans.ReleaseLease(context.WithoutCancel(ctx), l.p.cfg.Plan, seq)
-		return false
+		ls.log.Warn().Err(err).Msg("took the lease but cannot read the latest revision; giving it back")
+		_ = ls.p.plans.ReleaseLease(context.WithoutCancel(ctx), ls.p.cfg.Plan, seq)
+		return
 	}
-	l.lease.seq, l.lease.since, l.lease.renewed, l.lease.holder = seq, now, now, ""
-	// Failures as a standby (a replan refused for the lease) are no
-	// leader's: start afresh, so that kick arms the replan.
-	l.failures, l.lastFailure = 0, ""
-	l.p.mu.Lock()
-	l.p.leaseSeq = seq
+	ls.mu.Lock()
+	ls.seq, ls.since, ls.renewed, ls.holder = seq, now, now, ""
+	ls.mu.Unlock()
+	ls.p.mu.Lock()
+	ls.p.leaseSeq = seq
 	// Whoever led may have died between a revision and its assignments.
-	l.p.reconcile = l.p.latest != nil
-	l.p.mu.Unlock()
-	l.log.Info().Uint64("lease", seq).Msg("leading this plan: this planner replans and publishes")
-	return true
+	ls.p.reconcile = ls.p.latest != nil
+	ls.p.mu.Unlock()
+	ls.log.Info().Uint64("lease", seq).Msg("leading this plan: this planner replans and publishes")
+	cue(ls.taken)
 }
 
 // catchUp makes the latest revision the one the stream's leader has last
 // (a direct get may be answered by a replica that lags).
-func (l *loop) catchUp(ctx context.Context) error {
-	last, err := l.p.plans.LastSeq(ctx, bus.PlanVersionSubject(l.p.cfg.Plan))
+func (ls *leaser) catchUp(ctx context.Context) error {
+	p := ls.p
+	last, err := p.plans.LastSeq(ctx, bus.PlanVersionSubject(p.cfg.Plan))
 	if err != nil || last == 0 {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		sp, err := l.p.plans.Latest(ctx, l.p.cfg.Plan)
+		sp, err := p.plans.Latest(ctx, p.cfg.Plan)
 		if err != nil {
 			return err
 		}
 		if sp != nil && sp.Seq >= last {
-			l.p.adopted(sp)
+			p.adopted(sp)
 			return nil
 		}
 		if attempt >= 20 {
@@ -123,61 +166,82 @@ func (l *loop) catchUp(ctx context.Context) error {
 	}
 }
 
-// renewLease renews the lease; when another planner holds it now, or it
+// renew renews the lease; when another planner holds it now, or it
 // lapsed unrenewed, this planner stands by.
-func (l *loop) renewLease(ctx context.Context) {
-	seq, err := l.p.plans.WriteLease(ctx, l.p.cfg.Plan, l.newLease(l.lease.since), l.lease.seq)
+func (ls *leaser) renew(ctx context.Context) {
+	ls.mu.Lock()
+	seq0, since, renewed := ls.seq, ls.since, ls.renewed
+	ls.mu.Unlock()
+	seq, err := ls.write(ctx, since, seq0)
 	if err == nil {
-		l.setLease(seq)
+		ls.set(seq0, seq)
 		return
 	}
 	if errors.Is(err, bus.ErrLeaseHeld) {
-		cur, rerr := l.p.plans.ReadLease(ctx, l.p.cfg.Plan)
-		if rerr == nil && cur != nil && cur.Holder == l.p.plans.Publisher {
-			l.setLease(cur.Seq) // a renewal stored whose answer was lost
+		cur, rerr := ls.p.plans.ReadLease(ctx, ls.p.cfg.Plan)
+		if rerr == nil && cur != nil && cur.Holder == ls.p.plans.Publisher {
+			ls.set(seq0, cur.Seq) // a renewal stored whose answer was lost
 			return
 		}
-		l.stepDown("the lease lapsed or another planner took it")
+		ls.stepDown("the lease lapsed or another planner took it")
 		return
 	}
-	if time.Since(l.lease.renewed) >= l.p.cfg.LeaseTTL {
-		l.stepDown(fmt.Sprintf("the lease lapsed unrenewed: %v", err))
+	if time.Since(renewed) >= ls.p.cfg.LeaseTTL {
+		ls.stepDown(fmt.Sprintf("the lease lapsed unrenewed: %v", err))
 		return
 	}
-	l.log.Warn().Err(err).Msg("cannot renew the plan's lease; retrying")
+	ls.log.Warn().Err(err).Msg("cannot renew the plan's lease; retrying")
 }
 
-func (l *loop) setLease(seq uint64) {
-	l.lease.seq, l.lease.renewed = seq, time.Now()
-	l.p.mu.Lock()
-	l.p.leaseSeq = seq
-	l.p.mu.Unlock()
-}
-
-// stepDown makes this planner a standby.
-func (l *loop) stepDown(why string) {
-	if l.lease.seq == 0 {
+// set records the renewal of the lease at was as seq, unless this
+// planner stood down meanwhile.
+func (ls *leaser) set(was, seq uint64) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.seq != was {
 		return
 	}
-	l.log.Warn().Str("why", why).Msg("no longer leading this plan; standing by")
-	l.lease.seq, l.lease.holder = 0, ""
-	// A settle for an outage is the next leader's to judge.
-	l.settlingOutage = false
-	l.p.mu.Lock()
-	l.p.leaseSeq, l.p.note = 0, ""
-	l.p.mu.Unlock()
+	ls.seq, ls.renewed = seq, time.Now()
+	ls.p.mu.Lock()
+	ls.p.leaseSeq = seq
+	ls.p.mu.Unlock()
 }
 
-// releaseLease gives the lease up at a clean shutdown, so that a
-// standby takes over at its next look instead of after the TTL.
-func (l *loop) releaseLease(ctx context.Context) {
-	if l.lease.seq == 0 {
+// stepDown makes this planner a standby; wait, when not negative, is how
+// long until it looks at the lease again.
+func (ls *leaser) stepDown(why string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.seq == 0 {
+		return
+	}
+	ls.log.Warn().Str("why", why).Msg("no longer leading this plan; standing by")
+	ls.seq, ls.holder = 0, ""
+	ls.p.mu.Lock()
+	ls.p.leaseSeq, ls.p.note = 0, ""
+	ls.p.mu.Unlock()
+	cue(ls.lost)
+}
+
+// release gives the lease up at a clean shutdown, so that a standby
+// takes over at its next look instead of after the TTL.
+func (ls *leaser) release(ctx context.Context) {
+	seq := ls.current()
+	if seq == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if err := l.p.plans.ReleaseLease(ctx, l.p.cfg.Plan, l.lease.seq); err != nil {
-		l.log.Warn().Err(err).Msg("cannot give the lease up; a standby takes over when it lapses")
+	if err := ls.p.plans.ReleaseLease(ctx, ls.p.cfg.Plan, seq); err != nil {
+		ls.log.Warn().Err(err).Msg("cannot give the lease up; a standby takes over when it lapses")
+	}
+}
+
+// cue signals ch without blocking: one pending cue is enough.
+func cue(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 

@@ -51,8 +51,10 @@ type loop struct {
 	// retry.
 	failures    int
 	lastFailure string
-	// lease: whether this planner leads the plan.
-	lease lease
+	// lease tends the plan's lease in a goroutine of its own; leaseDone
+	// closes when it has given the lease back.
+	lease     *leaser
+	leaseDone chan struct{}
 	// guardT ticks the checks of guard; reconnects is the connection's
 	// count it last saw; stopWatch ends the inventory watch.
 	guardT     *time.Ticker
@@ -72,6 +74,7 @@ type loop struct {
 	// for them to report again; outageReconnects and reconnectedAt, the
 	// reconnects outage last saw and when it saw the count change.
 	settlingOutage   bool
+	settleSaid       bool // the settle wait was logged
 	outageReconnects uint64
 	reconnectedAt    time.Time
 }
@@ -81,7 +84,7 @@ func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
 		timer: time.NewTimer(time.Hour), retry: time.NewTimer(0), check: time.NewTimer(time.Hour), maxWait: max(10*p.cfg.Debounce, time.Second)}
 	l.timer.Stop()
 	l.check.Stop()
-	l.lease.timer = time.NewTimer(0)
+	l.lease = newLeaser(p, l.log)
 	l.guardT = time.NewTicker(guardEvery)
 	l.reconnects = p.cfg.NC.Stats().Reconnects
 	l.outageReconnects = l.reconnects
@@ -119,7 +122,6 @@ func (l *loop) close() {
 	l.timer.Stop()
 	l.retry.Stop()
 	l.check.Stop()
-	l.lease.timer.Stop()
 	l.guardT.Stop()
 	if l.stopWatch != nil {
 		l.stopWatch()
@@ -127,16 +129,21 @@ func (l *loop) close() {
 }
 
 func (l *loop) run(ctx context.Context) error {
+	l.leaseDone = make(chan struct{})
+	go func() { defer close(l.leaseDone); l.lease.run(ctx) }()
 	for {
 		select {
 		case <-ctx.Done():
-			l.releaseLease(ctx)
+			<-l.leaseDone // the lease given back
 			return nil
-		case <-l.lease.timer.C:
-			if l.tendLease(ctx) {
-				l.armCheck(0)
-				l.kick() // publishes only if the inventory changed meanwhile
-			}
+		case <-l.lease.taken:
+			// Failures as a standby (a replan refused for the lease) are
+			// no leader's: start afresh, so that kick arms the replan.
+			l.failures, l.lastFailure = 0, ""
+			l.armCheck(0)
+			l.kick() // publishes only if the inventory changed meanwhile
+		case <-l.lease.lost:
+			l.settlingOutage = false // a settle is the next leader's to judge
 		case <-l.guardT.C:
 			l.guard(ctx)
 		case <-l.retry.C:
@@ -158,7 +165,7 @@ func (l *loop) run(ctx context.Context) error {
 			l.armCheck(checkAfter)
 		case <-l.check.C:
 			l.checking = false
-			if l.lease.seq == 0 {
+			if l.p.leading() == 0 {
 				continue // a standby leaves them to the leader, and checks when it leads
 			}
 			if err := l.p.checkAssignments(ctx); err != nil {
@@ -349,19 +356,26 @@ func (l *loop) replan(ctx context.Context) {
 	if !l.dirty {
 		return
 	}
-	if l.lease.seq == 0 {
+	if l.p.leading() == 0 {
 		return // a standby replans when it takes the lease
 	}
 	l.outage()
 	if wait := l.p.settling(l.started); wait > 0 {
+		if !l.settleSaid {
+			l.settleSaid = true
+			ids := l.p.unreported()
+			l.log.Info().Int("nodes", len(ids)).Strs("waiting_for", ids[:min(len(ids), 8)]).Dur("at_most", wait).
+				Msg("waiting for the nodes of the plan found at start to report before replanning without them")
+		}
 		l.timer.Reset(wait)
 		return
 	}
+	l.settleSaid = false
 	l.dirty = false
 	err := l.p.replan(ctx)
 	if errors.Is(err, bus.ErrLeaseLost) {
 		l.dirty = true
-		l.stepDown(err.Error())
+		l.lease.stepDown(err.Error())
 		return
 	}
 	if l.p.checkPending() {

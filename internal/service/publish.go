@@ -69,7 +69,7 @@ func (p *Planner) replan(ctx context.Context) error {
 // plan as the next one if it differs.
 func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes []string) error {
 	p.mu.Lock()
-	latest, spec, digest, lease, note := p.latest, p.spec, p.digest, p.leaseSeq, p.note
+	latest, spec, digest, note := p.latest, p.spec, p.digest, p.note
 	p.mu.Unlock()
 	var prev *planner.Plan
 	var expect uint64
@@ -98,7 +98,7 @@ func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes
 	if err != nil {
 		return err
 	}
-	seq, err := p.plans.PublishEvent(ctx, ev, digest, expect, lease)
+	seq, err := p.publishFenced(ctx, ev, digest, expect)
 	if (errors.Is(err, bus.ErrConflict) || errors.Is(err, bus.ErrLeaseLost)) && ev.Snapshot != "" {
 		// Refused for sure, so no event names this snapshot. (After other
 		// errors, a timeout, the event may have been stored.)
@@ -109,7 +109,11 @@ func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes
 	}
 	stored.Seq, stored.SpecDigest = seq, digest
 	p.published(stored, note)
-	p.cfg.Log.Info().Str("plan", next.Name).Int("revision", next.Revision).Bool("valid", next.Valid).
+	line := p.cfg.Log.Info()
+	if !next.Valid {
+		line = p.cfg.Log.Warn().Str("error", next.Error)
+	}
+	line.Str("plan", next.Name).Int("revision", next.Revision).Bool("valid", next.Valid).
 		Int("moved", next.Moved).Str("kind", ev.Kind()).Str("reason", next.Reason).Msg("plan published")
 	if err := p.publishAssignments(ctx, prev, next, change); err != nil {
 		p.mu.Lock()
@@ -121,6 +125,15 @@ func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes
 		p.retain(ctx)
 	}
 	return nil
+}
+
+// publishFenced publishes ev checked against this planner's lease as
+// it is now (no renewal in between), or, with none (a planner used
+// without its loop), against the plan's last event.
+func (p *Planner) publishFenced(ctx context.Context, ev *plan.Event, digest string, expect uint64) (uint64, error) {
+	p.pubMu.Lock()
+	defer p.pubMu.Unlock()
+	return p.plans.PublishEvent(ctx, ev, digest, expect, p.leading())
 }
 
 // adoptSpec takes a new spec that plans as the old one did, so that the

@@ -181,10 +181,10 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 			// only if the leader has not within a TTL, so the sequence
 			// goes on from the newest revision there was.
 			wait := p.cfg.LeaseTTL
-			if l.lease.seq != 0 {
+			if p.leading() != 0 {
 				wait = 0
 			}
-			l.stepDown("the plan stream, and the lease with it, was lost")
+			l.lease.stepDown("the plan stream, and the lease with it, was lost")
 			l.lease.timer.Reset(wait)
 			l.kick()
 		case client.AssignmentsStream, "OBJ_" + client.PlansBucket:

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -123,8 +124,10 @@ type Planner struct {
 	reconcile bool
 	verify    map[string]bool
 	// leaseSeq is the plan's lease this planner holds (0: it stands by),
-	// the fencing token of its publishes.
+	// the fencing token of its publishes; pubMu keeps a renewal from
+	// changing it between a publish reading it and the stream checking it.
 	leaseSeq uint64
+	pubMu    sync.Mutex
 	// specBytes is the spec planned on, as stored, to put back should
 	// the bucket be lost; note, what the next revision's reason adds
 	// (an outage waited out).
@@ -275,6 +278,26 @@ func (p *Planner) start(ctx context.Context) (*bus.StoredPlan, error) {
 		return nil, err
 	}
 	return p.plans.Latest(ctx, p.cfg.Plan)
+}
+
+// unreported lists the nodes of the plan found at start (or before an
+// outage) that have not reported since, sorted.
+func (p *Planner) unreported() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	if p.inherited == nil {
+		return out
+	}
+	for _, pl := range p.inherited.Pools {
+		for _, n := range pl.Nodes {
+			if !p.reported[n.NodeID] && !slices.Contains(out, n.NodeID) {
+				out = append(out, n.NodeID)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // seedSpec stores the configured spec as the plan's when the plan has
