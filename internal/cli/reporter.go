@@ -36,12 +36,15 @@ type reporterOptions struct {
 	logLevel  string
 	logFormat string
 	xidIgnore []string
+	cpus      int
+	memory    string
 }
 
 // reporterConfig is reporterOptions validated and parsed.
 type reporterConfig struct {
 	reporterOptions
 	sim     *inventory.Simulation
+	memory  uint64
 	labelM  map[string]string
 	ignored []uint64
 	level   zerolog.Level
@@ -77,7 +80,9 @@ without a word; on SIGTERM or SIGINT the reporter deletes it first.`,
 	f.StringVar(&opts.ip, "ip", "", "IP other nodes reach this one on (default the address of the default route's interface)")
 	f.DurationVar(&opts.heartbeat, "heartbeat", reporter.DefaultHeartbeat, "how often to refresh the key")
 	f.DurationVar(&opts.ttl, "ttl", 0, "how long the key outlives a reporter that died (default 3 heartbeats)")
-	f.StringVar(&opts.simulate, "simulate", "", "report simulated GPUs instead of NVML's: NxMODEL, e.g. 8xH100")
+	f.StringVar(&opts.simulate, "simulate", "", "report simulated GPUs instead of NVML's: NxMODEL, e.g. 8xH100 (a whole node: the CPUs and memory of the host such GPUs come in)")
+	f.IntVar(&opts.cpus, "cpus", 0, "report this many CPUs (default: the machine's, or the simulated host's)")
+	f.StringVar(&opts.memory, "memory", "", "report this much memory, bytes or with Ki, Mi, Gi, Ti (default: the machine's, or the simulated host's)")
 	f.StringArrayVar(&opts.labels, "label", nil, "a node label KEY=VALUE (repeatable)")
 	f.BoolVar(&opts.once, "once", false, "print the inventory as JSON and exit, without NATS")
 	f.StringVar(&opts.logLevel, "log-level", "info", "trace, debug, info, warn or error")
@@ -143,6 +148,12 @@ func (o reporterOptions) validate(formatSet bool, stderr io.Writer) (reporterCon
 		}
 		c.ignored = append(c.ignored, x)
 	}
+	if o.cpus < 0 || o.cpus > inventory.MaxCPUs {
+		return c, usagef("--cpus %d: want 1 to %d", o.cpus, inventory.MaxCPUs)
+	}
+	if c.memory, err = parseBytes(o.memory); err != nil {
+		return c, usagef("--memory %q: %v", o.memory, err)
+	}
 	if c.level, err = zerolog.ParseLevel(o.logLevel); err != nil || o.logLevel == "" {
 		return c, usagef("--log-level %q: want trace, debug, info, warn or error", o.logLevel)
 	}
@@ -196,6 +207,10 @@ func runReporter(ctx context.Context, c reporterConfig, stdout, stderr io.Writer
 	if err := bus.ValidateNodeID(facts.NodeID); err != nil {
 		return usagef("hostname is not a usable node id (%w); pass --node-id", err)
 	}
+	if c.sim != nil {
+		facts = c.sim.Host(facts)
+	}
+	facts = withHost(facts, c.cpus, c.memory)
 	log = log.With().Str("node_id", facts.NodeID).Logger()
 
 	src, closeSrc := reporterSource(ctx, c, facts, log)
@@ -263,4 +278,37 @@ func uintStrings(xs []uint64) []string {
 		out[i] = strconv.FormatUint(x, 10)
 	}
 	return out
+}
+
+// withHost overrides facts' CPUs and memory where cpus and memory are
+// set (not 0).
+func withHost(f inventory.Facts, cpus int, memory uint64) inventory.Facts {
+	if cpus > 0 {
+		f.CPUs = cpus
+	}
+	if memory > 0 {
+		f.MemoryBytes = memory
+	}
+	return f
+}
+
+// parseBytes reads a size: bytes, or a number with Ki, Mi, Gi or Ti
+// (binary units; K, M, G, T mean the same); "" is 0.
+func parseBytes(s string) (uint64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	mult := uint64(1)
+	for i, u := range []string{"Ti", "T", "Gi", "G", "Mi", "M", "Ki", "K"} {
+		if rest, ok := strings.CutSuffix(s, u); ok {
+			s, mult = rest, 1<<(10*(4-i/2))
+			break
+		}
+	}
+	n, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || n <= 0 || n*float64(mult) > 1<<60 {
+		return 0, errors.New("want a size such as 2Ti, 512Gi or a number of bytes")
+	}
+	return uint64(n * float64(mult)), nil
 }

@@ -59,7 +59,9 @@ func parseSimNodes(s string) (simNodes, error) {
 // serveOptions are planner serve's flags.
 type serveOptions struct {
 	server, listen, dataDir, specPath, plan, logLevel string
-	logFormat                                         string
+	logFormat, simMemory                              string
+	simCPUs                                           int
+	simBytes                                          uint64
 	simulate                                          []string
 	noLocal, secure, insecure, replaceSpec            bool
 	tlsCert, tlsKey                                   string
@@ -89,7 +91,9 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.specPath, "spec", "", "job spec, YAML or JSON, stored as the plan's spec when the plan has none (a spec set since wins; see --replace-spec)")
 	f.BoolVar(&o.replaceSpec, "replace-spec", false, "store --spec over the plan's stored spec when they differ")
 	f.StringVar(&o.plan, "plan", "default", "plan name")
-	f.StringArrayVar(&o.simulate, "simulate", nil, "add simulated nodes: 2x8xH100 is 2 nodes of 8 H100s (repeatable)")
+	f.StringArrayVar(&o.simulate, "simulate", nil, "add simulated nodes: 2x8xH100 is 2 nodes of 8 H100s (repeatable; whole nodes: the CPUs and memory of the host such GPUs come in)")
+	f.IntVar(&o.simCPUs, "cpus", 0, "CPUs of each simulated node (default: its model's host's)")
+	f.StringVar(&o.simMemory, "memory", "", "memory of each simulated node, bytes or with Ki, Mi, Gi, Ti (default: its model's host's)")
 	f.BoolVar(&o.noLocal, "no-local-reporter", false, "do not report this machine's inventory in-process")
 	f.DurationVar(&o.debounce, "debounce", service.DefaultDebounce, "quiet time after an inventory change before replanning")
 	f.DurationVar(&o.settle, "settle", service.DefaultSettle, "after start, how long to wait for the nodes of the latest plan to report before replanning without them (negative: no wait)")
@@ -139,6 +143,8 @@ func (o *serveOptions) check() ([]simNodes, []byte, error) {
 		return nil, nil, usagef("--heartbeat %s: must be positive", o.heartbeat)
 	case o.historyAge == 0 || o.historyBytes == 0:
 		return nil, nil, usagef("--history-age and --history-bytes: must not be 0 (negative: no limit)")
+	case o.simCPUs < 0 || o.simCPUs > inventory.MaxCPUs:
+		return nil, nil, usagef("--cpus %d: want 1 to %d", o.simCPUs, inventory.MaxCPUs)
 	case o.replicas < 1 || o.replicas > 5:
 		return nil, nil, usagef("--replicas %d: must be 1 to 5", o.replicas)
 	case o.leaseTTL < time.Second || o.leaseTTL > time.Hour:
@@ -146,6 +152,10 @@ func (o *serveOptions) check() ([]simNodes, []byte, error) {
 	}
 	if err := o.checkCluster(); err != nil {
 		return nil, nil, err
+	}
+	var err error
+	if o.simBytes, err = parseBytes(o.simMemory); err != nil {
+		return nil, nil, usagef("--memory %q: %v", o.simMemory, err)
 	}
 	return sims, spec, checkServeSecurity(o.server, o.listen, o.secure, o.insecure, o.tlsCert, o.tlsKey)
 }
@@ -298,7 +308,7 @@ func (o *serveOptions) startReporters(ctx context.Context, store *bus.InventoryS
 			if si > 0 {
 				id = fmt.Sprintf("sim%d-%s-%d", si+1, strings.ToLower(sn.Sim.Model.Key), i+1)
 			}
-			facts := inventory.Facts{NodeID: id, Hostname: id, IP: fmt.Sprintf("10.%d.%d.%d", si, (i+1)/256, (i+1)%256), CPUs: 128, MemoryBytes: 2 << 40}
+			facts := withHost(sn.Sim.Host(inventory.Facts{NodeID: id, Hostname: id, IP: fmt.Sprintf("10.%d.%d.%d", si, (i+1)/256, (i+1)%256)}), o.simCPUs, o.simBytes)
 			if per := sn.Sim.Model.DomainNodes; per > 0 {
 				// Rack-scale parts: DomainNodes nodes to an NVLink domain.
 				facts.Labels = map[string]string{inventory.CliqueLabel: fmt.Sprintf("sim%d-%s-domain-%d", si+1, strings.ToLower(sn.Sim.Model.Key), i/per+1)}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -116,4 +117,53 @@ func (w *syncWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+// TestParseBytes: --memory takes bytes or binary units.
+func TestParseBytes(t *testing.T) {
+	cases := map[string]uint64{"": 0, "1024": 1024, "2Ti": 2 << 40, "2T": 2 << 40, "512Gi": 512 << 30, "1.5G": 3 << 29, "64Mi": 64 << 20, "4Ki": 4096}
+	for in, want := range cases {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"lots", "-1Gi", "0", "Gi", "1Pi"} {
+		if _, err := parseBytes(bad); err == nil {
+			t.Errorf("parseBytes(%q): no error", bad)
+		}
+	}
+}
+
+// TestQuickStartWithReporters: the README's example spec plans on four
+// `reporter --simulate 8xH100` against `serve --no-local-reporter`: a
+// simulated node is a whole node, with a DGX's CPUs, not this machine's.
+func TestQuickStartWithReporters(t *testing.T) {
+	addr := freeAddr(t)
+	url := "nats://" + addr
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 5)
+	go func() {
+		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", t.TempDir(), "--no-local-reporter",
+			"--spec", "../../examples/disaggregate.yaml", "--settle", "-1s", "--log-level", "error"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
+	}()
+	for i := range 4 {
+		go func() {
+			done <- ReporterMain(ctx, []string{"--server", url, "--simulate", "8xH100", "--node-id", fmt.Sprintf("gpu-%d", i+1),
+				"--ip", fmt.Sprintf("10.0.0.%d", i+1), "--log-level", "error"}, &bytes.Buffer{}, &bytes.Buffer{})
+		}()
+	}
+	defer func() {
+		cancel()
+		for range 5 {
+			<-done
+		}
+	}()
+	var out, errOut string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		var code int
+		if code, out, errOut = run(t, "lookup", "train", "0", "--server", url); code == 0 {
+			return
+		}
+	}
+	t.Fatalf("no valid plan on four simulated reporters: %s%s", out, errOut)
 }

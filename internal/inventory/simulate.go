@@ -29,22 +29,43 @@ type Model struct {
 	// NVLink domain (serve --simulate puts them in one by the
 	// nvidia.com/gpu.clique label); 0 for others.
 	DomainNodes int
+	// HostCPUs and HostMemoryBytes are the host such GPUs come in (a DGX
+	// for SXM parts, a GB200 compute tray, a typical 2U server for PCIe
+	// cards): a simulated node is a whole node, so that a spec sized for
+	// real nodes fits simulated ones.
+	HostCPUs        int
+	HostMemoryBytes uint64
+}
+
+// Hosts of simulated nodes.
+const (
+	dgxCPUs, dgxMemory       = 224, 2 << 40   // DGX H100/H200/B200: 2 x 56 cores, 2 threads each; 2 TiB
+	dgxA100CPUs, dgxA100Mem  = 256, 1 << 40   // DGX A100: 2 x 64 cores; 1 TiB
+	gb200CPUs, gb200Memory   = 144, 960 << 30 // GB200 tray: 2 Grace of 72 cores; 960 GiB LPDDR5X
+	serverCPUs, serverMemory = 64, 512 << 30  // a 2U PCIe server: 2 x 16 cores, 2 threads each; 512 GiB
+)
+
+// Host is facts with the simulated model's host CPUs and memory: a
+// simulated node is a whole node.
+func (s Simulation) Host(f Facts) Facts {
+	f.CPUs, f.MemoryBytes = s.Model.HostCPUs, s.Model.HostMemoryBytes
+	return f
 }
 
 // models lists the GPU models --simulate knows, by key. Memory is what
 // NVML reports for the part (slightly under the marketing figure).
 var models = []Model{
-	{Key: "A10", Name: "NVIDIA A10", MemoryBytes: 23028 << 20},
-	{Key: "A100", Name: "NVIDIA A100-SXM4-80GB", MemoryBytes: 81920 << 20, NVLink: true},
-	{Key: "A100-40GB", Name: "NVIDIA A100-SXM4-40GB", MemoryBytes: 40960 << 20, NVLink: true},
-	{Key: "B200", Name: "NVIDIA B200", MemoryBytes: 183359 << 20, NVLink: true},
+	{Key: "A10", Name: "NVIDIA A10", MemoryBytes: 23028 << 20, HostCPUs: serverCPUs, HostMemoryBytes: serverMemory},
+	{Key: "A100", Name: "NVIDIA A100-SXM4-80GB", MemoryBytes: 81920 << 20, NVLink: true, HostCPUs: dgxA100CPUs, HostMemoryBytes: dgxA100Mem},
+	{Key: "A100-40GB", Name: "NVIDIA A100-SXM4-40GB", MemoryBytes: 40960 << 20, NVLink: true, HostCPUs: dgxA100CPUs, HostMemoryBytes: dgxA100Mem},
+	{Key: "B200", Name: "NVIDIA B200", MemoryBytes: 183359 << 20, NVLink: true, HostCPUs: dgxCPUs, HostMemoryBytes: 4 << 40},
 	// GB200 NVL72: 4 GPUs a node, 18 nodes an NVLink domain (a rack).
-	{Key: "GB200", Name: "NVIDIA GB200", MemoryBytes: 189471 << 20, NVLink: true, DomainNodes: 18},
-	{Key: "H100", Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 81559 << 20, NVLink: true},
-	{Key: "H200", Name: "NVIDIA H200", MemoryBytes: 143771 << 20, NVLink: true},
-	{Key: "L4", Name: "NVIDIA L4", MemoryBytes: 23034 << 20},
-	{Key: "L40S", Name: "NVIDIA L40S", MemoryBytes: 46068 << 20},
-	{Key: "T4", Name: "Tesla T4", MemoryBytes: 15360 << 20},
+	{Key: "GB200", Name: "NVIDIA GB200", MemoryBytes: 189471 << 20, NVLink: true, DomainNodes: 18, HostCPUs: gb200CPUs, HostMemoryBytes: gb200Memory},
+	{Key: "H100", Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 81559 << 20, NVLink: true, HostCPUs: dgxCPUs, HostMemoryBytes: dgxMemory},
+	{Key: "H200", Name: "NVIDIA H200", MemoryBytes: 143771 << 20, NVLink: true, HostCPUs: dgxCPUs, HostMemoryBytes: dgxMemory},
+	{Key: "L4", Name: "NVIDIA L4", MemoryBytes: 23034 << 20, HostCPUs: serverCPUs, HostMemoryBytes: serverMemory},
+	{Key: "L40S", Name: "NVIDIA L40S", MemoryBytes: 46068 << 20, HostCPUs: serverCPUs, HostMemoryBytes: serverMemory},
+	{Key: "T4", Name: "Tesla T4", MemoryBytes: 15360 << 20, HostCPUs: serverCPUs, HostMemoryBytes: serverMemory},
 }
 
 // Models returns the known GPU models, sorted by key.
