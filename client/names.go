@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// Names fixed by the outside contract (shared/contract.md).
+// Names fixed by the outside contract (docs/contract.md).
 const (
 	// InventoryBucket is the KV bucket of node inventories, key = node id.
 	InventoryBucket = "poolplanner-inventory"

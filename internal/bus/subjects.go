@@ -12,7 +12,7 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 )
 
-// Names fixed by the outside contract (shared/contract.md), as package
+// Names fixed by the outside contract (docs/contract.md), as package
 // client names them.
 const (
 	InventoryBucket   = client.InventoryBucket

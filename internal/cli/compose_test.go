@@ -153,6 +153,13 @@ func TestComposeServersAreServices(t *testing.T) {
 				}
 				for url := range strings.SplitSeq(urls, ",") {
 					host, port, ok := strings.Cut(strings.TrimPrefix(url, "nats://"), ":")
+					if p.Services[name].NetworkMode == "host" {
+						// On the host's network: a port a NATS service publishes.
+						if host != "127.0.0.1" || !publishedPort(p, port) {
+							t.Errorf("service %s (host network): --server %s: want nats://127.0.0.1:PORT with PORT one a NATS service publishes", name, url)
+						}
+						continue
+					}
 					if _, isSvc := p.Services[host]; !ok || !isSvc || port != "4222" {
 						t.Errorf("service %s: --server %s: want nats://SERVICE:4222 with SERVICE one of %v", name, url, p.ServiceNames())
 					}
@@ -307,5 +314,45 @@ func TestComposeHA(t *testing.T) {
 	}
 	if len(servers) != 3 || len(planners) < 2 {
 		t.Errorf("servers %v, planners %v: want three servers and at least two planners", servers, planners)
+	}
+}
+
+// publishedPort reports whether a NATS service of p publishes port on
+// the host (for its client port 4222).
+func publishedPort(p *types.Project, port string) bool {
+	for _, svc := range p.Services {
+		for _, pc := range svc.Ports {
+			if pc.Published == port && pc.Target == 4222 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestComposeOneHost: docker-compose.yaml makes a valid plan on the one
+// host it runs on (its spec fits a node of 8 GPUs and 16 CPUs), and its
+// reporters report the host's IP (host network, or --ip), not a
+// container's.
+func TestComposeOneHost(t *testing.T) {
+	eachCompose(t, func(t *testing.T, p *types.Project) {
+		for _, name := range reporterServices(t, p) {
+			svc := p.Services[name]
+			if svc.NetworkMode != "host" && !slices.ContainsFunc(svc.Command, func(a string) bool { return a == "--ip" || strings.HasPrefix(a, "--ip=") }) {
+				t.Errorf("service %s reports its container's IP: give it network_mode: host or --ip", name)
+			}
+		}
+	})
+	p := loadCompose(t, "../../docker-compose.yaml")
+	host := writeFile(t, "host.json", `{"node_id_to_resources": {"host": {"ip": "10.0.0.1", "CPU": 16, "GPU": 8}}}`)
+	for _, name := range p.ServiceNames() {
+		svc := p.Services[name]
+		for _, v := range svc.Volumes {
+			if v.Target == "/etc/poolplanner/spec.yaml" {
+				if code, _, errOut := run(t, "plan", "--inventory", host, "--spec", v.Source); code != 0 {
+					t.Errorf("service %s: its spec %s does not fit one 8-GPU, 16-CPU host: %s", name, filepath.Base(v.Source), errOut)
+				}
+			}
+		}
 	}
 }
