@@ -68,6 +68,12 @@ func isCobraUsage(err error) bool {
 }
 
 func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	return newRootWith(stdin, stdout, stderr, systemExec)
+}
+
+// newRootWith is the command tree, planner exec running commands with
+// run.
+func newRootWith(stdin io.Reader, stdout, stderr io.Writer, run execFunc) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "planner",
 		Short:         "Plan GPU placement for RL jobs (train, eval, env, buffer workers)",
@@ -79,6 +85,6 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newPlanCmd())
-	root.AddCommand(append(clientCommands(), newServeCmd(), newCredsCmd(), newAuthCmd())...)
+	root.AddCommand(append(clientCommands(), newServeCmd(), newCredsCmd(), newAuthCmd(), newExecCmd(run))...)
 	return root
 }
