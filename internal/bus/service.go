@@ -91,29 +91,20 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("add service %s: %w", ServiceName, err)
 	}
+	obs, _ := a.(RequestObserver)
 	add := func(name, subject string, h func(context.Context, []byte) (any, error)) error {
 		return svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
-			ctx, cancel := context.WithTimeout(context.Background(), HandlerTimeout)
-			defer cancel()
-			if n := len(r.Data()); n > MaxRequest {
-				respondErr(r, fmt.Errorf("%w: a request of %d bytes; at most %d", ErrBadRequest, n, MaxRequest))
-				return
-			}
-			v, err := h(ctx, r.Data())
+			start := time.Now()
+			err := answer(nc, r, h)
 			if err != nil {
 				respondErr(r, err)
-				return
 			}
-			data, h, err := EncodeJSON(v)
-			if err == nil && len(data) > BodyLimit(nc) {
-				data, h, err = replyObject(ctx, nc, data, h)
-			}
-			if err != nil {
-				respondErr(r, fmt.Errorf("%w: encode reply: %w", ErrInternal, err))
-				return
-			}
-			if err := r.Respond(data, micro.WithHeaders(micro.Headers(h))); err != nil {
-				respondErr(r, fmt.Errorf("%w: send reply: %w", ErrInternal, err))
+			if obs != nil {
+				code := "200"
+				if err != nil {
+					code, _ = errorReply(err)
+				}
+				obs.ObserveRequest(name, code, time.Since(start))
 			}
 		}), micro.WithEndpointSubject(subject))
 	}
@@ -144,6 +135,37 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 		return nil, fmt.Errorf("add service %s: %w", ServiceName, err)
 	}
 	return svc, nil
+}
+
+// RequestObserver, when the Answerer is one too, hears of every answered
+// request: its endpoint, its code (200, or the error's) and how long it
+// took.
+type RequestObserver interface {
+	ObserveRequest(endpoint, code string, took time.Duration)
+}
+
+// answer answers r with h's reply; the error is what to answer instead.
+func answer(nc *nats.Conn, r micro.Request, h func(context.Context, []byte) (any, error)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), HandlerTimeout)
+	defer cancel()
+	if n := len(r.Data()); n > MaxRequest {
+		return fmt.Errorf("%w: a request of %d bytes; at most %d", ErrBadRequest, n, MaxRequest)
+	}
+	v, err := h(ctx, r.Data())
+	if err != nil {
+		return err
+	}
+	data, hdr, err := EncodeJSON(v)
+	if err == nil && len(data) > BodyLimit(nc) {
+		data, hdr, err = replyObject(ctx, nc, data, hdr)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: encode reply: %w", ErrInternal, err)
+	}
+	if err := r.Respond(data, micro.WithHeaders(micro.Headers(hdr))); err != nil {
+		return fmt.Errorf("%w: send reply: %w", ErrInternal, err)
+	}
+	return nil
 }
 
 func respondErr(r micro.Request, err error) {

@@ -19,6 +19,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/reporter"
 )
 
@@ -38,6 +39,7 @@ type reporterOptions struct {
 	xidIgnore []string
 	cpus      int
 	memory    string
+	metrics   string
 }
 
 // reporterConfig is reporterOptions validated and parsed.
@@ -81,6 +83,7 @@ without a word; on SIGTERM or SIGINT the reporter deletes it first.`,
 	f.DurationVar(&opts.heartbeat, "heartbeat", reporter.DefaultHeartbeat, "how often to refresh the key")
 	f.DurationVar(&opts.ttl, "ttl", 0, "how long the key outlives a reporter that died (default 3 heartbeats)")
 	f.StringVar(&opts.simulate, "simulate", "", "report simulated GPUs instead of NVML's: NxMODEL, e.g. 8xH100 (a whole node: the CPUs and memory of the host such GPUs come in)")
+	f.StringVar(&opts.metrics, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics")
 	f.IntVar(&opts.cpus, "cpus", 0, "report this many CPUs (default: the machine's, or the simulated host's)")
 	f.StringVar(&opts.memory, "memory", "", "report this much memory, bytes or with Ki, Mi, Gi, Ti (default: the machine's, or the simulated host's)")
 	f.StringArrayVar(&opts.labels, "label", nil, "a node label KEY=VALUE (repeatable)")
@@ -253,7 +256,16 @@ func runReporter(ctx context.Context, c reporterConfig, stdout, stderr io.Writer
 	// A reporter's credentials cannot create the bucket: it waits for the
 	// planner to.
 	store.NoCreate = id.Role == auth.Reporter
+	var m *metrics.Reporter
+	if c.metrics != "" {
+		reg := metrics.NewRegistry()
+		m = metrics.NewReporter(reg)
+		if err := metrics.Serve(ctx, c.metrics, reg); err != nil {
+			return usageError{err}
+		}
+	}
 	return reporter.Run(ctx, reporter.Config{
+		Metrics:   m,
 		Source:    src,
 		Store:     store,
 		Heartbeat: c.heartbeat,

@@ -21,6 +21,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/reporter"
 	"github.com/poolplanner/poolplanner/internal/service"
 )
@@ -59,7 +60,7 @@ func parseSimNodes(s string) (simNodes, error) {
 // serveOptions are planner serve's flags.
 type serveOptions struct {
 	server, listen, dataDir, specPath, plan, logLevel string
-	logFormat, simMemory                              string
+	logFormat, simMemory, metricsListen               string
 	simCPUs                                           int
 	simBytes                                          uint64
 	simulate                                          []string
@@ -92,6 +93,7 @@ func newServeCmd() *cobra.Command {
 	f.BoolVar(&o.replaceSpec, "replace-spec", false, "store --spec over the plan's stored spec when they differ")
 	f.StringVar(&o.plan, "plan", "default", "plan name")
 	f.StringArrayVar(&o.simulate, "simulate", nil, "add simulated nodes: 2x8xH100 is 2 nodes of 8 H100s (repeatable; whole nodes: the CPUs and memory of the host such GPUs come in)")
+	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics")
 	f.IntVar(&o.simCPUs, "cpus", 0, "CPUs of each simulated node (default: its model's host's)")
 	f.StringVar(&o.simMemory, "memory", "", "memory of each simulated node, bytes or with Ki, Mi, Gi, Ti (default: its model's host's)")
 	f.BoolVar(&o.noLocal, "no-local-reporter", false, "do not report this machine's inventory in-process")
@@ -204,6 +206,15 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var pm *metrics.Planner
+	var rm *metrics.Reporter
+	if o.metricsListen != "" {
+		reg := metrics.NewRegistry()
+		pm, rm = metrics.NewPlanner(reg), metrics.NewReporter(reg)
+		if err := metrics.Serve(ctx, o.metricsListen, reg); err != nil {
+			return usageError{err}
+		}
+	}
 	nc, shutdown, err := o.connect(log)
 	if err != nil {
 		return err
@@ -214,13 +225,13 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	store := bus.NewInventoryStore(js)
-	reporters, done := o.startReporters(ctx, store, sims, log)
+	reporters, done := o.startReporters(ctx, store, sims, log, rm)
 	// The first plan waits for the bucket's contents: let the in-process
 	// reporters put theirs first, so that a cold start plans on every
 	// simulated node, not on the first few.
 	waitReported(ctx, store, reporters, 30*time.Second, log)
 	p := service.New(service.Config{NC: nc, JS: js, Plan: o.plan, Spec: spec, ReplaceSpec: o.replaceSpec, Debounce: o.debounce, Settle: o.settle,
-		HistoryAge: o.historyAge, HistoryBytes: o.historyBytes, Replicas: o.replicas, LeaseTTL: o.leaseTTL, Log: log})
+		HistoryAge: o.historyAge, HistoryBytes: o.historyBytes, Replicas: o.replicas, LeaseTTL: o.leaseTTL, Metrics: pm, Log: log})
 	log.Info().Str("plan", o.plan).Int("reporters", reporters).Msg("planner serving")
 	err = p.Run(ctx)
 	stop()
@@ -278,7 +289,7 @@ func (o *serveOptions) connect(log zerolog.Logger) (*nats.Conn, func(), error) {
 // startReporters runs the in-process reporters (this machine's unless
 // --no-local-reporter, and the simulated nodes); each sends on done when
 // it ends.
-func (o *serveOptions) startReporters(ctx context.Context, store *bus.InventoryStore, sims []simNodes, log zerolog.Logger) (int, <-chan struct{}) {
+func (o *serveOptions) startReporters(ctx context.Context, store *bus.InventoryStore, sims []simNodes, log zerolog.Logger, m *metrics.Reporter) (int, <-chan struct{}) {
 	done := make(chan struct{})
 	reporters := 0
 	start := func(src inventory.Source, id string) {
@@ -286,7 +297,7 @@ func (o *serveOptions) startReporters(ctx context.Context, store *bus.InventoryS
 		go func() {
 			defer func() { done <- struct{}{} }()
 			err := reporter.Run(ctx, reporter.Config{Source: src, Store: store, Heartbeat: o.heartbeat,
-				TTL: o.heartbeat * reporter.DefaultTTLBeats, Log: log.With().Str("node", id).Logger()})
+				TTL: o.heartbeat * reporter.DefaultTTLBeats, Log: log.With().Str("node", id).Logger(), Metrics: m})
 			if err != nil {
 				log.Error().Err(err).Str("node", id).Msg("reporter stopped")
 			}

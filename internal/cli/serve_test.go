@@ -146,11 +146,14 @@ func TestQuickStartWithReporters(t *testing.T) {
 		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", t.TempDir(), "--no-local-reporter",
 			"--spec", "../../examples/disaggregate.yaml", "--settle", "-1s", "--log-level", "error"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
 	}()
+	maddr := freeAddr(t)
 	for i := range 4 {
-		go func() {
-			done <- ReporterMain(ctx, []string{"--server", url, "--simulate", "8xH100", "--node-id", fmt.Sprintf("gpu-%d", i+1),
-				"--ip", fmt.Sprintf("10.0.0.%d", i+1), "--log-level", "error"}, &bytes.Buffer{}, &bytes.Buffer{})
-		}()
+		args := []string{"--server", url, "--simulate", "8xH100", "--node-id", fmt.Sprintf("gpu-%d", i+1),
+			"--ip", fmt.Sprintf("10.0.0.%d", i+1), "--log-level", "error"}
+		if i == 0 {
+			args = append(args, "--metrics-listen", maddr)
+		}
+		go func() { done <- ReporterMain(ctx, args, &bytes.Buffer{}, &bytes.Buffer{}) }()
 	}
 	defer func() {
 		cancel()
@@ -162,6 +165,10 @@ func TestQuickStartWithReporters(t *testing.T) {
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		var code int
 		if code, out, errOut = run(t, "lookup", "train", "0", "--server", url); code == 0 {
+			// The reporter's metrics: its first put, a change.
+			if text := scrape(t, "http://"+maddr+"/metrics"); metricValue(text, `poolplanner_reporter_puts_total{kind="change"}`) != 1 {
+				t.Errorf("reporter metrics:\n%s", grep(text, "poolplanner_"))
+			}
 			return
 		}
 	}

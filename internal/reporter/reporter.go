@@ -17,6 +17,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/metrics"
 )
 
 // Store is where the reporter keeps the inventory; *bus.InventoryStore is
@@ -60,6 +61,8 @@ type Config struct {
 	Log zerolog.Logger
 	// Now is the clock for reported_at; nil means time.Now.
 	Now func() time.Time
+	// Metrics counts puts and failures (nil: none).
+	Metrics *metrics.Reporter
 }
 
 // Validate checks the timing.
@@ -153,6 +156,7 @@ func (r *run) read(ctx context.Context) {
 	inv, err := r.Source.Inventory(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
+			r.Metrics.Failed("inventory")
 			r.Log.Error().Err(err).Msg("reading the inventory failed; keeping the last one")
 		}
 		return
@@ -203,6 +207,7 @@ func (r *run) put(ctx context.Context, heartbeat bool) bool {
 		}
 		r.stored = false
 		r.fails++
+		r.Metrics.Failed("publish")
 		r.Log.Warn().Err(err).Int("attempt", r.fails).Msg("publishing the inventory failed; retrying")
 		return false
 	}
@@ -218,6 +223,7 @@ func (r *run) put(ctx context.Context, heartbeat bool) bool {
 		kind = "heartbeat"
 	}
 	ev.Str("kind", kind).Uint64("revision", rev).Int("gpus", len(r.last.GPUs)).Msg("inventory published")
+	r.Metrics.Put(kind)
 	r.stored, r.fails, r.rev = true, 0, rev
 	return true
 }
@@ -234,6 +240,7 @@ func (r *run) claim(ctx context.Context, moved bool) bool {
 	if err != nil {
 		r.stored = false
 		r.fails++
+		r.Metrics.Failed("publish")
 		r.Log.Warn().Err(err).Int("attempt", r.fails).Msg("reading the inventory key failed; retrying")
 		return false
 	}

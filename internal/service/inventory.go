@@ -211,3 +211,23 @@ func (p *Planner) node(id string) (inventory.NodeInventory, bool) {
 	n, ok := p.live.docs[id]
 	return n, ok
 }
+
+// inventorySize is the live inventory's nodes and unhealthy GPUs.
+func (p *Planner) inventorySize() (nodes, unhealthy int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, doc := range p.live.docs {
+		unhealthy += len(doc.GPUs) - len(doc.HealthyGPUs())
+	}
+	return len(p.live.docs), unhealthy
+}
+
+// revision is the latest revision's number (0: none).
+func (p *Planner) revision() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.latest == nil {
+		return 0
+	}
+	return p.latest.Plan.Revision
+}

@@ -139,6 +139,7 @@ func (ls *leaser) take(ctx context.Context) {
 	ls.p.reconcile = ls.p.latest != nil
 	ls.p.mu.Unlock()
 	ls.log.Info().Uint64("lease", seq).Msg("leading this plan: this planner replans and publishes")
+	ls.p.cfg.Metrics.Leading(ls.p.cfg.Plan, true)
 	cue(ls.taken)
 }
 
@@ -216,6 +217,7 @@ func (ls *leaser) stepDown(why string) {
 		return
 	}
 	ls.log.Warn().Str("why", why).Msg("no longer leading this plan; standing by")
+	ls.p.cfg.Metrics.Leading(ls.p.cfg.Plan, false)
 	ls.seq, ls.holder = 0, ""
 	ls.p.mu.Lock()
 	ls.p.leaseSeq, ls.p.note = 0, ""

@@ -372,7 +372,16 @@ func (l *loop) replan(ctx context.Context) {
 	}
 	l.settleSaid = false
 	l.dirty = false
+	before, start := l.p.revision(), time.Now()
 	err := l.p.replan(ctx)
+	if err == nil {
+		var since time.Duration
+		if l.p.revision() != before {
+			since = time.Since(l.dirtySince)
+		}
+		l.p.cfg.Metrics.Replanned(l.p.cfg.Plan, time.Since(start), since)
+		l.p.cfg.Metrics.Inventory(l.p.inventorySize())
+	}
 	if errors.Is(err, bus.ErrLeaseLost) {
 		l.dirty = true
 		l.lease.stepDown(err.Error())

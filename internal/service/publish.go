@@ -109,6 +109,7 @@ func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes
 	}
 	stored.Seq, stored.SpecDigest = seq, digest
 	p.published(stored, note)
+	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid, next.Workers.Len(), gpusHeld(next), next.Moved)
 	line := p.cfg.Log.Info()
 	if !next.Valid {
 		line = p.cfg.Log.Warn().Str("error", next.Error)
@@ -253,4 +254,13 @@ func join(a, b string) string {
 		return a
 	}
 	return a + "; " + b
+}
+
+// gpusHeld is the GPUs a plan's workers hold, fractional shares summed.
+func gpusHeld(p *planner.Plan) float64 {
+	held := 0.0
+	for _, w := range p.Workers.All() {
+		held += w.GPUShare * float64(len(w.GPUs))
+	}
+	return held
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
@@ -90,6 +91,9 @@ type Config struct {
 	// LeaseTTL is how long the leading planner's lease lasts unrenewed
 	// (DefaultLeaseTTL when zero).
 	LeaseTTL time.Duration
+	// Metrics records plans, replans, the inventory and requests (nil:
+	// none).
+	Metrics *metrics.Planner
 	// NoService skips registering the micro service.
 	NoService bool
 	Log       zerolog.Logger
@@ -278,6 +282,11 @@ func (p *Planner) start(ctx context.Context) (*bus.StoredPlan, error) {
 		return nil, err
 	}
 	return p.plans.Latest(ctx, p.cfg.Plan)
+}
+
+// ObserveRequest implements bus.RequestObserver.
+func (p *Planner) ObserveRequest(endpoint, code string, took time.Duration) {
+	p.cfg.Metrics.Request(endpoint, code, took)
 }
 
 // unreported lists the nodes of the plan found at start (or before an

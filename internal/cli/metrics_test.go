@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+)
+
+// scrape reads url's metrics and fails on lint problems.
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	problems, err := promlint.New(bytes.NewReader(body)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	return string(body)
+}
+
+// metricValue is the value of the sample whose line starts with name
+// (labels included), -1 if none.
+func metricValue(text, name string) float64 {
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(text)
+	if m == nil {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+// TestMetrics: serve --metrics-listen serves lint-clean metrics that
+// follow the plan: revision, validity, workers moved, replans, the
+// inventory, requests; a spec change makes a new revision they show.
+func TestMetrics(t *testing.T) {
+	addr, maddr := freeAddr(t), freeAddr(t)
+	url := "nats://" + addr
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", t.TempDir(), "--no-local-reporter", "--metrics-listen", maddr,
+			"--simulate", "4x8xH100", "--spec", "../../examples/disaggregate.yaml", "--settle", "-1s", "--log-level", "error"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
+	}()
+	defer func() { cancel(); <-done }()
+	murl := "http://" + maddr + "/metrics"
+	wait := func(name string, want float64) string {
+		t.Helper()
+		var text string
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if _, err := http.Get(murl); err != nil {
+				continue
+			}
+			if text = scrape(t, murl); metricValue(text, name) == want {
+				return text
+			}
+		}
+		t.Fatalf("%s never %v:\n%s", name, want, text)
+		return ""
+	}
+	text := wait(`poolplanner_plan_revision{plan="default"}`, 1)
+	for name, want := range map[string]float64{`poolplanner_plan_valid{plan="default"}`: 1, `poolplanner_plan_leader{plan="default"}`: 1,
+		`poolplanner_inventory_nodes`: 4, `poolplanner_inventory_unhealthy_gpus`: 0, `poolplanner_plan_gpus{plan="default"}`: 24} {
+		if got := metricValue(text, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	moved := metricValue(text, `poolplanner_plan_workers_moved_total{plan="default"}`)
+	if code, _, errOut := run(t, "lookup", "train", "0", "--server", url); code != 0 {
+		t.Fatal(errOut)
+	}
+	if code, _, errOut := run(t, "lookup", "nope", "0", "--server", url); code == 0 {
+		t.Fatal("a bad lookup answered", errOut)
+	}
+	if code, _, errOut := run(t, "spec", "set", "../../examples/vllm-tp4.yaml", "--server", url); code != 0 {
+		t.Fatal(errOut)
+	}
+	text = wait(`poolplanner_plan_revision{plan="default"}`, 2)
+	if got := metricValue(text, `poolplanner_plan_workers_moved_total{plan="default"}`); got <= moved {
+		t.Errorf("workers moved %v after a revision that moved some, was %v", got, moved)
+	}
+	if got := metricValue(text, `poolplanner_replan_duration_seconds_count{plan="default"}`); got < 2 {
+		t.Errorf("replans counted %v, want 2 or more", got)
+	}
+	for _, want := range []string{`poolplanner_requests_total{code="200",endpoint="lookup"} 1`, `poolplanner_requests_total{code="400",endpoint="lookup"} 1`,
+		`poolplanner_reporter_puts_total{kind="change"} 4`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no %s in:\n%s", want, grep(text, "poolplanner_requests_total|poolplanner_reporter"))
+		}
+	}
+}
+
+func grep(text, pattern string) string {
+	re := regexp.MustCompile(pattern)
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if re.MatchString(l) {
+			out = append(out, l)
+		}
+	}
+	return fmt.Sprint(strings.Join(out, "\n"))
+}

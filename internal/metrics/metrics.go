@@ -1,0 +1,175 @@
+// Package metrics is what poolplanner's processes tell Prometheus: the
+// planner's plans, replans, inventory and requests, the reporter's puts
+// and errors. Each process has a registry of its own (no global state),
+// served at /metrics on --metrics-listen.
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Planner is the planner service's metrics. A nil *Planner records
+// nothing.
+type Planner struct {
+	revision, valid, workers, gpus, leader *prometheus.GaugeVec
+	moved                                  *prometheus.CounterVec
+	replan, changeToPublish                *prometheus.HistogramVec
+	nodes, unhealthy                       prometheus.Gauge
+	requests                               *prometheus.CounterVec
+	latency                                *prometheus.HistogramVec
+}
+
+// NewPlanner makes the planner's metrics, registered on reg.
+func NewPlanner(reg prometheus.Registerer) *Planner {
+	f := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "poolplanner_" + name, Help: help}, labels)
+		reg.MustRegister(g)
+		return g
+	}
+	m := &Planner{
+		revision: f("plan_revision", "The plan's latest revision.", "plan"),
+		valid:    f("plan_valid", "1 when the plan's latest revision is valid, else 0.", "plan"),
+		workers:  f("plan_workers", "Workers the plan's latest revision places.", "plan"),
+		gpus:     f("plan_gpus", "GPUs the plan's latest revision holds (fractional shares summed).", "plan"),
+		leader:   f("plan_leader", "1 while this planner holds the plan's lease (it replans and publishes), else 0.", "plan"),
+		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_plan_workers_moved_total",
+			Help: "Workers moved by the plan's revisions, summed."}, []string{"plan"}),
+		replan: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "poolplanner_replan_duration_seconds",
+			Help: "Time to plan and publish a revision.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"plan"}),
+		changeToPublish: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "poolplanner_inventory_change_to_publish_seconds",
+			Help: "Time from the first inventory change a revision answers to its publish.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}, []string{"plan"}),
+		nodes:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolplanner_inventory_nodes", Help: "Nodes in the live inventory."}),
+		unhealthy: prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolplanner_inventory_unhealthy_gpus", Help: "Unhealthy GPUs in the live inventory."}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_requests_total",
+			Help: "Requests answered, by endpoint and code (200 ok, else the error's)."}, []string{"endpoint", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "poolplanner_request_duration_seconds",
+			Help: "Time to answer a request, by endpoint.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"endpoint"}),
+	}
+	reg.MustRegister(m.moved, m.replan, m.changeToPublish, m.nodes, m.unhealthy, m.requests, m.latency)
+	return m
+}
+
+// Published records a revision of plan: its number, validity, workers,
+// GPUs held and workers moved.
+func (m *Planner) Published(plan string, revision int, valid bool, workers int, gpus float64, moved int) {
+	if m == nil {
+		return
+	}
+	m.revision.WithLabelValues(plan).Set(float64(revision))
+	m.valid.WithLabelValues(plan).Set(b2f(valid))
+	m.workers.WithLabelValues(plan).Set(float64(workers))
+	m.gpus.WithLabelValues(plan).Set(gpus)
+	m.moved.WithLabelValues(plan).Add(float64(moved))
+}
+
+// Replanned records a replan's duration and, when it published and an
+// inventory change started it, the time since that change.
+func (m *Planner) Replanned(plan string, took, sinceChange time.Duration) {
+	if m == nil {
+		return
+	}
+	m.replan.WithLabelValues(plan).Observe(took.Seconds())
+	if sinceChange > 0 {
+		m.changeToPublish.WithLabelValues(plan).Observe(sinceChange.Seconds())
+	}
+}
+
+// Inventory records the live inventory's size.
+func (m *Planner) Inventory(nodes, unhealthy int) {
+	if m == nil {
+		return
+	}
+	m.nodes.Set(float64(nodes))
+	m.unhealthy.Set(float64(unhealthy))
+}
+
+// Leading records whether this planner leads plan.
+func (m *Planner) Leading(plan string, leading bool) {
+	if m == nil {
+		return
+	}
+	m.leader.WithLabelValues(plan).Set(b2f(leading))
+}
+
+// Request records one answered request.
+func (m *Planner) Request(endpoint, code string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(endpoint, code).Inc()
+	m.latency.WithLabelValues(endpoint).Observe(took.Seconds())
+}
+
+// Reporter is the reporter's metrics. A nil *Reporter records nothing.
+type Reporter struct {
+	puts, errors *prometheus.CounterVec
+}
+
+// NewReporter makes the reporter's metrics, registered on reg.
+func NewReporter(reg prometheus.Registerer) *Reporter {
+	m := &Reporter{
+		puts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_reporter_puts_total",
+			Help: "Inventory puts stored, by kind (change or heartbeat)."}, []string{"kind"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_reporter_errors_total",
+			Help: "Reporter failures, by what failed (publish: a put NATS did not store; inventory: reading the GPUs, NVML's errors included)."}, []string{"what"}),
+	}
+	reg.MustRegister(m.puts, m.errors)
+	return m
+}
+
+// Put records a stored put of kind "change" or "heartbeat".
+func (m *Reporter) Put(kind string) {
+	if m != nil {
+		m.puts.WithLabelValues(kind).Inc()
+	}
+}
+
+// Failed records a failure of what ("publish", "inventory").
+func (m *Reporter) Failed(what string) {
+	if m != nil {
+		m.errors.WithLabelValues(what).Inc()
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// NewRegistry is a registry with the Go runtime's and the process's
+// collectors, for one process.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Serve serves reg at /metrics on addr (HOST:PORT) until ctx ends. A
+// taken address is an error at once.
+func Serve(ctx context.Context, addr string, reg *prometheus.Registry) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--metrics-listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	go func() { _ = srv.Serve(l) }() // ends at Shutdown
+	return nil
+}
