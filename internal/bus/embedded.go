@@ -95,13 +95,8 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, string, error) {
 	}
 	// A taken port fails now, by name, rather than after ReadyTimeout as
 	// "not ready" (the server only logs its failed listen).
-	if err := portFree(listen, port); err != nil {
+	if err := errors.Join(portFree(listen, port), portFree(opts.ClusterListen, sopts.Cluster.Port)); err != nil {
 		return nil, "", err
-	}
-	if opts.ClusterListen != "" {
-		if err := portFree(opts.ClusterListen, sopts.Cluster.Port); err != nil {
-			return nil, "", err
-		}
 	}
 	ns, err := server.NewServer(sopts)
 	if err != nil {
@@ -123,7 +118,7 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, string, error) {
 // portFree checks that addr (HOST:PORT, port its port) can be listened
 // on; port 0 (any) always can.
 func portFree(addr string, port int) error {
-	if port <= 0 {
+	if addr == "" || port <= 0 {
 		return nil
 	}
 	l, err := net.Listen("tcp", addr)

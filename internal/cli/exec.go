@@ -54,29 +54,37 @@ unless --node-id says otherwise.`,
 			if err != nil {
 				return usagef("CMD %q: %v", args[2], err)
 			}
-			nc, _, err := cf.dialPlan(plan)
+			w, err := lookupWorker(cmd.Context(), &cf, plan, args[0], index)
 			if err != nil {
 				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
-			defer cancel()
-			var w bus.PlacedWorker
-			err = bus.Request(ctx, nc, bus.LookupSubject, bus.LookupRequest{Plan: plan, Component: args[0], Index: &index}, &w)
-			nc.Close()
-			if err != nil {
-				return busErr(err)
 			}
 			if w.NodeID != nodeID {
 				return fmt.Errorf("%s %d of plan %s (revision %d) runs on node %s, not on this one (%s); run it there, or pass --node-id if this host reports under another id",
 					args[0], index, w.Plan, w.Revision, w.NodeID, nodeID)
 			}
-			return run(path, args[2:], workerEnv(os.Environ(), w))
+			return run(path, args[2:], workerEnv(os.Environ(), *w))
 		}),
 	}
 	cf.add(cmd.Flags())
 	cmd.Flags().StringVar(&plan, "plan", "default", "plan name")
 	cmd.Flags().StringVar(&nodeID, "node-id", "", "this host's node id, as its reporter reports it (default: the hostname)")
 	return cmd
+}
+
+// lookupWorker asks the live plan where worker index of component runs.
+func lookupWorker(ctx context.Context, cf *connFlags, plan, component string, index int) (*bus.PlacedWorker, error) {
+	nc, _, err := cf.dialPlan(plan)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	var w bus.PlacedWorker
+	if err := bus.Request(ctx, nc, bus.LookupSubject, bus.LookupRequest{Plan: plan, Component: component, Index: &index}, &w); err != nil {
+		return nil, busErr(err)
+	}
+	return &w, nil
 }
 
 // workerEnv is env with the worker's variables set, replacing any of
