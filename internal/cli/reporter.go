@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -319,7 +320,7 @@ func parseBytes(s string) (uint64, error) {
 		}
 	}
 	n, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil || n <= 0 || n*float64(mult) > 1<<60 {
+	if err != nil || math.IsNaN(n) || strings.ContainsAny(s, "_xXpP") || n*float64(mult) < 1 || n*float64(mult) > 1<<60 {
 		return 0, errors.New("want a size such as 2Ti, 512Gi or a number of bytes")
 	}
 	return uint64(n * float64(mult)), nil

@@ -39,7 +39,7 @@ type Model struct {
 
 // Hosts of simulated nodes.
 const (
-	dgxCPUs, dgxMemory       = 224, 2 << 40   // DGX H100/H200/B200: 2 x 56 cores, 2 threads each; 2 TiB
+	dgxCPUs, dgxMemory       = 224, 2 << 40   // DGX H100/H200 (and B200, with 4 TiB): 2 x 56 cores, 2 threads each; 2 TiB
 	dgxA100CPUs, dgxA100Mem  = 256, 1 << 40   // DGX A100: 2 x 64 cores; 1 TiB
 	gb200CPUs, gb200Memory   = 144, 960 << 30 // GB200 tray: 2 Grace of 72 cores; 960 GiB LPDDR5X
 	serverCPUs, serverMemory = 64, 512 << 30  // a 2U PCIe server: 2 x 16 cores, 2 threads each; 512 GiB

@@ -162,6 +162,8 @@ func (p *Planner) adopted(sp *bus.StoredPlan) {
 			return
 		}
 		p.latest = sp
+		pl := sp.Plan
+		p.cfg.Metrics.Published(p.cfg.Plan, pl.Revision, pl.Valid, pl.Workers.Len(), gpusHeld(pl), 0)
 	}
 	if sp == nil || sp.Changed == nil {
 		p.reconcile = true

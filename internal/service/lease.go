@@ -39,10 +39,14 @@ type leaser struct {
 	// taken and lost cue the loop (buffered, never blocking): replan and
 	// check when the lease was taken, drop a leader's state when lost.
 	taken, lost chan struct{}
+	// delays asks the leaser's goroutine, which alone owns timer, to look
+	// at the lease next only after a while.
+	delays chan time.Duration
 }
 
 func newLeaser(p *Planner, log zerolog.Logger) *leaser {
-	return &leaser{p: p, log: log, timer: time.NewTimer(0), taken: make(chan struct{}, 1), lost: make(chan struct{}, 1)}
+	return &leaser{p: p, log: log, timer: time.NewTimer(0), taken: make(chan struct{}, 1), lost: make(chan struct{}, 1),
+		delays: make(chan time.Duration, 1)}
 }
 
 // run tends the lease until ctx ends, then gives it back.
@@ -53,11 +57,22 @@ func (ls *leaser) run(ctx context.Context) {
 		case <-ctx.Done():
 			ls.release(ctx)
 			return
+		case d := <-ls.delays:
+			ls.timer.Reset(d)
 		case <-ls.timer.C:
 			ls.tend(ctx)
 			ls.timer.Reset(ls.every())
 		}
 	}
+}
+
+// delay makes the next look at the lease wait d.
+func (ls *leaser) delay(d time.Duration) {
+	select {
+	case <-ls.delays:
+	default:
+	}
+	ls.delays <- d
 }
 
 // every is how often a leader renews and a standby looks.
@@ -86,6 +101,10 @@ func (ls *leaser) tend(ctx context.Context) {
 		ls.log.Debug().Err(err).Msg("cannot read the plan's lease")
 		return
 	}
+	if cur != nil && cur.Holder == ls.p.plans.Publisher {
+		ls.resume(cur) // stood down while its lease stood: it leads still
+		return
+	}
 	if cur != nil {
 		if cur.Holder != ls.holder {
 			ls.holder = cur.Holder
@@ -96,6 +115,20 @@ func (ls *leaser) tend(ctx context.Context) {
 	ls.take(ctx)
 }
 
+// resume leads again on this planner's own lease, still the plan's: it
+// stood down (a refused publish) while nobody took the lease.
+func (ls *leaser) resume(cur *bus.Lease) {
+	ls.mu.Lock()
+	ls.seq, ls.since, ls.renewed, ls.holder = cur.Seq, cur.Since, time.Now(), ""
+	ls.mu.Unlock()
+	ls.p.mu.Lock()
+	ls.p.leaseSeq = cur.Seq
+	ls.p.mu.Unlock()
+	ls.log.Info().Uint64("lease", cur.Seq).Msg("leading this plan again: its lease was still this planner's")
+	ls.p.cfg.Metrics.Leading(ls.p.cfg.Plan, true)
+	cue(ls.taken)
+}
+
 // body is this planner's lease body.
 func (ls *leaser) body(since time.Time) *bus.Lease {
 	host, _ := os.Hostname()
@@ -104,11 +137,24 @@ func (ls *leaser) body(since time.Time) *bus.Lease {
 }
 
 // write stores the lease expecting the subject at expect, so that no
-// publish reads the lease while it changes.
+// publish reads the lease while it changes: a renewal (expect not 0) is
+// recorded before any publish may read the lease again.
 func (ls *leaser) write(ctx context.Context, since time.Time, expect uint64) (uint64, error) {
 	ls.p.pubMu.Lock()
 	defer ls.p.pubMu.Unlock()
-	return ls.p.plans.WriteLease(ctx, ls.p.cfg.Plan, ls.body(since), expect)
+	seq, err := ls.p.plans.WriteLease(ctx, ls.p.cfg.Plan, ls.body(since), expect)
+	switch {
+	case err == nil && expect != 0:
+		ls.set(expect, seq)
+	case errors.Is(err, bus.ErrLeaseHeld) && expect != 0:
+		// A renewal stored whose answer was lost leaves this planner's
+		// lease at another sequence: take that one.
+		if cur, rerr := ls.p.plans.ReadLease(ctx, ls.p.cfg.Plan); rerr == nil && cur != nil && cur.Holder == ls.p.plans.Publisher {
+			ls.set(expect, cur.Seq)
+			return cur.Seq, nil
+		}
+	}
+	return seq, err
 }
 
 // take takes the free lease, then reads the latest revision as the
@@ -173,17 +219,11 @@ func (ls *leaser) renew(ctx context.Context) {
 	ls.mu.Lock()
 	seq0, since, renewed := ls.seq, ls.since, ls.renewed
 	ls.mu.Unlock()
-	seq, err := ls.write(ctx, since, seq0)
-	if err == nil {
-		ls.set(seq0, seq)
+	_, err := ls.write(ctx, since, seq0)
+	if err == nil || ctx.Err() != nil {
 		return
 	}
 	if errors.Is(err, bus.ErrLeaseHeld) {
-		cur, rerr := ls.p.plans.ReadLease(ctx, ls.p.cfg.Plan)
-		if rerr == nil && cur != nil && cur.Holder == ls.p.plans.Publisher {
-			ls.set(seq0, cur.Seq) // a renewal stored whose answer was lost
-			return
-		}
 		ls.stepDown("the lease lapsed or another planner took it")
 		return
 	}

@@ -2,8 +2,10 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/poolplanner/poolplanner/internal/inventory"
 	"testing"
 	"time"
 
@@ -226,5 +228,59 @@ func TestDeposedLeaderAssignments(t *testing.T) {
 	}
 	if !a.checkPending() {
 		t.Error("the refusal does not call for a reconcile")
+	}
+}
+
+// TestRenewalsDoNotRefusePublishes: a leader's publishes racing its own
+// lease renewals are never refused (a renewal is recorded before any
+// publish may read the lease), and once it stood down a planner with its
+// loop publishes nothing unfenced.
+func TestRenewalsDoNotRefusePublishes(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	p := offline(t, h, 4)
+	p.cfg.LeaseTTL = 5 * time.Second
+	ls := newLeaser(p, zerolog.Nop())
+	ls.take(ctx)
+	if p.leading() == 0 {
+		t.Fatal("no lease")
+	}
+	p.elected = true
+	stop := make(chan struct{})
+	renewed := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				renewed <- n
+				return
+			default:
+				ls.renew(ctx)
+				n++
+			}
+		}
+	}()
+	var doc inventory.NodeInventory
+	_ = json.Unmarshal(simDoc("n03"), &doc)
+	for i := range 30 {
+		if i%2 == 0 {
+			p.live.remove("n03")
+		} else {
+			_, _ = p.live.put("n03", doc)
+		}
+		if err := p.replan(ctx); err != nil {
+			close(stop)
+			t.Fatalf("publish %d refused while leading: %v", i, err)
+		}
+	}
+	close(stop)
+	if n := <-renewed; n < 10 {
+		t.Logf("only %d renewals raced the publishes", n)
+	}
+	ls.stepDown("test")
+	p.live.remove(p.latest.Plan.Workers.At(0).NodeID)
+	if err := p.replan(ctx); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Fatalf("a planner that stood down published: %v", err)
 	}
 }

@@ -134,7 +134,15 @@ func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes
 func (p *Planner) publishFenced(ctx context.Context, ev *plan.Event, digest string, expect uint64) (uint64, error) {
 	p.pubMu.Lock()
 	defer p.pubMu.Unlock()
-	return p.plans.PublishEvent(ctx, ev, digest, expect, p.leading())
+	lease := p.leading()
+	if lease == 0 && p.elected {
+		// Stood down since the replan began: no unfenced publish.
+		return 0, fmt.Errorf("publish %s revision %d: %w", ev.Name, ev.Revision, bus.ErrLeaseLost)
+	}
+	// Renewals wait while this holds pubMu: bound it well inside the TTL.
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseTTL/2)
+	defer cancel()
+	return p.plans.PublishEvent(ctx, ev, digest, expect, lease)
 }
 
 // adoptSpec takes a new spec that plans as the old one did, so that the

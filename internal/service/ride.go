@@ -24,6 +24,7 @@ const guardEvery = 2 * time.Second
 // and refilled from what this planner holds: the spec, the latest plan
 // (as the next revision, whole), the assignments.
 func (l *loop) guard(ctx context.Context) {
+	l.p.cfg.Metrics.Inventory(l.p.inventorySize())
 	if !l.p.cfg.NC.IsConnected() {
 		return
 	}
@@ -185,7 +186,7 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 				wait = 0
 			}
 			l.lease.stepDown("the plan stream, and the lease with it, was lost")
-			l.lease.timer.Reset(wait)
+			l.lease.delay(wait)
 			l.kick()
 		case client.AssignmentsStream, "OBJ_" + client.PlansBucket:
 			p.mu.Lock()

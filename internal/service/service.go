@@ -132,6 +132,9 @@ type Planner struct {
 	// changing it between a publish reading it and the stream checking it.
 	leaseSeq uint64
 	pubMu    sync.Mutex
+	// elected is set while the planner's loop runs: its publishes need
+	// the lease (a planner used without its loop, in tests, has none).
+	elected bool
 	// specBytes is the spec planned on, as stored, to put back should
 	// the bucket be lost; note, what the next revision's reason adds
 	// (an outage waited out).
@@ -236,6 +239,10 @@ func (p *Planner) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	p.mu.Lock()
+	p.elected = true
+	p.mu.Unlock()
+	p.cfg.Metrics.Leading(p.cfg.Plan, false)
 	defer l.close()
 	return l.run(ctx)
 }
@@ -289,6 +296,14 @@ func (p *Planner) ObserveRequest(endpoint, code string, took time.Duration) {
 	p.cfg.Metrics.Request(endpoint, code, took)
 }
 
+// sameSpec reports whether two specs plan alike (comments and layout
+// aside); one that does not parse differs.
+func sameSpec(a, b []byte) bool {
+	sa, ea := planner.ParseSpec(a)
+	sb, eb := planner.ParseSpec(b)
+	return ea == nil && eb == nil && SpecDigest(sa) == SpecDigest(sb)
+}
+
 // unreported lists the nodes of the plan found at start (or before an
 // outage) that have not reported since, sorted.
 func (p *Planner) unreported() []string {
@@ -321,7 +336,18 @@ func (p *Planner) seedSpec(ctx context.Context) error {
 	switch {
 	case err != nil && !errors.Is(err, bus.ErrNotFound):
 		return err
-	case err == nil && string(cur) == string(p.cfg.Spec):
+	case err == nil && sameSpec(cur, p.cfg.Spec):
+		return nil
+	case err != nil:
+		// None stored: create, so that of two planners starting at once
+		// the first one's stays.
+		kv, kerr := p.specs.KV(ctx)
+		if kerr != nil {
+			return kerr
+		}
+		if _, cerr := kv.Create(ctx, p.cfg.Plan, p.cfg.Spec); cerr != nil && !errors.Is(cerr, jetstream.ErrKeyExists) {
+			return fmt.Errorf("store spec %s: %w", p.cfg.Plan, cerr)
+		}
 		return nil
 	case err == nil && !p.cfg.ReplaceSpec:
 		p.cfg.Log.Warn().Str("plan", p.cfg.Plan).Uint64("spec_revision", rev).
