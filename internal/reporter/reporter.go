@@ -274,6 +274,19 @@ func (r *run) scheduleRetry() {
 
 // shutdown deletes the key, so that the planner drops the node at once
 // rather than a TTL later.
+// ownRevision is the key's revision when its document is this run's.
+func (r *run) ownRevision(ctx context.Context) (uint64, bool) {
+	doc, rev, err := r.Store.Current(ctx, r.last.NodeID)
+	if err != nil || doc == nil {
+		return 0, false
+	}
+	var inv inventory.NodeInventory
+	if json.Unmarshal(doc, &inv) != nil {
+		return 0, false
+	}
+	return rev, inv.Reporter == r.instance
+}
+
 func (r *run) shutdown() {
 	if r.retry != nil {
 		r.retry.Stop()
@@ -284,6 +297,14 @@ func (r *run) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err := r.Store.DeleteIf(ctx, r.last.NodeID, r.TTL, r.rev)
+	if errors.Is(err, bus.ErrKeyMoved) {
+		// A put whose answer had not come back yet (stopped right after
+		// it) leaves the key at a revision this run does not know: the
+		// key is still its own if the document names this run.
+		if rev, ours := r.ownRevision(ctx); ours {
+			err = r.Store.DeleteIf(ctx, r.last.NodeID, r.TTL, rev)
+		}
+	}
 	if errors.Is(err, bus.ErrKeyMoved) {
 		r.Log.Warn().Msg("the inventory key was written by something else since; leaving it")
 		return
