@@ -267,10 +267,7 @@ func newHistoryCmd() *cobra.Command {
 		Short: "List every revision of a plan the stream keeps, for audit",
 		Args:  cobra.NoArgs,
 		RunE: cf.wrap("history", nil, func(cmd *cobra.Command, _ []string) error {
-			if output != "text" && output != "json" {
-				return usagef("--output: %q is not allowed; want text or json", output)
-			}
-			nc, _, err := cf.dialPlan(plan)
+			nc, _, err := cf.openPlan(plan, output)
 			if err != nil {
 				return err
 			}
@@ -298,9 +295,7 @@ func newHistoryCmd() *cobra.Command {
 			return tw.Flush()
 		}),
 	}
-	cf.add(cmd.Flags())
-	cmd.Flags().StringVar(&plan, "plan", "default", "plan name")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cf.addPlanOutput(cmd, &plan, &output)
 	return cmd
 }
 

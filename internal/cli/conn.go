@@ -70,6 +70,22 @@ func (c *connFlags) dialPlan(plan string) (*nats.Conn, jetstream.JetStream, erro
 	return c.dial()
 }
 
+// openPlan checks --output (text or json), then dials for plan.
+func (c *connFlags) openPlan(plan, output string) (*nats.Conn, jetstream.JetStream, error) {
+	if output != "text" && output != "json" {
+		return nil, nil, usagef("--output: %q is not allowed; want text or json", output)
+	}
+	return c.dialPlan(plan)
+}
+
+// addPlanOutput declares the connection flags, --plan and --output
+// text|json.
+func (c *connFlags) addPlanOutput(cmd *cobra.Command, plan, output *string) {
+	c.add(cmd.Flags())
+	cmd.Flags().StringVar(plan, "plan", "default", "plan name")
+	cmd.Flags().StringVarP(output, "output", "o", "text", "output format: text or json")
+}
+
 // wrap rewords run's errors for a person (bus.Explain), and refuses at
 // once what the credentials' role may not do (need: the roles allowed;
 // none: any).

@@ -61,10 +61,7 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show a plan's latest revision, the planner that leads it, and the replication of its state",
 		Args:  cobra.NoArgs,
 		RunE: cf.wrap("status", nil, func(cmd *cobra.Command, _ []string) error {
-			if output != "text" && output != "json" {
-				return usagef("--output: %q is not allowed; want text or json", output)
-			}
-			nc, js, err := cf.dialPlan(plan)
+			nc, js, err := cf.openPlan(plan, output)
 			if err != nil {
 				return err
 			}
@@ -82,9 +79,7 @@ func newStatusCmd() *cobra.Command {
 			return r.write(cmd.OutOrStdout(), time.Now())
 		}),
 	}
-	cf.add(cmd.Flags())
-	cmd.Flags().StringVar(&plan, "plan", "default", "plan name")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cf.addPlanOutput(cmd, &plan, &output)
 	return cmd
 }
 
