@@ -388,13 +388,30 @@ func (s *InventoryStore) Watch(ctx context.Context) (<-chan Event, error) {
 	}
 	out := make(chan Event, 64)
 	ended := stopOnDone(ctx, it.Stop)
+	msgs := pump(ctx, it)
+	var initial uint64
+	if info := cons.CachedInfo(); info != nil {
+		initial = info.NumPending
+	}
+	go func() {
+		defer close(out)
+		defer close(ended)
+		w := watcher{store: s, known: map[string]bool{}, rejected: map[string]bool{}, expires: map[string]time.Time{}}
+		w.run(ctx, msgs, initial, out)
+	}()
+	return out, nil
+}
+
+// pump hands the consumer's messages over a channel, closed when the
+// iterator stops (or the consumer could not be recreated) or ctx ends.
+func pump(ctx context.Context, it jetstream.MessagesContext) <-chan jetstream.Msg {
 	msgs := make(chan jetstream.Msg, 64)
 	go func() {
 		defer close(msgs)
 		for {
 			msg, err := it.Next()
 			if err != nil {
-				return // stopped, or the consumer could not be recreated
+				return
 			}
 			select {
 			case msgs <- msg:
@@ -403,56 +420,53 @@ func (s *InventoryStore) Watch(ctx context.Context) (<-chan Event, error) {
 			}
 		}
 	}()
-	go func() {
-		defer close(out)
-		defer close(ended)
-		w := watcher{store: s, known: map[string]bool{}, rejected: map[string]bool{}, expires: map[string]time.Time{}}
-		// The initial state is the messages pending when the consumer was
-		// made (one per key); later puts may already be pending too by the
-		// first delivery, so count rather than wait for NumPending 0.
-		var initial uint64
-		if info := cons.CachedInfo(); info != nil {
-			initial = info.NumPending
+	return msgs
+}
+
+// run turns msgs into events on out until either ends: first the
+// initial state (the initial messages pending when the consumer was
+// made, one per key), then Synced, then every change, and the keys whose
+// TTL ran out, checked every expiryCheck.
+func (w *watcher) run(ctx context.Context, msgs <-chan jetstream.Msg, initial uint64, out chan<- Event) {
+	// Later puts may already be pending by the first delivery, so count
+	// rather than wait for NumPending 0.
+	synced := initial == 0
+	if synced && !send(ctx, out, Event{Op: Synced}) {
+		return
+	}
+	tick := time.NewTicker(expiryCheck)
+	defer tick.Stop()
+	var delivered uint64
+	for {
+		var msg jetstream.Msg
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			for _, ev := range w.expired(ctx, time.Now()) {
+				if !send(ctx, out, ev) {
+					return
+				}
+			}
+			continue
+		case m, ok := <-msgs:
+			if !ok {
+				return
+			}
+			msg = m
 		}
-		synced := initial == 0
-		if synced && !send(ctx, out, Event{Op: Synced}) {
+		ev, ok := w.event(ctx, msg)
+		if ok && !send(ctx, out, ev) {
 			return
 		}
-		tick := time.NewTicker(expiryCheck)
-		defer tick.Stop()
-		var delivered uint64
-		for {
-			var msg jetstream.Msg
-			select {
-			case <-ctx.Done():
+		delivered++
+		if md, err := msg.Metadata(); !synced && (delivered >= initial || err == nil && md.NumPending == 0) {
+			synced = true
+			if !send(ctx, out, Event{Op: Synced}) {
 				return
-			case <-tick.C:
-				for _, ev := range w.expired(ctx, time.Now()) {
-					if !send(ctx, out, ev) {
-						return
-					}
-				}
-				continue
-			case m, ok := <-msgs:
-				if !ok {
-					return
-				}
-				msg = m
-			}
-			ev, ok := w.event(ctx, msg)
-			if ok && !send(ctx, out, ev) {
-				return
-			}
-			delivered++
-			if md, err := msg.Metadata(); !synced && (delivered >= initial || err == nil && md.NumPending == 0) {
-				synced = true
-				if !send(ctx, out, Event{Op: Synced}) {
-					return
-				}
 			}
 		}
-	}()
-	return out, nil
+	}
 }
 
 func send(ctx context.Context, out chan<- Event, ev Event) bool {

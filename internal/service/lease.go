@@ -33,8 +33,13 @@ type leaser struct {
 	// since is when this planner took the lease; renewed, when the
 	// stream last confirmed it (this host's clock).
 	since, renewed time.Time
-	// holder is the last other holder seen, so a change is logged once.
+	// holder is the last other holder seen, so a change is logged once;
+	// seen is the other holder's lease message last seen and seenAt when
+	// it was first seen (this host's clock): one unchanged for a whole
+	// TTL was not renewed, whatever the server's expiry says yet.
 	holder string
+	seen   uint64
+	seenAt time.Time
 	timer  *time.Timer
 	// taken and lost cue the loop (buffered, never blocking): replan and
 	// check when the lease was taken, drop a leader's state when lost.
@@ -110,9 +115,20 @@ func (ls *leaser) tend(ctx context.Context) {
 			ls.holder = cur.Holder
 			ls.log.Info().Str("leader", cur.Holder).Str("leader_host", cur.Host).Msg("standing by: another planner leads this plan")
 		}
+		if cur.Seq != ls.seen {
+			ls.seen, ls.seenAt = cur.Seq, time.Now()
+			return
+		}
+		if time.Since(ls.seenAt) < ls.p.cfg.LeaseTTL {
+			return
+		}
+		// Not renewed for a TTL: the holder is gone (the server drops
+		// the message soon, on its own clock). Taking it over by that
+		// very message fails if the holder renewed after all.
+		ls.take(ctx, cur.Seq)
 		return
 	}
-	ls.take(ctx)
+	ls.take(ctx, 0)
 }
 
 // resume leads again on this planner's own lease, still the plan's: it
@@ -157,12 +173,13 @@ func (ls *leaser) write(ctx context.Context, since time.Time, expect uint64) (ui
 	return seq, err
 }
 
-// take takes the free lease, then reads the latest revision as the
+// take takes the lease, free (expect 0) or lapsed (expect: the lease
+// message no one renewed), then reads the latest revision as the
 // stream's leader has it, so that this planner continues the sequence
 // from the last revision whoever led before published.
-func (ls *leaser) take(ctx context.Context) {
+func (ls *leaser) take(ctx context.Context, expect uint64) {
 	now := time.Now()
-	seq, err := ls.write(ctx, now, 0)
+	seq, err := ls.write(ctx, now, expect)
 	if err != nil {
 		if !errors.Is(err, bus.ErrLeaseHeld) {
 			ls.log.Debug().Err(err).Msg("cannot take the plan's lease")

@@ -241,7 +241,7 @@ func TestRenewalsDoNotRefusePublishes(t *testing.T) {
 	p := offline(t, h, 4)
 	p.cfg.LeaseTTL = 5 * time.Second
 	ls := newLeaser(p, zerolog.Nop())
-	ls.take(ctx)
+	ls.take(ctx, 0)
 	if p.leading() == 0 {
 		t.Fatal("no lease")
 	}

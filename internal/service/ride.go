@@ -206,17 +206,9 @@ func (l *loop) restartWatches(ctx context.Context) {
 	}
 	l.events, l.synced, l.seen, l.seenAtGuard, l.behind = nil, false, 0, 0, 0
 	l.watch(ctx)
-	if l.follow == nil {
-		if f, err := l.p.followPlans(ctx); err == nil {
-			l.follow = f
-		}
-	}
-	if kv, err := l.p.specs.KV(ctx); err == nil {
-		if w, err := kv.Watch(ctx, l.p.cfg.Plan); err == nil {
-			_ = l.specW.Stop()
-			l.specW = w
-		}
-	}
+	_ = l.specW.Stop()
+	l.specW = stoppedWatch{} // watched again at once (or at the next guard)
+	l.rewatch(ctx)
 }
 
 // outage notices nodes of the latest plan gone in an inventory outage,
