@@ -95,6 +95,16 @@ type Header struct {
 	Capacity Capacity `json:"capacity"`
 	// Explanations say, per component, why it is placed as it is.
 	Explanations []Explanation `json:"explanations,omitempty"`
+	// Priority is the spec's, among plans sharing the cluster; GPUsHeld,
+	// the GPUs the plan's workers use (wholly or in part, each once).
+	Priority int `json:"priority"`
+	GPUsHeld int `json:"gpus_held"`
+	// PreemptedBy names the plans placed first (higher priority) that
+	// took GPUs this plan held, when it gave way to them.
+	PreemptedBy []string `json:"preempted_by,omitempty"`
+	// Removed: the plan's spec was removed and its workers released;
+	// the plan's last revision.
+	Removed bool `json:"removed,omitempty"`
 }
 
 // Placement is where a plan puts everything: the rlightning export, the

@@ -124,6 +124,17 @@ func (p *Header) appendWhy(b []byte) []byte {
 		b = append(b, `,"explanations":`...)
 		b = appendExplanations(b, p.Explanations)
 	}
+	b = append(b, `,"priority":`...)
+	b = strconv.AppendInt(b, int64(p.Priority), 10)
+	b = append(b, `,"gpus_held":`...)
+	b = strconv.AppendInt(b, int64(p.GPUsHeld), 10)
+	if len(p.PreemptedBy) > 0 {
+		b = append(b, `,"preempted_by":`...)
+		b = appendList(b, p.PreemptedBy, appendString)
+	}
+	if p.Removed {
+		b = append(b, `,"removed":true`...)
+	}
 	return b
 }
 

@@ -29,7 +29,7 @@ func (e *engine) checkCapacity() error {
 	c := &e.cap
 	for _, ns := range e.table {
 		c.GPUsAvailable += len(ns.usable)
-		c.CPUsAvailable += ns.node.CPUs
+		c.CPUsAvailable += ns.node.cpusFree()
 	}
 	for _, d := range e.demands {
 		for _, g := range d.groups {
@@ -90,7 +90,7 @@ func (e *engine) checkWorkerSize() error {
 	for ci, d := range e.demands {
 		for _, g := range d.groups {
 			k := int(math.Round(g.NumGPUs))
-			if g.NumGPUs <= 1 || k <= largest {
+			if g.NumGPUs <= 1 || k <= largest || g.WorkerNum == 0 {
 				continue
 			}
 			where := "no node has usable GPUs"

@@ -25,6 +25,9 @@ const (
 	WhyConstraint = "constraints not met"
 	// WhyBuffer: a buffer worker goes where its node's train workers are.
 	WhyBuffer = "follows its train workers"
+	// WhyPreempted, followed by the plan's name: a plan placed before
+	// this one (of higher priority, or older of the same) holds the GPU.
+	WhyPreempted = "preempted by plan "
 )
 
 // Displaced is a worker of the previous plan that had to be placed again,
@@ -271,6 +274,8 @@ func (e *engine) keepGPU(ns *nodeState, tg target, ci int, w *Worker, i int, fra
 		return WhyGPUGone
 	case !n.Healthy(x):
 		return WhyUnhealthy
+	case n.holder(x) != "":
+		return WhyPreempted + n.holder(x)
 	case n.hasUUIDs() && i < len(w.GPUUUIDs) && w.GPUUUIDs[i] != n.GPUUUIDs[x]:
 		// A GPU swapped for another in the same slot is not the GPU the
 		// worker was told about.
@@ -302,7 +307,7 @@ func (e *engine) targetOf(w *Worker, ci int, at int32) (target, bool) {
 // share a reserved GPU, as they share train's).
 func (e *engine) keepReserve(at int32, g int) bool {
 	ns := e.table[at]
-	if g < 0 || g >= ns.node.GPUs || !ns.node.Healthy(g) || ns.resv != nil && ns.resv[g] || ns.share[0][g] > eps {
+	if g < 0 || g >= ns.node.GPUs || !ns.node.free(g) || ns.resv != nil && ns.resv[g] || ns.share[0][g] > eps {
 		return false
 	}
 	for cj := range ns.share {

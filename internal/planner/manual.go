@@ -300,7 +300,7 @@ func (e *engine) loadRanges(field string, pc PoolConfig, p *poolRun, offsets []i
 				n := e.table[en.at].node
 				for g := lo - offsets[j]; g <= hi-offsets[j]; g++ {
 					en.alloc[ci] = append(en.alloc[ci], g)
-					if n.Healthy(g) {
+					if n.free(g) {
 						en.gpus[ci] = append(en.gpus[ci], g)
 					}
 				}

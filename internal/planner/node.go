@@ -37,11 +37,33 @@ type Node struct {
 	// Domain is the node's NVLink domain (fabric clique); "" is a domain
 	// of its own. nvlink_domain reads it.
 	Domain string
+	// HeldBy, when set, names per GPU the plan of a cluster shared by
+	// several that holds it ("": none); this plan may not use a held GPU
+	// (PlanAll); CPUsHeld, the CPUs those plans use.
+	HeldBy   []string
+	CPUsHeld float64
 }
+
+// cpusFree is the CPUs this plan may use.
+func (n *Node) cpusFree() float64 { return max(0, n.CPUs-n.CPUsHeld) }
 
 // Healthy reports whether GPU i may be given work.
 func (n *Node) Healthy(i int) bool {
 	return !slices.Contains(n.Unhealthy, i)
+}
+
+// holder is the other plan that holds GPU i, "" when none does.
+func (n *Node) holder(i int) string {
+	if i < 0 || i >= len(n.HeldBy) {
+		return ""
+	}
+	return n.HeldBy[i]
+}
+
+// free reports whether GPU i may be given this plan's work: healthy and
+// held by no other plan.
+func (n *Node) free(i int) bool {
+	return n.Healthy(i) && n.holder(i) == ""
 }
 
 // hasUUIDs reports whether the node names every GPU by UUID.
@@ -53,7 +75,8 @@ func sameFacts(a, b *Node) bool {
 	return a.ID == b.ID && a.IP == b.IP && a.CPUs == b.CPUs && a.GPUs == b.GPUs &&
 		slices.Equal(a.Unhealthy, b.Unhealthy) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs) &&
 		slices.Equal(a.Models, b.Models) && slices.Equal(a.MemoryBytes, b.MemoryBytes) && maps.Equal(a.Labels, b.Labels) &&
-		slices.Equal(a.Peers, b.Peers) && slices.Equal(a.NUMA, b.NUMA) && a.Domain == b.Domain
+		slices.Equal(a.Peers, b.Peers) && slices.Equal(a.NUMA, b.NUMA) && a.Domain == b.Domain &&
+		slices.Equal(a.HeldBy, b.HeldBy) && a.CPUsHeld == b.CPUsHeld
 }
 
 // runToken names one planning run.
@@ -119,10 +142,10 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
 	for i := range nodes {
 		n := &nodes[i]
 		ns := &slab[i]
-		*ns = nodeState{owner: owner, node: n, cpuLeft: n.CPUs, firstTrain: -1}
+		*ns = nodeState{owner: owner, node: n, cpuLeft: n.cpusFree(), firstTrain: -1}
 		start := len(usable)
 		for g := 0; g < n.GPUs; g++ {
-			if len(n.Unhealthy) == 0 || n.Healthy(g) {
+			if len(n.Unhealthy) == 0 && len(n.HeldBy) == 0 || n.free(g) {
 				usable = append(usable, g)
 			}
 		}
@@ -136,7 +159,7 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
 		for c, k := range groups {
 			ns.gcount[c], counts = counts[:k:k], counts[k:]
 		}
-		if len(ns.usable) < n.GPUs {
+		if len(n.Unhealthy) > 0 {
 			ns.notes = append(ns.notes, nodeNote{"", ReasonUnhealthyGPU})
 		}
 		out[i] = ns

@@ -73,7 +73,16 @@ type Spec struct {
 	Scheduling   Scheduling
 	Placement    Placement
 	ResourcePool []PoolConfig
+	// Priority orders plans sharing a cluster (PlanAll): higher first;
+	// a lower plan gives way to a higher one. 0 by default.
+	Priority int `json:",omitempty"`
+	// MaxGPUs, when above 0, is the most GPUs the plan may hold (each
+	// GPU it uses, wholly or in part, counts once).
+	MaxGPUs int `json:",omitempty"`
 }
+
+// MaxPriority bounds a spec's priority either way.
+const MaxPriority = 1_000_000_000
 
 // MaxCPUs bounds a count of CPUs, a node's or a worker's: no machine has
 // more, and sums of them stay far from overflowing.
@@ -119,10 +128,13 @@ func ParseSpec(data []byte) (*Spec, error) {
 	if !ok {
 		return nil, fieldErr("spec", "want a mapping with scheduling and placement, got %s", kindOf(raw))
 	}
-	if err := onlyKeys("spec", top, "scheduling", "placement", "resource_pool"); err != nil {
+	if err := onlyKeys("spec", top, "scheduling", "placement", "resource_pool", "priority", "max_gpus"); err != nil {
 		return nil, err
 	}
 	s := &Spec{}
+	if err := parseSharing(top, s); err != nil {
+		return nil, err
+	}
 	if err := parseScheduling(top["scheduling"], &s.Scheduling); err != nil {
 		return nil, err
 	}
@@ -152,6 +164,26 @@ func ParseSpec(data []byte) (*Spec, error) {
 		}
 	}
 	return s, nil
+}
+
+// parseSharing reads what a plan sharing the cluster with others says:
+// its priority and its quota.
+func parseSharing(top map[string]any, s *Spec) error {
+	if raw, ok := top["priority"]; ok && raw != nil {
+		n, ok := number(raw)
+		if !ok || n != math.Trunc(n) || math.Abs(n) > MaxPriority {
+			return fieldErr("priority", "%s is not allowed; want a whole number from %d to %d (higher goes first; default 0)", show(raw), -MaxPriority, MaxPriority)
+		}
+		s.Priority = int(n)
+	}
+	if raw, ok := top["max_gpus"]; ok && raw != nil {
+		n, ok := number(raw)
+		if !ok || n != math.Trunc(n) || n < 1 || n > 1e9 {
+			return fieldErr("max_gpus", "%s is not allowed; want a whole number of GPUs >= 1 (leave it out for no quota)", show(raw))
+		}
+		s.MaxGPUs = int(n)
+	}
+	return nil
 }
 
 // checkCounts checks the pools' worker_counts against the scheduling: a

@@ -1,0 +1,323 @@
+package planner
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Job is one of several plans sharing a cluster.
+type Job struct {
+	Name string
+	Spec *Spec
+	// Prev is the job's latest plan (nil: none yet); its valid placement
+	// is what the job holds going in, and what it keeps if it can.
+	Prev *Plan
+	// Age orders jobs of equal priority: smaller is older, placed first.
+	Age uint64
+}
+
+// Outcome is what PlanAll made of a job: as Replan's results.
+type Outcome struct {
+	Plan   *Plan
+	Change *Change
+	Err    error
+}
+
+// maxPasses bounds PlanAll's passes (see PlanAll).
+const maxPasses = 4
+
+// PlanAll plans several jobs on one cluster so that no GPU serves two
+// of them and no node's CPUs are given out beyond its count: a GPU a job
+// uses, even in part, is that job's alone.
+//
+// Jobs are placed in order of priority, then age. Each is replanned from
+// its previous plan (Replan: every worker that can stay, stays) on what
+// the jobs placed before it hold and what the jobs after it hold now
+// leave. Only when that fails does it take room from jobs of strictly
+// lower priority, releasing the lowest (and, among equals, the youngest)
+// first and no more of them than it needs; those are then replanned on
+// what is left, keeping every worker that was not in the way, and give up
+// only what they must (displaced as "preempted by plan NAME"). A job of
+// equal or higher priority is never disturbed to place another. A job that
+// cannot be placed even with every lower one released, or that would
+// exceed its max_gpus, is invalid, holds nothing, and says why.
+//
+// A job placed before one of the same priority sees that one's room as
+// it was going in; when that shrinks during the run (a spec scaled down)
+// and some job is invalid, PlanAll runs again on the new holdings, so a
+// job is invalid only if what higher- and equal-priority jobs finally hold
+// leaves it no room. Outcomes are in the order of jobs.
+func PlanAll(jobs []Job, nodes []Node) []Outcome {
+	a := newAllocator(jobs, nodes)
+	cur := make([]holding, len(jobs))
+	for j := range jobs {
+		cur[j] = a.holdingOf(jobs[j].Prev)
+	}
+	prev := cur
+	var out []Outcome
+	for pass := 0; ; pass++ {
+		out = a.pass(cur)
+		next := make([]holding, len(jobs))
+		for j := range out {
+			next[j] = a.holdingOf(out[j].Plan)
+		}
+		if pass+1 == maxPasses || !anyInvalid(out) || slices.EqualFunc(next, cur, holding.equal) {
+			a.explain(out, prev, next)
+			return out
+		}
+		cur = next
+	}
+}
+
+func anyInvalid(out []Outcome) bool {
+	return slices.ContainsFunc(out, func(o Outcome) bool { return o.Err != nil })
+}
+
+// hold is what one job holds on one node.
+type hold struct {
+	at   int32
+	gpus []int // sorted, each once
+	cpus float64
+}
+
+// holding is what one job holds, by node (sorted by at).
+type holding []hold
+
+func (h holding) equal(o holding) bool {
+	return slices.EqualFunc(h, o, func(a, b hold) bool {
+		return a.at == b.at && a.cpus == b.cpus && slices.Equal(a.gpus, b.gpus)
+	})
+}
+
+// overlaps reports whether h and o use a GPU in common.
+func (h holding) overlaps(o holding) bool {
+	i, j := 0, 0
+	for i < len(h) && j < len(o) {
+		switch {
+		case h[i].at < o[j].at:
+			i++
+		case h[i].at > o[j].at:
+			j++
+		default:
+			for _, g := range h[i].gpus {
+				if _, found := slices.BinarySearch(o[j].gpus, g); found {
+					return true
+				}
+			}
+			i, j = i+1, j+1
+		}
+	}
+	return false
+}
+
+// blocker is a job's holding in the way of another's.
+type blocker struct {
+	name string
+	h    holding
+}
+
+type allocator struct {
+	jobs  []Job
+	nodes []Node
+	index map[string]int32
+	order []int // jobs in placing order
+}
+
+func newAllocator(jobs []Job, nodes []Node) *allocator {
+	a := &allocator{jobs: jobs, nodes: nodes, index: make(map[string]int32, len(nodes)), order: make([]int, len(jobs))}
+	for i := range nodes {
+		a.index[nodes[i].ID] = int32(i)
+	}
+	for i := range a.order {
+		a.order[i] = i
+	}
+	slices.SortStableFunc(a.order, func(x, y int) int {
+		jx, jy := &jobs[x], &jobs[y]
+		return cmp.Or(cmp.Compare(jy.Spec.Priority, jx.Spec.Priority), cmp.Compare(jx.Age, jy.Age), strings.Compare(jx.Name, jy.Name))
+	})
+	return a
+}
+
+// holdingOf is what a valid plan's workers use of the nodes there are
+// (nothing for an invalid plan, or none).
+func (a *allocator) holdingOf(p *Plan) holding {
+	if p == nil || !p.Valid {
+		return nil
+	}
+	by := map[int32]*hold{}
+	for _, w := range p.Workers.All() {
+		at, ok := a.index[w.NodeID]
+		if !ok {
+			continue
+		}
+		h := by[at]
+		if h == nil {
+			h = &hold{at: at}
+			by[at] = h
+		}
+		h.cpus += w.CPUs
+		for _, g := range w.GPUs {
+			if i, found := slices.BinarySearch(h.gpus, g); !found {
+				h.gpus = slices.Insert(h.gpus, i, g)
+			}
+		}
+	}
+	out := make(holding, 0, len(by))
+	for _, h := range by {
+		out = append(out, *h)
+	}
+	slices.SortFunc(out, func(x, y hold) int { return cmp.Compare(x.at, y.at) })
+	return out
+}
+
+// remainder is the nodes as a job sees them with blockers in the way:
+// their GPUs held, their CPUs taken.
+func (a *allocator) remainder(blockers []blocker) []Node {
+	out := slices.Clone(a.nodes)
+	for _, b := range blockers {
+		for _, h := range b.h {
+			n := &out[h.at]
+			n.CPUsHeld += h.cpus
+			for _, g := range h.gpus {
+				if g < 0 || g >= n.GPUs {
+					continue
+				}
+				if n.HeldBy == nil {
+					n.HeldBy = make([]string, n.GPUs)
+				}
+				if n.HeldBy[g] == "" {
+					n.HeldBy[g] = b.name
+				}
+			}
+		}
+	}
+	return out
+}
+
+// pass places every job in order, the jobs not yet placed holding cur.
+func (a *allocator) pass(cur []holding) []Outcome {
+	out := make([]Outcome, len(a.jobs))
+	var placed []blocker
+	for k, j := range a.order {
+		job := &a.jobs[j]
+		var same, lower []blocker // placed after j: in its way, or to give way
+		for _, r := range a.order[k+1:] {
+			b := blocker{a.jobs[r].Name, cur[r]}
+			if a.jobs[r].Spec.Priority < job.Spec.Priority {
+				lower = append(lower, b)
+			} else {
+				same = append(same, b)
+			}
+		}
+		// release is how many of the lowest jobs give way.
+		try := func(release int) Outcome {
+			in := slices.Concat(placed, same, lower[:len(lower)-release])
+			doc, ch, err := Replan(job.Prev, job.Spec, a.remainder(in))
+			return withinQuota(Outcome{doc, ch, err}, job.Spec)
+		}
+		o := try(0)
+		if o.Err != nil && len(lower) > 0 {
+			// With every lower job released: if that fails, what higher
+			// and equal jobs leave is too little.
+			if o = try(len(lower)); o.Err == nil {
+				for r := 1; r < len(lower); r++ {
+					if some := try(r); some.Err == nil {
+						o = some
+						break
+					}
+				}
+			}
+		}
+		o.Plan.Priority = job.Spec.Priority
+		if o.Err == nil {
+			placed = append(placed, blocker{job.Name, a.holdingOf(o.Plan)})
+		}
+		out[j] = o
+	}
+	return out
+}
+
+// explain names, for each job, the jobs of higher priority that took
+// GPUs it held going in (prev), and says so in an invalid job's error,
+// or, for a job that never held any, which jobs hold the room it lacks.
+func (a *allocator) explain(out []Outcome, prev, final []holding) {
+	for k, j := range a.order {
+		o, job := &out[j], &a.jobs[j]
+		var by, holders []string
+		for _, i := range a.order[:k] {
+			other := &a.jobs[i]
+			if len(final[i]) == 0 {
+				continue
+			}
+			holders = append(holders, fmt.Sprintf("plan %s (priority %d, %d GPUs)", other.Name, other.Spec.Priority, out[i].Plan.GPUsHeld))
+			if other.Spec.Priority > job.Spec.Priority && final[i].overlaps(prev[j]) {
+				by = append(by, other.Name)
+				o.Plan.PreemptedBy = append(o.Plan.PreemptedBy, other.Name)
+			}
+		}
+		if o.Err == nil || strings.HasPrefix(o.Plan.Error, "max_gpus:") {
+			continue
+		}
+		var msg string
+		switch {
+		case len(by) > 0:
+			parts := make([]string, len(by))
+			for i, name := range by {
+				parts[i] = fmt.Sprintf("plan %s (priority %d)", name, a.jobs[a.jobByName(name)].Spec.Priority)
+			}
+			msg = "preempted by " + strings.Join(parts, ", ") + ": " + o.Plan.Error
+		case len(holders) > 0:
+			msg = "waits for room held by " + strings.Join(holders, ", ") + ": " + o.Plan.Error
+		default:
+			continue
+		}
+		o.Plan.Error, o.Err = msg, &PlanError{Msg: msg}
+	}
+}
+
+func (a *allocator) jobByName(name string) int {
+	return slices.IndexFunc(a.jobs, func(j Job) bool { return j.Name == name })
+}
+
+// withinQuota makes a valid plan that holds more GPUs than spec's
+// max_gpus invalid, saying so.
+func withinQuota(o Outcome, spec *Spec) Outcome {
+	if o.Err != nil {
+		return o
+	}
+	o.Plan.GPUsHeld = HeldGPUs(o.Plan)
+	if q := spec.MaxGPUs; q > 0 && o.Plan.GPUsHeld > q {
+		msg := fmt.Sprintf("max_gpus: the plan needs %d GPUs; its quota is %d", o.Plan.GPUsHeld, q)
+		return Outcome{Plan: invalidDoc(o.Plan, msg), Change: &Change{}, Err: &PlanError{Msg: msg}}
+	}
+	return o
+}
+
+// HeldGPUs counts the GPUs a plan's workers use, each once however many
+// workers share it.
+func HeldGPUs(p *Plan) int {
+	type gpu struct {
+		node string
+		g    int
+	}
+	seen := map[gpu]bool{}
+	for _, w := range p.Workers.All() {
+		for _, g := range w.GPUs {
+			seen[gpu{w.NodeID, g}] = true
+		}
+	}
+	return len(seen)
+}
+
+// invalidDoc is doc made invalid for msg: its header, no placement.
+func invalidDoc(doc *Plan, msg string) *Plan {
+	out := &Plan{}
+	out.Header = doc.Header
+	out.Valid, out.Error, out.Moved = false, msg, 0
+	out.Placement.ResourcePool = []PoolExport{}
+	out.Placement.Pools = []Pool{}
+	out.Placement.StorageToTrainWorkers = map[string][]int{}
+	return out
+}
