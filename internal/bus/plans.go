@@ -2,10 +2,12 @@ package bus
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,6 +138,10 @@ type PlanStore struct {
 	// Replicas is how many servers keep the streams and object stores (0:
 	// one).
 	Replicas int
+	// LeaseName, when set, names the lease every published revision is
+	// checked against (one planner plans several plans under one lease);
+	// else each plan's own.
+	LeaseName string
 	// objs tracks the assignment objects of the plans bucket (nil until
 	// first listed).
 	objMu sync.Mutex
@@ -279,7 +285,7 @@ func (s *PlanStore) PublishEvent(ctx context.Context, ev *plan.Event, specDigest
 	}
 	check := jetstream.WithExpectLastSequencePerSubject(expect)
 	if lease != 0 {
-		check = jetstream.WithExpectLastSequenceForSubject(lease, LeaseSubject(ev.Name))
+		check = jetstream.WithExpectLastSequenceForSubject(lease, LeaseSubject(cmp.Or(s.LeaseName, ev.Name)))
 	}
 	ack, err := s.js.PublishMsg(ctx, msg, check, jetstream.WithMsgID(ev.Name+":"+strconv.Itoa(ev.Revision)))
 	if isWrongLast(err) && lease != 0 {
@@ -573,6 +579,59 @@ func (s *SpecStore) Get(ctx context.Context, name string) ([]byte, uint64, error
 		return nil, 0, fmt.Errorf("get spec %s: %w", name, err)
 	}
 	return e.Value(), e.Revision(), nil
+}
+
+// Delete removes plan name's spec (its history stays): the planner
+// releases the plan's workers and says so in its last revision. A plan
+// with no spec is ErrNotFound.
+func (s *SpecStore) Delete(ctx context.Context, name string) error {
+	if err := ValidatePlanName(name); err != nil {
+		return err
+	}
+	if _, _, err := s.Get(ctx, name); err != nil {
+		return err
+	}
+	kv, err := s.KV(ctx)
+	if err != nil {
+		return err
+	}
+	if err := kv.Delete(ctx, name); err != nil {
+		return fmt.Errorf("delete spec %s: %w", name, err)
+	}
+	return nil
+}
+
+// StoredSpec is one plan's spec as the bucket holds it.
+type StoredSpec struct {
+	Plan     string
+	Spec     []byte
+	Revision uint64
+	Updated  time.Time
+}
+
+// List returns every plan's current spec, by name.
+func (s *SpecStore) List(ctx context.Context) ([]StoredSpec, error) {
+	kv, err := s.KV(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list specs: %w", err)
+	}
+	var out []StoredSpec
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get spec %s: %w", k, err)
+		}
+		out = append(out, StoredSpec{Plan: k, Spec: e.Value(), Revision: e.Revision(), Updated: e.Created()})
+	}
+	slices.SortFunc(out, func(a, b StoredSpec) int { return strings.Compare(a.Plan, b.Plan) })
+	return out, nil
 }
 
 // ValidatePlanName checks that name can be a subject token and a KV key.

@@ -129,3 +129,43 @@ func BenchmarkPlanConstrained(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPlanAll replans 20 plans sharing 5,000 nodes of 8 GPUs (each
+// plan 1,800 GPUs: train, eval and env at a quarter GPU; priorities 0 to
+// 3) after one node, which a plan uses, leaves.
+func BenchmarkPlanAll(b *testing.B) {
+	nodes, _ := benchCluster(5000)
+	jobs := make([]Job, 20)
+	for i := range jobs {
+		jobs[i] = Job{Name: fmt.Sprintf("plan-%02d", i), Age: uint64(i), Spec: &Spec{
+			Scheduling: Scheduling{
+				Train:  &WorkerGroup{WorkerNum: 450, NumCPUs: 1, NumGPUs: 1},
+				Eval:   &WorkerGroup{WorkerNum: 450, NumCPUs: 1, NumGPUs: 1},
+				Buffer: &WorkerGroup{Auto: true, NumCPUs: 1},
+				Env:    []WorkerGroup{{WorkerNum: 3600, NumCPUs: 0, NumGPUs: 0.25}},
+			},
+			Placement: Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault},
+			Priority:  i % 4,
+		}}
+	}
+	for j, o := range PlanAll(jobs, nodes) {
+		if o.Err != nil {
+			b.Fatalf("%s: %v", jobs[j].Name, o.Err)
+		}
+		jobs[j].Prev = o.Plan
+	}
+	after := leave(nodes, 100, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		moved := 0
+		for j, o := range PlanAll(jobs, after) {
+			if o.Err != nil {
+				b.Fatalf("%s: %v", jobs[j].Name, o.Err)
+			}
+			moved += o.Plan.Moved
+		}
+		if moved == 0 {
+			b.Fatal("nothing moved")
+		}
+	}
+}

@@ -215,7 +215,7 @@ func (a *allocator) pass(cur []holding) []Outcome {
 		try := func(release int) Outcome {
 			in := slices.Concat(placed, same, lower[:len(lower)-release])
 			doc, ch, err := Replan(job.Prev, job.Spec, a.remainder(in))
-			return withinQuota(Outcome{doc, ch, err}, job.Spec)
+			return WithinQuota(Outcome{doc, ch, err}, job.Spec)
 		}
 		o := try(0)
 		if o.Err != nil && len(lower) > 0 {
@@ -281,9 +281,22 @@ func (a *allocator) jobByName(name string) int {
 	return slices.IndexFunc(a.jobs, func(j Job) bool { return j.Name == name })
 }
 
-// withinQuota makes a valid plan that holds more GPUs than spec's
+// Leftover is nodes as a plan sees them beside holders: the GPUs and
+// CPUs each holder's Prev (if valid) uses are taken. A validation
+// against what plans of some priority leave passes those of higher or
+// equal priority.
+func Leftover(nodes []Node, holders []Job) []Node {
+	a := newAllocator(holders, nodes)
+	in := make([]blocker, len(holders))
+	for i, h := range holders {
+		in[i] = blocker{h.Name, a.holdingOf(h.Prev)}
+	}
+	return a.remainder(in)
+}
+
+// WithinQuota makes a valid plan that holds more GPUs than spec's
 // max_gpus invalid, saying so.
-func withinQuota(o Outcome, spec *Spec) Outcome {
+func WithinQuota(o Outcome, spec *Spec) Outcome {
 	if o.Err != nil {
 		return o
 	}

@@ -19,9 +19,10 @@ import (
 // stay.
 const ValidateMaxWorkers = 100_000
 
-// Validate implements bus.Answerer: spec planned afresh on the live
-// inventory, nothing published. (The service runs one validation at a
-// time: a micro endpoint handles its requests in turn.)
+// Validate implements bus.Answerer: spec planned afresh on what the
+// plans of its priority or higher leave of the live inventory (lower
+// ones would give way), nothing published. (The service runs one
+// validation at a time: a micro endpoint handles its requests in turn.)
 func (p *Planner) Validate(_ context.Context, data []byte) (*bus.ValidateReply, error) {
 	spec, err := planner.ParseSpec(data)
 	if err != nil {
@@ -30,7 +31,20 @@ func (p *Planner) Validate(_ context.Context, data []byte) (*bus.ValidateReply, 
 	p.mu.Lock()
 	nodes := p.live.planNodes()
 	p.mu.Unlock()
-	doc, _ := planner.Compute(spec, nodes)
+	var holders []planner.Job
+	for _, s := range p.states() {
+		s.mu.Lock()
+		if s.spec != nil && !s.removing && s.latest != nil && s.spec.Priority >= spec.Priority {
+			holders = append(holders, planner.Job{Name: s.cfg.Plan, Spec: s.spec, Prev: s.latest.Plan})
+		}
+		s.mu.Unlock()
+	}
+	if len(holders) > 0 {
+		nodes = planner.Leftover(nodes, holders)
+	}
+	doc, err := planner.Compute(spec, nodes)
+	doc = planner.WithinQuota(planner.Outcome{Plan: doc, Err: err}, spec).Plan
+	doc.Priority = spec.Priority
 	reply := doc.Document
 	reply.Name = p.cfg.Plan
 	reply.CreatedAt = p.cfg.Now().UTC()
@@ -60,11 +74,13 @@ func (p *Planner) Plan(ctx context.Context, req bus.PlanRequest) (*planner.Plan,
 		return nil, fmt.Errorf("%w: revision %d: must be >= 1", bus.ErrBadRequest, req.Revision)
 	}
 	var sp *bus.StoredPlan
-	p.mu.Lock()
-	if name == p.cfg.Plan && p.latest != nil && (req.Revision == 0 || req.Revision == p.latest.Plan.Revision) {
-		sp = p.latest
+	if s := p.state(name); s != nil {
+		s.mu.Lock()
+		if s.latest != nil && (req.Revision == 0 || req.Revision == s.latest.Plan.Revision) {
+			sp = s.latest
+		}
+		s.mu.Unlock()
 	}
-	p.mu.Unlock()
 	var err error
 	switch {
 	case sp != nil:

@@ -150,7 +150,7 @@ func (p *Planner) apply(ev bus.Event) bool {
 		p.reported[ev.NodeID] = true
 		delete(p.expired, ev.NodeID)
 		changed, err := p.live.put(ev.NodeID, ev.Inventory)
-		if err != nil {
+		if err != nil && p.lead == nil {
 			p.cfg.Log.Warn().Err(err).Msg("skipping a node whose inventory is malformed")
 		}
 		return changed
@@ -168,7 +168,9 @@ func (p *Planner) apply(ev bus.Event) bool {
 		return p.live.remove(ev.NodeID)
 	case bus.Rejected:
 		p.reported[ev.NodeID] = true
-		p.rejected(ev)
+		if p.lead == nil {
+			p.rejected(ev)
+		}
 		return p.live.remove(ev.NodeID)
 	}
 	return false
@@ -196,7 +198,7 @@ func (p *Planner) replaceNodes(nodes map[string]inventory.NodeInventory) bool {
 	for id, doc := range nodes {
 		p.reported[id] = true
 		c, err := p.live.put(id, doc)
-		if err != nil {
+		if err != nil && p.lead == nil {
 			p.cfg.Log.Warn().Err(err).Msg("skipping a node whose inventory is malformed")
 		}
 		changed = changed || c

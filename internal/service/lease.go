@@ -306,6 +306,9 @@ func cue(ch chan struct{}) {
 
 // leading says whether this planner holds the plan's lease.
 func (p *Planner) leading() uint64 {
+	if p.lead != nil {
+		return p.lead.leading() // one lease for every plan of the loop
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.leaseSeq

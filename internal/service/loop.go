@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,10 +20,13 @@ import (
 // other planners' revisions into the planner's state and replans when the
 // inventory has been quiet for Debounce.
 type loop struct {
-	p      *Planner
-	log    zerolog.Logger
-	follow <-chan *bus.StoredPlan
-	specW  jetstream.KeyWatcher
+	p   *Planner
+	log zerolog.Logger
+	// followed brings the revisions of every plan, each followed by a
+	// goroutine that following can stop.
+	followed  chan followedPlan
+	following map[*Planner]context.CancelFunc
+	specW     jetstream.KeyWatcher
 	events <-chan bus.Event
 	// synced: the watch has delivered the bucket's contents; the first
 	// plan waits for it, so no plan is made on part of the inventory.
@@ -88,18 +92,61 @@ func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
 	l.guardT = time.NewTicker(guardEvery)
 	l.reconnects = p.cfg.NC.Stats().Reconnects
 	l.outageReconnects = l.reconnects
-	var err error
-	if l.follow, err = p.followPlans(ctx); err != nil {
+	l.followed, l.following = make(chan followedPlan, 64), map[*Planner]context.CancelFunc{}
+	if err := l.follow(ctx, p); err != nil {
 		return nil, err
 	}
 	specKV, err := p.specs.KV(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if l.specW, err = specKV.Watch(ctx, p.cfg.Plan); err != nil {
-		return nil, fmt.Errorf("watch spec %s: %w", p.cfg.Plan, err)
+	if l.specW, err = specKV.WatchAll(ctx); err != nil {
+		return nil, fmt.Errorf("watch specs: %w", err)
 	}
 	return l, nil
+}
+
+// followedPlan is a revision of s's plan another planner published; nil
+// when the follow ended.
+type followedPlan struct {
+	s  *Planner
+	sp *bus.StoredPlan
+}
+
+// follow follows s's plan into l.followed until unfollow.
+func (l *loop) follow(ctx context.Context, s *Planner) error {
+	if _, ok := l.following[s]; ok {
+		return nil
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	ch, err := s.followPlans(fctx)
+	if err != nil {
+		cancel()
+		return err
+	}
+	l.following[s] = cancel
+	go func() {
+		for sp := range ch {
+			select {
+			case l.followed <- followedPlan{s, sp}:
+			case <-fctx.Done():
+				return
+			}
+		}
+		select {
+		case l.followed <- followedPlan{s, nil}:
+		case <-fctx.Done():
+		}
+	}()
+	return nil
+}
+
+// unfollow stops following s's plan.
+func (l *loop) unfollow(s *Planner) {
+	if cancel, ok := l.following[s]; ok {
+		cancel()
+		delete(l.following, s)
+	}
 }
 
 // followPlans follows the plan's revisions, skipping this planner's own
@@ -118,6 +165,9 @@ func (p *Planner) followPlans(ctx context.Context) (<-chan *bus.StoredPlan, erro
 }
 
 func (l *loop) close() {
+	for s := range l.following {
+		l.unfollow(s)
+	}
 	_ = l.specW.Stop()
 	l.timer.Stop()
 	l.retry.Stop()
@@ -156,21 +206,26 @@ func (l *loop) run(ctx context.Context) error {
 			l.attempt = 0
 			l.seen = max(l.seen, ev.Revision)
 			l.inventory(ev)
-		case sp, ok := <-l.follow:
-			if !ok {
-				l.follow = nil
+		case f := <-l.followed:
+			if _, ok := l.following[f.s]; !ok {
+				continue // stopped following
+			}
+			if f.sp == nil {
+				delete(l.following, f.s) // guard follows again
 				continue
 			}
-			l.p.adopted(sp)
+			f.s.adopted(f.sp)
 			l.armCheck(checkAfter)
 		case <-l.check.C:
 			l.checking = false
 			if l.p.leading() == 0 {
 				continue // a standby leaves them to the leader, and checks when it leads
 			}
-			if err := l.p.checkAssignments(ctx); err != nil {
-				l.log.Warn().Err(err).Msg("checking another planner's assignments failed; retrying")
-				l.armCheck(5 * checkAfter)
+			for _, s := range l.p.everyState() {
+				if err := s.checkAssignments(ctx); err != nil {
+					l.log.Warn().Err(err).Str("plan", s.cfg.Plan).Msg("checking another planner's assignments failed; retrying")
+					l.armCheck(5 * checkAfter)
+				}
 			}
 		case e, ok := <-l.specW.Updates():
 			if !ok {
@@ -206,9 +261,7 @@ func (l *loop) kick() {
 		l.dirtySince = time.Now()
 	}
 	l.dirty = true
-	l.p.mu.Lock()
-	haveSpec := l.p.spec != nil
-	l.p.mu.Unlock()
+	haveSpec := len(l.p.states()) > 0
 	if l.synced && haveSpec && l.failures == 0 {
 		l.timer.Reset(max(0, min(l.p.cfg.Debounce, l.maxWait-time.Since(l.dirtySince))))
 	}
@@ -251,7 +304,11 @@ func (l *loop) watchClosed(ctx context.Context) {
 // inventory folds one watch event in.
 func (l *loop) inventory(ev bus.Event) {
 	if l.resync == nil {
-		if l.p.apply(ev) {
+		changed := l.p.apply(ev)
+		for _, s := range l.p.siblings() {
+			s.apply(ev)
+		}
+		if changed {
 			l.kick()
 		}
 		return
@@ -276,57 +333,120 @@ func (l *loop) inventory(ev bus.Event) {
 		l.p.rejected(ev)
 		l.p.mu.Unlock()
 	case bus.Synced:
-		l.p.replaceNodes(l.resync)
-		if !l.everSynced {
-			l.p.afterFirstSync()
+		for _, s := range l.p.everyState() {
+			s.replaceNodes(l.resync)
+			if !l.everSynced {
+				s.afterFirstSync()
+			}
 		}
 		l.resync, l.synced, l.everSynced = nil, true, true
 		l.kick()
 	}
 }
 
-// spec takes a stored spec. One that does not parse keeps the last good
-// one; with none yet (a planner started without --spec), the newest good
-// one in the bucket's history.
+// spec takes a stored spec, of any plan: the key names it. One that
+// does not parse keeps the last good one; with none yet (a planner
+// started without --spec), the newest good one in the bucket's history.
+// A removed spec releases its plan's workers at the next replan.
 func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 	if e == nil {
 		return // the initial values are in
 	}
-	if e.Operation() != jetstream.KeyValuePut {
-		l.log.Warn().Msg("spec deleted; keeping the last one")
+	name := e.Key()
+	if bus.ValidatePlanName(name) != nil {
+		l.log.Warn().Str("key", name).Msg("a spec key that is no plan name; ignored")
 		return
+	}
+	s := l.p.state(name)
+	log := l.log.With().Str("plan", name).Logger()
+	if e.Operation() != jetstream.KeyValuePut {
+		// Removed, maybe while no planner ran: the plan's last revision,
+		// if it still places workers, is to release them (load reads it).
+		if s == nil {
+			s = l.addSibling(ctx, name, 0)
+		}
+		s.mu.Lock()
+		s.removing = true
+		s.mu.Unlock()
+		log.Info().Msg("spec removed: releasing the plan's workers")
+		l.kick()
+		return
+	}
+	if s == nil {
+		s = l.addSibling(ctx, name, l.firstRevision(ctx, name, e.Revision()))
 	}
 	spec, err := planner.ParseSpec(e.Value())
 	value, rev := e.Value(), e.Revision()
 	if err != nil {
-		l.p.mu.Lock()
-		have := l.p.spec != nil
-		l.p.mu.Unlock()
+		s.mu.Lock()
+		have := s.spec != nil
+		s.mu.Unlock()
 		if have {
-			l.log.Error().Err(err).Uint64("spec_revision", e.Revision()).Msg("stored spec does not parse; keeping the last one")
+			log.Error().Err(err).Uint64("spec_revision", e.Revision()).Msg("stored spec does not parse; keeping the last one")
 			return
 		}
-		if spec, value, rev = l.lastGoodSpec(ctx, e.Revision()); spec == nil {
-			l.log.Error().Err(err).Uint64("spec_revision", e.Revision()).Msg("stored spec does not parse, nor does any before it: no plan until a good one is stored (planner spec set)")
+		if spec, value, rev = l.lastGoodSpec(ctx, name, e.Revision()); spec == nil {
+			log.Error().Err(err).Uint64("spec_revision", e.Revision()).Msg("stored spec does not parse, nor does any before it: no plan until a good one is stored (planner spec set)")
 			return
 		}
-		l.log.Error().Err(err).Uint64("spec_revision", e.Revision()).Uint64("planning_on", rev).Msg("stored spec does not parse; planning on the last good one")
+		log.Error().Err(err).Uint64("spec_revision", e.Revision()).Uint64("planning_on", rev).Msg("stored spec does not parse; planning on the last good one")
 	}
-	l.p.mu.Lock()
-	l.p.spec, l.p.digest, l.p.specBytes = spec, SpecDigest(spec), value
-	l.p.mu.Unlock()
-	l.log.Info().Uint64("spec_revision", rev).Msg("spec loaded")
+	s.mu.Lock()
+	if s.spec == nil && s.age == 0 {
+		s.age = l.firstRevision(ctx, name, rev)
+	}
+	s.spec, s.digest, s.specBytes, s.removing = spec, SpecDigest(spec), value, false
+	s.mu.Unlock()
+	log.Info().Uint64("spec_revision", rev).Int("priority", spec.Priority).Msg("spec loaded")
 	l.kick()
 }
 
-// lastGoodSpec is the newest stored spec before revision bad that
-// parses; nil if none.
-func (l *loop) lastGoodSpec(ctx context.Context, bad uint64) (*planner.Spec, []byte, uint64) {
+// addSibling makes plan name's state and follows it.
+func (l *loop) addSibling(ctx context.Context, name string, age uint64) *Planner {
+	s := l.p.sibling(name)
+	s.age = age
+	l.p.sibMu.Lock()
+	if l.p.sibs == nil {
+		l.p.sibs = map[string]*Planner{}
+	}
+	l.p.sibs[name] = s
+	l.p.sibMu.Unlock()
+	if err := s.load(ctx); err != nil {
+		l.log.Warn().Err(err).Str("plan", name).Msg("cannot read the plan's latest revision yet; retrying")
+	}
+	if err := l.follow(ctx, s); err != nil {
+		l.log.Warn().Err(err).Str("plan", name).Msg("cannot follow the plan yet; retrying")
+	}
+	return s
+}
+
+// firstRevision is the revision at which plan name's spec was first
+// stored since it was last removed (its age among plans of one
+// priority); rev if the history cannot be read.
+func (l *loop) firstRevision(ctx context.Context, name string, rev uint64) uint64 {
+	kv, err := l.p.specs.KV(ctx)
+	if err != nil {
+		return rev
+	}
+	hist, err := kv.History(ctx, name)
+	if err != nil {
+		return rev
+	}
+	first := rev
+	for i := len(hist) - 1; i >= 0 && hist[i].Operation() == jetstream.KeyValuePut; i-- {
+		first = hist[i].Revision()
+	}
+	return first
+}
+
+// lastGoodSpec is the newest stored spec of plan name before revision
+// bad that parses; nil if none.
+func (l *loop) lastGoodSpec(ctx context.Context, name string, bad uint64) (*planner.Spec, []byte, uint64) {
 	kv, err := l.p.specs.KV(ctx)
 	if err != nil {
 		return nil, nil, 0
 	}
-	hist, err := kv.History(ctx, l.p.cfg.Plan)
+	hist, err := kv.History(ctx, name)
 	if err != nil {
 		return nil, nil, 0
 	}
@@ -349,6 +469,29 @@ type stoppedWatch struct{}
 func (stoppedWatch) Updates() <-chan jetstream.KeyValueEntry { return nil }
 func (stoppedWatch) Stop() error                             { return nil }
 
+// settling is the longest any plan waits for its nodes (Planner.settling).
+func (l *loop) settling() time.Duration {
+	var wait time.Duration
+	for _, s := range l.p.everyState() {
+		wait = max(wait, s.settling(l.started))
+	}
+	return wait
+}
+
+// unreported is every plan's nodes not heard from (Planner.unreported).
+func (l *loop) unreported() []string {
+	var ids []string
+	for _, s := range l.p.everyState() {
+		for _, id := range s.unreported() {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // replan plans and publishes when the inventory has settled; a failure
 // backs off, and is logged once per cause, while the last good plan keeps
 // being served.
@@ -360,10 +503,10 @@ func (l *loop) replan(ctx context.Context) {
 		return // a standby replans when it takes the lease
 	}
 	l.outage()
-	if wait := l.p.settling(l.started); wait > 0 {
+	if wait := l.settling(); wait > 0 {
 		if !l.settleSaid {
 			l.settleSaid = true
-			ids := l.p.unreported()
+			ids := l.unreported()
 			l.log.Info().Int("nodes", len(ids)).Strs("waiting_for", ids[:min(len(ids), 8)]).Dur("at_most", wait).
 				Msg("waiting for the nodes of the plan found at start to report before replanning without them")
 		}
@@ -372,22 +515,29 @@ func (l *loop) replan(ctx context.Context) {
 	}
 	l.settleSaid = false
 	l.dirty = false
-	before, start := l.p.revision(), time.Now()
+	before := map[*Planner]int{}
+	for _, s := range l.p.states() {
+		before[s] = s.revision()
+	}
+	start := time.Now()
 	err := l.p.replan(ctx)
 	if err == nil {
-		var since time.Duration
-		if l.p.revision() != before {
-			since = time.Since(l.dirtySince)
+		for s, rev := range before {
+			var since time.Duration
+			if s.revision() != rev {
+				since = time.Since(l.dirtySince)
+			}
+			l.p.cfg.Metrics.Replanned(s.cfg.Plan, time.Since(start), since)
 		}
-		l.p.cfg.Metrics.Replanned(l.p.cfg.Plan, time.Since(start), since)
 		l.p.cfg.Metrics.Inventory(l.p.inventorySize())
 	}
+	l.prune()
 	if errors.Is(err, bus.ErrLeaseLost) {
 		l.dirty = true
 		l.lease.stepDown(err.Error())
 		return
 	}
-	if l.p.checkPending() {
+	if slices.ContainsFunc(l.p.everyState(), (*Planner).checkPending) {
 		l.armCheck(checkAfter) // it adopted another planner's revision
 	}
 	if err == nil {
@@ -395,9 +545,11 @@ func (l *loop) replan(ctx context.Context) {
 			// Said in the revision, or nothing moved and nothing needs
 			// saying.
 			l.settlingOutage = false
-			l.p.mu.Lock()
-			l.p.note = ""
-			l.p.mu.Unlock()
+			for _, s := range l.p.everyState() {
+				s.mu.Lock()
+				s.note = ""
+				s.mu.Unlock()
+			}
 		}
 		if l.failures > 0 {
 			l.log.Info().Int("failures", l.failures).Msg("replanned after failures")

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/poolplanner/poolplanner/client"
@@ -36,50 +38,230 @@ func (p *Planner) afterFirstSync() {
 	}
 }
 
-// replan computes the next plan and publishes it if it changed: its
-// event, then the assignments of the nodes whose workers changed. On a
-// conflict (another planner published first) it re-reads the latest and
-// recomputes.
+// replan plans every plan of the loop together (planner.PlanAll: no
+// GPU to two plans, lower priorities giving way) and publishes each that
+// changed: its event, then the assignments of the nodes whose workers
+// changed; a removed plan's last revision releases its workers. Plans
+// that give up GPUs publish before those that take them. On a conflict
+// (another planner published first) it re-reads that plan's latest and
+// plans again.
 func (p *Planner) replan(ctx context.Context) error {
-	if err := p.reconcileAssignments(ctx); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	nodes := p.live.planNodes()
-	changes := p.live.changes()
-	p.mu.Unlock()
 	for attempt := 0; ; attempt++ {
-		err := p.publishNext(ctx, nodes, changes)
-		if err == nil {
-			// Still to do when the latest was unreadable before.
-			return p.reconcileAssignments(ctx)
-		}
-		if !errors.Is(err, bus.ErrConflict) || attempt >= maxConflicts {
+		err := p.replanOnce(ctx)
+		var c *conflict
+		if !errors.As(err, &c) {
 			return err
 		}
-		sp, err := p.plans.Latest(ctx, p.cfg.Plan)
+		if attempt >= maxConflicts {
+			return c.err
+		}
+		sp, err := p.plans.Latest(ctx, c.state.cfg.Plan)
 		if err != nil {
 			return err
 		}
-		p.adopted(sp)
+		c.state.adopted(sp)
 	}
 }
 
-// publishNext plans nodes from the latest revision and publishes the
-// plan as the next one if it differs.
-func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes []string) error {
+// conflict is a publish of state's plan refused because another planner
+// published first.
+type conflict struct {
+	state *Planner
+	err   error
+}
+
+func (c *conflict) Error() string { return c.err.Error() }
+func (c *conflict) Unwrap() error { return c.err }
+
+// replanOnce is one try of replan.
+func (p *Planner) replanOnce(ctx context.Context) error {
+	states := p.states()
+	for _, s := range states {
+		if err := s.load(ctx); err != nil {
+			return err
+		}
+		if err := s.reconcileAssignments(ctx); err != nil {
+			return err
+		}
+	}
 	p.mu.Lock()
-	latest, spec, digest, note := p.latest, p.spec, p.digest, p.note
+	nodes := p.live.planNodes()
+	p.mu.Unlock()
+	var jobs []planner.Job
+	var planned []*Planner
+	for _, s := range states {
+		s.mu.Lock()
+		spec, latest, removing, age := s.spec, s.latest, s.removing, s.age
+		s.mu.Unlock()
+		if removing {
+			if err := s.publishRemoved(ctx); err != nil {
+				return conflicted(s, err)
+			}
+			continue
+		}
+		if spec == nil {
+			continue // none that parses yet
+		}
+		var prev *planner.Plan
+		if latest != nil {
+			prev = latest.Plan
+		}
+		jobs = append(jobs, planner.Job{Name: s.cfg.Plan, Spec: spec, Prev: prev, Age: age})
+		planned = append(planned, s)
+	}
+	outs := planner.PlanAll(jobs, nodes)
+	for _, i := range givingFirst(jobs, outs) {
+		s := planned[i]
+		s.mu.Lock()
+		changes := s.live.changes()
+		s.mu.Unlock()
+		if err := s.publishNext(ctx, outs[i], changes); err != nil {
+			return conflicted(s, err)
+		}
+	}
+	// Still to do when the latest was unreadable before.
+	for _, s := range states {
+		if err := s.reconcileAssignments(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// conflicted wraps a conflict for replan to re-read s's latest.
+func conflicted(s *Planner, err error) error {
+	if errors.Is(err, bus.ErrConflict) {
+		return &conflict{state: s, err: err}
+	}
+	return err
+}
+
+// givingFirst orders the plans to publish: those that only give GPUs up
+// first, then those that both give and take, then those that only take,
+// so that two published plans hold a GPU at once only while a plan that
+// both gives and takes publishes.
+func givingFirst(jobs []planner.Job, outs []planner.Outcome) []int {
+	rank := make([]int, len(jobs))
+	for i, j := range jobs {
+		was, now := gpuSet(j.Prev), gpuSet(outs[i].Plan)
+		takes, gives := !subset(now, was), !subset(was, now)
+		switch {
+		case gives && !takes:
+			rank[i] = 0
+		case gives:
+			rank[i] = 1
+		default:
+			rank[i] = 2
+		}
+	}
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return rank[a] - rank[b] })
+	return order
+}
+
+// gpuSet is the GPUs a valid plan holds, as node:index.
+func gpuSet(p *planner.Plan) map[string]bool {
+	out := map[string]bool{}
+	if p == nil || !p.Valid {
+		return out
+	}
+	for _, w := range p.Workers.All() {
+		for _, g := range w.GPUs {
+			out[w.NodeID+":"+strconv.Itoa(g)] = true
+		}
+	}
+	return out
+}
+
+func subset(a, b map[string]bool) bool {
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// load reads the plan's latest revision, once, for a state made when its
+// spec appeared.
+func (p *Planner) load(ctx context.Context) error {
+	p.mu.Lock()
+	done := p.loaded
+	p.mu.Unlock()
+	if done {
+		return nil
+	}
+	sp, err := p.plans.Latest(ctx, p.cfg.Plan)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.latest == nil || sp != nil && sp.Plan.Revision > p.latest.Plan.Revision {
+		p.latest = sp
+	}
+	// Its nodes settle as the lead's do after a restart (settling).
+	if p.latest != nil && p.latest.Plan.Valid && p.inherited == nil {
+		p.inherited = p.latest.Plan
+	}
+	p.reconcile = p.latest != nil
+	p.loaded = true
+	return nil
+}
+
+// publishRemoved publishes the last revision of a plan whose spec was
+// removed: no workers (every node's assignment emptied), removed, and
+// the reason; the state is then dropped.
+func (p *Planner) publishRemoved(ctx context.Context) error {
+	p.mu.Lock()
+	latest := p.latest
+	p.mu.Unlock()
+	if latest != nil && !latest.Plan.Removed {
+		doc := &planner.Plan{}
+		doc.Header = latest.Plan.Header
+		doc.Valid, doc.Error, doc.Removed, doc.Moved, doc.GPUsHeld, doc.PreemptedBy = false, "spec removed (planner spec rm): workers released", true, 0, 0, nil
+		doc.Explanations, doc.Warnings = nil, nil
+		doc.Placement = plan.Placement{ResourcePool: []planner.PoolExport{}, Pools: []planner.Pool{}, StorageToTrainWorkers: map[string][]int{}}
+		if err := p.publishNext(ctx, planner.Outcome{Plan: doc, Change: &planner.Change{}, Err: errors.New(doc.Error)}, nil); err != nil {
+			return err
+		}
+	}
+	p.top().drop(p)
+	return nil
+}
+
+// drop forgets a removed plan's state (the lead's own stays, spec-less).
+func (p *Planner) drop(s *Planner) {
+	s.mu.Lock()
+	s.spec, s.digest, s.specBytes, s.removing, s.age = nil, "", nil, false, 0
+	s.mu.Unlock()
+	if s == p {
+		return
+	}
+	p.sibMu.Lock()
+	delete(p.sibs, s.cfg.Plan)
+	p.sibMu.Unlock()
+}
+
+// publishNext publishes o, the plan's next placement, as the next
+// revision if it differs from the latest.
+func (p *Planner) publishNext(ctx context.Context, o planner.Outcome, changes []string) error {
+	p.mu.Lock()
+	latest, digest, note := p.latest, p.digest, p.note
 	p.mu.Unlock()
 	var prev *planner.Plan
 	var expect uint64
 	if latest != nil {
 		prev, expect = latest.Plan, latest.Seq
 	}
-	specChanged := latest != nil && latest.SpecDigest != digest
-	next, ch, _ := planner.Replan(prev, spec, nodes)
+	specChanged := latest != nil && latest.SpecDigest != digest && !o.Plan.Removed
+	next, ch := o.Plan, o.Change
 	// An unreadable latest is replaced even by the same placement.
-	if prev != nil && !latest.Unreadable && !latest.Orphan && planner.SamePlacement(prev, next) {
+	if prev != nil && !latest.Unreadable && !latest.Orphan && planner.SamePlacement(prev, next) &&
+		prev.Priority == next.Priority && slices.Equal(prev.PreemptedBy, next.PreemptedBy) {
 		p.adoptSpec(latest, specChanged, digest)
 		return nil
 	}
@@ -89,7 +271,11 @@ func (p *Planner) publishNext(ctx context.Context, nodes []planner.Node, changes
 		next.Revision = prev.Revision + 1
 	}
 	next.CreatedAt = p.cfg.Now().UTC()
-	next.Reason = join(note, reason(prev, changes, specChanged, ch))
+	why, shared := reason(prev, changes, specChanged, ch), sharing(prev, next)
+	if shared != "" && why == nothingSaid {
+		why = ""
+	}
+	next.Reason = join(note, join(why, shared))
 	if latest != nil && latest.Orphan {
 		next.Reason = join(fmt.Sprintf("the plan history was lost (stream recreated): revision %d republished whole", next.Revision), next.Reason)
 	}
@@ -231,6 +417,23 @@ func (p *Planner) retain(ctx context.Context) {
 	}
 }
 
+// sharing says what plans sharing the cluster did to this one: took its
+// GPUs, or gave room back.
+func sharing(prev, next *planner.Plan) string {
+	switch {
+	case next.Removed:
+		return "spec removed: the plan's workers are released"
+	case len(next.PreemptedBy) > 0:
+		return "gave way to plan " + strings.Join(next.PreemptedBy, ", plan ") + " (higher priority)"
+	case prev != nil && !prev.Valid && next.Valid:
+		return "placed: there is room again"
+	}
+	return ""
+}
+
+// nothingSaid is the reason of a revision when nothing more is known.
+const nothingSaid = "inventory changed"
+
 // reason says why a new revision exists: which nodes came or went, which
 // GPUs turned unhealthy, a spec change, and what the planner did.
 func reason(prev *planner.Plan, changes []string, specChanged bool, ch *planner.Change) string {
@@ -248,7 +451,7 @@ func reason(prev *planner.Plan, changes []string, specChanged bool, ch *planner.
 		parts = append(parts, s)
 	}
 	if len(parts) == 0 {
-		parts = append(parts, "inventory changed")
+		parts = append(parts, nothingSaid)
 	}
 	return strings.Join(parts, "; ")
 }

@@ -60,16 +60,27 @@ func (l *loop) guard(ctx context.Context) {
 // rewatch follows the plan and watches the spec again where either
 // ended (its stream went away under it, and came back).
 func (l *loop) rewatch(ctx context.Context) {
-	if l.follow == nil {
-		if f, err := l.p.followPlans(ctx); err == nil {
-			l.follow = f
-		}
+	for _, s := range l.p.everyState() {
+		_ = l.follow(ctx, s) // a failure is tried again at the next guard
 	}
 	if _, stopped := l.specW.(stoppedWatch); stopped {
 		if kv, err := l.p.specs.KV(ctx); err == nil {
-			if w, err := kv.Watch(ctx, l.p.cfg.Plan); err == nil {
+			if w, err := kv.WatchAll(ctx); err == nil {
 				l.specW = w
 			}
+		}
+	}
+}
+
+// prune stops following the plans whose states were dropped.
+func (l *loop) prune() {
+	live := map[*Planner]bool{}
+	for _, s := range l.p.everyState() {
+		live[s] = true
+	}
+	for s := range l.following {
+		if !live[s] {
+			l.unfollow(s)
 		}
 	}
 }
@@ -136,8 +147,8 @@ func (p *Planner) missing(ctx context.Context, plansCreated *time.Time) ([]strin
 }
 
 // recreate makes the missing streams again and puts back what this
-// planner knows: the spec it plans on; for a lost plan stream, its
-// latest plan becomes the next revision, published whole, and its
+// planner knows: the specs it plans on; for a lost plan stream, each
+// plan's latest becomes its next revision, published whole, and the
 // lease is taken again; for lost assignments, every node's.
 func (l *loop) recreate(ctx context.Context, missing []string) error {
 	p := l.p
@@ -153,30 +164,15 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 	for _, name := range missing {
 		switch name {
 		case "KV_" + bus.SpecBucket:
-			p.mu.Lock()
-			spec := p.specBytes
-			p.mu.Unlock()
-			if spec != nil {
-				// Create, not put: a spec stored since (another planner
-				// restored it, someone set a new one) stays.
-				kv, err := p.specs.KV(ctx)
-				if err == nil {
-					_, err = kv.Create(ctx, p.cfg.Plan, spec)
-				}
-				if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-					return fmt.Errorf("restore the spec: %w", err)
+			for _, s := range p.states() {
+				if err := s.restoreSpec(ctx); err != nil {
+					return err
 				}
 			}
 		case bus.PlansStream:
-			p.mu.Lock()
-			if p.latest != nil {
-				orphan := *p.latest
-				orphan.Orphan = true
-				p.latest = &orphan
+			for _, s := range p.everyState() {
+				s.orphaned()
 			}
-			p.reconcile = p.latest != nil
-			p.assignSeq = map[string]uint64{}
-			p.mu.Unlock()
 			// The leader knows the newest revision; a standby may lag
 			// it. The leader takes the lease again at once, a standby
 			// only if the leader has not within a TTL, so the sequence
@@ -189,13 +185,50 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 			l.lease.delay(wait)
 			l.kick()
 		case client.AssignmentsStream, "OBJ_" + client.PlansBucket:
-			p.mu.Lock()
-			p.reconcile = p.latest != nil
-			p.mu.Unlock()
+			for _, s := range p.everyState() {
+				s.mu.Lock()
+				s.reconcile = s.latest != nil
+				s.mu.Unlock()
+			}
 			l.armCheck(0)
 		}
 	}
 	return nil
+}
+
+// restoreSpec puts back the spec the plan is planned on, into a spec
+// bucket that was lost.
+func (p *Planner) restoreSpec(ctx context.Context) error {
+	p.mu.Lock()
+	spec := p.specBytes
+	p.mu.Unlock()
+	if spec == nil {
+		return nil
+	}
+	// Create, not put: a spec stored since (another planner restored
+	// it, someone set a new one) stays.
+	kv, err := p.specs.KV(ctx)
+	if err == nil {
+		_, err = kv.Create(ctx, p.cfg.Plan, spec)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("restore the spec of %s: %w", p.cfg.Plan, err)
+	}
+	return nil
+}
+
+// orphaned notes that the plan stream was lost: the latest revision
+// is republished whole as the next, and every assignment reconciled.
+func (p *Planner) orphaned() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.latest != nil {
+		orphan := *p.latest
+		orphan.Orphan = true
+		p.latest = &orphan
+	}
+	p.reconcile = p.latest != nil
+	p.assignSeq = map[string]uint64{}
 }
 
 // restartWatches re-reads the inventory (a full resync, reconciled
@@ -220,8 +253,17 @@ func (l *loop) restartWatches(ctx context.Context) {
 // report, up to Settle, and the revision says so. It returns whether it
 // started settling.
 func (l *loop) outage() bool {
-	p := l.p
 	l.noteReconnect()
+	for _, s := range l.p.states() {
+		if l.outageOf(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// outageOf is outage for one plan's state.
+func (l *loop) outageOf(p *Planner) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if l.settlingOutage || p.latest == nil || !p.latest.Plan.Valid || p.cfg.Settle < 0 {
@@ -254,7 +296,7 @@ func (l *loop) outage() bool {
 		why = "vanished while NATS was away (their keys expired, not the nodes)"
 	}
 	p.note = fmt.Sprintf("%d of %d nodes %s: waited up to %s for them to report again", lost, len(nodes), why, p.cfg.Settle)
-	l.log.Warn().Int("lost", lost).Int("nodes", len(nodes)).Bool("reconnected", reconnected).Dur("settle", p.cfg.Settle).
+	l.log.Warn().Str("plan", p.cfg.Plan).Int("lost", lost).Int("nodes", len(nodes)).Bool("reconnected", reconnected).Dur("settle", p.cfg.Settle).
 		Msg("nodes of the plan vanished in an inventory outage: waiting for them to report again")
 	return true
 }

@@ -146,6 +146,22 @@ type Planner struct {
 	// expired are the nodes whose keys vanished other than by their
 	// reporter's delete, since they last reported: an outage's, maybe.
 	expired map[string]bool
+
+	// One planner plans every spec in the bucket, each plan in a Planner
+	// of its own that holds that plan's state: lead is the one whose loop
+	// runs them all (nil: this is the lead); sibs, on the lead, the
+	// others by name, guarded by sibMu (the loop alone changes it).
+	lead  *Planner
+	sibMu sync.Mutex
+	sibs  map[string]*Planner
+	// loaded: the plan's latest revision was read (a state made for a
+	// spec that just appeared reads it before its first replan); age
+	// orders plans of equal priority (the spec's first revision);
+	// removing: the spec was removed and the plan's last revision is to
+	// say so.
+	loaded   bool
+	age      uint64
+	removing bool
 }
 
 // New returns a planner; Run starts it.
@@ -193,7 +209,89 @@ func New(cfg Config) *Planner {
 		expired:   map[string]bool{},
 	}
 	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
+	if plans != nil {
+		plans.LeaseName = cfg.Plan
+	}
+	p.loaded = true // Run reads the latest before anything else
 	return p
+}
+
+// sibling makes the state of plan name, planned by p's loop: it shares
+// p's stores, lease and inventory (a copy of the view, for its own
+// change log).
+func (p *Planner) sibling(name string) *Planner {
+	cfg := p.cfg
+	cfg.Plan, cfg.Spec, cfg.ReplaceSpec = name, nil, false
+	s := &Planner{
+		cfg: cfg, plans: p.plans, specs: p.specs, inv: p.inv, lead: p,
+		live: newView(), reported: map[string]bool{}, assignSeq: map[string]uint64{}, expired: map[string]bool{},
+	}
+	p.mu.Lock()
+	for id, doc := range p.live.docs {
+		_, _ = s.live.put(id, doc) // the lead's view took it: cannot fail
+		s.reported[id] = p.reported[id]
+	}
+	p.mu.Unlock()
+	clear(s.live.basis)
+	return s
+}
+
+// top is the planner whose loop and lease plan p.
+func (p *Planner) top() *Planner {
+	if p.lead != nil {
+		return p.lead
+	}
+	return p
+}
+
+// state is plan name's state, nil when no spec of that name is planned.
+func (p *Planner) state(name string) *Planner {
+	if name == p.cfg.Plan {
+		return p
+	}
+	p.sibMu.Lock()
+	defer p.sibMu.Unlock()
+	return p.sibs[name]
+}
+
+// states are the plans p's loop plans: p itself when it has a spec (or
+// its removal is still to say), then the others by name.
+func (p *Planner) states() []*Planner {
+	var out []*Planner
+	p.mu.Lock()
+	if p.spec != nil || p.removing {
+		out = append(out, p)
+	}
+	p.mu.Unlock()
+	p.sibMu.Lock()
+	defer p.sibMu.Unlock()
+	names := make([]string, 0, len(p.sibs))
+	for n := range p.sibs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		out = append(out, p.sibs[n])
+	}
+	return out
+}
+
+// siblings are the other plans' states, by name.
+func (p *Planner) siblings() []*Planner {
+	out := p.states()
+	if len(out) > 0 && out[0] == p {
+		out = out[1:]
+	}
+	return out
+}
+
+// everyState is states, with p itself always.
+func (p *Planner) everyState() []*Planner {
+	out := p.states()
+	if len(out) == 0 || out[0] != p {
+		out = append([]*Planner{p}, out...)
+	}
+	return out
 }
 
 // SpecDigest is the digest a plan message carries of its spec.

@@ -1,0 +1,165 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+// shareSpec asks for train workers of one GPU.
+func shareSpec(workers, priority int) string {
+	return fmt.Sprintf("priority: %d\nscheduling:\n  train: {worker_num: %d, num_cpus: 1, num_gpus: 1}\n", priority, workers)
+}
+
+// waitFor waits for plan name's latest revision to satisfy ok.
+func (h *harness) waitFor(name string, what string, ok func(*planner.Plan) bool) *planner.Plan {
+	h.t.Helper()
+	store := bus.NewPlanStore(h.js)
+	var last *planner.Plan
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		sp, err := store.Latest(context.Background(), name)
+		if err == nil && sp != nil {
+			last = sp.Plan
+			if ok(sp.Plan) {
+				return sp.Plan
+			}
+		}
+	}
+	if last != nil {
+		h.t.Fatalf("plan %s: no revision %s; last: revision %d valid %v error %q reason %q", name, what, last.Revision, last.Valid, last.Error, last.Reason)
+	}
+	h.t.Fatalf("plan %s: no revision at all (waiting for %s)", name, what)
+	return nil
+}
+
+// checkShared fails when a GPU is in two plans' latest revisions.
+func (h *harness) checkShared(plans ...*planner.Plan) {
+	h.t.Helper()
+	owner := map[string]string{}
+	for _, p := range plans {
+		for _, w := range p.Workers.All() {
+			for _, g := range w.GPUs {
+				k := fmt.Sprintf("%s:%d", w.NodeID, g)
+				if o, ok := owner[k]; ok && o != p.Name {
+					h.t.Fatalf("GPU %s in plans %s and %s", k, o, p.Name)
+				}
+				owner[k] = p.Name
+			}
+		}
+	}
+}
+
+// TestSeveralPlans: two plans share four nodes; a third of higher
+// priority arrives and the lowest gives way with a published reason; it
+// is removed and the one that gave way comes back, in a new revision.
+// Lookups, assignments and validation answer per plan.
+func TestSeveralPlans(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	for i := 1; i <= 4; i++ { // 32 GPUs
+		h.node(fmt.Sprintf("n%d", i))
+	}
+	specs := bus.NewSpecStore(h.js)
+	put := func(name, spec string) {
+		t.Helper()
+		if _, err := specs.Put(ctx, name, []byte(spec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("keep", shareSpec(12, 5))
+	put("low", shareSpec(12, 0))
+	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
+	defer stop()
+	valid := func(p *planner.Plan) bool { return p.Valid }
+	keep := h.waitFor("keep", "valid", valid)
+	low := h.waitFor("low", "valid", valid)
+	h.checkShared(keep, low)
+	if keep.GPUsHeld != 12 || keep.Priority != 5 || low.GPUsHeld != 12 {
+		t.Fatalf("keep holds %d (priority %d), low %d", keep.GPUsHeld, keep.Priority, low.GPUsHeld)
+	}
+
+	// big (priority 10) needs 16: 8 are free, low gives way; keep, of
+	// higher priority than low, stays where it is.
+	put("big", shareSpec(16, 10))
+	big := h.waitFor("big", "valid", valid)
+	gave := h.waitFor("low", "invalid", func(p *planner.Plan) bool { return !p.Valid })
+	if !strings.HasPrefix(gave.Error, "preempted by plan big (priority 10): ") || !strings.Contains(gave.Reason, "gave way to plan big") {
+		t.Fatalf("low's error %q, reason %q", gave.Error, gave.Reason)
+	}
+	if gave.Revision != low.Revision+1 || len(gave.PreemptedBy) != 1 {
+		t.Fatalf("low: revision %d after %d, preempted by %v", gave.Revision, low.Revision, gave.PreemptedBy)
+	}
+	keep2 := h.waitFor("keep", "any", func(*planner.Plan) bool { return true })
+	if keep2.Revision != keep.Revision {
+		t.Fatalf("keep republished (revision %d): %s", keep2.Revision, keep2.Reason)
+	}
+	h.checkShared(keep, big, gave)
+
+	// Per plan: lookup, a node's assignments, validation for a priority.
+	c, err := client.New(h.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Lookup(ctx, "big", "train", 15)
+	if err != nil || w.Plan != "big" {
+		t.Fatalf("lookup big train 15: %+v, %v", w, err)
+	}
+	a, err := c.Assignment(ctx, "low", big.Workers.At(0).NodeID)
+	if err == nil && len(a.Workers) > 0 {
+		t.Fatalf("low still assigned on %s: %+v", a.NodeID, a.Workers)
+	}
+	reply, err := c.Validate(ctx, []byte(shareSpec(8, 10)))
+	if err != nil || !reply.Valid {
+		t.Fatalf("8 GPUs at priority 10 (4 free, low's would give way): %+v %v", reply, err)
+	}
+	reply, err = c.Validate(ctx, []byte(shareSpec(8, 5)))
+	if err != nil || reply.Valid {
+		t.Fatalf("8 GPUs at priority 5 (4 free beside keep and big): valid %v, %v", reply.Valid, err)
+	}
+
+	// big leaves: its last revision says so, low comes back.
+	if err := specs.Delete(ctx, "big"); err != nil {
+		t.Fatal(err)
+	}
+	gone := h.waitFor("big", "removed", func(p *planner.Plan) bool { return p.Removed })
+	if gone.Valid || gone.Workers.Len() != 0 || gone.Revision != big.Revision+1 {
+		t.Fatalf("big's last revision: valid %v, %d workers, revision %d", gone.Valid, gone.Workers.Len(), gone.Revision)
+	}
+	back := h.waitFor("low", "valid again", valid)
+	if back.Revision != gave.Revision+1 || !strings.Contains(back.Reason, "room again") {
+		t.Fatalf("low back: revision %d, reason %q", back.Revision, back.Reason)
+	}
+	h.checkShared(keep, back)
+	if a, err := c.Assignment(ctx, "big", big.Workers.At(0).NodeID); err == nil && len(a.Workers) > 0 {
+		t.Fatalf("big still assigned on %s", a.NodeID)
+	}
+}
+
+// TestSeveralPlansQuota: a plan over its max_gpus is invalid and says
+// so; its quota raised, it is placed.
+func TestSeveralPlansQuota(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.node("n1")
+	h.node("n2")
+	specs := bus.NewSpecStore(h.js)
+	if _, err := specs.Put(ctx, "exp", []byte("max_gpus: 4\n"+shareSpec(6, 0))); err != nil {
+		t.Fatal(err)
+	}
+	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
+	defer stop()
+	p := h.waitFor("exp", "invalid", func(p *planner.Plan) bool { return !p.Valid })
+	if p.Error != "max_gpus: the plan needs 6 GPUs; its quota is 4" {
+		t.Fatalf("error %q", p.Error)
+	}
+	if _, err := specs.Put(ctx, "exp", []byte("max_gpus: 6\n"+shareSpec(6, 0))); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("exp", "valid", func(p *planner.Plan) bool { return p.Valid })
+}
