@@ -201,7 +201,6 @@ func checkStable(t *rapid.T, jobs []Job, out []Outcome, changedJob, changedNode 
 	}
 }
 
-
 func placementOf(p *Plan) string {
 	if p == nil {
 		return "none"

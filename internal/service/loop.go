@@ -27,7 +27,7 @@ type loop struct {
 	followed  chan followedPlan
 	following map[*Planner]context.CancelFunc
 	specW     jetstream.KeyWatcher
-	events <-chan bus.Event
+	events    <-chan bus.Event
 	// synced: the watch has delivered the bucket's contents; the first
 	// plan waits for it, so no plan is made on part of the inventory.
 	synced     bool
