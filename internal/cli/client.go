@@ -329,8 +329,102 @@ func newSpecCmd() *cobra.Command {
 	}
 	cf.add(set.Flags())
 	set.Flags().StringVar(&plan, "plan", "default", "plan name")
-	cmd.AddCommand(set)
+	cmd.AddCommand(set, newSpecRmCmd(), newSpecLsCmd())
 	return cmd
+}
+
+func newSpecRmCmd() *cobra.Command {
+	var cf connFlags
+	var plan string
+	rm := &cobra.Command{
+		Use:   "rm --plan NAME",
+		Short: "Remove the plan's spec: the planner releases its workers and its last revision says so",
+		Args:  cobra.NoArgs,
+		RunE: cf.wrap("removing a spec", []auth.Role{auth.Admin, auth.Planner}, func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("plan") {
+				return usagef("--plan: name the plan whose spec to remove (planner spec ls lists them)")
+			}
+			nc, js, err := cf.dialPlan(plan)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
+			defer cancel()
+			if err := bus.NewSpecStore(js).Delete(ctx, plan); err != nil {
+				if errors.Is(err, bus.ErrNotFound) {
+					return fmt.Errorf("plan %s has no spec (planner spec ls lists the plans)", plan)
+				}
+				return busErr(err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "spec of plan %s removed; the planner releases its workers in the plan's last revision\n", plan)
+			return nil
+		}),
+	}
+	cf.add(rm.Flags())
+	rm.Flags().StringVar(&plan, "plan", "", "plan name (required)")
+	return rm
+}
+
+// specListing is one line of planner spec ls.
+type specListing struct {
+	Plan         string    `json:"plan"`
+	Priority     int       `json:"priority"`
+	MaxGPUs      int       `json:"max_gpus,omitempty"`
+	SpecRevision uint64    `json:"spec_revision"`
+	Updated      time.Time `json:"updated"`
+	Error        string    `json:"error,omitempty"`
+}
+
+func newSpecLsCmd() *cobra.Command {
+	var cf connFlags
+	var output string
+	ls := &cobra.Command{
+		Use:   "ls [--output text|json]",
+		Short: "List the plans with a stored spec: priority, quota, spec revision",
+		Args:  cobra.NoArgs,
+		RunE: cf.wrap("listing specs", []auth.Role{auth.Admin, auth.Planner}, func(cmd *cobra.Command, _ []string) error {
+			nc, js, err := cf.openPlan("default", output)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
+			defer cancel()
+			specs, err := bus.NewSpecStore(js).List(ctx)
+			if err != nil {
+				return busErr(err)
+			}
+			out := make([]specListing, len(specs))
+			for i, s := range specs {
+				out[i] = specListing{Plan: s.Plan, SpecRevision: s.Revision, Updated: s.Updated.UTC()}
+				if spec, err := planner.ParseSpec(s.Spec); err != nil {
+					out[i].Error = err.Error()
+				} else {
+					out[i].Priority, out[i].MaxGPUs = spec.Priority, spec.MaxGPUs
+				}
+			}
+			if output == "json" {
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PLAN\tPRIORITY\tMAX GPUS\tSPEC REVISION\tUPDATED")
+			for _, l := range out {
+				quota := "-"
+				if l.MaxGPUs > 0 {
+					quota = strconv.Itoa(l.MaxGPUs)
+				}
+				if l.Error != "" {
+					quota = "(does not parse: " + l.Error + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", l.Plan, l.Priority, quota, l.SpecRevision, l.Updated.Format(time.RFC3339))
+			}
+			return tw.Flush()
+		}),
+	}
+	cf.add(ls.Flags())
+	ls.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return ls
 }
 
 // specJSON converts a YAML or JSON spec to JSON for the wire.

@@ -74,6 +74,9 @@ func runPlan(cmd *cobra.Command, f planFlags) error {
 	} else {
 		doc, planErr = planner.ComputeWith(spec, nodes, planner.Options{PoolsOnly: f.output == "yaml"})
 	}
+	o := planner.WithinQuota(planner.Outcome{Plan: doc, Err: planErr}, spec)
+	doc, planErr = o.Plan, o.Err
+	doc.Priority = spec.Priority
 	if planErr != nil && f.output == "yaml" {
 		// No resource_pool to print: a partial one would read as a plan.
 		fmt.Fprintln(cmd.ErrOrStderr(), "planner: no valid plan: "+planErr.Error())

@@ -1,10 +1,14 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,6 +32,28 @@ type statusReport struct {
 	Leader   *bus.Lease     `json:"leader"`
 	Server   string         `json:"server"`
 	Streams  []streamStatus `json:"streams"`
+	// Plans are every plan on the cluster (the one named too), by
+	// priority; Nodes, per node, the GPUs each plan holds there.
+	Plans []planStatus `json:"plans"`
+	Nodes []nodeStatus `json:"nodes"`
+}
+
+// planStatus is one plan of those sharing the cluster.
+type planStatus struct {
+	Name        string   `json:"name"`
+	Priority    int      `json:"priority"`
+	Revision    int      `json:"revision"`
+	Valid       bool     `json:"valid"`
+	GPUsHeld    int      `json:"gpus_held"`
+	Workers     int      `json:"workers"`
+	Error       string   `json:"error,omitempty"`
+	PreemptedBy []string `json:"preempted_by,omitempty"`
+}
+
+// nodeStatus is which plans hold a node's GPUs, and how many each.
+type nodeStatus struct {
+	NodeID string         `json:"node_id"`
+	Plans  map[string]int `json:"plans"`
 }
 
 // streamStatus is one stream's replication: its Raft leader and how
@@ -58,7 +84,7 @@ func newStatusCmd() *cobra.Command {
 	var plan, output string
 	cmd := &cobra.Command{
 		Use:   "status [--plan NAME] [--output text|json]",
-		Short: "Show a plan's latest revision, the planner that leads it, and the replication of its state",
+		Short: "Show the plans on the cluster (priority, GPUs held, valid or why not), which plans hold each node's GPUs, the leading planner, and the replication of the state",
 		Args:  cobra.NoArgs,
 		RunE: cf.wrap("status", nil, func(cmd *cobra.Command, _ []string) error {
 			nc, js, err := cf.openPlan(plan, output)
@@ -104,7 +130,62 @@ func readStatus(ctx context.Context, js jetstream.JetStream, plan string) (*stat
 	for _, name := range statusStreams {
 		r.Streams = append(r.Streams, streamOf(ctx, js, name))
 	}
+	if err := r.readPlans(ctx, js, store.Client()); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// readPlans reads every plan's latest revision (but removed ones') and
+// who holds each node's GPUs.
+func (r *statusReport) readPlans(ctx context.Context, js jetstream.JetStream, c *client.Client) error {
+	r.Plans, r.Nodes = []planStatus{}, []nodeStatus{}
+	st, err := js.Stream(ctx, bus.PlansStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the plans: %w", err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(client.PlanSubjectPrefix+"*"))
+	if err != nil {
+		return fmt.Errorf("read the plans: %w", err)
+	}
+	held := map[string]map[string]int{}
+	for subject := range info.State.Subjects {
+		name := strings.TrimPrefix(subject, client.PlanSubjectPrefix)
+		rev, err := c.Plan(ctx, name, 0)
+		if err != nil {
+			r.Plans = append(r.Plans, planStatus{Name: name, Error: "unreadable: " + err.Error()})
+			continue
+		}
+		d := rev.Document
+		if d.Removed {
+			continue
+		}
+		r.Plans = append(r.Plans, planStatus{Name: name, Priority: d.Priority, Revision: d.Revision, Valid: d.Valid,
+			GPUsHeld: d.GPUsHeld, Workers: d.Workers.Len(), Error: d.Error, PreemptedBy: d.PreemptedBy})
+		seen := map[string]bool{}
+		for _, w := range d.Workers.All() {
+			for _, g := range w.GPUs {
+				if k := w.NodeID + ":" + strconv.Itoa(g); !seen[k] {
+					seen[k] = true
+					if held[w.NodeID] == nil {
+						held[w.NodeID] = map[string]int{}
+					}
+					held[w.NodeID][name]++
+				}
+			}
+		}
+	}
+	slices.SortFunc(r.Plans, func(a, b planStatus) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), strings.Compare(a.Name, b.Name))
+	})
+	for node, plans := range held {
+		r.Nodes = append(r.Nodes, nodeStatus{NodeID: node, Plans: plans})
+	}
+	slices.SortFunc(r.Nodes, func(a, b nodeStatus) int { return strings.Compare(a.NodeID, b.NodeID) })
+	return nil
 }
 
 func streamOf(ctx context.Context, js jetstream.JetStream, name string) streamStatus {
@@ -146,6 +227,7 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 		fmt.Fprintln(w, "leader: none: no planner holds the lease (none runs, or a standby takes it within a second)")
 	}
 	fmt.Fprintf(w, "connected to %s\n", r.Server)
+	r.writePlans(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STREAM\tREPLICAS\tMESSAGES\tLEADER\tFOLLOWERS")
 	for _, s := range r.Streams {
@@ -174,4 +256,52 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", s.Name, s.Replicas, s.Messages, leader, strings.Join(fs, ", "))
 	}
 	return tw.Flush()
+}
+
+// writePlans prints the plans sharing the cluster and, per node, which
+// of them hold its GPUs.
+func (r *statusReport) writePlans(w io.Writer) {
+	if len(r.Plans) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PLAN\tPRIORITY\tREVISION\tGPUS\tWORKERS\tSTATE")
+	for _, p := range r.Plans {
+		state := "valid"
+		if !p.Valid {
+			state = "INVALID: " + p.Error
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", p.Name, p.Priority, p.Revision, p.GPUsHeld, p.Workers, state)
+	}
+	_ = tw.Flush()
+	if len(r.Nodes) == 0 {
+		return
+	}
+	// Runs of nodes held alike fold into one line, as in the text map.
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODES\tGPUS HELD BY")
+	for i := 0; i < len(r.Nodes); {
+		line := heldLine(r.Nodes[i].Plans)
+		j := i + 1
+		for j < len(r.Nodes) && heldLine(r.Nodes[j].Plans) == line {
+			j++
+		}
+		nodes := r.Nodes[i].NodeID
+		if j-i > 1 {
+			nodes = fmt.Sprintf("%s .. %s (%d nodes)", nodes, r.Nodes[j-1].NodeID, j-i)
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", nodes, line)
+		i = j
+	}
+	_ = tw.Flush()
+}
+
+// heldLine says which plans hold how many of a node's GPUs.
+func heldLine(plans map[string]int) string {
+	names := slices.Sorted(maps.Keys(plans))
+	parts := make([]string, len(names))
+	for i, name := range names {
+		parts[i] = fmt.Sprintf("%s %d", name, plans[name])
+	}
+	return strings.Join(parts, ", ")
 }

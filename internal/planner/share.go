@@ -309,7 +309,8 @@ func WithinQuota(o Outcome, spec *Spec) Outcome {
 }
 
 // HeldGPUs counts the GPUs a plan's workers use, each once however many
-// workers share it.
+// workers share it (from the pools' allocations for a plan made without
+// recording its workers).
 func HeldGPUs(p *Plan) int {
 	type gpu struct {
 		node string
@@ -319,6 +320,20 @@ func HeldGPUs(p *Plan) int {
 	for _, w := range p.Workers.All() {
 		for _, g := range w.GPUs {
 			seen[gpu{w.NodeID, g}] = true
+		}
+	}
+	if p.Workers.Len() > 0 {
+		return len(seen)
+	}
+	for _, pl := range p.Pools {
+		for _, n := range pl.Nodes {
+			for _, rs := range n.Allocations {
+				for _, r := range rs {
+					for g := r.First; g <= r.Last; g++ {
+						seen[gpu{n.NodeID, g}] = true
+					}
+				}
+			}
 		}
 	}
 	return len(seen)

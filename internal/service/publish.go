@@ -297,7 +297,7 @@ func (p *Planner) publishNext(ctx context.Context, o planner.Outcome, changes []
 	p.published(stored, note)
 	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid, next.Workers.Len(), gpusHeld(next), next.Moved)
 	line := p.cfg.Log.Info()
-	if !next.Valid {
+	if !next.Valid && !next.Removed {
 		line = p.cfg.Log.Warn().Str("error", next.Error)
 	}
 	line.Str("plan", next.Name).Int("revision", next.Revision).Bool("valid", next.Valid).
