@@ -32,6 +32,10 @@ type loop struct {
 	// plan waits for it, so no plan is made on part of the inventory.
 	synced     bool
 	everSynced bool
+	// specsIn: the spec watch delivered every stored spec; until then
+	// no plan is made, lest one plan take what another, not yet read,
+	// holds.
+	specsIn bool
 	// resync collects a (re-established) watch's initial contents.
 	resync  map[string]inventory.NodeInventory
 	attempt int // of the inventory watch
@@ -262,7 +266,7 @@ func (l *loop) kick() {
 	}
 	l.dirty = true
 	haveSpec := len(l.p.states()) > 0
-	if l.synced && haveSpec && l.failures == 0 {
+	if l.synced && l.specsIn && haveSpec && l.failures == 0 {
 		l.timer.Reset(max(0, min(l.p.cfg.Debounce, l.maxWait-time.Since(l.dirtySince))))
 	}
 }
@@ -350,7 +354,9 @@ func (l *loop) inventory(ev bus.Event) {
 // A removed spec releases its plan's workers at the next replan.
 func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 	if e == nil {
-		return // the initial values are in
+		l.specsIn = true // the initial values are in
+		l.kick()
+		return
 	}
 	name := e.Key()
 	if bus.ValidatePlanName(name) != nil {
