@@ -91,7 +91,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.dataDir, "data-dir", "", "where the embedded server stores JetStream data (default $TMPDIR/poolplanner)")
 	f.StringVar(&o.specPath, "spec", "", "job spec, YAML or JSON, stored as the plan's spec when the plan has none (a spec set since wins; see --replace-spec)")
 	f.BoolVar(&o.replaceSpec, "replace-spec", false, "store --spec over the plan's stored spec when they differ")
-	f.StringVar(&o.plan, "plan", "default", "plan name")
+	f.StringVar(&o.plan, "plan", "default", "the plan --spec seeds, and the name of the lease the planners of one cluster share (they plan every spec stored)")
 	f.StringArrayVar(&o.simulate, "simulate", nil, "add simulated nodes: 2x8xH100 is 2 nodes of 8 H100s (repeatable; whole nodes: the CPUs and memory of the host such GPUs come in)")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics")
 	f.IntVar(&o.simCPUs, "cpus", 0, "CPUs of each simulated node (default: its model's host's)")

@@ -163,3 +163,53 @@ func TestSeveralPlansQuota(t *testing.T) {
 	}
 	h.waitFor("exp", "valid", func(p *planner.Plan) bool { return p.Valid })
 }
+
+// TestSeveralPlansFailover: of two planners of one cluster the standby
+// follows every plan; when the leader dies it takes over all of them,
+// publishes nothing while nothing changed, and continues each plan's
+// sequence, never giving a GPU twice.
+func TestSeveralPlansFailover(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	for i := 1; i <= 4; i++ {
+		h.node(fmt.Sprintf("n%d", i))
+	}
+	specs := bus.NewSpecStore(h.js)
+	for name, spec := range map[string]string{"a": shareSpec(12, 1), "b": shareSpec(12, 0)} {
+		if _, err := specs.Put(ctx, name, []byte(spec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := h.nc.ConnectedUrl()
+	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
+	leader := h.instance(url, cfg)
+	valid := func(p *planner.Plan) bool { return p.Valid }
+	a1, b1 := h.waitFor("a", "valid", valid), h.waitFor("b", "valid", valid)
+	standby := h.instance(url, cfg)
+	if h.waitLeader(5*time.Second, leader, standby) != leader {
+		t.Fatal("the first planner does not lead")
+	}
+	time.Sleep(300 * time.Millisecond) // the standby reads the specs and follows the plans
+
+	leader.crash()
+	h.waitLeader(5*time.Second, standby)
+	time.Sleep(500 * time.Millisecond)
+	if a := h.waitFor("a", "any", valid); a.Revision != a1.Revision {
+		t.Fatalf("plan a republished on takeover: revision %d (%s)", a.Revision, a.Reason)
+	}
+	if b := h.waitFor("b", "any", valid); b.Revision != b1.Revision {
+		t.Fatalf("plan b republished on takeover: revision %d (%s)", b.Revision, b.Reason)
+	}
+
+	// A third plan of the highest priority: b gives way, published by the
+	// new leader in b's own sequence.
+	if _, err := specs.Put(ctx, "c", []byte(shareSpec(16, 5))); err != nil {
+		t.Fatal(err)
+	}
+	c := h.waitFor("c", "valid", valid)
+	b2 := h.waitFor("b", "invalid", func(p *planner.Plan) bool { return !p.Valid })
+	if b2.Revision != b1.Revision+1 || !strings.HasPrefix(b2.Error, "preempted by plan c (priority 5)") {
+		t.Fatalf("b after c: revision %d, error %q", b2.Revision, b2.Error)
+	}
+	h.checkShared(h.waitFor("a", "any", valid), b2, c)
+}
