@@ -19,6 +19,11 @@ import (
 // wakes, whatever it thinks.
 const LeaseSubjectPrefix = "poolplanner.leases."
 
+// LeaseName is the lease every planner of a cluster contends for: its
+// holder plans every plan. (Named as the one plan's lease was before
+// several plans, so that planners of either kind share it.)
+const LeaseName = "default"
+
 // LeaseSubject is the subject of plan name's lease.
 func LeaseSubject(name string) string { return LeaseSubjectPrefix + name }
 

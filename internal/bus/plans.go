@@ -139,8 +139,8 @@ type PlanStore struct {
 	// one).
 	Replicas int
 	// LeaseName, when set, names the lease every published revision is
-	// checked against (one planner plans several plans under one lease);
-	// else each plan's own.
+	// checked against (the leading planner plans every plan under
+	// bus.LeaseName); else each plan's own.
 	LeaseName string
 	// objs tracks the assignment objects of the plans bucket (nil until
 	// first listed).

@@ -123,7 +123,7 @@ func readStatus(ctx context.Context, js jetstream.JetStream, plan string) (*stat
 		r.Revision, r.Valid, r.Reason, r.Error, r.At = d.Revision, d.Valid, d.Reason, d.Error, &at
 	}
 	if _, err := js.Stream(ctx, bus.PlansStream); err == nil {
-		if r.Leader, err = store.ReadLease(ctx, plan); err != nil {
+		if r.Leader, err = store.ReadLease(ctx, bus.LeaseName); err != nil {
 			return nil, err
 		}
 	}

@@ -299,6 +299,9 @@ func (e *engine) loadRanges(field string, pc PoolConfig, p *poolRun, offsets []i
 				}
 				n := e.table[en.at].node
 				for g := lo - offsets[j]; g <= hi-offsets[j]; g++ {
+					if n.holder(g) != "" {
+						continue // another plan's (PlanAll): not this pool's
+					}
 					en.alloc[ci] = append(en.alloc[ci], g)
 					if n.free(g) {
 						en.gpus[ci] = append(en.gpus[ci], g)

@@ -3,6 +3,7 @@ package planner
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 )
@@ -10,6 +11,9 @@ import (
 // Job is one of several plans sharing a cluster.
 type Job struct {
 	Name string
+	// Spec nil: the job holds its Prev as it is (a plan whose spec
+	// cannot be read: its workers run on), before every other job, and
+	// is not planned.
 	Spec *Spec
 	// Prev is the job's latest plan (nil: none yet); its valid placement
 	// is what the job holds going in, and what it keeps if it can.
@@ -135,32 +139,66 @@ func newAllocator(jobs []Job, nodes []Node) *allocator {
 	}
 	slices.SortStableFunc(a.order, func(x, y int) int {
 		jx, jy := &jobs[x], &jobs[y]
-		return cmp.Or(cmp.Compare(jy.Spec.Priority, jx.Spec.Priority), cmp.Compare(jx.Age, jy.Age), strings.Compare(jx.Name, jy.Name))
+		return cmp.Or(cmp.Compare(jy.priority(), jx.priority()), cmp.Compare(jx.Age, jy.Age), strings.Compare(jx.Name, jy.Name))
 	})
 	return a
 }
 
-// holdingOf is what a valid plan's workers use of the nodes there are
-// (nothing for an invalid plan, or none).
+// priority is the job's spec's; a job held as it is (no spec) comes
+// before every other.
+func (j *Job) priority() int {
+	if j.Spec == nil {
+		return math.MaxInt
+	}
+	return j.Spec.Priority
+}
+
+// holdingOf is what a valid plan uses of the nodes there are (nothing
+// for an invalid plan, or none): its workers' GPUs and CPUs, and every
+// GPU its pools allocate (a GPU reserved for a buffer, a manual pool's
+// ranges), which are the plan's too.
 func (a *allocator) holdingOf(p *Plan) holding {
 	if p == nil || !p.Valid {
 		return nil
 	}
 	by := map[int32]*hold{}
-	for _, w := range p.Workers.All() {
-		at, ok := a.index[w.NodeID]
+	at := func(id string) *hold {
+		i, ok := a.index[id]
 		if !ok {
-			continue
+			return nil
 		}
-		h := by[at]
+		h := by[i]
 		if h == nil {
-			h = &hold{at: at}
-			by[at] = h
+			h = &hold{at: i}
+			by[i] = h
 		}
-		h.cpus += w.CPUs
-		for _, g := range w.GPUs {
-			if i, found := slices.BinarySearch(h.gpus, g); !found {
-				h.gpus = slices.Insert(h.gpus, i, g)
+		return h
+	}
+	add := func(h *hold, g int) {
+		if i, found := slices.BinarySearch(h.gpus, g); !found {
+			h.gpus = slices.Insert(h.gpus, i, g)
+		}
+	}
+	for _, w := range p.Workers.All() {
+		if h := at(w.NodeID); h != nil {
+			h.cpus += w.CPUs
+			for _, g := range w.GPUs {
+				add(h, g)
+			}
+		}
+	}
+	for _, pl := range p.Pools {
+		for _, n := range pl.Nodes {
+			h := at(n.NodeID)
+			if h == nil {
+				continue
+			}
+			for _, rs := range n.Allocations {
+				for _, r := range rs {
+					for g := r.First; g <= r.Last; g++ {
+						add(h, g)
+					}
+				}
 			}
 		}
 	}
@@ -202,10 +240,19 @@ func (a *allocator) pass(cur []holding) []Outcome {
 	var placed []blocker
 	for k, j := range a.order {
 		job := &a.jobs[j]
+		if job.Spec == nil {
+			out[j] = Outcome{Plan: job.Prev, Change: &Change{}}
+			if job.Prev == nil || !job.Prev.Valid {
+				msg := "no spec to plan on"
+				out[j] = Outcome{Plan: invalidDoc(&Plan{}, msg), Change: &Change{}, Err: &PlanError{Msg: msg}}
+			}
+			placed = append(placed, blocker{job.Name, cur[j]})
+			continue
+		}
 		var same, lower []blocker // placed after j: in its way, or to give way
 		for _, r := range a.order[k+1:] {
 			b := blocker{a.jobs[r].Name, cur[r]}
-			if a.jobs[r].Spec.Priority < job.Spec.Priority {
+			if a.jobs[r].priority() < job.Spec.Priority {
 				lower = append(lower, b)
 			} else {
 				same = append(same, b)
@@ -242,17 +289,24 @@ func (a *allocator) pass(cur []holding) []Outcome {
 // explain names, for each job, the jobs of higher priority that took
 // GPUs it held going in (prev), and says so in an invalid job's error,
 // or, for a job that never held any, which jobs hold the room it lacks.
+//
+// A job that was invalid for want of room already keeps the error and
+// preempted_by it had, until it is placed again: what else changed does
+// not make it a new revision.
 func (a *allocator) explain(out []Outcome, prev, final []holding) {
 	for k, j := range a.order {
 		o, job := &out[j], &a.jobs[j]
+		if job.Spec == nil {
+			continue
+		}
 		var by, holders []string
 		for _, i := range a.order[:k] {
 			other := &a.jobs[i]
 			if len(final[i]) == 0 {
 				continue
 			}
-			holders = append(holders, fmt.Sprintf("plan %s (priority %d, %d GPUs)", other.Name, other.Spec.Priority, out[i].Plan.GPUsHeld))
-			if other.Spec.Priority > job.Spec.Priority && final[i].overlaps(prev[j]) {
+			holders = append(holders, fmt.Sprintf("plan %s (priority %d)", other.Name, other.priority()))
+			if other.priority() > job.Spec.Priority && final[i].overlaps(prev[j]) {
 				by = append(by, other.Name)
 				o.Plan.PreemptedBy = append(o.Plan.PreemptedBy, other.Name)
 			}
@@ -260,12 +314,16 @@ func (a *allocator) explain(out []Outcome, prev, final []holding) {
 		if o.Err == nil || strings.HasPrefix(o.Plan.Error, "max_gpus:") {
 			continue
 		}
+		if p := job.Prev; p != nil && !p.Valid && waiting(p.Error) {
+			o.Plan.Error, o.Plan.PreemptedBy, o.Err = p.Error, p.PreemptedBy, &PlanError{Msg: p.Error}
+			continue
+		}
 		var msg string
 		switch {
 		case len(by) > 0:
 			parts := make([]string, len(by))
 			for i, name := range by {
-				parts[i] = fmt.Sprintf("plan %s (priority %d)", name, a.jobs[a.jobByName(name)].Spec.Priority)
+				parts[i] = fmt.Sprintf("plan %s (priority %d)", name, a.jobs[a.jobByName(name)].priority())
 			}
 			msg = "preempted by " + strings.Join(parts, ", ") + ": " + o.Plan.Error
 		case len(holders) > 0:
@@ -275,6 +333,12 @@ func (a *allocator) explain(out []Outcome, prev, final []holding) {
 		}
 		o.Plan.Error, o.Err = msg, &PlanError{Msg: msg}
 	}
+}
+
+// waiting reports whether an invalid plan's error is for want of room
+// others hold.
+func waiting(msg string) bool {
+	return strings.HasPrefix(msg, "preempted by ") || strings.HasPrefix(msg, "waits for room held by ")
 }
 
 func (a *allocator) jobByName(name string) int {
@@ -308,9 +372,9 @@ func WithinQuota(o Outcome, spec *Spec) Outcome {
 	return o
 }
 
-// HeldGPUs counts the GPUs a plan's workers use, each once however many
-// workers share it (from the pools' allocations for a plan made without
-// recording its workers).
+// HeldGPUs counts the GPUs a plan holds, each once however many
+// workers share it: its workers' and those its pools allocate (a GPU
+// reserved for a buffer, a manual pool's ranges).
 func HeldGPUs(p *Plan) int {
 	type gpu struct {
 		node string
@@ -321,9 +385,6 @@ func HeldGPUs(p *Plan) int {
 		for _, g := range w.GPUs {
 			seen[gpu{w.NodeID, g}] = true
 		}
-	}
-	if p.Workers.Len() > 0 {
-		return len(seen)
 	}
 	for _, pl := range p.Pools {
 		for _, n := range pl.Nodes {
@@ -343,7 +404,7 @@ func HeldGPUs(p *Plan) int {
 func invalidDoc(doc *Plan, msg string) *Plan {
 	out := &Plan{}
 	out.Header = doc.Header
-	out.Valid, out.Error, out.Moved = false, msg, 0
+	out.Valid, out.Error, out.Moved, out.GPUsHeld = false, msg, 0, 0
 	out.Placement.ResourcePool = []PoolExport{}
 	out.Placement.Pools = []Pool{}
 	out.Placement.StorageToTrainWorkers = map[string][]int{}

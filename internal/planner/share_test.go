@@ -138,7 +138,7 @@ func TestPlanAllEqualPriorityNeverDisturbed(t *testing.T) {
 	if !out["old"].Plan.Valid || out["old"].Plan.Moved != 0 || out["newer"].Plan.Valid {
 		t.Fatalf("old %v moved %d; newer valid %v", out["old"].Err, out["old"].Plan.Moved, out["newer"].Plan.Valid)
 	}
-	if e := out["newer"].Plan.Error; !strings.HasPrefix(e, "waits for room held by plan old (priority 3, 12 GPUs): Insufficient GPUs") {
+	if e := out["newer"].Plan.Error; !strings.HasPrefix(e, "waits for room held by plan old (priority 3): Insufficient GPUs") {
 		t.Fatalf("newer's error %q", e)
 	}
 	// An older job of the same priority that had no place does not
@@ -192,5 +192,90 @@ func TestParseSharing(t *testing.T) {
 	s := specT(t, "priority: -7\nmax_gpus: 16\nscheduling: {train: {worker_num: 1}}")
 	if s.Priority != -7 || s.MaxGPUs != 16 {
 		t.Fatalf("parsed %+v", s)
+	}
+}
+
+// TestPlanAllReservedGPUs: a GPU a plan's pools hold without a worker on
+// it (reserved for a buffer; a manual pool's range) is the plan's: no
+// other plan gets it, and a plan placed first is not moved for it.
+func TestPlanAllReservedGPUs(t *testing.T) {
+	nodes := shareNodes(2)
+	buffered := specT(t, "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n  buffer: {worker_num: auto, num_cpus: 1, num_gpus: 1}\n")
+	manual := specT(t, `
+scheduling:
+  train: {worker_num: 2, num_cpus: 1, num_gpus: 1}
+  buffer: {worker_num: auto, num_cpus: 1, num_gpus: 1}
+placement: {mode: manual}
+resource_pool:
+  - {name: train_pool, num_node: 1, num_gpus: 8, node_ids: [n0], train: "0-7"}
+`)
+	for _, c := range []struct {
+		name  string
+		other *Spec
+		prio  int // a's, beside b's 0
+	}{{"buffer reserve", buffered, 5}, {"manual ranges", manual, 5}, {"buffer reserve first", buffered, -1}, {"manual ranges first", manual, -1}} {
+		t.Run(c.name, func(t *testing.T) {
+			jobs := []Job{{Name: "a", Spec: trainSpec(t, 4, c.prio, 0), Age: 1}, {Name: "b", Spec: c.other, Age: 2}}
+			out := planAll(t, jobs, nodes)
+			checkPoolsApart(t, out)
+			jobs[0].Prev, jobs[1].Prev = out["a"].Plan, out["b"].Plan
+			again := planAll(t, jobs, nodes)
+			checkPoolsApart(t, again)
+			if again["a"].Plan.Moved != 0 || again["b"].Plan.Moved != 0 {
+				t.Fatalf("replanned unchanged: a moved %d, b moved %d (%s)", again["a"].Plan.Moved, again["b"].Plan.Moved, again["a"].Change.Summary())
+			}
+			if b := again["b"].Plan; b.Valid && b.GPUsHeld != HeldGPUs(b) {
+				t.Fatalf("b holds %d, counts %d", b.GPUsHeld, HeldGPUs(b))
+			}
+		})
+	}
+}
+
+// checkPoolsApart fails when two plans' pools allocate one GPU.
+func checkPoolsApart(t *testing.T, out map[string]Outcome) {
+	t.Helper()
+	owner := map[string]string{}
+	for name, o := range out {
+		for _, pl := range o.Plan.Pools {
+			for _, n := range pl.Nodes {
+				for _, rs := range n.Allocations {
+					for _, r := range rs {
+						for g := r.First; g <= r.Last; g++ {
+							k := fmt.Sprintf("%s:%d", n.NodeID, g)
+							if other, ok := owner[k]; ok && other != name {
+								t.Fatalf("GPU %s in the pools of %s and %s", k, other, name)
+							}
+							owner[k] = name
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestPlanAllInvalidStaysPut: a plan waiting for room keeps its error
+// while other plans change around it (no new revision for it), and a
+// job without a spec holds its last plan as it is.
+func TestPlanAllInvalidStaysPut(t *testing.T) {
+	nodes := shareNodes(2)
+	low := Job{Name: "low", Spec: trainSpec(t, 8, 0, 0), Age: 1}
+	low.Prev = planAll(t, []Job{low}, nodes)["low"].Plan
+	high := Job{Name: "high", Spec: trainSpec(t, 12, 5, 0), Age: 2}
+	out := planAll(t, []Job{low, high}, nodes)
+	low.Prev, high.Prev = out["low"].Plan, out["high"].Plan
+	was := low.Prev.Error
+	// high shrinks by one: low still does not fit; its error stays.
+	high.Spec = trainSpec(t, 11, 5, 0)
+	out = planAll(t, []Job{low, high}, nodes)
+	if got := out["low"].Plan; got.Valid || got.Error != was || !SamePlacement(low.Prev, got) {
+		t.Fatalf("low: valid %v, error %q (was %q)", got.Valid, got.Error, was)
+	}
+	// A job without a spec keeps its plan, and nobody takes its GPUs.
+	frozen := Job{Name: "frozen", Prev: out["high"].Plan, Age: 3}
+	newer := Job{Name: "newer", Spec: trainSpec(t, 8, 9, 0), Age: 4}
+	out = planAll(t, []Job{frozen, newer}, nodes)
+	if out["frozen"].Plan != frozen.Prev || out["newer"].Plan.Valid {
+		t.Fatalf("frozen kept %v; newer valid %v", out["frozen"].Plan == frozen.Prev, out["newer"].Plan.Valid)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/plan"
 )
@@ -96,4 +97,29 @@ func (p *Planner) Plan(ctx context.Context, req bus.PlanRequest) (*planner.Plan,
 		return nil, err
 	}
 	return sp.Plan, nil
+}
+
+// Plans is every plan's latest revision (of those with one), for the GPU
+// map.
+func (p *Planner) Plans() []*planner.Plan {
+	var out []*planner.Plan
+	for _, s := range p.everyState() {
+		s.mu.Lock()
+		if s.latest != nil && !s.latest.Unreadable && !s.latest.Plan.Removed {
+			out = append(out, s.latest.Plan)
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
+// Inventory is the live inventory's documents, for the GPU map.
+func (p *Planner) Inventory() []inventory.NodeInventory {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]inventory.NodeInventory, 0, len(p.live.docs))
+	for _, doc := range p.live.docs {
+		out = append(out, doc)
+	}
+	return out
 }

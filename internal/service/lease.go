@@ -101,7 +101,7 @@ func (ls *leaser) tend(ctx context.Context) {
 		ls.renew(ctx)
 		return
 	}
-	cur, err := ls.p.plans.ReadLease(ctx, ls.p.cfg.Plan)
+	cur, err := ls.p.plans.ReadLease(ctx, bus.LeaseName)
 	if err != nil {
 		ls.log.Debug().Err(err).Msg("cannot read the plan's lease")
 		return
@@ -158,14 +158,14 @@ func (ls *leaser) body(since time.Time) *bus.Lease {
 func (ls *leaser) write(ctx context.Context, since time.Time, expect uint64) (uint64, error) {
 	ls.p.pubMu.Lock()
 	defer ls.p.pubMu.Unlock()
-	seq, err := ls.p.plans.WriteLease(ctx, ls.p.cfg.Plan, ls.body(since), expect)
+	seq, err := ls.p.plans.WriteLease(ctx, bus.LeaseName, ls.body(since), expect)
 	switch {
 	case err == nil && expect != 0:
 		ls.set(expect, seq)
 	case errors.Is(err, bus.ErrLeaseHeld) && expect != 0:
 		// A renewal stored whose answer was lost leaves this planner's
 		// lease at another sequence: take that one.
-		if cur, rerr := ls.p.plans.ReadLease(ctx, ls.p.cfg.Plan); rerr == nil && cur != nil && cur.Holder == ls.p.plans.Publisher {
+		if cur, rerr := ls.p.plans.ReadLease(ctx, bus.LeaseName); rerr == nil && cur != nil && cur.Holder == ls.p.plans.Publisher {
 			ls.set(expect, cur.Seq)
 			return cur.Seq, nil
 		}
@@ -190,7 +190,7 @@ func (ls *leaser) take(ctx context.Context, expect uint64) {
 		// Leading on a stale latest would fork the history (the message
 		// id check aside): give the lease back and try again.
 		ls.log.Warn().Err(err).Msg("took the lease but cannot read the latest revision; giving it back")
-		_ = ls.p.plans.ReleaseLease(context.WithoutCancel(ctx), ls.p.cfg.Plan, seq)
+		_ = ls.p.plans.ReleaseLease(context.WithoutCancel(ctx), bus.LeaseName, seq)
 		return
 	}
 	ls.mu.Lock()
@@ -198,18 +198,32 @@ func (ls *leaser) take(ctx context.Context, expect uint64) {
 	ls.mu.Unlock()
 	ls.p.mu.Lock()
 	ls.p.leaseSeq = seq
-	// Whoever led may have died between a revision and its assignments.
-	ls.p.reconcile = ls.p.latest != nil
 	ls.p.mu.Unlock()
+	// Whoever led may have died between a revision and its assignments.
+	for _, s := range ls.p.everyState() {
+		s.mu.Lock()
+		s.reconcile = s.latest != nil
+		s.mu.Unlock()
+	}
 	ls.log.Info().Uint64("lease", seq).Msg("leading this plan: this planner replans and publishes")
 	ls.p.cfg.Metrics.Leading(ls.p.cfg.Plan, true)
 	cue(ls.taken)
 }
 
-// catchUp makes the latest revision the one the stream's leader has last
-// (a direct get may be answered by a replica that lags).
+// catchUp makes every plan's latest revision the one the stream's
+// leader has last (a direct get may be answered by a replica that lags;
+// a standby's follow may be behind).
 func (ls *leaser) catchUp(ctx context.Context) error {
-	p := ls.p
+	for _, s := range ls.p.everyState() {
+		if err := catchUp(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// catchUp is leaser.catchUp for one plan.
+func catchUp(ctx context.Context, p *Planner) error {
 	last, err := p.plans.LastSeq(ctx, bus.PlanVersionSubject(p.cfg.Plan))
 	if err != nil || last == 0 {
 		return err
@@ -291,7 +305,7 @@ func (ls *leaser) release(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if err := ls.p.plans.ReleaseLease(ctx, ls.p.cfg.Plan, seq); err != nil {
+	if err := ls.p.plans.ReleaseLease(ctx, bus.LeaseName, seq); err != nil {
 		ls.log.Warn().Err(err).Msg("cannot give the lease up; a standby takes over when it lapses")
 	}
 }

@@ -215,7 +215,7 @@ func (l *loop) run(ctx context.Context) error {
 				continue // stopped following
 			}
 			if f.sp == nil {
-				delete(l.following, f.s) // guard follows again
+				l.unfollow(f.s) // guard follows again
 				continue
 			}
 			f.s.adopted(f.sp)
@@ -398,8 +398,17 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 		log.Error().Err(err).Uint64("spec_revision", e.Revision()).Uint64("planning_on", rev).Msg("stored spec does not parse; planning on the last good one")
 	}
 	s.mu.Lock()
-	if s.spec == nil && s.age == 0 {
-		s.age = l.firstRevision(ctx, name, rev)
+	fresh := s.spec == nil || s.removing
+	s.mu.Unlock()
+	var age uint64
+	if fresh {
+		// New, or stored again after its removal: it is as old as this
+		// run of puts (read outside the lock: the lead's is the lease's).
+		age = l.firstRevision(ctx, name, rev)
+	}
+	s.mu.Lock()
+	if fresh {
+		s.age = age
 	}
 	s.spec, s.digest, s.specBytes, s.removing = spec, SpecDigest(spec), value, false
 	s.mu.Unlock()

@@ -99,12 +99,18 @@ func (p *Planner) replanOnce(ctx context.Context) error {
 			}
 			continue
 		}
-		if spec == nil {
-			continue // none that parses yet
-		}
 		var prev *planner.Plan
 		if latest != nil {
 			prev = latest.Plan
+		}
+		if spec == nil {
+			// None that parses: its last valid revision stays as it is,
+			// and no other plan takes its GPUs.
+			if prev != nil && prev.Valid {
+				jobs = append(jobs, planner.Job{Name: s.cfg.Plan, Prev: prev, Age: age})
+				planned = append(planned, nil)
+			}
+			continue
 		}
 		jobs = append(jobs, planner.Job{Name: s.cfg.Plan, Spec: spec, Prev: prev, Age: age})
 		planned = append(planned, s)
@@ -112,6 +118,9 @@ func (p *Planner) replanOnce(ctx context.Context) error {
 	outs := planner.PlanAll(jobs, nodes)
 	for _, i := range givingFirst(jobs, outs) {
 		s := planned[i]
+		if s == nil {
+			continue // held as it was
+		}
 		s.mu.Lock()
 		changes := s.live.changes()
 		s.mu.Unlock()
@@ -260,8 +269,7 @@ func (p *Planner) publishNext(ctx context.Context, o planner.Outcome, changes []
 	specChanged := latest != nil && latest.SpecDigest != digest && !o.Plan.Removed
 	next, ch := o.Plan, o.Change
 	// An unreadable latest is replaced even by the same placement.
-	if prev != nil && !latest.Unreadable && !latest.Orphan && planner.SamePlacement(prev, next) &&
-		prev.Priority == next.Priority && slices.Equal(prev.PreemptedBy, next.PreemptedBy) {
+	if prev != nil && !latest.Unreadable && !latest.Orphan && planner.SamePlacement(prev, next) && prev.Priority == next.Priority {
 		p.adoptSpec(latest, specChanged, digest)
 		return nil
 	}
@@ -318,10 +326,12 @@ func (p *Planner) publishNext(ctx context.Context, o planner.Outcome, changes []
 // it is now (no renewal in between), or, with none (a planner used
 // without its loop), against the plan's last event.
 func (p *Planner) publishFenced(ctx context.Context, ev *plan.Event, digest string, expect uint64) (uint64, error) {
-	p.pubMu.Lock()
-	defer p.pubMu.Unlock()
-	lease := p.leading()
-	if lease == 0 && p.elected {
+	// Every plan's publish is fenced by the lead's one lease.
+	t := p.top()
+	t.pubMu.Lock()
+	defer t.pubMu.Unlock()
+	lease := t.leading()
+	if lease == 0 && t.elected {
 		// Stood down since the replan began: no unfenced publish.
 		return 0, fmt.Errorf("publish %s revision %d: %w", ev.Name, ev.Revision, bus.ErrLeaseLost)
 	}

@@ -238,6 +238,7 @@ func (l *loop) restartWatches(ctx context.Context) {
 		l.stopWatch()
 	}
 	l.events, l.synced, l.seen, l.seenAtGuard, l.behind = nil, false, 0, 0, 0
+	l.specsIn = false // until the new spec watch has delivered them all
 	l.watch(ctx)
 	_ = l.specW.Stop()
 	l.specW = stoppedWatch{} // watched again at once (or at the next guard)

@@ -210,7 +210,7 @@ func New(cfg Config) *Planner {
 	}
 	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
 	if plans != nil {
-		plans.LeaseName = cfg.Plan
+		plans.LeaseName = bus.LeaseName
 	}
 	p.loaded = true // Run reads the latest before anything else
 	return p
@@ -254,12 +254,15 @@ func (p *Planner) state(name string) *Planner {
 	return p.sibs[name]
 }
 
-// states are the plans p's loop plans: p itself when it has a spec (or
-// its removal is still to say), then the others by name.
+// states are the plans p's loop plans: p itself when it has a spec, its
+// removal is still to say, or its last revision holds workers; then the
+// others by name.
 func (p *Planner) states() []*Planner {
 	var out []*Planner
 	p.mu.Lock()
-	if p.spec != nil || p.removing {
+	// A plan with no spec to plan on yet whose last revision places
+	// workers is one too: it holds them.
+	if p.spec != nil || p.removing || p.latest != nil && p.latest.Plan.Valid && !p.latest.Plan.Removed {
 		out = append(out, p)
 	}
 	p.mu.Unlock()

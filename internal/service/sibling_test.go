@@ -1,0 +1,104 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+func bareEvent(name string, rev int) *plan.Event {
+	ev := &plan.Event{Base: rev, Placement: &plan.Placement{ResourcePool: []plan.PoolExport{}, Pools: []plan.Pool{}, StorageToTrainWorkers: map[string][]int{}}}
+	ev.Name, ev.Revision = name, rev
+	return ev
+}
+
+// TestSiblingPublishFenced: after the lead stood down (lease 0, its loop
+// running), no plan's publish goes out, its own or another's.
+func TestSiblingPublishFenced(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	p := New(Config{NC: h.nc, JS: h.js, NoService: true, Log: zerolog.Nop()})
+	if _, err := p.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.elected = true // its loop runs; leaseSeq 0: stood down
+	s := p.sibling("other")
+	if _, err := p.publishFenced(ctx, bareEvent("default", 1), "d", 0); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Errorf("the lead's publish after standing down: %v", err)
+	}
+	if seq, err := s.publishFenced(ctx, bareEvent("other", 1), "d", 0); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Errorf("another plan's publish after the lead stood down: seq %d, %v", seq, err)
+	}
+}
+
+// TestSiblingPublishWaitsForRenewal: another plan's publish takes the
+// lead's pubMu, so a renewal (which holds it) cannot change the lease
+// between the publish reading it and the stream checking it.
+func TestSiblingPublishWaitsForRenewal(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	p := New(Config{NC: h.nc, JS: h.js, NoService: true, Log: zerolog.Nop()})
+	if _, err := p.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := p.sibling("other")
+	p.pubMu.Lock() // as lease.write does during a renewal
+	var wg sync.WaitGroup
+	wg.Add(1)
+	done := make(chan struct{})
+	go func() { defer wg.Done(); _, _ = s.publishFenced(ctx, bareEvent("other", 1), "d", 0); close(done) }()
+	select {
+	case <-done:
+		t.Errorf("sibling publish ran while the lead's pubMu (renewal) was held")
+	case <-time.After(time.Second):
+	}
+	p.pubMu.Unlock()
+	wg.Wait()
+}
+
+// TestSpeclessPlanHolds: a plan whose stored spec does not parse (nor
+// any before it) keeps its last valid revision, and no other plan is
+// given its GPUs.
+func TestSpeclessPlanHolds(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.node("n1")
+	h.node("n2")
+	specs := bus.NewSpecStore(h.js)
+	if _, err := specs.Put(ctx, "x", []byte(shareSpec(8, 0))); err != nil {
+		t.Fatal(err)
+	}
+	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
+	x := h.waitFor("x", "valid", func(p *planner.Plan) bool { return p.Valid })
+	stop()
+	kv, err := specs.KV(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "x", []byte("scheduling: [not, a, mapping]")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := specs.Put(ctx, "y", []byte(shareSpec(16, 0))); err != nil {
+		t.Fatal(err)
+	}
+	stop = h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
+	defer stop()
+	y := h.waitFor("y", "any", func(p *planner.Plan) bool { return true })
+	time.Sleep(500 * time.Millisecond)
+	x2 := h.waitFor("x", "any", func(p *planner.Plan) bool { return true })
+	if x2.Revision != x.Revision || y.Valid {
+		t.Fatalf("x: revision %d valid %v (was %d); y: valid %v, %d GPUs, %q", x2.Revision, x2.Valid, x.Revision, y.Valid, y.GPUsHeld, y.Error)
+	}
+	h.checkShared(x2, y)
+}
