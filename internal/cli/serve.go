@@ -20,6 +20,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/gpumap"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/reporter"
@@ -60,7 +61,7 @@ func parseSimNodes(s string) (simNodes, error) {
 // serveOptions are planner serve's flags.
 type serveOptions struct {
 	server, listen, dataDir, specPath, plan, logLevel string
-	logFormat, simMemory, metricsListen               string
+	logFormat, simMemory, metricsListen, httpListen   string
 	simCPUs                                           int
 	simBytes                                          uint64
 	simulate                                          []string
@@ -91,9 +92,10 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.dataDir, "data-dir", "", "where the embedded server stores JetStream data (default $TMPDIR/poolplanner)")
 	f.StringVar(&o.specPath, "spec", "", "job spec, YAML or JSON, stored as the plan's spec when the plan has none (a spec set since wins; see --replace-spec)")
 	f.BoolVar(&o.replaceSpec, "replace-spec", false, "store --spec over the plan's stored spec when they differ")
-	f.StringVar(&o.plan, "plan", "default", "the plan --spec seeds, and the name of the lease the planners of one cluster share (they plan every spec stored)")
+	f.StringVar(&o.plan, "plan", "default", "the plan --spec seeds (the planner plans every spec stored)")
 	f.StringArrayVar(&o.simulate, "simulate", nil, "add simulated nodes: 2x8xH100 is 2 nodes of 8 H100s (repeatable; whole nodes: the CPUs and memory of the host such GPUs come in)")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics")
+	f.StringVar(&o.httpListen, "http-listen", "", "serve the live GPU map at http://HOST:PORT/")
 	f.IntVar(&o.simCPUs, "cpus", 0, "CPUs of each simulated node (default: its model's host's)")
 	f.StringVar(&o.simMemory, "memory", "", "memory of each simulated node, bytes or with Ki, Mi, Gi, Ti (default: its model's host's)")
 	f.BoolVar(&o.noLocal, "no-local-reporter", false, "do not report this machine's inventory in-process")
@@ -215,6 +217,13 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 			return usageError{err}
 		}
 	}
+	var mapL net.Listener
+	if o.httpListen != "" {
+		if mapL, err = gpumap.Listen(o.httpListen); err != nil {
+			return usageError{err}
+		}
+		defer mapL.Close()
+	}
 	nc, shutdown, err := o.connect(log)
 	if err != nil {
 		return err
@@ -232,6 +241,12 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	waitReported(ctx, store, reporters, 30*time.Second, log)
 	p := service.New(service.Config{NC: nc, JS: js, Plan: o.plan, Spec: spec, ReplaceSpec: o.replaceSpec, Debounce: o.debounce, Settle: o.settle,
 		HistoryAge: o.historyAge, HistoryBytes: o.historyBytes, Replicas: o.replicas, LeaseTTL: o.leaseTTL, Metrics: pm, Log: log})
+	if mapL != nil {
+		if err := gpumap.NewServer(p, log).Serve(ctx, mapL, nc); err != nil {
+			return err
+		}
+		log.Info().Str("url", "http://"+mapL.Addr().String()+"/").Msg("GPU map")
+	}
 	log.Info().Str("plan", o.plan).Int("reporters", reporters).Msg("planner serving")
 	err = p.Run(ctx)
 	stop()

@@ -1,0 +1,259 @@
+// Package gpumap is the live GPU map `planner serve --http-listen`
+// serves: every node a row, every GPU a cell coloured by plan and
+// component, identical neighbouring nodes folded into one row (so a
+// browser draws a 20,000-node cluster in a few hundred rows), the plans'
+// revisions, reasons and validity on top. The page redraws when a new
+// revision arrives (server-sent events, cued by the server's own NATS
+// subscription to the plans' subjects), and a click on a cell asks the
+// server for the workers on that GPU and why they are there.
+package gpumap
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+// Source is what the map draws: each plan's latest revision and the live
+// inventory. The planner service is one.
+type Source interface {
+	Plans() []*planner.Plan
+	Inventory() []inventory.NodeInventory
+}
+
+// Map is the document the page draws (GET /api/map).
+type Map struct {
+	Plans []PlanHead `json:"plans"`
+	// Rows are the nodes in id order, runs of identical ones folded.
+	Rows  []Row `json:"rows"`
+	Nodes int   `json:"nodes"`
+	GPUs  int   `json:"gpus"`
+}
+
+// PlanHead is what the map says of a plan on top.
+type PlanHead struct {
+	Name     string     `json:"name"`
+	Revision int        `json:"revision"`
+	Valid    bool       `json:"valid"`
+	Reason   string     `json:"reason"`
+	Error    string     `json:"error,omitempty"`
+	Priority int        `json:"priority"`
+	GPUsHeld int        `json:"gpus_held"`
+	Workers  int        `json:"workers"`
+	Pools    []PoolHead `json:"pools"`
+}
+
+// PoolHead is one pool of a plan: its name and how many nodes it has.
+type PoolHead struct {
+	Name  string `json:"name"`
+	Nodes int    `json:"nodes"`
+}
+
+// Row is one node, or a run of identical neighbouring nodes (Count > 1,
+// First to Last).
+type Row struct {
+	First string `json:"first"`
+	Last  string `json:"last,omitempty"`
+	Count int    `json:"count"`
+	// Pools are the plans' pools the node is in, as "plan/pool".
+	Pools []string `json:"pools,omitempty"`
+	Cells []Cell   `json:"cells"`
+}
+
+// Cell is one GPU: who holds what share of it, or that it is unhealthy.
+type Cell struct {
+	Held      []Holding `json:"held,omitempty"`
+	Unhealthy bool      `json:"unhealthy,omitempty"`
+}
+
+// Holding is a plan's component's share of a GPU (summed over its
+// workers there).
+type Holding struct {
+	Plan      int     `json:"plan"` // index into Map.Plans
+	Component string  `json:"component"`
+	Share     float64 `json:"share"`
+}
+
+// Build draws the map of plans on nodes.
+func Build(plans []*planner.Plan, nodes []inventory.NodeInventory) *Map {
+	plans = slices.Clone(plans)
+	slices.SortFunc(plans, func(a, b *planner.Plan) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), strings.Compare(a.Name, b.Name))
+	})
+	m := &Map{Plans: make([]PlanHead, len(plans)), Rows: []Row{}, Nodes: len(nodes)}
+	cells := map[string][]Cell{}
+	pools := map[string][]string{}
+	gpus := map[string]int{}
+	for _, n := range nodes {
+		count := len(n.GPUs)
+		for _, g := range n.GPUs {
+			count = max(count, g.Index+1)
+		}
+		gpus[n.NodeID] = count
+		cs := make([]Cell, count)
+		for _, g := range n.GPUs {
+			if !g.Healthy && g.Index >= 0 {
+				cs[g.Index].Unhealthy = true
+			}
+		}
+		cells[n.NodeID] = cs
+		m.GPUs += count
+	}
+	for i, p := range plans {
+		h := PlanHead{Name: p.Name, Revision: p.Revision, Valid: p.Valid, Reason: p.Reason, Error: p.Error,
+			Priority: p.Priority, GPUsHeld: p.GPUsHeld, Workers: p.Workers.Len(), Pools: []PoolHead{}}
+		for _, pl := range p.Pools {
+			h.Pools = append(h.Pools, PoolHead{Name: pl.Name, Nodes: len(pl.Nodes)})
+			for _, n := range pl.Nodes {
+				pools[n.NodeID] = append(pools[n.NodeID], p.Name+"/"+pl.Name)
+			}
+		}
+		m.Plans[i] = h
+		for _, w := range p.Workers.All() {
+			cs := cells[w.NodeID]
+			for _, g := range w.GPUs {
+				if g >= 0 && g < len(cs) {
+					cs[g].Held = hold(cs[g].Held, Holding{Plan: i, Component: string(w.Component), Share: w.GPUShare})
+				}
+			}
+		}
+	}
+	ids := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		ids = append(ids, n.NodeID)
+	}
+	slices.SortFunc(ids, natural)
+	for _, id := range ids {
+		row := Row{First: id, Count: 1, Pools: pools[id], Cells: cells[id]}
+		if k := len(m.Rows) - 1; k >= 0 && same(m.Rows[k], row) {
+			m.Rows[k].Last = id
+			m.Rows[k].Count++
+			continue
+		}
+		m.Rows = append(m.Rows, row)
+	}
+	return m
+}
+
+// natural orders node ids as a person counts: node-2 before node-10.
+func natural(a, b string) int {
+	for a != "" && b != "" {
+		da, db := digits(a), digits(b)
+		if da > 0 && db > 0 {
+			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
+			if c := cmp.Or(cmp.Compare(len(na), len(nb)), strings.Compare(na, nb)); c != 0 {
+				return c
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		if a[0] != b[0] {
+			return cmp.Compare(a[0], b[0])
+		}
+		a, b = a[1:], b[1:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// digits is how many digits s begins with.
+func digits(s string) int {
+	n := 0
+	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+		n++
+	}
+	return n
+}
+
+// hold adds h to a cell's holdings, summing a component's shares.
+func hold(held []Holding, h Holding) []Holding {
+	for i := range held {
+		if held[i].Plan == h.Plan && held[i].Component == h.Component {
+			held[i].Share += h.Share
+			return held
+		}
+	}
+	return append(held, h)
+}
+
+// same reports whether two rows draw alike (but for their names).
+func same(a, b Row) bool {
+	return slices.Equal(a.Pools, b.Pools) && slices.EqualFunc(a.Cells, b.Cells, func(x, y Cell) bool {
+		return x.Unhealthy == y.Unhealthy && slices.Equal(x.Held, y.Held)
+	})
+}
+
+// GPUInfo is what a click on a cell shows (GET /api/gpu).
+type GPUInfo struct {
+	Node      string       `json:"node"`
+	GPU       int          `json:"gpu"`
+	UUID      string       `json:"uuid,omitempty"`
+	Model     string       `json:"model,omitempty"`
+	Unhealthy bool         `json:"unhealthy,omitempty"`
+	Workers   []WorkerInfo `json:"workers"`
+}
+
+// WorkerInfo is one worker on the GPU, and why it is there.
+type WorkerInfo struct {
+	Plan     string `json:"plan"`
+	Revision int    `json:"revision"`
+	planner.Worker
+	// Why: its pool, the reasons recorded against the node for its
+	// component, and how its component was placed.
+	Why []string `json:"why"`
+}
+
+// Inspect says who is on GPU gpu of node and why.
+func Inspect(plans []*planner.Plan, nodes []inventory.NodeInventory, node string, gpu int) (*GPUInfo, error) {
+	info := &GPUInfo{Node: node, GPU: gpu, Workers: []WorkerInfo{}}
+	i := slices.IndexFunc(nodes, func(n inventory.NodeInventory) bool { return n.NodeID == node })
+	if i < 0 {
+		return nil, fmt.Errorf("node %q is not in the inventory", node)
+	}
+	found := false
+	for _, g := range nodes[i].GPUs {
+		if g.Index == gpu {
+			info.UUID, info.Model, info.Unhealthy, found = g.UUID, g.Name, !g.Healthy, true
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("node %s has no GPU %d", node, gpu)
+	}
+	for _, p := range plans {
+		for _, w := range p.NodeIndex()(node) {
+			if slices.Contains(w.GPUs, gpu) {
+				info.Workers = append(info.Workers, WorkerInfo{Plan: p.Name, Revision: p.Revision, Worker: w, Why: why(p, w)})
+			}
+		}
+	}
+	return info, nil
+}
+
+// why says why w is where it is, from its plan's document.
+func why(p *planner.Plan, w planner.Worker) []string {
+	out := []string{fmt.Sprintf("in pool %s of plan %s (priority %d), revision %d", w.Pool, p.Name, p.Priority, p.Revision)}
+	for _, n := range p.Notes {
+		if n.NodeID == w.NodeID && (n.Component == "" || n.Component == w.Component) {
+			out = append(out, "on this node: "+n.Reason)
+		}
+	}
+	for _, x := range p.Explanations {
+		if x.Component != w.Component {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s: %d of %d placed", x.Component, x.Placed, x.Asked))
+		for _, r := range x.Compromises {
+			out = append(out, "compromise: "+r.String())
+		}
+		for _, r := range x.Excluded {
+			out = append(out, "excluded: "+r.String())
+		}
+		for _, r := range x.Displaced {
+			out = append(out, "moved in this revision: "+r.String())
+		}
+	}
+	return out
+}

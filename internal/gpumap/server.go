@@ -1,0 +1,189 @@
+package gpumap
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/client"
+)
+
+//go:embed page.html
+var page []byte
+
+// Server serves the map of a Source over HTTP.
+type Server struct {
+	src Source
+	log zerolog.Logger
+	mu  sync.Mutex
+	// clients are the open event streams, each cued with the revisions
+	// to announce; done ends them (the server stopping).
+	clients map[chan Revision]struct{}
+	done    chan struct{}
+}
+
+// Revision is what an event announces: a plan's new revision.
+type Revision struct {
+	Plan     string `json:"plan"`
+	Revision int    `json:"revision"`
+}
+
+// NewServer returns a map server of src.
+func NewServer(src Source, log zerolog.Logger) *Server {
+	return &Server{src: src, log: log, clients: map[chan Revision]struct{}{}, done: make(chan struct{})}
+}
+
+// Listen listens on addr for Serve: at start, so that a taken port is
+// an error before anything else runs.
+func Listen(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--http-listen %s: %w", addr, err)
+	}
+	return l, nil
+}
+
+// Serve serves the map on l until ctx ends; nc's subscription to every
+// plan's revisions cues the pages to redraw.
+func (s *Server) Serve(ctx context.Context, l net.Listener, nc *nats.Conn) error {
+	sub, err := nc.Subscribe(client.PlanSubjectPrefix+"*", func(m *nats.Msg) {
+		rev, _ := strconv.Atoi(m.Header.Get(client.RevisionHeader))
+		go s.announce(ctx, Revision{Plan: strings.TrimPrefix(m.Subject, client.PlanSubjectPrefix), Revision: rev})
+	})
+	if err != nil {
+		_ = l.Close()
+		return fmt.Errorf("--http-listen: follow the plans: %w", err)
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		close(s.done) // event streams end, or Shutdown would wait on them
+		_ = sub.Unsubscribe()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	go func() { _ = srv.Serve(l) }() // ends at Shutdown
+	return nil
+}
+
+// Handler is the map's pages: / (the map), /api/map, /api/gpu?node=&gpu=,
+// /events (server-sent events: one "revision" per new revision).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(page)
+	})
+	mux.HandleFunc("GET /api/map", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, Build(s.src.Plans(), s.src.Inventory()))
+	})
+	mux.HandleFunc("GET /api/gpu", s.gpu)
+	mux.HandleFunc("GET /events", s.events)
+	return mux
+}
+
+func (s *Server) gpu(w http.ResponseWriter, r *http.Request) {
+	node := r.URL.Query().Get("node")
+	gpu, err := strconv.Atoi(r.URL.Query().Get("gpu"))
+	if node == "" || err != nil || gpu < 0 {
+		http.Error(w, `want ?node=NODE_ID&gpu=INDEX (a whole number >= 0)`, http.StatusBadRequest)
+		return
+	}
+	info, err := Inspect(s.src.Plans(), s.src.Inventory(), node, gpu)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	writeJSON(w, info)
+}
+
+// events streams a "revision" event for each new revision, and a comment
+// now and then so that proxies keep the stream open.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	ch := make(chan Revision, 64)
+	s.mu.Lock()
+	s.clients[ch] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.clients, ch)
+		s.mu.Unlock()
+	}()
+	fmt.Fprint(w, ": poolplanner GPU map\n\n")
+	flusher.Flush()
+	keep := time.NewTicker(15 * time.Second)
+	defer keep.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-s.done:
+			return
+		case <-keep.C:
+			fmt.Fprint(w, ": keepalive\n\n")
+		case rev := <-ch:
+			b, _ := json.Marshal(rev)
+			fmt.Fprintf(w, "event: revision\ndata: %s\n\n", b)
+		}
+		flusher.Flush()
+	}
+}
+
+// announce tells every page of rev once the source holds it (the
+// planner stores a revision it published a moment after NATS has it),
+// or after a while regardless.
+func (s *Server) announce(ctx context.Context, rev Revision) {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if s.holds(rev) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.clients {
+		select {
+		case ch <- rev:
+		default: // a page that lags redraws on the next one
+		}
+	}
+}
+
+func (s *Server) holds(rev Revision) bool {
+	for _, p := range s.src.Plans() {
+		if p.Name == rev.Plan && p.Revision >= rev.Revision {
+			return true
+		}
+	}
+	return false
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		return // the client went away
+	}
+}
