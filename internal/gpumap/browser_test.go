@@ -110,4 +110,3 @@ func TestGPUMapInBrowser(t *testing.T) {
 	}
 	t.Logf("screenshot: %s (%s bytes)", shot, strconv.Itoa(len(png)))
 }
-
