@@ -45,7 +45,13 @@ func (c *Client) Request(ctx context.Context, subject string, req, reply any) er
 			return fmt.Errorf("%s: %w", subject, err)
 		}
 	}
-	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	return c.requestMsg(ctx, &nats.Msg{Subject: subject, Data: data}, reply)
+}
+
+// requestMsg sends m, a request, and decodes the reply into reply.
+func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, reply any) error {
+	subject := m.Subject
+	msg, err := c.nc.RequestMsgWithContext(ctx, m)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("%s: no planner is serving (start `planner serve`): %w", subject, err)
 	}
@@ -153,7 +159,23 @@ func (c *Client) LookupNode(ctx context.Context, name, node string) (*Assignment
 	return &a, nil
 }
 
-// Validate plans spec (JSON) on the live inventory, publishing nothing.
+// ValidateAs plans spec (JSON) as plan name's would be, on what the live
+// inventory leaves it (the GPUs of other plans of its priority or higher
+// taken; its own not), publishing nothing.
+func (c *Client) ValidateAs(ctx context.Context, name string, spec []byte) (*ValidateReply, error) {
+	msg := nats.NewMsg(ValidateSubject)
+	msg.Data = spec
+	msg.Header.Set(PlanHeader, name)
+	var r ValidateReply
+	if err := c.requestMsg(ctx, msg, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Validate plans spec (JSON) as a new plan's, on what the live inventory
+// leaves it (the GPUs of plans of its priority or higher taken),
+// publishing nothing.
 func (c *Client) Validate(ctx context.Context, spec []byte) (*ValidateReply, error) {
 	var r ValidateReply
 	if err := c.Request(ctx, ValidateSubject, spec, &r); err != nil {

@@ -49,6 +49,9 @@ const (
 
 // Message headers.
 const (
+	// PlanHeader, on a validate request, names the plan the spec is for:
+	// that plan's own GPUs are not in its way (it would replace them).
+	PlanHeader = "Poolplanner-Plan"
 	// RevisionHeader carries a plan event's or assignment's revision.
 	RevisionHeader = "Poolplanner-Revision"
 	// BaseHeader carries the revision whose whole placement begins the

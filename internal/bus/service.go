@@ -73,7 +73,9 @@ func Place(p *planner.Plan, w planner.Worker) PlacedWorker {
 
 // Answerer is what the service asks; the planner service implements it.
 type Answerer interface {
-	Validate(ctx context.Context, spec []byte) (*ValidateReply, error)
+	// Validate plans spec as plan would be (its own GPUs not in the way;
+	// "" for a plan not yet stored).
+	Validate(ctx context.Context, spec []byte, plan string) (*ValidateReply, error)
 	Plan(ctx context.Context, req PlanRequest) (*planner.Plan, error)
 }
 
@@ -92,7 +94,7 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 		return nil, fmt.Errorf("add service %s: %w", ServiceName, err)
 	}
 	obs, _ := a.(RequestObserver)
-	add := func(name, subject string, h func(context.Context, []byte) (any, error)) error {
+	add := func(name, subject string, h func(context.Context, []byte, micro.Headers) (any, error)) error {
 		return svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
 			start := time.Now()
 			err := answer(nc, r, h)
@@ -109,20 +111,26 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 		}), micro.WithEndpointSubject(subject))
 	}
 	err = errors.Join(
-		add("validate", ValidateSubject, func(ctx context.Context, data []byte) (any, error) {
+		add("validate", ValidateSubject, func(ctx context.Context, data []byte, hdr micro.Headers) (any, error) {
 			if len(strings.TrimSpace(string(data))) == 0 {
 				return nil, fmt.Errorf("%w: empty request; send a job spec as JSON", ErrBadRequest)
 			}
-			return a.Validate(ctx, data)
+			plan := hdr.Get(client.PlanHeader)
+			if plan != "" {
+				if err := ValidatePlanName(plan); err != nil {
+					return nil, fmt.Errorf("%s header: %w", client.PlanHeader, err)
+				}
+			}
+			return a.Validate(ctx, data, plan)
 		}),
-		add("lookup", LookupSubject, func(ctx context.Context, data []byte) (any, error) {
+		add("lookup", LookupSubject, func(ctx context.Context, data []byte, _ micro.Headers) (any, error) {
 			var req LookupRequest
 			if err := decodeStrict(data, &req); err != nil {
 				return nil, err
 			}
 			return Lookup(ctx, a, req)
 		}),
-		add("plan", PlanSubject, func(ctx context.Context, data []byte) (any, error) {
+		add("plan", PlanSubject, func(ctx context.Context, data []byte, _ micro.Headers) (any, error) {
 			var req PlanRequest
 			if err := decodeStrict(data, &req); err != nil {
 				return nil, err
@@ -145,13 +153,13 @@ type RequestObserver interface {
 }
 
 // answer answers r with h's reply; the error is what to answer instead.
-func answer(nc *nats.Conn, r micro.Request, h func(context.Context, []byte) (any, error)) error {
+func answer(nc *nats.Conn, r micro.Request, h func(context.Context, []byte, micro.Headers) (any, error)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), HandlerTimeout)
 	defer cancel()
 	if n := len(r.Data()); n > MaxRequest {
 		return fmt.Errorf("%w: a request of %d bytes; at most %d", ErrBadRequest, n, MaxRequest)
 	}
-	v, err := h(ctx, r.Data())
+	v, err := h(ctx, r.Data(), r.Headers())
 	if err != nil {
 		return err
 	}

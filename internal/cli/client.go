@@ -46,10 +46,10 @@ func writeJSON(w io.Writer, v any) error {
 
 func newValidateCmd() *cobra.Command {
 	var cf connFlags
-	var specPath, output string
+	var specPath, output, plan string
 	cmd := &cobra.Command{
-		Use:   "validate --spec FILE [--server URL]",
-		Short: "Validate a job spec against the live inventory, without publishing",
+		Use:   "validate --spec FILE [--plan NAME] [--server URL]",
+		Short: "Validate a job spec as plan NAME's against what the live inventory leaves it, without publishing",
 		Args:  cobra.NoArgs,
 		RunE: cf.wrap("validate", nil, func(cmd *cobra.Command, _ []string) error {
 			if specPath == "" {
@@ -67,15 +67,19 @@ func newValidateCmd() *cobra.Command {
 			if err != nil {
 				return usagef("--spec %s: %v", specPath, err)
 			}
-			nc, _, err := cf.dial()
+			nc, _, err := cf.dialPlan(plan)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
 			defer cancel()
-			var reply bus.ValidateReply
-			if err := bus.Request(ctx, nc, bus.ValidateSubject, body, &reply); err != nil {
+			c, err := client.New(nc)
+			if err != nil {
+				return err
+			}
+			reply, err := c.ValidateAs(ctx, plan, body)
+			if err != nil {
 				return busErr(err)
 			}
 			if reply.Document == nil {
@@ -100,6 +104,7 @@ func newValidateCmd() *cobra.Command {
 	}
 	cf.add(cmd.Flags())
 	cmd.Flags().StringVar(&specPath, "spec", "", "job spec, YAML or JSON")
+	cmd.Flags().StringVar(&plan, "plan", "default", "the plan the spec is for: its own GPUs are not in its way, those of other plans of its priority or higher are")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 	return cmd
 }

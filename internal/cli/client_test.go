@@ -21,20 +21,19 @@ func freeAddr(t testing.TB) string {
 	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
-// TestServeAndClients runs `planner serve` in-process with simulated nodes
-// and drives every client command against it, as a person would from a
-// second terminal.
-func TestServeAndClients(t *testing.T) {
+// startQuickServe runs `planner serve` in-process on a free port with the
+// quick start's spec on 4 simulated nodes (and extra flags), until the
+// test ends; it returns the server's URL and serve's log.
+func startQuickServe(t *testing.T, extra ...string) (string, *syncWriter) {
+	t.Helper()
 	addr := freeAddr(t)
-	server := "nats://" + addr
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	var serveErr bytes.Buffer
-	go func() {
-		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", t.TempDir(),
-			"--spec", "../../examples/disaggregate.yaml", "--simulate", "4x8xH100", "--no-local-reporter",
-			"--debounce", "50ms", "--log-level", "warn"}, nil, &bytes.Buffer{}, &serveErr)
-	}()
+	serveErr := &syncWriter{}
+	args := append([]string{"serve", "--listen", addr, "--data-dir", t.TempDir(),
+		"--spec", "../../examples/disaggregate.yaml", "--simulate", "4x8xH100", "--no-local-reporter",
+		"--debounce", "50ms", "--log-level", "warn"}, extra...)
+	go func() { done <- Main(ctx, args, nil, &bytes.Buffer{}, serveErr) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -43,6 +42,14 @@ func TestServeAndClients(t *testing.T) {
 			t.Error("serve did not stop")
 		}
 	})
+	return "nats://" + addr, serveErr
+}
+
+// TestServeAndClients runs `planner serve` in-process with simulated nodes
+// and drives every client command against it, as a person would from a
+// second terminal.
+func TestServeAndClients(t *testing.T) {
+	server, serveErr := startQuickServe(t)
 
 	// The first plan arrives once the simulated nodes reported.
 	var code int

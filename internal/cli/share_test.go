@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -12,20 +10,7 @@ import (
 // TestSeveralPlansCommands: spec set, ls and rm of several plans on one
 // serve, and status printing them with their GPUs and nodes.
 func TestSeveralPlansCommands(t *testing.T) {
-	addr := freeAddr(t)
-	server := "nats://" + addr
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	var serveErr bytes.Buffer
-	go func() {
-		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", t.TempDir(),
-			"--spec", "../../examples/disaggregate.yaml", "--simulate", "4x8xH100", "--no-local-reporter",
-			"--debounce", "50ms", "--log-level", "warn"}, nil, &bytes.Buffer{}, &serveErr)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	server, serveErr := startQuickServe(t)
 	// status -o json until the plans are as want says.
 	status := func(want func(map[string]statusPlan) bool) map[string]statusPlan {
 		t.Helper()

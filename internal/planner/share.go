@@ -182,26 +182,13 @@ func (a *allocator) holdingOf(p *Plan) holding {
 	for _, w := range p.Workers.All() {
 		if h := at(w.NodeID); h != nil {
 			h.cpus += w.CPUs
-			for _, g := range w.GPUs {
-				add(h, g)
-			}
 		}
 	}
-	for _, pl := range p.Pools {
-		for _, n := range pl.Nodes {
-			h := at(n.NodeID)
-			if h == nil {
-				continue
-			}
-			for _, rs := range n.Allocations {
-				for _, r := range rs {
-					for g := r.First; g <= r.Last; g++ {
-						add(h, g)
-					}
-				}
-			}
+	eachHeldGPU(p, func(node string, g int) {
+		if h := at(node); h != nil {
+			add(h, g)
 		}
-	}
+	})
 	out := make(holding, 0, len(by))
 	for _, h := range by {
 		out = append(out, *h)
@@ -261,8 +248,17 @@ func (a *allocator) pass(cur []holding) []Outcome {
 		// release is how many of the lowest jobs give way.
 		try := func(release int) Outcome {
 			in := slices.Concat(placed, same, lower[:len(lower)-release])
-			doc, ch, err := Replan(job.Prev, job.Spec, a.remainder(in))
-			return WithinQuota(Outcome{doc, ch, err}, job.Spec)
+			nodes := a.remainder(in)
+			doc, ch, err := Replan(job.Prev, job.Spec, nodes)
+			o := WithinQuota(Outcome{doc, ch, err}, job.Spec)
+			if o.Err != nil && err == nil && job.Prev != nil {
+				// Kept workers may hold more GPUs than a fresh packing.
+				why := fmt.Sprintf("max_gpus %d: the incremental plan needs %d GPUs", job.Spec.MaxGPUs, HeldGPUs(doc))
+				if f := WithinQuota(outcome(fresh(job.Prev, job.Spec, nodes, why)), job.Spec); f.Err == nil {
+					return f
+				}
+			}
+			return o
 		}
 		o := try(0)
 		if o.Err != nil && len(lower) > 0 {
@@ -358,6 +354,8 @@ func Leftover(nodes []Node, holders []Job) []Node {
 	return a.remainder(in)
 }
 
+func outcome(p *Plan, ch *Change, err error) Outcome { return Outcome{p, ch, err} }
+
 // WithinQuota makes a valid plan that holds more GPUs than spec's
 // max_gpus invalid, saying so.
 func WithinQuota(o Outcome, spec *Spec) Outcome {
@@ -381,9 +379,16 @@ func HeldGPUs(p *Plan) int {
 		g    int
 	}
 	seen := map[gpu]bool{}
+	eachHeldGPU(p, func(node string, g int) { seen[gpu{node, g}] = true })
+	return len(seen)
+}
+
+// eachHeldGPU calls fn for every GPU p's workers use and every GPU its
+// pools allocate (some more than once).
+func eachHeldGPU(p *Plan, fn func(node string, g int)) {
 	for _, w := range p.Workers.All() {
 		for _, g := range w.GPUs {
-			seen[gpu{w.NodeID, g}] = true
+			fn(w.NodeID, g)
 		}
 	}
 	for _, pl := range p.Pools {
@@ -391,13 +396,12 @@ func HeldGPUs(p *Plan) int {
 			for _, rs := range n.Allocations {
 				for _, r := range rs {
 					for g := r.First; g <= r.Last; g++ {
-						seen[gpu{n.NodeID, g}] = true
+						fn(n.NodeID, g)
 					}
 				}
 			}
 		}
 	}
-	return len(seen)
 }
 
 // invalidDoc is doc made invalid for msg: its header, no placement.

@@ -126,30 +126,15 @@ func checkShared(t *rapid.T, nodes []Node, jobs []Job, out []Outcome) {
 		if errs := checkPlan(jobs[j].Spec, nodes, o.Plan); len(errs) > 0 {
 			t.Fatalf("%s: %v", jobs[j].Name, errs)
 		}
-		for _, pl := range o.Plan.Pools {
-			for _, n := range pl.Nodes {
-				for _, rs := range n.Allocations {
-					for _, r := range rs {
-						for g := r.First; g <= r.Last; g++ {
-							k := fmt.Sprintf("%s:%d", n.NodeID, g)
-							if other, ok := owner[k]; ok && other != jobs[j].Name {
-								t.Fatalf("GPU %s in the pools of %s and %s", k, other, jobs[j].Name)
-							}
-							owner[k] = jobs[j].Name
-						}
-					}
-				}
+		eachHeldGPU(o.Plan, func(node string, g int) {
+			k := fmt.Sprintf("%s:%d", node, g)
+			if other, ok := owner[k]; ok && other != jobs[j].Name {
+				t.Fatalf("GPU %s held by %s and %s", k, other, jobs[j].Name)
 			}
-		}
+			owner[k] = jobs[j].Name
+		})
 		for _, wk := range o.Plan.Workers.All() {
 			cpus[wk.NodeID] += wk.CPUs
-			for _, g := range wk.GPUs {
-				k := fmt.Sprintf("%s:%d", wk.NodeID, g)
-				if other, ok := owner[k]; ok && other != jobs[j].Name {
-					t.Fatalf("GPU %s serves %s and %s", k, other, jobs[j].Name)
-				}
-				owner[k] = jobs[j].Name
-			}
 		}
 	}
 	for _, n := range nodes {

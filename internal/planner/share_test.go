@@ -231,26 +231,19 @@ resource_pool:
 	}
 }
 
-// checkPoolsApart fails when two plans' pools allocate one GPU.
+// checkPoolsApart fails when two plans hold one GPU (a worker's or a
+// pool's).
 func checkPoolsApart(t *testing.T, out map[string]Outcome) {
 	t.Helper()
 	owner := map[string]string{}
 	for name, o := range out {
-		for _, pl := range o.Plan.Pools {
-			for _, n := range pl.Nodes {
-				for _, rs := range n.Allocations {
-					for _, r := range rs {
-						for g := r.First; g <= r.Last; g++ {
-							k := fmt.Sprintf("%s:%d", n.NodeID, g)
-							if other, ok := owner[k]; ok && other != name {
-								t.Fatalf("GPU %s in the pools of %s and %s", k, other, name)
-							}
-							owner[k] = name
-						}
-					}
-				}
+		eachHeldGPU(o.Plan, func(node string, g int) {
+			k := fmt.Sprintf("%s:%d", node, g)
+			if other, ok := owner[k]; ok && other != name {
+				t.Fatalf("GPU %s held by %s and %s", k, other, name)
 			}
-		}
+			owner[k] = name
+		})
 	}
 }
 

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime/debug"
@@ -24,7 +25,7 @@ const ValidateMaxWorkers = 100_000
 // plans of its priority or higher leave of the live inventory (lower
 // ones would give way), nothing published. (The service runs one
 // validation at a time: a micro endpoint handles its requests in turn.)
-func (p *Planner) Validate(_ context.Context, data []byte) (*bus.ValidateReply, error) {
+func (p *Planner) Validate(_ context.Context, data []byte, as string) (*bus.ValidateReply, error) {
 	spec, err := planner.ParseSpec(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: spec: %w", bus.ErrBadRequest, err)
@@ -35,7 +36,7 @@ func (p *Planner) Validate(_ context.Context, data []byte) (*bus.ValidateReply, 
 	var holders []planner.Job
 	for _, s := range p.states() {
 		s.mu.Lock()
-		if s.spec != nil && !s.removing && s.latest != nil && s.spec.Priority >= spec.Priority {
+		if s.cfg.Plan != as && s.spec != nil && !s.removing && s.latest != nil && s.spec.Priority >= spec.Priority {
 			holders = append(holders, planner.Job{Name: s.cfg.Plan, Spec: s.spec, Prev: s.latest.Plan})
 		}
 		s.mu.Unlock()
@@ -47,7 +48,7 @@ func (p *Planner) Validate(_ context.Context, data []byte) (*bus.ValidateReply, 
 	doc = planner.WithinQuota(planner.Outcome{Plan: doc, Err: err}, spec).Plan
 	doc.Priority = spec.Priority
 	reply := doc.Document
-	reply.Name = p.cfg.Plan
+	reply.Name = cmp.Or(as, p.cfg.Plan)
 	reply.CreatedAt = p.cfg.Now().UTC()
 	reply.Reason = "validation: not published"
 	if n := reply.Workers.Len(); n > ValidateMaxWorkers {

@@ -122,6 +122,11 @@ func TestSeveralPlans(t *testing.T) {
 	if err != nil || reply.Valid {
 		t.Fatalf("8 GPUs at priority 5 (4 free beside keep and big): valid %v, %v", reply.Valid, err)
 	}
+	// As keep's own new spec, keep's 12 GPUs are not in the way.
+	reply, err = c.ValidateAs(ctx, "keep", []byte(shareSpec(16, 5)))
+	if err != nil || !reply.Valid || reply.Name != "keep" {
+		t.Fatalf("16 GPUs as keep (12 its own, 4 free): %+v, %v", reply, err)
+	}
 
 	// big leaves: its last revision says so, low comes back.
 	if err := specs.Delete(ctx, "big"); err != nil {

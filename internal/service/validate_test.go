@@ -72,7 +72,7 @@ func TestValidateExplains(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			reply, err := p.Validate(context.Background(), []byte(c.spec))
+			reply, err := p.Validate(context.Background(), []byte(c.spec), "")
 			if err != nil {
 				t.Fatal(err)
 			}
