@@ -286,9 +286,9 @@ func (a *allocator) pass(cur []holding) []Outcome {
 // GPUs it held going in (prev), and says so in an invalid job's error,
 // or, for a job that never held any, which jobs hold the room it lacks.
 //
-// A job that was invalid for want of room already keeps the error and
-// preempted_by it had, until it is placed again: what else changed does
-// not make it a new revision.
+// A job that was invalid for want of room already, and asks for what it
+// asked, keeps the error and preempted_by it had until it is placed
+// again: what other plans do meanwhile makes it no new revision.
 func (a *allocator) explain(out []Outcome, prev, final []holding) {
 	for k, j := range a.order {
 		o, job := &out[j], &a.jobs[j]
@@ -310,7 +310,7 @@ func (a *allocator) explain(out []Outcome, prev, final []holding) {
 		if o.Err == nil || strings.HasPrefix(o.Plan.Error, "max_gpus:") {
 			continue
 		}
-		if p := job.Prev; p != nil && !p.Valid && waiting(p.Error) {
+		if p := job.Prev; p != nil && !p.Valid && waiting(p.Error) && p.Priority == job.Spec.Priority && slices.Equal(p.Demands, o.Plan.Demands) {
 			o.Plan.Error, o.Plan.PreemptedBy, o.Err = p.Error, p.PreemptedBy, &PlanError{Msg: p.Error}
 			continue
 		}

@@ -272,3 +272,19 @@ func TestPlanAllInvalidStaysPut(t *testing.T) {
 		t.Fatalf("frozen kept %v; newer valid %v", out["frozen"].Plan == frozen.Prev, out["newer"].Plan.Valid)
 	}
 }
+
+// TestPlanAllInvalidSpecChanged: a waiting plan whose own spec changes is
+// told afresh why it waits.
+func TestPlanAllInvalidSpecChanged(t *testing.T) {
+	nodes := shareNodes(2)
+	low := Job{Name: "low", Spec: trainSpec(t, 8, 0, 0), Age: 1}
+	low.Prev = planAll(t, []Job{low}, nodes)["low"].Plan
+	high := Job{Name: "high", Spec: trainSpec(t, 12, 5, 0), Age: 2}
+	out := planAll(t, []Job{low, high}, nodes)
+	low.Prev, high.Prev = out["low"].Plan, out["high"].Plan
+	low.Spec = trainSpec(t, 6, 0, 0) // still more than the 4 left
+	got := planAll(t, []Job{low, high}, nodes)["low"].Plan
+	if got.Valid || got.Error == low.Prev.Error || !strings.Contains(got.Error, "required 6") {
+		t.Fatalf("low after its own change: valid %v, error %q (was %q)", got.Valid, got.Error, low.Prev.Error)
+	}
+}
