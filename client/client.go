@@ -161,11 +161,13 @@ func (c *Client) LookupNode(ctx context.Context, name, node string) (*Assignment
 
 // ValidateAs plans spec (JSON) as plan name's would be, on what the live
 // inventory leaves it (the GPUs of other plans of its priority or higher
-// taken; its own not), publishing nothing.
+// taken; its own not), publishing nothing ("": a new plan's).
 func (c *Client) ValidateAs(ctx context.Context, name string, spec []byte) (*ValidateReply, error) {
 	msg := nats.NewMsg(ValidateSubject)
 	msg.Data = spec
-	msg.Header.Set(PlanHeader, name)
+	if name != "" {
+		msg.Header.Set(PlanHeader, name)
+	}
 	var r ValidateReply
 	if err := c.requestMsg(ctx, msg, &r); err != nil {
 		return nil, err

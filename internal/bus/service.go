@@ -115,7 +115,7 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 			if len(strings.TrimSpace(string(data))) == 0 {
 				return nil, fmt.Errorf("%w: empty request; send a job spec as JSON", ErrBadRequest)
 			}
-			plan := hdr.Get(client.PlanHeader)
+			plan := headerFold(hdr, client.PlanHeader)
 			if plan != "" {
 				if err := ValidatePlanName(plan); err != nil {
 					return nil, fmt.Errorf("%s header: %w", client.PlanHeader, err)
@@ -143,6 +143,17 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 		return nil, fmt.Errorf("add service %s: %w", ServiceName, err)
 	}
 	return svc, nil
+}
+
+// headerFold is header key's first value, the key's case aside (a
+// client in another language may write it in lower case).
+func headerFold(h micro.Headers, key string) string {
+	for k, vs := range h {
+		if strings.EqualFold(k, key) && len(vs) > 0 {
+			return vs[0]
+		}
+	}
+	return ""
 }
 
 // RequestObserver, when the Answerer is one too, hears of every answered

@@ -67,7 +67,12 @@ func newValidateCmd() *cobra.Command {
 			if err != nil {
 				return usagef("--spec %s: %v", specPath, err)
 			}
-			nc, _, err := cf.dialPlan(plan)
+			if plan != "" {
+				if err := bus.ValidatePlanName(plan); err != nil {
+					return usagef("--plan: %v", err)
+				}
+			}
+			nc, _, err := cf.dial()
 			if err != nil {
 				return err
 			}
@@ -104,7 +109,7 @@ func newValidateCmd() *cobra.Command {
 	}
 	cf.add(cmd.Flags())
 	cmd.Flags().StringVar(&specPath, "spec", "", "job spec, YAML or JSON")
-	cmd.Flags().StringVar(&plan, "plan", "default", "the plan the spec is for: its own GPUs are not in its way, those of other plans of its priority or higher are")
+	cmd.Flags().StringVar(&plan, "plan", "", "the plan the spec is for (default: a new plan): its own GPUs are not in its way, those of other plans of its priority or higher are")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 	return cmd
 }
@@ -175,7 +180,12 @@ func newWatchCmd() *cobra.Command {
 					return usagef("--node: %v", err)
 				}
 			}
-			nc, _, err := cf.dialPlan(plan)
+			if plan != "" {
+				if err := bus.ValidatePlanName(plan); err != nil {
+					return usagef("--plan: %v", err)
+				}
+			}
+			nc, _, err := cf.dial()
 			if err != nil {
 				return err
 			}

@@ -80,8 +80,15 @@ func TestServeAndClients(t *testing.T) {
 	if code, _, errOut = run(t, "lookup", "train", "x", "--server", server); code != 2 {
 		t.Errorf("lookup train x: exit %d, stderr %q", code, errOut)
 	}
-	if code, out, _ = run(t, "validate", "--spec", "../../examples/vllm-tp4.yaml", "--server", server); code != 0 || !strings.Contains(out, "valid") {
+	if code, out, _ = run(t, "validate", "--plan", "default", "--spec", "../../examples/vllm-tp4.yaml", "--server", server); code != 0 || !strings.Contains(out, "valid") {
 		t.Errorf("validate vllm-tp4: exit %d\n%s", code, out)
+	}
+	// As a new plan, beside default's 24 GPUs: 8 are left.
+	if code, out, _ = run(t, "validate", "--spec", "../../examples/vllm-tp4.yaml", "--server", server); code != 1 || !strings.Contains(out, "available 8") {
+		t.Errorf("validate vllm-tp4 as a new plan: exit %d\n%s", code, out)
+	}
+	if code, _, errOut = run(t, "validate", "--plan", "a.b", "--spec", "../../examples/vllm-tp4.yaml", "--server", server); code != 2 || !strings.Contains(errOut, "--plan") {
+		t.Errorf("validate --plan a.b: exit %d, %s", code, errOut)
 	}
 	big := writeFile(t, "big.yaml", "scheduling: {train: {worker_num: 1000, num_cpus: 0, num_gpus: 1}}\n")
 	if code, out, _ = run(t, "validate", "--spec", big, "--server", server); code != 1 || !strings.Contains(out, "Insufficient GPUs") {
@@ -92,7 +99,7 @@ func TestServeAndClients(t *testing.T) {
 	}
 	// Why not, structured: the reply's explanations, printed for a person.
 	huge := writeFile(t, "huge.yaml", "scheduling: {eval: {worker_num: 1, num_cpus: 0, num_gpus: 16}}\n")
-	if code, out, _ = run(t, "validate", "--spec", huge, "--server", server); code != 1 || !strings.Contains(out, "why\n  eval: 0 of 1 placed\n    excluded: fewer than 16 healthy GPUs on") {
+	if code, out, _ = run(t, "validate", "--plan", "default", "--spec", huge, "--server", server); code != 1 || !strings.Contains(out, "why\n  eval: 0 of 1 placed\n    excluded: fewer than 16 healthy GPUs on") {
 		t.Errorf("validate a 16-GPU worker: exit %d\n%s", code, out)
 	}
 	if code, out, _ = run(t, "history", "--server", server); code != 0 || !strings.Contains(out, "first plan") {

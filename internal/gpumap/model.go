@@ -71,7 +71,8 @@ type Cell struct {
 }
 
 // Holding is a plan's component's share of a GPU (summed over its
-// workers there).
+// workers there); share 0: the plan's pool holds the GPU for the
+// component with no worker on it (a buffer's reserve, a manual range).
 type Holding struct {
 	Plan      int     `json:"plan"` // index into Map.Plans
 	Component string  `json:"component"`
@@ -121,6 +122,7 @@ func Build(plans []*planner.Plan, nodes []inventory.NodeInventory) *Map {
 				}
 			}
 		}
+		reserve(p, i, cells)
 	}
 	ids := make([]string, 0, len(nodes))
 	for _, n := range nodes {
@@ -168,6 +170,25 @@ func digits(s string) int {
 	return n
 }
 
+// reserve marks the GPUs plan p (index i) holds in its pools with no
+// worker of its own on them.
+func reserve(p *planner.Plan, i int, cells map[string][]Cell) {
+	for _, pl := range p.Pools {
+		for _, n := range pl.Nodes {
+			cs := cells[n.NodeID]
+			for c, rs := range n.Allocations {
+				for _, r := range rs {
+					for g := max(r.First, 0); g <= r.Last && g < len(cs); g++ {
+						if !slices.ContainsFunc(cs[g].Held, func(h Holding) bool { return h.Plan == i }) {
+							cs[g].Held = append(cs[g].Held, Holding{Plan: i, Component: string(c)})
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // hold adds h to a cell's holdings, summing a component's shares.
 func hold(held []Holding, h Holding) []Holding {
 	for i := range held {
@@ -194,6 +215,9 @@ type GPUInfo struct {
 	Model     string       `json:"model,omitempty"`
 	Unhealthy bool         `json:"unhealthy,omitempty"`
 	Workers   []WorkerInfo `json:"workers"`
+	// Reserved: plans whose pools hold the GPU with no worker of theirs
+	// on it, and for what.
+	Reserved []string `json:"reserved,omitempty"`
 }
 
 // WorkerInfo is one worker on the GPU, and why it is there.
@@ -223,13 +247,38 @@ func Inspect(plans []*planner.Plan, nodes []inventory.NodeInventory, node string
 		return nil, fmt.Errorf("node %s has no GPU %d", node, gpu)
 	}
 	for _, p := range plans {
+		mine := false
 		for _, w := range p.NodeIndex()(node) {
 			if slices.Contains(w.GPUs, gpu) {
 				info.Workers = append(info.Workers, WorkerInfo{Plan: p.Name, Revision: p.Revision, Worker: w, Why: why(p, w)})
+				mine = true
 			}
+		}
+		if !mine {
+			info.Reserved = append(info.Reserved, reservedBy(p, node, gpu)...)
 		}
 	}
 	return info, nil
+}
+
+// reservedBy says for what p's pools hold a GPU of node, if they do.
+func reservedBy(p *planner.Plan, node string, gpu int) []string {
+	var out []string
+	for _, pl := range p.Pools {
+		for _, n := range pl.Nodes {
+			if n.NodeID != node {
+				continue
+			}
+			for c, rs := range n.Allocations {
+				for _, r := range rs {
+					if gpu >= r.First && gpu <= r.Last {
+						out = append(out, fmt.Sprintf("held by plan %s (revision %d), pool %s, for %s, with no worker on it (a buffer's reserve, or a manual pool's range)", p.Name, p.Revision, pl.Name, c))
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // why says why w is where it is, from its plan's document.

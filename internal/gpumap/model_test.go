@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/poolplanner/poolplanner/internal/inventory"
@@ -105,5 +106,42 @@ func BenchmarkBuild(b *testing.B) {
 	docs, p := cluster(b, 20000)
 	for b.Loop() {
 		Build([]*planner.Plan{p}, docs)
+	}
+}
+
+// TestBuildReserved: GPUs a plan's pool holds with no worker on them
+// (a manual range) are drawn as held, and Inspect says by whom.
+func TestBuildReserved(t *testing.T) {
+	docs, _ := cluster(t, 2)
+	nodes := make([]planner.Node, len(docs))
+	for i, d := range docs {
+		nodes[i], _ = d.PlannerNode()
+	}
+	spec, err := planner.ParseSpec([]byte(`
+scheduling: {train: {worker_num: 2, num_cpus: 1, num_gpus: 1}}
+placement: {mode: manual}
+resource_pool: [{name: train_pool, num_node: 1, num_gpus: 8, node_ids: [node-00001], train: "0-7"}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := planner.Compute(spec, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Name = "manual"
+	m := Build([]*planner.Plan{p}, docs)
+	var row *Row
+	for i := range m.Rows {
+		if m.Rows[i].First == "node-00001" {
+			row = &m.Rows[i]
+		}
+	}
+	if row == nil || len(row.Cells[7].Held) != 1 || row.Cells[7].Held[0].Share != 0 || row.Cells[0].Held[0].Share != 1 {
+		t.Fatalf("row %+v", row)
+	}
+	info, err := Inspect([]*planner.Plan{p}, docs, "node-00001", 7)
+	if err != nil || len(info.Workers) != 0 || len(info.Reserved) != 1 || !strings.Contains(info.Reserved[0], "plan manual") {
+		t.Fatalf("%+v, %v", info, err)
 	}
 }

@@ -30,6 +30,10 @@ type Server struct {
 	// to announce; done ends them (the server stopping).
 	clients map[chan Revision]struct{}
 	done    chan struct{}
+	// waiting is, per plan with an announcement under way, the newest
+	// revision to announce: one goroutine per plan, however many
+	// revisions arrive meanwhile.
+	waiting map[string]int
 }
 
 // Revision is what an event announces: a plan's new revision.
@@ -40,7 +44,7 @@ type Revision struct {
 
 // NewServer returns a map server of src.
 func NewServer(src Source, log zerolog.Logger) *Server {
-	return &Server{src: src, log: log, clients: map[chan Revision]struct{}{}, done: make(chan struct{})}
+	return &Server{src: src, log: log, clients: map[chan Revision]struct{}{}, done: make(chan struct{}), waiting: map[string]int{}}
 }
 
 // Listen listens on addr for Serve: at start, so that a taken port is
@@ -58,7 +62,7 @@ func Listen(addr string) (net.Listener, error) {
 func (s *Server) Serve(ctx context.Context, l net.Listener, nc *nats.Conn) error {
 	sub, err := nc.Subscribe(client.PlanSubjectPrefix+"*", func(m *nats.Msg) {
 		rev, _ := strconv.Atoi(m.Header.Get(client.RevisionHeader))
-		go s.announce(ctx, Revision{Plan: strings.TrimPrefix(m.Subject, client.PlanSubjectPrefix), Revision: rev})
+		s.cue(ctx, Revision{Plan: strings.TrimPrefix(m.Subject, client.PlanSubjectPrefix), Revision: rev})
 	})
 	if err != nil {
 		_ = l.Close()
@@ -147,12 +151,30 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// announce tells every page of rev once the source holds it (the
-// planner stores a revision it published a moment after NATS has it),
-// or after a while regardless.
-func (s *Server) announce(ctx context.Context, rev Revision) {
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		if s.holds(rev) {
+// cue has rev announced: by the plan's announcing goroutine if one runs,
+// else by a new one.
+func (s *Server) cue(ctx context.Context, rev Revision) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.waiting[rev.Plan]; ok {
+		s.waiting[rev.Plan] = max(cur, rev.Revision)
+		return
+	}
+	s.waiting[rev.Plan] = rev.Revision
+	go s.announce(ctx, rev.Plan)
+}
+
+// announce tells every page of plan's newest revision once the source
+// holds it (the planner stores a revision it published a moment after
+// NATS has it), or after a second regardless (a removed plan's last
+// revision the source never holds).
+func (s *Server) announce(ctx context.Context, plan string) {
+	deadline := time.Now().Add(time.Second)
+	for {
+		s.mu.Lock()
+		rev := Revision{Plan: plan, Revision: s.waiting[plan]}
+		s.mu.Unlock()
+		if s.holds(rev) || time.Now().After(deadline) {
 			break
 		}
 		select {
@@ -163,6 +185,8 @@ func (s *Server) announce(ctx context.Context, rev Revision) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	rev := Revision{Plan: plan, Revision: s.waiting[plan]}
+	delete(s.waiting, plan)
 	for ch := range s.clients {
 		select {
 		case ch <- rev:

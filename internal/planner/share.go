@@ -2,6 +2,7 @@ package planner
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -12,8 +13,9 @@ import (
 type Job struct {
 	Name string
 	// Spec nil: the job holds its Prev as it is (a plan whose spec
-	// cannot be read: its workers run on), before every other job, and
-	// is not planned.
+	// cannot be read: its workers run on), before every other job and
+	// whatever their priority (nothing to replan it with), and is not
+	// planned.
 	Spec *Spec
 	// Prev is the job's latest plan (nil: none yet); its valid placement
 	// is what the job holds going in, and what it keeps if it can.
@@ -153,6 +155,18 @@ func (j *Job) priority() int {
 	return j.Spec.Priority
 }
 
+// shownPriority is the priority a person is told: a job held as it is
+// shows its plan's last.
+func (j *Job) shownPriority() int {
+	if j.Spec == nil && j.Prev != nil {
+		return j.Prev.Priority
+	}
+	if j.Spec == nil {
+		return 0
+	}
+	return j.Spec.Priority
+}
+
 // holdingOf is what a valid plan uses of the nodes there are (nothing
 // for an invalid plan, or none): its workers' GPUs and CPUs, and every
 // GPU its pools allocate (a GPU reserved for a buffer, a manual pool's
@@ -184,7 +198,7 @@ func (a *allocator) holdingOf(p *Plan) holding {
 			h.cpus += w.CPUs
 		}
 	}
-	eachHeldGPU(p, func(node string, g int) {
+	EachHeldGPU(p, func(node string, g int) {
 		if h := at(node); h != nil {
 			add(h, g)
 		}
@@ -286,59 +300,67 @@ func (a *allocator) pass(cur []holding) []Outcome {
 // GPUs it held going in (prev), and says so in an invalid job's error,
 // or, for a job that never held any, which jobs hold the room it lacks.
 //
-// A job that was invalid for want of room already, and asks for what it
-// asked, keeps the error and preempted_by it had until it is placed
-// again: what other plans do meanwhile makes it no new revision.
+// A job that was invalid for want of room already, asks for what it
+// asked, and waits on plans that still hold room, keeps the error and
+// preempted_by it had until it is placed again: what other plans do
+// meanwhile makes it no new revision. An error of the spec's own (a
+// manual pool naming a node not there) is never put down to others.
 func (a *allocator) explain(out []Outcome, prev, final []holding) {
 	for k, j := range a.order {
 		o, job := &out[j], &a.jobs[j]
 		if job.Spec == nil {
 			continue
 		}
-		var by, holders []string
+		var by, holders, names []string
 		for _, i := range a.order[:k] {
 			other := &a.jobs[i]
 			if len(final[i]) == 0 {
 				continue
 			}
-			holders = append(holders, fmt.Sprintf("plan %s (priority %d)", other.Name, other.priority()))
+			holders = append(holders, fmt.Sprintf("plan %s (priority %d)", other.Name, other.shownPriority()))
+			names = append(names, other.Name)
 			if other.priority() > job.Spec.Priority && final[i].overlaps(prev[j]) {
-				by = append(by, other.Name)
+				by = append(by, fmt.Sprintf("plan %s (priority %d)", other.Name, other.shownPriority()))
 				o.Plan.PreemptedBy = append(o.Plan.PreemptedBy, other.Name)
 			}
 		}
-		if o.Err == nil || strings.HasPrefix(o.Plan.Error, "max_gpus:") {
+		var field *FieldError
+		if o.Err == nil || strings.HasPrefix(o.Plan.Error, "max_gpus:") || errors.As(o.Err, &field) || len(holders) == 0 {
 			continue
 		}
-		if p := job.Prev; p != nil && !p.Valid && waiting(p.Error) && p.Priority == job.Spec.Priority && slices.Equal(p.Demands, o.Plan.Demands) {
+		if p := job.Prev; p != nil && !p.Valid && waiting(p.Error) && samePlacing(p, o.Plan) &&
+			p.Priority == job.Spec.Priority && allIn(p.PreemptedBy, names) {
 			o.Plan.Error, o.Plan.PreemptedBy, o.Err = p.Error, p.PreemptedBy, &PlanError{Msg: p.Error}
 			continue
 		}
-		var msg string
-		switch {
-		case len(by) > 0:
-			parts := make([]string, len(by))
-			for i, name := range by {
-				parts[i] = fmt.Sprintf("plan %s (priority %d)", name, a.jobs[a.jobByName(name)].priority())
-			}
-			msg = "preempted by " + strings.Join(parts, ", ") + ": " + o.Plan.Error
-		case len(holders) > 0:
-			msg = "waits for room held by " + strings.Join(holders, ", ") + ": " + o.Plan.Error
-		default:
-			continue
+		msg := "waits for room held by " + strings.Join(holders, ", ") + ": " + o.Plan.Error
+		if len(by) > 0 {
+			msg = "preempted by " + strings.Join(by, ", ") + ": " + o.Plan.Error
 		}
 		o.Plan.Error, o.Err = msg, &PlanError{Msg: msg}
 	}
+}
+
+// samePlacing reports whether two plans' documents ask for the same
+// (demands, mode, strategies).
+func samePlacing(a, b *Plan) bool {
+	return slices.Equal(a.Demands, b.Demands) && a.Mode == b.Mode && a.Strategy == b.Strategy && a.EnvStrategy == b.EnvStrategy
+}
+
+// allIn reports whether every one of names is in set.
+func allIn(names, set []string) bool {
+	for _, n := range names {
+		if !slices.Contains(set, n) {
+			return false
+		}
+	}
+	return true
 }
 
 // waiting reports whether an invalid plan's error is for want of room
 // others hold.
 func waiting(msg string) bool {
 	return strings.HasPrefix(msg, "preempted by ") || strings.HasPrefix(msg, "waits for room held by ")
-}
-
-func (a *allocator) jobByName(name string) int {
-	return slices.IndexFunc(a.jobs, func(j Job) bool { return j.Name == name })
 }
 
 // Leftover is nodes as a plan sees them beside holders: the GPUs and
@@ -379,13 +401,13 @@ func HeldGPUs(p *Plan) int {
 		g    int
 	}
 	seen := map[gpu]bool{}
-	eachHeldGPU(p, func(node string, g int) { seen[gpu{node, g}] = true })
+	EachHeldGPU(p, func(node string, g int) { seen[gpu{node, g}] = true })
 	return len(seen)
 }
 
-// eachHeldGPU calls fn for every GPU p's workers use and every GPU its
+// EachHeldGPU calls fn for every GPU p's workers use and every GPU its
 // pools allocate (some more than once).
-func eachHeldGPU(p *Plan, fn func(node string, g int)) {
+func EachHeldGPU(p *Plan, fn func(node string, g int)) {
 	for _, w := range p.Workers.All() {
 		for _, g := range w.GPUs {
 			fn(w.NodeID, g)

@@ -126,7 +126,7 @@ func checkShared(t *rapid.T, nodes []Node, jobs []Job, out []Outcome) {
 		if errs := checkPlan(jobs[j].Spec, nodes, o.Plan); len(errs) > 0 {
 			t.Fatalf("%s: %v", jobs[j].Name, errs)
 		}
-		eachHeldGPU(o.Plan, func(node string, g int) {
+		EachHeldGPU(o.Plan, func(node string, g int) {
 			k := fmt.Sprintf("%s:%d", node, g)
 			if other, ok := owner[k]; ok && other != jobs[j].Name {
 				t.Fatalf("GPU %s held by %s and %s", k, other, jobs[j].Name)

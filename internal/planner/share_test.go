@@ -237,7 +237,7 @@ func checkPoolsApart(t *testing.T, out map[string]Outcome) {
 	t.Helper()
 	owner := map[string]string{}
 	for name, o := range out {
-		eachHeldGPU(o.Plan, func(node string, g int) {
+		EachHeldGPU(o.Plan, func(node string, g int) {
 			k := fmt.Sprintf("%s:%d", node, g)
 			if other, ok := owner[k]; ok && other != name {
 				t.Fatalf("GPU %s held by %s and %s", k, other, name)
@@ -286,5 +286,31 @@ func TestPlanAllInvalidSpecChanged(t *testing.T) {
 	got := planAll(t, []Job{low, high}, nodes)["low"].Plan
 	if got.Valid || got.Error == low.Prev.Error || !strings.Contains(got.Error, "required 6") {
 		t.Fatalf("low after its own change: valid %v, error %q (was %q)", got.Valid, got.Error, low.Prev.Error)
+	}
+}
+
+// TestPlanAllWaitingReasonsRefresh: a waiting plan whose preemptor is
+// gone is told who holds the room now; an error of its own spec is not
+// put down to others.
+func TestPlanAllWaitingReasonsRefresh(t *testing.T) {
+	nodes := shareNodes(2)
+	low := Job{Name: "low", Spec: trainSpec(t, 8, 0, 0), Age: 1}
+	low.Prev = planAll(t, []Job{low}, nodes)["low"].Plan
+	high := Job{Name: "high", Spec: trainSpec(t, 12, 5, 0), Age: 2}
+	out := planAll(t, []Job{low, high}, nodes)
+	low.Prev = out["low"].Plan
+	other := Job{Name: "other", Spec: trainSpec(t, 12, 3, 0), Age: 3}
+	got := planAll(t, []Job{low, other}, nodes)["low"].Plan // high gone, other holds 12
+	if got.Valid || strings.Contains(got.Error, "plan high") || !strings.Contains(got.Error, "plan other") {
+		t.Fatalf("low with high gone: valid %v, error %q", got.Valid, got.Error)
+	}
+	low.Spec = specT(t, `
+scheduling: {train: {worker_num: 2, num_cpus: 1, num_gpus: 1}}
+placement: {mode: manual}
+resource_pool: [{name: train_pool, num_node: 1, num_gpus: 8, node_ids: [n7], train: "0-7"}]
+`)
+	got = planAll(t, []Job{low, other}, nodes)["low"].Plan
+	if got.Valid || !strings.HasPrefix(got.Error, "resource_pool") {
+		t.Fatalf("low's own error: %q", got.Error)
 	}
 }

@@ -36,7 +36,10 @@ func (p *Planner) Validate(_ context.Context, data []byte, as string) (*bus.Vali
 	var holders []planner.Job
 	for _, s := range p.states() {
 		s.mu.Lock()
-		if s.cfg.Plan != as && s.spec != nil && !s.removing && s.latest != nil && s.spec.Priority >= spec.Priority {
+		// A plan without a spec to plan on holds its last revision,
+		// whatever its priority (PlanAll's fixed jobs).
+		held := s.latest != nil && !s.removing && (s.spec == nil || s.spec.Priority >= spec.Priority)
+		if s.cfg.Plan != as && held {
 			holders = append(holders, planner.Job{Name: s.cfg.Plan, Spec: s.spec, Prev: s.latest.Plan})
 		}
 		s.mu.Unlock()

@@ -171,17 +171,14 @@ func givingFirst(jobs []planner.Job, outs []planner.Outcome) []int {
 	return order
 }
 
-// gpuSet is the GPUs a valid plan holds, as node:index.
+// gpuSet is the GPUs a valid plan holds (its workers' and its pools'),
+// as node:index.
 func gpuSet(p *planner.Plan) map[string]bool {
 	out := map[string]bool{}
 	if p == nil || !p.Valid {
 		return out
 	}
-	for _, w := range p.Workers.All() {
-		for _, g := range w.GPUs {
-			out[w.NodeID+":"+strconv.Itoa(g)] = true
-		}
-	}
+	planner.EachHeldGPU(p, func(node string, g int) { out[node+":"+strconv.Itoa(g)] = true })
 	return out
 }
 
