@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -217,4 +221,105 @@ func TestSeveralPlansFailover(t *testing.T) {
 		t.Fatalf("b after c: revision %d, error %q", b2.Revision, b2.Error)
 	}
 	h.checkShared(h.waitFor("a", "any", valid), b2, c)
+}
+
+// BenchmarkSeveralPlansNodeLeaves: 20 plans (1,800 GPUs each,
+// priorities 0 to 3) share 5,000 8-GPU nodes on an embedded server; per
+// op a node one plan uses leaves, and the op ends when that plan's next
+// revision is stored. It reports the revisions published per op (only
+// the plan that lost workers should publish).
+func BenchmarkSeveralPlansNodeLeaves(b *testing.B) {
+	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	inv := bus.NewInventoryStore(js)
+	for i := range 5000 {
+		id := fmt.Sprintf("n%04d", i)
+		if _, err := inv.Put(ctx, id, simDoc(id), false, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	specs := bus.NewSpecStore(js)
+	names := make([]string, 20)
+	for i := range names {
+		names[i] = fmt.Sprintf("plan-%02d", i)
+		spec := fmt.Sprintf(`priority: %d
+scheduling:
+  train:  {worker_num: 450, num_cpus: 1, num_gpus: 1}
+  eval:   {worker_num: 450, num_cpus: 1, num_gpus: 1}
+  buffer: {worker_num: auto, num_cpus: 1, num_gpus: 0}
+  env:
+    - {worker_num: 3600, num_cpus: 0, num_gpus: 0.25}
+`, i%4)
+		if _, err := specs.Put(ctx, names[i], []byte(spec)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p := New(Config{NC: nc, JS: js, Settle: -1, Log: zerolog.Nop()})
+	go func() { _ = p.Run(ctx) }()
+	plans := bus.NewPlanStore(js)
+	latest := func(name string) *bus.StoredPlan {
+		for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if sp, err := plans.Latest(ctx, name); err == nil && sp != nil {
+				return sp
+			}
+		}
+		b.Fatalf("no plan %s", name)
+		return nil
+	}
+	var victims []string
+	for _, name := range names {
+		sp := latest(name)
+		if !sp.Plan.Valid {
+			b.Fatalf("%s: %s", name, sp.Plan.Error)
+		}
+		victims = append(victims, sp.Plan.Workers.At(0).NodeID)
+	}
+	st, err := js.Stream(ctx, bus.PlansStream)
+	if err != nil {
+		b.Fatal(err)
+	}
+	count := func() uint64 {
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter("poolplanner.plans.*"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var n uint64
+		for _, c := range info.State.Subjects {
+			n += c
+		}
+		return n
+	}
+	before := count()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		name := names[i%len(names)]
+		subject := bus.PlanVersionSubject(name)
+		was, err := plans.LastSeq(ctx, subject)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := inv.Delete(ctx, victims[i%len(victims)], time.Hour); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			if now, err := plans.LastSeq(ctx, subject); err == nil && now != was {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	b.StopTimer()
+	time.Sleep(time.Second) // any other revisions of the last op
+	b.ReportMetric(float64(count()-before)/float64(b.N), "revisions/op")
 }
