@@ -259,34 +259,7 @@ func (a *allocator) pass(cur []holding) []Outcome {
 				same = append(same, b)
 			}
 		}
-		// release is how many of the lowest jobs give way.
-		try := func(release int) Outcome {
-			in := slices.Concat(placed, same, lower[:len(lower)-release])
-			nodes := a.remainder(in)
-			doc, ch, err := Replan(job.Prev, job.Spec, nodes)
-			o := WithinQuota(Outcome{doc, ch, err}, job.Spec)
-			if o.Err != nil && err == nil && job.Prev != nil {
-				// Kept workers may hold more GPUs than a fresh packing.
-				why := fmt.Sprintf("max_gpus %d: the incremental plan needs %d GPUs", job.Spec.MaxGPUs, HeldGPUs(doc))
-				if f := WithinQuota(outcome(fresh(job.Prev, job.Spec, nodes, why)), job.Spec); f.Err == nil {
-					return f
-				}
-			}
-			return o
-		}
-		o := try(0)
-		if o.Err != nil && len(lower) > 0 {
-			// With every lower job released: if that fails, what higher
-			// and equal jobs leave is too little.
-			if o = try(len(lower)); o.Err == nil {
-				for r := 1; r < len(lower); r++ {
-					if some := try(r); some.Err == nil {
-						o = some
-						break
-					}
-				}
-			}
-		}
+		o := a.place(job, placed, same, lower)
 		o.Plan.Priority = job.Spec.Priority
 		if o.Err == nil {
 			placed = append(placed, blocker{job.Name, a.holdingOf(o.Plan)})
@@ -294,6 +267,41 @@ func (a *allocator) pass(cur []holding) []Outcome {
 		out[j] = o
 	}
 	return out
+}
+
+// place plans job beside the jobs placed before it and those after it
+// (same: of its priority or higher; lower: to give way, lowest last),
+// releasing no more of the lower ones than it needs.
+func (a *allocator) place(job *Job, placed, same, lower []blocker) Outcome {
+	// release is how many of the lowest jobs give way.
+	try := func(release int) Outcome {
+		nodes := a.remainder(slices.Concat(placed, same, lower[:len(lower)-release]))
+		doc, ch, err := Replan(job.Prev, job.Spec, nodes)
+		o := WithinQuota(Outcome{doc, ch, err}, job.Spec)
+		if o.Err != nil && err == nil && job.Prev != nil {
+			// Kept workers may hold more GPUs than a fresh packing.
+			why := fmt.Sprintf("max_gpus %d: the incremental plan needs %d GPUs", job.Spec.MaxGPUs, HeldGPUs(doc))
+			if f := WithinQuota(outcome(fresh(job.Prev, job.Spec, nodes, why)), job.Spec); f.Err == nil {
+				return f
+			}
+		}
+		return o
+	}
+	o := try(0)
+	if o.Err == nil || len(lower) == 0 {
+		return o
+	}
+	// With every lower job released: if that fails, what higher and
+	// equal jobs leave is too little.
+	if o = try(len(lower)); o.Err != nil {
+		return o
+	}
+	for r := 1; r < len(lower); r++ {
+		if some := try(r); some.Err == nil {
+			return some
+		}
+	}
+	return o
 }
 
 // explain names, for each job, the jobs of higher priority that took

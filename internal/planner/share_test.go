@@ -251,16 +251,11 @@ func checkPoolsApart(t *testing.T, out map[string]Outcome) {
 // while other plans change around it (no new revision for it), and a
 // job without a spec holds its last plan as it is.
 func TestPlanAllInvalidStaysPut(t *testing.T) {
-	nodes := shareNodes(2)
-	low := Job{Name: "low", Spec: trainSpec(t, 8, 0, 0), Age: 1}
-	low.Prev = planAll(t, []Job{low}, nodes)["low"].Plan
-	high := Job{Name: "high", Spec: trainSpec(t, 12, 5, 0), Age: 2}
-	out := planAll(t, []Job{low, high}, nodes)
-	low.Prev, high.Prev = out["low"].Plan, out["high"].Plan
+	nodes, low, high := preempted(t)
 	was := low.Prev.Error
 	// high shrinks by one: low still does not fit; its error stays.
 	high.Spec = trainSpec(t, 11, 5, 0)
-	out = planAll(t, []Job{low, high}, nodes)
+	out := planAll(t, []Job{low, high}, nodes)
 	if got := out["low"].Plan; got.Valid || got.Error != was || !SamePlacement(low.Prev, got) {
 		t.Fatalf("low: valid %v, error %q (was %q)", got.Valid, got.Error, was)
 	}
@@ -276,12 +271,7 @@ func TestPlanAllInvalidStaysPut(t *testing.T) {
 // TestPlanAllInvalidSpecChanged: a waiting plan whose own spec changes is
 // told afresh why it waits.
 func TestPlanAllInvalidSpecChanged(t *testing.T) {
-	nodes := shareNodes(2)
-	low := Job{Name: "low", Spec: trainSpec(t, 8, 0, 0), Age: 1}
-	low.Prev = planAll(t, []Job{low}, nodes)["low"].Plan
-	high := Job{Name: "high", Spec: trainSpec(t, 12, 5, 0), Age: 2}
-	out := planAll(t, []Job{low, high}, nodes)
-	low.Prev, high.Prev = out["low"].Plan, out["high"].Plan
+	nodes, low, high := preempted(t)
 	low.Spec = trainSpec(t, 6, 0, 0) // still more than the 4 left
 	got := planAll(t, []Job{low, high}, nodes)["low"].Plan
 	if got.Valid || got.Error == low.Prev.Error || !strings.Contains(got.Error, "required 6") {
@@ -293,12 +283,7 @@ func TestPlanAllInvalidSpecChanged(t *testing.T) {
 // gone is told who holds the room now; an error of its own spec is not
 // put down to others.
 func TestPlanAllWaitingReasonsRefresh(t *testing.T) {
-	nodes := shareNodes(2)
-	low := Job{Name: "low", Spec: trainSpec(t, 8, 0, 0), Age: 1}
-	low.Prev = planAll(t, []Job{low}, nodes)["low"].Plan
-	high := Job{Name: "high", Spec: trainSpec(t, 12, 5, 0), Age: 2}
-	out := planAll(t, []Job{low, high}, nodes)
-	low.Prev = out["low"].Plan
+	nodes, low, _ := preempted(t)
 	other := Job{Name: "other", Spec: trainSpec(t, 12, 3, 0), Age: 3}
 	got := planAll(t, []Job{low, other}, nodes)["low"].Plan // high gone, other holds 12
 	if got.Valid || strings.Contains(got.Error, "plan high") || !strings.Contains(got.Error, "plan other") {
@@ -313,4 +298,21 @@ resource_pool: [{name: train_pool, num_node: 1, num_gpus: 8, node_ids: [n7], tra
 	if got.Valid || !strings.HasPrefix(got.Error, "resource_pool") {
 		t.Fatalf("low's own error: %q", got.Error)
 	}
+}
+
+// preempted is low (8 GPUs, priority 0) on two nodes of 8, then high (12
+// GPUs, priority 5) arriving: low gives way, invalid. Each job's Prev is
+// its outcome.
+func preempted(t *testing.T) ([]Node, Job, Job) {
+	t.Helper()
+	nodes := shareNodes(2)
+	low := Job{Name: "low", Spec: trainSpec(t, 8, 0, 0), Age: 1}
+	low.Prev = planAll(t, []Job{low}, nodes)["low"].Plan
+	high := Job{Name: "high", Spec: trainSpec(t, 12, 5, 0), Age: 2}
+	out := planAll(t, []Job{low, high}, nodes)
+	low.Prev, high.Prev = out["low"].Plan, out["high"].Plan
+	if low.Prev.Valid || !high.Prev.Valid {
+		t.Fatalf("low valid %v, high valid %v", low.Prev.Valid, high.Prev.Valid)
+	}
+	return nodes, low, high
 }

@@ -33,19 +33,8 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 // planner with no debounce, and waits for the first plan.
 func benchSetup(b *testing.B, n int) (serverNC, clientNC *nats.Conn, js jetstream.JetStream, first *bus.StoredPlan, follow <-chan *bus.StoredPlan, stopFollow context.CancelFunc) {
 	b.Helper()
-	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if serverNC, err = nats.Connect(url); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(serverNC.Close)
-	if clientNC, err = nats.Connect(url); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(clientNC.Close)
+	url := startServer(b, bus.EmbeddedOptions{})
+	serverNC, clientNC = connect(b, url), connect(b, url)
 	js, _ = jetstream.New(serverNC)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
@@ -64,6 +53,7 @@ func benchSetup(b *testing.B, n int) (serverNC, clientNC *nats.Conn, js jetstrea
 	}
 	// The follower is the "decoded" subscriber; "arrived" stops it.
 	fctx, stopFollow := context.WithCancel(ctx)
+	var err error
 	if follow, err = plans.Follow(fctx, "default", nil); err != nil {
 		b.Fatal(err)
 	}

@@ -47,17 +47,7 @@ func newHarness(t *testing.T) *harness {
 // temp dir).
 func newHarnessWith(t *testing.T, opts bus.EmbeddedOptions) *harness {
 	t.Helper()
-	opts.StoreDir = t.TempDir()
-	ns, url, err := bus.StartEmbedded(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := connect(t, startServer(t, opts))
 	js, _ := jetstream.New(nc)
 	h := &harness{t: t, nc: nc, js: js, beats: map[string]context.CancelFunc{}}
 	t.Cleanup(func() {
@@ -68,6 +58,30 @@ func newHarnessWith(t *testing.T, opts bus.EmbeddedOptions) *harness {
 		}
 	})
 	return h
+}
+
+// startServer starts an embedded server (its store in a temp dir) for
+// the test, and returns its URL.
+func startServer(tb testing.TB, opts bus.EmbeddedOptions) string {
+	tb.Helper()
+	opts.StoreDir = tb.TempDir()
+	ns, url, err := bus.StartEmbedded(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return url
+}
+
+// connect connects to url for the test.
+func connect(tb testing.TB, url string) *nats.Conn {
+	tb.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
 }
 
 // node starts a simulated reporter for id: 8 H100s, a 1s TTL, a

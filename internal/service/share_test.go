@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -229,16 +228,7 @@ func TestSeveralPlansFailover(t *testing.T) {
 // revision is stored. It reports the revisions published per op (only
 // the plan that lost workers should publish).
 func BenchmarkSeveralPlansNodeLeaves(b *testing.B) {
-	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := nats.Connect(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
+	nc := connect(b, startServer(b, bus.EmbeddedOptions{}))
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
