@@ -112,16 +112,7 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 	}
 	err = errors.Join(
 		add("validate", ValidateSubject, func(ctx context.Context, data []byte, hdr micro.Headers) (any, error) {
-			if len(strings.TrimSpace(string(data))) == 0 {
-				return nil, fmt.Errorf("%w: empty request; send a job spec as JSON", ErrBadRequest)
-			}
-			plan := headerFold(hdr, client.PlanHeader)
-			if plan != "" {
-				if err := ValidatePlanName(plan); err != nil {
-					return nil, fmt.Errorf("%s header: %w", client.PlanHeader, err)
-				}
-			}
-			return a.Validate(ctx, data, plan)
+			return validate(ctx, a, data, hdr)
 		}),
 		add("lookup", LookupSubject, func(ctx context.Context, data []byte, _ micro.Headers) (any, error) {
 			var req LookupRequest
@@ -143,6 +134,21 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 		return nil, fmt.Errorf("add service %s: %w", ServiceName, err)
 	}
 	return svc, nil
+}
+
+// validate answers a validate request: a spec, and the plan it is for
+// in PlanHeader (none: a new plan).
+func validate(ctx context.Context, a Answerer, data []byte, hdr micro.Headers) (any, error) {
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return nil, fmt.Errorf("%w: empty request; send a job spec as JSON", ErrBadRequest)
+	}
+	plan := headerFold(hdr, client.PlanHeader)
+	if plan != "" {
+		if err := ValidatePlanName(plan); err != nil {
+			return nil, fmt.Errorf("%s header: %w", client.PlanHeader, err)
+		}
+	}
+	return a.Validate(ctx, data, plan)
 }
 
 // headerFold is header key's first value, the key's case aside (a

@@ -52,25 +52,9 @@ func newValidateCmd() *cobra.Command {
 		Short: "Validate a job spec as plan NAME's against what the live inventory leaves it, without publishing",
 		Args:  cobra.NoArgs,
 		RunE: cf.wrap("validate", nil, func(cmd *cobra.Command, _ []string) error {
-			if specPath == "" {
-				return usagef("validate needs --spec FILE")
-			}
-			if !validOutput(output) {
-				return usagef("--output: %q is not allowed; want text, json or yaml", output)
-			}
-			if _, err := loadSpec(specPath); err != nil {
-				return err
-			}
-			spec, _ := os.ReadFile(specPath)
-			// The service takes JSON; a YAML spec is sent as its JSON form.
-			body, err := specJSON(spec)
+			body, err := validateRequest(specPath, output, plan)
 			if err != nil {
-				return usagef("--spec %s: %v", specPath, err)
-			}
-			if plan != "" {
-				if err := bus.ValidatePlanName(plan); err != nil {
-					return usagef("--plan: %v", err)
-				}
+				return err
 			}
 			nc, _, err := cf.dial()
 			if err != nil {
@@ -87,24 +71,7 @@ func newValidateCmd() *cobra.Command {
 			if err != nil {
 				return busErr(err)
 			}
-			if reply.Document == nil {
-				return fmt.Errorf("validate: the reply has no plan")
-			}
-			if !reply.Valid && output == "yaml" {
-				// As planner plan: no resource_pool to print.
-				fmt.Fprintln(cmd.ErrOrStderr(), "planner: not valid on the live inventory: "+reply.Error)
-				return exitError{ExitInvalid}
-			}
-			if err := writePlan(cmd.OutOrStdout(), &planner.Plan{Document: *reply.Document}, output); err != nil {
-				return err
-			}
-			if !reply.Valid {
-				if output == "text" {
-					fmt.Fprintln(cmd.ErrOrStderr(), "planner: not valid on the live inventory: "+reply.Error)
-				}
-				return exitError{ExitInvalid}
-			}
-			return nil
+			return writeValidation(cmd, reply, output)
 		}),
 	}
 	cf.add(cmd.Flags())
@@ -112,6 +79,54 @@ func newValidateCmd() *cobra.Command {
 	cmd.Flags().StringVar(&plan, "plan", "", "the plan the spec is for (default: a new plan): its own GPUs are not in its way, those of other plans of its priority or higher are")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 	return cmd
+}
+
+// validateRequest checks validate's flags and reads the spec as the JSON
+// the service takes (a YAML spec as its JSON form).
+func validateRequest(specPath, output, plan string) ([]byte, error) {
+	if specPath == "" {
+		return nil, usagef("validate needs --spec FILE")
+	}
+	if !validOutput(output) {
+		return nil, usagef("--output: %q is not allowed; want text, json or yaml", output)
+	}
+	if plan != "" {
+		if err := bus.ValidatePlanName(plan); err != nil {
+			return nil, usagef("--plan: %v", err)
+		}
+	}
+	if _, err := loadSpec(specPath); err != nil {
+		return nil, err
+	}
+	spec, _ := os.ReadFile(specPath)
+	body, err := specJSON(spec)
+	if err != nil {
+		return nil, usagef("--spec %s: %v", specPath, err)
+	}
+	return body, nil
+}
+
+// writeValidation prints a validate reply as planner plan prints a plan,
+// and exits 1 when it is not valid.
+func writeValidation(cmd *cobra.Command, reply *client.ValidateReply, output string) error {
+	if reply.Document == nil {
+		return fmt.Errorf("validate: the reply has no plan")
+	}
+	if !reply.Valid && output == "yaml" {
+		// As planner plan: no resource_pool to print.
+		fmt.Fprintln(cmd.ErrOrStderr(), "planner: not valid on the live inventory: "+reply.Error)
+		return exitError{ExitInvalid}
+	}
+	if err := writePlan(cmd.OutOrStdout(), &planner.Plan{Document: *reply.Document}, output); err != nil {
+		return err
+	}
+	if !reply.Valid {
+		if output == "text" {
+			fmt.Fprintln(cmd.ErrOrStderr(), "planner: not valid on the live inventory: "+reply.Error)
+		}
+		return exitError{ExitInvalid}
+	}
+	return nil
 }
 
 func newLookupCmd() *cobra.Command {

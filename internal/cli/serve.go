@@ -27,6 +27,44 @@ import (
 	"github.com/poolplanner/poolplanner/internal/service"
 )
 
+// logger is the log --log-level and --log-format ask for.
+func (o *serveOptions) logger(cmd *cobra.Command) (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(o.logLevel)
+	if err != nil || o.logLevel == "" {
+		return zerolog.Nop(), usagef("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	format, err := logFormat(o.logFormat, cmd.Flags().Changed("log-format"), cmd.ErrOrStderr())
+	if err != nil {
+		return zerolog.Nop(), err
+	}
+	return newLogger(format, level, cmd.ErrOrStderr()), nil
+}
+
+// listenMap listens on --http-listen, if given, at start: a taken port
+// is a usage error before anything runs.
+func (o *serveOptions) listenMap() (net.Listener, error) {
+	if o.httpListen == "" {
+		return nil, nil
+	}
+	l, err := gpumap.Listen(o.httpListen)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return l, nil
+}
+
+// serveMap serves the GPU map of p on l (nil: none).
+func serveMap(ctx context.Context, l net.Listener, p *service.Planner, nc *nats.Conn, log zerolog.Logger) error {
+	if l == nil {
+		return nil
+	}
+	if err := gpumap.NewServer(p, log).Serve(ctx, l, nc); err != nil {
+		return err
+	}
+	log.Info().Str("url", "http://"+l.Addr().String()+"/").Msg("GPU map")
+	return nil
+}
+
 // DefaultListen is where `planner serve` listens, and where the client
 // commands look for it.
 const DefaultListen = "127.0.0.1:4222"
@@ -193,15 +231,10 @@ func (o *serveOptions) checkCluster() error {
 }
 
 func (o *serveOptions) run(cmd *cobra.Command) error {
-	level, err := zerolog.ParseLevel(o.logLevel)
-	if err != nil || o.logLevel == "" {
-		return usagef("--log-level %q: want debug, info, warn or error", o.logLevel)
-	}
-	format, err := logFormat(o.logFormat, cmd.Flags().Changed("log-format"), cmd.ErrOrStderr())
+	log, err := o.logger(cmd)
 	if err != nil {
 		return err
 	}
-	log := newLogger(format, level, cmd.ErrOrStderr())
 	sims, spec, err := o.check()
 	if err != nil {
 		return err
@@ -217,11 +250,11 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 			return usageError{err}
 		}
 	}
-	var mapL net.Listener
-	if o.httpListen != "" {
-		if mapL, err = gpumap.Listen(o.httpListen); err != nil {
-			return usageError{err}
-		}
+	mapL, err := o.listenMap()
+	if err != nil {
+		return err
+	}
+	if mapL != nil {
 		defer mapL.Close()
 	}
 	nc, shutdown, err := o.connect(log)
@@ -241,11 +274,8 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	waitReported(ctx, store, reporters, 30*time.Second, log)
 	p := service.New(service.Config{NC: nc, JS: js, Plan: o.plan, Spec: spec, ReplaceSpec: o.replaceSpec, Debounce: o.debounce, Settle: o.settle,
 		HistoryAge: o.historyAge, HistoryBytes: o.historyBytes, Replicas: o.replicas, LeaseTTL: o.leaseTTL, Metrics: pm, Log: log})
-	if mapL != nil {
-		if err := gpumap.NewServer(p, log).Serve(ctx, mapL, nc); err != nil {
-			return err
-		}
-		log.Info().Str("url", "http://"+mapL.Addr().String()+"/").Msg("GPU map")
+	if err := serveMap(ctx, mapL, p, nc, log); err != nil {
+		return err
 	}
 	log.Info().Str("plan", o.plan).Int("reporters", reporters).Msg("planner serving")
 	err = p.Run(ctx)

@@ -86,23 +86,11 @@ func Build(plans []*planner.Plan, nodes []inventory.NodeInventory) *Map {
 		return cmp.Or(cmp.Compare(b.Priority, a.Priority), strings.Compare(a.Name, b.Name))
 	})
 	m := &Map{Plans: make([]PlanHead, len(plans)), Rows: []Row{}, Nodes: len(nodes)}
-	cells := map[string][]Cell{}
 	pools := map[string][]string{}
-	gpus := map[string]int{}
+	cells := map[string][]Cell{}
 	for _, n := range nodes {
-		count := len(n.GPUs)
-		for _, g := range n.GPUs {
-			count = max(count, g.Index+1)
-		}
-		gpus[n.NodeID] = count
-		cs := make([]Cell, count)
-		for _, g := range n.GPUs {
-			if !g.Healthy && g.Index >= 0 {
-				cs[g.Index].Unhealthy = true
-			}
-		}
-		cells[n.NodeID] = cs
-		m.GPUs += count
+		cells[n.NodeID] = emptyCells(n)
+		m.GPUs += len(cells[n.NodeID])
 	}
 	for i, p := range plans {
 		h := PlanHead{Name: p.Name, Revision: p.Revision, Valid: p.Valid, Reason: p.Reason, Error: p.Error,
@@ -168,6 +156,21 @@ func digits(s string) int {
 		n++
 	}
 	return n
+}
+
+// emptyCells is a node's GPUs with nobody on them, the unhealthy marked.
+func emptyCells(n inventory.NodeInventory) []Cell {
+	count := len(n.GPUs)
+	for _, g := range n.GPUs {
+		count = max(count, g.Index+1)
+	}
+	cs := make([]Cell, count)
+	for _, g := range n.GPUs {
+		if !g.Healthy && g.Index >= 0 {
+			cs[g.Index].Unhealthy = true
+		}
+	}
+	return cs
 }
 
 // reserve marks the GPUs plan p (index i) holds in its pools with no

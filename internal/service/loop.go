@@ -211,15 +211,7 @@ func (l *loop) run(ctx context.Context) error {
 			l.seen = max(l.seen, ev.Revision)
 			l.inventory(ev)
 		case f := <-l.followed:
-			if _, ok := l.following[f.s]; !ok {
-				continue // stopped following
-			}
-			if f.sp == nil {
-				l.unfollow(f.s) // guard follows again
-				continue
-			}
-			f.s.adopted(f.sp)
-			l.armCheck(checkAfter)
+			l.adopt(f)
 		case <-l.check.C:
 			l.checking = false
 			if l.p.leading() == 0 {
@@ -244,6 +236,20 @@ func (l *loop) run(ctx context.Context) error {
 			l.replan(ctx)
 		}
 	}
+}
+
+// adopt takes another planner's revision of a plan, or notes that its
+// follow ended (guard follows again).
+func (l *loop) adopt(f followedPlan) {
+	if _, ok := l.following[f.s]; !ok {
+		return // stopped following
+	}
+	if f.sp == nil {
+		l.unfollow(f.s)
+		return
+	}
+	f.s.adopted(f.sp)
+	l.armCheck(checkAfter)
 }
 
 // checkAfter is how long after adopting another planner's revision its
@@ -381,21 +387,9 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 	if s == nil {
 		s = l.addSibling(ctx, name, l.firstRevision(ctx, name, e.Revision()))
 	}
-	spec, err := planner.ParseSpec(e.Value())
-	value, rev := e.Value(), e.Revision()
-	if err != nil {
-		s.mu.Lock()
-		have := s.spec != nil
-		s.mu.Unlock()
-		if have {
-			log.Error().Err(err).Uint64("spec_revision", e.Revision()).Msg("stored spec does not parse; keeping the last one")
-			return
-		}
-		if spec, value, rev = l.lastGoodSpec(ctx, name, e.Revision()); spec == nil {
-			log.Error().Err(err).Uint64("spec_revision", e.Revision()).Msg("stored spec does not parse, nor does any before it: no plan until a good one is stored (planner spec set)")
-			return
-		}
-		log.Error().Err(err).Uint64("spec_revision", e.Revision()).Uint64("planning_on", rev).Msg("stored spec does not parse; planning on the last good one")
+	spec, value, rev := l.parsed(ctx, s, e, log)
+	if spec == nil {
+		return
 	}
 	s.mu.Lock()
 	fresh := s.spec == nil || s.removing
@@ -414,6 +408,30 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 	s.mu.Unlock()
 	log.Info().Uint64("spec_revision", rev).Int("priority", spec.Priority).Msg("spec loaded")
 	l.kick()
+}
+
+// parsed is the spec e stores for s's plan; one that does not parse
+// keeps the last good one (nil: keep it), or, with none yet, the newest
+// good one in the key's history.
+func (l *loop) parsed(ctx context.Context, s *Planner, e jetstream.KeyValueEntry, log zerolog.Logger) (*planner.Spec, []byte, uint64) {
+	spec, err := planner.ParseSpec(e.Value())
+	if err == nil {
+		return spec, e.Value(), e.Revision()
+	}
+	s.mu.Lock()
+	have := s.spec != nil
+	s.mu.Unlock()
+	if have {
+		log.Error().Err(err).Uint64("spec_revision", e.Revision()).Msg("stored spec does not parse; keeping the last one")
+		return nil, nil, 0
+	}
+	spec, value, rev := l.lastGoodSpec(ctx, e.Key(), e.Revision())
+	if spec == nil {
+		log.Error().Err(err).Uint64("spec_revision", e.Revision()).Msg("stored spec does not parse, nor does any before it: no plan until a good one is stored (planner spec set)")
+		return nil, nil, 0
+	}
+	log.Error().Err(err).Uint64("spec_revision", e.Revision()).Uint64("planning_on", rev).Msg("stored spec does not parse; planning on the last good one")
+	return spec, value, rev
 }
 
 // addSibling makes plan name's state and follows it.
@@ -484,6 +502,29 @@ type stoppedWatch struct{}
 func (stoppedWatch) Updates() <-chan jetstream.KeyValueEntry { return nil }
 func (stoppedWatch) Stop() error                             { return nil }
 
+// measured replans every plan and records, per plan, the replan's time
+// and, for those it published, the time since the first change.
+func (l *loop) measured(ctx context.Context) error {
+	before := map[*Planner]int{}
+	for _, s := range l.p.states() {
+		before[s] = s.revision()
+	}
+	start := time.Now()
+	err := l.p.replan(ctx)
+	if err != nil {
+		return err
+	}
+	for s, rev := range before {
+		var since time.Duration
+		if s.revision() != rev {
+			since = time.Since(l.dirtySince)
+		}
+		l.p.cfg.Metrics.Replanned(s.cfg.Plan, time.Since(start), since)
+	}
+	l.p.cfg.Metrics.Inventory(l.p.inventorySize())
+	return nil
+}
+
 // settling is the longest any plan waits for its nodes (Planner.settling).
 func (l *loop) settling() time.Duration {
 	var wait time.Duration
@@ -530,22 +571,7 @@ func (l *loop) replan(ctx context.Context) {
 	}
 	l.settleSaid = false
 	l.dirty = false
-	before := map[*Planner]int{}
-	for _, s := range l.p.states() {
-		before[s] = s.revision()
-	}
-	start := time.Now()
-	err := l.p.replan(ctx)
-	if err == nil {
-		for s, rev := range before {
-			var since time.Duration
-			if s.revision() != rev {
-				since = time.Since(l.dirtySince)
-			}
-			l.p.cfg.Metrics.Replanned(s.cfg.Plan, time.Since(start), since)
-		}
-		l.p.cfg.Metrics.Inventory(l.p.inventorySize())
-	}
+	err := l.measured(ctx)
 	l.prune()
 	if errors.Is(err, bus.ErrLeaseLost) {
 		l.dirty = true

@@ -87,33 +87,9 @@ func (p *Planner) replanOnce(ctx context.Context) error {
 	p.mu.Lock()
 	nodes := p.live.planNodes()
 	p.mu.Unlock()
-	var jobs []planner.Job
-	var planned []*Planner
-	for _, s := range states {
-		s.mu.Lock()
-		spec, latest, removing, age := s.spec, s.latest, s.removing, s.age
-		s.mu.Unlock()
-		if removing {
-			if err := s.publishRemoved(ctx); err != nil {
-				return conflicted(s, err)
-			}
-			continue
-		}
-		var prev *planner.Plan
-		if latest != nil {
-			prev = latest.Plan
-		}
-		if spec == nil {
-			// None that parses: its last valid revision stays as it is,
-			// and no other plan takes its GPUs.
-			if prev != nil && prev.Valid {
-				jobs = append(jobs, planner.Job{Name: s.cfg.Plan, Prev: prev, Age: age})
-				planned = append(planned, nil)
-			}
-			continue
-		}
-		jobs = append(jobs, planner.Job{Name: s.cfg.Plan, Spec: spec, Prev: prev, Age: age})
-		planned = append(planned, s)
+	jobs, planned, err := releaseRemoved(ctx, states)
+	if err != nil {
+		return err
 	}
 	outs := planner.PlanAll(jobs, nodes)
 	for _, i := range givingFirst(jobs, outs) {
@@ -135,6 +111,41 @@ func (p *Planner) replanOnce(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// releaseRemoved publishes the last revision of each removed plan, and
+// returns the others as PlanAll's jobs, each with its state (nil for a
+// plan held as it is).
+func releaseRemoved(ctx context.Context, states []*Planner) ([]planner.Job, []*Planner, error) {
+	var jobs []planner.Job
+	var planned []*Planner
+	for _, s := range states {
+		s.mu.Lock()
+		spec, latest, removing, age := s.spec, s.latest, s.removing, s.age
+		s.mu.Unlock()
+		if removing {
+			if err := s.publishRemoved(ctx); err != nil {
+				return nil, nil, conflicted(s, err)
+			}
+			continue
+		}
+		var prev *planner.Plan
+		if latest != nil {
+			prev = latest.Plan
+		}
+		if spec == nil {
+			// None that parses: its last valid revision stays as it is,
+			// and no other plan takes its GPUs.
+			if prev != nil && prev.Valid {
+				jobs = append(jobs, planner.Job{Name: s.cfg.Plan, Prev: prev, Age: age})
+				planned = append(planned, nil)
+			}
+			continue
+		}
+		jobs = append(jobs, planner.Job{Name: s.cfg.Plan, Spec: spec, Prev: prev, Age: age})
+		planned = append(planned, s)
+	}
+	return jobs, planned, nil
 }
 
 // conflicted wraps a conflict for replan to re-read s's latest.
@@ -276,11 +287,7 @@ func (p *Planner) publishNext(ctx context.Context, o planner.Outcome, changes []
 		next.Revision = prev.Revision + 1
 	}
 	next.CreatedAt = p.cfg.Now().UTC()
-	why, shared := reason(prev, changes, specChanged, ch), sharing(prev, next)
-	if shared != "" && why == nothingSaid {
-		why = ""
-	}
-	next.Reason = join(note, join(why, shared))
+	next.Reason = join(note, fullReason(prev, next, changes, specChanged, ch))
 	if latest != nil && latest.Orphan {
 		next.Reason = join(fmt.Sprintf("the plan history was lost (stream recreated): revision %d republished whole", next.Revision), next.Reason)
 	}
@@ -422,6 +429,16 @@ func (p *Planner) retain(ctx context.Context) {
 	if err := p.plans.Retain(ctx, p.cfg.Plan, p.cfg.HistoryAge, p.cfg.HistoryBytes, p.cfg.Now()); err != nil {
 		p.cfg.Log.Warn().Err(err).Msg("trimming the plan history failed; it will be tried again")
 	}
+}
+
+// fullReason is reason and sharing together (sharing alone when reason
+// would only say "inventory changed").
+func fullReason(prev, next *planner.Plan, changes []string, specChanged bool, ch *planner.Change) string {
+	why, shared := reason(prev, changes, specChanged, ch), sharing(prev, next)
+	if shared != "" && why == nothingSaid {
+		why = ""
+	}
+	return join(why, shared)
 }
 
 // sharing says what plans sharing the cluster did to this one: took its
