@@ -51,7 +51,7 @@ func (p *Planner) Validate(_ context.Context, data []byte, as string) (*bus.Vali
 	doc = planner.WithinQuota(planner.Outcome{Plan: doc, Err: err}, spec).Plan
 	doc.Priority = spec.Priority
 	reply := doc.Document
-	reply.Name = cmp.Or(as, p.cfg.Plan)
+	reply.Name = cmp.Or(as, "(new plan)")
 	reply.CreatedAt = p.cfg.Now().UTC()
 	reply.Reason = "validation: not published"
 	if n := reply.Workers.Len(); n > ValidateMaxWorkers {
