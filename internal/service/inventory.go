@@ -23,6 +23,9 @@ type view struct {
 	// basis holds, per node changed since the last published plan, its
 	// document then (nil: it was not there).
 	basis map[string]*inventory.NodeInventory
+	// docsOnly: the view of a plan planned on another's nodes (a
+	// sibling's): documents for its change log, no planner nodes.
+	docsOnly bool
 }
 
 func newView() view {
@@ -37,6 +40,9 @@ func (v *view) put(id string, doc inventory.NodeInventory) (bool, error) {
 	}
 	v.remember(id, old, ok)
 	v.docs[id] = doc
+	if v.docsOnly {
+		return true, nil
+	}
 	n, err := doc.PlannerNode()
 	if err != nil {
 		v.dropNode(id)
