@@ -23,9 +23,49 @@ type view struct {
 	// basis holds, per node changed since the last published plan, its
 	// document then (nil: it was not there).
 	basis map[string]*inventory.NodeInventory
-	// docsOnly: the view of a plan planned on another's nodes (a
-	// sibling's): documents for its change log, no planner nodes.
-	docsOnly bool
+	// lead, on the view of a plan planned beside the lead's (a
+	// sibling's), is the lead's view: docs then holds only the nodes
+	// changed since this plan's last revision (absent: gone), the lead's
+	// the others, as they were before the lead took the event (siblings
+	// take each event first); no planner nodes. Only the loop's
+	// goroutine writes the lead's documents, so it reads them unlocked.
+	lead *view
+}
+
+// doc is node id's document as this view has it.
+func (v *view) doc(id string) (inventory.NodeInventory, bool) {
+	if v.lead != nil {
+		if _, changed := v.basis[id]; !changed {
+			d, ok := v.lead.docs[id]
+			return d, ok
+		}
+	}
+	d, ok := v.docs[id]
+	return d, ok
+}
+
+// present lists the nodes in this view.
+func (v *view) present() []string {
+	out := make([]string, 0, len(v.docs))
+	if v.lead != nil {
+		for id := range v.lead.docs {
+			if _, changed := v.basis[id]; !changed {
+				out = append(out, id)
+			}
+		}
+	}
+	for id := range v.docs {
+		out = append(out, id)
+	}
+	return out
+}
+
+// settled starts a new change log: the last plan was published.
+func (v *view) settled() {
+	clear(v.basis)
+	if v.lead != nil {
+		clear(v.docs) // the lead's are this plan's again
+	}
 }
 
 func newView() view {
@@ -34,13 +74,13 @@ func newView() view {
 
 // put sets node id's document and reports whether it changed.
 func (v *view) put(id string, doc inventory.NodeInventory) (bool, error) {
-	old, ok := v.docs[id]
+	old, ok := v.doc(id)
 	if ok && inventory.SameInventory(old, doc) {
 		return false, nil
 	}
 	v.remember(id, old, ok)
 	v.docs[id] = doc
-	if v.docsOnly {
+	if v.lead != nil {
 		return true, nil
 	}
 	n, err := doc.PlannerNode()
@@ -57,7 +97,7 @@ func (v *view) put(id string, doc inventory.NodeInventory) (bool, error) {
 
 // remove forgets node id and reports whether it was there.
 func (v *view) remove(id string) bool {
-	old, ok := v.docs[id]
+	old, ok := v.doc(id)
 	if !ok {
 		return false
 	}
@@ -195,7 +235,7 @@ func (p *Planner) replaceNodes(nodes map[string]inventory.NodeInventory) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	changed := false
-	for id := range p.live.docs {
+	for _, id := range p.live.present() {
 		if _, ok := nodes[id]; !ok {
 			p.expired[id] = true // gone while the watch was away: why, unknown
 			changed = p.live.remove(id) || changed

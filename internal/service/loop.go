@@ -314,11 +314,12 @@ func (l *loop) watchClosed(ctx context.Context) {
 // inventory folds one watch event in.
 func (l *loop) inventory(ev bus.Event) {
 	if l.resync == nil {
-		changed := l.p.apply(ev)
+		// The other plans' views read the lead's documents as they were:
+		// they take the event first.
 		for _, s := range l.p.siblings() {
 			s.apply(ev)
 		}
-		if changed {
+		if l.p.apply(ev) {
 			l.kick()
 		}
 		return
@@ -343,9 +344,12 @@ func (l *loop) inventory(ev bus.Event) {
 		l.p.rejected(ev)
 		l.p.mu.Unlock()
 	case bus.Synced:
-		for _, s := range l.p.everyState() {
+		for _, s := range l.p.siblings() {
 			s.replaceNodes(l.resync)
-			if !l.everSynced {
+		}
+		l.p.replaceNodes(l.resync)
+		if !l.everSynced {
+			for _, s := range l.p.everyState() {
 				s.afterFirstSync()
 			}
 		}

@@ -25,13 +25,13 @@ const maxChange = 512 << 10
 func (p *Planner) afterFirstSync() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	clear(p.live.basis)
+	p.live.settled()
 	if p.latest == nil {
 		return
 	}
 	for _, pl := range p.latest.Plan.Pools {
 		for _, n := range pl.Nodes {
-			if _, ok := p.live.docs[n.NodeID]; !ok {
+			if _, ok := p.live.doc(n.NodeID); !ok {
 				p.live.basis[n.NodeID] = &inventory.NodeInventory{NodeID: n.NodeID}
 			}
 		}
@@ -380,7 +380,7 @@ func (p *Planner) published(sp *bus.StoredPlan, note string) {
 	if p.latest == nil || sp.Plan.Revision > p.latest.Plan.Revision {
 		p.latest = sp
 	}
-	clear(p.live.basis)
+	p.live.settled()
 }
 
 // event is how next travels, and what it will be as the latest: whole

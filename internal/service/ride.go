@@ -278,7 +278,7 @@ func (l *loop) outageOf(p *Planner) bool {
 	}
 	lost := 0
 	for id := range nodes {
-		if _, ok := p.live.docs[id]; !ok && p.expired[id] {
+		if _, ok := p.live.doc(id); !ok && p.expired[id] {
 			lost++
 		}
 	}
@@ -289,7 +289,7 @@ func (l *loop) outageOf(p *Planner) bool {
 	}
 	l.settlingOutage, l.started = true, time.Now()
 	p.inherited, p.reported = p.latest.Plan, map[string]bool{}
-	for id := range p.live.docs {
+	for _, id := range p.live.present() {
 		p.reported[id] = true
 	}
 	why := "vanished at once (an inventory outage, not nodes leaving)"

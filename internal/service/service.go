@@ -226,14 +226,12 @@ func (p *Planner) sibling(name string) *Planner {
 		cfg: cfg, plans: p.plans, specs: p.specs, inv: p.inv, lead: p,
 		live: newView(), reported: map[string]bool{}, assignSeq: map[string]uint64{}, expired: map[string]bool{},
 	}
-	s.live.docsOnly = true
+	s.live.lead = &p.live
 	p.mu.Lock()
-	for id, doc := range p.live.docs {
-		_, _ = s.live.put(id, doc) // the lead's view took it: cannot fail
+	for id := range p.live.docs {
 		s.reported[id] = p.reported[id]
 	}
 	p.mu.Unlock()
-	clear(s.live.basis)
 	return s
 }
 

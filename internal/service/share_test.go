@@ -313,3 +313,44 @@ scheduling:
 	time.Sleep(time.Second) // any other revisions of the last op
 	b.ReportMetric(float64(count()-before)/float64(b.N), "revisions/op")
 }
+
+// TestSeveralPlansNodeLeaves: a node dies; each plan that had workers
+// on it says so in its next revision (every plan keeps its own change
+// log), and a plan that had none publishes nothing.
+func TestSeveralPlansNodeLeaves(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	for i := 1; i <= 4; i++ {
+		h.node(fmt.Sprintf("n%d", i))
+	}
+	specs := bus.NewSpecStore(h.js)
+	for name, spec := range map[string]string{"a": shareSpec(8, 1), "b": shareSpec(8, 0), "c": shareSpec(4, 0)} {
+		if _, err := specs.Put(ctx, name, []byte(spec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
+	defer stop()
+	valid := func(p *planner.Plan) bool { return p.Valid }
+	first := map[string]*planner.Plan{}
+	for _, name := range []string{"a", "b", "c"} {
+		first[name] = h.waitFor(name, "valid", valid)
+	}
+	victim := first["b"].Workers.At(0).NodeID
+	h.kill(victim)
+	b := h.waitFor("b", "a revision after the node left", func(p *planner.Plan) bool { return p.Revision > first["b"].Revision })
+	if !b.Valid || !strings.Contains(b.Reason, "nodes left: "+victim) {
+		t.Fatalf("b's revision %d: valid %v, reason %q", b.Revision, b.Valid, b.Reason)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, name := range []string{"a", "c"} {
+		p := h.waitFor(name, "any", func(*planner.Plan) bool { return true })
+		on := len(first[name].NodeIndex()(victim)) > 0
+		switch {
+		case on && (p.Revision == first[name].Revision || !strings.Contains(p.Reason, "nodes left: "+victim)):
+			t.Errorf("%s had workers on %s: revision %d, reason %q", name, victim, p.Revision, p.Reason)
+		case !on && p.Revision != first[name].Revision:
+			t.Errorf("%s had none on %s but published revision %d: %q", name, victim, p.Revision, p.Reason)
+		}
+	}
+}
