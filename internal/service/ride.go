@@ -237,8 +237,11 @@ func (l *loop) restartWatches(ctx context.Context) {
 	if l.stopWatch != nil {
 		l.stopWatch()
 	}
+	// specsIn stays: every plan's state is known; a spec stored or
+	// removed meanwhile comes with the new watch, and planning the others
+	// until then gives nobody's GPUs away (a new plan holds none yet, a
+	// removed one still holds its own).
 	l.events, l.synced, l.seen, l.seenAtGuard, l.behind = nil, false, 0, 0, 0
-	l.specsIn = false // until the new spec watch has delivered them all
 	l.watch(ctx)
 	_ = l.specW.Stop()
 	l.specW = stoppedWatch{} // watched again at once (or at the next guard)

@@ -217,8 +217,8 @@ func New(cfg Config) *Planner {
 }
 
 // sibling makes the state of plan name, planned by p's loop: it shares
-// p's stores, lease and inventory (a copy of the view, for its own
-// change log).
+// p's stores, lease and inventory (its view follows p's and keeps only
+// its own change log).
 func (p *Planner) sibling(name string) *Planner {
 	cfg := p.cfg
 	cfg.Plan, cfg.Spec, cfg.ReplaceSpec = name, nil, false
