@@ -20,6 +20,22 @@ func shareSpec(workers, priority int) string {
 	return fmt.Sprintf("priority: %d\nscheduling:\n  train: {worker_num: %d, num_cpus: 1, num_gpus: 1}\n", priority, workers)
 }
 
+// cluster starts simulated nodes n1..nN and stores specs (plan name →
+// spec); it returns the spec store.
+func (h *harness) cluster(n int, specs map[string]string) *bus.SpecStore {
+	h.t.Helper()
+	for i := 1; i <= n; i++ {
+		h.node(fmt.Sprintf("n%d", i))
+	}
+	store := bus.NewSpecStore(h.js)
+	for name, spec := range specs {
+		if _, err := store.Put(context.Background(), name, []byte(spec)); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	return store
+}
+
 // waitFor waits for plan name's latest revision to satisfy ok.
 func (h *harness) waitFor(name string, what string, ok func(*planner.Plan) bool) *planner.Plan {
 	h.t.Helper()
@@ -154,12 +170,7 @@ func TestSeveralPlans(t *testing.T) {
 func TestSeveralPlansQuota(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	h.node("n1")
-	h.node("n2")
-	specs := bus.NewSpecStore(h.js)
-	if _, err := specs.Put(ctx, "exp", []byte("max_gpus: 4\n"+shareSpec(6, 0))); err != nil {
-		t.Fatal(err)
-	}
+	specs := h.cluster(2, map[string]string{"exp": "max_gpus: 4\n" + shareSpec(6, 0)})
 	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()
 	p := h.waitFor("exp", "invalid", func(p *planner.Plan) bool { return !p.Valid })
@@ -179,15 +190,7 @@ func TestSeveralPlansQuota(t *testing.T) {
 func TestSeveralPlansFailover(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	for i := 1; i <= 4; i++ {
-		h.node(fmt.Sprintf("n%d", i))
-	}
-	specs := bus.NewSpecStore(h.js)
-	for name, spec := range map[string]string{"a": shareSpec(12, 1), "b": shareSpec(12, 0)} {
-		if _, err := specs.Put(ctx, name, []byte(spec)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	specs := h.cluster(4, map[string]string{"a": shareSpec(12, 1), "b": shareSpec(12, 0)})
 	url := h.nc.ConnectedUrl()
 	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
 	leader := h.instance(url, cfg)
@@ -320,15 +323,7 @@ scheduling:
 func TestSeveralPlansNodeLeaves(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	for i := 1; i <= 4; i++ {
-		h.node(fmt.Sprintf("n%d", i))
-	}
-	specs := bus.NewSpecStore(h.js)
-	for name, spec := range map[string]string{"a": shareSpec(8, 1), "b": shareSpec(8, 0), "c": shareSpec(4, 0)} {
-		if _, err := specs.Put(ctx, name, []byte(spec)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h.cluster(4, map[string]string{"a": shareSpec(8, 1), "b": shareSpec(8, 0), "c": shareSpec(4, 0)})
 	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()
 	valid := func(p *planner.Plan) bool { return p.Valid }

@@ -70,12 +70,7 @@ func TestSiblingPublishWaitsForRenewal(t *testing.T) {
 func TestSpeclessPlanHolds(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	h.node("n1")
-	h.node("n2")
-	specs := bus.NewSpecStore(h.js)
-	if _, err := specs.Put(ctx, "x", []byte(shareSpec(8, 0))); err != nil {
-		t.Fatal(err)
-	}
+	specs := h.cluster(2, map[string]string{"x": shareSpec(8, 0)})
 	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	x := h.waitFor("x", "valid", func(p *planner.Plan) bool { return p.Valid })
 	stop()
