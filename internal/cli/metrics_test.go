@@ -103,6 +103,22 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("no %s in:\n%s", want, grep(text, "poolplanner_requests_total|poolplanner_reporter"))
 		}
 	}
+
+	// A plan of higher priority: default gives way, and says so; removed,
+	// its series end.
+	big := writeFile(t, "big.yaml", "priority: 10\nscheduling: {train: {worker_num: 8, num_cpus: 1, num_gpus: 1}}\n")
+	if code, _, errOut := run(t, "spec", "set", "--plan", "big", big, "--server", url); code != 0 {
+		t.Fatal(errOut)
+	}
+	wait(`poolplanner_plan_preempted{plan="default"}`, 1)
+	wait(`poolplanner_plan_priority{plan="big"}`, 10) // published after default gave way
+	if code, _, errOut := run(t, "spec", "rm", "--plan", "big", "--server", url); code != 0 {
+		t.Fatal(errOut)
+	}
+	text = wait(`poolplanner_plan_priority{plan="big"}`, -1)
+	if got := metricValue(text, `poolplanner_plan_revision{plan="big"}`); got != -1 {
+		t.Errorf("a removed plan's revision still reported: %v", got)
+	}
 }
 
 func grep(text, pattern string) string {

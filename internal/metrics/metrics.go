@@ -20,6 +20,7 @@ import (
 // nothing.
 type Planner struct {
 	revision, valid, workers, gpus, leader *prometheus.GaugeVec
+	priority, preempted                    *prometheus.GaugeVec
 	moved                                  *prometheus.CounterVec
 	replan, changeToPublish                *prometheus.HistogramVec
 	nodes, unhealthy                       prometheus.Gauge
@@ -35,11 +36,13 @@ func NewPlanner(reg prometheus.Registerer) *Planner {
 		return g
 	}
 	m := &Planner{
-		revision: f("plan_revision", "The plan's latest revision.", "plan"),
-		valid:    f("plan_valid", "1 when the plan's latest revision is valid, else 0.", "plan"),
-		workers:  f("plan_workers", "Workers the plan's latest revision places.", "plan"),
-		gpus:     f("plan_gpus", "GPUs the plan's latest revision holds (fractional shares summed).", "plan"),
-		leader:   f("plan_leader", "1 while this planner holds the plan's lease (it replans and publishes), else 0.", "plan"),
+		revision:  f("plan_revision", "The plan's latest revision.", "plan"),
+		valid:     f("plan_valid", "1 when the plan's latest revision is valid, else 0.", "plan"),
+		workers:   f("plan_workers", "Workers the plan's latest revision places.", "plan"),
+		gpus:      f("plan_gpus", "GPUs the plan's latest revision holds (fractional shares summed).", "plan"),
+		leader:    f("plan_leader", "1 while this planner holds the plan's lease (it replans and publishes), else 0.", "plan"),
+		priority:  f("plan_priority", "The plan's priority among the plans sharing the cluster.", "plan"),
+		preempted: f("plan_preempted", "1 while the plan's latest revision gave way to a plan of higher priority, else 0.", "plan"),
 		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_plan_workers_moved_total",
 			Help: "Workers moved by the plan's revisions, summed."}, []string{"plan"}),
 		replan: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "poolplanner_replan_duration_seconds",
@@ -68,6 +71,29 @@ func (m *Planner) Published(plan string, revision int, valid bool, workers int, 
 	m.workers.WithLabelValues(plan).Set(float64(workers))
 	m.gpus.WithLabelValues(plan).Set(gpus)
 	m.moved.WithLabelValues(plan).Add(float64(moved))
+}
+
+// Shared records where a plan stands among those sharing the cluster:
+// its priority, and whether its latest revision gave way to another.
+func (m *Planner) Shared(plan string, priority int, preempted bool) {
+	if m == nil {
+		return
+	}
+	m.priority.WithLabelValues(plan).Set(float64(priority))
+	m.preempted.WithLabelValues(plan).Set(b2f(preempted))
+}
+
+// Removed forgets a plan whose spec was removed: its series end.
+func (m *Planner) Removed(plan string) {
+	if m == nil {
+		return
+	}
+	for _, g := range []*prometheus.GaugeVec{m.revision, m.valid, m.workers, m.gpus, m.priority, m.preempted} {
+		g.DeleteLabelValues(plan)
+	}
+	m.moved.DeleteLabelValues(plan)
+	m.replan.DeleteLabelValues(plan)
+	m.changeToPublish.DeleteLabelValues(plan)
 }
 
 // Replanned records a replan's duration and, when it published and an

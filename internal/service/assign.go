@@ -164,6 +164,7 @@ func (p *Planner) adopted(sp *bus.StoredPlan) {
 		p.latest = sp
 		pl := sp.Plan
 		p.cfg.Metrics.Published(p.cfg.Plan, pl.Revision, pl.Valid, pl.Workers.Len(), gpusHeld(pl), 0)
+		p.cfg.Metrics.Shared(p.cfg.Plan, pl.Priority, len(pl.PreemptedBy) > 0)
 	}
 	if sp == nil || sp.Changed == nil {
 		p.reconcile = true

@@ -255,6 +255,7 @@ func (p *Planner) drop(s *Planner) {
 	s.mu.Lock()
 	s.spec, s.digest, s.specBytes, s.removing, s.age = nil, "", nil, false, 0
 	s.mu.Unlock()
+	p.cfg.Metrics.Removed(s.cfg.Plan)
 	if s == p {
 		return
 	}
@@ -308,6 +309,7 @@ func (p *Planner) publishNext(ctx context.Context, o planner.Outcome, changes []
 	stored.Seq, stored.SpecDigest = seq, digest
 	p.published(stored, note)
 	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid, next.Workers.Len(), gpusHeld(next), next.Moved)
+	p.cfg.Metrics.Shared(next.Name, next.Priority, len(next.PreemptedBy) > 0)
 	line := p.cfg.Log.Info()
 	if !next.Valid && !next.Removed {
 		line = p.cfg.Log.Warn().Str("error", next.Error)
