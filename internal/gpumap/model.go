@@ -176,20 +176,12 @@ func emptyCells(n inventory.NodeInventory) []Cell {
 // reserve marks the GPUs plan p (index i) holds in its pools with no
 // worker of its own on them.
 func reserve(p *planner.Plan, i int, cells map[string][]Cell) {
-	for _, pl := range p.Pools {
-		for _, n := range pl.Nodes {
-			cs := cells[n.NodeID]
-			for c, rs := range n.Allocations {
-				for _, r := range rs {
-					for g := max(r.First, 0); g <= r.Last && g < len(cs); g++ {
-						if !slices.ContainsFunc(cs[g].Held, func(h Holding) bool { return h.Plan == i }) {
-							cs[g].Held = append(cs[g].Held, Holding{Plan: i, Component: string(c)})
-						}
-					}
-				}
-			}
+	planner.EachAllocated(p, func(_, node string, c planner.Component, g int) {
+		cs := cells[node]
+		if g >= 0 && g < len(cs) && !slices.ContainsFunc(cs[g].Held, func(h Holding) bool { return h.Plan == i }) {
+			cs[g].Held = append(cs[g].Held, Holding{Plan: i, Component: string(c)})
 		}
-	}
+	})
 }
 
 // hold adds h to a cell's holdings, summing a component's shares.
@@ -267,20 +259,11 @@ func Inspect(plans []*planner.Plan, nodes []inventory.NodeInventory, node string
 // reservedBy says for what p's pools hold a GPU of node, if they do.
 func reservedBy(p *planner.Plan, node string, gpu int) []string {
 	var out []string
-	for _, pl := range p.Pools {
-		for _, n := range pl.Nodes {
-			if n.NodeID != node {
-				continue
-			}
-			for c, rs := range n.Allocations {
-				for _, r := range rs {
-					if gpu >= r.First && gpu <= r.Last {
-						out = append(out, fmt.Sprintf("held by plan %s (revision %d), pool %s, for %s, with no worker on it (a buffer's reserve, or a manual pool's range)", p.Name, p.Revision, pl.Name, c))
-					}
-				}
-			}
+	planner.EachAllocated(p, func(pool, n string, c planner.Component, g int) {
+		if n == node && g == gpu {
+			out = append(out, fmt.Sprintf("held by plan %s (revision %d), pool %s, for %s, with no worker on it (a buffer's reserve, or a manual pool's range)", p.Name, p.Revision, pool, c))
 		}
-	}
+	})
 	return out
 }
 

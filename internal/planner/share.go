@@ -371,17 +371,22 @@ func waiting(msg string) bool {
 	return strings.HasPrefix(msg, "preempted by ") || strings.HasPrefix(msg, "waits for room held by ")
 }
 
-// Leftover is nodes as a plan sees them beside holders: the GPUs and
-// CPUs each holder's Prev (if valid) uses are taken. A validation
-// against what plans of some priority leave passes those of higher or
-// equal priority.
-func Leftover(nodes []Node, holders []Job) []Node {
-	a := newAllocator(holders, nodes)
-	in := make([]blocker, len(holders))
-	for i, h := range holders {
-		in[i] = blocker{h.Name, a.holdingOf(h.Prev)}
+// PlanBeside plans spec afresh as a new plan among others would be
+// placed (a validation): on what those in its way hold as their Prev
+// leaves (those of its priority or higher, and those held as they are;
+// lower ones would give way), within its max_gpus.
+func PlanBeside(spec *Spec, nodes []Node, others []Job) (*Plan, error) {
+	a := newAllocator(others, nodes)
+	var in []blocker
+	for i := range others {
+		if o := &others[i]; o.priority() >= spec.Priority {
+			in = append(in, blocker{o.Name, a.holdingOf(o.Prev)})
+		}
 	}
-	return a.remainder(in)
+	doc, err := Compute(spec, a.remainder(in))
+	o := WithinQuota(Outcome{Plan: doc, Err: err}, spec)
+	o.Plan.Priority = spec.Priority
+	return o.Plan, o.Err
 }
 
 func outcome(p *Plan, ch *Change, err error) Outcome { return Outcome{p, ch, err} }
@@ -421,12 +426,19 @@ func EachHeldGPU(p *Plan, fn func(node string, g int)) {
 			fn(w.NodeID, g)
 		}
 	}
+	EachAllocated(p, func(_, node string, _ Component, g int) { fn(node, g) })
+}
+
+// EachAllocated calls fn for every GPU p's pools allocate to a
+// component, with or without a worker on it: pool, node, component (in
+// the order train, eval, env), node-local index.
+func EachAllocated(p *Plan, fn func(pool, node string, c Component, g int)) {
 	for _, pl := range p.Pools {
 		for _, n := range pl.Nodes {
-			for _, rs := range n.Allocations {
-				for _, r := range rs {
+			for _, c := range gpuComponents {
+				for _, r := range n.Allocations[c] {
 					for g := r.First; g <= r.Last; g++ {
-						fn(n.NodeID, g)
+						fn(pl.Name, n.NodeID, c, g)
 					}
 				}
 			}

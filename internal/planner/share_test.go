@@ -316,3 +316,30 @@ func preempted(t *testing.T) ([]Node, Job, Job) {
 	}
 	return nodes, low, high
 }
+
+// TestPlanBeside: a validation sees the room plans of its priority or
+// higher hold, and plans held as they are, as taken; lower plans' as
+// free (they would give way).
+func TestPlanBeside(t *testing.T) {
+	nodes := shareNodes(2)
+	out := planAll(t, []Job{{Name: "low", Spec: trainSpec(t, 8, 0, 0), Age: 1}, {Name: "mid", Spec: trainSpec(t, 4, 5, 0), Age: 2}}, nodes)
+	others := []Job{{Name: "low", Spec: trainSpec(t, 8, 0, 0), Prev: out["low"].Plan}, {Name: "mid", Spec: trainSpec(t, 4, 5, 0), Prev: out["mid"].Plan}}
+	for _, c := range []struct {
+		spec  *Spec
+		valid bool
+	}{
+		{trainSpec(t, 12, 5, 0), true},  // low gives way: 16 - 4
+		{trainSpec(t, 13, 5, 0), false}, // 12 left beside mid
+		{trainSpec(t, 5, 0, 0), false},  // 4 left beside low and mid
+		{trainSpec(t, 4, 0, 4), true},
+	} {
+		if p, err := PlanBeside(c.spec, nodes, others); p.Valid != c.valid || (err == nil) != c.valid {
+			t.Errorf("%d train at priority %d: valid %v (%v), want %v", c.spec.Scheduling.Train.WorkerNum, c.spec.Priority, p.Valid, err, c.valid)
+		}
+	}
+	// Held as it is (no spec): in the way whatever the priority.
+	others[0].Spec = nil
+	if p, _ := PlanBeside(trainSpec(t, 12, 5, 0), nodes, others); p.Valid {
+		t.Error("a plan held as it is was not in the way")
+	}
+}

@@ -33,23 +33,15 @@ func (p *Planner) Validate(_ context.Context, data []byte, as string) (*bus.Vali
 	p.mu.Lock()
 	nodes := p.live.planNodes()
 	p.mu.Unlock()
-	var holders []planner.Job
+	var others []planner.Job
 	for _, s := range p.states() {
 		s.mu.Lock()
-		// A plan without a spec to plan on holds its last revision,
-		// whatever its priority (PlanAll's fixed jobs).
-		held := s.latest != nil && !s.removing && (s.spec == nil || s.spec.Priority >= spec.Priority)
-		if s.cfg.Plan != as && held {
-			holders = append(holders, planner.Job{Name: s.cfg.Plan, Spec: s.spec, Prev: s.latest.Plan})
+		if s.cfg.Plan != as && s.latest != nil && !s.removing {
+			others = append(others, planner.Job{Name: s.cfg.Plan, Spec: s.spec, Prev: s.latest.Plan})
 		}
 		s.mu.Unlock()
 	}
-	if len(holders) > 0 {
-		nodes = planner.Leftover(nodes, holders)
-	}
-	doc, err := planner.Compute(spec, nodes)
-	doc = planner.WithinQuota(planner.Outcome{Plan: doc, Err: err}, spec).Plan
-	doc.Priority = spec.Priority
+	doc, _ := planner.PlanBeside(spec, nodes, others)
 	reply := doc.Document
 	reply.Name = cmp.Or(as, "(new plan)")
 	reply.CreatedAt = p.cfg.Now().UTC()
