@@ -271,7 +271,8 @@ func (a *allocator) pass(cur []holding) []Outcome {
 
 // place plans job beside the jobs placed before it and those after it
 // (same: of its priority or higher; lower: to give way, lowest last),
-// releasing no more of the lower ones than it needs.
+// releasing no more of the lower ones than it needs to be placed, and to
+// keep its workers where they are.
 func (a *allocator) place(job *Job, placed, same, lower []blocker) Outcome {
 	// release is how many of the lowest jobs give way.
 	try := func(release int) Outcome {
@@ -288,20 +289,26 @@ func (a *allocator) place(job *Job, placed, same, lower []blocker) Outcome {
 		return o
 	}
 	o := try(0)
-	if o.Err == nil || len(lower) == 0 {
+	if len(lower) == 0 || o.Err == nil && o.Plan.Moved == 0 {
 		return o
 	}
 	// With every lower job released: if that fails, what higher and
-	// equal jobs leave is too little.
-	if o = try(len(lower)); o.Err != nil {
+	// equal jobs leave is too little. A job that fits among the lower
+	// ones only by moving its own workers takes room from them instead
+	// when that keeps more of its workers where they are.
+	all := try(len(lower))
+	switch {
+	case all.Err != nil && o.Err != nil:
+		return all
+	case all.Err != nil || o.Err == nil && all.Plan.Moved >= o.Plan.Moved:
 		return o
 	}
 	for r := 1; r < len(lower); r++ {
-		if some := try(r); some.Err == nil {
+		if some := try(r); some.Err == nil && some.Plan.Moved <= all.Plan.Moved {
 			return some
 		}
 	}
-	return o
+	return all
 }
 
 // explain names, for each job, the jobs of higher priority that took

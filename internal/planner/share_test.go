@@ -343,3 +343,30 @@ func TestPlanBeside(t *testing.T) {
 		t.Error("a plan held as it is was not in the way")
 	}
 }
+
+// TestPlanAllKeepsOverLower: a plan that would fit only by moving its own
+// workers, because a lower plan's CPUs are in the way, takes them from
+// the lower plan instead (found by TestPlanAllProperties).
+func TestPlanAllKeepsOverLower(t *testing.T) {
+	nodes := []Node{{ID: "n0", IP: "10.0.0.1", CPUs: 8, GPUs: 4}, {ID: "n1", IP: "10.0.0.2", CPUs: 8, GPUs: 1}}
+	spec := func(prio int, workers string) *Spec {
+		return specT(t, fmt.Sprintf("priority: %d\nscheduling:\n  %s\n", prio, workers))
+	}
+	mine := Job{Name: "mine", Spec: spec(2, "train: {worker_num: 1, num_cpus: 3, num_gpus: 1}"), Age: 5}
+	low := Job{Name: "low", Spec: spec(0, "train: {worker_num: 1, num_cpus: 2, num_gpus: 1}"), Age: 6}
+	out := planAll(t, []Job{mine, low}, nodes)
+	mine.Prev, low.Prev = out["mine"].Plan, out["low"].Plan
+	if w := low.Prev.Workers.At(0); w.NodeID != "n0" || mine.Prev.Workers.At(0).NodeID != "n0" {
+		t.Fatalf("setup: mine on %s, low on %s", mine.Prev.Workers.At(0).NodeID, w.NodeID)
+	}
+	// An older plan of mine's priority needs 3 GPUs of n0 and 4 CPUs: it
+	// takes low's GPU, and its CPUs leave mine room only with low's gone.
+	elder := Job{Name: "elder", Spec: spec(2, "eval: {worker_num: 1, num_cpus: 4, num_gpus: 3}"), Age: 1}
+	out = planAll(t, []Job{mine, low, elder}, nodes)
+	if !out["elder"].Plan.Valid || !out["mine"].Plan.Valid || out["mine"].Plan.Moved != 0 {
+		t.Fatalf("elder %v; mine %v, moved %d (%s)", out["elder"].Err, out["mine"].Err, out["mine"].Plan.Moved, out["mine"].Change.Summary())
+	}
+	if w := out["low"].Plan; !w.Valid || w.Workers.At(0).NodeID != "n1" {
+		t.Fatalf("low: valid %v, %s", w.Valid, w.Error)
+	}
+}
