@@ -1,8 +1,19 @@
-// Package auth is poolplanner's security model on NATS: an operator, one
-// account with JetStream (where all of poolplanner lives) and a system
-// account, whose keys sign a .creds file per role; and each role's
+// Package auth is poolplanner's security model on NATS: an operator and
+// three accounts, whose keys sign a .creds file per role; and each role's
 // permissions, the least it needs. The same keys configure the embedded
 // server (planner serve --auth) or an external one (ServerConfig).
+//
+// The accounts: POOLPLANNER holds every stream, bucket and object store
+// and only the planner joins it; POOLPLANNER_CLIENTS is where reporters,
+// launchers and admins connect, with no JetStream of its own; SYS is the
+// server's. A client reaches the planner's account only through the
+// exports it imports (the service endpoints, the JetStream calls that
+// read, its own inventory key, the spec keys). NATS checks what a client
+// publishes to, never the reply subject it names, and JetStream and the
+// planner answer to whatever reply a request carries; a request that
+// crosses an import has its reply replaced by the server with a subject
+// of its own (_R_...) in the planner's account, mapped back on the way
+// out, so no reply a client names can be a stream's subject there.
 package auth
 
 import (
@@ -13,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -56,8 +68,13 @@ func ParseRole(s string) (Role, error) {
 	return r, nil
 }
 
-// AccountName names the account poolplanner lives in.
-const AccountName = "POOLPLANNER"
+// AccountName names the account poolplanner's state lives in, which
+// only the planner joins; ClientsAccountName the account of every other
+// role.
+const (
+	AccountName        = "POOLPLANNER"
+	ClientsAccountName = "POOLPLANNER_CLIENTS"
+)
 
 // roleTag marks a user JWT with its role; nodeTag prefix its node.
 const (
@@ -70,17 +87,27 @@ const (
 // Authority holds the keys that sign poolplanner's credentials. Open
 // loads it from a directory, creating the keys the first time.
 type Authority struct {
-	operator, account, system nkeys.KeyPair
+	operator, account, system, clients nkeys.KeyPair
 	// OperatorJWT is the operator's self-signed JWT, which the server
-	// trusts; AccountJWT and SystemJWT are the two accounts', signed by
-	// it.
-	OperatorJWT, AccountJWT, SystemJWT string
-	// AccountKey and SystemKey are the accounts' public keys.
-	AccountKey, SystemKey string
+	// trusts; AccountJWT, ClientsJWT and SystemJWT are the accounts',
+	// signed by it.
+	OperatorJWT, AccountJWT, ClientsJWT, SystemJWT string
+	// AccountKey, ClientsKey and SystemKey are the accounts' public keys.
+	AccountKey, ClientsKey, SystemKey string
+	// splitAt, when not zero, is when keys made before the clients'
+	// account had it added: every user the planner's account signed up
+	// to then is revoked (launchers, reporters and admins of that time
+	// were in the planner's account; their credentials must be made
+	// again).
+	splitAt int64
 }
 
-// keyFiles are the seeds Open keeps, under DIR/auth.
-var keyFiles = [...]string{"operator.nk", "account.nk", "system.nk"}
+// keyFiles are the seeds Open keeps, under DIR/auth; clients.nk came
+// later, and is added to older keys by Open and Load alike.
+var keyFiles = [...]string{"operator.nk", "account.nk", "system.nk", "clients.nk"}
+
+// splitFile records when clients.nk was added to older keys.
+const splitFile = "clients-since"
 
 // ErrNoKeys is Load's answer where no keys were made yet.
 var ErrNoKeys = errors.New("no keys yet")
@@ -107,16 +134,56 @@ func open(dir string, create bool) (*Authority, error) {
 		}
 		return nil, err
 	}
-	makers := [...]func() (nkeys.KeyPair, error){nkeys.CreateOperator, nkeys.CreateAccount, nkeys.CreateAccount}
-	var kps [3]nkeys.KeyPair
-	for i, name := range keyFiles {
+	makers := [...]func() (nkeys.KeyPair, error){nkeys.CreateOperator, nkeys.CreateAccount, nkeys.CreateAccount, nkeys.CreateAccount}
+	var kps [len(keyFiles)]nkeys.KeyPair
+	for i, name := range keyFiles[:3] {
 		kp, err := loadOrCreate(filepath.Join(keyDir, name), makers[i], create)
 		if err != nil {
 			return nil, err
 		}
 		kps[i] = kp
 	}
-	return newAuthority(kps[0], kps[1], kps[2])
+	split, err := clientsKey(keyDir, &kps[3])
+	if err != nil {
+		return nil, err
+	}
+	return newAuthority(kps[0], kps[1], kps[2], kps[3], split)
+}
+
+// clientsKey loads the clients' account key into kp, making it where
+// older keys lack it; then the time it was added is kept in splitFile
+// and returned (0 for keys made with it).
+func clientsKey(keyDir string, kp *nkeys.KeyPair) (int64, error) {
+	path := filepath.Join(keyDir, keyFiles[3])
+	_, statErr := os.Stat(path)
+	added := errors.Is(statErr, os.ErrNotExist)
+	var err error
+	if *kp, err = loadOrCreate(path, nkeys.CreateAccount, true); err != nil {
+		return 0, err
+	}
+	splitPath := filepath.Join(keyDir, splitFile)
+	if added {
+		// Older keys: every user the planner's account signed before
+		// this second is revoked (NATS revokes those issued at or
+		// before the time), none signed from now on.
+		at := time.Now().Unix() - 1
+		if err := os.WriteFile(splitPath, []byte(strconv.FormatInt(at, 10)+"\n"), 0o600); err != nil {
+			return 0, fmt.Errorf("auth keys: %w", err)
+		}
+		return at, nil
+	}
+	data, err := os.ReadFile(splitPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("auth keys: %w", err)
+	}
+	at, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("auth keys: %s: want a unix time: %w", splitPath, err)
+	}
+	return at, nil
 }
 
 // private checks that path is this user's and nobody else's: whoever
@@ -192,11 +259,12 @@ func loadOrCreate(path string, create func() (nkeys.KeyPair, error), mayCreate b
 }
 
 // newAuthority signs the operator's and accounts' JWTs.
-func newAuthority(operator, account, system nkeys.KeyPair) (*Authority, error) {
-	a := &Authority{operator: operator, account: account, system: system}
+func newAuthority(operator, account, system, clients nkeys.KeyPair, splitAt int64) (*Authority, error) {
+	a := &Authority{operator: operator, account: account, system: system, clients: clients, splitAt: splitAt}
 	opPub, _ := operator.PublicKey()
 	a.AccountKey, _ = account.PublicKey()
 	a.SystemKey, _ = system.PublicKey()
+	a.ClientsKey, _ = clients.PublicKey()
 	oc := jwt.NewOperatorClaims(opPub)
 	oc.Name = "poolplanner"
 	oc.SystemAccount = a.SystemKey
@@ -207,8 +275,21 @@ func newAuthority(operator, account, system nkeys.KeyPair) (*Authority, error) {
 	ac := jwt.NewAccountClaims(a.AccountKey)
 	ac.Name = AccountName
 	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+	cc := jwt.NewAccountClaims(a.ClientsKey)
+	cc.Name = ClientsAccountName
+	for _, e := range exports {
+		ac.Exports.Add(&jwt.Export{Name: e.subject, Subject: jwt.Subject(e.subject), Type: e.kind, ResponseType: e.responses})
+		cc.Imports.Add(&jwt.Import{Name: e.subject, Subject: jwt.Subject(e.subject), Account: a.AccountKey, Type: e.kind})
+	}
+	if splitAt != 0 {
+		ac.Revocations = jwt.RevocationList{}
+		ac.Revocations.Revoke(jwt.All, time.Unix(splitAt, 0))
+	}
 	if a.AccountJWT, err = ac.Encode(operator); err != nil {
 		return nil, fmt.Errorf("account jwt: %w", err)
+	}
+	if a.ClientsJWT, err = cc.Encode(operator); err != nil {
+		return nil, fmt.Errorf("clients account jwt: %w", err)
 	}
 	sc := jwt.NewAccountClaims(a.SystemKey)
 	sc.Name = "SYS"
@@ -216,6 +297,45 @@ func newAuthority(operator, account, system nkeys.KeyPair) (*Authority, error) {
 		return nil, fmt.Errorf("system account jwt: %w", err)
 	}
 	return a, nil
+}
+
+// export is one subject the planner's account offers the clients'.
+type export struct {
+	subject   string
+	kind      jwt.ExportType
+	responses jwt.ResponseType
+}
+
+// exports are all the clients' account can reach of the planner's: what
+// any client role needs, each role's own permissions narrowing it
+// further. Every one is a service (a request whose reply the server
+// remaps) but one: _INBOX.>, where the consumers a client creates
+// deliver (object reads are push consumers) and which no stream stores.
+// Nothing here writes a stream but the two buckets' keys, and what
+// JetStream answers goes to the remapped reply. Streaming responses
+// where one request gets several messages (a fetch, a batch get,
+// $SRV discovery).
+var exports = []export{
+	{client.ValidateSubject, jwt.Service, jwt.ResponseTypeSingleton},
+	{client.LookupSubject, jwt.Service, jwt.ResponseTypeSingleton},
+	{client.PlanSubject, jwt.Service, jwt.ResponseTypeSingleton},
+	{"$SRV.>", jwt.Service, jwt.ResponseTypeStream},
+	{"$KV." + client.InventoryBucket + ".*", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$KV." + client.SpecBucket + ".*", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$JS.API.INFO", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$JS.API.STREAM.INFO.*", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$JS.API.STREAM.NAMES", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$JS.API.STREAM.LIST", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$JS.API.STREAM.MSG.GET.*", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$JS.API.DIRECT.GET.>", jwt.Service, jwt.ResponseTypeStream},
+	{"$JS.API.CONSUMER.CREATE.>", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$JS.API.CONSUMER.INFO.*.*", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$JS.API.CONSUMER.DELETE.*.*", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$JS.API.CONSUMER.NAMES.*", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$JS.API.CONSUMER.LIST.*", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$JS.API.CONSUMER.MSG.NEXT.*.*", jwt.Service, jwt.ResponseTypeStream},
+	{"$JS.FC.>", jwt.Service, jwt.ResponseTypeSingleton},
+	{"_INBOX.>", jwt.Stream, ""},
 }
 
 // RouteSecret is the password servers of one cluster, started with the
@@ -258,7 +378,7 @@ func (a *Authority) Creds(role Role, node string, expires time.Duration) ([]byte
 	if expires > 0 {
 		uc.Expires = time.Now().Add(expires).Unix()
 	}
-	token, err := uc.Encode(a.account)
+	token, err := uc.Encode(a.signer(role))
 	if err != nil {
 		return nil, fmt.Errorf("user jwt: %w", err)
 	}
@@ -271,6 +391,39 @@ func (a *Authority) Creds(role Role, node string, expires time.Duration) ([]byte
 	note := fmt.Sprintf("poolplanner %s credentials; replies come to this user's inbox prefix only:\n  nats --creds FILE --inbox-prefix %s ...\n\n",
 		role, InboxPrefix(pub))
 	return append([]byte(note), creds...), nil
+}
+
+// signer is the account a role's users belong to: the planner's own
+// for the planner, the clients' for every other role.
+func (a *Authority) signer(role Role) nkeys.KeyPair {
+	if role == Planner {
+		return a.account
+	}
+	return a.clients
+}
+
+// Current says whether creds, a .creds file, still works with these
+// keys as its role's: signed by the right account and not revoked. A
+// file made before the clients' account existed is not (its user sits
+// in the planner's account).
+func (a *Authority) Current(creds []byte) bool {
+	token, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		return false
+	}
+	uc, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		return false
+	}
+	id, err := IdentityOf(creds)
+	if err != nil || id.Role == "" {
+		return false
+	}
+	want, _ := a.signer(id.Role).PublicKey()
+	if uc.Issuer != want {
+		return false
+	}
+	return id.Role != Planner || a.splitAt == 0 || uc.IssuedAt > a.splitAt
 }
 
 // Identity is what a .creds file says of itself: its role and, for a
@@ -325,6 +478,8 @@ var readStreams = []string{
 	"$JS.API.CONSUMER.CREATE.*.>",
 	"$JS.API.CONSUMER.INFO.*.*", "$JS.API.CONSUMER.DELETE.*.*",
 	"$JS.API.CONSUMER.MSG.NEXT.*.*",
+	// A push consumer's flow control (an object read) is answered here.
+	"$JS.FC.>",
 }
 
 // Permissions is what role may publish and subscribe to; user is the
@@ -375,7 +530,7 @@ func Permissions(role Role, node, user string) jwt.Permissions {
 func InboxPrefix(user string) string { return "_INBOX." + user }
 
 // ServerConfig is the part of a nats-server configuration that makes an
-// external server trust these credentials (operator mode, the two
+// external server trust these credentials (operator mode, the three
 // accounts preloaded into a memory resolver). Include it from the
 // server's own configuration, which says where to listen and that
 // JetStream is on.
@@ -388,6 +543,7 @@ func (a *Authority) ServerConfig() string {
 	b.WriteString("resolver: MEMORY\n")
 	b.WriteString("resolver_preload: {\n")
 	fmt.Fprintf(&b, "  %s: %s\n", a.AccountKey, a.AccountJWT)
+	fmt.Fprintf(&b, "  %s: %s\n", a.ClientsKey, a.ClientsJWT)
 	fmt.Fprintf(&b, "  %s: %s\n", a.SystemKey, a.SystemJWT)
 	b.WriteString("}\n")
 	return b.String()

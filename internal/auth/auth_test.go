@@ -79,7 +79,11 @@ func TestCreds(t *testing.T) {
 			}
 			token, _ := jwt.ParseDecoratedJWT(creds)
 			uc, err := jwt.DecodeUserClaims(token)
-			if err != nil || uc.Issuer != a.AccountKey {
+			want := a.ClientsKey
+			if c.role == Planner {
+				want = a.AccountKey
+			}
+			if err != nil || uc.Issuer != want || !a.Current(creds) {
 				t.Fatalf("issuer %s, %v", uc.Issuer, err)
 			}
 			if len(token) > 3000 {
@@ -151,4 +155,56 @@ func allowed(patterns []string, subject string) bool {
 		}
 		return len(pt) == len(st)
 	})
+}
+
+// TestClientsAccountAdded: keys made before the clients' account get it
+// on their next Open; credentials of that time (every role in the
+// planner's account) no longer count as current, and the planner's
+// account revokes its users signed before then.
+func TestClientsAccountAdded(t *testing.T) {
+	dir := t.TempDir()
+	a, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := *a
+	old.clients = a.account // as every role was signed before
+	launcher, err := old.Creds(Launcher, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "auth", "clients.nk")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.ClientsKey == a.ClientsKey || b.AccountKey != a.AccountKey {
+		t.Fatal("the clients' account key was not made anew, or the planner's changed")
+	}
+	if b.Current(launcher) {
+		t.Error("a launcher signed by the planner's account counts as current")
+	}
+	ac, err := jwt.DecodeAccountClaims(b.AccountJWT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := ac.Revocations[jwt.All]; !ok || at != b.splitAt || at > time.Now().Unix() {
+		t.Errorf("revocations %v, split at %d", ac.Revocations, b.splitAt)
+	}
+	c, err := Load(dir) // the same split, read back
+	if err != nil || c.splitAt != b.splitAt || c.ClientsKey != b.ClientsKey {
+		t.Fatalf("Load: %v, split %d, want %d", err, c.splitAt, b.splitAt)
+	}
+	fresh, _ := c.Creds(Launcher, "", 0)
+	if !c.Current(fresh) {
+		t.Error("fresh launcher credentials are not current")
+	}
+	// A planner's credentials signed up to the split are not current.
+	c.splitAt = time.Now().Unix() + 60
+	planner, _ := c.Creds(Planner, "", 0)
+	if c.Current(planner) {
+		t.Error("planner credentials signed before the split count as current")
+	}
 }

@@ -181,6 +181,9 @@ func secure(sopts *server.Options, opts EmbeddedOptions) error {
 		if err := resolver.Store(a.AccountKey, a.AccountJWT); err != nil {
 			return fmt.Errorf("embedded nats: account: %w", err)
 		}
+		if err := resolver.Store(a.ClientsKey, a.ClientsJWT); err != nil {
+			return fmt.Errorf("embedded nats: clients account: %w", err)
+		}
 		if err := resolver.Store(a.SystemKey, a.SystemJWT); err != nil {
 			return fmt.Errorf("embedded nats: system account: %w", err)
 		}

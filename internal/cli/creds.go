@@ -193,8 +193,10 @@ func export(a *auth.Authority, wants []exportFile) error {
 }
 
 // writeCreds writes dir/ROLE.creds for each role and
-// dir/reporter-NODE.creds for each node, keeping files that exist (they
-// may have been handed out), and returns their paths in that order.
+// dir/reporter-NODE.creds for each node, keeping files that exist and
+// still work (they may have been handed out), and returns their paths
+// in that order. A file the keys no longer honour (made before the
+// clients' account existed) is written anew.
 func writeCreds(a *auth.Authority, dir string, roles []auth.Role, nodes []string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
@@ -218,9 +220,9 @@ func writeCreds(a *auth.Authority, dir string, roles []auth.Role, nodes []string
 		}
 		path := filepath.Join(dir, name)
 		paths = append(paths, path)
-		if _, err := os.Stat(path); err == nil {
+		if old, err := os.ReadFile(path); err == nil && a.Current(old) {
 			continue
-		} else if !errors.Is(err, os.ErrNotExist) {
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("credentials %s: %w", path, err)
 		}
 		creds, err := a.Creds(w.role, w.node, 0)

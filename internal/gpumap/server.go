@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
@@ -57,28 +58,59 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
-// Serve serves the map on l until ctx ends; nc's subscription to every
-// plan's revisions cues the pages to redraw.
+// Serve serves the map on l until ctx ends; a consumer of every plan's
+// new revisions (headers only) cues the pages to redraw. A consumer, not
+// a subscription to the plans' subjects: a subscription there would be
+// an audience for a push consumer someone points at them, whose
+// deliveries the plan stream would then store.
 func (s *Server) Serve(ctx context.Context, l net.Listener, nc *nats.Conn) error {
-	sub, err := nc.Subscribe(client.PlanSubjectPrefix+"*", func(m *nats.Msg) {
-		rev, _ := strconv.Atoi(m.Header.Get(client.RevisionHeader))
-		s.cue(ctx, Revision{Plan: strings.TrimPrefix(m.Subject, client.PlanSubjectPrefix), Revision: rev})
-	})
+	js, err := jetstream.New(nc)
 	if err != nil {
 		_ = l.Close()
 		return fmt.Errorf("--http-listen: follow the plans: %w", err)
 	}
+	go s.follow(ctx, js)
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		close(s.done) // event streams end, or Shutdown would wait on them
-		_ = sub.Unsubscribe()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
 	go func() { _ = srv.Serve(l) }() // ends at Shutdown
 	return nil
+}
+
+// follow cues the pages with each new revision until ctx ends; the plan
+// stream may not exist yet (the planner makes it when it starts), so it
+// tries until it does.
+func (s *Server) follow(ctx context.Context, js jetstream.JetStream) {
+	for attempt := 0; ; attempt++ {
+		cons, err := js.OrderedConsumer(ctx, client.PlansStream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{client.PlanSubjectPrefix + "*"},
+			DeliverPolicy:  jetstream.DeliverNewPolicy,
+			HeadersOnly:    true,
+		})
+		var cc jetstream.ConsumeContext
+		if err == nil {
+			cc, err = cons.Consume(func(m jetstream.Msg) {
+				rev, _ := strconv.Atoi(m.Headers().Get(client.RevisionHeader))
+				s.cue(ctx, Revision{Plan: strings.TrimPrefix(m.Subject(), client.PlanSubjectPrefix), Revision: rev})
+			})
+		}
+		if err == nil {
+			<-ctx.Done()
+			cc.Stop()
+			return
+		}
+		s.log.Debug().Err(err).Msg("GPU map: follow the plans; trying again")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second)):
+		}
+	}
 }
 
 // Handler is the map's pages: / (the map), /api/map, /api/gpu?node=&gpu=,
