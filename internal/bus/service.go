@@ -95,9 +95,20 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 	}
 	obs, _ := a.(RequestObserver)
 	add := func(name, subject string, h func(context.Context, []byte, micro.Headers) (any, error)) error {
+		// One piece of work at a time per endpoint, even one whose
+		// requester was told it timed out: abandoned work never piles up.
+		slot := make(chan struct{}, 1)
 		return svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
 			start := time.Now()
-			err := answer(nc, r, h)
+			if !ReplyAllowed(r.Reply()) {
+				// Answering would publish into whatever subject the
+				// request named: a stream's, say.
+				if obs != nil {
+					obs.ObserveRequest(name, CodeForbiddenReply, time.Since(start))
+				}
+				return
+			}
+			err := answer(nc, r, slot, h)
 			if err != nil {
 				respondErr(r, err)
 			}
@@ -169,14 +180,34 @@ type RequestObserver interface {
 	ObserveRequest(endpoint, code string, took time.Duration)
 }
 
+// CodeForbiddenReply is what the request metrics count for a request
+// left unanswered because of its reply subject.
+const CodeForbiddenReply = "403"
+
+// ReplyAllowed says whether the service may answer to reply: a client's
+// inbox (_INBOX...) or the reply the server made for a request that came
+// through an account import (_R_...). Any other reply subject is refused:
+// NATS does not check the reply subject a client names, and answering
+// would publish wherever it points.
+func ReplyAllowed(reply string) bool {
+	return strings.HasPrefix(reply, "_INBOX.") || strings.HasPrefix(reply, "_R_.")
+}
+
+// ErrBusy answers a request that found its endpoint still at work on
+// an earlier one past its deadline.
+var ErrBusy = fmt.Errorf("%w: busy with an earlier request; try again", ErrInternal)
+
 // answer answers r with h's reply; the error is what to answer instead.
-func answer(nc *nats.Conn, r micro.Request, h func(context.Context, []byte, micro.Headers) (any, error)) error {
+// h runs under the request's deadline, holding slot; a request whose
+// deadline passes is answered with a timeout, and the next one waits
+// for the slot within its own deadline.
+func answer(nc *nats.Conn, r micro.Request, slot chan struct{}, h func(context.Context, []byte, micro.Headers) (any, error)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), HandlerTimeout)
 	defer cancel()
 	if n := len(r.Data()); n > MaxRequest {
 		return fmt.Errorf("%w: a request of %d bytes; at most %d", ErrBadRequest, n, MaxRequest)
 	}
-	v, err := h(ctx, r.Data(), r.Headers())
+	v, err := within(ctx, slot, func() (any, error) { return h(ctx, r.Data(), r.Headers()) })
 	if err != nil {
 		return err
 	}
@@ -191,6 +222,33 @@ func answer(nc *nats.Conn, r micro.Request, h func(context.Context, []byte, micr
 		return fmt.Errorf("%w: send reply: %w", ErrInternal, err)
 	}
 	return nil
+}
+
+// within runs work holding slot and returns its result, or an error as
+// soon as ctx ends: work that ignores ctx finishes in the background and
+// gives the slot back then.
+func within(ctx context.Context, slot chan struct{}, work func() (any, error)) (any, error) {
+	select {
+	case slot <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ErrBusy
+	}
+	type result struct {
+		v   any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() { <-slot }()
+		v, err := work()
+		done <- result{v, err}
+	}()
+	select {
+	case res := <-done:
+		return res.v, res.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: the request took longer than %s", ErrInternal, HandlerTimeout)
+	}
 }
 
 func respondErr(r micro.Request, err error) {

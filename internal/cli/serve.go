@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -257,7 +259,9 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if mapL != nil {
 		defer mapL.Close()
 	}
-	nc, shutdown, err := o.connect(log)
+	ctx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	nc, shutdown, err := o.connect(log, lost)
 	if err != nil {
 		return err
 	}
@@ -283,14 +287,32 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	for range reporters {
 		<-done
 	}
+	if cause := context.Cause(ctx); errors.Is(cause, errConnClosed) {
+		// Exit non-zero, so that a supervisor starts a planner anew.
+		return cause
+	}
 	return err
 }
 
+// errConnClosed is why serve ends when its NATS connection closes for
+// good (the server closed it and will not take it back, say).
+var errConnClosed = errors.New("the NATS connection closed for good")
+
 // connect starts the embedded server unless --server names one, and
-// connects the planner; shutdown closes both.
-func (o *serveOptions) connect(log zerolog.Logger) (*nats.Conn, func(), error) {
+// connects the planner; shutdown closes both. lost is told if the
+// connection closes otherwise (reconnecting never gives up, so that is
+// the server refusing it for good).
+func (o *serveOptions) connect(log zerolog.Logger, lost context.CancelCauseFunc) (*nats.Conn, func(), error) {
 	url, sec := o.server, o.sec
-	var extra []nats.Option
+	var closing atomic.Bool
+	extra := []nats.Option{nats.ClosedHandler(func(nc *nats.Conn) {
+		if closing.Load() {
+			return
+		}
+		err := fmt.Errorf("%w: %v", errConnClosed, nc.LastError())
+		log.Error().Err(err).Msg("planner stops")
+		lost(err)
+	})}
 	closeServer := func() {}
 	if url == "" {
 		if o.dataDir == "" {
@@ -328,7 +350,7 @@ func (o *serveOptions) connect(log zerolog.Logger) (*nats.Conn, func(), error) {
 		closeServer()
 		return nil, nil, err
 	}
-	return nc, func() { nc.Close(); closeServer() }, nil
+	return nc, func() { closing.Store(true); nc.Close(); closeServer() }, nil
 }
 
 // startReporters runs the in-process reporters (this machine's unless

@@ -3,12 +3,16 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/rs/zerolog"
 )
 
 // TestServeClusterFlags: the cluster and replica flags that cannot work
@@ -173,4 +177,57 @@ func TestQuickStartWithReporters(t *testing.T) {
 		}
 	}
 	t.Fatalf("no valid plan on four simulated reporters: %s%s", out, errOut)
+}
+
+// TestServeExitsWhenConnectionClosed: a connection the server will not
+// take back (its credentials no longer work) ends serve with an error,
+// so a supervisor restarts it, rather than a planner that lingers
+// without NATS; closing it on purpose is not that.
+func TestServeExitsWhenConnectionClosed(t *testing.T) {
+	opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, Username: "planner", Password: "one"}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(ns.Shutdown)
+	addr := ns.Addr().(*net.TCPAddr)
+	o := &serveOptions{server: fmt.Sprintf("nats://planner:one@127.0.0.1:%d", addr.Port)}
+	ctx, lost := context.WithCancelCause(context.Background())
+	defer lost(nil)
+	nc, shutdown, err := o.connect(zerolog.Nop(), lost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	reload := *opts
+	reload.Password = "two"
+	if err := ns.ReloadOptions(&reload); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not notice its connection closed for good")
+	}
+	if cause := context.Cause(ctx); !errors.Is(cause, errConnClosed) {
+		t.Fatalf("cause %v", cause)
+	}
+	shutdown()
+
+	// Closed on purpose: no cause.
+	ctx2, lost2 := context.WithCancelCause(context.Background())
+	defer lost2(nil)
+	o.server = fmt.Sprintf("nats://planner:two@127.0.0.1:%d", addr.Port)
+	_, shutdown2, err := o.connect(zerolog.Nop(), lost2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shutdown2()
+	if context.Cause(ctx2) != nil {
+		t.Fatalf("a deliberate close ended serve: %v", context.Cause(ctx2))
+	}
 }
