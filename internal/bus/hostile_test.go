@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -301,5 +302,63 @@ func TestReplyOnlyToInboxes(t *testing.T) {
 		if got := ReplyAllowed(r); got != want {
 			t.Errorf("ReplyAllowed(%q) = %v, want %v", r, got, want)
 		}
+	}
+}
+
+// TestClientsReadThroughImports: what a client reads crosses the
+// accounts whole: a large object (a push consumer with flow control,
+// delivering to the client's inbox), a plan's revisions through an
+// ordered consumer, a key by direct get.
+func TestClientsReadThroughImports(t *testing.T) {
+	a, url := secureServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := as(t, a, url, auth.Planner, "")
+	obs, err := p.js.ObjectStore(ctx, client.RepliesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 8<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	if _, err := obs.PutBytes(ctx, "big", big); err != nil {
+		t.Fatal(err)
+	}
+	for rev := 1; rev <= 3; rev++ {
+		if _, err := p.js.Publish(ctx, client.PlanEventSubject("default"), fmt.Appendf(nil, `{"revision":%d}`, rev)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := as(t, a, url, auth.Launcher, "")
+	lobs, err := l.js.ObjectStore(ctx, client.RepliesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := lobs.GetBytes(ctx, "big")
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("launcher reads an 8 MB object: %d bytes, %v", len(got), err)
+	}
+	cons, err := l.js.OrderedConsumer(ctx, client.PlansStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{client.PlanEventSubject("default")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range batch.Messages() {
+		n++
+	}
+	if n != 3 {
+		t.Fatalf("launcher fetched %d revisions, want 3 (%v)", n, batch.Error())
+	}
+	for _, s := range []*session{l} {
+		s.mu.Lock()
+		if len(s.errs) > 0 {
+			t.Errorf("refused: %v", s.errs)
+		}
+		s.mu.Unlock()
 	}
 }
