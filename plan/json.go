@@ -2,6 +2,7 @@ package plan
 
 import (
 	"encoding/json"
+	"io"
 	"maps"
 	"math"
 	"slices"
@@ -17,6 +18,37 @@ import (
 func (p *Document) AppendJSON(b []byte) []byte {
 	// About 200 bytes a worker: grow once, not twenty times.
 	b = slices.Grow(b, 4096+200*p.Workers.Len()+100*len(p.Pools)*8)
+	b = p.appendHead(b)
+	b = p.Workers.appendJSON(b, nil)
+	return append(p.Placement.appendTail(b), '}')
+}
+
+// WriteJSON writes what AppendJSON appends to w, a megabyte at a time:
+// a plan of 400,000 workers is 100 MB of JSON, which need not be in
+// memory at once.
+func (p *Document) WriteJSON(w io.Writer) error {
+	const chunk = 1 << 20
+	var werr error
+	flush := func(b []byte) []byte {
+		if werr == nil {
+			_, werr = w.Write(b)
+		}
+		return b[:0]
+	}
+	b := p.appendHead(make([]byte, 0, 2*chunk))
+	b = p.Workers.appendJSON(b, func(b []byte) []byte {
+		if len(b) < chunk {
+			return b
+		}
+		return flush(b)
+	})
+	flush(append(p.Placement.appendTail(b), '}'))
+	return werr
+}
+
+// appendHead writes the document up to its workers: the header, the
+// export and the pools, and the workers' key.
+func (p *Document) appendHead(b []byte) []byte {
 	b = append(b, `{"name":`...)
 	b = appendString(b, p.Name)
 	b = append(b, `,"revision":`...)
@@ -36,8 +68,8 @@ func (p *Document) AppendJSON(b []byte) []byte {
 	b = append(b, `,"error":`...)
 	b = appendString(b, p.Error)
 	b = p.Header.appendWhy(b)
-	b = p.Placement.appendJSON(b)
-	return append(b, '}')
+	b = p.Placement.appendHead(b)
+	return append(b, `,"workers":`...)
 }
 
 // appendList writes items as a JSON list (null for nil), each by f.
@@ -55,18 +87,20 @@ func appendList[T any](b []byte, items []T, f func([]byte, T) []byte) []byte {
 	return append(b, ']')
 }
 
-// appendJSON writes the export, the pools, the workers, the buffers' map
-// and the notes, each after a comma.
-func (p *Placement) appendJSON(b []byte) []byte {
+// appendHead writes the export and the pools, each after a comma.
+func (p *Placement) appendHead(b []byte) []byte {
 	b = append(b, `,"resource_pool":`...)
 	b = appendList(b, p.ResourcePool, func(b []byte, e PoolExport) []byte {
 		js, _ := e.MarshalJSON()
 		return append(b, js...)
 	})
 	b = append(b, `,"pools":`...)
-	b = appendList(b, p.Pools, appendPool)
-	b = append(b, `,"workers":`...)
-	b = p.Workers.appendJSON(b)
+	return appendList(b, p.Pools, appendPool)
+}
+
+// appendTail writes what follows the workers: the buffers' map and the
+// notes, each after a comma.
+func (p *Placement) appendTail(b []byte) []byte {
 	b = append(b, `,"storage_to_train_workers":`...)
 	if p.StorageToTrainWorkers == nil {
 		b = append(b, "null"...)

@@ -89,15 +89,20 @@ func (ws Workers) Slice() []Worker {
 }
 
 // MarshalJSON writes the workers as a JSON list.
-func (ws Workers) MarshalJSON() ([]byte, error) { return ws.appendJSON(nil), nil }
+func (ws Workers) MarshalJSON() ([]byte, error) { return ws.appendJSON(nil, nil), nil }
 
-func (ws Workers) appendJSON(b []byte) []byte {
+// appendJSON appends the workers as a JSON list; flush, when not nil,
+// is given the buffer after each worker and returns what to go on with.
+func (ws Workers) appendJSON(b []byte, flush func([]byte) []byte) []byte {
 	b = append(b, '[')
 	for i, w := range ws.All() {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = w.appendJSON(b)
+		if flush != nil {
+			b = flush(b)
+		}
 	}
 	return append(b, ']')
 }

@@ -1,7 +1,10 @@
 package planner
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"reflect"
 	"testing"
 	"time"
@@ -46,4 +49,43 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 			t.Fatalf("differs:\n got %s\nwant %s", got, want)
 		}
 	})
+}
+
+// TestWriteJSONMatchesAppendJSON: written in pieces, the document is the
+// same bytes; at 2,000 nodes (several megabytes) the pieces are many.
+func TestWriteJSONMatchesAppendJSON(t *testing.T) {
+	nodes := make([]Node, 2000)
+	for i := range nodes {
+		nodes[i] = Node{ID: fmt.Sprintf("node-%04d", i), IP: "10.0.0.1", GPUs: 8, CPUs: 64}
+	}
+	spec, err := ParseSpec([]byte("scheduling:\n  train: {worker_num: 4000, num_cpus: 0, num_gpus: 1}\n  env:\n    - {worker_num: 40000, num_cpus: 0, num_gpus: 0.25}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Compute(spec, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := p.AppendJSON(nil)
+	var got bytes.Buffer
+	w := &countingWriter{w: &got}
+	if err := p.WriteJSON(w); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("WriteJSON wrote %d bytes, AppendJSON %d; they differ", got.Len(), len(want))
+	}
+	if len(want) < 4<<20 || w.writes < 4 {
+		t.Errorf("%d bytes in %d writes: not written in pieces", len(want), w.writes)
+	}
+}
+
+type countingWriter struct {
+	w      io.Writer
+	writes int
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	c.writes++
+	return c.w.Write(b)
 }

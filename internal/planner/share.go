@@ -416,13 +416,33 @@ func WithinQuota(o Outcome, spec *Spec) Outcome {
 // workers share it: its workers' and those its pools allocate (a GPU
 // reserved for a buffer, a manual pool's ranges).
 func HeldGPUs(p *Plan) int {
-	type gpu struct {
-		node string
-		g    int
-	}
-	seen := map[gpu]bool{}
-	EachHeldGPU(p, func(node string, g int) { seen[gpu{node, g}] = true })
-	return len(seen)
+	// A bit per GPU, a set per node, and the last node's set at hand:
+	// workers and allocations come node by node, so a map of every GPU
+	// of the cluster (a quarter of the offline planner's time at 20,000
+	// nodes) is not needed.
+	type gpus struct{ bits []uint64 }
+	held := map[string]*gpus{}
+	var lastNode string
+	var last *gpus
+	n := 0
+	EachHeldGPU(p, func(node string, g int) {
+		if last == nil || node != lastNode {
+			if last = held[node]; last == nil {
+				last = &gpus{}
+				held[node] = last
+			}
+			lastNode = node
+		}
+		w, bit := g/64, uint64(1)<<(g%64)
+		for len(last.bits) <= w {
+			last.bits = append(last.bits, 0)
+		}
+		if last.bits[w]&bit == 0 {
+			last.bits[w] |= bit
+			n++
+		}
+	})
+	return n
 }
 
 // EachHeldGPU calls fn for every GPU p's workers use and every GPU its
