@@ -459,8 +459,8 @@ func newSpecLsCmd() *cobra.Command {
 
 // specJSON converts a YAML or JSON spec to JSON for the wire.
 func specJSON(data []byte) ([]byte, error) {
-	var v any
-	if err := yaml.Unmarshal(data, &v); err != nil {
+	v, err := planner.DecodeYAML(data)
+	if err != nil {
 		return nil, err
 	}
 	return json.Marshal(v)

@@ -6,8 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -115,10 +113,15 @@ func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// ParseSpec reads a job spec written in YAML or JSON (JSON is read as YAML).
+// ParseSpec reads a job spec written in YAML or JSON (JSON is read as YAML),
+// in time linear in its size (see DecodeYAML): a key given twice in one
+// mapping is refused.
 func ParseSpec(data []byte) (*Spec, error) {
-	var raw any
-	if err := yaml.Unmarshal(data, &raw); err != nil {
+	raw, err := DecodeYAML(data)
+	if err != nil {
+		if _, ok := err.(*FieldError); ok {
+			return nil, err
+		}
 		return nil, fmt.Errorf("spec is not valid YAML or JSON: %s", oneLine(err.Error()))
 	}
 	if raw == nil {
