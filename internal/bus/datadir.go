@@ -39,3 +39,29 @@ func LockDataDir(dir string) (release func(), err error) {
 	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	return func() { _ = unlockFile(f); _ = f.Close() }, nil
 }
+
+// OpenAccount is the account an embedded server without credentials
+// keeps its streams under.
+const OpenAccount = "$G"
+
+// HistoryElsewhere says which other accounts' directories under dir
+// hold a plan stream while account's holds none: a data directory first
+// served open and now with --auth (or the other way round), whose
+// history the server will not show in this account.
+func HistoryElsewhere(dir, account string) []string {
+	has := func(acc string) bool {
+		_, err := os.Stat(filepath.Join(dir, "jetstream", acc, "streams", PlansStream))
+		return err == nil
+	}
+	if has(account) {
+		return nil
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, "jetstream"))
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && e.Name() != account && has(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}

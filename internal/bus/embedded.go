@@ -144,7 +144,11 @@ func cluster(sopts *server.Options, opts EmbeddedOptions) error {
 	if err != nil || perr != nil || port <= 0 || port > 65535 {
 		return fmt.Errorf("embedded nats: cluster listen %q: want HOST:PORT", opts.ClusterListen)
 	}
-	sopts.Cluster = server.ClusterOpts{Name: ClusterName, Host: host, Port: port}
+	// A peer that is down is tried again with backoff, and said once
+	// in 30 attempts, not on each (four error lines a second): the peer
+	// dials us itself when it is back.
+	sopts.Cluster = server.ClusterOpts{Name: ClusterName, Host: host, Port: port, ConnectBackoff: true}
+	sopts.ReconnectErrorReports = 30
 	if opts.ServerName == "" {
 		// Named after where it listens; a wildcard address is the same on
 		// every host, so there the host's name goes in.

@@ -31,7 +31,7 @@ func (c *connFlags) add(f *pflag.FlagSet) {
 
 // addSecurity declares --creds and --tls-ca.
 func addSecurity(f *pflag.FlagSet, sec *bus.Security) {
-	f.StringVar(&sec.Creds, "creds", "", "NATS credentials file (`planner creds ROLE` makes one)")
+	f.StringVar(&sec.Creds, "creds", "", "NATS credentials `FILE` (planner creds ROLE makes one)")
 	f.StringVar(&sec.TLSCA, "tls-ca", "", "CA certificate (PEM) that signed the server's TLS certificate")
 }
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,10 +21,10 @@ func defaultDataDir() string { return filepath.Join(os.TempDir(), "poolplanner")
 // newCredsCmd prints credentials for a role, signed by the keys under
 // --data-dir (made there the first time).
 func newCredsCmd() *cobra.Command {
-	var dataDir, node string
+	var dataDir, node, output string
 	var expires time.Duration
 	cmd := &cobra.Command{
-		Use:   "creds ROLE [--node-id ID] [--data-dir DIR]",
+		Use:   "creds ROLE [--node-id ID] [--data-dir DIR] [--output FILE]",
 		Short: "Print NATS credentials (.creds) for a role: admin, planner, launcher, or reporter --node-id ID",
 		Long: `creds prints a .creds file for ROLE on stdout, signed by the keys that
 planner serve --auth (or planner auth init) keeps under --data-dir/auth:
@@ -52,14 +53,54 @@ planner serve --auth (or planner auth init) keeps under --data-dir/auth:
 			if err != nil {
 				return err
 			}
-			_, err = cmd.OutOrStdout().Write(creds)
+			if output != "" {
+				return writeSecret(output, creds)
+			}
+			out := cmd.OutOrStdout()
+			ownerOnly(out)
+			_, err = out.Write(creds)
 			return err
 		},
 	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "write the credentials to `FILE`, readable by its owner only (default: stdout)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "where the keys are kept, as for planner serve (default $TMPDIR/poolplanner)")
 	cmd.Flags().StringVar(&node, "node-id", "", "the reporter's node id")
-	cmd.Flags().DurationVar(&expires, "expires", 0, "the credentials stop working after this long (default: never; new keys are the only way to withdraw them)")
+	durationVar(cmd.Flags(), &expires, "expires", 0, "the credentials stop working after this long (default: never; new keys are the only way to withdraw them)")
 	return cmd
+}
+
+// writeSecret writes data to a new file path that only its owner may
+// read: credentials hold a secret.
+func writeSecret(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("--output: %w", err)
+	}
+	// An existing file keeps its mode when opened: make it the owner's.
+	err = f.Chmod(0o600)
+	if _, werr := f.Write(data); err == nil {
+		err = werr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("--output %s: %w", path, err)
+	}
+	return nil
+}
+
+// ownerOnly makes w, when it is a file the shell made for a redirect
+// (planner creds ROLE > x.creds; its umask gives others read access),
+// readable by its owner only, before the secret is written to it.
+func ownerOnly(w io.Writer) {
+	f, ok := w.(*os.File)
+	if !ok {
+		return
+	}
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o077 != 0 {
+		_ = f.Chmod(fi.Mode().Perm() &^ 0o077)
+	}
 }
 
 func checkCredsNode(role auth.Role, node string) error {

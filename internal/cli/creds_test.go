@@ -32,12 +32,39 @@ func TestCredsCommands(t *testing.T) {
 		{[]string{"creds", "reporter", "--node-id", "a b", "--data-dir", dir}, 2, "invalid node id"},
 		{[]string{"creds", "launcher", "--expires", "1h", "--data-dir", dir}, 0, "BEGIN NATS USER JWT"},
 		{[]string{"creds", "launcher", "--expires", "-1h", "--data-dir", dir}, 2, "must be >= 0"},
+		{[]string{"creds", "launcher", "--expires", "30d", "--data-dir", dir}, 0, "BEGIN NATS USER JWT"},
+		{[]string{"creds", "launcher", "--expires", "30x", "--data-dir", dir}, 2, "want a duration such as"},
 	} {
 		code, out, errOut := run(t, c.args...)
 		if code != c.code || !strings.Contains(out+errOut, c.out) {
 			t.Errorf("%v: exit %d, stdout %.80q, stderr %q", c.args, code, out, errOut)
 		}
 	}
+	// A secret is written for its owner's eyes only: to --output, or to
+	// a file a shell redirect made.
+	secret := filepath.Join(t.TempDir(), "launcher.creds")
+	if err := os.WriteFile(secret, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := run(t, "creds", "launcher", "--data-dir", dir, "--output", secret); code != 0 || out != "" {
+		t.Fatalf("--output: exit %d %q %q", code, out, errOut)
+	}
+	if fi, err := os.Stat(secret); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("--output file: %v %v", fi.Mode(), err)
+	}
+	if data, _ := os.ReadFile(secret); !strings.Contains(string(data), "BEGIN NATS USER JWT") {
+		t.Errorf("--output file holds %q", data)
+	}
+	redirect, err := os.OpenFile(filepath.Join(t.TempDir(), "x.creds"), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownerOnly(redirect)
+	if fi, err := redirect.Stat(); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("redirected stdout: %v %v", fi.Mode(), err)
+	}
+	redirect.Close()
+
 	code, out, errOut := run(t, "auth", "init", "--data-dir", dir, "--reporter", "n1", "--reporter", "rack/7")
 	if code != 0 {
 		t.Fatalf("auth init: exit %d: %s", code, errOut)

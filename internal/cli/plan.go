@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
@@ -109,12 +110,16 @@ func loadPlan(path string) (*planner.Plan, error) {
 	defer f.Close()
 	br := bufio.NewReader(f)
 	var r io.Reader = br
+	zipped := false
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
 			return nil, usagef("--previous %s: gzip: %v", path, err)
 		}
-		r = zr
+		// One gzip member: what follows it (the newline `nats req`
+		// prints after a body) is not another.
+		zr.Multistream(false)
+		r, zipped = zr, true
 	}
 	data, err := io.ReadAll(io.LimitReader(r, maxPlanFile+1))
 	if err != nil {
@@ -123,9 +128,18 @@ func loadPlan(path string) (*planner.Plan, error) {
 	if len(data) > maxPlanFile {
 		return nil, usagef("--previous %s: over %d bytes; not a plan document", path, maxPlanFile)
 	}
+	if zipped {
+		if rest, _ := io.ReadAll(io.LimitReader(br, 1<<10)); len(bytes.TrimSpace(rest)) > 0 {
+			return nil, usagef("--previous %s: more after the gzipped document than white space", path)
+		}
+	}
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(data, &keys); err != nil {
 		return nil, usagef("--previous %s: not a plan document (JSON object): %v", path, err)
+	}
+	if ref, ok := objectRef(keys); ok {
+		return nil, usagef("--previous %s: a reference to object %s of bucket %s (a reply too large for one message), not the plan: fetch it with `nats object get %s %s` (gzipped JSON, which --previous reads)",
+			path, ref.Object, ref.Bucket, ref.Bucket, ref.Object)
 	}
 	for _, k := range []string{"valid", "workers", "pools"} {
 		if _, ok := keys[k]; !ok {
@@ -137,6 +151,18 @@ func loadPlan(path string) (*planner.Plan, error) {
 		return nil, usagef("--previous %s: %v", path, err)
 	}
 	return &p, nil
+}
+
+// objectRef reads keys as the reply that points at an object, if it is
+// one: exactly bucket, object and size.
+func objectRef(keys map[string]json.RawMessage) (client.ObjectRef, bool) {
+	var ref client.ObjectRef
+	if len(keys) != 3 || keys["bucket"] == nil || keys["object"] == nil || keys["size"] == nil {
+		return ref, false
+	}
+	_ = json.Unmarshal(keys["bucket"], &ref.Bucket)
+	_ = json.Unmarshal(keys["object"], &ref.Object)
+	return ref, ref.Bucket != "" && ref.Object != ""
 }
 
 // dryRunReason says what a replan from prev did.

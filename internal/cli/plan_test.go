@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -199,8 +200,21 @@ func TestPlanPrevious(t *testing.T) {
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("moved %d workers; placed again: ", gone)) || !strings.Contains(out, "node left on node-01") {
 		t.Errorf("text (exit %d):\n%s", code, out)
 	}
+	// As `nats req poolplanner.plan ... > plan.out` saves it: the body
+	// (gzipped, as the service sends a large one) and a newline.
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	_, _ = zw.Write([]byte(prev))
+	_ = zw.Close()
+	for name, body := range map[string]string{"gzip and a newline": zipped.String() + "\n", "JSON and newlines": prev + "\n\n"} {
+		if code, _, errOut := run(t, "plan", "--inventory", less, "--spec", spec, "--previous", writeFile(t, "p.out", body), "--output", "yaml"); code != 0 {
+			t.Errorf("%s: exit %d %q", name, code, errOut)
+		}
+	}
 	for _, c := range []struct{ name, body, want string }{
 		{"not JSON", "scheduling: {}\n", "not a plan document (JSON object)"},
+		{"an object's reference", `{"bucket":"poolplanner-replies","object":"reply-x","size":123}` + "\n", "nats object get poolplanner-replies reply-x"},
+		{"gzip and more", zipped.String() + "junk", "more after the gzipped document"},
 		{"not a plan", `{"node_id_to_resources": {}}`, `not a plan document: no "valid"`},
 		{"bad workers", `{"valid": true, "pools": [], "workers": 3}`, "--previous"},
 	} {

@@ -81,8 +81,8 @@ without a word; on SIGTERM or SIGINT the reporter deletes it first.`,
 	addSecurity(f, &opts.sec)
 	f.StringVar(&opts.nodeID, "node-id", "", "node id, the key in the bucket (default the hostname)")
 	f.StringVar(&opts.ip, "ip", "", "IP other nodes reach this one on (default the address of the default route's interface)")
-	f.DurationVar(&opts.heartbeat, "heartbeat", reporter.DefaultHeartbeat, "how often to refresh the key")
-	f.DurationVar(&opts.ttl, "ttl", 0, "how long the key outlives a reporter that died (default 3 heartbeats)")
+	durationVar(f, &opts.heartbeat, "heartbeat", reporter.DefaultHeartbeat, "how often to refresh the key")
+	durationVar(f, &opts.ttl, "ttl", 0, "how long the key outlives a reporter that died (default 3 heartbeats)")
 	f.StringVar(&opts.simulate, "simulate", "", "report simulated GPUs instead of NVML's: NxMODEL, e.g. 8xH100 (a whole node: the CPUs and memory of the host such GPUs come in)")
 	f.StringVar(&opts.metrics, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics")
 	f.IntVar(&opts.cpus, "cpus", 0, "report this many CPUs (default: the machine's, or the simulated host's)")
@@ -90,7 +90,7 @@ without a word; on SIGTERM or SIGINT the reporter deletes it first.`,
 	f.StringArrayVar(&opts.labels, "label", nil, "a node label KEY=VALUE (repeatable)")
 	f.BoolVar(&opts.once, "once", false, "print the inventory as JSON and exit, without NATS")
 	f.StringVar(&opts.logLevel, "log-level", "info", "trace, debug, info, warn or error")
-	f.StringVar(&opts.logFormat, "log-format", "json", "json or console (default console when stderr is a terminal)")
+	f.StringVar(&opts.logFormat, "log-format", "", "json or console (default: console when stderr is a terminal, json otherwise)")
 	f.StringSliceVar(&opts.xidIgnore, "xid-ignore", uintStrings(inventory.DefaultIgnoredXIDs), "XID errors that do not make a GPU unhealthy")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cmd.SetArgs(args)
@@ -191,8 +191,12 @@ func newLogger(format string, level zerolog.Level, stderr io.Writer) zerolog.Log
 // logFormat is --log-format as given, or console where stderr is a
 // terminal and the flag was not set.
 func logFormat(format string, set bool, stderr io.Writer) (string, error) {
-	if !set && isTerminal(stderr) {
+	switch {
+	case set:
+	case isTerminal(stderr):
 		format = "console"
+	default:
+		format = "json"
 	}
 	if format != "json" && format != "console" {
 		return "", usagef("--log-format %q: want json or console", format)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -71,14 +72,31 @@ func serveMap(ctx context.Context, l net.Listener, p *service.Planner, nc *nats.
 // commands look for it.
 const DefaultListen = "127.0.0.1:4222"
 
-// simNodes is a parsed `--simulate 2x8xH100`: Nodes nodes of Sim.
+// simNodes is a parsed `--simulate 2x8xH100[:KEY=VALUE,...]`: Nodes
+// nodes of Sim, with Labels.
 type simNodes struct {
-	Nodes int
-	Sim   inventory.Simulation
+	Nodes  int
+	Sim    inventory.Simulation
+	Labels map[string]string
 }
 
 // parseSimNodes reads "2x8xH100" (two nodes of 8 H100s) or "8xH100" (one).
 func parseSimNodes(s string) (simNodes, error) {
+	s, labels, hasLabels := strings.Cut(s, ":")
+	var lm map[string]string
+	if hasLabels {
+		var err error
+		if lm, err = inventory.ParseLabels(strings.Split(labels, ",")); err != nil {
+			return simNodes{}, fmt.Errorf("--simulate %s:%s: labels: %w (want KEY=VALUE,KEY=VALUE after the colon)", s, labels, err)
+		}
+	}
+	sn, err := parseSimCount(s)
+	sn.Labels = lm
+	return sn, err
+}
+
+// parseSimCount reads 2x8xH100 or 8xH100 (one node).
+func parseSimCount(s string) (simNodes, error) {
 	parts := strings.SplitN(s, "x", 3)
 	if len(parts) == 3 {
 		n, err := strconv.Atoi(parts[0])
@@ -89,13 +107,13 @@ func parseSimNodes(s string) (simNodes, error) {
 		if err != nil {
 			return simNodes{}, fmt.Errorf("--simulate %v", err)
 		}
-		return simNodes{n, sim}, nil
+		return simNodes{Nodes: n, Sim: sim}, nil
 	}
 	sim, err := inventory.ParseSimulation(s)
 	if err != nil {
 		return simNodes{}, fmt.Errorf("--simulate %v", err)
 	}
-	return simNodes{1, sim}, nil
+	return simNodes{Nodes: 1, Sim: sim}, nil
 }
 
 // serveOptions are planner serve's flags.
@@ -133,20 +151,20 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.specPath, "spec", "", "job spec, YAML or JSON, stored as the plan's spec when the plan has none (a spec set since wins; see --replace-spec)")
 	f.BoolVar(&o.replaceSpec, "replace-spec", false, "store --spec over the plan's stored spec when they differ")
 	f.StringVar(&o.plan, "plan", "default", "the plan --spec seeds (the planner plans every spec stored)")
-	f.StringArrayVar(&o.simulate, "simulate", nil, "add simulated nodes: 2x8xH100 is 2 nodes of 8 H100s (repeatable; whole nodes: the CPUs and memory of the host such GPUs come in)")
+	f.StringArrayVar(&o.simulate, "simulate", nil, "add simulated nodes: 2x8xH100 is 2 nodes of 8 H100s, 2x8xL40S:zone=b,rack=r2 with those labels (repeatable; whole nodes: the CPUs and memory of the host such GPUs come in)")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics")
 	f.StringVar(&o.httpListen, "http-listen", "", "serve the live GPU map at http://HOST:PORT/")
 	f.IntVar(&o.simCPUs, "cpus", 0, "CPUs of each simulated node (default: its model's host's)")
 	f.StringVar(&o.simMemory, "memory", "", "memory of each simulated node, bytes or with Ki, Mi, Gi, Ti (default: its model's host's)")
 	f.BoolVar(&o.noLocal, "no-local-reporter", false, "do not report this machine's inventory in-process")
-	f.DurationVar(&o.debounce, "debounce", service.DefaultDebounce, "quiet time after an inventory change before replanning")
-	f.DurationVar(&o.settle, "settle", service.DefaultSettle, "after start, how long to wait for the nodes of the latest plan to report before replanning without them (negative: no wait)")
-	f.DurationVar(&o.heartbeat, "heartbeat", reporter.DefaultHeartbeat, "heartbeat of the in-process reporters")
-	f.DurationVar(&o.historyAge, "history-age", service.DefaultHistoryAge, "keep plan revisions this long (and the chain they need); negative: for ever")
+	durationVar(f, &o.debounce, "debounce", service.DefaultDebounce, "quiet time after an inventory change before replanning")
+	durationVar(f, &o.settle, "settle", service.DefaultSettle, "after start, how long to wait for the nodes of the latest plan to report before replanning without them (negative: no wait)")
+	durationVar(f, &o.heartbeat, "heartbeat", reporter.DefaultHeartbeat, "heartbeat of the in-process reporters")
+	durationVar(f, &o.historyAge, "history-age", service.DefaultHistoryAge, "keep plan revisions this long (and the chain they need); negative: for ever")
 	f.Int64Var(&o.historyBytes, "history-bytes", service.DefaultHistoryBytes, "keep at most this many bytes of plan revisions, dropping the oldest chains; negative: no limit")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error (the embedded NATS server's own notices at debug)")
-	f.StringVar(&o.logFormat, "log-format", "json", "json or console (default console when stderr is a terminal)")
-	f.BoolVar(&o.secure, "auth", false, "the embedded server requires credentials: keys kept under --data-dir/auth, admin, planner and launcher .creds written to --data-dir/creds (`planner creds` makes more)")
+	f.StringVar(&o.logFormat, "log-format", "", "json or console (default: console when stderr is a terminal, json otherwise)")
+	f.BoolVar(&o.secure, "auth", false, "the embedded server requires credentials: keys kept under --data-dir/auth, admin, planner and launcher .creds written to --data-dir/creds (planner creds makes more)")
 	f.BoolVar(&o.insecure, "no-auth", false, "serve a non-loopback --listen without credentials, deliberately")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "the embedded server's TLS certificate (PEM); with --tls-key, clients must use TLS")
 	f.StringVar(&o.tlsKey, "tls-key", "", "the key of --tls-cert (PEM)")
@@ -154,7 +172,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.clusterListen, "cluster-listen", "", "HOST:PORT the embedded server listens on for its cluster peers (with --routes: a NATS cluster of planner serve processes)")
 	f.StringSliceVar(&o.routes, "routes", nil, "the other embedded servers' cluster addresses, nats://HOST:PORT (comma-separated or repeated)")
 	f.StringVar(&o.name, "server-name", "", "the embedded server's name, unique in the cluster (default: from --cluster-listen, with the hostname for a wildcard address)")
-	f.DurationVar(&o.leaseTTL, "lease-ttl", service.DefaultLeaseTTL, "how long the leading planner's lease lasts unrenewed: a standby takes over within it and a second")
+	durationVar(f, &o.leaseTTL, "lease-ttl", service.DefaultLeaseTTL, "how long the leading planner's lease lasts unrenewed: a standby takes over within it and a second")
 	addSecurity(f, &o.sec)
 	return cmd
 }
@@ -324,6 +342,7 @@ func (o *serveOptions) connect(log zerolog.Logger, lost context.CancelCauseFunc)
 		}
 		eopts := bus.EmbeddedOptions{Listen: o.listen, StoreDir: o.dataDir, Log: log, TLSCert: o.tlsCert, TLSKey: o.tlsKey,
 			ClusterListen: o.clusterListen, Routes: o.routes, ServerName: o.name}
+		account := bus.OpenAccount
 		if o.secure {
 			a, planner, err := serveCreds(o.dataDir, log)
 			if err != nil {
@@ -331,6 +350,11 @@ func (o *serveOptions) connect(log zerolog.Logger, lost context.CancelCauseFunc)
 				return nil, nil, err
 			}
 			eopts.Auth, sec.Creds = a, planner
+			account = a.AccountKey
+		}
+		if others := bus.HistoryElsewhere(o.dataDir, account); len(others) > 0 {
+			log.Warn().Str("data_dir", o.dataDir).Bool("auth", o.secure).Strs("accounts_with_history", others).
+				Msg("this data directory holds plan history of another account (served with --auth before and not now, or the other way round): it starts empty here; copy the streams over with nats stream backup and restore (subjects.md, Enabling auth on an existing data directory)")
 		}
 		ns, u, err := bus.StartEmbedded(eopts)
 		if err != nil {
@@ -387,9 +411,13 @@ func (o *serveOptions) startReporters(ctx context.Context, store *bus.InventoryS
 				id = fmt.Sprintf("sim%d-%s-%d", si+1, strings.ToLower(sn.Sim.Model.Key), i+1)
 			}
 			facts := withHost(sn.Sim.Host(inventory.Facts{NodeID: id, Hostname: id, IP: fmt.Sprintf("10.%d.%d.%d", si, (i+1)/256, (i+1)%256)}), o.simCPUs, o.simBytes)
-			if per := sn.Sim.Model.DomainNodes; per > 0 {
+			facts.Labels = maps.Clone(sn.Labels)
+			if per := sn.Sim.Model.DomainNodes; per > 0 && facts.Labels[inventory.CliqueLabel] == "" {
 				// Rack-scale parts: DomainNodes nodes to an NVLink domain.
-				facts.Labels = map[string]string{inventory.CliqueLabel: fmt.Sprintf("sim%d-%s-domain-%d", si+1, strings.ToLower(sn.Sim.Model.Key), i/per+1)}
+				if facts.Labels == nil {
+					facts.Labels = map[string]string{}
+				}
+				facts.Labels[inventory.CliqueLabel] = fmt.Sprintf("sim%d-%s-domain-%d", si+1, strings.ToLower(sn.Sim.Model.Key), i/per+1)
 			}
 			start(inventory.NewSimulated(facts, sn.Sim), id)
 		}

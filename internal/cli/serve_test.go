@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -229,5 +230,34 @@ func TestServeExitsWhenConnectionClosed(t *testing.T) {
 	shutdown2()
 	if context.Cause(ctx2) != nil {
 		t.Fatalf("a deliberate close ended serve: %v", context.Cause(ctx2))
+	}
+}
+
+// TestParseSimNodes: --simulate takes a count, a model and labels for
+// those nodes; bad labels are refused naming the flag.
+func TestParseSimNodes(t *testing.T) {
+	for _, c := range []struct {
+		in     string
+		nodes  int
+		labels map[string]string
+		err    string
+	}{
+		{"8xH100", 1, nil, ""},
+		{"2x8xB200:zone=b", 2, map[string]string{"zone": "b"}, ""},
+		{"3x4xL40S:zone=a,rack=r7", 3, map[string]string{"zone": "a", "rack": "r7"}, ""},
+		{"2x8xH100:zone", 0, nil, "--simulate 2x8xH100:zone: labels"},
+		{"2x8xH100:zone=a,zone=b", 0, nil, "given twice"},
+		{"0x8xH100", 0, nil, "node count must be 1 to 10000"},
+	} {
+		sn, err := parseSimNodes(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: %v, want %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || sn.Nodes != c.nodes || !maps.Equal(sn.Labels, c.labels) {
+			t.Errorf("%s: %+v %v", c.in, sn, err)
+		}
 	}
 }
