@@ -49,6 +49,9 @@ type EmbeddedOptions struct {
 	ClusterListen string
 	Routes        []string
 	ServerName    string
+	// MaxFileStore bounds JetStream's file storage (bytes); zero means
+	// NATS's default (most of the disk).
+	MaxFileStore int64
 }
 
 // ClusterName names the NATS cluster of planner serve's servers.
@@ -84,8 +87,9 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, string, error) {
 		StoreDir:   opts.StoreDir,
 		// The caller owns signals (the reporter and planner both handle
 		// SIGTERM themselves).
-		NoSigs:     true,
-		MaxPayload: opts.MaxPayload,
+		NoSigs:            true,
+		MaxPayload:        opts.MaxPayload,
+		JetStreamMaxStore: opts.MaxFileStore,
 	}
 	if err := secure(sopts, opts); err != nil {
 		return nil, "", err

@@ -34,10 +34,14 @@ const (
 	// that a retried publish of the same revision is stored once.
 	PlanDuplicateWindow = 2 * time.Minute
 	// RepliesTTL is how long a reply too large for a message is kept,
-	// and RepliesMaxBytes how many bytes of them: past that, large replies
-	// fail (error 500) until older ones expire, rather than fill the disk.
+	// and RepliesMaxBytes how many bytes of them at most: past that, large
+	// replies fail (error 500) until older ones expire, rather than fill
+	// the disk. JetStream reserves a bucket's bytes on each of its
+	// servers, so a server with less room gets a smaller bucket, down to
+	// RepliesMinBytes.
 	RepliesTTL      = 15 * time.Minute
-	RepliesMaxBytes = 4 << 30
+	RepliesMaxBytes = 1 << 30
+	RepliesMinBytes = 16 << 20
 )
 
 // ErrConflict is returned by PlanStore.PublishEvent when another planner
@@ -138,6 +142,9 @@ type PlanStore struct {
 	// Replicas is how many servers keep the streams and object stores (0:
 	// one).
 	Replicas int
+	// RepliesBytes is the replies bucket's size, once Ensure made it:
+	// RepliesMaxBytes, or less where the servers have less room.
+	RepliesBytes int64
 	// LeaseName, when set, names the lease every published revision is
 	// checked against (the leading planner plans every plan under
 	// bus.LeaseName); else each plan's own.
@@ -167,32 +174,70 @@ func (s *PlanStore) Ensure(ctx context.Context) error {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, ReplicasErr(err, r))
 		}
 	}
-	for _, cfg := range []jetstream.ObjectStoreConfig{
-		{Bucket: client.PlansBucket, Description: "poolplanner: plan snapshots, oversized assignments", Storage: jetstream.FileStorage, Replicas: r},
-		{Bucket: client.RepliesBucket, Description: "poolplanner: replies too large for a message", Storage: jetstream.FileStorage, TTL: RepliesTTL, MaxBytes: RepliesMaxBytes, Replicas: r},
-	} {
-		if _, err := s.js.CreateOrUpdateObjectStore(ctx, cfg); err != nil {
-			return fmt.Errorf("ensure object store %s: %w", cfg.Bucket, ReplicasErr(err, r))
+	snapshots := jetstream.ObjectStoreConfig{Bucket: client.PlansBucket, Description: "poolplanner: plan snapshots, oversized assignments", Storage: jetstream.FileStorage, Replicas: r}
+	if _, err := s.js.CreateOrUpdateObjectStore(ctx, snapshots); err != nil {
+		return fmt.Errorf("ensure object store %s: %w", snapshots.Bucket, ReplicasErr(err, r))
+	}
+	replies := jetstream.ObjectStoreConfig{Bucket: client.RepliesBucket, Description: "poolplanner: replies too large for a message", Storage: jetstream.FileStorage, TTL: RepliesTTL, Replicas: r}
+	for size := int64(RepliesMaxBytes); ; size /= 2 {
+		replies.MaxBytes = size
+		_, err := s.js.CreateOrUpdateObjectStore(ctx, replies)
+		if err == nil {
+			s.RepliesBytes = size
+			return nil
+		}
+		if !isInsufficient(err) || size/2 < RepliesMinBytes {
+			return fmt.Errorf("ensure object store %s: %w", replies.Bucket, StorageErr(err, r, size))
 		}
 	}
-	return nil
+}
+
+// isInsufficient says whether JetStream refused for want of storage:
+// 10023 (insufficient resources, a cluster's placement) or 10047
+// (insufficient storage, one server's).
+func isInsufficient(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == 10023 || apiErr.ErrorCode == 10047)
 }
 
 // ReplicasErr says, when JetStream refuses a stream for want of servers,
-// how many it was asked for.
+// how many it was asked for; a refusal for want of storage is said as
+// such.
 func ReplicasErr(err error, replicas int) error {
 	var apiErr *jetstream.APIError
-	// 10005: no peers, 10023: insufficient resources, 10074: replicas on
-	// a server that is not clustered.
-	if replicas > 1 && errors.As(err, &apiErr) && (apiErr.ErrorCode == 10005 || apiErr.ErrorCode == 10023 || apiErr.ErrorCode == 10074) {
+	if isInsufficient(err) {
+		return StorageErr(err, replicas, 0)
+	}
+	// 10005: no peers, 10074: replicas on a server that is not
+	// clustered.
+	if replicas > 1 && errors.As(err, &apiErr) && (apiErr.ErrorCode == 10005 || apiErr.ErrorCode == 10074) {
 		return fmt.Errorf("%w: --replicas %d: the NATS cluster has not that many JetStream servers: %w", ErrReplicas, replicas, err)
 	}
 	return err
 }
 
+// StorageErr says what a stream or bucket refused for want of storage
+// asked for: bytes reserved (0: none, only room for what it holds) on
+// each of replicas servers.
+func StorageErr(err error, replicas int, bytes int64) error {
+	if !isInsufficient(err) {
+		return ReplicasErr(err, replicas)
+	}
+	asked := "room for what it holds"
+	if bytes > 0 {
+		asked = fmt.Sprintf("%d MiB reserved", bytes>>20)
+	}
+	return fmt.Errorf("%w: it asked %s on each of %d servers, and the servers' JetStream storage (max_file_store, or the account's limit) has not that much left: %w",
+		ErrStorage, asked, max(replicas, 1), err)
+}
+
 // ErrReplicas is a stream or bucket refused for want of servers: a
 // setting to change, not an outage to wait out.
 var ErrReplicas = errors.New("not enough servers")
+
+// ErrStorage is a stream or bucket refused for want of storage: a
+// setting to change too.
+var ErrStorage = errors.New("insufficient storage")
 
 // Latest returns the newest revision of plan name, rebuilt whole; nil and
 // no error when the plan has none yet.

@@ -312,7 +312,17 @@ func newHistoryCmd() *cobra.Command {
 				return true
 			})
 			if err != nil && !errors.Is(err, client.ErrNotFound) {
-				return err
+				// The stream unreadable (no quorum, say): what the planner
+				// holds, its latest revision, and a word that the rest is
+				// not there.
+				rctx, cancel := context.WithTimeout(cmd.Context(), statusPartTimeout)
+				defer cancel()
+				d, rerr := c.RequestPlan(rctx, plan, 0)
+				if rerr != nil {
+					return fmt.Errorf("read the history: %w (nor does the planner answer: %v)", err, rerr)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "history unavailable: %v; the planner's latest revision only\n", err)
+				entries = []historyEntry{{Revision: d.Revision, CreatedAt: d.CreatedAt.UTC(), Valid: d.Valid, Reason: d.Reason, Moved: d.Moved, Error: d.Error}}
 			}
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), entries)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -36,7 +37,23 @@ type statusReport struct {
 	// priority; Nodes, per node, the GPUs each plan holds there.
 	Plans []planStatus `json:"plans"`
 	Nodes []nodeStatus `json:"nodes"`
+	// Unavailable says what could not be read (a stream without a
+	// quorum, say) and where the answer came from instead: status
+	// answers in a few seconds from whatever is readable.
+	Unavailable []string `json:"unavailable,omitempty"`
+	// LeaderUnknown is set when the lease could not be read: Leader nil
+	// then says nothing of whether a planner leads.
+	LeaderUnknown bool `json:"leader_unknown,omitempty"`
 }
+
+// statusPartTimeout bounds each read of status, all made at once: an
+// unavailable stream costs this, not the whole request's time.
+const statusPartTimeout = 2 * time.Second
+
+// offlineAfter is how long a stream's leader may not have heard from a
+// replica before status calls it offline: a few Raft heartbeats (one a
+// second).
+const offlineAfter = 5 * time.Second
 
 // planStatus is one plan of those sharing the cluster.
 type planStatus struct {
@@ -94,7 +111,11 @@ func newStatusCmd() *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
 			defer cancel()
-			r, err := readStatus(ctx, js, plan)
+			c, err := client.New(nc)
+			if err != nil {
+				return err
+			}
+			r, err := readStatus(ctx, js, c, plan)
 			if err != nil {
 				return err
 			}
@@ -109,30 +130,81 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
-func readStatus(ctx context.Context, js jetstream.JetStream, plan string) (*statusReport, error) {
+// readStatus reads the plan's latest revision, the lease, the streams
+// and every plan at once, each within statusPartTimeout; what cannot be
+// read is said in Unavailable, and the revision comes from the planner
+// itself (request-reply, from its memory) when the stream cannot give
+// it.
+func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, plan string) (*statusReport, error) {
 	r := &statusReport{Plan: plan}
 	store := bus.NewPlanStore(js)
-	rev, err := store.Client().Plan(ctx, plan, 0)
-	switch {
-	case errors.Is(err, client.ErrNotFound):
-	case err != nil:
-		r.Error = err.Error()
-	default:
-		d := rev.Document
-		at := d.CreatedAt.UTC()
-		r.Revision, r.Valid, r.Reason, r.Error, r.At = d.Revision, d.Valid, d.Reason, d.Error, &at
+	var mu sync.Mutex
+	unavailable := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		r.Unavailable = append(r.Unavailable, fmt.Sprintf(format, args...))
 	}
-	if _, err := js.Stream(ctx, bus.PlansStream); err == nil {
-		if r.Leader, err = store.ReadLease(ctx, bus.LeaseName); err != nil {
-			return nil, err
+	part := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, statusPartTimeout) }
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		pctx, cancel := part()
+		defer cancel()
+		rev, err := store.Client().Plan(pctx, plan, 0)
+		if err != nil && !errors.Is(err, client.ErrNotFound) {
+			rctx, cancel := part()
+			defer cancel()
+			d, rerr := c.RequestPlan(rctx, plan, 0)
+			if rerr != nil {
+				r.Error = err.Error()
+				unavailable("plan %s's latest revision: the stream: %v; the planner: %v", plan, err, rerr)
+				return
+			}
+			unavailable("the plan stream (%v): plan %s's latest revision came from the planner", err, plan)
+			rev, err = &client.Revision{Document: d}, nil
+		}
+		if err == nil {
+			d := rev.Document
+			at := d.CreatedAt.UTC()
+			r.Revision, r.Valid, r.Reason, r.Error, r.At = d.Revision, d.Valid, d.Reason, d.Error, &at
+		}
+	})
+	wg.Go(func() {
+		pctx, cancel := part()
+		defer cancel()
+		_, err := js.Stream(pctx, bus.PlansStream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return
+		}
+		if err == nil {
+			if r.Leader, err = store.ReadLease(pctx, bus.LeaseName); err == nil {
+				return
+			}
+		}
+		r.LeaderUnknown = true
+		unavailable("the leader: the lease cannot be read: %v", err)
+	})
+	r.Streams = make([]streamStatus, len(statusStreams))
+	for i, name := range statusStreams {
+		wg.Go(func() {
+			pctx, cancel := part()
+			defer cancel()
+			r.Streams[i] = streamOf(pctx, js, name)
+		})
+	}
+	wg.Go(func() {
+		pctx, cancel := part()
+		defer cancel()
+		if err := r.readPlans(pctx, js, store.Client()); err != nil {
+			unavailable("the other plans: %v", err)
+		}
+	})
+	wg.Wait()
+	for _, s := range r.Streams {
+		if s.Error != "" {
+			unavailable("stream %s: %s", s.Name, s.Error)
 		}
 	}
-	for _, name := range statusStreams {
-		r.Streams = append(r.Streams, streamOf(ctx, js, name))
-	}
-	if err := r.readPlans(ctx, js, store.Client()); err != nil {
-		return nil, err
-	}
+	slices.Sort(r.Unavailable)
 	return r, nil
 }
 
@@ -200,7 +272,11 @@ func streamOf(ctx context.Context, js jetstream.JetStream, name string) streamSt
 	if info.Cluster != nil {
 		s.Leader = info.Cluster.Leader
 		for _, p := range info.Cluster.Replicas {
-			s.Followers = append(s.Followers, followerStatus{Name: p.Name, Current: p.Current, Offline: p.Offline, Lag: p.Lag, Seen: p.Active})
+			// A server killed without a word is not marked offline by
+			// the leader for a long while; not heard from for a few
+			// heartbeats is offline enough.
+			off := p.Offline || p.Active > offlineAfter
+			s.Followers = append(s.Followers, followerStatus{Name: p.Name, Current: p.Current, Offline: off, Lag: p.Lag, Seen: p.Active})
 		}
 	}
 	return s
@@ -220,13 +296,18 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 		fmt.Fprintf(w, "plan %s: revision %d, %s, published %s (%s ago)\n  reason: %s\n",
 			r.Plan, r.Revision, validity, r.At.Format(time.RFC3339), now.Sub(*r.At).Round(time.Second), r.Reason)
 	}
-	if l := r.Leader; l != nil {
+	if r.LeaderUnknown {
+		fmt.Fprintln(w, "leader: UNKNOWN: the lease cannot be read (the plan stream is unavailable)")
+	} else if l := r.Leader; l != nil {
 		fmt.Fprintf(w, "leader: planner %s on %s (pid %d), leading since %s, lease expires in %s unless renewed\n",
 			l.Holder, l.Host, l.PID, l.Since.UTC().Format(time.RFC3339), l.Expires().Sub(now).Round(100*time.Millisecond))
 	} else {
 		fmt.Fprintln(w, "leader: none: no planner holds the lease (none runs, or a standby takes it within a second)")
 	}
 	fmt.Fprintf(w, "connected to %s\n", r.Server)
+	for _, u := range r.Unavailable {
+		fmt.Fprintf(w, "unavailable: %s\n", u)
+	}
 	r.writePlans(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STREAM\tREPLICAS\tMESSAGES\tLEADER\tFOLLOWERS")

@@ -30,6 +30,8 @@ type Cluster struct {
 	clusters []string // cluster HOST:PORT
 	mu       sync.Mutex
 	servers  []*server.Server
+	// maxStore bounds each server's JetStream file storage (0: none).
+	maxStore int64
 }
 
 // Start starts n servers clustered on loopback, each with its own
@@ -37,7 +39,14 @@ type Cluster struct {
 // JetStream has a meta leader.
 func Start(t testing.TB, n int, a *auth.Authority) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, dir: t.TempDir(), auth: a, servers: make([]*server.Server, n)}
+	return StartLimited(t, n, a, 0)
+}
+
+// StartLimited is Start with each server's JetStream file storage
+// bounded to maxStore bytes, as a modest server's max_file_store does.
+func StartLimited(t testing.TB, n int, a *auth.Authority, maxStore int64) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, dir: t.TempDir(), auth: a, servers: make([]*server.Server, n), maxStore: maxStore}
 	addrs := freeAddrs(t, 2*n)
 	c.clients, c.clusters = addrs[:n], addrs[n:]
 	for i := range n {
@@ -83,7 +92,8 @@ func (c *Cluster) Routes(i int) []string {
 func (c *Cluster) StartServer(i int) {
 	c.t.Helper()
 	ns, _, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: c.clients[i], StoreDir: filepath.Join(c.dir, strconv.Itoa(i)),
-		Auth: c.auth, ClusterListen: c.clusters[i], Routes: c.Routes(i), ServerName: fmt.Sprintf("s%d", i), ReadyTimeout: 30 * time.Second})
+		Auth: c.auth, ClusterListen: c.clusters[i], Routes: c.Routes(i), ServerName: fmt.Sprintf("s%d", i), ReadyTimeout: 30 * time.Second,
+		MaxFileStore: c.maxStore})
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -1,0 +1,48 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEnsureFitsStorage: the replies bucket asks what the server has room
+// for, down to RepliesMinBytes; below that the refusal says storage, not
+// servers.
+func TestEnsureFitsStorage(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		maxStore int64
+		want     int64
+		err      string
+	}{
+		{"plenty", 4 << 30, RepliesMaxBytes, ""},
+		{"one GiB", 1 << 30, RepliesMaxBytes, ""},
+		{"300 MiB", 300 << 20, 256 << 20, ""},
+		{"8 MiB", 8 << 20, 0, "insufficient storage: it asked 16 MiB reserved on each of 1 servers"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns, url, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir(), MaxFileStore: c.maxStore})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+			_, js := connect(t, url)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			store := NewPlanStore(js)
+			err = store.Ensure(ctx)
+			if c.err != "" {
+				if !errors.Is(err, ErrStorage) || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("Ensure: %v, want %q", err, c.err)
+				}
+				return
+			}
+			if err != nil || store.RepliesBytes != c.want {
+				t.Fatalf("Ensure: %v, replies bucket %d bytes, want %d", err, store.RepliesBytes, c.want)
+			}
+		})
+	}
+}

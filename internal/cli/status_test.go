@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/poolplanner/poolplanner/internal/testcluster"
+)
+
+// TestStatusInOutage: on three servers with the state replicated, a
+// server gone is shown offline within a few heartbeats; with two of
+// three gone (no quorum), status still answers in a few seconds, saying
+// that the leader and the streams are unavailable and giving the
+// plan's latest revision from the planner itself, and history gives
+// that revision with a word that the rest is not there.
+func TestStatusInOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster")
+	}
+	c := testcluster.Start(t, 3, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	serveErr := &syncWriter{}
+	go func() {
+		done <- Main(ctx, []string{"serve", "--server", c.URLs(), "--replicas", "3", "--spec", "../../examples/disaggregate.yaml",
+			"--simulate", "4x8xH100", "--no-local-reporter", "--debounce", "50ms", "--settle", "-1s", "--log-level", "error"}, nil, &bytes.Buffer{}, serveErr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("serve did not stop")
+		}
+	})
+	status := func() (string, time.Duration) {
+		start := time.Now()
+		code, out, errOut := run(t, "status", "--server", c.URL(0))
+		if code != 0 {
+			t.Fatalf("status: exit %d: %s\n%s", code, errOut, serveErr)
+		}
+		return out, time.Since(start)
+	}
+	waitForOut := func(what string, cond func(string) bool) string {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			out, _ := status()
+			if cond(out) {
+				return out
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("status never showed %s:\n%s\n%s", what, out, c.State())
+			}
+			time.Sleep(200 * time.Millisecond) // status is a new connection each time; nothing to wait on
+		}
+	}
+	waitForOut("a valid plan and a leader", func(out string) bool {
+		return strings.Contains(out, "plan default: revision 1, valid") && strings.Contains(out, "leader: planner")
+	})
+
+	c.StopServer(2)
+	waitForOut("server s2 offline", func(out string) bool {
+		return strings.Contains(out, "s2 (OFFLINE")
+	})
+
+	c.StopServer(1)
+	// The stream leaders notice the lost quorum within seconds.
+	waitForOut("the lost quorum", func(out string) bool { return strings.Contains(out, "leader: UNKNOWN") })
+	out, took := status()
+	for _, want := range []string{"plan default: revision 1, valid", "leader: UNKNOWN", "unavailable: the plan stream", "came from the planner", "unavailable: stream " + "POOLPLANNER_PLANS"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status without a quorum lacks %q:\n%s", want, out)
+		}
+	}
+	t.Logf("status without a quorum answered in %s", took.Round(time.Millisecond))
+	code, hist, errOut := run(t, "history", "--server", c.URL(0))
+	if code != 0 || !strings.Contains(errOut, "history unavailable") || !strings.Contains(hist, "\n1 ") {
+		t.Errorf("history without a quorum: exit %d\n%s\n%s", code, hist, errOut)
+	}
+}
+
+// TestServeOnModestServers: three servers with 1 GiB of file storage
+// each (a modest max_file_store) take serve --replicas 3: nothing
+// reserves more than they have.
+func TestServeOnModestServers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster")
+	}
+	c := testcluster.StartLimited(t, 3, nil, 1<<30)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	serveErr := &syncWriter{}
+	go func() {
+		done <- Main(ctx, []string{"serve", "--server", c.URLs(), "--replicas", "3", "--spec", "../../examples/disaggregate.yaml",
+			"--simulate", "4x8xH100", "--no-local-reporter", "--debounce", "50ms", "--settle", "-1s", "--log-level", "error"}, nil, &bytes.Buffer{}, serveErr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, out, _ := run(t, "lookup", "train", "0", "--server", c.URL(0))
+		if code == 0 && strings.Contains(out, "sim-h100-") {
+			return
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited %d: %s", code, serveErr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no plan on 1 GiB servers: %s\n%s", out, serveErr)
+		}
+		time.Sleep(200 * time.Millisecond) // a new client each time; nothing to wait on
+	}
+}
