@@ -679,21 +679,17 @@ func (s *SpecStore) List(ctx context.Context) ([]StoredSpec, error) {
 	return out, nil
 }
 
-// ValidatePlanName checks that name can be a subject token and a KV key.
-func ValidatePlanName(name string) error {
-	if name == "" || !keyRE.MatchString(name) || containsAny(name, "./") {
-		return fmt.Errorf("%w: plan name %q: use letters, digits, - _ =", ErrBadRequest, name)
-	}
-	return nil
-}
+// PlanNameRule is a plan's name: 1 to 64 bytes of ASCII letters,
+// digits and - _ =. A plan name is a token of subjects
+// (poolplanner.plans.NAME, poolplanner.assignments.NAME.NODE_ID), the
+// key of the spec bucket and the start of object names, so it has no
+// dot, slash, wildcard or space; 64 bytes keeps every subject it makes
+// far below the server's control-line limit (4 KB), whatever its node
+// ids. A name breaking it is a bad request (400).
+var PlanNameRule = planner.NameRule{Kind: "plan name", Max: 64, Punct: "-_=", Err: ErrBadRequest}
 
-func containsAny(s, chars string) bool {
-	for _, c := range chars {
-		for _, x := range s {
-			if x == c {
-				return true
-			}
-		}
-	}
-	return false
+// ValidatePlanName checks name against PlanNameRule; its error is
+// ErrBadRequest and names the length or the character that is wrong.
+func ValidatePlanName(name string) error {
+	return PlanNameRule.Check(name)
 }

@@ -284,6 +284,11 @@ func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
 	case byWorker && planner.Component(req.Component).Rank() < 0:
 		return nil, fmt.Errorf("%w: component %q: want train, eval, env or buffer", ErrBadRequest, req.Component)
 	}
+	if byNode {
+		if err := ValidateNodeID(req.NodeID); err != nil {
+			return nil, fmt.Errorf("%w: node_id: %w", ErrBadRequest, err)
+		}
+	}
 	p, err := a.Plan(ctx, PlanRequest{Plan: req.Plan, Revision: req.Revision})
 	if err != nil {
 		return nil, err

@@ -4,12 +4,8 @@
 package bus
 
 import (
-	"errors"
-	"fmt"
-	"regexp"
-	"strings"
-
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/inventory"
 )
 
 // Names fixed by the outside contract (docs/contract.md), as package
@@ -55,17 +51,10 @@ func InventorySubject(nodeID string) string {
 	return InventorySubjectPrefix + nodeID
 }
 
-// ErrInvalidNodeID is returned for a node id that cannot be a KV key.
-var ErrInvalidNodeID = errors.New("invalid node id")
+// ErrInvalidNodeID is returned for a node id that breaks
+// inventory.NodeIDRule.
+var ErrInvalidNodeID = inventory.ErrInvalidNodeID
 
-var keyRE = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
-
-// ValidateNodeID checks that id can be a key of the inventory bucket: the
-// characters JetStream KV allows, no leading or trailing dot. Hostnames
-// always pass.
-func ValidateNodeID(id string) error {
-	if !keyRE.MatchString(id) || strings.HasPrefix(id, ".") || strings.HasSuffix(id, ".") {
-		return fmt.Errorf("%w %q: use letters, digits and - _ = / . (not first or last)", ErrInvalidNodeID, id)
-	}
-	return nil
-}
+// ValidateNodeID checks that id can be a key of the inventory bucket and
+// the last token(s) of an assignment subject: inventory.NodeIDRule.
+func ValidateNodeID(id string) error { return inventory.ValidateNodeID(id) }

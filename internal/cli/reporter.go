@@ -113,7 +113,7 @@ without a word; on SIGTERM or SIGINT the reporter deletes it first.`,
 func (o reporterOptions) validate(formatSet bool, stderr io.Writer) (reporterConfig, error) {
 	c := reporterConfig{reporterOptions: o}
 	if o.nodeID != "" {
-		if err := bus.ValidateNodeID(o.nodeID); err != nil {
+		if err := inventory.ValidateNodeID(o.nodeID); err != nil {
 			return c, usagef("--node-id: %w", err)
 		}
 	}
@@ -212,7 +212,7 @@ func runReporter(ctx context.Context, c reporterConfig, stdout, stderr io.Writer
 	} else if err != nil {
 		return fmt.Errorf("node facts: %w", err)
 	}
-	if err := bus.ValidateNodeID(facts.NodeID); err != nil {
+	if err := inventory.ValidateNodeID(facts.NodeID); err != nil {
 		return usagef("hostname is not a usable node id (%w); pass --node-id", err)
 	}
 	if c.sim != nil {

@@ -200,8 +200,16 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 	})
 	wg.Wait()
 	for _, s := range r.Streams {
-		if s.Error != "" {
+		switch {
+		case s.Error != "":
 			unavailable("stream %s: %s", s.Name, s.Error)
+		case s.Replicas > 1 && s.Leader == "":
+			unavailable("stream %s: no leader (no quorum): nothing is written to it until servers return", s.Name)
+			if s.Name == bus.PlansStream {
+				// A lease read from a replica says nothing then: none
+				// can be renewed, whoever last held it.
+				r.LeaderUnknown, r.Leader = true, nil
+			}
 		}
 	}
 	slices.Sort(r.Unavailable)
@@ -297,7 +305,7 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 			r.Plan, r.Revision, validity, r.At.Format(time.RFC3339), now.Sub(*r.At).Round(time.Second), r.Reason)
 	}
 	if r.LeaderUnknown {
-		fmt.Fprintln(w, "leader: UNKNOWN: the lease cannot be read (the plan stream is unavailable)")
+		fmt.Fprintln(w, "leader: UNKNOWN: the plan stream is unavailable, so no lease can be read or renewed")
 	} else if l := r.Leader; l != nil {
 		fmt.Fprintf(w, "leader: planner %s on %s (pid %d), leading since %s, lease expires in %s unless renewed\n",
 			l.Holder, l.Host, l.PID, l.Since.UTC().Format(time.RFC3339), l.Expires().Sub(now).Round(100*time.Millisecond))

@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
 // Facts are the node-level parts of an inventory: everything but GPUs and
@@ -182,8 +184,9 @@ func defaultRouteIP(proc string) (string, error) {
 	return "", fmt.Errorf("default route interface %s has no IPv4 address", name)
 }
 
-// ParseLabels turns KEY=VALUE strings into a map. Keys must be non-empty;
-// a repeated key is an error rather than a silent overwrite.
+// ParseLabels turns KEY=VALUE strings into a map. Keys follow
+// planner.LabelKeyRule, values are at most MaxString bytes; a repeated
+// key is an error rather than a silent overwrite.
 func ParseLabels(kvs []string) (map[string]string, error) {
 	if len(kvs) == 0 {
 		return nil, nil
@@ -193,7 +196,13 @@ func ParseLabels(kvs []string) (map[string]string, error) {
 		k, v, ok := strings.Cut(kv, "=")
 		k = strings.TrimSpace(k)
 		if !ok || k == "" {
-			return nil, fmt.Errorf("%q: want KEY=VALUE", kv)
+			return nil, fmt.Errorf("%s: want KEY=VALUE", planner.QuoteShort(kv))
+		}
+		if err := planner.LabelKeyRule.Check(k); err != nil {
+			return nil, err
+		}
+		if len(v) > MaxString {
+			return nil, fmt.Errorf("%s: a value of %d bytes; at most %d", k, len(v), MaxString)
 		}
 		if _, dup := out[k]; dup {
 			return nil, fmt.Errorf("%q: key %q given twice", kv, k)

@@ -61,9 +61,20 @@ func TestParseLabels(t *testing.T) {
 	if got["zone"] != "a" || got["rack"] != "r1=x" || got["empty"] != "" || len(got) != 3 {
 		t.Errorf("got %v", got)
 	}
-	for _, bad := range [][]string{{"novalue"}, {"=v"}, {"a=1", "a=2"}} {
-		if _, err := ParseLabels(bad); err == nil {
-			t.Errorf("ParseLabels(%q): no error", bad)
+	for _, c := range []struct {
+		bad  []string
+		want string
+	}{
+		{[]string{"novalue"}, `"novalue": want KEY=VALUE`},
+		{[]string{"=v"}, "want KEY=VALUE"},
+		{[]string{"a=1", "a=2"}, `key "a" given twice`},
+		{[]string{"a b=1"}, `invalid label key "a b": ' ' at byte 1 is not allowed; want 1 to 253 bytes`},
+		{[]string{"zone.=a"}, `invalid label key "zone.": '.' at byte 4`},
+		{[]string{strings.Repeat("k", 254) + "=v"}, "254 bytes is too long"},
+		{[]string{"k=" + strings.Repeat("v", MaxString+1)}, "k: a value of 1025 bytes; at most 1024"},
+	} {
+		if _, err := ParseLabels(c.bad); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseLabels(%.40q): %v, want %q", c.bad, err, c.want)
 		}
 	}
 	if got, err := ParseLabels(nil); got != nil || err != nil {

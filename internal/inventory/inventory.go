@@ -40,6 +40,14 @@ type GPU struct {
 	Fabric *Fabric `json:"fabric,omitempty"`
 }
 
+// UnnamedUUID is the UUID a reporter gives a GPU NVML cannot name (no
+// handle, or DeviceGetUUID failing), which it also marks unhealthy: a
+// document names every GPU, and no other GPU, here or on another node,
+// has this one ("GPU-unnamed-NODE-INDEX" cannot be NVML's).
+func UnnamedUUID(nodeID string, index int) string {
+	return fmt.Sprintf("GPU-unnamed-%s-%d", nodeID, index)
+}
+
 // Fabric is a GPU's place in a multi-node NVLink fabric.
 type Fabric struct {
 	ClusterUUID string `json:"cluster_uuid"`

@@ -19,7 +19,11 @@ type rayResources struct {
 
 // ParseNodes reads an inventory file: rlightning's cluster info
 // {"node_id_to_resources": {...}} or a JSON list of NodeInventory
-// documents, and returns the nodes the planner sees.
+// documents, and returns the nodes the planner sees. Node ids follow
+// NodeIDRule; documents must Validate (every GPU has a UUID) and no two
+// of them list one GPU UUID. Cluster info names no GPU: its nodes'
+// GPUs have no UUIDs (the planner knows them by node and index, and a
+// plan from it has no gpu_uuids), so neither UUID rule concerns them.
 func ParseNodes(data []byte) ([]planner.Node, error) {
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
@@ -32,6 +36,7 @@ func ParseNodes(data []byte) ([]planner.Node, error) {
 		}
 		nodes := make([]planner.Node, 0, len(docs))
 		seen := make(map[string]bool, len(docs))
+		var claims Claims
 		for i, d := range docs {
 			if err := d.Validate(); err != nil {
 				return nil, fmt.Errorf("inventory[%d].%w", i, err)
@@ -40,6 +45,14 @@ func ParseNodes(data []byte) ([]planner.Node, error) {
 				return nil, fmt.Errorf("inventory[%d].node_id: %q appears twice", i, d.NodeID)
 			}
 			seen[d.NodeID] = true
+			// One GPU, one node. The service marks a later claimant's GPU
+			// unusable (Claims), since it cannot refuse the cluster for one
+			// reporter's document; a file has no order of arrival, and its
+			// author can fix it, so here it is an error.
+			if r := claims.Put(d.NodeID, d).Refused; len(r) > 0 {
+				return nil, fmt.Errorf("inventory[%d].gpus: GPU %d's uuid %q is node %s's too, listed before; a GPU belongs to one node",
+					i, r[0].Index, r[0].UUID, r[0].Holder)
+			}
 			n, err := d.PlannerNode()
 			if err != nil {
 				return nil, fmt.Errorf("inventory[%d]: %w", i, err)
@@ -65,6 +78,9 @@ func ParseNodes(data []byte) ([]planner.Node, error) {
 	sort.Strings(ids)
 	nodes := make([]planner.Node, 0, len(ids))
 	for _, id := range ids {
+		if err := ValidateNodeID(id); err != nil {
+			return nil, fmt.Errorf("inventory.node_id_to_resources: %w", err)
+		}
 		r := ray.Nodes[id]
 		field := "inventory.node_id_to_resources." + id
 		gpus, cpus := 0.0, 0.0

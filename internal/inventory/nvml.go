@@ -144,6 +144,12 @@ func (n *NVML) Inventory(ctx context.Context) (NodeInventory, error) {
 		n.describe(d, &inv.GPUs[i])
 	}
 	n.nvlinkPeers(devices, inv.GPUs)
+	for i := range inv.GPUs {
+		if inv.GPUs[i].UUID == "" {
+			// Marked unusable above; a document names every GPU.
+			inv.GPUs[i].UUID = UnnamedUUID(inv.NodeID, i)
+		}
+	}
 
 	n.mu.Lock()
 	for i := range inv.GPUs {

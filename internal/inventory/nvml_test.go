@@ -253,6 +253,17 @@ func TestNVMLCallFailing(t *testing.T) {
 		if inv.GPUs[1].Name != "" || inv.GPUs[1].UUID == "" {
 			t.Errorf("gpu 1 = %+v, want a UUID and no name", inv.GPUs[1])
 		}
+		// The GPUs NVML cannot name get a UUID of their own: documents
+		// name every GPU (Validate).
+		for _, i := range []int{2, 4} {
+			if got := inv.GPUs[i].UUID; got != UnnamedUUID(inv.NodeID, i) {
+				t.Errorf("gpu %d uuid %q, want %q", i, got, UnnamedUUID(inv.NodeID, i))
+			}
+		}
+		inv.NodeID = "n1"
+		if err := inv.Validate(); err != nil {
+			t.Errorf("the document: %v", err)
+		}
 		// GPU 4 has no handle, so no P2P answers: nobody lists it as peer.
 		for _, p := range inv.GPUs[0].NVLinkPeers {
 			if p == 4 {

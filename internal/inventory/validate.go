@@ -3,9 +3,32 @@ package inventory
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
+
+	"github.com/poolplanner/poolplanner/internal/planner"
 )
+
+// NodeIDRule is a node's id: 1 to 253 bytes of ASCII letters, digits
+// and - _ = / and dots (a dot neither first, last nor next to another).
+// A node id is the key of the inventory bucket and the last tokens of
+// poolplanner.assignments.PLAN.NODE_ID (a dotted hostname is several
+// tokens there: client.AssignmentNode takes the rest of the subject), so
+// it holds only what KV keys allow and never makes an empty subject
+// token; 253 bytes is a DNS name's longest, so every hostname passes.
+var NodeIDRule = planner.NameRule{Kind: "node id", Max: 253, Punct: "-_=/", Dots: true, Err: ErrInvalidNodeID}
+
+// ErrInvalidNodeID is ValidateNodeID's error.
+var ErrInvalidNodeID = errors.New("invalid node id")
+
+// ValidateNodeID checks id against NodeIDRule: every entry point of a
+// node id (documents, the reporter's --node-id, lookups, offline
+// inventories) checks it so. The error is ErrInvalidNodeID and names
+// the length or the character that is wrong.
+func ValidateNodeID(id string) error {
+	return NodeIDRule.Check(id)
+}
 
 // Limits on one inventory document: far past any real node, so that a
 // document past them is a bug or an attack, never a machine.
@@ -18,13 +41,21 @@ const (
 )
 
 // Validate checks a document as the planner must before trusting it:
-// an id, an IP address (or none), at most MaxGPUs GPUs with distinct indices 0..n-1 and distinct
-// UUIDs, at most MaxCPUs CPUs (not negative), at most MaxLabels labels,
-// no string over MaxString bytes, NVLink peers and NUMA nodes in range.
-// The error names the field and what is allowed.
+// an id following NodeIDRule, an IP address (or none), at most MaxGPUs
+// GPUs with distinct indices 0..n-1 and distinct, non-empty UUIDs, at
+// most MaxCPUs CPUs (not negative), at most MaxLabels labels with keys
+// following planner.LabelKeyRule, no string over MaxString bytes,
+// NVLink peers and NUMA nodes in range. The error names the field and
+// what is allowed.
+//
+// (A UUID another node's document holds is no error here: which node
+// holds it depends on the others; Claims decides.)
 func (n NodeInventory) Validate() error {
 	if n.NodeID == "" {
 		return errors.New("node_id: missing")
+	}
+	if err := ValidateNodeID(n.NodeID); err != nil {
+		return fmt.Errorf("node_id: %w", err)
 	}
 	for _, f := range []struct{ name, v string }{{"node_id", n.NodeID}, {"hostname", n.Hostname}, {"ip", n.IP},
 		{"driver_version", n.DriverVersion}, {"cuda_driver_version", n.CUDADriverVersion}, {"reporter", n.Reporter}} {
@@ -44,9 +75,12 @@ func (n NodeInventory) Validate() error {
 	if len(n.Labels) > MaxLabels {
 		return fmt.Errorf("labels: %d labels; at most %d", len(n.Labels), MaxLabels)
 	}
-	for k, v := range n.Labels {
-		if len(k) > MaxString || len(v) > MaxString {
-			return fmt.Errorf("labels: a label of %d+%d bytes; at most %d each", len(k), len(v), MaxString)
+	for _, k := range slices.Sorted(maps.Keys(n.Labels)) {
+		if err := planner.LabelKeyRule.Check(k); err != nil {
+			return fmt.Errorf("labels: %w", err)
+		}
+		if v := n.Labels[k]; len(v) > MaxString {
+			return fmt.Errorf("labels.%s: a value of %d bytes; at most %d", k, len(v), MaxString)
 		}
 	}
 	seenIndex := make([]bool, len(n.GPUs))
@@ -59,7 +93,7 @@ func (n NodeInventory) Validate() error {
 			return fmt.Errorf("gpus[%d].index: %d appears twice; want distinct indices 0..%d", i, g.Index, len(n.GPUs)-1)
 		}
 		seenIndex[g.Index] = true
-		if g.UUID != "" && seenUUID[g.UUID] {
+		if seenUUID[g.UUID] {
 			return fmt.Errorf("gpus[%d].uuid: %q appears twice", i, g.UUID)
 		}
 		seenUUID[g.UUID] = true
@@ -71,6 +105,9 @@ func (n NodeInventory) Validate() error {
 func (g GPU) validate(count int) error {
 	if g.Index < 0 || g.Index >= count {
 		return fmt.Errorf("index: %d is not allowed; want 0..%d", g.Index, count-1)
+	}
+	if g.UUID == "" {
+		return errors.New("uuid: missing; every GPU is named by its UUID (NVML's, or one a simulation or the reporter makes up for a GPU NVML cannot name)")
 	}
 	for _, f := range []struct{ name, v string }{{"uuid", g.UUID}, {"name", g.Name}, {"pci_bus_id", g.PCIBusID}, {"unhealthy_reason", g.UnhealthyReason}} {
 		if len(f.v) > MaxString {

@@ -15,6 +15,21 @@ func TestValidate(t *testing.T) {
 	if err := good().Validate(); err != nil {
 		t.Fatalf("a simulated node: %v", err)
 	}
+	for _, ok := range []func(*NodeInventory){
+		func(n *NodeInventory) { n.NodeID = "sim-h100-1" },
+		func(n *NodeInventory) { n.NodeID = "gpu-node-07.cluster.local" },
+		func(n *NodeInventory) { n.NodeID = "a_b=c/d" },
+		func(n *NodeInventory) { n.NodeID = strings.Repeat("n", 63) + "." + strings.Repeat("n", 189) }, // 253
+		func(n *NodeInventory) {
+			n.Labels = map[string]string{CliqueLabel: "rack-1", "topology.kubernetes.io/zone": "a", "zone": "", strings.Repeat("k", 253): "v"}
+		},
+	} {
+		n := good()
+		ok(&n)
+		if err := n.Validate(); err != nil {
+			t.Errorf("%s %v: %v", n.NodeID, n.Labels, err)
+		}
+	}
 	numa := -1
 	for _, c := range []struct {
 		name, want string
@@ -25,7 +40,15 @@ func TestValidate(t *testing.T) {
 		{"too many CPUs", "cpus: 4097", func(n *NodeInventory) { n.CPUs = 4097 }},
 		{"not an IP", `ip: "gpu-07"`, func(n *NodeInventory) { n.IP = "gpu-07" }},
 		{"long hostname", "hostname: 1025 bytes", func(n *NodeInventory) { n.Hostname = strings.Repeat("h", 1025) }},
-		{"long label", "labels: a label", func(n *NodeInventory) { n.Labels = map[string]string{"k": strings.Repeat("v", 1025)} }},
+		{"long label", "labels.k: a value of 1025 bytes; at most 1024", func(n *NodeInventory) { n.Labels = map[string]string{"k": strings.Repeat("v", 1025)} }},
+		{"long label key", `labels: invalid label key "kkkk`, func(n *NodeInventory) { n.Labels = map[string]string{strings.Repeat("k", 254): "v"} }},
+		{"label key with a space", `labels: invalid label key "a b": ' ' at byte 1 is not allowed; want 1 to 253 bytes`, func(n *NodeInventory) { n.Labels = map[string]string{"a b": "v"} }},
+		{"label key with =", `labels: invalid label key "a=b": '=' at byte 1`, func(n *NodeInventory) { n.Labels = map[string]string{"a=b": "v"} }},
+		{"long node id", `node_id: invalid node id "nnnn`, func(n *NodeInventory) { n.NodeID = strings.Repeat("n", 254) }},
+		{"node id of 4 KB", "(4100 bytes): 4100 bytes is too long; want 1 to 253 bytes", func(n *NodeInventory) { n.NodeID = strings.Repeat("n", 4100) }},
+		{"node id wildcard", `node_id: invalid node id "n*": '*' at byte 1 is not allowed`, func(n *NodeInventory) { n.NodeID = "n*" }},
+		{"node id empty token", `node_id: invalid node id "a..b": '.' at byte 1 is not allowed`, func(n *NodeInventory) { n.NodeID = "a..b" }},
+		{"no UUID", "gpus[3].uuid: missing", func(n *NodeInventory) { n.GPUs[3].UUID = "" }},
 		{"too many labels", "labels: 257 labels", func(n *NodeInventory) {
 			n.Labels = map[string]string{}
 			for i := range 257 {

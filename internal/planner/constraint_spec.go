@@ -3,8 +3,117 @@ package planner
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
+
+// NameRule bounds a name that comes from outside and ends up in a NATS
+// subject, a KV key or a label: its length in bytes and its alphabet,
+// ASCII letters and digits and the punctuation Punct. With Dots, '.'
+// is allowed too, as a separator of non-empty parts (not first, not
+// last, never two in a row), so that a name placed in a subject never
+// makes an empty token. Each kind of name has one rule, beside the code
+// that owns the kind: bus.PlanNameRule, inventory.NodeIDRule,
+// LabelKeyRule; every entry point checks its names with it.
+type NameRule struct {
+	// Kind names the kind in errors: "plan name", "node id".
+	Kind  string
+	Max   int
+	Punct string
+	Dots  bool
+	// Err, when set, is wrapped by Check's errors (bus.ErrBadRequest,
+	// inventory.ErrInvalidNodeID), so that callers can tell them apart.
+	Err error
+}
+
+// String states the rule, as errors end with it: "want 1 to 64 bytes of
+// ASCII letters, digits and - _ =".
+func (r NameRule) String() string {
+	var punct []string
+	for _, c := range r.Punct {
+		punct = append(punct, string(c))
+	}
+	if r.Dots {
+		punct = append(punct, ".")
+	}
+	s := fmt.Sprintf("want 1 to %d bytes of ASCII letters, digits and %s", r.Max, strings.Join(punct, " "))
+	if r.Dots {
+		s += " (a dot neither first, last nor next to another)"
+	}
+	return s
+}
+
+// Check returns nil when name follows r; else an error naming the kind,
+// the name (cut short when long), what is wrong (its length, or the
+// character and where), and the rule: `invalid plan name "a.b": '.' at
+// byte 1 is not allowed; want 1 to 64 bytes of ...`.
+func (r NameRule) Check(name string) error {
+	if problem := r.problem(name); problem != "" {
+		return &NameError{Rule: r, Name: name, Problem: problem}
+	}
+	return nil
+}
+
+func (r NameRule) problem(name string) string {
+	switch {
+	case name == "":
+		return "empty"
+	case len(name) > r.Max:
+		return fmt.Sprintf("%d bytes is too long", len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c < utf8.RuneSelf && strings.IndexByte(r.Punct, c) >= 0:
+		case c == '.' && r.Dots:
+			if i == 0 || i == len(name)-1 || name[i+1] == '.' {
+				return fmt.Sprintf("'.' at byte %d is not allowed", i)
+			}
+		default:
+			ru, _ := utf8.DecodeRuneInString(name[i:])
+			what := strconv.QuoteRune(ru)
+			if ru == utf8.RuneError {
+				what = fmt.Sprintf("byte %#02x", c)
+			}
+			return fmt.Sprintf("%s at byte %d is not allowed", what, i)
+		}
+	}
+	return ""
+}
+
+// NameError is a name that breaks its NameRule.
+type NameError struct {
+	Rule    NameRule
+	Name    string
+	Problem string
+}
+
+func (e *NameError) Error() string {
+	return fmt.Sprintf("invalid %s %s: %s; %s", e.Rule.Kind, QuoteShort(e.Name), e.Problem, e.Rule)
+}
+
+// Unwrap is the rule's Err.
+func (e *NameError) Unwrap() error { return e.Rule.Err }
+
+// QuoteShort quotes s for an error message, its first 40 bytes only when
+// it is longer than 64 ("..." and its length follow): a name of 4 KB
+// must not make a 4 KB error.
+func QuoteShort(s string) string {
+	if len(s) <= 64 {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(s[:40]), len(s))
+}
+
+// LabelKeyRule is a node label's key, in node inventories (labels,
+// reporter --label) and in specs (node_selector): Kubernetes' label key
+// alphabet (nvidia.com/gpu.clique, topology.kubernetes.io/zone) and
+// its length bound for a prefix.
+var LabelKeyRule = NameRule{Kind: "label key", Max: 253, Punct: "-_/", Dots: true}
+
+// MaxLabelValue bounds a label's value in a node_selector.
+const MaxLabelValue = 256
 
 // parseConstraints reads a group's node_selector, gpu_model,
 // min_gpu_memory_gb, gpu_link and nvlink_domain, and checks they suit a
@@ -56,9 +165,12 @@ func parseSelector(field string, v any) (map[string]string, error) {
 		}
 		out := map[string]string{}
 		for k, v := range sel {
+			if err := LabelKeyRule.Check(k); err != nil {
+				return nil, fieldErr(field, "%v", err)
+			}
 			s, ok := scalarString(v)
-			if !ok || k == "" || len(k) > 256 || len(s) > 256 {
-				return nil, fieldErr(field+"."+k, "%s is not allowed; want a label name and a string value, each at most 256 bytes", show(v))
+			if !ok || len(s) > MaxLabelValue {
+				return nil, fieldErr(field+"."+k, "%s is not allowed; want a string value of at most %d bytes", QuoteShort(show(v)), MaxLabelValue)
 			}
 			out[k] = s
 		}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -30,6 +31,18 @@ type view struct {
 	// take each event first); no planner nodes. Only the loop's
 	// goroutine writes the lead's documents, so it reads them unlocked.
 	lead *view
+
+	// claims, on the lead's view, says which node holds each GPU UUID:
+	// docs holds each node's document as claims marks it (GPUs another
+	// node holds unhealthy), claims each as reported. A sibling's view
+	// asks its lead's claims what an event will do (siblings take it
+	// first, so the lead's are as they were before it), or, through a
+	// resync, scratch: a copy of them that the batch changes.
+	claims  inventory.Claims
+	scratch *inventory.Claims
+	// news are the lead's claim outcomes worth a log line, until the
+	// planner logs them (logClaims).
+	news []inventory.Outcome
 }
 
 // doc is node id's document as this view has it.
@@ -72,27 +85,29 @@ func newView() view {
 	return view{docs: map[string]inventory.NodeInventory{}, nodes: map[string]planner.Node{}, basis: map[string]*inventory.NodeInventory{}}
 }
 
-// put sets node id's document and reports whether it changed.
+// put sets node id's document (as reported) and reports whether it
+// changed. A GPU whose UUID another node holds is marked unhealthy
+// (inventory.Claims); a UUID the document no longer lists passes to the
+// next node that claims it, whose document changes too.
 func (v *view) put(id string, doc inventory.NodeInventory) (bool, error) {
 	old, ok := v.doc(id)
-	if ok && inventory.SameInventory(old, doc) {
-		return false, nil
+	if ok {
+		if was, known := v.claimsOf().Reported(id); known {
+			old = was
+		}
+		if inventory.SameInventory(old, doc) {
+			return false, nil
+		}
 	}
-	v.remember(id, old, ok)
-	v.docs[id] = doc
-	if v.lead != nil {
-		return true, nil
+	var out inventory.Outcome
+	if c := v.claimsOf(); v.commits() {
+		out = c.Put(id, doc)
+	} else {
+		out = c.PeekPut(id, doc)
 	}
-	n, err := doc.PlannerNode()
-	if err != nil {
-		v.dropNode(id)
-		return true, fmt.Errorf("node %s: %w", id, err)
-	}
-	v.nodes[id] = n
-	if i, found := slices.BinarySearch(v.ids, id); !found {
-		v.ids = slices.Insert(v.ids, i, id)
-	}
-	return true, nil
+	err := v.set(id, out.Doc)
+	v.follow(out)
+	return true, err
 }
 
 // remove forgets node id and reports whether it was there.
@@ -101,10 +116,75 @@ func (v *view) remove(id string) bool {
 	if !ok {
 		return false
 	}
+	var out inventory.Outcome
+	if c := v.claimsOf(); v.commits() {
+		out = c.Remove(id)
+	} else {
+		out = c.PeekRemove(id)
+	}
 	v.remember(id, old, true)
 	delete(v.docs, id)
 	v.dropNode(id)
+	v.follow(out)
 	return true
+}
+
+// claimsOf is the claims this view's documents follow.
+func (v *view) claimsOf() *inventory.Claims {
+	switch {
+	case v.lead == nil:
+		return &v.claims
+	case v.scratch != nil:
+		return v.scratch
+	default:
+		return &v.lead.claims
+	}
+}
+
+// commits says whether this view changes the claims it follows: the
+// lead's view its own, a sibling's only its scratch copy.
+func (v *view) commits() bool { return v.lead == nil || v.scratch != nil }
+
+// set makes doc (marked) node id's document.
+func (v *view) set(id string, doc inventory.NodeInventory) error {
+	old, ok := v.doc(id)
+	v.remember(id, old, ok)
+	v.docs[id] = doc
+	if v.lead != nil {
+		return nil
+	}
+	n, err := doc.PlannerNode()
+	if err != nil {
+		v.dropNode(id)
+		return fmt.Errorf("node %s: %w", id, err)
+	}
+	v.nodes[id] = n
+	if i, found := slices.BinarySearch(v.ids, id); !found {
+		v.ids = slices.Insert(v.ids, i, id)
+	}
+	return nil
+}
+
+// follow takes the other documents a claim outcome changed, and keeps
+// the outcome to log when there is news in it.
+func (v *view) follow(out inventory.Outcome) {
+	for _, d := range out.Changed {
+		_ = v.set(d.NodeID, d) // each was planned before, as reported
+	}
+	if v.lead == nil && (len(out.Refused) > 0 || len(out.Handovers) > 0) {
+		v.news = append(v.news, inventory.Outcome{Refused: out.Refused, Handovers: out.Handovers})
+	}
+}
+
+// batch runs f, the view taking a batch of changes (a resync): a
+// sibling's view follows a scratch copy of its lead's claims through
+// it, since each change of the batch depends on the previous ones.
+func (v *view) batch(f func()) {
+	if v.lead != nil {
+		v.scratch = v.lead.claims.Clone()
+		defer func() { v.scratch = nil }()
+	}
+	f()
 }
 
 func (v *view) dropNode(id string) {
@@ -199,6 +279,7 @@ func (p *Planner) apply(ev bus.Event) bool {
 		if err != nil && p.lead == nil {
 			p.cfg.Log.Warn().Err(err).Msg("skipping a node whose inventory is malformed")
 		}
+		p.logClaims()
 		return changed
 	case bus.Heartbeat:
 		p.reported[ev.NodeID] = true
@@ -211,15 +292,34 @@ func (p *Planner) apply(ev bus.Event) bool {
 		} else {
 			p.expired[ev.NodeID] = true
 		}
+		defer p.logClaims()
 		return p.live.remove(ev.NodeID)
 	case bus.Rejected:
 		p.reported[ev.NodeID] = true
 		if p.lead == nil {
 			p.rejected(ev)
 		}
+		defer p.logClaims()
 		return p.live.remove(ev.NodeID)
 	}
 	return false
+}
+
+// logClaims logs the view's claim news: GPUs refused to a node because
+// another holds their UUID, and UUIDs passing on. p.mu is held.
+func (p *Planner) logClaims() {
+	for _, o := range p.live.news {
+		for _, r := range o.Refused {
+			p.cfg.Log.Warn().Str("node", r.Node).Int("gpu_index", r.Index).Str("gpu_uuid", r.UUID).Str("holder", r.Holder).
+				Msg("GPU UUID already held by another node: the GPU is refused to this one (first claim wins) and marked unhealthy")
+		}
+		for _, h := range o.Handovers {
+			p.cfg.Log.Info().Str("gpu_uuid", h.UUID).Str("from", h.From).Str("node", h.To).
+				Msg("GPU UUID passes to the next node that claims it: its holder let it go")
+		}
+	}
+	clear(p.live.news)
+	p.live.news = p.live.news[:0]
 }
 
 // rejected logs a document the watch would not take: once per key and
@@ -234,29 +334,42 @@ func (p *Planner) rejected(ev bus.Event) {
 func (p *Planner) replaceNodes(nodes map[string]inventory.NodeInventory) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	defer p.logClaims()
 	changed := false
-	for _, id := range p.live.present() {
-		if _, ok := nodes[id]; !ok {
-			p.expired[id] = true // gone while the watch was away: why, unknown
-			changed = p.live.remove(id) || changed
+	p.live.batch(func() {
+		for _, id := range p.live.present() {
+			if _, ok := nodes[id]; !ok {
+				p.expired[id] = true // gone while the watch was away: why, unknown
+				changed = p.live.remove(id) || changed
+			}
 		}
-	}
-	for id, doc := range nodes {
-		p.reported[id] = true
-		c, err := p.live.put(id, doc)
-		if err != nil && p.lead == nil {
-			p.cfg.Log.Warn().Err(err).Msg("skipping a node whose inventory is malformed")
+		// The nodes known keep their claims; new ones claim in id order,
+		// so that every planner reading this batch decides alike.
+		ids := slices.Sorted(maps.Keys(nodes))
+		known := func(id string) bool { _, ok := p.live.doc(id); return ok }
+		ids = append(slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !known(id) }),
+			slices.DeleteFunc(ids, known)...)
+		for _, id := range ids {
+			p.reported[id] = true
+			c, err := p.live.put(id, nodes[id])
+			if err != nil && p.lead == nil {
+				p.cfg.Log.Warn().Err(err).Msg("skipping a node whose inventory is malformed")
+			}
+			changed = changed || c
 		}
-		changed = changed || c
-	}
+	})
 	return changed
 }
 
-// node is node id's document.
+// node is node id's document as it reported it: unmarked by the claims
+// (a resync takes it for the node's report when only a heartbeat shows).
 func (p *Planner) node(id string) (inventory.NodeInventory, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n, ok := p.live.docs[id]
+	n, ok := p.live.doc(id)
+	if r, known := p.live.claimsOf().Reported(id); ok && known {
+		n = r
+	}
 	return n, ok
 }
 

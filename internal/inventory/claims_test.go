@@ -1,0 +1,331 @@
+package inventory
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+// claimDoc is node id's document with one healthy GPU per UUID.
+func claimDoc(id string, uuids ...string) NodeInventory {
+	d := NodeInventory{NodeID: id}
+	for i, u := range uuids {
+		d.GPUs = append(d.GPUs, GPU{Index: i, UUID: u, Healthy: true})
+	}
+	return d
+}
+
+// usable is, per UUID, the nodes whose marked document may use it.
+func usable(docs map[string]NodeInventory) map[string][]string {
+	out := map[string][]string{}
+	for id, d := range docs {
+		for _, g := range d.GPUs {
+			if g.Healthy {
+				out[g.UUID] = append(out[g.UUID], id)
+			}
+		}
+	}
+	return out
+}
+
+// TestClaims: the first node to list a UUID holds it; a later one keeps
+// its other GPUs, the claimed one unhealthy with a reason naming the
+// holder; the UUID passes at once to the earliest claimant still
+// listing it when the holder leaves or stops listing it.
+func TestClaims(t *testing.T) {
+	type step struct {
+		put    *NodeInventory // else remove
+		remove string
+		// refused: the put's refused GPUs as "INDEX>HOLDER";
+		// handovers as "UUID:FROM>TO"; changed: the nodes re-marked.
+		refused, handovers, changed []string
+	}
+	put := func(id string, uuids ...string) *NodeInventory { d := claimDoc(id, uuids...); return &d }
+	for _, c := range []struct {
+		name  string
+		steps []step
+		// holders at the end, UUID → node
+		holders map[string]string
+	}{
+		{name: "no conflict", steps: []step{
+			{put: put("a", "u0", "u1")},
+			{put: put("b", "u2", "u3")},
+		}, holders: map[string]string{"u0": "a", "u1": "a", "u2": "b", "u3": "b"}},
+		{name: "second claimant refused", steps: []step{
+			{put: put("a", "u0", "u1")},
+			{put: put("b", "u1", "u2"), refused: []string{"0>a"}},
+		}, holders: map[string]string{"u0": "a", "u1": "a", "u2": "b"}},
+		{name: "holder leaves: passes at once", steps: []step{
+			{put: put("a", "u0", "u1")},
+			{put: put("b", "u2", "u1"), refused: []string{"1>a"}},
+			{remove: "a", handovers: []string{"u1:a>b"}, changed: []string{"b"}},
+		}, holders: map[string]string{"u1": "b", "u2": "b"}},
+		{name: "holder stops listing it", steps: []step{
+			{put: put("a", "u0", "u1")},
+			{put: put("b", "u1"), refused: []string{"0>a"}},
+			{put: put("a", "u0"), handovers: []string{"u1:a>b"}, changed: []string{"b"}},
+		}, holders: map[string]string{"u0": "a", "u1": "b"}},
+		{name: "first comer keeps it after a handover", steps: []step{
+			{put: put("a", "u0")},
+			{put: put("b", "u0"), refused: []string{"0>a"}},
+			{remove: "a", handovers: []string{"u0:a>b"}, changed: []string{"b"}},
+			{put: put("a", "u0"), refused: []string{"0>b"}},
+		}, holders: map[string]string{"u0": "b"}},
+		{name: "claim order among waiters", steps: []step{
+			{put: put("a", "u0")},
+			{put: put("c", "u0"), refused: []string{"0>a"}},
+			{put: put("b", "u0"), refused: []string{"0>a"}},
+			// c claimed before b; b's reason now names c.
+			{remove: "a", handovers: []string{"u0:a>c"}, changed: []string{"b", "c"}},
+			{remove: "c", handovers: []string{"u0:c>b"}, changed: []string{"b"}},
+		}, holders: map[string]string{"u0": "b"}},
+		{name: "a waiter leaving changes nothing", steps: []step{
+			{put: put("a", "u0")},
+			{put: put("b", "u0"), refused: []string{"0>a"}},
+			{remove: "b"},
+		}, holders: map[string]string{"u0": "a"}},
+		{name: "a waiter's new document keeps its place", steps: []step{
+			{put: put("a", "u0")},
+			{put: put("b", "u0"), refused: []string{"0>a"}},
+			{put: put("c", "u0"), refused: []string{"0>a"}},
+			{put: put("b", "u0", "u9"), refused: []string{"0>a"}},
+			{remove: "a", handovers: []string{"u0:a>b"}, changed: []string{"b", "c"}},
+		}, holders: map[string]string{"u0": "b", "u9": "b"}},
+		{name: "nobody waiting: released", steps: []step{
+			{put: put("a", "u0")},
+			{remove: "a"},
+			{put: put("b", "u0")},
+		}, holders: map[string]string{"u0": "b"}},
+		{name: "empty UUIDs are not indexed", steps: []step{
+			{put: put("a", "")},
+			{put: put("b", "")},
+		}, holders: map[string]string{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var claims Claims
+			docs := map[string]NodeInventory{}
+			for i, s := range c.steps {
+				var out Outcome
+				if s.put != nil {
+					peek := claims.PeekPut(s.put.NodeID, *s.put)
+					out = claims.Put(s.put.NodeID, *s.put)
+					if !reflect.DeepEqual(peek, out) {
+						t.Fatalf("step %d: PeekPut %+v, Put %+v", i, peek, out)
+					}
+					docs[s.put.NodeID] = out.Doc
+				} else {
+					peek := claims.PeekRemove(s.remove)
+					out = claims.Remove(s.remove)
+					if !reflect.DeepEqual(peek, out) {
+						t.Fatalf("step %d: PeekRemove %+v, Remove %+v", i, peek, out)
+					}
+					delete(docs, s.remove)
+				}
+				var refused, handovers, changed []string
+				for _, r := range out.Refused {
+					refused = append(refused, fmt.Sprintf("%d>%s", r.Index, r.Holder))
+					g := out.Doc.GPUs[r.Index]
+					if g.Healthy || g.UnhealthyReason != ClaimedReason(r.UUID, r.Holder) {
+						t.Errorf("step %d: refused GPU %+v, want unhealthy naming %s", i, g, r.Holder)
+					}
+				}
+				for _, h := range out.Handovers {
+					handovers = append(handovers, fmt.Sprintf("%s:%s>%s", h.UUID, h.From, h.To))
+				}
+				for _, d := range out.Changed {
+					changed = append(changed, d.NodeID)
+					docs[d.NodeID] = d
+				}
+				if fmt.Sprint(refused) != fmt.Sprint(s.refused) || fmt.Sprint(handovers) != fmt.Sprint(s.handovers) || fmt.Sprint(changed) != fmt.Sprint(s.changed) {
+					t.Errorf("step %d: refused %v handovers %v changed %v; want %v %v %v", i, refused, handovers, changed, s.refused, s.handovers, s.changed)
+				}
+			}
+			for u, nodes := range usable(docs) {
+				if u != "" && len(nodes) > 1 {
+					t.Errorf("UUID %s usable on %v", u, nodes)
+				}
+			}
+			got := map[string]string{}
+			for u, h := range claims.holder {
+				got[u] = h
+			}
+			if !reflect.DeepEqual(got, c.holders) {
+				t.Errorf("holders %v, want %v", got, c.holders)
+			}
+		})
+	}
+}
+
+// TestClaimedReasonKeepsTheOld: a refused GPU that was unhealthy already
+// keeps its own reason after the claim's.
+func TestClaimedReasonKeepsTheOld(t *testing.T) {
+	var c Claims
+	c.Put("a", claimDoc("a", "u0"))
+	b := claimDoc("b", "u0")
+	b.GPUs[0].Healthy, b.GPUs[0].UnhealthyReason = false, "XID 79"
+	got := c.Put("b", b).Doc.GPUs[0].UnhealthyReason
+	if want := ClaimedReason("u0", "a") + "; also XID 79"; got != want {
+		t.Errorf("reason %q, want %q", got, want)
+	}
+	if b.GPUs[0].UnhealthyReason != "XID 79" {
+		t.Errorf("the document given was changed: %q", b.GPUs[0].UnhealthyReason)
+	}
+}
+
+// TestClaimsProperties: through any sequence of documents and nodes
+// leaving, (1) no UUID is usable on two nodes; (2) each UUID is held by
+// the earliest of the nodes listing it now, counting from when each
+// began to list it without a break, the holder kept until it lets go;
+// (3) every live node's document is its report marked by the holders;
+// (4) Peek answers what Put and Remove do; (5) a clone evolves alike.
+func TestClaimsProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nodes := []string{"n0", "n1", "n2", "n3"}
+		uuids := []string{"u0", "u1", "u2", "u3", "u4"}
+		var c Claims
+		var clone *Claims
+		docs := map[string]NodeInventory{}     // as marked
+		reported := map[string]NodeInventory{} // as reported
+		holder := map[string]string{}          // the model's
+		since := map[string]map[string]int{}   // node → UUID → step it began listing it
+		steps := rapid.IntRange(1, 40).Draw(t, "steps")
+		for step := range steps {
+			if step == steps/2 {
+				clone = c.Clone()
+			}
+			id := rapid.SampledFrom(nodes).Draw(t, "node")
+			var out Outcome
+			if rapid.IntRange(0, 3).Draw(t, "op") == 0 {
+				peek := c.PeekRemove(id)
+				out = c.Remove(id)
+				if clone != nil {
+					if o := clone.Remove(id); !reflect.DeepEqual(o, out) {
+						t.Fatalf("clone: %+v, want %+v", o, out)
+					}
+				}
+				if !reflect.DeepEqual(peek, out) {
+					t.Fatalf("PeekRemove %+v, Remove %+v", peek, out)
+				}
+				delete(docs, id)
+				delete(reported, id)
+				delete(since, id)
+			} else {
+				listed := rapid.SliceOfNDistinct(rapid.SampledFrom(uuids), 0, 3, rapid.ID[string]).Draw(t, "uuids")
+				d := claimDoc(id, listed...)
+				peek := c.PeekPut(id, d)
+				out = c.Put(id, d)
+				if clone != nil {
+					if o := clone.Put(id, d); !reflect.DeepEqual(o, out) {
+						t.Fatalf("clone: %+v, want %+v", o, out)
+					}
+				}
+				if !reflect.DeepEqual(peek, out) {
+					t.Fatalf("PeekPut %+v, Put %+v", peek, out)
+				}
+				docs[id], reported[id] = out.Doc, d
+				was := since[id]
+				since[id] = map[string]int{}
+				for _, u := range listed {
+					if s, ok := was[u]; ok {
+						since[id][u] = s
+					} else {
+						since[id][u] = step
+					}
+				}
+			}
+			for _, d := range out.Changed {
+				docs[d.NodeID] = d
+			}
+			// The model: a holder keeps a UUID while it lists it; else
+			// the earliest lister takes it (ties: never, one node a step).
+			for _, u := range uuids {
+				if h, ok := holder[u]; ok {
+					if _, still := since[h][u]; still {
+						continue
+					}
+				}
+				delete(holder, u)
+				best := -1
+				for _, n := range nodes {
+					if s, ok := since[n][u]; ok && (best < 0 || s < best) {
+						best, holder[u] = s, n
+					}
+				}
+			}
+			for u, ns := range usable(docs) {
+				if len(ns) > 1 {
+					t.Fatalf("step %d: UUID %s usable on %v", step, u, ns)
+				}
+			}
+			for _, u := range uuids {
+				if got := c.Holder(u); got != holder[u] {
+					t.Fatalf("step %d: %s held by %q, want %q", step, u, got, holder[u])
+				}
+			}
+			for n, r := range reported {
+				want, _ := mark(n, r, c.Holder)
+				if !reflect.DeepEqual(docs[n], want) {
+					t.Fatalf("step %d: node %s's document %+v, want %+v", step, n, docs[n], want)
+				}
+				if got, ok := c.Reported(n); !ok || !reflect.DeepEqual(got, r) {
+					t.Fatalf("step %d: Reported(%s) = %+v, want %+v", step, n, got, r)
+				}
+			}
+		}
+	})
+}
+
+// TestParseNodesOneGPUOneNode: offline, a list of documents in which
+// two list one GPU UUID, or a GPU with none, is refused, naming both.
+func TestParseNodesOneGPUOneNode(t *testing.T) {
+	sim, _ := ParseSimulation("2xH100")
+	doc := func(id string) NodeInventory {
+		d := Facts{NodeID: id, Hostname: id, IP: "10.0.0.1", CPUs: 8}.Inventory()
+		d.GPUs = SimulatedGPUs(id, sim)
+		return d
+	}
+	list := func(docs ...NodeInventory) []byte {
+		var parts []string
+		for _, d := range docs {
+			b, _ := json.Marshal(d)
+			parts = append(parts, string(b))
+		}
+		return []byte("[" + strings.Join(parts, ",") + "]")
+	}
+	a, b := doc("a"), doc("b")
+	stolen := doc("b")
+	stolen.GPUs[1].UUID = a.GPUs[0].UUID
+	noUUID := doc("b")
+	noUUID.GPUs[0].UUID = ""
+	for _, c := range []struct {
+		name string
+		data []byte
+		want string // "" valid
+	}{
+		{"distinct", list(a, b), ""},
+		{"a UUID twice", list(a, stolen), fmt.Sprintf(`inventory[1].gpus: GPU 1's uuid %q is node a's too, listed before`, a.GPUs[0].UUID)},
+		{"no UUID", list(a, noUUID), "inventory[1].gpus[0].uuid: missing"},
+		{"cluster info has no UUIDs", []byte(`{"node_id_to_resources": {"ray-1": {"ip": "10.0.0.1", "CPU": 8, "GPU": 2}}}`), ""},
+		{"cluster info node id", []byte(`{"node_id_to_resources": {"ray 1": {"ip": "10.0.0.1", "CPU": 8, "GPU": 2}}}`),
+			`inventory.node_id_to_resources: invalid node id "ray 1": ' ' at byte 3 is not allowed`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			nodes, err := ParseNodes(c.data)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("ParseNodes: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("ParseNodes: %v, want %q", err, c.want)
+			case c.want == "" && slices.ContainsFunc(nodes, func(n planner.Node) bool { return len(n.Unhealthy) > 0 }):
+				t.Fatalf("unhealthy GPUs in %+v", nodes)
+			}
+		})
+	}
+}

@@ -1,0 +1,378 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/reporter"
+)
+
+// claimant is node id's document of 8 simulated H100s, with GPU i of
+// each steal naming another node's GPU's UUID: steal[i] = "NODE:GPU".
+func claimant(id string, steal map[int]string) inventory.NodeInventory {
+	var doc inventory.NodeInventory
+	_ = json.Unmarshal(simDoc(id), &doc)
+	for i, from := range steal {
+		node, gpu, _ := strings.Cut(from, ":")
+		var g int
+		_, _ = fmt.Sscan(gpu, &g)
+		doc.GPUs[i].UUID = inventory.SimulatedUUID(node, g)
+	}
+	return doc
+}
+
+// oneNodePerUUID fails when a UUID is usable (healthy) on two of the
+// planner's nodes, or a plan's workers sit on one UUID on two nodes.
+func oneNodePerUUID(t testing.TB, nodes []planner.Node, plans ...*planner.Plan) {
+	t.Helper()
+	seen := map[string]string{}
+	for _, n := range nodes {
+		for i, u := range n.GPUUUIDs {
+			if !n.Healthy(i) {
+				continue
+			}
+			if o, ok := seen[u]; ok && o != n.ID {
+				t.Fatalf("UUID %s usable on %s and %s", u, o, n.ID)
+			}
+			seen[u] = n.ID
+		}
+	}
+	for _, p := range plans {
+		on := map[string]string{}
+		for _, w := range p.Workers.All() {
+			for _, u := range w.GPUUUIDs {
+				if o, ok := on[u]; ok && o != w.NodeID {
+					t.Fatalf("plan %s revision %d: UUID %s on %s and %s", p.Name, p.Revision, u, o, w.NodeID)
+				}
+				on[u] = w.NodeID
+			}
+		}
+	}
+}
+
+// TestClaimsInTheView: the lead's view and a sibling's, fed events as
+// the loop feeds them (siblings first) and resyncs, agree on every
+// document; a GPU whose UUID another node holds is unhealthy on the
+// later node, with a reason and a log line naming the holder; the UUID
+// passes at once when the holder leaves; a resync of new nodes gives it
+// to the first by id.
+func TestClaimsInTheView(t *testing.T) {
+	var logs syncBuffer
+	p := New(Config{Log: zerolog.New(&logs)})
+	s := p.sibling("exp")
+	stolen := inventory.SimulatedUUID("a", 0)
+	a, b, c := claimant("a", nil), claimant("b", map[int]string{3: "a:0"}), claimant("c", map[int]string{5: "a:0"})
+	changed := func(d inventory.NodeInventory) bus.Event {
+		return bus.Event{Op: bus.Changed, NodeID: d.NodeID, Inventory: d}
+	}
+	left := func(id string) bus.Event { return bus.Event{Op: bus.Removed, NodeID: id, Reason: bus.ReasonDeleted} }
+	rejected := func(id string) bus.Event { return bus.Event{Op: bus.Rejected, NodeID: id, Reason: "bad"} }
+	type want struct {
+		holder  string   // of the stolen UUID
+		refused []string // "NODE:GPU" unhealthy for it
+		changes string   // the lead's change log since the step before
+		log     string
+	}
+	for i, st := range []struct {
+		events []bus.Event
+		resync []inventory.NodeInventory // else events
+		// rebeat: a resync that saw only heartbeats (the loop takes
+		// each node's document from Planner.node)
+		rebeat bool
+		want   want
+	}{
+		{events: []bus.Event{changed(a)}, want: want{holder: "a", changes: "nodes joined: a"}},
+		{events: []bus.Event{changed(b)}, want: want{holder: "a", refused: []string{"b:3"}, changes: "nodes joined: b",
+			log: `"node":"b","gpu_index":3,"gpu_uuid":"` + stolen + `","holder":"a"`}},
+		// A change of nothing is no change; nor a resync of heartbeats.
+		{events: []bus.Event{changed(b)}, want: want{holder: "a", refused: []string{"b:3"}}},
+		{rebeat: true, want: want{holder: "a", refused: []string{"b:3"}}},
+		{events: []bus.Event{left("a")}, want: want{holder: "b", changes: "nodes left: a; nodes changed: b",
+			log: `"gpu_uuid":"` + stolen + `","from":"a","node":"b"`}},
+		{events: []bus.Event{changed(a)}, want: want{holder: "b", refused: []string{"a:0"}, changes: "nodes joined: a",
+			log: `"node":"a","gpu_index":0,"gpu_uuid":"` + stolen + `","holder":"b"`}},
+		// A resync: b's document is gone; c is new. a (known) holds.
+		{resync: []inventory.NodeInventory{a, c}, want: want{holder: "a", refused: []string{"c:5"}, changes: "nodes joined: c; nodes left: b; nodes changed: a",
+			log: `"gpu_uuid":"` + stolen + `","from":"b","node":"a"`}},
+		// A rejected document is the node leaving.
+		{events: []bus.Event{rejected("a")}, want: want{holder: "c", changes: "nodes left: a; nodes changed: c",
+			log: `"gpu_uuid":"` + stolen + `","from":"a","node":"c"`}},
+	} {
+		before := len(logs.String())
+		if st.rebeat {
+			for _, id := range p.live.present() {
+				d, _ := p.node(id)
+				st.resync = append(st.resync, d)
+			}
+		}
+		if st.resync != nil {
+			nodes := map[string]inventory.NodeInventory{}
+			for _, d := range st.resync {
+				nodes[d.NodeID] = d
+			}
+			s.replaceNodes(nodes)
+			p.replaceNodes(nodes)
+		} else {
+			for _, ev := range st.events {
+				s.apply(ev)
+				p.apply(ev)
+			}
+		}
+		nodes := p.live.planNodes()
+		oneNodePerUUID(t, nodes)
+		if h := p.live.claims.Holder(stolen); h != st.want.holder {
+			t.Errorf("step %d: holder %q, want %q", i, h, st.want.holder)
+		}
+		var refused []string
+		for _, n := range nodes {
+			for _, g := range n.Unhealthy {
+				refused = append(refused, fmt.Sprintf("%s:%d", n.ID, g))
+				doc, _ := p.live.doc(n.ID)
+				if r := doc.GPUs[g].UnhealthyReason; r != inventory.ClaimedReason(stolen, st.want.holder) {
+					t.Errorf("step %d: %s:%d's reason %q", i, n.ID, g, r)
+				}
+			}
+		}
+		if fmt.Sprint(refused) != fmt.Sprint(st.want.refused) {
+			t.Errorf("step %d: unhealthy %v, want %v", i, refused, st.want.refused)
+		}
+		// The sibling sees every document as the lead does.
+		ids := s.live.present()
+		slices.Sort(ids)
+		if want := slices.Sorted(slices.Values(p.live.present())); !slices.Equal(ids, want) {
+			t.Fatalf("step %d: the sibling has %v, the lead %v", i, ids, want)
+		}
+		for _, id := range ids {
+			sd, _ := s.live.doc(id)
+			pd, _ := p.live.doc(id)
+			if !inventory.SameInventory(sd, pd) {
+				t.Errorf("step %d: node %s: the sibling's %+v, the lead's %+v", i, id, sd.GPUs, pd.GPUs)
+			}
+		}
+		if got, sib := strings.Join(p.live.changes(), "; "), strings.Join(s.live.changes(), "; "); got != st.want.changes || sib != got {
+			t.Errorf("step %d: changes %q, the sibling's %q; want %q", i, got, sib, st.want.changes)
+		}
+		p.live.settled()
+		s.live.settled()
+		if got := logs.String()[before:]; !strings.Contains(got, st.want.log) || st.want.log == "" && got != "" {
+			t.Errorf("step %d: logged %q, want %q", i, got, st.want.log)
+		}
+	}
+
+	// A planner that reads nodes new to it in one batch gives a UUID to
+	// the first by id, whatever the map's order.
+	for range 5 {
+		q := New(Config{Log: zerolog.Nop()})
+		q.replaceNodes(map[string]inventory.NodeInventory{"c": c, "b": b, "a": a})
+		if h := q.live.claims.Holder(stolen); h != "a" {
+			t.Fatalf("a fresh planner's holder %q, want a", h)
+		}
+		oneNodePerUUID(t, q.live.planNodes())
+	}
+}
+
+// inventoryOf is node id's document as the planner plans on it (and the
+// GPU map shows it).
+func inventoryOf(p *Planner, id string) inventory.NodeInventory {
+	for _, d := range p.Inventory() {
+		if d.NodeID == id {
+			return d
+		}
+	}
+	return inventory.NodeInventory{}
+}
+
+// staticSource is a node's fixed inventory, for a reporter.
+type staticSource struct{ doc inventory.NodeInventory }
+
+func (s staticSource) Inventory(context.Context) (inventory.NodeInventory, error) { return s.doc, nil }
+func (staticSource) Changed() <-chan struct{}                                     { return nil }
+
+// TestTwoReportersOneUUID: two simulated reporters, the second claiming
+// the first's GPU 0 as its GPU 3. The first keeps it; the second's GPU 3
+// is refused, and no plan ever places workers on one UUID on two nodes.
+// When the first leaves, the UUID passes at once to the second; back,
+// the first is refused it.
+func TestTwoReportersOneUUID(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// z1 reports first but sorts last: the first claim is the first
+	// event, not the first id.
+	first, second := claimant("z1", nil), claimant("a2", map[int]string{3: "z1:0"})
+	stolen := first.GPUs[0].UUID
+	plans := bus.NewPlanStore(h.js)
+	if err := plans.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	revs, err := plans.Follow(ctx, "default", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(shareSpec(15, 0)), Debounce: 20 * time.Millisecond, Settle: -1, Log: zerolog.New(&logs)})
+	pctx, stopPlanner := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(pctx) }()
+	defer func() { stopPlanner(); <-done }()
+
+	next := func(what string, ok func(*planner.Plan) bool) *planner.Plan {
+		t.Helper()
+		for {
+			select {
+			case sp, open := <-revs:
+				if !open {
+					t.Fatalf("no revision %s", what)
+				}
+				p.mu.Lock()
+				nodes := p.live.planNodes()
+				p.mu.Unlock()
+				oneNodePerUUID(t, nodes, sp.Plan)
+				if ok(sp.Plan) {
+					return sp.Plan
+				}
+			case <-ctx.Done():
+				t.Fatalf("no revision %s; logs:\n%s", what, logs.String())
+			}
+		}
+	}
+	next("1", func(*planner.Plan) bool { return true }) // read the (empty) bucket: events follow in order
+
+	inv := bus.NewInventoryStore(h.js)
+	report := func(doc inventory.NodeInventory) (stop func()) {
+		t.Helper()
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- reporter.Run(rctx, reporter.Config{Source: staticSource{doc}, Store: inv, Heartbeat: time.Second, TTL: 30 * time.Second, Log: zerolog.Nop()})
+		}()
+		kv, err := inv.KV(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := kv.Watch(ctx, doc.NodeID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = w.Stop() }()
+		for e := range w.Updates() {
+			if e != nil && len(e.Value()) > 0 {
+				break
+			}
+		}
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("reporter %s: %v", doc.NodeID, err)
+			}
+		}
+	}
+	uses := func(pl *planner.Plan, node string, uuid string) bool {
+		return slices.ContainsFunc(pl.OnNode(node), func(w planner.Worker) bool { return slices.Contains(w.GPUUUIDs, uuid) })
+	}
+
+	stopFirst := report(first)
+	stopSecond := report(second)
+	defer stopSecond()
+	both := next("of 15 workers on 15 GPUs", func(pl *planner.Plan) bool { return pl.Valid && pl.Workers.Len() == 15 })
+	if !uses(both, "z1", stolen) || uses(both, "a2", stolen) {
+		t.Errorf("revision %d: the stolen UUID on z1 %v, on a2 %v; want z1 only", both.Revision, uses(both, "z1", stolen), uses(both, "a2", stolen))
+	}
+	if !strings.Contains(logs.String(), `"node":"a2","gpu_index":3,"gpu_uuid":"`+stolen+`","holder":"z1"`) {
+		t.Errorf("no log line of a2's claim:\n%s", logs.String())
+	}
+	if g := inventoryOf(p, "a2").GPUs[3]; g.Healthy || !strings.Contains(g.UnhealthyReason, "held by node z1") {
+		t.Errorf("a2's GPU 3 in the inventory: %+v", g)
+	}
+	// As reported, for a resync that only sees a heartbeat.
+	if doc, _ := p.node("a2"); !doc.GPUs[3].Healthy || doc.GPUs[3].UUID != stolen {
+		t.Errorf("a2's GPU 3 as reported: %+v", doc.GPUs[3])
+	}
+
+	// z1 leaves: a2 has its GPU 3 at once, 8 GPUs of the 15 needed.
+	stopFirst()
+	next("of a2's 8 GPUs", func(pl *planner.Plan) bool {
+		return !pl.Valid && strings.Contains(pl.Error, "Insufficient GPUs: required 15.0, available 8")
+	})
+	if g := inventoryOf(p, "a2").GPUs[3]; !g.Healthy {
+		t.Errorf("a2's GPU 3 after z1 left: %+v", g)
+	}
+	// z1 comes back and finds its GPU 0 held.
+	stopFirst = report(first)
+	defer stopFirst()
+	back := next("of 15 workers again", func(pl *planner.Plan) bool {
+		return pl.Valid && pl.Workers.Len() == 15 && len(pl.OnNode("z1")) > 0
+	})
+	if uses(back, "z1", stolen) || !uses(back, "a2", stolen) {
+		t.Errorf("revision %d: the stolen UUID on z1 %v, on a2 %v; want a2 only", back.Revision, uses(back, "z1", stolen), uses(back, "a2", stolen))
+	}
+	// Every revision published, not only those followed.
+	for _, pl := range h.history() {
+		oneNodePerUUID(t, nil, pl)
+	}
+}
+
+// TestLongPlanNameLookup: a lookup naming a plan of 4,100 bytes (past
+// the server's 4 KB control line as a subject) is a 400 naming the
+// rule, and the planner's connection stays up to answer the next.
+func TestLongPlanNameLookup(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h.node("n1")
+	plans := bus.NewPlanStore(h.js)
+	if err := plans.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	revs, err := plans.Follow(ctx, "default", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := h.planner(ctx, shareSpec(2, 0))
+	defer stop()
+	select {
+	case <-revs:
+	case <-ctx.Done():
+		t.Fatal("no revision 1")
+	}
+	long := strings.Repeat("p", 4100)
+	for _, req := range []string{
+		fmt.Sprintf(`{"plan": %q, "component": "train", "index": 0}`, long),
+		fmt.Sprintf(`{"plan": %q, "node_id": "n1"}`, long),
+	} {
+		reply, err := h.nc.RequestWithContext(ctx, client.LookupSubject, []byte(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := reply.Header.Get(micro.ErrorCodeHeader); code != bus.CodeBadRequest || !strings.Contains(string(reply.Data), "invalid plan name") ||
+			!strings.Contains(string(reply.Data), "4100 bytes is too long; want 1 to 64 bytes") {
+			t.Errorf("lookup: code %q, %s", code, reply.Data)
+		}
+	}
+	reply, err := h.nc.RequestWithContext(ctx, client.PlanSubject, []byte(fmt.Sprintf(`{"plan": %q}`, long)))
+	if err != nil || reply.Header.Get(micro.ErrorCodeHeader) != bus.CodeBadRequest {
+		t.Errorf("plan: %v", err)
+	}
+	c, err := client.New(h.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, err := c.Lookup(ctx, "default", "train", 0); err != nil || w.NodeID != "n1" {
+		t.Errorf("the next lookup: %+v, %v", w, err)
+	}
+	if !h.nc.IsConnected() || h.nc.Stats().Reconnects > 0 {
+		t.Errorf("connection: connected %v, %d reconnects, last error %v", h.nc.IsConnected(), h.nc.Stats().Reconnects, h.nc.LastError())
+	}
+}
