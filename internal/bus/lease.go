@@ -41,6 +41,9 @@ type Lease struct {
 	Renewed time.Time `json:"renewed"`
 	// TTLSeconds is how long the lease lasts unrenewed.
 	TTLSeconds float64 `json:"ttl_seconds"`
+	// Problems are what the holder finds wrong (a spec it cannot read,
+	// replans failing), one line each; none when all is well.
+	Problems []string `json:"problems,omitempty"`
 	// Seq is the message's stream sequence (not in the body).
 	Seq uint64 `json:"-"`
 }

@@ -3,14 +3,18 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 )
@@ -23,8 +27,9 @@ type execFunc func(argv0 string, argv, env []string) error
 func newExecCmd(run execFunc) *cobra.Command {
 	var cf connFlags
 	var plan, nodeID string
+	var waitFree time.Duration
 	cmd := &cobra.Command{
-		Use:   "exec COMPONENT INDEX [--node-id ID] -- CMD [ARGS...]",
+		Use:   "exec COMPONENT INDEX [--node-id ID] [--wait-free DURATION] -- CMD [ARGS...]",
 		Short: "Run CMD as a worker of the live plan: CUDA_VISIBLE_DEVICES and POOLPLANNER_* set, on the worker's node only",
 		Long: `exec looks the worker up in the live plan and runs CMD in its place (the
 process is replaced: signals and the exit code are CMD's), with
@@ -32,7 +37,13 @@ CUDA_VISIBLE_DEVICES set to the worker's GPU UUIDs and POOLPLANNER_PLAN,
 POOLPLANNER_REVISION, POOLPLANNER_COMPONENT, POOLPLANNER_INDEX,
 POOLPLANNER_NODE_ID and POOLPLANNER_GPU_SHARE. It refuses when this host is
 not the worker's node: the node id is the hostname, as the reporter's,
-unless --node-id says otherwise.`,
+unless --node-id says otherwise.
+
+Before it runs CMD it waits, up to --wait-free, until the worker's GPUs run
+no other process (as the node's reporter reports them): a GPU a revision
+moved from another worker may still run it. It says once what it waits
+for: each GPU's processes and which worker held the GPU in the revision
+before. --wait-free 0 starts at once.`,
 		Args: cobra.MinimumNArgs(3),
 		RunE: cf.wrap("exec", nil, func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
@@ -62,13 +73,139 @@ unless --node-id says otherwise.`,
 				return fmt.Errorf("%s %d of plan %s (revision %d) runs on node %s, not on this one (%s); run it there, or pass --node-id if this host reports under another id",
 					args[0], index, w.Plan, w.Revision, w.NodeID, nodeID)
 			}
+			if waitFree < 0 {
+				return usagef("--wait-free %s: must be >= 0", waitFree)
+			}
+			if waitFree > 0 && len(w.GPUUUIDs) > 0 {
+				if err := waitGPUsFree(cmd.Context(), &cf, *w, waitFree, cmd.ErrOrStderr()); err != nil {
+					return err
+				}
+			}
 			return run(path, args[2:], workerEnv(os.Environ(), *w))
 		}),
 	}
 	cf.add(cmd.Flags())
 	cmd.Flags().StringVar(&plan, "plan", "default", "plan name")
 	cmd.Flags().StringVar(&nodeID, "node-id", "", "this host's node id, as its reporter reports it (default: the hostname)")
+	durationVar(cmd.Flags(), &waitFree, "wait-free", DefaultWaitFree, "wait up to this long for the worker's GPUs to run no other process (0: do not wait)")
 	return cmd
+}
+
+// DefaultWaitFree is how long exec waits for a worker's GPUs to be
+// free: long enough for a trainer to save and exit.
+const DefaultWaitFree = 5 * time.Minute
+
+// freePoll is how often exec looks at the node's inventory while it
+// waits (the reporter reports a process ending within its poll).
+const freePoll = 500 * time.Millisecond
+
+// waitGPUsFree waits until none of w's GPUs runs a process but this
+// one, as the node's inventory says, for at most within; it says once
+// on stderr what it waits for.
+func waitGPUsFree(ctx context.Context, cf *connFlags, w bus.PlacedWorker, within time.Duration, stderr io.Writer) error {
+	nc, js, err := cf.dialPlan(w.Plan)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	store := bus.NewInventoryStore(js)
+	store.NoCreate = true
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	said := false
+	for {
+		busy, err := busyGPUs(ctx, store, w)
+		switch {
+		case err == nil && len(busy) == 0:
+			return nil
+		case err == nil && !said:
+			said = true
+			fmt.Fprintf(stderr, "planner exec: %s %d of plan %s (revision %d) waits up to %s for its GPUs to be free:\n%s",
+				w.Component, w.Index, w.Plan, w.Revision, within, describeBusy(ctx, nc, w, busy))
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("%d of its GPUs still run other processes", len(busy))
+			}
+			return fmt.Errorf("%s %d: GPUs not free after --wait-free %s: %w; stop what runs there, or pass --wait-free 0 to start anyway", w.Component, w.Index, within, err)
+		case <-time.After(freePoll):
+		}
+	}
+}
+
+// busyGPU is one of a worker's GPUs that runs other processes.
+type busyGPU struct {
+	gpu       inventory.GPU
+	processes []inventory.Process
+}
+
+// busyGPUs reads w's node's inventory: its GPUs that run a process
+// other than this one.
+func busyGPUs(ctx context.Context, store *bus.InventoryStore, w bus.PlacedWorker) ([]busyGPU, error) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	inv, _, err := store.Get(rctx, w.NodeID)
+	if err != nil {
+		return nil, fmt.Errorf("read node %s's inventory: %w", w.NodeID, err)
+	}
+	mine := map[string]bool{}
+	for _, u := range w.GPUUUIDs {
+		mine[u] = true
+	}
+	self := uint32(os.Getpid())
+	var out []busyGPU
+	for _, g := range inv.GPUs {
+		if !mine[g.UUID] {
+			continue
+		}
+		var others []inventory.Process
+		for _, p := range g.Processes {
+			if p.PID != self {
+				others = append(others, p)
+			}
+		}
+		if len(others) > 0 {
+			out = append(out, busyGPU{g, others})
+		}
+	}
+	return out, nil
+}
+
+// describeBusy says, a line per GPU, what runs on it and which worker
+// held it in the plan's revision before w's.
+func describeBusy(ctx context.Context, nc *nats.Conn, w bus.PlacedWorker, busy []busyGPU) string {
+	held := map[string]string{}
+	if w.Revision > 1 {
+		if c, err := client.New(nc); err == nil {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if prev, err := c.RequestPlan(rctx, w.Plan, w.Revision-1); err == nil {
+				for _, pw := range prev.Workers.All() {
+					for _, u := range pw.GPUUUIDs {
+						held[u] = fmt.Sprintf("%s %d of plan %s in revision %d", pw.Component, pw.Index, w.Plan, w.Revision-1)
+					}
+				}
+			}
+		}
+	}
+	var b strings.Builder
+	for _, bg := range busy {
+		var procs []string
+		for _, p := range bg.processes {
+			s := "pid " + strconv.FormatUint(uint64(p.PID), 10)
+			if p.Name != "" {
+				s += " (" + p.Name + ")"
+			}
+			procs = append(procs, s)
+		}
+		who := held[bg.gpu.UUID]
+		if who == "" {
+			who = fmt.Sprintf("no worker of plan %s held it in the revision before", w.Plan)
+		}
+		fmt.Fprintf(&b, "  GPU %d (%s) runs %s; %s\n", bg.gpu.Index, bg.gpu.UUID, strings.Join(procs, ", "), who)
+	}
+	return b.String()
 }
 
 // lookupWorker asks the live plan where worker index of component runs.

@@ -4,11 +4,21 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/reporter"
 )
 
 // TestExec: planner exec runs the command as the worker, with its GPUs
@@ -79,5 +89,103 @@ func TestExec(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 7 || !strings.HasPrefix(string(out), "train 0 GPU-") {
 		t.Errorf("real exec: %v, output %q", err, out)
+	}
+}
+
+// TestExecWaitsForFreeGPU: a worker whose GPU still runs a process waits
+// (saying for what) and starts once the node's reporter reports the GPU
+// free; with a short --wait-free it gives up, naming the flag; with
+// --wait-free 0 it does not look.
+func TestExecWaitsForFreeGPU(t *testing.T) {
+	addr := freeAddr(t)
+	url := "nats://" + addr
+	dir := t.TempDir()
+	specFile := filepath.Join(dir, "spec.yaml")
+	if err := os.WriteFile(specFile, []byte("scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data"), "--no-local-reporter",
+			"--spec", specFile, "--settle", "-1s", "--log-level", "error"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
+	}()
+	defer func() { cancel(); <-done }()
+	// The node's reporter, whose GPUs' processes the test sets.
+	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	sim, _ := inventory.ParseSimulation("8xH100")
+	src := inventory.NewSimulated(sim.Host(inventory.Facts{NodeID: "gpu-1", Hostname: "gpu-1", IP: "10.0.0.1"}), sim)
+	if err := src.SetBusy([]int{0}); err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	rdone := make(chan struct{})
+	go func() {
+		defer close(rdone)
+		_ = reporter.Run(rctx, reporter.Config{Source: src, Store: bus.NewInventoryStore(js), Heartbeat: time.Second, TTL: 5 * time.Second, Log: zerolog.Nop()})
+	}()
+	defer func() { rcancel(); <-rdone }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if code, _, _ := run(t, "lookup", "train", "0", "--server", url); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no plan")
+		}
+	}
+
+	started := make(chan []string, 1)
+	fake := func(argv0 string, a, e []string) error { started <- a; return nil }
+	execAs := func(errOut io.Writer, args ...string) error {
+		root := newRootWith(nil, &bytes.Buffer{}, errOut, fake)
+		root.SetArgs(args)
+		return root.ExecuteContext(context.Background())
+	}
+	// Train 0 holds GPU 0 (one GPU a worker, in order): busy.
+	if err := execAs(&bytes.Buffer{}, "exec", "train", "0", "--server", url, "--node-id", "gpu-1", "--wait-free", "300ms", "--", "true"); err == nil ||
+		!strings.Contains(err.Error(), "GPUs not free after --wait-free 300ms") {
+		t.Fatalf("a busy GPU with a short wait: %v", err)
+	}
+	if err := execAs(&bytes.Buffer{}, "exec", "train", "0", "--server", url, "--node-id", "gpu-1", "--wait-free", "0", "--", "true"); err != nil {
+		t.Fatalf("--wait-free 0: %v", err)
+	}
+	<-started
+
+	var errOut syncWriter
+	result := make(chan error, 1)
+	go func() {
+		result <- execAs(&errOut, "exec", "train", "0", "--server", url, "--node-id", "gpu-1", "--wait-free", "1m", "--", "true")
+	}()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errOut.String(), "runs pid 0 (simulated)"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("exec said nothing of what it waits for: %q", errOut.String())
+		}
+	}
+	select {
+	case err := <-result:
+		t.Fatalf("exec went ahead on a busy GPU: %v", err)
+	case <-started:
+		t.Fatal("exec ran the command on a busy GPU")
+	default:
+	}
+	if err := src.SetBusy(nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-result:
+		if err != nil {
+			t.Fatalf("exec after the GPU was freed: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("exec did not start once the GPU was free")
+	}
+	<-started
+	if !strings.Contains(errOut.String(), "GPU 0 (GPU-") || strings.Count(errOut.String(), "waits up to") != 1 {
+		t.Errorf("what exec said: %q", errOut.String())
 	}
 }

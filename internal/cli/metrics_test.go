@@ -94,11 +94,15 @@ func TestMetrics(t *testing.T) {
 	if got := metricValue(text, `poolplanner_plan_workers_moved_total{plan="default"}`); got <= moved {
 		t.Errorf("workers moved %v after a revision that moved some, was %v", got, moved)
 	}
+	// A replan is counted once it is over, after its revision is out.
+	for deadline := time.Now().Add(10 * time.Second); metricValue(text, `poolplanner_replan_duration_seconds_count{plan="default"}`) < 2 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		text = scrape(t, murl)
+	}
 	if got := metricValue(text, `poolplanner_replan_duration_seconds_count{plan="default"}`); got < 2 {
 		t.Errorf("replans counted %v, want 2 or more", got)
 	}
 	for _, want := range []string{`poolplanner_requests_total{code="200",endpoint="lookup"} 1`, `poolplanner_requests_total{code="400",endpoint="lookup"} 1`,
-		`poolplanner_reporter_puts_total{kind="change"} 4`} {
+		`poolplanner_reporter_puts_total{kind="change"} 4`, "\npoolplanner_gpus_unplanned_use 0\n", "\npoolplanner_planner_stood_down 0\n", "\npoolplanner_loop_stuck 0\n", "\npoolplanner_replan_failures 0\n"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("no %s in:\n%s", want, grep(text, "poolplanner_requests_total|poolplanner_reporter"))
 		}

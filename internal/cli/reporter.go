@@ -33,6 +33,7 @@ type reporterOptions struct {
 	heartbeat time.Duration
 	ttl       time.Duration
 	simulate  string
+	busy      []int
 	labels    []string
 	once      bool
 	logLevel  string
@@ -84,6 +85,7 @@ without a word; on SIGTERM or SIGINT the reporter deletes it first.`,
 	durationVar(f, &opts.heartbeat, "heartbeat", reporter.DefaultHeartbeat, "how often to refresh the key")
 	durationVar(f, &opts.ttl, "ttl", 0, "how long the key outlives a reporter that died (default 3 heartbeats)")
 	f.StringVar(&opts.simulate, "simulate", "", "report simulated GPUs instead of NVML's: NxMODEL, e.g. 8xH100 (a whole node: the CPUs and memory of the host such GPUs come in)")
+	f.IntSliceVar(&opts.busy, "busy", nil, "with --simulate: these GPU indices run a (simulated) process, e.g. 0,3")
 	f.StringVar(&opts.metrics, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics")
 	f.IntVar(&opts.cpus, "cpus", 0, "report this many CPUs (default: the machine's, or the simulated host's)")
 	f.StringVar(&opts.memory, "memory", "", "report this much memory, bytes or with Ki, Mi, Gi, Ti (default: the machine's, or the simulated host's)")
@@ -138,6 +140,13 @@ func (o reporterOptions) validate(formatSet bool, stderr io.Writer) (reporterCon
 			return c, usagef("--simulate %w", err)
 		}
 		c.sim = &sim
+		for _, i := range o.busy {
+			if i < 0 || i >= sim.Count {
+				return c, usagef("--busy %d: the simulated node has GPUs 0 to %d", i, sim.Count-1)
+			}
+		}
+	} else if len(o.busy) > 0 {
+		return c, usagef("--busy marks simulated GPUs: give --simulate too")
 	}
 	labels, err := inventory.ParseLabels(o.labels)
 	if err != nil {
@@ -283,8 +292,10 @@ func runReporter(ctx context.Context, c reporterConfig, stdout, stderr io.Writer
 // else none. Without NVML the node is still reported, with no GPUs.
 func reporterSource(ctx context.Context, c reporterConfig, facts inventory.Facts, log zerolog.Logger) (inventory.Source, func()) {
 	if c.sim != nil {
-		log.Info().Str("simulate", c.sim.String()).Msg("reporting simulated GPUs")
-		return inventory.NewSimulated(facts, *c.sim), func() {}
+		log.Info().Str("simulate", c.sim.String()).Ints("busy", c.busy).Msg("reporting simulated GPUs")
+		src := inventory.NewSimulated(facts, *c.sim)
+		_ = src.SetBusy(c.busy) // checked with the flags
+		return src, func() {}
 	}
 	return inventory.OpenLocal(ctx, inventory.NVMLOptions{Facts: facts, IgnoredXIDs: c.ignored, Log: log}, !c.once)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/reporter"
 	"github.com/poolplanner/poolplanner/internal/service"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // logger is the log --log-level and --log-format ask for.
@@ -66,6 +67,17 @@ func serveMap(ctx context.Context, l net.Listener, p *service.Planner, nc *nats.
 	}
 	log.Info().Str("url", "http://"+l.Addr().String()+"/").Msg("GPU map")
 	return nil
+}
+
+// unplannedUse is the GPUs of src's inventory that run processes though
+// no worker of its plans is placed on them.
+func unplannedUse(src gpumap.Source) []inventory.UnplannedGPU {
+	plans := src.Plans()
+	docs := make([]*plan.Document, len(plans))
+	for i, p := range plans {
+		docs[i] = &p.Document
+	}
+	return inventory.UnplannedUse(src.Inventory(), inventory.PlacedUUIDs(docs...))
 }
 
 // DefaultListen is where `planner serve` listens, and where the client
@@ -119,6 +131,7 @@ func parseSimCount(s string) (simNodes, error) {
 // serveOptions are planner serve's flags.
 type serveOptions struct {
 	server, listen, dataDir, specPath, plan, logLevel string
+	stateFile                                         string
 	logFormat, simMemory, metricsListen, httpListen   string
 	simCPUs                                           int
 	simBytes                                          uint64
@@ -148,6 +161,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.server, "server", "", "NATS URL to join; empty starts an embedded NATS server with JetStream")
 	f.StringVar(&o.listen, "listen", DefaultListen, "HOST:PORT the embedded NATS server listens on")
 	f.StringVar(&o.dataDir, "data-dir", "", "where the embedded server stores JetStream data (default $TMPDIR/poolplanner)")
+	f.StringVar(&o.stateFile, "state-file", "", "where each plan's highest revision is kept, outside JetStream, so that a lost plan history never makes revision numbers repeat (default: planner-revisions.json in --data-dir with the embedded server; none with --server)")
 	f.StringVar(&o.specPath, "spec", "", "job spec, YAML or JSON, stored as the plan's spec when the plan has none (a spec set since wins; see --replace-spec)")
 	f.BoolVar(&o.replaceSpec, "replace-spec", false, "store --spec over the plan's stored spec when they differ")
 	f.StringVar(&o.plan, "plan", "default", "the plan --spec seeds (the planner plans every spec stored)")
@@ -263,9 +277,25 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	defer stop()
 	var pm *metrics.Planner
 	var rm *metrics.Reporter
+	// The service, once made: the unplanned-use gauge counts from it.
+	var served atomic.Pointer[service.Planner]
 	if o.metricsListen != "" {
 		reg := metrics.NewRegistry()
 		pm, rm = metrics.NewPlanner(reg), metrics.NewReporter(reg)
+		metrics.UnplannedUse(reg, func() int {
+			if p := served.Load(); p != nil {
+				return len(unplannedUse(p))
+			}
+			return 0
+		})
+		metrics.PlannerHealth(reg, func() metrics.Health {
+			p := served.Load()
+			if p == nil {
+				return metrics.Health{}
+			}
+			h := p.Health()
+			return metrics.Health{StoodDown: h.StoodDown != "" && time.Now().Before(h.StoodDownUntil), Failures: h.Failures, Stuck: h.Stuck != "", Problems: len(h.Problems)}
+		})
 		if err := metrics.Serve(ctx, o.metricsListen, reg); err != nil {
 			return usageError{err}
 		}
@@ -294,8 +324,15 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	// reporters put theirs first, so that a cold start plans on every
 	// simulated node, not on the first few.
 	waitReported(ctx, store, reporters, 30*time.Second, log)
-	p := service.New(service.Config{NC: nc, JS: js, Plan: o.plan, Spec: spec, ReplaceSpec: o.replaceSpec, Debounce: o.debounce, Settle: o.settle,
+	if o.stateFile == "" && o.server == "" {
+		o.stateFile = filepath.Join(o.dataDir, "planner-revisions.json")
+	}
+	if o.stateFile == "" {
+		log.Info().Msg("no --state-file: should the plan streams be lost, revision numbers could start again at 1")
+	}
+	p := service.New(service.Config{NC: nc, JS: js, Plan: o.plan, StateFile: o.stateFile, Spec: spec, ReplaceSpec: o.replaceSpec, Debounce: o.debounce, Settle: o.settle,
 		HistoryAge: o.historyAge, HistoryBytes: o.historyBytes, Replicas: o.replicas, LeaseTTL: o.leaseTTL, Metrics: pm, Log: log})
+	served.Store(p)
 	if err := serveMap(ctx, mapL, p, nc, log); err != nil {
 		return err
 	}

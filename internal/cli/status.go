@@ -309,6 +309,9 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 	} else if l := r.Leader; l != nil {
 		fmt.Fprintf(w, "leader: planner %s on %s (pid %d), leading since %s, lease expires in %s unless renewed\n",
 			l.Holder, l.Host, l.PID, l.Since.UTC().Format(time.RFC3339), l.Expires().Sub(now).Round(100*time.Millisecond))
+		for _, p := range l.Problems {
+			fmt.Fprintf(w, "  PROBLEM: %s\n", p)
+		}
 	} else {
 		fmt.Fprintln(w, "leader: none: no planner holds the lease (none runs, or a standby takes it within a second)")
 	}

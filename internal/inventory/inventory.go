@@ -38,6 +38,20 @@ type GPU struct {
 	// the GPU has none. GPUs of one cluster UUID and clique id share an
 	// NVLink domain across nodes.
 	Fabric *Fabric `json:"fabric,omitempty"`
+	// Processes are the processes running on the GPU, as NVML lists them
+	// (compute and graphics), by pid; at most MaxProcesses. A GPU a
+	// worker is about to be given may still run its last holder:
+	// planner exec waits until it runs none.
+	Processes []Process `json:"processes,omitempty"`
+}
+
+// Process is one process on a GPU.
+type Process struct {
+	PID uint32 `json:"pid"`
+	// UsedMemoryBytes is the GPU memory it holds, when NVML says.
+	UsedMemoryBytes uint64 `json:"used_memory_bytes,omitempty"`
+	// Name is its command name (/proc/PID/comm), where readable.
+	Name string `json:"name,omitempty"`
 }
 
 // UnnamedUUID is the UUID a reporter gives a GPU NVML cannot name (no
@@ -132,6 +146,26 @@ func canonical(n NodeInventory) NodeInventory {
 	if len(n.Labels) == 0 {
 		n.Labels = nil
 	}
+	return n
+}
+
+// SameExceptProcesses says whether a and b differ in nothing but their
+// GPUs' processes (and what SameInventory ignores): nothing a placement
+// depends on.
+func SameExceptProcesses(a, b NodeInventory) bool {
+	return SameInventory(withoutProcesses(a), withoutProcesses(b))
+}
+
+func withoutProcesses(n NodeInventory) NodeInventory {
+	if len(n.GPUs) == 0 {
+		return n
+	}
+	gpus := make([]GPU, len(n.GPUs))
+	copy(gpus, n.GPUs)
+	for i := range gpus {
+		gpus[i].Processes = nil
+	}
+	n.GPUs = gpus
 	return n
 }
 

@@ -29,11 +29,16 @@ func OpenLocal(ctx context.Context, opts NVMLOptions, watch bool) (src Source, s
 	}
 	hctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	procs := make(chan struct{})
 	go func() {
 		defer close(done)
 		if err := nv.WatchHealth(hctx); err != nil {
 			opts.Log.Error().Err(err).Msg("GPU health watch stopped")
 		}
 	}()
-	return nv, func() { cancel(); <-done; _ = nv.Close() }
+	go func() {
+		defer close(procs)
+		nv.WatchProcesses(hctx, ProcessPoll)
+	}()
+	return nv, func() { cancel(); <-done; <-procs; _ = nv.Close() }
 }

@@ -32,9 +32,12 @@ func (e *NVMLError) Unwrap() error { return e.Return }
 // NVML is a Source that reads the GPUs through NVML. It is safe for
 // concurrent use: WatchHealth runs beside Inventory calls.
 type NVML struct {
-	lib     nvml.Interface
-	facts   Facts
-	sysfs   string
+	lib   nvml.Interface
+	facts Facts
+	sysfs string
+	// proc is where process names are read (/proc; tests point it
+	// elsewhere).
+	proc    string
 	log     zerolog.Logger
 	ignored map[uint64]bool
 	changed chan struct{}
@@ -74,6 +77,7 @@ func OpenNVML(lib nvml.Interface, opts NVMLOptions) (*NVML, error) {
 	if n.sysfs == "" {
 		n.sysfs = "/sys"
 	}
+	n.proc = "/proc"
 	for _, x := range ignored {
 		n.ignored[x] = true
 	}
@@ -104,6 +108,11 @@ func (n *NVML) MarkUnhealthy(uuid, reason string) {
 		return
 	}
 	n.log.Warn().Str("gpu", uuid).Str("reason", reason).Msg("GPU marked unhealthy")
+	n.signal()
+}
+
+// signal fires Changed.
+func (n *NVML) signal() {
 	select {
 	case n.changed <- struct{}{}:
 	default: // a signal is already pending; the reader re-reads everything
@@ -204,6 +213,7 @@ func (n *NVML) describe(d nvml.Device, g *GPU) {
 		g.MIGEnabled = cur == nvml.DEVICE_MIG_ENABLE
 	}
 	g.Fabric = n.fabric(d)
+	g.Processes = n.processes(d)
 	if lost != nil {
 		n.unusable(g, lost)
 	}

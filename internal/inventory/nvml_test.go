@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,12 +30,32 @@ import (
 type machine struct {
 	*server.Server
 	events chan nvml.EventData
+	mu     sync.Mutex
+	// compute and graphics are the processes each GPU lists.
+	compute, graphics map[int][]nvml.ProcessInfo
+}
+
+// run sets the processes GPU i lists.
+func (m *machine) run(i int, compute, graphics []nvml.ProcessInfo) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.compute[i], m.graphics[i] = compute, graphics
 }
 
 func newMachine(s *server.Server) *machine {
-	m := &machine{Server: s, events: make(chan nvml.EventData, 8)}
+	m := &machine{Server: s, events: make(chan nvml.EventData, 8), compute: map[int][]nvml.ProcessInfo{}, graphics: map[int][]nvml.ProcessInfo{}}
 	for i, d := range s.Devices {
 		dev := d.(*server.Device)
+		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return m.compute[i], nvml.SUCCESS
+		}
+		dev.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return m.graphics[i], nvml.SUCCESS
+		}
 		dev.GetNumaNodeIdFunc = func() (int, nvml.Return) { return i / 4, nvml.SUCCESS }
 		dev.GetP2PStatusFunc = func(nvml.Device, nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
 			return nvml.P2P_STATUS_OK, nvml.SUCCESS
@@ -402,5 +424,61 @@ func TestNVMLFabricClique(t *testing.T) {
 				t.Errorf("domain %q, want %q", d, c.domain)
 			}
 		})
+	}
+}
+
+// TestNVMLProcesses: a GPU's processes are in its inventory, by pid, a
+// pid listed as compute and graphics once, named from /proc where it
+// can be read; the watch fires when the set of processes changes, not
+// when their memory does.
+func TestNVMLProcesses(t *testing.T) {
+	m := newMachine(dgxh100.New())
+	n, err := OpenNVML(m, NVMLOptions{Facts: Facts{NodeID: "n1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := uint32(os.Getpid())
+	m.run(3, []nvml.ProcessInfo{{Pid: self, UsedGpuMemory: 1 << 30}, {Pid: 999999999, UsedGpuMemory: ^uint64(0)}},
+		[]nvml.ProcessInfo{{Pid: self, UsedGpuMemory: 2 << 30}})
+	inv := inventoryOf(t, n)
+	want := []Process{{PID: self, UsedMemoryBytes: 2 << 30, Name: processName("/proc", self)}, {PID: 999999999}}
+	if got := inv.GPUs[3].Processes; !reflect.DeepEqual(got, want) {
+		t.Errorf("GPU 3 processes %+v, want %+v", got, want)
+	}
+	if want[0].Name == "" {
+		t.Error("this test's own process has no name in /proc")
+	}
+	for i, g := range inv.GPUs {
+		if i != 3 && len(g.Processes) > 0 {
+			t.Errorf("GPU %d lists %v", i, g.Processes)
+		}
+	}
+	if err := inv.Validate(); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go n.watchProcesses(ctx, 5*time.Millisecond, n.pids())
+	// Memory alone: no news. A process ending: news.
+	m.run(3, []nvml.ProcessInfo{{Pid: self, UsedGpuMemory: 3 << 30}, {Pid: 999999999}}, nil)
+	m.run(3, []nvml.ProcessInfo{{Pid: self, UsedGpuMemory: 3 << 30}}, nil)
+	select {
+	case <-n.Changed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a process ending fired no change")
+	}
+	if got := inventoryOf(t, n).GPUs[3].Processes; len(got) != 1 || got[0].PID != self {
+		t.Errorf("after the change: %+v", got)
+	}
+
+	// Too many to list: the first MaxProcesses by pid.
+	var many []nvml.ProcessInfo
+	for pid := range uint32(MaxProcesses + 10) {
+		many = append(many, nvml.ProcessInfo{Pid: 4000000 + pid})
+	}
+	m.run(0, many, nil)
+	if got := inventoryOf(t, n).GPUs[0].Processes; len(got) != MaxProcesses || got[0].PID != 4000000 {
+		t.Errorf("%d processes listed, first %v", len(got), got[0])
 	}
 }

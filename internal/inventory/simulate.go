@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // GiB is 2^30 bytes.
@@ -164,15 +166,42 @@ func SimulatedGPUs(nodeID string, sim Simulation) []GPU {
 }
 
 // Simulated is a Source of a node with simulated GPUs and real (or given)
-// node facts. Its inventory never changes.
+// node facts. Its inventory changes only when SetBusy says.
 type Simulated struct {
-	facts Facts
-	sim   Simulation
+	facts   Facts
+	sim     Simulation
+	changed chan struct{}
+
+	mu   sync.Mutex
+	busy []int // GPU indices running a simulated process
 }
 
 // NewSimulated returns a Source for facts plus sim's GPUs.
 func NewSimulated(facts Facts, sim Simulation) *Simulated {
-	return &Simulated{facts: facts, sim: sim}
+	return &Simulated{facts: facts, sim: sim, changed: make(chan struct{}, 1)}
+}
+
+// SimulatedProcess is what runs on a simulated busy GPU: pid 0, which
+// no real process has.
+var SimulatedProcess = Process{PID: 0, Name: "simulated"}
+
+// SetBusy makes the GPUs of these indices run SimulatedProcess (and the
+// others none), as a reporter's --busy says or a test needs; the
+// inventory changes at once. An index past the node's GPUs is an error.
+func (s *Simulated) SetBusy(indices []int) error {
+	for _, i := range indices {
+		if i < 0 || i >= s.sim.Count {
+			return fmt.Errorf("--busy %d: the node has GPUs 0 to %d", i, s.sim.Count-1)
+		}
+	}
+	s.mu.Lock()
+	s.busy = slices.Clone(indices)
+	s.mu.Unlock()
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 // Inventory implements Source.
@@ -180,8 +209,14 @@ func (s *Simulated) Inventory(context.Context) (NodeInventory, error) {
 	inv := s.facts.Inventory()
 	inv.GPUs = SimulatedGPUs(s.facts.NodeID, s.sim)
 	inv.DriverVersion = "simulated"
+	s.mu.Lock()
+	for _, i := range s.busy {
+		inv.GPUs[i].Processes = []Process{SimulatedProcess}
+	}
+	s.mu.Unlock()
 	return inv, nil
 }
 
-// Changed implements Source; a simulation never changes.
-func (s *Simulated) Changed() <-chan struct{} { return nil }
+// Changed implements Source: it fires when SetBusy changes the GPUs'
+// processes.
+func (s *Simulated) Changed() <-chan struct{} { return s.changed }

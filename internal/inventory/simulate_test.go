@@ -148,8 +148,31 @@ func TestSimulatedSource(t *testing.T) {
 	if inv.NodeID != "n1" || inv.IP != "10.0.0.1" || len(inv.GPUs) != 4 || inv.Labels["zone"] != "a" {
 		t.Errorf("inventory = %+v", inv)
 	}
-	if src.Changed() != nil {
-		t.Error("simulation must never signal a change")
+	select {
+	case <-src.Changed():
+		t.Error("a simulation signalled a change nobody made")
+	default:
+	}
+	// Busy GPUs: a change, and a process on each.
+	if err := src.SetBusy([]int{1, 3}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-src.Changed():
+	default:
+		t.Error("SetBusy signalled no change")
+	}
+	inv, _ = src.Inventory(context.Background())
+	for i, g := range inv.GPUs {
+		if busy := len(g.Processes) > 0; busy != (i == 1 || i == 3) {
+			t.Errorf("GPU %d processes %v", i, g.Processes)
+		}
+	}
+	if err := inv.Validate(); err != nil {
+		t.Error(err)
+	}
+	if err := src.SetBusy([]int{4}); err == nil || !strings.Contains(err.Error(), "GPUs 0 to 3") {
+		t.Errorf("a GPU past the node's: %v", err)
 	}
 }
 

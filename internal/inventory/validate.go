@@ -38,6 +38,8 @@ const (
 	MaxLabels = 256
 	// MaxString bounds every string of a document.
 	MaxString = 1024
+	// MaxProcesses bounds the processes listed for one GPU.
+	MaxProcesses = 64
 )
 
 // Validate checks a document as the planner must before trusting it:
@@ -112,6 +114,14 @@ func (g GPU) validate(count int) error {
 	for _, f := range []struct{ name, v string }{{"uuid", g.UUID}, {"name", g.Name}, {"pci_bus_id", g.PCIBusID}, {"unhealthy_reason", g.UnhealthyReason}} {
 		if len(f.v) > MaxString {
 			return fmt.Errorf("%s: %d bytes; at most %d", f.name, len(f.v), MaxString)
+		}
+	}
+	if len(g.Processes) > MaxProcesses {
+		return fmt.Errorf("processes: %d listed; at most %d", len(g.Processes), MaxProcesses)
+	}
+	for i, p := range g.Processes {
+		if len(p.Name) > MaxString {
+			return fmt.Errorf("processes[%d].name: %d bytes; at most %d", i, len(p.Name), MaxString)
 		}
 	}
 	if g.NUMANode != nil && (*g.NUMANode < 0 || *g.NUMANode > MaxCPUs) {

@@ -199,3 +199,44 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry) error {
 	go func() { _ = srv.Serve(l) }() // ends at Shutdown
 	return nil
 }
+
+// UnplannedUse registers poolplanner_gpus_unplanned_use: the GPUs that
+// run processes though no worker is placed on them, counted by count
+// when scraped (a worker a revision moved away still running, or work
+// started outside poolplanner).
+func UnplannedUse(reg prometheus.Registerer, count func() int) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "poolplanner_gpus_unplanned_use",
+		Help: "GPUs running processes though no worker of any plan is placed on them.",
+	}, func() float64 { return float64(count()) }))
+}
+
+// Health is what the planner's health gauges read when scraped.
+type Health struct {
+	// StoodDown: the planner gave up its lease after failing writes.
+	StoodDown bool
+	// Failures is replans failed in a row.
+	Failures int
+	// Stuck: the loop made no progress within its bound.
+	Stuck bool
+	// Problems counts what the planner finds wrong (a spec it cannot
+	// read, say).
+	Problems int
+}
+
+// PlannerHealth registers poolplanner_planner_stood_down,
+// poolplanner_replan_failures, poolplanner_loop_stuck and
+// poolplanner_planner_problems, read from health when scraped.
+func PlannerHealth(reg prometheus.Registerer, health func() Health) {
+	for _, g := range []struct {
+		name, help string
+		value      func(Health) float64
+	}{
+		{"poolplanner_planner_stood_down", "1 while the planner stays out of leading after its writes failed.", func(h Health) float64 { return b2f(h.StoodDown) }},
+		{"poolplanner_replan_failures", "Replans failed in a row.", func(h Health) float64 { return float64(h.Failures) }},
+		{"poolplanner_loop_stuck", "1 while the planner's loop makes no progress within its bound (it then stops renewing its lease).", func(h Health) float64 { return b2f(h.Stuck) }},
+		{"poolplanner_planner_problems", "What the planner finds wrong: a spec it cannot read, a watch that delivers nothing, a stand-down.", func(h Health) float64 { return float64(h.Problems) }},
+	} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 { return g.value(health()) }))
+	}
+}

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/poolplanner/poolplanner/client"
@@ -41,7 +42,9 @@ func (p *Planner) publishAssignments(ctx context.Context, prev, next *planner.Pl
 // Seq, and notes where each now is; refusals (a subject written by
 // someone else since) call for a reconcile.
 func (p *Planner) sendAssignments(ctx context.Context, as []client.Assignment) error {
-	refused, err := p.plans.PublishAssignments(ctx, as, true)
+	octx, done := p.op(ctx, fmt.Sprintf("publishing %d assignments of plan %s", len(as), p.cfg.Plan), p.storeTimeout(len(as)))
+	refused, err := p.plans.PublishAssignments(octx, as, true)
+	done()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, a := range as {
@@ -122,7 +125,8 @@ func (p *Planner) reconcileAssignments(ctx context.Context) error {
 		left[w.NodeID] = true
 	}
 	var as []client.Assignment
-	err := p.plans.Client().Assignments(ctx, p.cfg.Plan, func(a *client.Assignment) bool {
+	octx, done := p.op(ctx, "reading plan "+p.cfg.Plan+"'s assignments", p.storeTimeout(len(left)+p.nodes()))
+	err := p.plans.Client().Assignments(octx, p.cfg.Plan, func(a *client.Assignment) bool {
 		p.noteAssignment(a)
 		if s := stale(latest.Plan, a.NodeID, on(a.NodeID), a); s != nil {
 			as = append(as, *s)
@@ -130,6 +134,7 @@ func (p *Planner) reconcileAssignments(ctx context.Context) error {
 		delete(left, a.NodeID)
 		return true
 	})
+	done()
 	if err != nil {
 		return err
 	}
@@ -162,6 +167,7 @@ func (p *Planner) adopted(sp *bus.StoredPlan) {
 			return
 		}
 		p.latest = sp
+		p.mark(sp.Plan.Revision)
 		pl := sp.Plan
 		p.cfg.Metrics.Published(p.cfg.Plan, pl.Revision, pl.Valid, pl.Workers.Len(), gpusHeld(pl), 0)
 		p.cfg.Metrics.Shared(p.cfg.Plan, pl.Priority, len(pl.PreemptedBy) > 0)
@@ -207,8 +213,10 @@ func (p *Planner) verifyAssignments(ctx context.Context) error {
 	on := latest.Plan.NodeIndex()
 	c := p.plans.Client()
 	var as []client.Assignment
+	octx, done := p.op(ctx, "checking plan "+p.cfg.Plan+"'s assignments", p.storeTimeout(len(nodes)))
+	defer done()
 	for node := range nodes {
-		have, err := c.Assignment(ctx, p.cfg.Plan, node)
+		have, err := c.Assignment(octx, p.cfg.Plan, node)
 		switch {
 		case errors.Is(err, client.ErrNotFound):
 			have = nil

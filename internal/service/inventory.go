@@ -98,6 +98,15 @@ func (v *view) put(id string, doc inventory.NodeInventory) (bool, error) {
 		if inventory.SameInventory(old, doc) {
 			return false, nil
 		}
+		if inventory.SameExceptProcesses(old, doc) {
+			// Processes come and go on every node all the time; no plan
+			// depends on them, so nothing is replanned and no change is
+			// noted: the stored document just lists them (unplanned use).
+			if d, ok := v.docs[id]; ok && v.lead == nil {
+				v.docs[id] = withProcesses(d, doc)
+			}
+			return false, nil
+		}
 	}
 	var out inventory.Outcome
 	if c := v.claimsOf(); v.commits() {
@@ -108,6 +117,19 @@ func (v *view) put(id string, doc inventory.NodeInventory) (bool, error) {
 	err := v.set(id, out.Doc)
 	v.follow(out)
 	return true, err
+}
+
+// withProcesses is d with the GPU processes of from, a document of the
+// same node alike but for them.
+func withProcesses(d, from inventory.NodeInventory) inventory.NodeInventory {
+	gpus := slices.Clone(d.GPUs)
+	for i := range gpus {
+		if i < len(from.GPUs) {
+			gpus[i].Processes = from.GPUs[i].Processes
+		}
+	}
+	d.GPUs = gpus
+	return d
 }
 
 // remove forgets node id and reports whether it was there.

@@ -47,6 +47,10 @@ type leaser struct {
 	// delays asks the leaser's goroutine, which alone owns timer, to look
 	// at the lease next only after a while.
 	delays chan time.Duration
+	// holdUntil: a planner that stood down (its writes failing) takes
+	// no lease before then. stuckSaid: the loop being stuck was logged.
+	holdUntil time.Time
+	stuckSaid bool
 }
 
 func newLeaser(p *Planner, log zerolog.Logger) *leaser {
@@ -95,13 +99,26 @@ func (ls *leaser) current() uint64 {
 }
 
 // tend renews the lease while this planner leads, and otherwise looks
-// whether it is free and takes it.
+// whether it is free and takes it; neither while the planner's loop is
+// stuck (liveness.go), nor, after it stood down, before holdUntil.
 func (ls *leaser) tend(ctx context.Context) {
+	if ls.stuck() {
+		return
+	}
 	if ls.current() != 0 {
 		ls.renew(ctx)
 		return
 	}
-	cur, err := ls.p.plans.ReadLease(ctx, bus.LeaseName)
+	ls.mu.Lock()
+	hold := time.Until(ls.holdUntil)
+	ls.mu.Unlock()
+	if hold > 0 {
+		ls.delay(hold)
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, ls.p.cfg.StoreTimeout)
+	defer cancel()
+	cur, err := ls.p.plans.ReadLease(rctx, bus.LeaseName)
 	if err != nil {
 		ls.log.Debug().Err(err).Msg("cannot read the plan's lease")
 		return
@@ -131,6 +148,58 @@ func (ls *leaser) tend(ctx context.Context) {
 	ls.take(ctx, 0)
 }
 
+// stuck says whether the planner's loop is stuck: a leader then renews
+// no more, and stands down once its lease lapsed (a standby takes it
+// over by then); a standby takes no lease. It logs the first look of
+// each stretch.
+func (ls *leaser) stuck() bool {
+	d, what, stuck := ls.p.pulse.stuck(ls.p.stall())
+	if !stuck {
+		if ls.stuckSaid {
+			ls.stuckSaid = false
+			ls.p.problem("stuck", "")
+			ls.log.Info().Msg("the planner's loop makes progress again")
+		}
+		return false
+	}
+	why := fmt.Sprintf("the planner's loop has made no progress for %s (%s)", d.Round(time.Millisecond), what)
+	if !ls.stuckSaid {
+		ls.stuckSaid = true
+		ls.p.problem("stuck", why)
+		if ls.current() != 0 {
+			ls.log.Error().Dur("stuck_for", d).Str("in", what).Msg("the planner's loop is stuck: not renewing the lease, so that a standby takes over when it lapses")
+		} else {
+			ls.log.Error().Dur("stuck_for", d).Str("in", what).Msg("the planner's loop is stuck: taking no lease while it is")
+		}
+	}
+	ls.mu.Lock()
+	renewed := ls.renewed
+	ls.mu.Unlock()
+	if ls.current() != 0 && time.Since(renewed) >= ls.p.cfg.LeaseTTL {
+		ls.stepDown(why + ": the lease lapsed unrenewed")
+	}
+	return true
+}
+
+// standDown gives the lease up (writes failing: the release may fail
+// too, and the lease then lapses unrenewed) and takes none for wait.
+func (ls *leaser) standDown(why string, wait time.Duration) {
+	seq := ls.current()
+	ls.mu.Lock()
+	ls.holdUntil = time.Now().Add(wait)
+	ls.mu.Unlock()
+	ls.stepDown(why)
+	ls.delay(wait)
+	if seq == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ls.p.cfg.LeaseTTL/2)
+	defer cancel()
+	if err := ls.p.plans.ReleaseLease(ctx, bus.LeaseName, seq); err != nil {
+		ls.log.Warn().Err(err).Msg("cannot give the lease up; it lapses unrenewed")
+	}
+}
+
 // resume leads again on this planner's own lease, still the plan's: it
 // stood down (a refused publish) while nobody took the lease.
 func (ls *leaser) resume(cur *bus.Lease) {
@@ -149,15 +218,22 @@ func (ls *leaser) resume(cur *bus.Lease) {
 func (ls *leaser) body(since time.Time) *bus.Lease {
 	host, _ := os.Hostname()
 	return &bus.Lease{Holder: ls.p.plans.Publisher, Host: host, PID: os.Getpid(), Since: since.UTC(),
-		Renewed: time.Now().UTC(), TTLSeconds: ls.p.cfg.LeaseTTL.Seconds()}
+		Renewed: time.Now().UTC(), TTLSeconds: ls.p.cfg.LeaseTTL.Seconds(), Problems: ls.p.problemList()}
 }
 
 // write stores the lease expecting the subject at expect, so that no
 // publish reads the lease while it changes: a renewal (expect not 0) is
 // recorded before any publish may read the lease again.
 func (ls *leaser) write(ctx context.Context, since time.Time, expect uint64) (uint64, error) {
-	ls.p.pubMu.Lock()
+	// A publish holds pubMu for at most its deadline; one wedged past it
+	// (a stuck loop) must not wedge the lease's goroutine too.
+	if !lockWithin(ctx, &ls.p.pubMu, ls.p.cfg.LeaseTTL/2) {
+		return 0, fmt.Errorf("write lease: a publish has held the lease lock for %s", ls.p.cfg.LeaseTTL/2)
+	}
 	defer ls.p.pubMu.Unlock()
+	// Well inside the TTL: a renewal that takes longer is as good as lost.
+	ctx, cancel := context.WithTimeout(ctx, ls.p.cfg.LeaseTTL/2)
+	defer cancel()
 	seq, err := ls.p.plans.WriteLease(ctx, bus.LeaseName, ls.body(since), expect)
 	switch {
 	case err == nil && expect != 0:
@@ -186,11 +262,16 @@ func (ls *leaser) take(ctx context.Context, expect uint64) {
 		}
 		return
 	}
-	if err := ls.catchUp(ctx); err != nil {
+	cctx, cancel := context.WithTimeout(ctx, ls.p.storeTimeout(ls.p.nodes()))
+	err = ls.catchUp(cctx)
+	cancel()
+	if err != nil {
 		// Leading on a stale latest would fork the history (the message
 		// id check aside): give the lease back and try again.
 		ls.log.Warn().Err(err).Msg("took the lease but cannot read the latest revision; giving it back")
-		_ = ls.p.plans.ReleaseLease(context.WithoutCancel(ctx), bus.LeaseName, seq)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.p.cfg.LeaseTTL/2)
+		_ = ls.p.plans.ReleaseLease(rctx, bus.LeaseName, seq)
+		cancel()
 		return
 	}
 	ls.mu.Lock()
@@ -307,6 +388,30 @@ func (ls *leaser) release(ctx context.Context) {
 	defer cancel()
 	if err := ls.p.plans.ReleaseLease(ctx, bus.LeaseName, seq); err != nil {
 		ls.log.Warn().Err(err).Msg("cannot give the lease up; a standby takes over when it lapses")
+	}
+}
+
+// lockWithin locks mu, waiting at most d (or until ctx ends); false
+// when it could not.
+func lockWithin(ctx context.Context, mu *sync.Mutex, d time.Duration) bool {
+	if mu.TryLock() {
+		return true
+	}
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline.C:
+			return false
+		case <-tick.C:
+			if mu.TryLock() {
+				return true
+			}
+		}
 	}
 }
 

@@ -36,6 +36,10 @@ type loop struct {
 	// no plan is made, lest one plan take what another, not yet read,
 	// holds.
 	specsIn bool
+	// specWatched is when the spec watch began; specsSaid, that its
+	// failure to deliver the bucket's contents was logged.
+	specWatched time.Time
+	specsSaid   bool
 	// resync collects a (re-established) watch's initial contents.
 	resync  map[string]inventory.NodeInventory
 	attempt int // of the inventory watch
@@ -59,6 +63,8 @@ type loop struct {
 	// retry.
 	failures    int
 	lastFailure string
+	// standDowns counts the stand-downs since the last good replan.
+	standDowns int
 	// lease tends the plan's lease in a goroutine of its own; leaseDone
 	// closes when it has given the lease back.
 	lease     *leaser
@@ -100,14 +106,28 @@ func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
 	if err := l.follow(ctx, p); err != nil {
 		return nil, err
 	}
-	specKV, err := p.specs.KV(ctx)
-	if err != nil {
+	if err := l.watchSpecs(ctx); err != nil {
 		return nil, err
 	}
-	if l.specW, err = specKV.WatchAll(ctx); err != nil {
-		return nil, fmt.Errorf("watch specs: %w", err)
-	}
 	return l, nil
+}
+
+// watchSpecs (re)starts the spec watch.
+func (l *loop) watchSpecs(ctx context.Context) error {
+	kctx, done := l.p.op(ctx, "opening the spec bucket", l.p.cfg.StoreTimeout)
+	specKV, err := l.p.specs.KV(kctx)
+	done()
+	if err != nil {
+		return err
+	}
+	// The watch lives as long as ctx: no deadline; guard notices one
+	// that never delivers the bucket's contents.
+	w, err := specKV.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch specs: %w", err)
+	}
+	l.specW, l.specWatched, l.specsSaid = w, time.Now(), false
+	return nil
 }
 
 // followedPlan is a revision of s's plan another planner published; nil
@@ -186,23 +206,30 @@ func (l *loop) run(ctx context.Context) error {
 	l.leaseDone = make(chan struct{})
 	go func() { defer close(l.leaseDone); l.lease.run(ctx) }()
 	for {
+		l.p.pulse.idle()
 		select {
 		case <-ctx.Done():
 			<-l.leaseDone // the lease given back
 			return nil
 		case <-l.lease.taken:
+			l.p.pulse.work("lease taken")
 			// Failures as a standby (a replan refused for the lease) are
 			// no leader's: start afresh, so that kick arms the replan.
 			l.failures, l.lastFailure = 0, ""
+			l.p.setFailures(0)
 			l.armCheck(0)
 			l.kick() // publishes only if the inventory changed meanwhile
 		case <-l.lease.lost:
+			l.p.pulse.work("lease lost")
 			l.settlingOutage = false // a settle is the next leader's to judge
 		case <-l.guardT.C:
+			l.p.pulse.work("guard")
 			l.guard(ctx)
 		case <-l.retry.C:
+			l.p.pulse.work("inventory watch")
 			l.watch(ctx)
 		case ev, ok := <-l.events:
+			l.p.pulse.work("inventory event")
 			if !ok {
 				l.watchClosed(ctx)
 				continue
@@ -211,8 +238,10 @@ func (l *loop) run(ctx context.Context) error {
 			l.seen = max(l.seen, ev.Revision)
 			l.inventory(ev)
 		case f := <-l.followed:
+			l.p.pulse.work("another planner's revision")
 			l.adopt(f)
 		case <-l.check.C:
+			l.p.pulse.work("checking assignments")
 			l.checking = false
 			if l.p.leading() == 0 {
 				continue // a standby leaves them to the leader, and checks when it leads
@@ -224,6 +253,7 @@ func (l *loop) run(ctx context.Context) error {
 				}
 			}
 		case e, ok := <-l.specW.Updates():
+			l.p.pulse.work("spec")
 			if !ok {
 				// The spec bucket went away under the watch: guard
 				// recreates it and watches again.
@@ -233,6 +263,7 @@ func (l *loop) run(ctx context.Context) error {
 			}
 			l.spec(ctx, e)
 		case <-l.timer.C:
+			l.p.pulse.work("replan")
 			l.replan(ctx)
 		}
 	}
@@ -287,7 +318,10 @@ func (l *loop) watch(ctx context.Context) {
 	ch, err := l.p.inv.Watch(wctx)
 	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		l.log.Error().Err(err).Msg("the inventory bucket is gone; recreating it")
-		if _, err = l.p.inv.Ensure(ctx); err == nil {
+		ectx, done := l.p.op(ctx, "recreating the inventory bucket", l.p.cfg.StoreTimeout)
+		_, err = l.p.inv.Ensure(ectx)
+		done()
+		if err == nil {
 			ch, err = l.p.inv.Watch(wctx)
 		}
 	}
@@ -344,6 +378,7 @@ func (l *loop) inventory(ev bus.Event) {
 		l.p.rejected(ev)
 		l.p.mu.Unlock()
 	case bus.Synced:
+		defer l.p.allow("applying the whole inventory", l.p.storeTimeout(len(l.resync)))()
 		for _, s := range l.p.siblings() {
 			s.replaceNodes(l.resync)
 		}
@@ -364,6 +399,7 @@ func (l *loop) inventory(ev bus.Event) {
 // A removed spec releases its plan's workers at the next replan.
 func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 	if e == nil {
+		l.p.problem("specs", "")
 		l.specsIn = true // the initial values are in
 		l.kick()
 		return
@@ -384,6 +420,7 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 		s.mu.Lock()
 		s.removing = true
 		s.mu.Unlock()
+		l.p.problem("spec:"+name, "")
 		log.Info().Msg("spec removed: releasing the plan's workers")
 		l.kick()
 		return
@@ -420,8 +457,10 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 func (l *loop) parsed(ctx context.Context, s *Planner, e jetstream.KeyValueEntry, log zerolog.Logger) (*planner.Spec, []byte, uint64) {
 	spec, err := planner.ParseSpec(e.Value())
 	if err == nil {
+		l.p.problem("spec:"+e.Key(), "")
 		return spec, e.Value(), e.Revision()
 	}
+	l.p.problem("spec:"+e.Key(), fmt.Sprintf("plan %s: stored spec revision %d does not parse: %v", e.Key(), e.Revision(), err))
 	s.mu.Lock()
 	have := s.spec != nil
 	s.mu.Unlock()
@@ -461,14 +500,14 @@ func (l *loop) addSibling(ctx context.Context, name string, age uint64) *Planner
 // stored since it was last removed (its age among plans of one
 // priority); rev if the history cannot be read.
 func (l *loop) firstRevision(ctx context.Context, name string, rev uint64) uint64 {
-	kv, err := l.p.specs.KV(ctx)
+	hist, err := l.specHistory(ctx, name)
 	if err != nil {
+		l.log.Error().Err(err).Str("plan", name).Uint64("spec_revision", rev).
+			Msg("cannot read the history of the plan's spec (a damaged spec bucket?): its age among plans of its priority is taken as this revision")
+		l.p.problem("spec-history:"+name, fmt.Sprintf("plan %s: cannot read its spec's history: %v", name, err))
 		return rev
 	}
-	hist, err := kv.History(ctx, name)
-	if err != nil {
-		return rev
-	}
+	l.p.problem("spec-history:"+name, "")
 	first := rev
 	for i := len(hist) - 1; i >= 0 && hist[i].Operation() == jetstream.KeyValuePut; i-- {
 		first = hist[i].Revision()
@@ -476,15 +515,28 @@ func (l *loop) firstRevision(ctx context.Context, name string, rev uint64) uint6
 	return first
 }
 
-// lastGoodSpec is the newest stored spec of plan name before revision
-// bad that parses; nil if none.
-func (l *loop) lastGoodSpec(ctx context.Context, name string, bad uint64) (*planner.Spec, []byte, uint64) {
+// specHistory reads the history of plan name's spec, within the store's
+// deadline: a damaged bucket can leave the read waiting for ever.
+func (l *loop) specHistory(ctx context.Context, name string) ([]jetstream.KeyValueEntry, error) {
+	ctx, done := l.p.op(ctx, "reading the history of plan "+name+"'s spec", l.p.cfg.StoreTimeout)
+	defer done()
 	kv, err := l.p.specs.KV(ctx)
 	if err != nil {
-		return nil, nil, 0
+		return nil, err
 	}
 	hist, err := kv.History(ctx, name)
 	if err != nil {
+		return nil, fmt.Errorf("history of spec %s: %w", name, err)
+	}
+	return hist, nil
+}
+
+// lastGoodSpec is the newest stored spec of plan name before revision
+// bad that parses; nil if none.
+func (l *loop) lastGoodSpec(ctx context.Context, name string, bad uint64) (*planner.Spec, []byte, uint64) {
+	hist, err := l.specHistory(ctx, name)
+	if err != nil {
+		l.log.Error().Err(err).Str("plan", name).Msg("cannot read the history of the plan's spec (a damaged spec bucket?) to find a good one")
 		return nil, nil, 0
 	}
 	for i := len(hist) - 1; i >= 0; i-- {
@@ -599,15 +651,50 @@ func (l *loop) replan(ctx context.Context) {
 		if l.failures > 0 {
 			l.log.Info().Int("failures", l.failures).Msg("replanned after failures")
 		}
-		l.failures, l.lastFailure = 0, ""
+		l.failures, l.lastFailure, l.standDowns = 0, "", 0
+		l.p.setFailures(0)
+		l.p.stoodDownFor("", time.Time{})
 		return
 	}
 	l.dirty = true
 	wait := bus.Backoff(l.failures + 3) // from about 1 s up to 5 s
 	l.failures++
+	l.p.setFailures(l.failures)
+	if l.failures >= l.p.cfg.StandDownAfter {
+		l.standDown(err)
+		return
+	}
 	if cause := err.Error(); cause != l.lastFailure {
 		l.log.Error().Err(err).Dur("retry_in", wait).Msg("replan failed; retrying, serving the last plan meanwhile")
 		l.lastFailure = cause
 	}
 	l.timer.Reset(wait)
+}
+
+// DefaultStandDownAfter is how many replans in a row may fail before a
+// leading planner stands down; DefaultStandDownBackoff, how long it then
+// leaves leading to others (doubling at each stand-down in a row, up to
+// maxStandDown). With replans retried 1 s to 5 s apart, a planner whose
+// writes all fail stands down after about 15 s.
+const (
+	DefaultStandDownAfter   = 5
+	DefaultStandDownBackoff = 30 * time.Second
+	maxStandDown            = 10 * time.Minute
+)
+
+// standDown gives the lease up after StandDownAfter replans failed in a
+// row, says why, and keeps this planner from leading for a while
+// (growing while it keeps standing down): a planner whose writes fail
+// (its store lost, full or refusing) must not hold the lease that keeps
+// a working planner from leading. It tries again after the wait.
+func (l *loop) standDown(err error) {
+	l.standDowns++
+	wait := min(l.p.cfg.StandDownBackoff<<min(l.standDowns-1, 16), maxStandDown)
+	why := fmt.Sprintf("%d replans in a row failed, the last with: %v", l.failures, err)
+	l.log.Error().Err(err).Int("failures", l.failures).Dur("lead_again_in", wait).
+		Msg("standing down: replans keep failing against the store; giving the lease up so that another planner leads")
+	l.p.stoodDownFor(why, time.Now().Add(wait))
+	l.lease.standDown("replans keep failing: "+why, wait)
+	l.failures, l.lastFailure = 0, ""
+	l.p.setFailures(0)
 }

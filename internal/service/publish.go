@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/poolplanner/poolplanner/client"
@@ -41,10 +39,12 @@ func (p *Planner) afterFirstSync() {
 // replan plans every plan of the loop together (planner.PlanAll: no
 // GPU to two plans, lower priorities giving way) and publishes each that
 // changed: its event, then the assignments of the nodes whose workers
-// changed; a removed plan's last revision releases its workers. Plans
-// that give up GPUs publish before those that take them. On a conflict
-// (another planner published first) it re-reads that plan's latest and
-// plans again.
+// changed; a removed plan's last revision releases its workers. The
+// publishes follow publishOrder: a GPU is published as taken only after
+// the revision that gives it up, and a cycle of plans taking from each
+// other is broken by a release step (order.go). On a conflict (another
+// planner published first) it re-reads that plan's latest and plans
+// again.
 func (p *Planner) replan(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		err := p.replanOnce(ctx)
@@ -55,7 +55,9 @@ func (p *Planner) replan(ctx context.Context) error {
 		if attempt >= maxConflicts {
 			return c.err
 		}
-		sp, err := p.plans.Latest(ctx, c.state.cfg.Plan)
+		octx, done := p.op(ctx, "reading plan "+c.state.cfg.Plan+"'s latest revision", p.storeTimeout(p.nodes()))
+		sp, err := p.plans.Latest(octx, c.state.cfg.Plan)
+		done()
 		if err != nil {
 			return err
 		}
@@ -91,16 +93,41 @@ func (p *Planner) replanOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	done := p.allow("planning", p.storeTimeout(len(nodes)))
 	outs := planner.PlanAll(jobs, nodes)
-	for _, i := range givingFirst(jobs, outs) {
+	done()
+	held, next, touched := holdings(jobs, outs, planned)
+	changes := make([][]string, len(jobs))
+	for i, s := range planned {
+		if s != nil {
+			s.mu.Lock()
+			changes[i] = s.live.changes()
+			s.mu.Unlock()
+		}
+	}
+	released := make([]bool, len(jobs))
+	for _, st := range publishOrder(held, next) {
+		i := st.plan
 		s := planned[i]
 		if s == nil {
 			continue // held as it was
 		}
-		s.mu.Lock()
-		changes := s.live.changes()
-		s.mu.Unlock()
-		if err := s.publishNext(ctx, outs[i], changes); err != nil {
+		var err error
+		switch {
+		case st.release:
+			err = s.publishRelease(ctx, outs[i].Plan, held[i], touched, takersOf(jobs, held, next, i), changes[i])
+			released[i] = err == nil
+		case released[i]:
+			// Moves counted from the release step, which placed some.
+			if latest := s.latestPlan(); latest != nil {
+				outs[i].Plan.Moved = planner.CountMoved(latest, outs[i].Plan)
+			}
+			fallthrough
+		default:
+			err = s.publishNext(ctx, outs[i], changes[i])
+		}
+		p.beat()
+		if err != nil {
 			return conflicted(s, err)
 		}
 	}
@@ -156,43 +183,6 @@ func conflicted(s *Planner, err error) error {
 	return err
 }
 
-// givingFirst orders the plans to publish: those that only give GPUs up
-// first, then those that both give and take, then those that only take,
-// so that two published plans hold a GPU at once only while a plan that
-// both gives and takes publishes.
-func givingFirst(jobs []planner.Job, outs []planner.Outcome) []int {
-	rank := make([]int, len(jobs))
-	for i, j := range jobs {
-		was, now := gpuSet(j.Prev), gpuSet(outs[i].Plan)
-		takes, gives := !subset(now, was), !subset(was, now)
-		switch {
-		case gives && !takes:
-			rank[i] = 0
-		case gives:
-			rank[i] = 1
-		default:
-			rank[i] = 2
-		}
-	}
-	order := make([]int, len(jobs))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return rank[a] - rank[b] })
-	return order
-}
-
-// gpuSet is the GPUs a valid plan holds (its workers' and its pools'),
-// as node:index.
-func gpuSet(p *planner.Plan) map[string]bool {
-	out := map[string]bool{}
-	if p == nil || !p.Valid {
-		return out
-	}
-	planner.EachHeldGPU(p, func(node string, g int) { out[node+":"+strconv.Itoa(g)] = true })
-	return out
-}
-
 func subset(a, b map[string]bool) bool {
 	for k := range a {
 		if !b[k] {
@@ -211,10 +201,13 @@ func (p *Planner) load(ctx context.Context) error {
 	if done {
 		return nil
 	}
-	sp, err := p.plans.Latest(ctx, p.cfg.Plan)
+	octx, end := p.op(ctx, "reading plan "+p.cfg.Plan+"'s latest revision", p.storeTimeout(p.nodes()))
+	sp, err := p.plans.Latest(octx, p.cfg.Plan)
+	end()
 	if err != nil {
 		return err
 	}
+	sp = p.aboveMark(sp)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.latest == nil || sp != nil && sp.Plan.Revision > p.latest.Plan.Revision {
@@ -267,6 +260,53 @@ func (p *Planner) drop(s *Planner) {
 // publishNext publishes o, the plan's next placement, as the next
 // revision if it differs from the latest.
 func (p *Planner) publishNext(ctx context.Context, o planner.Outcome, changes []string) error {
+	return p.publish(ctx, o, changes, "")
+}
+
+// publishRelease publishes the plan's release step (releaseStep): next
+// restricted to what the plan holds (held), for the plans takers to
+// take what it gives up before its new revision takes what they give
+// up.
+func (p *Planner) publishRelease(ctx context.Context, next *planner.Plan, held, touched map[string]bool, takers []string, changes []string) error {
+	latest := p.latestPlan()
+	step := releaseStep(latest, next, held, touched, takers)
+	step.Moved = planner.CountMoved(latest, step)
+	lead := fmt.Sprintf("release step: gives up the GPUs plan %s takes before this plan takes theirs; %d of %d workers wait for the next revision",
+		strings.Join(takers, ", plan "), next.Workers.Len()-step.Workers.Len(), next.Workers.Len())
+	return p.publish(ctx, planner.Outcome{Plan: step, Change: &planner.Change{}}, changes, lead)
+}
+
+// takersOf names the plans that take a GPU plan i gives up.
+func takersOf(jobs []planner.Job, held, next []map[string]bool, i int) []string {
+	var out []string
+	for j := range jobs {
+		if j == i {
+			continue
+		}
+		for k := range next[j] {
+			if held[i][k] && !next[i][k] && !held[j][k] {
+				out = append(out, jobs[j].Name)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// latestPlan is the plan's latest revision (nil: none).
+func (p *Planner) latestPlan() *planner.Plan {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.latest == nil {
+		return nil
+	}
+	return p.latest.Plan
+}
+
+// publish is publishNext; lead, when not empty, begins the reason.
+func (p *Planner) publish(ctx context.Context, o planner.Outcome, changes []string, lead string) error {
+	// Comparing, diffing and encoding a large plan takes a while.
+	defer p.allow("publishing plan "+p.cfg.Plan, p.storeTimeout(o.Plan.Workers.Len()/8))()
 	p.mu.Lock()
 	latest, digest, note := p.latest, p.digest, p.note
 	p.mu.Unlock()
@@ -288,8 +328,12 @@ func (p *Planner) publishNext(ctx context.Context, o planner.Outcome, changes []
 		next.Revision = prev.Revision + 1
 	}
 	next.CreatedAt = p.cfg.Now().UTC()
-	next.Reason = join(note, fullReason(prev, next, changes, specChanged, ch))
-	if latest != nil && latest.Orphan {
+	next.Reason = join(lead, join(note, fullReason(prev, next, changes, specChanged, ch)))
+	switch {
+	case latest != nil && latest.Orphan && latest.Unreadable:
+		// A stand-in for the high-water mark (aboveMark).
+		next.Reason = join(fmt.Sprintf("%s: revision %d continues after it", latest.Plan.Error, next.Revision), next.Reason)
+	case latest != nil && latest.Orphan:
 		next.Reason = join(fmt.Sprintf("the plan history was lost (stream recreated): revision %d republished whole", next.Revision), next.Reason)
 	}
 	change := planner.Diff(prev, next)
@@ -301,7 +345,9 @@ func (p *Planner) publishNext(ctx context.Context, o planner.Outcome, changes []
 	if (errors.Is(err, bus.ErrConflict) || errors.Is(err, bus.ErrLeaseLost)) && ev.Snapshot != "" {
 		// Refused for sure, so no event names this snapshot. (After other
 		// errors, a timeout, the event may have been stored.)
-		p.plans.DropSnapshot(context.WithoutCancel(ctx), ev.Snapshot)
+		dctx, done := p.op(context.WithoutCancel(ctx), "dropping a snapshot", p.cfg.StoreTimeout)
+		p.plans.DropSnapshot(dctx, ev.Snapshot)
+		done()
 	}
 	if err != nil {
 		return err
@@ -342,8 +388,8 @@ func (p *Planner) publishFenced(ctx context.Context, ev *plan.Event, digest stri
 		return 0, fmt.Errorf("publish %s revision %d: %w", ev.Name, ev.Revision, bus.ErrLeaseLost)
 	}
 	// Renewals wait while this holds pubMu: bound it well inside the TTL.
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseTTL/2)
-	defer cancel()
+	ctx, done := p.op(ctx, fmt.Sprintf("publishing plan %s revision %d", ev.Name, ev.Revision), p.cfg.LeaseTTL/2)
+	defer done()
 	return p.plans.PublishEvent(ctx, ev, digest, expect, lease)
 }
 
@@ -365,6 +411,7 @@ func (p *Planner) adoptSpec(latest *bus.StoredPlan, specChanged bool, digest str
 // published makes sp the latest plan and starts a new change log; note,
 // said in its reason, is said.
 func (p *Planner) published(sp *bus.StoredPlan, note string) {
+	p.mark(sp.Plan.Revision)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.note == note {
@@ -417,7 +464,9 @@ func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *plann
 		stored.Base, stored.BaseBytes, stored.ChainBytes = latest.Base, latest.BaseBytes, latest.ChainBytes+len(data)
 		return ev, stored, nil
 	}
-	name, size, err := p.plans.PutSnapshot(ctx, &next.Document)
+	sctx, done := p.op(ctx, fmt.Sprintf("storing plan %s revision %d's snapshot", next.Name, next.Revision), p.storeTimeout(next.Workers.Len()/8))
+	name, size, err := p.plans.PutSnapshot(sctx, &next.Document)
+	done()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -428,6 +477,8 @@ func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *plann
 // retain drops the oldest revisions past the history limits, from a whole
 // document on, so every revision kept can be rebuilt.
 func (p *Planner) retain(ctx context.Context) {
+	ctx, done := p.op(ctx, "trimming plan "+p.cfg.Plan+"'s history", p.storeTimeout(p.nodes()))
+	defer done()
 	if err := p.plans.Retain(ctx, p.cfg.Plan, p.cfg.HistoryAge, p.cfg.HistoryBytes, p.cfg.Now()); err != nil {
 		p.cfg.Log.Warn().Err(err).Msg("trimming the plan history failed; it will be tried again")
 	}

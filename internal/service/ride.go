@@ -49,6 +49,7 @@ func (l *loop) guard(ctx context.Context) {
 	if stalled {
 		l.log.Warn().Uint64("stream", invLast).Uint64("watch", l.seen).Msg("the inventory watch is stuck behind the stream (its consumer went with a server?)")
 	}
+	l.specsStuck(ctx)
 	if reconnected || stalled || len(missing) > 0 {
 		l.log.Info().Bool("reconnected", reconnected).Msg("re-reading the whole inventory and the spec")
 		l.restartWatches(ctx)
@@ -64,11 +65,27 @@ func (l *loop) rewatch(ctx context.Context) {
 		_ = l.follow(ctx, s) // a failure is tried again at the next guard
 	}
 	if _, stopped := l.specW.(stoppedWatch); stopped {
-		if kv, err := l.p.specs.KV(ctx); err == nil {
-			if w, err := kv.WatchAll(ctx); err == nil {
-				l.specW = w
-			}
-		}
+		_ = l.watchSpecs(ctx) // a failure is tried again at the next guard
+	}
+}
+
+// specsStuck notices a spec watch that has not delivered the bucket's
+// contents within the store's deadline (a damaged bucket): no plan is
+// made until it has, so it is an error, logged once and in Health, and
+// the watch is made again.
+func (l *loop) specsStuck(ctx context.Context) {
+	if l.specsIn || l.specWatched.IsZero() || time.Since(l.specWatched) < l.p.cfg.StoreTimeout {
+		return
+	}
+	why := fmt.Sprintf("the spec bucket has not delivered its contents in %s (a damaged bucket?): no plan is made until it does", time.Since(l.specWatched).Round(time.Second))
+	if !l.specsSaid {
+		l.log.Error().Msg(why + "; watching it again")
+	}
+	l.p.problem("specs", why)
+	_ = l.specW.Stop()
+	l.specW = stoppedWatch{}
+	if l.watchSpecs(ctx) == nil {
+		l.specsSaid = true // watchSpecs cleared it: say it once
 	}
 }
 
@@ -122,8 +139,8 @@ var stateStreams = []string{bus.PlansStream, client.AssignmentsStream, bus.Inven
 // recreated it before this one noticed it gone) counts as missing: its
 // sequences, the lease's among them, began again.
 func (p *Planner) missing(ctx context.Context, plansCreated *time.Time) ([]string, uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, guardEvery)
-	defer cancel()
+	ctx, done := p.op(ctx, "checking the streams", guardEvery)
+	defer done()
 	var out []string
 	var invLast uint64
 	for _, name := range stateStreams {
@@ -152,6 +169,8 @@ func (p *Planner) missing(ctx context.Context, plansCreated *time.Time) ([]strin
 // lease is taken again; for lost assignments, every node's.
 func (l *loop) recreate(ctx context.Context, missing []string) error {
 	p := l.p
+	ctx, done := p.op(ctx, "recreating the streams", 6*p.cfg.StoreTimeout)
+	defer done()
 	if err := p.plans.Ensure(ctx); err != nil {
 		return err
 	}

@@ -91,6 +91,27 @@ type Config struct {
 	// LeaseTTL is how long the leading planner's lease lasts unrenewed
 	// (DefaultLeaseTTL when zero).
 	LeaseTTL time.Duration
+	// StoreTimeout bounds each call of the loop to JetStream
+	// (DefaultStoreTimeout when zero); calls that move many messages get
+	// more in proportion. StallAfter is how long the loop may go without
+	// progress outside such a call before the planner stops renewing its
+	// lease (LeaseTTL/2 when zero): a stuck leader loses the lease to a
+	// standby.
+	StoreTimeout time.Duration
+	StallAfter   time.Duration
+	// StandDownAfter is how many replans in a row may fail (writes
+	// refused, timing out) before a leading planner gives its lease up,
+	// says why, and leaves leading to another planner for
+	// StandDownBackoff (doubling, at most maxStandDown, at each stand-down
+	// in a row); DefaultStandDownAfter and DefaultStandDownBackoff when
+	// zero.
+	StandDownAfter   int
+	StandDownBackoff time.Duration
+	// StateFile, when set, is a local file (outside the JetStream store)
+	// where the planner keeps each plan's highest revision published or
+	// seen: a plan whose history was lost (a store wiped, a stream
+	// deleted) goes on above it rather than numbering from 1 again.
+	StateFile string
 	// Metrics records plans, replans, the inventory and requests (nil:
 	// none).
 	Metrics *metrics.Planner
@@ -99,6 +120,10 @@ type Config struct {
 	Log       zerolog.Logger
 	// Now is the clock for created_at; nil means time.Now.
 	Now func() time.Time
+	// storeHook, in tests, is called at the start of each bounded store
+	// call of the loop (Planner.op), with its context: a hook that blocks
+	// is a store that hangs.
+	storeHook func(ctx context.Context, what string)
 }
 
 // Planner is one planner service instance. Several may run on one plan:
@@ -162,6 +187,18 @@ type Planner struct {
 	loaded   bool
 	age      uint64
 	removing bool
+
+	// pulse is the lead's loop's heartbeat (liveness.go); healthMu
+	// guards what Health reports: problems by key, the stand-down and
+	// the replans failed in a row.
+	pulse          *pulse
+	healthMu       sync.Mutex
+	problems       map[string]string
+	stoodDown      string
+	stoodDownUntil time.Time
+	failures       int
+	// marks are the plans' revision high-water marks (revisions.go).
+	marks *marks
 }
 
 // New returns a planner; Run starts it.
@@ -192,6 +229,15 @@ func New(cfg Config) *Planner {
 	if cfg.InlineWorkers == 0 {
 		cfg.InlineWorkers = DefaultInlineWorkers
 	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
+	}
+	if cfg.StandDownAfter <= 0 {
+		cfg.StandDownAfter = DefaultStandDownAfter
+	}
+	if cfg.StandDownBackoff <= 0 {
+		cfg.StandDownBackoff = DefaultStandDownBackoff
+	}
 	var plans *bus.PlanStore
 	if cfg.JS != nil {
 		plans = bus.NewPlanStore(cfg.JS)
@@ -207,6 +253,8 @@ func New(cfg Config) *Planner {
 		reported:  map[string]bool{},
 		assignSeq: map[string]uint64{},
 		expired:   map[string]bool{},
+		pulse:     newPulse(nil),
+		marks:     newMarks(cfg.StateFile),
 	}
 	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
 	if plans != nil {
@@ -317,10 +365,14 @@ func (p *Planner) Run(ctx context.Context) error {
 			return fmt.Errorf("spec: %w", err)
 		}
 	}
+	if err := p.marks.load(); err != nil {
+		return err
+	}
 	latest, ok, err := p.startRetrying(ctx)
 	if err != nil || !ok {
 		return err
 	}
+	latest = p.aboveMark(latest)
 	p.mu.Lock()
 	p.latest = latest
 	if latest != nil && latest.Plan.Valid {
@@ -337,6 +389,9 @@ func (p *Planner) Run(ctx context.Context) error {
 	}
 	l, err := p.newLoop(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return err
 	}
 	p.mu.Lock()
@@ -357,7 +412,7 @@ func (p *Planner) startRetrying(ctx context.Context) (*bus.StoredPlan, bool, err
 		if err == nil {
 			return latest, true, nil
 		}
-		if errors.Is(err, bus.ErrReplicas) {
+		if errors.Is(err, bus.ErrReplicas) || errors.Is(err, bus.ErrStorage) || errors.Is(err, errSpecLost) {
 			return nil, false, err
 		}
 		if ctx.Err() != nil {
@@ -376,6 +431,10 @@ func (p *Planner) startRetrying(ctx context.Context) (*bus.StoredPlan, bool, err
 // start makes sure the plan stream exists, stores the configured spec if
 // it differs from the stored one, and reads the latest plan.
 func (p *Planner) start(ctx context.Context) (*bus.StoredPlan, error) {
+	// Each request below is bounded by the client's own timeout; reading
+	// the latest (a large plan's snapshot, by a consumer) by ours, so
+	// that a store that does not answer is said and retried, not waited
+	// on for ever.
 	if err := p.plans.Ensure(ctx); err != nil {
 		return nil, err
 	}
@@ -388,6 +447,8 @@ func (p *Planner) start(ctx context.Context) (*bus.StoredPlan, error) {
 	if err := p.seedSpec(ctx); err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, max(6*p.cfg.StoreTimeout, time.Minute))
+	defer cancel()
 	return p.plans.Latest(ctx, p.cfg.Plan)
 }
 
@@ -433,11 +494,18 @@ func (p *Planner) seedSpec(ctx context.Context) error {
 		return nil
 	}
 	cur, rev, err := p.specs.Get(ctx, p.cfg.Plan)
+	if errors.Is(err, bus.ErrNotFound) && !p.cfg.ReplaceSpec {
+		if lost := p.specLost(ctx); lost != nil {
+			return lost
+		}
+	}
 	switch {
 	case err != nil && !errors.Is(err, bus.ErrNotFound):
 		return err
 	case err == nil && sameSpec(cur, p.cfg.Spec):
 		return nil
+	case err != nil && p.cfg.ReplaceSpec:
+		p.cfg.Log.Warn().Str("plan", p.cfg.Plan).Msg("--replace-spec: no stored spec could be read; storing --spec")
 	case err != nil:
 		// None stored: create, so that of two planners starting at once
 		// the first one's stays.
@@ -458,6 +526,38 @@ func (p *Planner) seedSpec(ctx context.Context) error {
 	}
 	_, err = p.specs.Put(ctx, p.cfg.Plan, p.cfg.Spec)
 	return err
+}
+
+// errSpecLost is seedSpec's refusal to store --spec where the spec
+// bucket lost what it held: waiting does not mend it.
+var errSpecLost = errors.New("the spec bucket lost its contents")
+
+// specLost says why, when the spec bucket shows it held messages it no
+// longer has (a damaged or truncated store: the server recovered the
+// bucket without them, or reports them lost): the plan's stored spec
+// may be among them, and --spec must not silently take its place. Nil
+// when the bucket is whole, as far as it can tell (a bucket made anew,
+// a spec never stored, or one removed, whose delete marker stays).
+func (p *Planner) specLost(ctx context.Context) error {
+	st, err := p.cfg.JS.Stream(ctx, "KV_"+bus.SpecBucket)
+	if err != nil {
+		return nil // Get read the bucket: an error here is an outage's
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil
+	}
+	s := info.State
+	lost := uint64(0)
+	if s.Lost != nil {
+		lost = uint64(len(s.Lost.Msgs))
+	}
+	if lost == 0 && (s.Msgs > 0 || s.LastSeq == 0) {
+		return nil
+	}
+	return fmt.Errorf("%w: plan %s has no readable spec in bucket %s, which has stored %d messages and holds %d (%d reported lost): "+
+		"its spec may have been lost (a damaged store); not replacing it with --spec unasked: store it again (planner spec set), "+
+		"or start with --replace-spec to store --spec", errSpecLost, p.cfg.Plan, bus.SpecBucket, s.LastSeq, s.Msgs, lost)
 }
 
 // settling is how much longer a freshly started planner waits before

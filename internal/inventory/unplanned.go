@@ -1,0 +1,41 @@
+package inventory
+
+import "github.com/poolplanner/poolplanner/plan"
+
+// UnplannedGPU is a GPU that runs processes though no worker is placed
+// on it: a worker a plan moved away that has not stopped, or work
+// started outside poolplanner.
+type UnplannedGPU struct {
+	NodeID    string    `json:"node_id"`
+	Index     int       `json:"index"`
+	UUID      string    `json:"uuid"`
+	Processes []Process `json:"processes"`
+}
+
+// UnplannedUse lists, node by node in the order given, the GPUs that run
+// processes while placed (the UUIDs workers are placed on) has none of
+// them.
+func UnplannedUse(nodes []NodeInventory, placed map[string]bool) []UnplannedGPU {
+	var out []UnplannedGPU
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			if len(g.Processes) > 0 && !placed[g.UUID] {
+				out = append(out, UnplannedGPU{NodeID: n.NodeID, Index: g.Index, UUID: g.UUID, Processes: g.Processes})
+			}
+		}
+	}
+	return out
+}
+
+// PlacedUUIDs is the GPU UUIDs the workers of docs are placed on.
+func PlacedUUIDs(docs ...*plan.Document) map[string]bool {
+	out := map[string]bool{}
+	for _, d := range docs {
+		for _, w := range d.Workers.All() {
+			for _, u := range w.GPUUUIDs {
+				out[u] = true
+			}
+		}
+	}
+	return out
+}

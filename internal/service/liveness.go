@@ -1,0 +1,247 @@
+package service
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+)
+
+// DefaultStoreTimeout bounds one call of the loop to JetStream (a
+// read, a publish, a KV history), as the client bounds each of its
+// requests by default; calls that move many messages (a plan's
+// assignments, a snapshot, reading every node's assignment) get
+// storePerItem more for each. A call that runs past it fails, is
+// logged and retried: no call can hold the loop for ever (a KV
+// history, a consumer's read, are bounded by nothing else).
+const DefaultStoreTimeout = 5 * time.Second
+
+// storePerItem is what a bulk call gets beyond StoreTimeout per message
+// or node (100,000 nodes: 200 s more).
+const storePerItem = 2 * time.Millisecond
+
+// pulse is the loop's heartbeat, which the leaser reads before each
+// renewal: while the loop works on something (busy) it must make
+// progress (a beat: a store call begun or ended, a plan published)
+// at least every stall, or be inside an operation whose deadline (plus
+// stall) has not passed. A loop stuck longer than that (a call that
+// ignores its deadline, a deadlock) stops the lease's renewal, so that
+// a standby takes over within the lease's TTL. An idle loop (waiting
+// for events) is never stuck.
+type pulse struct {
+	mu    sync.Mutex
+	now   func() time.Time
+	busy  bool
+	doing string
+	last  time.Time
+	// ops are the operations in progress, innermost last: what and
+	// until when it may take.
+	ops []pulseOp
+}
+
+type pulseOp struct {
+	what  string
+	until time.Time
+}
+
+func newPulse(now func() time.Time) *pulse {
+	if now == nil {
+		now = time.Now
+	}
+	return &pulse{now: now, last: now()}
+}
+
+// work notes that the loop took up an event (what).
+func (pl *pulse) work(what string) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	pl.busy, pl.doing, pl.last, pl.ops = true, what, pl.now(), pl.ops[:0]
+}
+
+// idle notes that the loop waits for events.
+func (pl *pulse) idle() {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	pl.busy, pl.doing, pl.ops = false, "", pl.ops[:0]
+}
+
+// beat notes progress.
+func (pl *pulse) beat() {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	pl.last = pl.now()
+}
+
+// enter notes an operation that may take until deadline; the returned
+// func ends it.
+func (pl *pulse) enter(what string, deadline time.Time) func() {
+	pl.mu.Lock()
+	pl.last = pl.now()
+	pl.ops = append(pl.ops, pulseOp{what, deadline})
+	n := len(pl.ops)
+	pl.mu.Unlock()
+	return func() {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		pl.last = pl.now()
+		if len(pl.ops) >= n {
+			pl.ops = slices.Delete(pl.ops, n-1, len(pl.ops))
+		}
+	}
+}
+
+// stuck says, when the loop is stuck by stall's measure, for how long
+// it has made no progress and in what.
+func (pl *pulse) stuck(stall time.Duration) (time.Duration, string, bool) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if !pl.busy {
+		return 0, "", false
+	}
+	now, until, what := pl.now(), pl.last.Add(stall), pl.doing
+	if n := len(pl.ops); n > 0 {
+		what = pl.doing + ": " + pl.ops[n-1].what
+		if u := pl.ops[n-1].until.Add(stall); u.After(until) {
+			until = u
+		}
+	}
+	if !now.After(until) {
+		return 0, "", false
+	}
+	return now.Sub(pl.last), what, true
+}
+
+// beat notes that the loop made progress.
+func (p *Planner) beat() { p.top().pulse.beat() }
+
+// storeTimeout is the deadline of a call that moves items messages.
+func (p *Planner) storeTimeout(items int) time.Duration {
+	return p.cfg.StoreTimeout + time.Duration(items)*storePerItem
+}
+
+// op bounds one call of the loop to the store (or a stretch of
+// planning) by a deadline of timeout, noted in the loop's pulse; done
+// ends it. cfg.storeHook, in tests, stands in for a store that hangs.
+func (p *Planner) op(ctx context.Context, what string, timeout time.Duration) (context.Context, func()) {
+	t := p.top()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	deadline, _ := ctx.Deadline()
+	end := t.pulse.enter(what, deadline)
+	if h := t.cfg.storeHook; h != nil {
+		h(ctx, what)
+	}
+	return ctx, func() { cancel(); end() }
+}
+
+// allow notes a stretch of work (planning, applying a whole inventory)
+// that may take up to d, as op notes a store call; done ends it.
+func (p *Planner) allow(what string, d time.Duration) (done func()) {
+	t := p.top()
+	return t.pulse.enter(what, t.pulse.now().Add(d))
+}
+
+// stall is how long the loop may go without progress (outside an
+// operation's deadline) before the lease is left to lapse: StallAfter,
+// by default half the lease's TTL, at least a second.
+func (p *Planner) stall() time.Duration {
+	if p.cfg.StallAfter > 0 {
+		return p.cfg.StallAfter
+	}
+	return max(p.cfg.LeaseTTL/2, time.Second)
+}
+
+// Health is what a planner says of itself beyond its plans: whether it
+// leads, whether it stood down after failing to write and until when it
+// will not lead, whether its loop is stuck, and the problems it sees
+// (a spec it cannot read, writes failing). The leader's problems also
+// travel in its lease (bus.Lease.Problems), which planner status shows.
+type Health struct {
+	Leading bool `json:"leading"`
+	// StoodDown says why this planner gave the lease up itself (its
+	// writes failed persistently); Until, when it will try to lead
+	// again.
+	StoodDown      string    `json:"stood_down,omitempty"`
+	StoodDownUntil time.Time `json:"stood_down_until,omitzero"`
+	// Failures is how many replans failed in a row.
+	Failures int `json:"failures"`
+	// Stuck says what the loop has been stuck in, when it is.
+	Stuck    string   `json:"stuck,omitempty"`
+	Problems []string `json:"problems,omitempty"`
+}
+
+// Health reports the planner's health.
+func (p *Planner) Health() Health {
+	t := p.top()
+	h := Health{Leading: t.leading() != 0}
+	if d, what, ok := t.pulse.stuck(t.stall()); ok {
+		h.Stuck = what + " for " + d.Round(time.Millisecond).String()
+	}
+	t.healthMu.Lock()
+	defer t.healthMu.Unlock()
+	h.StoodDown, h.StoodDownUntil, h.Failures = t.stoodDown, t.stoodDownUntil, t.failures
+	for _, k := range slices.Sorted(maps.Keys(t.problems)) {
+		h.Problems = append(h.Problems, t.problems[k])
+	}
+	return h
+}
+
+// problem records (msg not empty) or clears a problem of key.
+func (p *Planner) problem(key, msg string) {
+	t := p.top()
+	t.healthMu.Lock()
+	defer t.healthMu.Unlock()
+	if msg == "" {
+		delete(t.problems, key)
+		return
+	}
+	if t.problems == nil {
+		t.problems = map[string]string{}
+	}
+	t.problems[key] = msg
+}
+
+// problemList is the problems, sorted by key, for the lease.
+func (p *Planner) problemList() []string {
+	t := p.top()
+	t.healthMu.Lock()
+	defer t.healthMu.Unlock()
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(t.problems)) {
+		out = append(out, t.problems[k])
+	}
+	return out
+}
+
+// setFailures records how many replans failed in a row.
+func (p *Planner) setFailures(n int) {
+	t := p.top()
+	t.healthMu.Lock()
+	defer t.healthMu.Unlock()
+	t.failures = n
+}
+
+// stoodDownFor records a stand-down (why, until when), or its end ("").
+func (p *Planner) stoodDownFor(why string, until time.Time) {
+	t := p.top()
+	t.healthMu.Lock()
+	defer t.healthMu.Unlock()
+	t.stoodDown, t.stoodDownUntil = why, until
+	if why == "" {
+		delete(t.problems, "stood-down")
+		return
+	}
+	if t.problems == nil {
+		t.problems = map[string]string{}
+	}
+	t.problems["stood-down"] = "stood down: " + why
+}
+
+// nodes is the live inventory's size, which bulk calls' deadlines
+// scale with.
+func (p *Planner) nodes() int {
+	t := p.top()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.live.docs)
+}

@@ -1,0 +1,149 @@
+package service
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+// A plan's revision numbers never repeat: a launcher that ran revision
+// 7 must not take a later, different revision 7 for the same. The plan
+// stream is where the sequence lives, but a stream can be lost (a store
+// wiped, a stream deleted by hand) while the planner is down. So the
+// planner keeps each plan's highest revision, published or seen, in a
+// local file outside the JetStream store (Config.StateFile), and
+// continues above it: a plan whose stream holds a lower revision, or
+// none, gets the next revision after the mark, published whole, with a
+// reason that says the history was lost.
+
+// marks are the plans' revision high-water marks, kept in a file; with
+// no file, in memory only.
+type marks struct {
+	path string
+	mu   sync.Mutex
+	m    map[string]int
+	// err is the last failure to read or write the file, said once.
+	err error
+}
+
+// marksFile is the file's content.
+type marksFile struct {
+	Revisions map[string]int `json:"revisions"`
+}
+
+func newMarks(path string) *marks {
+	return &marks{path: path, m: map[string]int{}}
+}
+
+// load reads the file; a missing one is empty. A file that cannot be
+// read is an error: starting without it could number a plan's
+// revisions again.
+func (k *marks) load() error {
+	if k.path == "" {
+		return nil
+	}
+	data, err := os.ReadFile(k.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("revision high-water marks: %w", err)
+	}
+	var f marksFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return fmt.Errorf("revision high-water marks %s: %w (remove the file to start without them)", k.path, err)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for name, rev := range f.Revisions {
+		k.m[name] = max(k.m[name], rev)
+	}
+	return nil
+}
+
+// get is plan name's mark (0: none).
+func (k *marks) get(name string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.m[name]
+}
+
+// raise makes rev plan name's mark if it is higher, and writes the file
+// (a new file renamed over the old: never half written).
+func (k *marks) raise(name string, rev int) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if rev <= k.m[name] {
+		return nil
+	}
+	k.m[name] = rev
+	if k.path == "" {
+		return nil
+	}
+	data, _ := json.Marshal(marksFile{Revisions: k.m})
+	tmp := k.path + ".tmp"
+	err := os.MkdirAll(filepath.Dir(k.path), 0o700)
+	if err == nil {
+		err = os.WriteFile(tmp, data, 0o600)
+	}
+	if err == nil {
+		err = os.Rename(tmp, k.path)
+	}
+	if err != nil {
+		return fmt.Errorf("revision high-water marks: %w", err)
+	}
+	return nil
+}
+
+// mark raises plan's mark to rev, logging a failure to keep it once per
+// cause.
+func (p *Planner) mark(rev int) {
+	k := p.top().marks
+	err := k.raise(p.cfg.Plan, rev)
+	k.mu.Lock()
+	said := k.err != nil && err != nil && k.err.Error() == err.Error()
+	k.err = err
+	k.mu.Unlock()
+	if err != nil && !said {
+		p.cfg.Log.Error().Err(err).Str("plan", p.cfg.Plan).Msg("cannot keep the plan's revision high-water mark: should the plan stream be lost, revision numbers could repeat")
+	}
+}
+
+// aboveMark is sp, the plan's latest as read from the stream (nil:
+// none), or, when the plan published or saw a higher revision before
+// (its mark), a stand-in for that revision: unreadable (its placement
+// is not known) and orphaned (its event is gone), so that the next
+// revision is the one after the mark, published whole.
+func (p *Planner) aboveMark(sp *bus.StoredPlan) *bus.StoredPlan {
+	mark := p.top().marks.get(p.cfg.Plan)
+	have := 0
+	if sp != nil {
+		have = sp.Plan.Revision
+	}
+	if mark <= have {
+		if sp != nil {
+			p.mark(have)
+		}
+		return sp
+	}
+	why := fmt.Sprintf("the plan history was lost: the plan stream's latest revision is %d, but revision %d was published before", have, mark)
+	if sp == nil {
+		why = fmt.Sprintf("the plan history was lost: the plan stream has no revision, but revision %d was published before", mark)
+	}
+	p.cfg.Log.Error().Str("plan", p.cfg.Plan).Int("stream_revision", have).Int("high_water", mark).
+		Msg(why + "; the next revision continues after it")
+	doc := plan.Document{Header: plan.Header{Name: p.cfg.Plan, Revision: mark, Error: why}}
+	stand := &bus.StoredPlan{Plan: &planner.Plan{Document: doc}, Base: mark, Unreadable: true, Orphan: true}
+	if sp != nil {
+		stand.Seq = sp.Seq // what a publish without the lease expects
+	}
+	return stand
+}
