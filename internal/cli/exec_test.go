@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -187,5 +188,62 @@ func TestExecWaitsForFreeGPU(t *testing.T) {
 	<-started
 	if !strings.Contains(errOut.String(), "GPU 0 (GPU-") || strings.Count(errOut.String(), "waits up to") != 1 {
 		t.Errorf("what exec said: %q", errOut.String())
+	}
+}
+
+// TestStatusUnplannedUse: a GPU that runs a process no worker is placed
+// on is listed by planner status (text and json).
+func TestStatusUnplannedUse(t *testing.T) {
+	addr := freeAddr(t)
+	url := "nats://" + addr
+	dir := t.TempDir()
+	specFile := filepath.Join(dir, "spec.yaml")
+	if err := os.WriteFile(specFile, []byte("scheduling:\n  train: {worker_num: 4, num_cpus: 1, num_gpus: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data"), "--no-local-reporter",
+			"--spec", specFile, "--settle", "-1s", "--log-level", "error"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
+	}()
+	defer func() { cancel(); <-done }()
+	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	sim, _ := inventory.ParseSimulation("8xH100")
+	src := inventory.NewSimulated(sim.Host(inventory.Facts{NodeID: "gpu-1", Hostname: "gpu-1", IP: "10.0.0.1"}), sim)
+	// Train takes GPUs 0-3; GPU 0 runs its worker, GPU 7 something else.
+	_ = src.SetBusy([]int{0, 7})
+	rctx, rcancel := context.WithCancel(context.Background())
+	rdone := make(chan struct{})
+	go func() {
+		defer close(rdone)
+		_ = reporter.Run(rctx, reporter.Config{Source: src, Store: bus.NewInventoryStore(js), Heartbeat: time.Second, TTL: 5 * time.Second, Log: zerolog.Nop()})
+	}()
+	defer func() { rcancel(); <-rdone }()
+	var out string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var code int
+		code, out, _ = run(t, "status", "--server", url)
+		if code == 0 && strings.Contains(out, "UNPLANNED USE") && strings.Contains(out, "revision 1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never showed unplanned use:\n%s", out)
+		}
+	}
+	if !strings.Contains(out, "gpu-1 GPU 7 (") || strings.Contains(out, "gpu-1 GPU 0 (") || !strings.Contains(out, "pid 0 (simulated)") {
+		t.Errorf("status:\n%s", out)
+	}
+	code, js2, _ := run(t, "status", "--server", url, "-o", "json")
+	var doc struct {
+		Unplanned []inventory.UnplannedGPU `json:"unplanned_use"`
+	}
+	if err := json.Unmarshal([]byte(js2), &doc); code != 0 || err != nil || len(doc.Unplanned) != 1 || doc.Unplanned[0].NodeID != "gpu-1" || doc.Unplanned[0].Index != 7 {
+		t.Errorf("status -o json: %v %+v\n%s", err, doc.Unplanned, js2)
 	}
 }

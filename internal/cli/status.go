@@ -19,6 +19,8 @@ import (
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // statusReport is what planner status says: the plan's latest revision,
@@ -44,6 +46,11 @@ type statusReport struct {
 	// LeaderUnknown is set when the lease could not be read: Leader nil
 	// then says nothing of whether a planner leads.
 	LeaderUnknown bool `json:"leader_unknown,omitempty"`
+	// Unplanned are the GPUs running processes though no worker of any
+	// plan is placed on them.
+	Unplanned []inventory.UnplannedGPU `json:"unplanned_use"`
+	// docs are the plans' latest revisions, read for Unplanned.
+	docs []*plan.Document
 }
 
 // statusPartTimeout bounds each read of status, all made at once: an
@@ -191,14 +198,33 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 			r.Streams[i] = streamOf(pctx, js, name)
 		})
 	}
+	plansRead := false
 	wg.Go(func() {
 		pctx, cancel := part()
 		defer cancel()
 		if err := r.readPlans(pctx, js, store.Client()); err != nil {
 			unavailable("the other plans: %v", err)
+			return
+		}
+		plansRead = true
+	})
+	var nodes []inventory.NodeInventory
+	wg.Go(func() {
+		pctx, cancel := part()
+		defer cancel()
+		inv := bus.NewInventoryStore(js)
+		inv.NoCreate = true
+		var err error
+		if nodes, err = inv.List(pctx); err != nil && !errors.Is(err, bus.ErrNoBucket) {
+			unavailable("the inventory (for unplanned use): %v", err)
+			nodes = nil
 		}
 	})
 	wg.Wait()
+	r.Unplanned = []inventory.UnplannedGPU{}
+	if plansRead && nodes != nil {
+		r.Unplanned = inventory.UnplannedUse(nodes, inventory.PlacedUUIDs(r.docs...))
+	}
 	for _, s := range r.Streams {
 		switch {
 		case s.Error != "":
@@ -243,6 +269,7 @@ func (r *statusReport) readPlans(ctx context.Context, js jetstream.JetStream, c 
 		if d.Removed {
 			continue
 		}
+		r.docs = append(r.docs, d)
 		r.Plans = append(r.Plans, planStatus{Name: name, Priority: d.Priority, Revision: d.Revision, Valid: d.Valid,
 			GPUsHeld: d.GPUsHeld, Workers: d.Workers.Len(), Error: d.Error, PreemptedBy: d.PreemptedBy})
 		seen := map[string]bool{}
@@ -320,6 +347,7 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 		fmt.Fprintf(w, "unavailable: %s\n", u)
 	}
 	r.writePlans(w)
+	r.writeUnplanned(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STREAM\tREPLICAS\tMESSAGES\tLEADER\tFOLLOWERS")
 	for _, s := range r.Streams {
@@ -352,6 +380,25 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 
 // writePlans prints the plans sharing the cluster and, per node, which
 // of them hold its GPUs.
+// writeUnplanned lists the GPUs in unplanned use, if any.
+func (r *statusReport) writeUnplanned(w io.Writer) {
+	if len(r.Unplanned) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "UNPLANNED USE: %d GPUs run processes no worker is placed on\n", len(r.Unplanned))
+	for _, u := range r.Unplanned {
+		var procs []string
+		for _, p := range u.Processes {
+			s := "pid " + strconv.FormatUint(uint64(p.PID), 10)
+			if p.Name != "" {
+				s += " (" + p.Name + ")"
+			}
+			procs = append(procs, s)
+		}
+		fmt.Fprintf(w, "  %s GPU %d (%s): %s\n", u.NodeID, u.Index, u.UUID, strings.Join(procs, ", "))
+	}
+}
+
 func (r *statusReport) writePlans(w io.Writer) {
 	if len(r.Plans) == 0 {
 		return
