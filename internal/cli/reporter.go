@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mattn/go-isatty"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -175,12 +176,9 @@ func (o reporterOptions) validate(formatSet bool, stderr io.Writer) (reporterCon
 }
 
 func isTerminal(w io.Writer) bool {
+	// A terminal, not any character device: /dev/null is one too.
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }
 
 func newReporterLogger(c reporterConfig, stderr io.Writer) zerolog.Logger {
