@@ -416,20 +416,24 @@ func (r *statusReport) writePlans(w io.Writer) {
 	if len(r.Nodes) == 0 {
 		return
 	}
-	// Runs of nodes held alike fold into one line, as in the text map.
+	// Runs of nodes held alike fold into one line, as in the text map:
+	// in the ids' natural order, only ids that follow one another, so
+	// that "a .. b (n nodes)" names exactly the n nodes from a to b.
+	nodes := slices.Clone(r.Nodes)
+	slices.SortStableFunc(nodes, func(a, b nodeStatus) int { return plan.CompareNodeIDs(a.NodeID, b.NodeID) })
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODES\tGPUS HELD BY")
-	for i := 0; i < len(r.Nodes); {
-		line := heldLine(r.Nodes[i].Plans)
+	for i := 0; i < len(nodes); {
+		line := heldLine(nodes[i].Plans)
 		j := i + 1
-		for j < len(r.Nodes) && heldLine(r.Nodes[j].Plans) == line {
+		for j < len(nodes) && plan.Follows(nodes[j-1].NodeID, nodes[j].NodeID) && heldLine(nodes[j].Plans) == line {
 			j++
 		}
-		nodes := r.Nodes[i].NodeID
+		run := nodes[i].NodeID
 		if j-i > 1 {
-			nodes = fmt.Sprintf("%s .. %s (%d nodes)", nodes, r.Nodes[j-1].NodeID, j-i)
+			run = fmt.Sprintf("%s .. %s (%d nodes)", run, nodes[j-1].NodeID, j-i)
 		}
-		fmt.Fprintf(tw, "%s\t%s\n", nodes, line)
+		fmt.Fprintf(tw, "%s\t%s\n", run, line)
 		i = j
 	}
 	_ = tw.Flush()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // Source is what the map draws: each plan's latest revision and the live
@@ -32,6 +33,9 @@ type Map struct {
 	Rows  []Row `json:"rows"`
 	Nodes int   `json:"nodes"`
 	GPUs  int   `json:"gpus"`
+	// Unplanned counts the GPUs in unplanned use: running processes
+	// though no worker is placed on them.
+	Unplanned int `json:"unplanned_gpus"`
 }
 
 // PlanHead is what the map says of a plan on top.
@@ -54,11 +58,14 @@ type PoolHead struct {
 }
 
 // Row is one node, or a run of identical neighbouring nodes (Count > 1,
-// First to Last).
+// First to Last, every node between them in the ids' natural order:
+// plan.CompareNodeIDs), of one GPU model.
 type Row struct {
 	First string `json:"first"`
 	Last  string `json:"last,omitempty"`
 	Count int    `json:"count"`
+	// Model is the nodes' GPU model (NVML's names, "+" between several).
+	Model string `json:"model,omitempty"`
 	// Pools are the plans' pools the node is in, as "plan/pool".
 	Pools []string `json:"pools,omitempty"`
 	Cells []Cell   `json:"cells"`
@@ -68,6 +75,10 @@ type Row struct {
 type Cell struct {
 	Held      []Holding `json:"held,omitempty"`
 	Unhealthy bool      `json:"unhealthy,omitempty"`
+	// Unplanned are the processes on a GPU no worker is placed on
+	// (unplanned use: a worker moved away still running, or work from
+	// outside poolplanner).
+	Unplanned []inventory.Process `json:"unplanned,omitempty"`
 }
 
 // Holding is a plan's component's share of a GPU (summed over its
@@ -88,8 +99,10 @@ func Build(plans []*planner.Plan, nodes []inventory.NodeInventory) *Map {
 	m := &Map{Plans: make([]PlanHead, len(plans)), Rows: []Row{}, Nodes: len(nodes)}
 	pools := map[string][]string{}
 	cells := map[string][]Cell{}
+	models := map[string]string{}
 	for _, n := range nodes {
 		cells[n.NodeID] = emptyCells(n)
+		models[n.NodeID] = modelOf(n)
 		m.GPUs += len(cells[n.NodeID])
 	}
 	for i, p := range plans {
@@ -112,13 +125,22 @@ func Build(plans []*planner.Plan, nodes []inventory.NodeInventory) *Map {
 		}
 		reserve(p, i, cells)
 	}
+	for _, cs := range cells {
+		for g := range cs {
+			if slices.ContainsFunc(cs[g].Held, func(h Holding) bool { return h.Share > 0 }) {
+				cs[g].Unplanned = nil
+			} else if len(cs[g].Unplanned) > 0 {
+				m.Unplanned++
+			}
+		}
+	}
 	ids := make([]string, 0, len(nodes))
 	for _, n := range nodes {
 		ids = append(ids, n.NodeID)
 	}
-	slices.SortFunc(ids, natural)
+	slices.SortFunc(ids, plan.CompareNodeIDs)
 	for _, id := range ids {
-		row := Row{First: id, Count: 1, Pools: pools[id], Cells: cells[id]}
+		row := Row{First: id, Count: 1, Model: models[id], Pools: pools[id], Cells: cells[id]}
 		if k := len(m.Rows) - 1; k >= 0 && same(m.Rows[k], row) {
 			m.Rows[k].Last = id
 			m.Rows[k].Count++
@@ -129,33 +151,16 @@ func Build(plans []*planner.Plan, nodes []inventory.NodeInventory) *Map {
 	return m
 }
 
-// natural orders node ids as a person counts: node-2 before node-10.
-func natural(a, b string) int {
-	for a != "" && b != "" {
-		da, db := digits(a), digits(b)
-		if da > 0 && db > 0 {
-			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
-			if c := cmp.Or(cmp.Compare(len(na), len(nb)), strings.Compare(na, nb)); c != 0 {
-				return c
-			}
-			a, b = a[da:], b[db:]
-			continue
+// modelOf is a node's GPU model for its row: its GPUs' names, each once,
+// in GPU order, joined by "+" ("" for a node without GPUs).
+func modelOf(n inventory.NodeInventory) string {
+	var seen []string
+	for _, g := range n.GPUs {
+		if g.Name != "" && !slices.Contains(seen, g.Name) {
+			seen = append(seen, g.Name)
 		}
-		if a[0] != b[0] {
-			return cmp.Compare(a[0], b[0])
-		}
-		a, b = a[1:], b[1:]
 	}
-	return cmp.Compare(len(a), len(b))
-}
-
-// digits is how many digits s begins with.
-func digits(s string) int {
-	n := 0
-	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
-		n++
-	}
-	return n
+	return strings.Join(seen, "+")
 }
 
 // emptyCells is a node's GPUs with nobody on them, the unhealthy marked.
@@ -166,9 +171,12 @@ func emptyCells(n inventory.NodeInventory) []Cell {
 	}
 	cs := make([]Cell, count)
 	for _, g := range n.GPUs {
-		if !g.Healthy && g.Index >= 0 {
-			cs[g.Index].Unhealthy = true
+		if g.Index < 0 {
+			continue
 		}
+		cs[g.Index].Unhealthy = !g.Healthy
+		// Until a worker is found on it (Build).
+		cs[g.Index].Unplanned = g.Processes
 	}
 	return cs
 }
@@ -195,10 +203,11 @@ func hold(held []Holding, h Holding) []Holding {
 	return append(held, h)
 }
 
-// same reports whether two rows draw alike (but for their names).
+// same reports whether two rows draw alike (but for their names): the
+// same GPU model, pools and cells.
 func same(a, b Row) bool {
-	return slices.Equal(a.Pools, b.Pools) && slices.EqualFunc(a.Cells, b.Cells, func(x, y Cell) bool {
-		return x.Unhealthy == y.Unhealthy && slices.Equal(x.Held, y.Held)
+	return a.Model == b.Model && slices.Equal(a.Pools, b.Pools) && slices.EqualFunc(a.Cells, b.Cells, func(x, y Cell) bool {
+		return x.Unhealthy == y.Unhealthy && slices.Equal(x.Held, y.Held) && slices.Equal(x.Unplanned, y.Unplanned)
 	})
 }
 

@@ -11,12 +11,32 @@ import (
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
-func TestNatural(t *testing.T) {
-	ids := []string{"n10", "n9", "n1", "a", "n01", "n1b", "n1a", "m2"}
-	slices.SortFunc(ids, natural)
-	want := []string{"a", "m2", "n1", "n01", "n1a", "n1b", "n9", "n10"}
-	if !slices.Equal(ids, want) && !slices.Equal(ids, []string{"a", "m2", "n01", "n1", "n1a", "n1b", "n9", "n10"}) {
-		t.Fatalf("%v", ids)
+// TestBuildFoldsAlikeOnly: a run folds only nodes of one GPU model that
+// draw alike, in the ids' natural order (node-2 before node-10), and its
+// count is the nodes from its first to its last.
+func TestBuildFoldsAlikeOnly(t *testing.T) {
+	node := func(id, model string) inventory.NodeInventory {
+		d := inventory.NodeInventory{NodeID: id, IP: "10.0.0.1", CPUs: 64}
+		for g := range 4 {
+			d.GPUs = append(d.GPUs, inventory.GPU{Index: g, Name: model, Healthy: true})
+		}
+		return d
+	}
+	var nodes []inventory.NodeInventory
+	for i := 1; i <= 12; i++ {
+		nodes = append(nodes, node(fmt.Sprintf("n%d", i), "NVIDIA H100 80GB HBM3"))
+	}
+	for i := 13; i <= 14; i++ {
+		nodes = append(nodes, node(fmt.Sprintf("n%d", i), "NVIDIA L40S"))
+	}
+	m := Build(nil, nodes)
+	var got []string
+	for _, r := range m.Rows {
+		got = append(got, fmt.Sprintf("%s..%s (%d) %s", r.First, r.Last, r.Count, r.Model))
+	}
+	want := []string{"n1..n12 (12) NVIDIA H100 80GB HBM3", "n13..n14 (2) NVIDIA L40S"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("rows %q, want %q", got, want)
 	}
 }
 
@@ -143,5 +163,48 @@ resource_pool: [{name: train_pool, num_node: 1, num_gpus: 8, node_ids: [node-000
 	info, err := Inspect([]*planner.Plan{p}, docs, "node-00001", 7)
 	if err != nil || len(info.Workers) != 0 || len(info.Reserved) != 1 || !strings.Contains(info.Reserved[0], "plan manual") {
 		t.Fatalf("%+v, %v", info, err)
+	}
+}
+
+// TestBuildUnplannedUse: a GPU that runs a process with no worker placed
+// on it is marked with its processes, counted, and not folded with
+// GPUs alike but for that; a busy GPU a worker is placed on is not.
+func TestBuildUnplannedUse(t *testing.T) {
+	docs, p := cluster(t, 8)
+	busy := []inventory.Process{{PID: 4242, Name: "python"}}
+	// Train 0's GPU runs its process; a GPU no worker is on runs one.
+	w := p.Workers.Find("train", 0)
+	for i := range docs {
+		if docs[i].NodeID == w.NodeID {
+			docs[i].GPUs[w.GPUs[0]].Processes = busy
+		}
+	}
+	idleNode, idle := -1, -1
+	for i := range docs {
+		for g := range 8 {
+			if idle < 0 && !slices.ContainsFunc(p.OnNode(docs[i].NodeID), func(x planner.Worker) bool { return slices.Contains(x.GPUs, g) }) {
+				idleNode, idle = i, g
+			}
+		}
+	}
+	if idle < 0 {
+		t.Fatal("no GPU without a worker")
+	}
+	docs[idleNode].GPUs[idle].Processes = busy
+	m := Build([]*planner.Plan{p}, docs)
+	if m.Unplanned != 1 {
+		t.Fatalf("%d GPUs in unplanned use, want 1", m.Unplanned)
+	}
+	var marked []string
+	for _, r := range m.Rows {
+		for g, c := range r.Cells {
+			if len(c.Unplanned) > 0 {
+				marked = append(marked, fmt.Sprintf("%s..%s gpu %d pid %d", r.First, r.Last, g, c.Unplanned[0].PID))
+			}
+		}
+	}
+	want := []string{fmt.Sprintf("%s.. gpu %d pid 4242", docs[idleNode].NodeID, idle)}
+	if !slices.Equal(marked, want) {
+		t.Errorf("marked %q, want %q", marked, want)
 	}
 }

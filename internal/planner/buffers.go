@@ -76,12 +76,12 @@ func (e *engine) placeBuffers() (map[string][]int, int) {
 func (e *engine) bufferIndex() []int32 {
 	hosts := make(map[int32]bool, len(e.prevBuffers)+len(e.trainNodes))
 	for _, at := range e.prevBuffers {
-		if at >= 0 && e.table[at].count[0] > 0 {
+		if at >= 0 && e.table[at].count[compTrain] > 0 {
 			hosts[at] = true
 		}
 	}
 	for _, at := range e.trainNodes {
-		if e.table[at].count[0] > 0 {
+		if e.table[at].count[compTrain] > 0 {
 			hosts[at] = true
 		}
 	}
@@ -119,7 +119,7 @@ func (e *engine) bufferIndex() []int32 {
 func (e *engine) bufferWorker(k int, at int32) Worker {
 	ns := e.table[at]
 	bf := e.spec.Scheduling.Buffer
-	first := e.store.at(e.base[0] + ns.firstTrain)
+	first := e.store.at(e.base[compTrain] + ns.firstTrain)
 	w := Worker{Component: Buffer, Index: k, Pool: first.Pool, NodeID: ns.node.ID, IP: ns.node.IP, CPUs: bf.NumCPUs}
 	if bf.NumGPUs <= 0 {
 		return w
@@ -128,7 +128,7 @@ func (e *engine) bufferWorker(k int, at int32) Worker {
 	if e.rules.manual {
 		if _, en := e.entryOf(first.Pool, at); en != nil {
 			for _, g := range en.alloc[0] {
-				if g < ns.node.GPUs && ns.share[0][g] <= eps {
+				if g < ns.node.GPUs && ns.share[compTrain][g] <= eps {
 					spare = append(spare, g)
 				}
 			}
@@ -151,7 +151,7 @@ func (e *engine) bufferWorker(k int, at int32) Worker {
 
 // trainOn lists the train workers on ns, ascending.
 func (e *engine) trainOn(ns *nodeState) []int {
-	lo, hi := int32(e.base[0]), int32(e.base[0]+e.demands[0].asked)
+	lo, hi := int32(e.base[compTrain]), int32(e.base[compTrain]+e.demands[compTrain].asked)
 	var out []int
 	for _, r := range ns.slots {
 		for s := max(r.first, lo); s < min(r.first+r.n, hi); s++ {

@@ -60,14 +60,14 @@ func (e *engine) checkCapacity() error {
 // the packing needs it.
 func (e *engine) required() float64 {
 	train := 0
-	if e.demands[0].asked > 0 {
-		train = gpusNeeded(e.demands[0].groups)
+	if e.demands[compTrain].asked > 0 {
+		train = gpusNeeded(e.demands[compTrain].groups)
 		if e.hasBuffer {
 			train += bufferReserve(e.spec.Scheduling.Buffer)
 		}
 	}
-	eval := gpusNeeded(e.demands[1].groups)
-	env := gpusNeeded(e.demands[2].groups)
+	eval := gpusNeeded(e.demands[compEval].groups)
+	env := gpusNeeded(e.demands[compEnv].groups)
 	rollout := eval + env
 	if e.rules.deviceColocate {
 		rollout = max(eval, env)
@@ -87,7 +87,8 @@ func (e *engine) checkWorkerSize() error {
 			largest, largestID = len(ns.usable), ns.node.ID
 		}
 	}
-	for ci, d := range e.demands {
+	for _, d := range e.demands {
+		ci := d.ci
 		for _, g := range d.groups {
 			k := int(math.Round(g.NumGPUs))
 			if g.NumGPUs <= 1 || k <= largest || g.WorkerNum == 0 {
@@ -98,7 +99,7 @@ func (e *engine) checkWorkerSize() error {
 				where = fmt.Sprintf("the largest node, %s, has %d usable", largestID, largest)
 			}
 			for _, ns := range e.table {
-				e.passedBy(ci, TooFewGPUs(k), ns.node.ID)
+				e.exhaust(ci, TooFewGPUs(k), ns.node.ID)
 			}
 			return &PlanError{Msg: fmt.Sprintf("Cannot place %s: each worker needs %d GPUs of one node, and %s", d.comp, k, where)}
 		}
@@ -109,7 +110,14 @@ func (e *engine) checkWorkerSize() error {
 // shortfall is the error of a run that left workers unplaced, naming the
 // first such component and why its candidates were excluded.
 func (e *engine) shortfall() error {
-	for ci, d := range e.demands {
+	if b := e.why.bound; b != nil {
+		d := e.demands[b.g.c]
+		w := d.groups[b.g.i]
+		return &PlanError{Msg: fmt.Sprintf("Cannot place %s: %d of %d workers placed; the next needs %s GPU and %s CPU; %s",
+			d.comp, d.asked-d.left(), d.asked, pyNum(w.NumGPUs), pyNum(w.NumCPUs), b.rc)}
+	}
+	for _, d := range e.demands {
+		ci := d.ci
 		if d.done() {
 			continue
 		}

@@ -87,19 +87,19 @@ func (c *Constraints) nodeOK(n *Node) bool {
 // memory asked. A node that does not say (an rlightning cluster file)
 // matches no GPU constraint.
 func (c *Constraints) gpuOK(n *Node, g int) bool {
-	if len(c.GPUModels) > 0 {
-		if g >= len(n.Models) {
-			return false
-		}
-		name := n.Models[g]
-		if !slices.ContainsFunc(c.GPUModels, func(m string) bool { return modelMatch(name, m) }) {
-			return false
-		}
+	if len(c.GPUModels) > 0 && (g >= len(n.Models) || !c.modelOK(n.Models[g])) {
+		return false
 	}
 	if c.MinGPUMemoryGB > 0 && (g >= len(n.MemoryBytes) || n.MemoryBytes[g] < c.minMemoryBytes()) {
 		return false
 	}
 	return true
+}
+
+// modelOK reports whether a GPU named name (NVML's name) is of one of
+// the models asked.
+func (c *Constraints) modelOK(name string) bool {
+	return slices.ContainsFunc(c.GPUModels, func(m string) bool { return modelMatch(name, m) })
 }
 
 // modelMatch reports whether model (a short name, "H100", or several
@@ -143,63 +143,11 @@ func (c *Constraints) gpuReason() string {
 	return strings.Join(what, ", ") + " matches no healthy GPU"
 }
 
-// eligible is what of gpus (a node's usable GPUs, or a manual pool's
-// there) group gi of component ci may use on ns; why is not empty when
-// the node cannot serve the group at all.
-func (e *engine) eligible(ns *nodeState, ci, gi int, gpus []int, count int) (out []int, why string) {
-	c := e.cons[ci][gi]
-	if !c.any() {
-		return gpus, ""
-	}
-	if !c.nodeOK(ns.node) {
-		return nil, c.nodeReason()
-	}
-	if c.NVLinkDomain == DomainStrict && count > 0 {
-		if want := e.strictDomain(ci, gi); want != "" && domainOf(ns) != want {
-			return nil, strictReason(e.demands[ci].comp)
-		}
-	}
-	if count == 0 || !c.gpuWise() {
-		return gpus, ""
-	}
-	first := slices.IndexFunc(gpus, func(g int) bool { return !c.gpuOK(ns.node, g) })
-	if first < 0 && len(gpus) > 0 {
-		return gpus, "" // every GPU matches: no copy
-	}
-	for _, g := range gpus {
-		if c.gpuOK(ns.node, g) {
-			out = append(out, g)
-		}
-	}
-	if len(out) == 0 {
-		return nil, c.gpuReason()
-	}
-	return out, ""
-}
-
-// allows reports whether the constraints of group gi of component ci
-// allow w's place: kept workers meet the same checks as new ones.
-func (e *engine) allows(n *Node, ci, gi int, gpus []int) bool {
-	c := e.cons[ci][gi]
-	if !c.any() {
-		return true
-	}
-	if !c.nodeOK(n) {
-		return false
-	}
-	for _, g := range gpus {
-		if c.gpuWise() && !c.gpuOK(n, g) {
-			return false
-		}
-	}
-	return len(gpus) < 2 || linked(n, gpus, c.GPULink)
-}
-
 // pickLinked is pick for a worker of count GPUs whose group says how
 // they must be linked: held is nil when no such GPUs are free, and why
 // says so when plain GPUs would have been; compromise is set when
 // prefer-nvlink settled for less.
-func (e *engine) pickLinked(ns *nodeState, ci, gi int, gpus []int, pos *int, count int) (held []int, why string, compromise bool) {
+func (e *engine) pickLinked(ns *nodeState, ci comp, gi int, gpus []int, pos *int, count int) (held []int, why string, compromise bool) {
 	c := e.cons[ci][gi]
 	link := ""
 	if c != nil {
@@ -307,3 +255,7 @@ func (e *engine) constrained() bool {
 	}
 	return false
 }
+
+// byUnits reports whether the run places by units (units.go): a spec
+// with constraints, or a search.
+func (e *engine) byUnits() bool { return e.unitMode || e.constrained() }

@@ -232,7 +232,8 @@ func genConstrained(t *rapid.T) ([]Node, *Spec) {
 
 // checkConstraints: every worker of a valid plan sits on a node and GPUs
 // its group's constraints allow.
-func checkConstraints(t *rapid.T, spec *Spec, nodes []Node, p *Plan) {
+func checkConstraints(t fataler, spec *Spec, nodes []Node, p *Plan) {
+	t.Helper()
 	byID := map[string]*Node{}
 	for i := range nodes {
 		byID[nodes[i].ID] = &nodes[i]
@@ -244,7 +245,7 @@ func checkConstraints(t *rapid.T, spec *Spec, nodes []Node, p *Plan) {
 		if ci < 0 || ci >= nComp {
 			continue // buffers follow train
 		}
-		d := newDemand(ci, groups[ci])
+		d := newDemand(comp(ci), groups[ci])
 		gi, g := d.groupAt(w.Index)
 		c := g.Constraints
 		if !c.any() {
@@ -350,7 +351,7 @@ func TestGPULink(t *testing.T) {
 		{name: "numa", link: "numa", node: linkNode("n0", false), gpus: []int{0, 2}},
 		{name: "prefer-nvlink with NVLink", link: "prefer-nvlink", node: linkNode("n0", true), gpus: []int{0, 2}},
 		{name: "prefer-nvlink without", link: "prefer-nvlink", node: linkNode("n0", false), gpus: []int{0, 2}, compromise: true},
-		{name: "nvlink on PCIe", link: "nvlink", node: linkNode("n0", false), err: "eval: 0 of 1 workers placed; the next needs 2 GPU and 1 CPU; gpu_link nvlink: no 2 NVLink-peer healthy GPUs free on n0"},
+		{name: "nvlink on PCIe", link: "nvlink", node: linkNode("n0", false), err: "eval: 0 of 1 workers placed; the next needs 2 GPU and 1 CPU; gpu_link nvlink: no node of model H100 80GB HBM3 has 2 NVLink-peer GPUs"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -454,7 +455,7 @@ func TestNVLinkDomain(t *testing.T) {
 		{name: "pack into the domain that holds it", mode: "pack", workers: 12, domains: 1},
 		{name: "pack into the fewest", mode: "pack", workers: 20, domains: 2},
 		{name: "strict", mode: "strict", workers: 14, domains: 1},
-		{name: "strict too big", mode: "strict", workers: 20, err: "nvlink_domain strict: in another NVLink domain than train's on"},
+		{name: "strict too big", mode: "strict", workers: 20, err: "Cannot place train: 16 of 20 workers placed; the next needs 1 GPU and 1 CPU; nvlink_domain strict: no NVLink domain has room for all 20 train workers (the largest, clique-1, has room for 16)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -10,28 +10,38 @@ import (
 // incremental plan. Env groups follow one another.
 type demand struct {
 	comp   Component
-	ci     int
+	ci     comp
 	groups []WorkerGroup
 	// ends[g] is the first index after group g.
 	ends []int
 	// asked is how many workers the component has in all.
 	asked int
-	// list holds the indices to place, ascending; nil means all of them.
-	list []int
-	next int // position in list, or the next index when list is nil
-	gi   int // group of the next index
+	// list holds the indices to place, ascending; nil means lo..hi-1
+	// (at first: all of them).
+	list   []int
+	lo, hi int
+	next   int // position in list, or among lo..hi-1
+	gi     int // group of the next index
 }
 
 // newDemand walks every worker of groups. Empty groups stay, so that
 // group positions are the spec's (scheduling.env[i]).
-func newDemand(ci int, groups []WorkerGroup) *demand {
-	d := &demand{comp: gpuComponents[ci], ci: ci, groups: groups}
+func newDemand(ci comp, groups []WorkerGroup) *demand {
+	d := &demand{comp: ci.Component(), ci: ci, groups: groups}
 	for _, g := range groups {
 		d.asked += max(g.WorkerNum, 0)
 		d.ends = append(d.ends, d.asked)
 	}
+	d.hi = d.asked
 	d.seek()
 	return d
+}
+
+// span limits the demand to the indices lo..hi-1.
+func (d *demand) span(lo, hi int) {
+	d.list, d.lo, d.hi = nil, lo, hi
+	d.next, d.gi = 0, 0
+	d.seek()
 }
 
 // only limits the demand to the indices in list (ascending).
@@ -46,7 +56,7 @@ func (d *demand) only(list []int) {
 
 func (d *demand) total() int {
 	if d.list == nil {
-		return d.asked
+		return d.hi - d.lo
 	}
 	return len(d.list)
 }
@@ -58,7 +68,7 @@ func (d *demand) left() int { return d.total() - d.next }
 
 func (d *demand) index() int {
 	if d.list == nil {
-		return d.next
+		return d.lo + d.next
 	}
 	return d.list[d.next]
 }
@@ -91,7 +101,7 @@ func (d *demand) seek() {
 // indices of the current group: they can be placed in one step.
 func (d *demand) run(limit int) int {
 	if d.list == nil {
-		return min(limit, d.ends[d.gi]-d.next)
+		return min(limit, d.ends[d.gi]-d.index())
 	}
 	first, end := d.list[d.next], d.ends[d.gi]
 	k := 0
@@ -142,4 +152,47 @@ func gpusNeeded(groups []WorkerGroup) int {
 		}
 	}
 	return n
+}
+
+// indices are worker indices of one component: list, or lo..hi-1 when
+// list is nil (a fresh plan's groups: no list of every worker).
+type indices struct {
+	list   []int
+	lo, hi int
+}
+
+func (x indices) len() int {
+	if x.list == nil {
+		return x.hi - x.lo
+	}
+	return len(x.list)
+}
+
+// limit limits d to x.
+func (x indices) limit(d *demand) {
+	if x.list == nil {
+		d.span(x.lo, x.hi)
+		return
+	}
+	d.only(x.list)
+}
+
+// byGroup is what d has still to place, by group; d is done after.
+func (d *demand) byGroup() []indices {
+	out := make([]indices, len(d.groups))
+	if d.list == nil {
+		for gi := range d.groups {
+			lo := d.index()
+			if gi > 0 {
+				lo = max(lo, d.ends[gi-1])
+			}
+			out[gi] = indices{lo: lo, hi: max(lo, min(d.ends[gi], d.hi))}
+		}
+		d.next = d.total()
+		return out
+	}
+	for ; !d.done(); d.advance() {
+		out[d.gi].list = append(out[d.gi].list, d.index())
+	}
+	return out
 }

@@ -49,7 +49,7 @@ func (e *engine) finish(err error) (*Plan, error) {
 	}
 	var order [][]int32
 	doc.Pools, order = e.poolsDoc()
-	doc.ResourcePool = exportPools(doc.Pools, order, e.table, e.exportCounts(), e.constrained())
+	doc.ResourcePool = exportPools(doc.Pools, order, e.table, e.exportCounts(), e.byUnits())
 	doc.Explanations = e.explain()
 	doc.Notes = e.notesDoc()
 	doc.Warnings = e.warnings
@@ -134,7 +134,8 @@ func (e *engine) autoNode(at int32, p int, dst *PoolNode, slab []Range, kept *[]
 	}
 	n := ns.node
 	*dst = PoolNode{NodeID: n.ID, IP: n.IP, TotalGPUs: n.GPUs, TotalCPUs: n.CPUs, Allocations: make(map[Component][]Range, 2)}
-	for ci, c := range gpuComponents {
+	for ci := range comp(nComp) {
+		c := ci.Component()
 		if e.rules.pool[ci] != p {
 			continue
 		}
@@ -143,7 +144,7 @@ func (e *engine) autoNode(at int32, p int, dst *PoolNode, slab []Range, kept *[]
 		}
 		start := len(slab)
 		for _, g := range ns.usable {
-			if ns.share[ci][g] > eps || ci == 0 && ns.resv != nil && ns.resv[g] {
+			if ns.share[ci][g] > eps || ci == compTrain && ns.resv != nil && ns.resv[g] {
 				if k := len(slab); k > start && slab[k-1].Last+1 == g {
 					slab[k-1].Last = g
 				} else {
@@ -258,8 +259,9 @@ func (e *engine) finalRoom() []int32 {
 // plan places where it can keep workers, so every component is counted.
 func (e *engine) exportCounts() [nComp]int {
 	var out [nComp]int
-	for ci, d := range e.demands {
-		counted := e.prev != nil || e.exactCounts()[ci] || e.constrained()
+	for _, d := range e.demands {
+		ci := d.ci
+		counted := e.prev != nil || e.exactCounts()[ci] || e.byUnits()
 		for _, g := range d.groups {
 			counted = counted || g.WorkerNum > 0 && g.NumGPUs <= 0
 		}

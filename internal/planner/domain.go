@@ -23,35 +23,15 @@ func domainOf(ns *nodeState) string {
 	return "node:" + ns.node.ID
 }
 
-// domainMode is component ci's nvlink_domain and the group it was set on
-// ("" when none).
-func (e *engine) domainMode(ci int) (string, int) {
-	for gi, c := range e.cons[ci] {
-		if c != nil && c.NVLinkDomain != "" && c.NVLinkDomain != DomainAny {
-			return c.NVLinkDomain, gi
-		}
-	}
-	return "", -1
-}
-
-// domainOrder orders src (rank order) for component ci's nvlink_domain:
-// whole domains one after another, the one with room for the most of its
-// workers first (so that as few domains as possible take them, and
-// neighbouring ranks share one), rank order within each. Under strict it
-// keeps only one domain: the one the component's kept workers are in, or
-// the first with room for all of them; nodes left out are counted with
-// the reason. Without nvlink_domain, src is returned as it is.
-func (e *engine) domainOrder(src []int32, ci int) []int32 {
-	_, gi := e.domainMode(ci)
-	if gi < 0 {
-		return src
-	}
-	return e.domainOrderGroup(src, ci, gi, true)
-}
-
-// domainOrderGroup is domainOrder by group gi's nvlink_domain; note says
-// whether nodes strict leaves out are counted (once a run).
-func (e *engine) domainOrderGroup(src []int32, ci, gi int, note bool) []int32 {
+// domainOrder orders src (rank order) for group gi of component
+// ci's nvlink_domain: whole domains one after another, the one with room
+// for the most of its workers first (so that as few domains as possible
+// take them, and neighbouring ranks share one), rank order within each.
+// Under strict it keeps only one domain: the one the group's kept workers
+// are in, or the first with room for all of them (strictDomain); nodes
+// left out are counted with the reason. Without
+// nvlink_domain, src is returned as it is.
+func (e *engine) domainOrder(src []int32, ci comp, gi int) []int32 {
 	c := e.cons[ci][gi]
 	if c == nil || c.NVLinkDomain == "" || c.NVLinkDomain == DomainAny {
 		return src
@@ -87,9 +67,9 @@ func (e *engine) domainOrderGroup(src []int32, ci, gi int, note bool) []int32 {
 		for _, d := range all {
 			if d.id == want {
 				out = append(out, d.nodes...)
-			} else if note {
+			} else {
 				for _, at := range d.nodes {
-					e.passedBy(ci, reason, e.table[at].node.ID)
+					e.exhaust(ci, reason, e.table[at].node.ID)
 				}
 			}
 		}
@@ -100,26 +80,6 @@ func (e *engine) domainOrderGroup(src []int32, ci, gi int, note bool) []int32 {
 		out = append(out, d.nodes...)
 	}
 	return out
-}
-
-// domainSrc orders src for a pass that places the components comps
-// together: by the nvlink_domain of the first of them that is strict (its
-// one domain then holds every component of the pass), else of the first
-// that packs.
-func (e *engine) domainSrc(src []int32, comps ...int) []int32 {
-	pick := -1
-	for _, ci := range comps {
-		switch mode, _ := e.domainMode(ci); {
-		case mode == DomainStrict:
-			return e.domainOrder(src, ci)
-		case mode == DomainPack && pick < 0:
-			pick = ci
-		}
-	}
-	if pick < 0 {
-		return src
-	}
-	return e.domainOrder(src, pick)
 }
 
 // strictReason is why a node is not offered to a strict group.
@@ -133,8 +93,8 @@ func strictReason(c Component) string {
 // rank order with room for all its workers still to place, else the one
 // with the most room. In manual mode, the domain of the node the pools
 // first place it on ("" until then: any).
-func (e *engine) strictDomain(ci, gi int) string {
-	key := [2]int{ci, gi}
+func (e *engine) strictDomain(ci comp, gi int) string {
+	key := group{ci, gi}
 	if d, ok := e.strict[key]; ok {
 		return d
 	}
@@ -176,7 +136,7 @@ func (e *engine) strictDomain(ci, gi int) string {
 		}
 	}
 	if e.strict == nil {
-		e.strict = map[[2]int]string{}
+		e.strict = map[group]string{}
 	}
 	e.strict[key] = d
 	return d
@@ -184,7 +144,7 @@ func (e *engine) strictDomain(ci, gi int) string {
 
 // homeDomain is the domain group gi of component ci already holds the
 // most workers in (kept by a replan), "" if none.
-func (e *engine) homeDomain(ci, gi int) string {
+func (e *engine) homeDomain(ci comp, gi int) string {
 	count := map[string]int{}
 	best := ""
 	for _, ns := range e.table {
@@ -203,7 +163,7 @@ func (e *engine) homeDomain(ci, gi int) string {
 // domains ("" when none does): a replan that kept workers where their
 // domains changed, which only planning afresh can mend.
 func (e *engine) strictSpread() string {
-	for ci := range nComp {
+	for ci := range comp(nComp) {
 		for gi, c := range e.cons[ci] {
 			if c == nil || c.NVLinkDomain != DomainStrict {
 				continue
@@ -225,24 +185,27 @@ func (e *engine) strictSpread() string {
 
 // roomOf is how many workers of group gi of component ci the GPUs of ns
 // could take now, by its constraints.
-func (e *engine) roomOf(ns *nodeState, ci, gi int) int {
+func (e *engine) roomOf(ns *nodeState, ci comp, gi int) int {
 	if gi >= len(e.demands[ci].groups) {
 		return 0
 	}
-	g := e.demands[ci].groups[gi]
-	count, frac := gpuCount(g)
-	c := e.cons[ci][gi]
-	if count == 0 || c.any() && !c.nodeOK(ns.node) {
+	g := group{ci, gi}
+	count, frac := gpuCount(e.groupSpec(g))
+	if count == 0 || e.nodeCheck(ns, g, count, false) != "" {
 		return 0
 	}
-	free := 0
-	for _, x := range ns.usable {
-		if e.fits(ns, ci, x, 1) && (!c.any() || !c.gpuWise() || c.gpuOK(ns.node, x)) {
-			free++
+	gpus, _ := e.allowedGPUs(ns, g, ns.usable, count)
+	var free []int
+	for _, x := range gpus {
+		if e.fits(ns, ci, x, 1) {
+			free = append(free, x)
 		}
 	}
-	if count > 1 {
-		return free / count
+	if c := e.con(g); count > 1 && c != nil && (c.GPULink == LinkNVLink || c.GPULink == LinkNUMA) {
+		return linkedSets(ns.node, free, count, c.GPULink)
 	}
-	return free * int((1+eps)/frac)
+	if count > 1 {
+		return len(free) / count
+	}
+	return len(free) * int((1+eps)/frac)
 }

@@ -29,8 +29,8 @@ func newRules(p Placement) rules {
 		colocate:       p.Strategy == StrategyColocate,
 		deviceColocate: p.EnvStrategy == EnvStrategyDeviceColocate,
 	}
-	for ci := range nComp {
-		for cj := range nComp {
+	for ci := range comp(nComp) {
+		for cj := range comp(nComp) {
 			r.conflict[ci][cj] = r.conflicts(ci, cj)
 		}
 	}
@@ -51,11 +51,11 @@ func newRules(p Placement) rules {
 // conflicts: disaggregate keeps train apart from rollout; eval and env
 // share a GPU only under device-colocate; manual pools share as the
 // user's ranges overlap.
-func (r rules) conflicts(ci, cj int) bool {
+func (r rules) conflicts(ci, cj comp) bool {
 	switch {
 	case r.manual || ci == cj:
 		return false
-	case ci == 0 || cj == 0:
+	case ci == compTrain || cj == compTrain:
 		return !r.colocate
 	}
 	return !r.deviceColocate
@@ -64,9 +64,9 @@ func (r rules) conflicts(ci, cj int) bool {
 // mask is the components of auto pool p, one bit each.
 func (r rules) mask(p int) uint8 {
 	var m uint8
-	for ci := range nComp {
+	for ci := range comp(nComp) {
 		if r.pool[ci] == p {
-			m |= 1 << ci
+			m |= ci.bit()
 		}
 	}
 	return m
@@ -76,11 +76,11 @@ func (r rules) mask(p int) uint8 {
 // mask: where they are, mask's pool must give way to share the node.
 func (r rules) apart(mask uint8) uint8 {
 	var out uint8
-	for ci := range nComp {
-		if mask&(1<<ci) == 0 {
+	for ci := range comp(nComp) {
+		if mask&ci.bit() == 0 {
 			continue
 		}
-		for cj := range nComp {
+		for cj := range comp(nComp) {
 			if r.pool[cj] != r.pool[ci] {
 				out |= 1 << cj
 			}
@@ -98,8 +98,9 @@ const (
 
 // engine is one planning run: fresh (every worker placed) or incremental
 // (a previous plan's workers kept where they still fit, the rest placed).
-// Both go through the same feasibility checks (fits, the CPU check in
-// fill), the same packer (fill) and the same record (record).
+// Both go through the same feasibility chain (feasible.go), the same
+// packer (fill), the same record (record) and the same record of why
+// (why.go).
 type engine struct {
 	token *runToken
 	spec  *Spec
@@ -123,9 +124,8 @@ type engine struct {
 	pools   []*poolRun
 	// entries finds a manual pool's entry for a node.
 	entries map[entryKey]*poolEntry
-	// passed counts nodes passed by without a note of their own (nodes
-	// that are simply full), per component and reason.
-	passed [nComp]map[string]*tally
+	// why records why nodes were passed over (why.go).
+	why metric
 	// trainNodes are nodes given their first train worker in this run.
 	trainNodes []int32
 	// touched are nodes this run created or copied; rebuffered, those
@@ -156,9 +156,29 @@ type engine struct {
 	buffers     []int32
 	bufferMoves int
 	// cons are each scheduling group's constraints (nil: none); strict,
-	// the NVLink domain each strict group keeps to (strictDomain).
+	// the NVLink domain each strict group keeps to (strictDomain); memos,
+	// what the feasibility chain remembers of each group (groupMemo).
 	cons   [nComp][]*Constraints
-	strict map[[2]int]string
+	strict map[group]string
+	memos  map[group]*groupMemo
+	// order is the order of units a search tries (spec positions; nil:
+	// scarce first); unitOrder, the order this run placed them in;
+	// failedUnit, the first of them that fell short (-1: none).
+	order      []int
+	unitOrder  []int
+	failedUnit int
+	// seeds are the orders of units a search starts from (units);
+	// unitGroups, each unit's group, in the spec's order.
+	seeds      [][]int
+	unitGroups []group
+	// unitMode places a spec without constraints by units too: a search
+	// after rlightning's passes fell short; bestFit orders each unit's
+	// nodes least room first (avoid).
+	unitMode bool
+	bestFit  bool
+	// budget is how many wholly free GPUs the unit being placed may still
+	// take on the node it fills (lookahead); negative: no bound.
+	budget int
 }
 
 // Options tune a planning run.
@@ -169,19 +189,20 @@ type Options struct {
 }
 
 func newEngine(spec *Spec, opt Options) *engine {
-	e := &engine{token: new(runToken), spec: spec, rules: newRules(spec.Placement), opt: opt}
+	e := &engine{token: new(runToken), spec: spec, rules: newRules(spec.Placement), opt: opt, failedUnit: -1, budget: -1}
 	sc := spec.Scheduling
-	e.demands[0] = newDemand(0, groupList(sc.Train))
-	e.demands[1] = newDemand(1, groupList(sc.Eval))
-	e.demands[2] = newDemand(2, sc.Env)
-	for ci, d := range e.demands {
+	e.demands[compTrain] = newDemand(compTrain, groupList(sc.Train))
+	e.demands[compEval] = newDemand(compEval, groupList(sc.Eval))
+	e.demands[compEnv] = newDemand(compEnv, sc.Env)
+	for _, d := range e.demands {
+		ci := d.ci
 		e.base[ci] = e.slots
 		e.slots += d.asked
 		for _, g := range d.groups {
 			e.cons[ci] = append(e.cons[ci], g.Constraints)
 		}
 	}
-	if sc.Buffer != nil && e.demands[0].asked > 0 {
+	if sc.Buffer != nil && e.demands[compTrain].asked > 0 {
 		e.hasBuffer = true
 		e.bufferCPUs = sc.Buffer.NumCPUs
 		if !e.rules.manual {
@@ -262,7 +283,8 @@ func (e *engine) loadAll(nodes []Node, order []int) {
 // groups is the number of scheduling groups of each component.
 func (e *engine) groups() [nComp]int {
 	var out [nComp]int
-	for ci, d := range e.demands {
+	for _, d := range e.demands {
+		ci := d.ci
 		out[ci] = len(d.groups)
 	}
 	return out
@@ -289,25 +311,6 @@ func (e *engine) find(id string) int32 {
 	return int32(i)
 }
 
-// fits is the feasibility check of one GPU: component ci may take frac
-// more of GPU g of ns. Its own share must leave room, no component it may
-// not share with may hold the GPU, and a GPU reserved for a buffer counts
-// as train's.
-func (e *engine) fits(ns *nodeState, ci, g int, frac float64) bool {
-	if ns.share[ci][g]+frac > 1+eps {
-		return false
-	}
-	if ns.resv != nil && ns.resv[g] && (ci == 0 || e.rules.conflict[ci][0]) {
-		return false
-	}
-	for cj := range ns.share {
-		if e.rules.conflict[ci][cj] && ns.share[cj][g] > eps {
-			return false
-		}
-	}
-	return true
-}
-
 // roomFor reports whether a component of mask (bit ci) could still take
 // a share of some GPU of ns: a GPU no one holds, one it holds part of, or
 // (colocate, device-colocate) one held by a component it may share with.
@@ -315,8 +318,8 @@ func (e *engine) roomFor(ns *nodeState, mask uint8) bool {
 	if ns.free > 0 {
 		return true
 	}
-	for ci := range nComp {
-		if mask&(1<<ci) == 0 {
+	for ci := range comp(nComp) {
+		if mask&ci.bit() == 0 {
 			continue
 		}
 		for _, g := range ns.usable {
@@ -374,22 +377,19 @@ func (e *engine) fill(tg target, at int32, d *demand, gpus []int) (int, stopReas
 			// Each group may use only the GPUs its constraints allow.
 			var why string
 			gi, pos = d.gi, 0
-			if gpus, why = e.eligible(ns, d.ci, gi, all, int(math.Ceil(g.NumGPUs))); why != "" {
+			if gpus, why = e.gate(ns, group{d.ci, gi}, all, workerGPUs(g)); why != "" {
 				return placed, stopTooSmall
 			}
 		}
-		cpus := g.NumCPUs
-		if d.ci == 0 && e.hasBuffer && ns.count[0] == 0 {
-			cpus += e.bufferCPUs
-		}
+		cpus := e.cpusFor(ns, d.ci, g)
 		if cpus > ns.cpuLeft+eps {
-			ns.note(d.comp, ReasonCPUsExhausted)
+			e.filter(ns, d.ci, ReasonCPUsExhausted)
 			return placed, stopCPUs
 		}
 		count, frac := gpuCount(g)
 		switch {
 		case count == 0:
-			e.record(tg, at, ns, d.ci, d.index(), d.gi, g, nil, nil, 0, cpus)
+			e.record(tg, at, ns, seatOf(d, nil, 0, cpus))
 			d.advance()
 			placed++
 		case count == 1:
@@ -398,6 +398,9 @@ func (e *engine) fill(tg target, at int32, d *demand, gpus []int) (int, stopReas
 			}
 			if pos == len(gpus) {
 				e.passedOver(ns, d, placed, gpus, ReasonNoFreeGPUs)
+				return placed, stopGPUs
+			}
+			if !e.spend(ns, gpus[pos:pos+1]) {
 				return placed, stopGPUs
 			}
 			placed += e.fillGPU(tg, at, ns, d, gpus[pos:pos+1], frac, cpus)
@@ -427,22 +430,44 @@ func (e *engine) fillMulti(tg target, at int32, ns *nodeState, d *demand, gpus [
 		e.passedOver(ns, d, placed, gpus, why)
 		return stopGPUs
 	}
-	if compromise {
-		ns.note(d.comp, ReasonPreferNVLink)
+	if !e.spend(ns, held) {
+		return stopGPUs
 	}
-	e.record(tg, at, ns, d.ci, d.index(), d.gi, d.group(), held, nil, 1, cpus)
+	if compromise {
+		e.filter(ns, d.ci, ReasonPreferNVLink)
+	}
+	e.record(tg, at, ns, seatOf(d, held, 1, cpus))
 	d.advance()
 	return stopDone
 }
 
+// spend takes gpus from the budget of wholly free GPUs a unit may still
+// take on this node (lookahead), reporting whether it could; without a
+// budget (negative) always.
+func (e *engine) spend(ns *nodeState, gpus []int) bool {
+	if e.budget < 0 {
+		return true
+	}
+	cost := 0
+	for _, x := range gpus {
+		if ns.wholly(x) {
+			cost++
+		}
+	}
+	if cost > e.budget {
+		return false
+	}
+	e.budget -= cost
+	return true
+}
+
 // barred reports whether d's current group may not use node at at all,
-// noting why. A node that says so already is not copied: a replan then
-// touches none of the nodes a group may not use.
+// noting why (filterAt).
 func (e *engine) barred(at int32, d *demand, gpus []int) bool {
 	ro := e.table[at]
-	_, why := e.eligible(ro, d.ci, d.gi, gpus, int(math.Ceil(d.group().NumGPUs)))
-	if why != "" && !slices.Contains(ro.notes, nodeNote{d.comp, why}) {
-		e.mut(at).note(d.comp, why)
+	_, why := e.gate(ro, group{d.ci, d.gi}, gpus, workerGPUs(d.group()))
+	if why != "" {
+		e.filterAt(at, d.ci, why)
 	}
 	return why != ""
 }
@@ -462,7 +487,7 @@ func (e *engine) fillGPU(tg target, at int32, ns *nodeState, d *demand, gpu []in
 	}
 	n = d.run(max(n, 1))
 	for range n {
-		e.record(tg, at, ns, d.ci, d.index(), d.gi, g, gpu, nil, frac, cpus)
+		e.record(tg, at, ns, seatOf(d, gpu, frac, cpus))
 		d.advance()
 		cpus = g.NumCPUs
 	}
@@ -472,7 +497,7 @@ func (e *engine) fillGPU(tg target, at int32, ns *nodeState, d *demand, gpu []in
 // pick chooses count GPUs of gpus, from *pos on, of which component ci
 // may take frac each, and moves *pos past them; nil when there are too
 // few.
-func (e *engine) pick(ns *nodeState, ci int, gpus []int, pos *int, count int, frac float64) []int {
+func (e *engine) pick(ns *nodeState, ci comp, gpus []int, pos *int, count int, frac float64) []int {
 	start, k := -1, 0
 	var held []int
 	contiguous := true
@@ -513,14 +538,34 @@ func (e *engine) passedOver(ns *nodeState, d *demand, placed int, gpus []int, re
 		open = open || e.fits(ns, d.ci, g, sliver)
 	}
 	if open {
-		ns.note(d.comp, reason)
+		e.filter(ns, d.ci, reason)
 	}
 }
 
-// record places worker index of component ci (group gi) on ns holding
-// gpus (a list no one changes after: workers share it), frac of each,
-// costing cpus. uuids, when given, are those gpus' UUIDs, already checked.
-func (e *engine) record(tg target, at int32, ns *nodeState, ci, index, gi int, g WorkerGroup, gpus []int, uuids []string, frac, cpus float64) {
+// seat is one worker as record places it: whose it is (component,
+// index, scheduling group), the GPUs it holds (a list no one changes
+// after: workers share it) and its share of each, the CPUs it costs (a
+// node's first train worker: its buffer's too), and, when given, its
+// GPUs' UUIDs, already checked.
+type seat struct {
+	c     comp
+	index int
+	gi    int
+	g     WorkerGroup
+	gpus  []int
+	uuids []string
+	frac  float64
+	cpus  float64
+}
+
+// seatOf is the next worker of d, holding gpus, frac of each.
+func seatOf(d *demand, gpus []int, frac, cpus float64) seat {
+	return seat{c: d.ci, index: d.index(), gi: d.gi, g: d.group(), gpus: gpus, frac: frac, cpus: cpus}
+}
+
+// record places worker s on node at (state ns) for target tg.
+func (e *engine) record(tg target, at int32, ns *nodeState, s seat) {
+	ci, index, gi, g, gpus, uuids, frac, cpus := s.c, s.index, s.gi, s.g, s.gpus, s.uuids, s.frac, s.cpus
 	joined := tg.pool != nil && tg.entry == nil && !e.member(ns, tg.pool.auto)
 	for _, x := range gpus {
 		if ns.wholly(x) {
@@ -534,7 +579,7 @@ func (e *engine) record(tg target, at int32, ns *nodeState, ci, index, gi int, g
 	if tg.entry != nil {
 		tg.entry.placed[ci][gi]++
 	}
-	if ci == 0 && (ns.firstTrain < 0 || index < ns.firstTrain) {
+	if ci == compTrain && (ns.firstTrain < 0 || index < ns.firstTrain) {
 		if ns.firstTrain < 0 {
 			e.trainNodes = append(e.trainNodes, at)
 		}
@@ -572,7 +617,7 @@ func (e *engine) member(ns *nodeState, p int) bool {
 	if ns.hosts(e.rules.masks[p]) {
 		return true
 	}
-	return p == e.rules.pool[0] && ns.resv != nil && slices.Contains(ns.resv, true)
+	return p == e.rules.pool[compTrain] && ns.resv != nil && slices.Contains(ns.resv, true)
 }
 
 // reserveOn reserves GPUs still owed to a buffer that uses CUDA on the

@@ -72,11 +72,11 @@ func (e *engine) noteTallies() *tallies {
 	var ts tallies
 	for _, ns := range e.table {
 		for _, n := range ns.notes {
-			ci := nComp
+			k := nComp
 			if n.comp != "" {
-				ci = n.comp.Rank()
+				k = n.comp.Rank()
 			}
-			ts.add(ci, n.reason, ns.node.ID)
+			ts.add(k, n.reason, ns.node.ID)
 		}
 	}
 	return &ts
@@ -95,7 +95,7 @@ func (e *engine) notesDoc() []Note {
 
 // explainComp is component ci's explanation: its notes, the nodes passed
 // by, the node-wide notes if it needs GPUs, and its displaced workers.
-func (e *engine) explainComp(ci int, ts *tallies) Explanation {
+func (e *engine) explainComp(ci comp, ts *tallies) Explanation {
 	d := e.demands[ci]
 	x := Explanation{Component: d.comp, Asked: d.asked, Placed: d.asked - d.left()}
 	needsGPUs := gpusNeeded(d.groups) > 0
@@ -112,7 +112,7 @@ func (e *engine) explainComp(ci int, ts *tallies) Explanation {
 			x.Excluded = append(x.Excluded, ReasonCount{Reason: reason, Nodes: t.nodes, NodeIDs: t.ids})
 		}
 	}
-	for reason, t := range e.passed[ci] {
+	for reason, t := range e.why.exhausted[ci] {
 		x.Excluded = append(x.Excluded, ReasonCount{Reason: reason, Nodes: t.nodes, NodeIDs: t.ids})
 	}
 	if !e.invalid {
@@ -120,6 +120,9 @@ func (e *engine) explainComp(ci int, ts *tallies) Explanation {
 	}
 	sortCounts(x.Excluded)
 	sortCounts(x.Compromises)
+	if b := e.why.bound; b != nil && b.g.c == ci {
+		x.Excluded = append([]ReasonCount{b.rc}, x.Excluded...)
+	}
 	return x
 }
 
@@ -171,7 +174,8 @@ func sortCounts(rs []ReasonCount) {
 func (e *engine) explain() []Explanation {
 	ts := e.noteTallies()
 	var out []Explanation
-	for ci, d := range e.demands {
+	for _, d := range e.demands {
+		ci := d.ci
 		if d.asked == 0 {
 			continue
 		}

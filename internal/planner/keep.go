@@ -101,7 +101,8 @@ func (e *engine) adoptFast(nodes []Node, order []int) {
 		e.reserve += len(ns.reserved())
 	}
 	e.room = e.roomAfterAdopt(ps.room, m.remap)
-	for ci, d := range e.demands {
+	for _, d := range e.demands {
+		ci := d.ci
 		d.only(e.displacedOf(ci))
 	}
 }
@@ -212,10 +213,10 @@ func (e *engine) displace(w *Worker, why, where string) {
 }
 
 // displacedOf lists the indices of component ci to place again, ascending.
-func (e *engine) displacedOf(ci int) []int {
+func (e *engine) displacedOf(ci comp) []int {
 	var out []int
 	for _, d := range e.displaced {
-		if d.Component.Rank() == ci {
+		if compOf(d.Component) == ci {
 			out = append(out, d.Index)
 		}
 	}
@@ -227,7 +228,7 @@ func (e *engine) displacedOf(ci int) []int {
 // every check a new placement meets still holds there; else it says why
 // not, and where.
 func (e *engine) keepOne(at int32, w *Worker) (why, where string) {
-	ci := w.Component.Rank()
+	ci := compOf(w.Component)
 	gi, g := e.demands[ci].groupAt(w.Index)
 	ns := e.table[at]
 	n := ns.node
@@ -244,13 +245,10 @@ func (e *engine) keepOne(at int32, w *Worker) (why, where string) {
 			return why, fmt.Sprintf("%s:%d", n.ID, x)
 		}
 	}
-	if !e.allows(n, ci, gi, w.GPUs) {
+	if !e.keepAllowed(ns, group{ci, gi}, w.GPUs) {
 		return WhyConstraint, n.ID
 	}
-	cpus := g.NumCPUs
-	if ci == 0 && e.hasBuffer && ns.count[0] == 0 {
-		cpus += e.bufferCPUs
-	}
+	cpus := e.cpusFor(ns, ci, g)
 	if cpus > ns.cpuLeft+eps {
 		return WhyCPUs, n.ID
 	}
@@ -261,13 +259,28 @@ func (e *engine) keepOne(at int32, w *Worker) (why, where string) {
 	if n.hasUUIDs() && len(w.GPUUUIDs) == len(w.GPUs) {
 		uuids = w.GPUUUIDs // checked equal to the node's by keepGPU
 	}
-	e.record(tg, at, e.mut(at), ci, w.Index, gi, g, w.GPUs, uuids, frac, cpus)
+	e.record(tg, at, e.mut(at), seat{c: ci, index: w.Index, gi: gi, g: g, gpus: w.GPUs, uuids: uuids, frac: frac, cpus: cpus})
 	return "", ""
+}
+
+// keepAllowed reports whether group g's constraints allow a kept
+// worker's place: the chain's links that look at the node's facts (its
+// labels, its GPUs' models and memory, how they are linked), as a new
+// worker meets them. A strict group's domain is checked over the whole
+// plan instead (strictSpread).
+func (e *engine) keepAllowed(ns *nodeState, g group, gpus []int) bool {
+	if e.nodeCheck(ns, g, len(gpus), false) != "" {
+		return false
+	}
+	if allowed, ok := e.allowedGPUs(ns, g, gpus, len(gpus)); !ok || len(allowed) != len(gpus) {
+		return false
+	}
+	return e.linkCheck(ns.node, g, gpus) == ""
 }
 
 // keepGPU checks the i-th GPU of w on ns: it exists, is healthy, is the
 // same GPU (by UUID), lies in the pool's allocation, and fits.
-func (e *engine) keepGPU(ns *nodeState, tg target, ci int, w *Worker, i int, frac float64) string {
+func (e *engine) keepGPU(ns *nodeState, tg target, ci comp, w *Worker, i int, frac float64) string {
 	x, n := w.GPUs[i], ns.node
 	switch {
 	case x < 0 || x >= n.GPUs:
@@ -292,7 +305,7 @@ func (e *engine) keepGPU(ns *nodeState, tg target, ci int, w *Worker, i int, fra
 
 // targetOf is the pool w belongs in on node at: its component's auto
 // pool, or the manual pool it names if that pool still lists the node.
-func (e *engine) targetOf(w *Worker, ci int, at int32) (target, bool) {
+func (e *engine) targetOf(w *Worker, ci comp, at int32) (target, bool) {
 	if !e.rules.manual {
 		p := e.pools[e.rules.pool[ci]]
 		return target{pool: p}, w.Pool == p.name
@@ -307,16 +320,12 @@ func (e *engine) targetOf(w *Worker, ci int, at int32) (target, bool) {
 // share a reserved GPU, as they share train's).
 func (e *engine) keepReserve(at int32, g int) bool {
 	ns := e.table[at]
-	if g < 0 || g >= ns.node.GPUs || !ns.node.free(g) || ns.resv != nil && ns.resv[g] || ns.share[0][g] > eps {
+	// A reserved GPU is train's: it must be free for a whole train worker.
+	if g < 0 || g >= ns.node.GPUs || !ns.node.free(g) || !e.fits(ns, compTrain, g, 1) {
 		return false
 	}
-	for cj := range ns.share {
-		if e.rules.conflict[0][cj] && ns.share[cj][g] > eps {
-			return false
-		}
-	}
 	ns = e.mut(at)
-	tp := e.pools[e.rules.pool[0]]
+	tp := e.pools[e.rules.pool[compTrain]]
 	joined := !e.member(ns, tp.auto)
 	if ns.wholly(g) {
 		ns.free--
@@ -355,14 +364,16 @@ func (e *engine) adoptSlow() {
 		}
 	}
 	e.keepPrevReserve(byNode)
-	for ci, d := range e.demands {
+	for _, d := range e.demands {
+		ci := d.ci
 		for i := range d.asked {
 			if !seen[ci][i] {
 				e.displaced = append(e.displaced, Displaced{Component: d.comp, Index: i, Why: WhyNew})
 			}
 		}
 	}
-	for ci, d := range e.demands {
+	for _, d := range e.demands {
+		ci := d.ci
 		d.only(e.displacedOf(ci))
 	}
 	for at, ns := range e.table {
@@ -378,7 +389,8 @@ func (e *engine) adoptSlow() {
 func (e *engine) prevByNode() ([][]*Worker, [nComp][]bool) {
 	byNode := make([][]*Worker, len(e.table))
 	var seen [nComp][]bool
-	for ci, d := range e.demands {
+	for _, d := range e.demands {
+		ci := d.ci
 		seen[ci] = make([]bool, d.asked)
 	}
 	nbuf := 0
@@ -421,7 +433,7 @@ func (e *engine) keepPrevReserve(byNode [][]*Worker) {
 	if e.reserve == 0 || e.rules.manual {
 		return
 	}
-	name := e.rules.names[e.rules.pool[0]]
+	name := e.rules.names[e.rules.pool[compTrain]]
 	for _, p := range e.prev.Pools {
 		if p.Name != name {
 			continue

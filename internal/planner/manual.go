@@ -18,14 +18,16 @@ const ErrMixedNodesNeedIDs = "Manual mode without specified node_ids requires pe
 func (e *engine) manualPasses() {
 	exact := e.exactCounts()
 	var queues [nComp][][]int
-	for ci, d := range e.demands {
+	for _, d := range e.demands {
+		ci := d.ci
 		if exact[ci] {
 			queues[ci] = e.queues(d)
 		}
 	}
 	for _, p := range e.pools {
 		for _, en := range p.entries {
-			for ci, d := range e.demands {
+			for _, d := range e.demands {
+				ci := d.ci
 				switch {
 				case exact[ci]:
 					e.placeCounted(p, en, d, queues[ci])
@@ -35,7 +37,8 @@ func (e *engine) manualPasses() {
 			}
 		}
 	}
-	for ci, d := range e.demands {
+	for _, d := range e.demands {
+		ci := d.ci
 		if exact[ci] {
 			var left []int
 			for _, q := range queues[ci] {
@@ -60,16 +63,20 @@ func (e *engine) placeCounted(p *poolRun, en *poolEntry, d *demand, queue [][]in
 	for g := range groups {
 		groups[g] = g
 	}
-	// Groups with GPU constraints first: what they may use is narrower,
-	// and a group free to go anywhere must not take it from them.
-	narrow := func(gi int) int {
+	// Groups with GPU constraints first, the narrowest (fewest GPUs of
+	// the entry its constraints allow) first: a group free to go anywhere
+	// must not take what they may use from them.
+	allowed := make([]int, len(d.groups))
+	ns := e.table[en.at]
+	for gi := range allowed {
+		allowed[gi] = len(en.gpus[d.ci]) + 1
 		if c := e.cons[d.ci][gi]; c.any() && (c.gpuWise() || c.GPULink != "") {
-			return 1
+			gpus, _ := e.allowedGPUs(ns, group{d.ci, gi}, en.gpus[d.ci], workerGPUs(d.groups[gi]))
+			allowed[gi] = len(gpus)
 		}
-		return 0
 	}
 	slices.SortStableFunc(groups, func(a, b int) int {
-		return cmp.Or(cmp.Compare(narrow(b), narrow(a)), cmp.Compare(d.groups[b].NumGPUs, d.groups[a].NumGPUs))
+		return cmp.Or(cmp.Compare(allowed[a], allowed[b]), cmp.Compare(d.groups[b].NumGPUs, d.groups[a].NumGPUs))
 	})
 	tg := target{pool: p, entry: en}
 	for _, gi := range groups {
@@ -97,19 +104,16 @@ func (e *engine) queues(d *demand) [][]int {
 // reports whether the worker fitted, and notes the node when not.
 func (e *engine) placeOne(tg target, en *poolEntry, d *demand, gi int, g WorkerGroup, index int) bool {
 	ns := e.mut(en.at)
-	cpus := g.NumCPUs
-	if d.ci == 0 && e.hasBuffer && ns.count[0] == 0 {
-		cpus += e.bufferCPUs
-	}
+	cpus := e.cpusFor(ns, d.ci, g)
 	if cpus > ns.cpuLeft+eps {
-		ns.note(d.comp, ReasonCPUsExhausted)
+		e.filter(ns, d.ci, ReasonCPUsExhausted)
 		return false
 	}
 	count, frac := gpuCount(g)
 	// The group's constraints hold in manual pools as anywhere.
-	gpus, why := e.eligible(ns, d.ci, gi, en.gpus[d.ci], count)
+	gpus, why := e.gate(ns, group{d.ci, gi}, en.gpus[d.ci], count)
 	if why != "" {
-		ns.note(d.comp, why)
+		e.filter(ns, d.ci, why)
 		return false
 	}
 	var held []int
@@ -117,16 +121,16 @@ func (e *engine) placeOne(tg target, en *poolEntry, d *demand, gi int, g WorkerG
 		pos := 0
 		switch {
 		case len(en.gpus[d.ci]) == 0:
-			ns.note(d.comp, ReasonNoPoolGPUs)
+			e.filter(ns, d.ci, ReasonNoPoolGPUs)
 			return false
 		case len(gpus) < count:
-			ns.note(d.comp, TooFewGPUs(count))
+			e.filter(ns, d.ci, TooFewGPUs(count))
 			return false
 		}
 		if count > 1 {
 			var compromise bool
 			if held, why, compromise = e.pickLinked(ns, d.ci, gi, gpus, &pos, count); compromise {
-				ns.note(d.comp, ReasonPreferNVLink)
+				e.filter(ns, d.ci, ReasonPreferNVLink)
 			}
 		} else {
 			held = e.pick(ns, d.ci, gpus, &pos, count, frac)
@@ -135,11 +139,11 @@ func (e *engine) placeOne(tg target, en *poolEntry, d *demand, gi int, g WorkerG
 			if why == "" {
 				why = ReasonNoFreeGPUs
 			}
-			ns.note(d.comp, why)
+			e.filter(ns, d.ci, why)
 			return false
 		}
 	}
-	e.record(tg, en.at, ns, d.ci, index, gi, g, held, nil, frac, cpus)
+	e.record(tg, en.at, ns, seat{c: d.ci, index: index, gi: gi, g: g, gpus: held, frac: frac, cpus: cpus})
 	return true
 }
 
@@ -160,7 +164,8 @@ func (e *engine) exactCounts() [nComp]bool {
 // and worker_counts that do not add up to the spec's groups.
 func (e *engine) checkManual() error {
 	exact := e.exactCounts()
-	for ci, d := range e.demands {
+	for _, d := range e.demands {
+		ci := d.ci
 		if d.asked == 0 {
 			continue
 		}
@@ -177,10 +182,10 @@ func (e *engine) checkManual() error {
 		needGPUs := gpusNeeded(d.groups) > 0
 		switch {
 		case needGPUs && !gpus:
-			e.passedBy(ci, ReasonNoPoolGPUs, "")
+			e.exhaust(ci, ReasonNoPoolGPUs, "")
 			return &PlanError{Msg: fmt.Sprintf("Cannot place %s: %d workers, but no resource pool gives %s any GPUs", d.comp, d.asked, d.comp)}
 		case !exact[ci] && !gpus:
-			e.passedBy(ci, ReasonNoPoolGPUs, "")
+			e.exhaust(ci, ReasonNoPoolGPUs, "")
 			return &PlanError{Msg: fmt.Sprintf("Cannot place %s: %d workers without GPUs, but no resource pool gives %s GPUs to place them beside, or worker_counts", d.comp, d.asked, d.comp)}
 		}
 		for gi, g := range d.groups {

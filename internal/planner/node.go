@@ -234,6 +234,11 @@ func (ns *nodeState) note(c Component, reason string) {
 	}
 }
 
+// noted reports whether the node has reason for c already.
+func (ns *nodeState) noted(c Component, reason string) bool {
+	return slices.Contains(ns.notes, nodeNote{c, reason})
+}
+
 // addSlot records worker slot s on the node.
 func (ns *nodeState) addSlot(s int) {
 	if k := len(ns.slots) - 1; k >= 0 && int(ns.slots[k].first+ns.slots[k].n) == s {

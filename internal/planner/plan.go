@@ -23,7 +23,22 @@ func Compute(spec *Spec, nodes []Node) (*Plan, error) {
 // ComputeWith is Compute with options.
 func ComputeWith(spec *Spec, nodes []Node, opt Options) (*Plan, error) {
 	e := newEngine(spec, opt)
-	return e.finish(e.run(nodes))
+	err := e.run(nodes)
+	var short *shortfallError
+	if !errors.As(err, &short) || e.rules.manual {
+		return e.finish(err)
+	}
+	// A run that fell short: unless a group's own constraints rule it
+	// out, other orders may place every worker (search).
+	if e.why.bound = e.staticBinding(); e.why.bound == nil {
+		if try := e.search(nodes); try != nil {
+			return try.finish(nil)
+		}
+		if e.constrained() {
+			e.why.bound = e.contention()
+		}
+	}
+	return e.finish(&shortfallError{e.shortfall()})
 }
 
 // Validate reports whether spec can be planned on nodes, and if not, why.

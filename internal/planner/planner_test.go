@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/poolplanner/poolplanner/plan"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -182,6 +183,68 @@ func TestTextFoldsIdenticalNodes(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestTextFoldsTruthfully: the map folds only nodes that draw alike
+// (model included) and whose ids follow one another in natural order, so
+// that "a..b (n)" names exactly n nodes; long index strings are shortened
+// between whole items.
+func TestTextFoldsTruthfully(t *testing.T) {
+	many := func(prefix string, n, gpus int, model string) []Node {
+		var out []Node
+		for i := 1; i <= n; i++ {
+			nd := Node{ID: fmt.Sprintf("%s%d", prefix, i), CPUs: 64, GPUs: gpus}
+			for range gpus {
+				nd.Models = append(nd.Models, model)
+			}
+			out = append(out, nd)
+		}
+		return out
+	}
+	gone := many("sim-h100-", 4, 8, h100)
+	gone[2].GPUs, gone[2].Models = 0, nil // sim-h100-3 takes no part
+	cases := []struct {
+		name  string
+		nodes []Node
+		spec  string
+		want  []string // lines the text has, in order
+		not   []string
+	}{
+		{name: "natural order", nodes: many("sim3-gb200-", 18, 4, "NVIDIA GB200"), spec: "scheduling: {train: {worker_num: 72, num_gpus: 1}}\n",
+			want: []string{"sim3-gb200-1..sim3-gb200-18 (18)"}, not: []string{"sim3-gb200-2 "}},
+		{name: "a node between", nodes: gone, spec: "scheduling: {train: {worker_num: 24, num_gpus: 1}}\n",
+			want: []string{"sim-h100-1..sim-h100-2 (2)", "sim-h100-4 "}, not: []string{"sim-h100-2..sim-h100-4"}},
+		{name: "models apart", nodes: append(many("h", 2, 8, h100), Node{ID: "h3", CPUs: 64, GPUs: 8, Models: slices.Repeat([]string{l40s}, 8)}),
+			spec: "scheduling: {train: {worker_num: 24, num_gpus: 1}}\n",
+			want: []string{"h1..h2 (2)", "H100 80GB HBM3", "h3 ", "L40S"}, not: []string{"h1..h3"}},
+		{name: "index cut between items", nodes: many("n", 24, 4, "NVIDIA GB200"), spec: "scheduling: {train: {worker_num: 96, num_gpus: 1}}\n",
+			want: []string{`"0-3, 4-7, 8-11, 12-15, 16-19, 20-23, 24-27, 28-31, ... (9 more), 68-71, 72-75, 76-79, 80-83, 84-87, 88-91, 92-95"`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := Compute(specT(t, c.spec), c.nodes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			if err := WriteText(&buf, p); err != nil {
+				t.Fatal(err)
+			}
+			rest := buf.String()
+			for _, want := range c.want {
+				i := strings.Index(rest, want)
+				if i < 0 {
+					t.Fatalf("text lacks %q (in turn):\n%s", want, buf.String())
+				}
+				rest = rest[i+len(want):]
+			}
+			for _, not := range c.not {
+				if strings.Contains(buf.String(), not) {
+					t.Errorf("text has %q:\n%s", not, buf.String())
+				}
+			}
+		})
 	}
 }
 

@@ -90,7 +90,10 @@ func TestPlanProperties(t *testing.T) {
 
 // exportLoadsBack: p's export loads back in manual mode to the same
 // allocations and workers per node.
-func exportLoadsBack(t *rapid.T, spec *Spec, nodes []Node, p *Plan) {
+func exportLoadsBack(t interface {
+	Fatalf(string, ...any)
+	Error(...any)
+}, spec *Spec, nodes []Node, p *Plan) {
 	manual := *spec
 	manual.Placement = Placement{Mode: ModeManual}
 	rp, _ := json.Marshal(p.ResourcePool)

@@ -91,61 +91,55 @@ func (e *engine) visit(c cand, mask uint8) bool {
 	if e.roomFor(ns, mask) {
 		return true
 	}
-	for ci, d := range e.demands {
-		if mask&(1<<ci) == 0 || d.done() {
+	for _, d := range e.demands {
+		ci := d.ci
+		if mask&ci.bit() == 0 || d.done() {
 			continue
 		}
 		switch {
 		case ns.node.GPUs == 0:
-			e.mut(c.at).note(d.comp, ReasonNoGPUs)
+			e.filter(e.mut(c.at), ci, ReasonNoGPUs)
 		case len(ns.usable) == 0:
-			e.mut(c.at).note(d.comp, ReasonNoHealthyGPUs)
+			e.filter(e.mut(c.at), ci, ReasonNoHealthyGPUs)
 		default:
-			e.passedBy(ci, ReasonNoFreeGPUs, ns.node.ID)
+			e.exhaust(ci, ReasonNoFreeGPUs, ns.node.ID)
 		}
 	}
 	return false
 }
 
-// passedBy counts a node passed by for component ci without a note of its
-// own: a full node is no news in itself, only in sum.
-func (e *engine) passedBy(ci int, reason, node string) {
-	if e.passed[ci] == nil {
-		e.passed[ci] = map[string]*tally{}
-	}
-	t := e.passed[ci][reason]
-	if t == nil {
-		t = &tally{}
-		e.passed[ci][reason] = t
-	}
-	t.add(node)
-}
-
 // place runs the placement's passes over src, candidate nodes in rank
 // order: every node for a fresh plan, those with room for an incremental
-// one. In auto mode workers that need no GPU wait until every GPU worker
-// is placed: rlightning's passes would put them on the first nodes with a
-// free GPU, where their CPUs can leave a GPU worker nowhere to go.
+// one. A spec without constraints is placed by rlightning's passes
+// (disaggregate, colocate), so that its plan is rlightning's wherever
+// rlightning plans sanely; one with constraints, or a search after those
+// passes fell short, by units (units.go). In auto mode workers that need
+// no GPU wait until every GPU worker is placed: rlightning's passes would
+// put them on the first nodes with a free GPU, where their CPUs can leave
+// a GPU worker nowhere to go.
 func (e *engine) place(src []int32) {
-	if e.rules.manual {
+	switch {
+	case e.rules.manual:
 		e.manualPasses()
-		return
+	case e.byUnits():
+		e.placeUnits(src)
+	default:
+		deferred := e.deferCPUOnly()
+		if e.rules.colocate {
+			e.colocate(src)
+		} else {
+			e.disaggregate(src)
+		}
+		e.cpuOnly(deferred)
 	}
-	deferred := e.deferCPUOnly()
-	if e.rules.colocate {
-		e.colocate(src)
-	} else {
-		e.disaggregate(src)
-	}
-	e.groupPasses(src)
-	e.cpuOnly(deferred)
 }
 
 // deferCPUOnly takes the workers of groups that need no GPU out of the
 // demands, and returns them by component.
 func (e *engine) deferCPUOnly() [nComp][]int {
 	var out [nComp][]int
-	for ci, d := range e.demands {
+	for _, d := range e.demands {
+		ci := d.ci
 		some := false
 		for _, g := range d.groups {
 			some = some || g.WorkerNum > 0 && g.NumGPUs <= 0
@@ -171,7 +165,8 @@ func (e *engine) deferCPUOnly() [nComp][]int {
 // place goes back to the demand, for the shortfall to say.
 func (e *engine) cpuOnly(deferred [nComp][]int) {
 	var all []int32
-	for ci, list := range deferred {
+	for i, list := range deferred {
+		ci := comp(i)
 		if len(list) == 0 {
 			continue
 		}
@@ -190,12 +185,12 @@ func (e *engine) cpuOnly(deferred [nComp][]int) {
 			cd := *d
 			cd.only(list)
 			tg := target{pool: e.pools[e.rules.pool[ci]]}
-			for _, c := range e.candidates(all, 1<<ci) {
+			for _, c := range e.candidates(all, ci.bit()) {
 				if cd.done() {
 					break
 				}
 				if e.table[c.at].cpuLeft+eps < cd.group().NumCPUs {
-					e.passedBy(ci, ReasonCPUsExhausted, e.table[c.at].node.ID)
+					e.exhaust(ci, ReasonCPUsExhausted, e.table[c.at].node.ID)
 					continue
 				}
 				placed, _ := e.fill(tg, c.at, &cd, nil)
@@ -215,7 +210,7 @@ func (e *engine) cpuOnly(deferred [nComp][]int) {
 
 // byGroup splits list (indices of component ci) by scheduling group
 // where the groups' constraints differ; else it is list alone.
-func (e *engine) byGroup(ci int, list []int) [][]int {
+func (e *engine) byGroup(ci comp, list []int) [][]int {
 	if !e.groupsDiffer(ci) {
 		return [][]int{list}
 	}
@@ -230,7 +225,7 @@ func (e *engine) byGroup(ci int, list []int) [][]int {
 
 // groupsDiffer reports whether component ci's groups have constraints
 // that differ.
-func (e *engine) groupsDiffer(ci int) bool {
+func (e *engine) groupsDiffer(ci comp) bool {
 	cs := e.cons[ci]
 	for _, c := range cs[min(1, len(cs)):] {
 		if !reflect.DeepEqual(c, cs[0]) {
@@ -240,55 +235,15 @@ func (e *engine) groupsDiffer(ci int) bool {
 	return false
 }
 
-// groupPasses places, group by group, each over the nodes in its own
-// order (its nvlink_domain's), the workers of a component whose groups
-// have constraints of their own: a pass that placed the groups in turn
-// would stop at a node one group may not use for the groups after it
-// too. The strategy's passes leave env to it then; train and eval, one
-// group each, never.
-func (e *engine) groupPasses(src []int32) {
-	for ci, d := range e.demands {
-		if d.done() || !e.groupsDiffer(ci) {
-			continue
-		}
-		var list, left []int
-		for ; !d.done(); d.advance() {
-			list = append(list, d.index())
-		}
-		tg := target{pool: e.pools[e.rules.pool[ci]]}
-		for gi, idx := range e.byGroup(ci, list) {
-			if len(idx) == 0 {
-				continue
-			}
-			cd := *d
-			cd.only(idx)
-			for _, c := range e.candidates(e.domainOrderGroup(src, ci, gi, true), 1<<ci) {
-				if cd.done() {
-					break
-				}
-				if e.roomFor(e.table[c.at], 1<<ci) {
-					placed, _ := e.fill(tg, c.at, &cd, e.table[c.at].usable)
-					e.shared(c, &cd, placed)
-				}
-			}
-			for ; !cd.done(); cd.advance() {
-				left = append(left, cd.index())
-			}
-		}
-		slices.Sort(left)
-		d.only(left)
-	}
-}
-
 // disaggregate gives train its own nodes and rollout (eval and env) the
 // rest. rlightning's second pass walks the nodes in order and so puts
 // rollout workers on a train node's leftover GPUs inside train_pool; here
 // rollout takes the nodes train does not use first, and a train node's
 // leftover only when it must, as a member of both pools.
 func (e *engine) disaggregate(src []int32) {
-	train := e.demands[0]
+	train := e.demands[compTrain]
 	tp, rp := e.pools[0], e.pools[1]
-	for _, c := range e.candidates(e.domainOrder(src, 0), e.rules.masks[0]) {
+	for _, c := range e.candidates(src, e.rules.masks[0]) {
 		if train.done() && e.reserve == 0 {
 			break
 		}
@@ -296,44 +251,26 @@ func (e *engine) disaggregate(src []int32) {
 			e.fillTrain(tp, c)
 		}
 	}
-	// Eval and env share the rollout pass, each node taking eval first;
-	// where both have an nvlink_domain, or one keeps strictly to a domain
-	// the other need not share, each gets a pass of its own. Env groups
-	// with constraints of their own get theirs later (groupPasses).
-	if e.groupsDiffer(2) {
-		e.rollout(rp, e.domainOrder(src, 1), true, false)
-		return
-	}
-	me, _ := e.domainMode(1)
-	mv, _ := e.domainMode(2)
-	if me != "" && mv != "" || me == DomainStrict && e.demands[2].left() > 0 || mv == DomainStrict && e.demands[1].left() > 0 {
-		e.rollout(rp, e.domainOrder(src, 1), true, false)
-		e.rollout(rp, e.domainOrder(src, 2), false, true)
-		return
-	}
-	e.rollout(rp, e.domainSrc(src, 1, 2), true, true)
+	// Eval and env share the rollout pass, each node taking eval first.
+	e.rollout(rp, src)
 }
 
-// rollout is a pass of the rollout pool over order, placing eval, env or
-// both.
-func (e *engine) rollout(rp *poolRun, order []int32, evalOn, envOn bool) {
-	eval, env := e.demands[1], e.demands[2]
+// rollout is the pass of the rollout pool over order: on each node eval,
+// then env.
+func (e *engine) rollout(rp *poolRun, order []int32) {
+	eval, env := e.demands[compEval], e.demands[compEnv]
 	for _, c := range e.candidates(order, e.rules.masks[1]) {
-		if (eval.done() || !evalOn) && (env.done() || !envOn) {
+		if eval.done() && env.done() {
 			break
 		}
 		if !e.visit(c, e.rules.masks[1]) {
 			continue
 		}
 		usable := e.table[c.at].usable
-		if evalOn {
-			pe, _ := e.fill(target{pool: rp}, c.at, eval, usable)
-			e.shared(c, eval, pe)
-		}
-		if envOn {
-			pv, _ := e.fill(target{pool: rp}, c.at, env, usable)
-			e.shared(c, env, pv)
-		}
+		pe, _ := e.fill(target{pool: rp}, c.at, eval, usable)
+		e.shared(c, eval, pe)
+		pv, _ := e.fill(target{pool: rp}, c.at, env, usable)
+		e.shared(c, env, pv)
 	}
 }
 
@@ -343,9 +280,9 @@ func (e *engine) rollout(rp *poolRun, order []int32, evalOn, envOn bool) {
 // node had before eval took its share, and so can ask for GPUs the node no
 // longer has; here env takes only what eval left.
 func (e *engine) colocate(src []int32) {
-	train, eval, env := e.demands[0], e.demands[1], e.demands[2]
+	train, eval, env := e.demands[compTrain], e.demands[compEval], e.demands[compEnv]
 	gp := e.pools[0]
-	for _, c := range e.candidates(e.domainSrc(src, 0, 1, 2), e.rules.masks[0]) {
+	for _, c := range e.candidates(src, e.rules.masks[0]) {
 		if train.done() && eval.done() && env.done() && e.reserve == 0 {
 			break
 		}
@@ -355,16 +292,14 @@ func (e *engine) colocate(src []int32) {
 		e.fillTrain(gp, c)
 		usable := e.table[c.at].usable
 		e.fill(target{pool: gp}, c.at, eval, usable)
-		if !e.groupsDiffer(2) {
-			e.fill(target{pool: gp}, c.at, env, usable) // else groupPasses
-		}
+		e.fill(target{pool: gp}, c.at, env, usable)
 	}
 }
 
 // fillTrain places train workers on the candidate, then reserves what is
 // still owed to a buffer that uses CUDA once train is done.
 func (e *engine) fillTrain(tp *poolRun, c cand) {
-	train := e.demands[0]
+	train := e.demands[compTrain]
 	placed, _ := e.fill(target{pool: tp}, c.at, train, e.table[c.at].usable)
 	if train.done() && e.reserve > 0 {
 		e.reserveOn(tp, c.at)
@@ -376,6 +311,6 @@ func (e *engine) fillTrain(tp *poolRun, c cand) {
 // pool purity gave way because the nodes that keep it had no room.
 func (e *engine) shared(c cand, d *demand, placed int) {
 	if placed > 0 && c.tier == tierMixed {
-		e.mut(c.at).note(d.comp, ReasonPoolShared)
+		e.filter(e.mut(c.at), d.ci, ReasonPoolShared)
 	}
 }

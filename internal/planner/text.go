@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // glyphs of the GPU map, one per GPU.
@@ -19,8 +21,9 @@ const mapLegend = "T train, E eval, V env, B buffer; lowercase: part of a GPU; *
 const maxMapRows = 60
 
 // WriteText writes the plan as a person reads it: validity, pools with
-// their index strings, and a map of every pool node's GPUs, identical
-// neighbouring rows folded into one.
+// their index strings (long ones shortened between whole items), and a
+// map of every pool node's GPUs in the ids' natural order, runs of alike
+// nodes whose ids follow one another folded into one row.
 func WriteText(w io.Writer, p *Plan) error {
 	bw := bufio.NewWriter(w)
 	name := p.Name
@@ -62,7 +65,7 @@ func WriteText(w io.Writer, p *Plan) error {
 			}
 			fmt.Fprintf(bw, "  %-14s %d %s, %d GPUs\n", e.Name, e.NumNode, plural(e.NumNode, "node", "nodes"), gpus)
 			for _, ci := range e.Indices {
-				fmt.Fprintf(bw, "    %-6s %q\n", ci.Component, ellipsize(ci.Index, 100))
+				fmt.Fprintf(bw, "    %-6s %q\n", ci.Component, plan.ShortenIndex(ci.Index, 100))
 			}
 
 		}
@@ -116,12 +119,13 @@ func writeMap(bw *bufio.Writer, p *Plan) {
 	if len(order) == 0 {
 		return
 	}
+	slices.SortStableFunc(order, plan.CompareNodeIDs)
 	rows := make([]mapRow, 0, len(order))
 	for _, id := range order {
 		rows = append(rows, info[id].row(id))
 	}
 	fmt.Fprintf(bw, "\nGPU map (%s)\n", mapLegend)
-	writeRuns(bw, foldRows(rows, slices.Sorted(slices.Values(order))))
+	writeRuns(bw, foldRows(rows))
 }
 
 // mapNodes gathers every pool node, in pool order, with what its workers
@@ -189,22 +193,22 @@ func (ni *mapNode) row(id string) mapRow {
 	}
 }
 
-// mapRun is neighbouring rows that differ only in their node id, whose
-// ids follow one another: "a..b (n)" names exactly the nodes from a to b.
+// mapRun is rows that differ only in their node id, whose ids follow
+// one another (plan.Follows): "a..b (n)" names exactly the n nodes from a
+// to b.
 type mapRun struct {
 	first, last mapRow
 	n           int
 }
 
-// foldRows folds runs of rows; ids are every row's id, sorted.
-func foldRows(rows []mapRow, ids []string) []mapRun {
-	rank := make(map[string]int, len(ids))
-	for i, id := range ids {
-		rank[id] = i
-	}
+// foldRows folds runs of rows, which are in the ids' natural order
+// (plan.CompareNodeIDs): a row joins the run before it when it draws
+// alike (model, pools, GPUs, CPUs) and its id is the next of that run's
+// last.
+func foldRows(rows []mapRow) []mapRun {
 	var runs []mapRun
 	for _, r := range rows {
-		if k := len(runs) - 1; k >= 0 && rank[r.node] == rank[runs[k].last.node]+1 &&
+		if k := len(runs) - 1; k >= 0 && plan.Follows(runs[k].last.node, r.node) &&
 			runs[k].last.pools == r.pools && runs[k].last.gpus == r.gpus && runs[k].last.cpus == r.cpus {
 			runs[k].last = r
 			runs[k].n++
@@ -320,13 +324,6 @@ func writeWhy(bw *bufio.Writer, xs []Explanation) {
 			fmt.Fprintf(bw, "  %s\n", line)
 		}
 	}
-}
-
-func ellipsize(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n/2] + " ... " + s[len(s)-n/2:]
 }
 
 // shortModel is a model as a map row shows it: without the maker's name

@@ -1,0 +1,77 @@
+package planner
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestFeasibilityChain: one chain answers whether a group may use a node
+// and which GPUs, with the reason when not, for a fresh placement (gate)
+// and for a kept worker (keepAllowed) alike.
+func TestFeasibilityChain(t *testing.T) {
+	zoneA := map[string]string{"zone": "a"}
+	mixed := modelNode("m", 8, zoneA, l40s, h100) // GPUs 0-3 L40S, 4-7 H100
+	pcie := linkNode("p", false)                  // NUMA 0,1,0,1; no NVLink
+	cases := []struct {
+		name  string
+		node  Node
+		group string
+		gpus  string // the GPUs gate allows
+		why   string
+	}{
+		{name: "no constraints", node: mixed, group: "num_gpus: 1", gpus: "[0 1 2 3 4 5 6 7]"},
+		{name: "selector", node: mixed, group: "num_gpus: 1, node_selector: {zone: b}", why: "node_selector zone=b does not match the node's labels"},
+		{name: "model, in part", node: mixed, group: "num_gpus: 1, gpu_model: H100", gpus: "[4 5 6 7]"},
+		{name: "model, none", node: mixed, group: "num_gpus: 1, gpu_model: B200", why: "gpu_model [B200] matches no healthy GPU"},
+		{name: "memory", node: mixed, group: "num_gpus: 1, min_gpu_memory_gb: 80", gpus: "[4 5 6 7]"},
+		{name: "link is the packer's", node: pcie, group: "num_gpus: 2, gpu_link: nvlink", gpus: "[0 1 2 3]"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			spec := mustSpec(t, fmt.Sprintf("scheduling: {eval: {worker_num: 1, num_cpus: 1, %s}}\n", c.group))
+			e := newEngine(spec, Options{})
+			e.loadAll([]Node{c.node}, []int{0})
+			ns, g := e.table[0], group{compEval, 0}
+			count := workerGPUs(e.groupSpec(g))
+			gpus, why := e.gate(ns, g, ns.usable, count)
+			if why != c.why || c.why == "" && fmt.Sprint(gpus) != c.gpus {
+				t.Fatalf("gate: GPUs %v, why %q; want %s, %q", gpus, why, c.gpus, c.why)
+			}
+			// A worker kept on the first allowed GPUs passes the same links.
+			if c.why == "" && !e.keepAllowed(ns, g, gpus[:count]) && e.con(g).GPULink == "" {
+				t.Errorf("keepAllowed refuses GPUs %v that gate allows", gpus[:count])
+			}
+			if c.why != "" && e.keepAllowed(ns, g, ns.usable[:count]) {
+				t.Errorf("keepAllowed accepts what gate refuses (%s)", c.why)
+			}
+		})
+	}
+	// gpu_link: the GPUs gate allows are the packer's to link; a kept
+	// worker on unlinked GPUs is refused with the link's reason.
+	spec := mustSpec(t, "scheduling: {eval: {worker_num: 1, num_cpus: 1, num_gpus: 2, gpu_link: numa}}\n")
+	e := newEngine(spec, Options{})
+	e.loadAll([]Node{pcie}, []int{0})
+	if why := e.linkCheck(&pcie, group{compEval, 0}, []int{0, 1}); why != linkReason(LinkNUMA, 2) {
+		t.Errorf("GPUs 0 and 1 (NUMA 0 and 1): %q", why)
+	}
+	if why := e.linkCheck(&pcie, group{compEval, 0}, []int{0, 2}); why != "" {
+		t.Errorf("GPUs 0 and 2 (NUMA 0): %q", why)
+	}
+}
+
+// TestEmptyRoom: the room the scarce-first order and the errors reason
+// with counts each constraint in turn, on the node as if empty.
+func TestEmptyRoom(t *testing.T) {
+	n := modelNode("a", 8, map[string]string{"zone": "a"}, "NVIDIA A100 80GB PCIe")
+	n.NUMA = []int{0, 0, 0, 0, 1, 1, 1, 1}
+	spec := mustSpec(t, "scheduling: {eval: {worker_num: 1, num_cpus: 1, num_gpus: 8, gpu_model: A100, gpu_link: numa}}\n")
+	e := newEngine(spec, Options{})
+	e.loadAll([]Node{n}, []int{0})
+	var got []int
+	for l := layerSize; l <= layerLink; l++ {
+		got = append(got, e.emptyRoom(e.table[0], group{compEval, 0}, l))
+	}
+	if fmt.Sprint(got) != "[1 1 1 0]" {
+		t.Errorf("room by layer %v, want [1 1 1 0]: gpu_link numa binds", got)
+	}
+}
