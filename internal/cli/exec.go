@@ -191,19 +191,11 @@ func describeBusy(ctx context.Context, nc *nats.Conn, w bus.PlacedWorker, busy [
 	}
 	var b strings.Builder
 	for _, bg := range busy {
-		var procs []string
-		for _, p := range bg.processes {
-			s := "pid " + strconv.FormatUint(uint64(p.PID), 10)
-			if p.Name != "" {
-				s += " (" + p.Name + ")"
-			}
-			procs = append(procs, s)
-		}
 		who := held[bg.gpu.UUID]
 		if who == "" {
 			who = fmt.Sprintf("no worker of plan %s held it in the revision before", w.Plan)
 		}
-		fmt.Fprintf(&b, "  GPU %d (%s) runs %s; %s\n", bg.gpu.Index, bg.gpu.UUID, strings.Join(procs, ", "), who)
+		fmt.Fprintf(&b, "  GPU %d (%s) runs %s; %s\n", bg.gpu.Index, bg.gpu.UUID, inventory.ProcessList(bg.processes), who)
 	}
 	return b.String()
 }

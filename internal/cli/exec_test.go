@@ -8,18 +8,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
-
-	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
-	"github.com/poolplanner/poolplanner/internal/reporter"
 )
 
 // TestExec: planner exec runs the command as the worker, with its GPUs
@@ -98,39 +91,10 @@ func TestExec(t *testing.T) {
 // free; with a short --wait-free it gives up, naming the flag; with
 // --wait-free 0 it does not look.
 func TestExecWaitsForFreeGPU(t *testing.T) {
-	addr := freeAddr(t)
-	url := "nats://" + addr
-	dir := t.TempDir()
-	specFile := filepath.Join(dir, "spec.yaml")
-	if err := os.WriteFile(specFile, []byte("scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data"), "--no-local-reporter",
-			"--spec", specFile, "--settle", "-1s", "--log-level", "error"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
-	}()
-	defer func() { cancel(); <-done }()
+	specFile := writeFile(t, "spec.yaml", "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n")
+	url, _ := serveInProcess(t, "--no-local-reporter", "--spec", specFile, "--settle", "-1s")
 	// The node's reporter, whose GPUs' processes the test sets.
-	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	sim, _ := inventory.ParseSimulation("8xH100")
-	src := inventory.NewSimulated(sim.Host(inventory.Facts{NodeID: "gpu-1", Hostname: "gpu-1", IP: "10.0.0.1"}), sim)
-	if err := src.SetBusy([]int{0}); err != nil {
-		t.Fatal(err)
-	}
-	rctx, rcancel := context.WithCancel(context.Background())
-	rdone := make(chan struct{})
-	go func() {
-		defer close(rdone)
-		_ = reporter.Run(rctx, reporter.Config{Source: src, Store: bus.NewInventoryStore(js), Heartbeat: time.Second, TTL: 5 * time.Second, Log: zerolog.Nop()})
-	}()
-	defer func() { rcancel(); <-rdone }()
+	src := simulatedNode(t, url, "gpu-1", []int{0})
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if code, _, _ := run(t, "lookup", "train", "0", "--server", url); code == 0 {
 			break
@@ -194,37 +158,10 @@ func TestExecWaitsForFreeGPU(t *testing.T) {
 // TestStatusUnplannedUse: a GPU that runs a process no worker is placed
 // on is listed by planner status (text and json).
 func TestStatusUnplannedUse(t *testing.T) {
-	addr := freeAddr(t)
-	url := "nats://" + addr
-	dir := t.TempDir()
-	specFile := filepath.Join(dir, "spec.yaml")
-	if err := os.WriteFile(specFile, []byte("scheduling:\n  train: {worker_num: 4, num_cpus: 1, num_gpus: 1}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data"), "--no-local-reporter",
-			"--spec", specFile, "--settle", "-1s", "--log-level", "error"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
-	}()
-	defer func() { cancel(); <-done }()
-	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	sim, _ := inventory.ParseSimulation("8xH100")
-	src := inventory.NewSimulated(sim.Host(inventory.Facts{NodeID: "gpu-1", Hostname: "gpu-1", IP: "10.0.0.1"}), sim)
+	specFile := writeFile(t, "spec.yaml", "scheduling:\n  train: {worker_num: 4, num_cpus: 1, num_gpus: 1}\n")
+	url, _ := serveInProcess(t, "--no-local-reporter", "--spec", specFile, "--settle", "-1s")
 	// Train takes GPUs 0-3; GPU 0 runs its worker, GPU 7 something else.
-	_ = src.SetBusy([]int{0, 7})
-	rctx, rcancel := context.WithCancel(context.Background())
-	rdone := make(chan struct{})
-	go func() {
-		defer close(rdone)
-		_ = reporter.Run(rctx, reporter.Config{Source: src, Store: bus.NewInventoryStore(js), Heartbeat: time.Second, TTL: 5 * time.Second, Log: zerolog.Nop()})
-	}()
-	defer func() { rcancel(); <-rdone }()
+	simulatedNode(t, url, "gpu-1", []int{0, 7})
 	var out string
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		var code int

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/poolplanner/poolplanner/client"
 )
 
@@ -62,22 +60,8 @@ func TestFollowMJS(t *testing.T) {
 		}
 		return p
 	}
-	addr := freeAddr(t)
-	url := "nats://" + addr
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	serveErr := &syncWriter{}
-	go func() {
-		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data"), "--spec", write("2400"),
-			"--simulate", "140x8xH100", "--no-local-reporter", "--debounce", "50ms", "--log-level", "error"}, nil, &bytes.Buffer{}, serveErr)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	// serve starts its server in the background: retry until it is up.
-	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	url, serveErr := serveInProcess(t, "--spec", write("2400"), "--simulate", "140x8xH100", "--no-local-reporter", "--debounce", "50ms")
+	nc := dialRetry(t, url)
 	c, err := client.New(nc)
 	if err != nil {
 		t.Fatal(err)

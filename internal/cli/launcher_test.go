@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/poolplanner/poolplanner/client"
 )
 
@@ -89,21 +87,8 @@ func TestLauncherPy(t *testing.T) {
 	first := spec("first.yaml", "scheduling:\n  train: {worker_num: 4, num_cpus: 1, num_gpus: 1}\n  eval: {worker_num: 2, num_cpus: 1, num_gpus: 2}\n  buffer: {worker_num: auto, num_cpus: 1, num_gpus: 0}\n  env:\n    - {worker_num: 8, num_cpus: 1, num_gpus: 0.25}\nplacement: {mode: auto, strategy: disaggregate, env_strategy: default}\n")
 	second := spec("second.yaml", "scheduling:\n  train: {worker_num: 2, num_cpus: 1, num_gpus: 2}\n  eval: {worker_num: 4, num_cpus: 1, num_gpus: 1}\nplacement: {mode: auto, strategy: colocate, env_strategy: default}\n")
 
-	addr := freeAddr(t)
-	url := "nats://" + addr
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	serveErr := &syncWriter{}
-	go func() {
-		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data"), "--spec", first,
-			"--simulate", "2x8xH100", "--no-local-reporter", "--debounce", "50ms", "--log-level", "error"}, nil, &bytes.Buffer{}, serveErr)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	url, serveErr := serveInProcess(t, "--spec", first, "--simulate", "2x8xH100", "--no-local-reporter", "--debounce", "50ms")
+	nc := dialRetry(t, url)
 	c, _ := client.New(nc)
 	const node = "sim-h100-1"
 	// want is the node's workers in the plan's revision rev (0: any).

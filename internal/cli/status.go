@@ -387,15 +387,7 @@ func (r *statusReport) writeUnplanned(w io.Writer) {
 	}
 	fmt.Fprintf(w, "UNPLANNED USE: %d GPUs run processes no worker is placed on\n", len(r.Unplanned))
 	for _, u := range r.Unplanned {
-		var procs []string
-		for _, p := range u.Processes {
-			s := "pid " + strconv.FormatUint(uint64(p.PID), 10)
-			if p.Name != "" {
-				s += " (" + p.Name + ")"
-			}
-			procs = append(procs, s)
-		}
-		fmt.Fprintf(w, "  %s GPU %d (%s): %s\n", u.NodeID, u.Index, u.UUID, strings.Join(procs, ", "))
+		fmt.Fprintf(w, "  %s GPU %d (%s): %s\n", u.NodeID, u.Index, u.UUID, inventory.ProcessList(u.Processes))
 	}
 }
 

@@ -1,6 +1,11 @@
 package inventory
 
-import "github.com/poolplanner/poolplanner/plan"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/poolplanner/poolplanner/plan"
+)
 
 // UnplannedGPU is a GPU that runs processes though no worker is placed
 // on it: a worker a plan moved away that has not stopped, or work
@@ -38,4 +43,22 @@ func PlacedUUIDs(docs ...*plan.Document) map[string]bool {
 		}
 	}
 	return out
+}
+
+// String is the process as people read it: "pid 48211 (python)".
+func (p Process) String() string {
+	s := "pid " + strconv.FormatUint(uint64(p.PID), 10)
+	if p.Name != "" {
+		s += " (" + p.Name + ")"
+	}
+	return s
+}
+
+// ProcessList is processes as people read them, comma-separated.
+func ProcessList(ps []Process) string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return strings.Join(out, ", ")
 }
