@@ -5,19 +5,23 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/poolplanner/poolplanner/internal/cli"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/poolplanner/poolplanner/internal/cli"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/reporter"
 )
 
 func runMain(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -155,5 +159,121 @@ func TestSIGTERMDeletesKey(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "inventory key deleted") {
 		t.Errorf("log lacks the delete:\n%s", stderr.String())
+	}
+}
+
+// child starts the real reporter main as a process of its own.
+func child(t *testing.T, args string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "REPORTER_TEST_CHILD=1", "REPORTER_TEST_ARGS="+args)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, stderr
+}
+
+// syncBuffer is a child's stderr, read while it writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestOneReporterPerNode, with real processes on this host: a second
+// reporter for a node whose reporter runs exits 1, naming the host and
+// the running one's pid, and the first keeps its key and keeps
+// reporting; once the first is killed (its key still live for 30s), a
+// new one takes the key over at once; on SIGTERM that one deletes it.
+func TestOneReporterPerNode(t *testing.T) {
+	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	nc, err := bus.Connect(url, "test", zerolog.Nop(), bus.Security{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	store := bus.NewInventoryStore(js)
+	ctx := context.Background()
+	waitKey := func(what string, ok func(inventory.NodeInventory, uint64) bool) (inventory.NodeInventory, uint64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			inv, rev, err := store.Get(ctx, "n1")
+			if err == nil && ok(inv, rev) {
+				return inv, rev
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the key never held %s: %+v, %v", what, inv, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	args := "--server " + url + " --node-id n1 --simulate 4xA100 --heartbeat 200ms --ttl 30s"
+	host, _ := os.Hostname()
+
+	first, firstErr := child(t, args)
+	owner, _ := waitKey("the first reporter's document", func(inv inventory.NodeInventory, _ uint64) bool {
+		return inv.ReporterPID == first.Process.Pid
+	})
+
+	second, secondErr := child(t, args)
+	err = second.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("second reporter: %v, want exit 1\n%s", err, secondErr.String())
+	}
+	for _, want := range []string{"another reporter writes this node's key", "host " + host, fmt.Sprintf("pid %d", first.Process.Pid), "is running on this host"} {
+		if !strings.Contains(secondErr.String(), want) {
+			t.Errorf("the second reporter's stderr lacks %q:\n%s", want, secondErr.String())
+		}
+	}
+	_, refused, _ := store.Get(ctx, "n1")
+	inv, _ := waitKey("the first reporter's heartbeats", func(_ inventory.NodeInventory, rev uint64) bool { return rev >= refused+3 })
+	if inv.Reporter != owner.Reporter || inv.ReporterPID != first.Process.Pid {
+		t.Errorf("the key is reporter %s pid %d's, want the first's (%s, %d)", inv.Reporter, inv.ReporterPID, owner.Reporter, first.Process.Pid)
+	}
+	if !reporter.ProcessAlive(first.Process.Pid) {
+		t.Fatalf("the first reporter exited:\n%s", firstErr.String())
+	}
+
+	// Killed: no delete; the key would live 30s more.
+	_ = first.Process.Kill()
+	_ = first.Wait()
+	killed := time.Now()
+	third, thirdErr := child(t, args)
+	waitKey("the new reporter's document", func(inv inventory.NodeInventory, _ uint64) bool {
+		return inv.ReporterPID == third.Process.Pid
+	})
+	if d := time.Since(killed); d > 15*time.Second {
+		t.Errorf("took over %s after the kill: the TTL's doing", d)
+	}
+	if !strings.Contains(thirdErr.String(), "taking over the inventory key from a reporter that no longer runs") {
+		t.Errorf("the new reporter's log does not say it took over:\n%s", thirdErr.String())
+	}
+	_ = third.Process.Signal(syscall.SIGTERM)
+	if err := third.Wait(); err != nil {
+		t.Fatalf("third reporter: %v\n%s", err, thirdErr.String())
+	}
+	if _, _, err := store.Get(ctx, "n1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("after SIGTERM: %v, want the key deleted", err)
 	}
 }

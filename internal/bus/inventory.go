@@ -31,6 +31,14 @@ const (
 	MinKeyTTL = time.Second
 )
 
+// ExpiredHeader marks the delete marker the leading planner writes for
+// a key whose TTL ran out (Tombstone), so that every watcher, `nats kv
+// watch` included, sees the node go: the server writes no marker of its
+// own for an expired key where rollups are refused. Its value is the
+// last revision of the key the planner saw (0: not known). A watch takes
+// such a marker for an expiry (ReasonExpired), not a reporter's delete.
+const ExpiredHeader = "Poolplanner-Expired"
+
 // InventoryMaxDoc bounds one inventory document: a node of 64 GPUs is
 // about 30 KB of JSON.
 const InventoryMaxDoc = 256 << 10
@@ -211,43 +219,88 @@ func (s *InventoryStore) DeleteIf(ctx context.Context, nodeID string, ttl time.D
 }
 
 func (s *InventoryStore) delete(ctx context.Context, nodeID string, ttl time.Duration, last *uint64) error {
+	_, err := s.marker(ctx, nodeID, ttl, last, nil)
+	return err
+}
+
+// Tombstone writes the delete marker of nodeID's key whose TTL ran out,
+// marked with ExpiredHeader (seen: the key's last revision the writer
+// saw, for people), only if the key still holds nothing: the expected
+// last sequence of its subject is 0, which is what the writer saw when
+// it found the key expired. A reporter that put the key again since
+// keeps it (ErrKeyMoved), and so does a marker written since (another
+// planner's, the reporter's delete). The marker expires after ttl. It
+// returns the marker's revision.
+func (s *InventoryStore) Tombstone(ctx context.Context, nodeID string, ttl time.Duration, seen uint64) (uint64, error) {
+	none := uint64(0)
+	return s.marker(ctx, nodeID, ttl, &none, nats.Header{ExpiredHeader: []string{strconv.FormatUint(seen, 10)}})
+}
+
+func (s *InventoryStore) marker(ctx context.Context, nodeID string, ttl time.Duration, last *uint64, h nats.Header) (uint64, error) {
 	if err := ValidateNodeID(nodeID); err != nil {
-		return err
+		return 0, err
 	}
 	// jetstream.KeyValue.Delete refuses a TTL, so write the marker as KV
 	// does (KV-Operation: DEL) with our own TTL.
 	msg := nats.NewMsg(InventorySubject(nodeID))
-	msg.Header.Set("KV-Operation", "DEL")
-	if _, err := s.publish(ctx, msg, ttl, last); err != nil {
-		return fmt.Errorf("delete inventory %s: %w", nodeID, err)
+	for k, v := range h {
+		msg.Header[k] = v
 	}
-	return nil
+	msg.Header.Set("KV-Operation", "DEL")
+	rev, err := s.publish(ctx, msg, ttl, last)
+	if err != nil {
+		return 0, fmt.Errorf("delete inventory %s: %w", nodeID, err)
+	}
+	return rev, nil
 }
 
 // Current is nodeID's key as it stands: the document (nil when it was
 // deleted) and the revision (0 when the key holds nothing).
 func (s *InventoryStore) Current(ctx context.Context, nodeID string) ([]byte, uint64, error) {
+	st, err := s.State(ctx, nodeID)
+	return st.Doc, st.Revision, err
+}
+
+// KeyState is a key as it stands, as a writer deciding whether to claim
+// it reads it.
+type KeyState struct {
+	// Doc is the document; nil when the key was deleted or holds nothing.
+	Doc []byte
+	// Revision is the key's last revision; 0 when it holds nothing.
+	Revision uint64
+	// Expires is when the last revision expires by its Nats-TTL (the
+	// server's time of the write plus the TTL); zero without one.
+	Expires time.Time
+}
+
+// State is nodeID's key as it stands (Current, with the expiry of its
+// last write).
+func (s *InventoryStore) State(ctx context.Context, nodeID string) (KeyState, error) {
 	if err := ValidateNodeID(nodeID); err != nil {
-		return nil, 0, err
+		return KeyState{}, err
 	}
 	if _, err := s.KV(ctx); err != nil {
-		return nil, 0, fmt.Errorf("read inventory %s: %w", nodeID, err)
+		return KeyState{}, fmt.Errorf("read inventory %s: %w", nodeID, err)
 	}
 	st, err := s.js.Stream(ctx, InventoryStream)
 	if err != nil {
-		return nil, 0, fmt.Errorf("read inventory %s: %w", nodeID, err)
+		return KeyState{}, fmt.Errorf("read inventory %s: %w", nodeID, err)
 	}
 	m, err := st.GetLastMsgForSubject(ctx, InventorySubject(nodeID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, 0, nil
+		return KeyState{}, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("read inventory %s: %w", nodeID, err)
+		return KeyState{}, fmt.Errorf("read inventory %s: %w", nodeID, err)
 	}
-	if removal(m.Header) != "" {
-		return nil, m.Sequence, nil
+	k := KeyState{Revision: m.Sequence}
+	if ttl := msgTTL(m.Header); ttl > 0 {
+		k.Expires = m.Time.Add(ttl)
 	}
-	return m.Data, m.Sequence, nil
+	if removal(m.Header) == "" {
+		k.Doc = m.Data
+	}
+	return k, nil
 }
 
 // Get returns nodeID's inventory and its revision; jetstream.ErrKeyNotFound
@@ -356,6 +409,16 @@ type Event struct {
 	// ExpiresAt is when the key will vanish unless refreshed, for Changed
 	// and Heartbeat; zero if the put carried no TTL.
 	ExpiresAt time.Time
+	// TTL is the key's TTL as its last put set it, for Changed,
+	// Heartbeat and a Removed that the watch noticed itself (zero: none,
+	// or not known).
+	TTL time.Duration
+	// Marker, on Removed, says that a message in the stream removed the
+	// key (a delete marker, a purge, a planner's Tombstone); without it
+	// the watch noticed the key's TTL ran out, and nothing in the stream
+	// says so yet. Revision is then the key's last revision the watch
+	// saw.
+	Marker bool
 }
 
 // Watch follows the bucket: first the latest state of every key, then a
@@ -396,7 +459,8 @@ func (s *InventoryStore) Watch(ctx context.Context) (<-chan Event, error) {
 	go func() {
 		defer close(out)
 		defer close(ended)
-		w := watcher{store: s, known: map[string]bool{}, rejected: map[string]bool{}, expires: map[string]time.Time{}}
+		w := watcher{store: s, known: map[string]bool{}, rejected: map[string]bool{}, expires: map[string]time.Time{},
+			ttls: map[string]time.Duration{}, revs: map[string]uint64{}}
 		w.run(ctx, msgs, initial, out)
 	}()
 	return out, nil
@@ -493,6 +557,10 @@ type watcher struct {
 	// clock: when its last message arrived plus the TTL. (The server's
 	// timestamps are by its clock, which may differ from this one.)
 	expires map[string]time.Time
+	// ttls and revs are each live key's TTL and last revision, for the
+	// Removed event of its expiry.
+	ttls map[string]time.Duration
+	revs map[string]uint64
 }
 
 // expiryChecksPerTick bounds the keys expired asks the server about at
@@ -519,10 +587,9 @@ func (w *watcher) expired(ctx context.Context, now time.Time) []Event {
 		_, err = kv.Get(ctx, node)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			delete(w.expires, node)
-			delete(w.known, node)
-			delete(w.rejected, node)
-			out = append(out, Event{Op: Removed, NodeID: node, Reason: ReasonExpired})
+			ev := Event{Op: Removed, NodeID: node, Reason: ReasonExpired, Revision: w.revs[node], TTL: w.ttls[node]}
+			w.forget(node)
+			out = append(out, ev)
 		case err == nil:
 			w.expires[node] = now.Add(time.Second) // not yet, by the server's clock
 		default:
@@ -545,18 +612,19 @@ func (w *watcher) event(ctx context.Context, msg jetstream.Msg) (Event, bool) {
 	ev := Event{NodeID: nodeID, Revision: md.Sequence.Stream}
 	h := msg.Headers()
 	if reason := removal(h); reason != "" {
-		delete(w.known, nodeID)
-		delete(w.rejected, nodeID)
-		delete(w.expires, nodeID)
-		ev.Op, ev.Reason = Removed, reason
+		w.forget(nodeID)
+		ev.Op, ev.Reason, ev.Marker = Removed, reason, true
 		return ev, true
 	}
 	ttl := msgTTL(h)
+	w.revs[nodeID], ev.TTL = ev.Revision, ttl
 	if ttl == 0 {
 		delete(w.expires, nodeID)
+		delete(w.ttls, nodeID)
 	} else {
 		ev.ExpiresAt = md.Timestamp.Add(ttl)
 		w.expires[nodeID] = time.Now().Add(ttl)
+		w.ttls[nodeID] = ttl
 	}
 	if h.Get(HeartbeatHeader) != "" && (w.known[nodeID] || w.rejected[nodeID]) {
 		if w.rejected[nodeID] {
@@ -591,12 +659,21 @@ func (w *watcher) event(ctx context.Context, msg jetstream.Msg) (Event, bool) {
 	if err != nil {
 		delete(w.known, nodeID)
 		w.rejected[nodeID] = true
-		return Event{Op: Rejected, NodeID: nodeID, Revision: ev.Revision, Reason: err.Error(), ExpiresAt: ev.ExpiresAt}, true
+		return Event{Op: Rejected, NodeID: nodeID, Revision: ev.Revision, Reason: err.Error(), ExpiresAt: ev.ExpiresAt, TTL: ev.TTL}, true
 	}
 	delete(w.rejected, nodeID)
 	w.known[nodeID] = true
 	ev.Op = Changed
 	return ev, true
+}
+
+// forget drops what the watcher knows of a key that is gone.
+func (w *watcher) forget(nodeID string) {
+	delete(w.known, nodeID)
+	delete(w.rejected, nodeID)
+	delete(w.expires, nodeID)
+	delete(w.ttls, nodeID)
+	delete(w.revs, nodeID)
 }
 
 // msgTTL is a message's TTL; zero without one.
@@ -618,6 +695,9 @@ func msgTTL(h nats.Header) time.Duration {
 func removal(h nats.Header) string {
 	switch h.Get("KV-Operation") {
 	case "DEL":
+		if h.Get(ExpiredHeader) != "" {
+			return ReasonExpired // a planner's Tombstone
+		}
 		return ReasonDeleted
 	case "PURGE":
 		return ReasonPurged

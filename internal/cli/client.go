@@ -8,9 +8,11 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
@@ -343,20 +345,35 @@ func newSpecCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "spec", Short: "Read or change a plan's stored spec"}
 	var cf connFlags
 	var plan string
+	var force bool
 	set := &cobra.Command{
 		Use:   "set --plan NAME FILE",
-		Short: "Store FILE as the plan's spec; the planner replans on it",
-		Args:  cobra.ExactArgs(1),
+		Short: "Store FILE as the plan's spec, if it can be placed now; the planner replans on it",
+		Long: `spec set stores FILE as plan NAME's spec, and the planner replans on it.
+It first asks the planner to validate FILE as NAME's spec on the live
+inventory (as planner validate --plan NAME does: the plan's own GPUs are
+not in its way), and refuses a spec that cannot be placed now (exit 1,
+the reason as validate gives it; nothing stored), or one no planner
+validates (none is serving). --force stores it anyway, and says so.`,
+		Args: cobra.ExactArgs(1),
 		RunE: cf.wrap("setting a spec", []auth.Role{auth.Admin, auth.Planner}, func(cmd *cobra.Command, args []string) error {
 			if _, err := loadSpec(args[0]); err != nil {
 				return err
 			}
 			data, _ := os.ReadFile(args[0])
+			body, err := specJSON(data)
+			if err != nil {
+				return usagef("%s: %v", args[0], err)
+			}
 			nc, js, err := cf.dialPlan(plan)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
+			warning, err := checkSpecSet(cmd, nc, plan, body, force)
+			if err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
 			defer cancel()
 			rev, err := bus.NewSpecStore(js).Put(ctx, plan, data)
@@ -364,13 +381,70 @@ func newSpecCmd() *cobra.Command {
 				return busErr(err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "spec of plan %s stored (spec revision %d)\n", plan, rev)
+			if warning != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "planner: warning: plan %s: %s\n", plan, warning)
+			}
 			return nil
 		}),
 	}
 	cf.add(set.Flags())
 	set.Flags().StringVar(&plan, "plan", "default", "plan name")
+	set.Flags().BoolVar(&force, "force", false, "store the spec even if it cannot be placed now, or no planner validates it")
 	cmd.AddCommand(set, newSpecRmCmd(), newSpecLsCmd())
 	return cmd
+}
+
+// checkSpecSet validates spec (JSON) as plan's new spec through the
+// service, before spec set stores it. A spec the service cannot read is
+// a usage error (exit 2), forced or not. One that cannot be placed now,
+// or that no planner validates, is refused (exit 1, the reason on
+// stderr) unless force; forced, the returned warning says what was not
+// right.
+func checkSpecSet(cmd *cobra.Command, nc *nats.Conn, plan string, spec []byte, force bool) (warning string, err error) {
+	c, err := client.New(nc)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
+	defer cancel()
+	reply, err := c.ValidateAs(ctx, plan, spec)
+	switch {
+	case errors.Is(err, client.ErrBadRequest):
+		return "", usageError{err}
+	case err != nil && cmd.Context().Err() != nil:
+		return "", err
+	case err != nil && force:
+		why := err.Error()
+		if errors.Is(err, nats.ErrNoResponders) {
+			why = "no planner answers " + client.ValidateSubject
+		}
+		return "stored without validation (--force): " + why, nil
+	case errors.Is(err, nats.ErrNoResponders):
+		fmt.Fprintf(cmd.ErrOrStderr(), "planner: spec of plan %s not stored: no planner answers %s to validate it (is `planner serve` running?); --force stores it unvalidated\n",
+			plan, client.ValidateSubject)
+		return "", exitError{ExitInvalid}
+	case err != nil:
+		// A timeout or a refusal: wrap's Explain says which.
+		return "", fmt.Errorf("spec of plan %s not stored: validating it: %w (--force stores it unvalidated)", plan, err)
+	case reply.Document == nil:
+		return "", fmt.Errorf("validate: the reply has no plan")
+	case reply.Valid:
+		return "", nil
+	case force:
+		return "stored (--force), but it cannot be placed now: " + reply.Error, nil
+	}
+	w := cmd.ErrOrStderr()
+	fmt.Fprintf(w, "planner: spec of plan %s not stored: it cannot be placed now: %s\n", plan, reply.Error)
+	if len(reply.Explanations) > 0 {
+		fmt.Fprintln(w, "why")
+		for _, x := range reply.Explanations {
+			for _, line := range strings.Split(strings.TrimSuffix(x.Text(), "\n"), "\n") {
+				fmt.Fprintf(w, "  %s\n", line)
+			}
+		}
+	}
+	fmt.Fprintf(w, "(planner validate --plan %s --spec FILE shows the plan it would get; --force stores it anyway)\n", plan)
+	return "", exitError{ExitInvalid}
 }
 
 func newSpecRmCmd() *cobra.Command {

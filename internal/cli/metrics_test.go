@@ -45,20 +45,42 @@ func metricValue(text, name string) float64 {
 	return v
 }
 
+// planSeries are the series of one plan, by name.
+var planSeries = []string{"poolplanner_plan_revision", "poolplanner_plan_valid", "poolplanner_plan_workers", "poolplanner_plan_gpus",
+	"poolplanner_plan_priority", "poolplanner_plan_preempted", "poolplanner_plan_leader"}
+
 // TestMetrics: serve --metrics-listen serves lint-clean metrics that
 // follow the plan: revision, validity, workers moved, replans, the
-// inventory, requests; a spec change makes a new revision they show.
+// inventory, requests; a spec change makes a new revision they show; a
+// removed plan's series all end; restarted on its data, the planner
+// shows every plan's gauges before any new revision.
 func TestMetrics(t *testing.T) {
-	addr, maddr := freeAddr(t), freeAddr(t)
+	addr, maddr, data := freeAddr(t), freeAddr(t), t.TempDir()
 	url := "nats://" + addr
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", t.TempDir(), "--no-local-reporter", "--metrics-listen", maddr,
-			"--simulate", "4x8xH100", "--spec", "../../examples/disaggregate.yaml", "--settle", "-1s", "--log-level", "error"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
-	}()
-	defer func() { cancel(); <-done }()
 	murl := "http://" + maddr + "/metrics"
+	serve := func(extra ...string) func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan int, 1)
+		go func() {
+			done <- Main(ctx, append([]string{"serve", "--listen", addr, "--data-dir", data, "--no-local-reporter", "--metrics-listen", maddr,
+				"--simulate", "4x8xH100", "--spec", "../../examples/disaggregate.yaml", "--settle", "-1s", "--log-level", "error"}, extra...), nil, &bytes.Buffer{}, &bytes.Buffer{})
+		}()
+		return func() {
+			cancel()
+			<-done
+			// The metrics listener closes a moment after serve returns.
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				resp, err := http.Get(murl)
+				if err != nil {
+					return
+				}
+				resp.Body.Close()
+			}
+			t.Fatal("the metrics listener stays open after serve returned")
+		}
+	}
+	stop := serve()
+	defer func() { stop() }()
 	wait := func(name string, want float64) string {
 		t.Helper()
 		var text string
@@ -116,12 +138,46 @@ func TestMetrics(t *testing.T) {
 	}
 	wait(`poolplanner_plan_preempted{plan="default"}`, 1)
 	wait(`poolplanner_plan_priority{plan="big"}`, 10) // published after default gave way
+	text = scrape(t, murl)
+	replans := metricValue(text, `poolplanner_replan_duration_seconds_count{plan="default"}`)
 	if code, _, errOut := run(t, "spec", "rm", "--plan", "big", "--server", url); code != 0 {
 		t.Fatal(errOut)
 	}
-	text = wait(`poolplanner_plan_priority{plan="big"}`, -1)
-	if got := metricValue(text, `poolplanner_plan_revision{plan="big"}`); got != -1 {
-		t.Errorf("a removed plan's revision still reported: %v", got)
+	wait(`poolplanner_plan_priority{plan="big"}`, -1)
+	// Once the replan that removed it is counted (default's), no series
+	// of big remains, nor comes back.
+	for deadline := time.Now().Add(10 * time.Second); metricValue(text, `poolplanner_replan_duration_seconds_count{plan="default"}`) <= replans && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		text = scrape(t, murl)
+	}
+	if got := grep(text, `plan="big"`); got != "" {
+		t.Errorf("series of a removed plan remain:\n%s", got)
+	}
+
+	// A second plan, then a restart on the same data: before any new
+	// revision (its replans wait an hour), every plan's gauges are back,
+	// and whether this planner leads each.
+	small := writeFile(t, "small.yaml", "scheduling: {train: {worker_num: 2, num_cpus: 1, num_gpus: 1}}\n")
+	// (--force: exp may not fit beside default; its revision counts either way.)
+	if code, _, errOut := run(t, "spec", "set", "--force", "--plan", "exp", small, "--server", url); code != 0 {
+		t.Fatal(errOut)
+	}
+	text = wait(`poolplanner_plan_revision{plan="exp"}`, 1)
+	before := map[string]float64{}
+	for _, plan := range []string{"default", "exp"} {
+		for _, name := range planSeries {
+			series := fmt.Sprintf("%s{plan=%q}", name, plan)
+			if before[series] = metricValue(text, series); before[series] < 0 {
+				t.Fatalf("no %s before the restart", series)
+			}
+		}
+	}
+	stop()
+	stop = serve("--debounce", "1h")
+	text = wait(`poolplanner_plan_leader{plan="exp"}`, 1)
+	for series, want := range before {
+		if got := metricValue(text, series); got != want {
+			t.Errorf("after the restart %s = %v, want %v as before", series, got, want)
+		}
 	}
 }
 

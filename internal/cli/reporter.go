@@ -66,7 +66,11 @@ func ReporterMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		Long: `reporter publishes this node's inventory (GPUs from NVML, or simulated with
 --simulate) into the NATS KV bucket ` + bus.InventoryBucket + `, again every --heartbeat
 and at once when it changes. The key vanishes --ttl after the reporter stops
-without a word; on SIGTERM or SIGINT the reporter deletes it first.`,
+without a word; on SIGTERM or SIGINT the reporter deletes it first (only if
+its own write is the last). A reporter that finds the node's key held by
+another reporter that still runs (on another host, or a live pid on this
+one) exits 1, naming that reporter's host and pid; one whose predecessor on
+this host is gone takes the key over at once.`,
 		Args:          cobra.NoArgs,
 		SilenceErrors: true,
 		SilenceUsage:  true,

@@ -103,6 +103,11 @@ type NodeInventory struct {
 	// (random, new at each start): two reporters given one node id see
 	// each other's writes by it.
 	Reporter string `json:"reporter,omitempty"`
+	// ReporterPID is the writing reporter's process id on its host
+	// (hostname): a reporter that finds another's document for its node
+	// names it, and on the same host takes over only from a pid no longer
+	// running. 0 to MaxPID; 0 (absent) when unknown.
+	ReporterPID int `json:"reporter_pid,omitempty"`
 }
 
 // Source produces a node's inventory: NVML on a GPU machine, a simulation
@@ -139,7 +144,7 @@ func SameInventory(a, b NodeInventory) bool {
 
 // canonical clears what SameInventory and Fingerprint ignore.
 func canonical(n NodeInventory) NodeInventory {
-	n.ReportedAt, n.Reporter = time.Time{}, ""
+	n.ReportedAt, n.Reporter, n.ReporterPID = time.Time{}, "", 0
 	if len(n.GPUs) == 0 {
 		n.GPUs = nil
 	}

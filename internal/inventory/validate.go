@@ -40,6 +40,9 @@ const (
 	MaxString = 1024
 	// MaxProcesses bounds the processes listed for one GPU.
 	MaxProcesses = 64
+	// MaxPID bounds reporter_pid: a process id fits 31 bits everywhere
+	// (Linux allows at most 2^22).
+	MaxPID = 1<<31 - 1
 )
 
 // Validate checks a document as the planner must before trusting it:
@@ -47,7 +50,7 @@ const (
 // GPUs with distinct indices 0..n-1 and distinct, non-empty UUIDs, at
 // most MaxCPUs CPUs (not negative), at most MaxLabels labels with keys
 // following planner.LabelKeyRule, no string over MaxString bytes,
-// NVLink peers and NUMA nodes in range. The error names the field and
+// NVLink peers and NUMA nodes in range, a reporter_pid of 0 to MaxPID. The error names the field and
 // what is allowed.
 //
 // (A UUID another node's document holds is no error here: which node
@@ -64,6 +67,9 @@ func (n NodeInventory) Validate() error {
 		if len(f.v) > MaxString {
 			return fmt.Errorf("%s: %d bytes; at most %d", f.name, len(f.v), MaxString)
 		}
+	}
+	if n.ReporterPID < 0 || n.ReporterPID > MaxPID {
+		return fmt.Errorf("reporter_pid: %d is not allowed; want 0 to %d", n.ReporterPID, MaxPID)
 	}
 	if n.IP != "" && net.ParseIP(n.IP) == nil {
 		return fmt.Errorf("ip: %q is not an IP address", n.IP)

@@ -83,12 +83,14 @@ func (m *Planner) Shared(plan string, priority int, preempted bool) {
 	m.preempted.WithLabelValues(plan).Set(b2f(preempted))
 }
 
-// Removed forgets a plan whose spec was removed: its series end.
+// Removed forgets a plan whose spec was removed: every series of the
+// plan ends (its gauges, whether this planner leads it, workers moved,
+// replan and change-to-publish times).
 func (m *Planner) Removed(plan string) {
 	if m == nil {
 		return
 	}
-	for _, g := range []*prometheus.GaugeVec{m.revision, m.valid, m.workers, m.gpus, m.priority, m.preempted} {
+	for _, g := range []*prometheus.GaugeVec{m.revision, m.valid, m.workers, m.gpus, m.leader, m.priority, m.preempted} {
 		g.DeleteLabelValues(plan)
 	}
 	m.moved.DeleteLabelValues(plan)

@@ -6,10 +6,13 @@
 package reporter
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nuid"
@@ -29,15 +32,17 @@ type Store interface {
 	PutIf(ctx context.Context, nodeID string, doc []byte, heartbeat bool, ttl time.Duration, last uint64) (uint64, error)
 	// DeleteIf removes nodeID's key if it is at revision last.
 	DeleteIf(ctx context.Context, nodeID string, ttl time.Duration, last uint64) error
-	// Current is the key's document (nil when deleted) and revision (0
-	// when it holds nothing).
-	Current(ctx context.Context, nodeID string) ([]byte, uint64, error)
+	// State is the key as it stands: its document (nil when deleted),
+	// revision (0 when it holds nothing) and when it expires.
+	State(ctx context.Context, nodeID string) (bus.KeyState, error)
 }
 
-// ErrOtherReporter is Run's error when another reporter writes this
-// node's key: two hosts given one node id. Rather than overwrite each
-// other every heartbeat (the planner would see one node whose GPUs keep
-// changing), the reporter stops.
+// ErrOtherReporter is Run's error when another reporter, still running,
+// writes this node's key: a second reporter started for one node, or
+// two hosts given one node id. Rather than overwrite each other every
+// heartbeat (the planner would see one node whose GPUs keep changing),
+// the reporter stops, without touching the key, and the error names the
+// other's host and pid.
 var ErrOtherReporter = errors.New("another reporter writes this node's key")
 
 var _ Store = (*bus.InventoryStore)(nil)
@@ -63,6 +68,12 @@ type Config struct {
 	Now func() time.Time
 	// Metrics counts puts and failures (nil: none).
 	Metrics *metrics.Reporter
+	// PID is this reporter's process id, in every document it writes
+	// (reporter_pid); 0 means os.Getpid().
+	PID int
+	// Alive tells whether a process of this host runs; nil means
+	// ProcessAlive.
+	Alive func(pid int) bool
 }
 
 // Validate checks the timing.
@@ -90,9 +101,24 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.PID == 0 {
+		cfg.PID = os.Getpid()
+	}
+	if cfg.Alive == nil {
+		cfg.Alive = ProcessAlive
+	}
 	r := &run{Config: cfg, putTimeout: min(max(cfg.Heartbeat, time.Second), 5*time.Second), instance: nuid.Next()}
+	instances.Store(r.instance, true)
+	defer instances.Delete(r.instance)
 	return r.loop(ctx)
 }
+
+// instances holds the instance ids of the reporters running in this
+// process (the planner runs several): a document of this process's pid
+// is a live reporter's only if its instance is here, and otherwise a
+// previous process's that had the same pid (a container's reporter is
+// pid 1 at every start).
+var instances sync.Map
 
 type run struct {
 	Config
@@ -164,7 +190,7 @@ func (r *run) read(ctx context.Context) {
 	if r.doc != nil && inventory.SameInventory(r.last, inv) {
 		return
 	}
-	inv.ReportedAt, inv.Reporter = r.Now().UTC(), r.instance
+	inv.ReportedAt, inv.Reporter, inv.ReporterPID = r.Now().UTC(), r.instance, r.PID
 	doc, err := json.Marshal(inv)
 	if err != nil {
 		r.Log.Error().Err(err).Msg("encoding the inventory failed")
@@ -229,14 +255,14 @@ func (r *run) put(ctx context.Context, heartbeat bool) bool {
 }
 
 // claim reads the key and takes its revision as the one to replace,
-// unless another reporter's document is there: then it sets stop, naming
-// the other host. At start (moved false) a document of this host's is
-// taken for its own from before a restart, and replaced; once this
-// reporter has written the key (moved), any other reporter's write is
-// another reporter's. Its own document (a put that was stored although
-// it timed out) it replaces.
+// unless another reporter that still runs wrote it: then it sets stop,
+// naming that reporter's host and pid, and the key is left alone. A
+// document of no reporter, of this run, or of a reporter of this host
+// whose process is gone (a reporter restarted after a crash, its key not
+// yet expired) is replaced (live). moved says why claim reads: the key
+// changed under this run's writes, rather than this run starting.
 func (r *run) claim(ctx context.Context, moved bool) bool {
-	doc, rev, err := r.Store.Current(ctx, r.last.NodeID)
+	st, err := r.Store.State(ctx, r.last.NodeID)
 	if err != nil {
 		r.stored = false
 		r.fails++
@@ -245,15 +271,57 @@ func (r *run) claim(ctx context.Context, moved bool) bool {
 		return false
 	}
 	var other inventory.NodeInventory
-	if doc != nil && json.Unmarshal(doc, &other) == nil && other.Reporter != "" && other.Reporter != r.instance &&
-		(moved || other.Hostname != r.last.Hostname || other.IP != r.last.IP) {
-		r.stop = fmt.Errorf("node %s: %w: host %s (ip %s, reporter %s) wrote it at revision %d; give each host its own --node-id",
-			r.last.NodeID, ErrOtherReporter, other.Hostname, other.IP, other.Reporter, rev)
-		r.Log.Error().Err(r.stop).Msg("stopping: two reporters for one node")
-		return false
+	if st.Doc != nil && json.Unmarshal(st.Doc, &other) == nil && other.Reporter != "" && other.Reporter != r.instance {
+		why, alive := r.holder(other)
+		if alive {
+			r.stop = r.otherErr(other, st, why)
+			r.Log.Error().Err(r.stop).Bool("key_moved", moved).Msg("stopping: another reporter holds this node's key; leaving the key alone")
+			return false
+		}
+		r.Log.Warn().Str("host", other.Hostname).Int("pid", other.ReporterPID).Str("reporter", other.Reporter).Uint64("revision", st.Revision).
+			Str("why", why).Msg("taking over the inventory key from a reporter that no longer runs")
 	}
-	r.rev = rev
+	r.rev = st.Revision
 	return true
+}
+
+// holder tells whether the reporter that wrote other (not this run)
+// still runs, and why it is taken to: only one of this host (the same
+// hostname and ip as this run's document) can be seen not to; one of
+// another host, or one that wrote no pid, is taken to run until its key
+// expires.
+func (r *run) holder(other inventory.NodeInventory) (why string, alive bool) {
+	switch {
+	case other.Hostname != r.last.Hostname || other.IP != r.last.IP:
+		return "on another host", true
+	case other.ReporterPID <= 0:
+		return "it wrote no pid", true
+	case other.ReporterPID == r.PID:
+		if _, ok := instances.Load(other.Reporter); ok {
+			return "running in this process", true
+		}
+		return fmt.Sprintf("pid %d is this process: that reporter is gone", other.ReporterPID), false
+	case r.Alive(other.ReporterPID):
+		return fmt.Sprintf("pid %d is running on this host", other.ReporterPID), true
+	}
+	return fmt.Sprintf("pid %d no longer runs on this host", other.ReporterPID), false
+}
+
+// otherErr is the error Run stops with when another reporter holds the
+// key: that reporter's host, ip and pid, and when the key expires if it
+// has stopped renewing it.
+func (r *run) otherErr(other inventory.NodeInventory, st bus.KeyState, why string) error {
+	pid := "pid unknown"
+	if other.ReporterPID > 0 {
+		pid = fmt.Sprintf("pid %d", other.ReporterPID)
+	}
+	expiry := ""
+	if !st.Expires.IsZero() {
+		expiry = fmt.Sprintf("; unless it renews the key, the key expires at %s (in %s) and a reporter may start then",
+			st.Expires.UTC().Format(time.RFC3339), max(time.Until(st.Expires), 0).Round(time.Second))
+	}
+	return fmt.Errorf("node %s: %w: host %s (ip %s), %s, reporter %s, wrote it at revision %d (%s)%s; stop that reporter, or give each host its own --node-id",
+		r.last.NodeID, ErrOtherReporter, cmp.Or(other.Hostname, "(none)"), cmp.Or(other.IP, "none"), pid, other.Reporter, st.Revision, why, expiry)
 }
 
 func (r *run) scheduleRetry() {
@@ -272,21 +340,22 @@ func (r *run) scheduleRetry() {
 	r.retryCh = r.retry.C
 }
 
-// shutdown deletes the key, so that the planner drops the node at once
-// rather than a TTL later.
 // ownRevision is the key's revision when its document is this run's.
 func (r *run) ownRevision(ctx context.Context) (uint64, bool) {
-	doc, rev, err := r.Store.Current(ctx, r.last.NodeID)
-	if err != nil || doc == nil {
+	st, err := r.Store.State(ctx, r.last.NodeID)
+	if err != nil || st.Doc == nil {
 		return 0, false
 	}
 	var inv inventory.NodeInventory
-	if json.Unmarshal(doc, &inv) != nil {
+	if json.Unmarshal(st.Doc, &inv) != nil {
 		return 0, false
 	}
-	return rev, inv.Reporter == r.instance
+	return st.Revision, inv.Reporter == r.instance
 }
 
+// shutdown deletes the key, so that the planner drops the node at once
+// rather than a TTL later; only if the key's last write is this run's
+// (DeleteIf at its revision), never another reporter's.
 func (r *run) shutdown() {
 	if r.retry != nil {
 		r.retry.Stop()

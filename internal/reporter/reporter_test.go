@@ -3,7 +3,9 @@ package reporter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -362,9 +364,9 @@ func TestNATSDownAtStart(t *testing.T) {
 
 // TestTwoReportersOneNode: two reporters given one node id do not
 // overwrite each other for ever. One started on another host while the
-// first holds the key stops at once, naming that host; one started on
-// the same host (taken for a restart) takes the key, and the first,
-// seeing a write not its own, stops.
+// first holds the key stops at once, naming that host and pid; so does
+// one started on the same host while the first runs (here: in this
+// process), and the first keeps the key.
 func TestTwoReportersOneNode(t *testing.T) {
 	on := func(host string) *fakeSource {
 		src := newFakeSource("n1")
@@ -389,7 +391,7 @@ func TestTwoReportersOneNode(t *testing.T) {
 		waitForKey(t, store, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.Hostname == "h1" })
 		b := startReporter(t, srv.url, on("h2"), 100*time.Millisecond, time.Second)
 		err := wait(b)
-		if !errors.Is(err, ErrOtherReporter) || !strings.Contains(err.Error(), "host h1") {
+		if !errors.Is(err, ErrOtherReporter) || !strings.Contains(err.Error(), "host h1") || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
 			t.Fatalf("second reporter: %v", err)
 		}
 		time.Sleep(300 * time.Millisecond)
@@ -402,13 +404,18 @@ func TestTwoReportersOneNode(t *testing.T) {
 		store := client(t, srv.url)
 		a := startReporter(t, srv.url, on("h1"), 100*time.Millisecond, time.Second)
 		first := waitForKey(t, store, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.Reporter != "" })
-		startReporter(t, srv.url, on("h1"), 100*time.Millisecond, time.Second)
-		err := wait(a)
-		if !errors.Is(err, ErrOtherReporter) {
-			t.Fatalf("first reporter: %v", err)
+		b := startReporter(t, srv.url, on("h1"), 100*time.Millisecond, time.Second)
+		err := wait(b)
+		if !errors.Is(err, ErrOtherReporter) || !strings.Contains(err.Error(), "running in this process") {
+			t.Fatalf("second reporter: %v", err)
 		}
-		if inv := waitForKey(t, store, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.Reporter != first.Reporter }); inv.Reporter == "" {
-			t.Errorf("the key: %+v", inv)
+		select {
+		case err := <-a.done:
+			t.Fatalf("the first reporter stopped: %v", err)
+		default:
+		}
+		if inv := waitForKey(t, store, "n1", 0, nil); inv.Reporter != first.Reporter {
+			t.Errorf("the key is reporter %s's, want the first's, %s", inv.Reporter, first.Reporter)
 		}
 	})
 }

@@ -54,7 +54,7 @@ func (p *Planner) sendAssignments(ctx context.Context, as []client.Assignment) e
 	}
 	if refused > 0 {
 		p.reconcile = true
-		p.cfg.Log.Warn().Int("nodes", refused).Msg("assignments written by another planner since; reconciling them with the latest plan")
+		p.log.Warn().Int("nodes", refused).Msg("assignments written by another planner since; reconciling them with the latest plan")
 	}
 	return err
 }
@@ -145,7 +145,7 @@ func (p *Planner) reconcileAssignments(ctx context.Context) error {
 		return err
 	}
 	if len(as) > 0 {
-		p.cfg.Log.Info().Int("nodes", len(as)).Int("revision", latest.Plan.Revision).Msg("assignments brought up to the latest plan")
+		p.log.Info().Int("nodes", len(as)).Int("revision", latest.Plan.Revision).Msg("assignments brought up to the latest plan")
 	}
 	p.mu.Lock()
 	if p.latest == latest {
@@ -160,21 +160,30 @@ func (p *Planner) reconcileAssignments(ctx context.Context) error {
 // nodes its event says changed, or, when it does not say (or sp is nil),
 // every node.
 func (p *Planner) adopted(sp *bus.StoredPlan) {
+	if p.adopt(sp) {
+		// Outside p.mu: the gauges' lock comes first (leaderGauges).
+		p.mu.Lock()
+		latest := p.latest
+		p.mu.Unlock()
+		p.gauges(latest)
+	}
+}
+
+// adopt is adopted but for the gauges; it reports whether sp became the
+// latest.
+func (p *Planner) adopt(sp *bus.StoredPlan) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if sp != nil {
 		if p.latest != nil && sp.Plan.Revision <= p.latest.Plan.Revision {
-			return
+			return false
 		}
 		p.latest = sp
 		p.mark(sp.Plan.Revision)
-		pl := sp.Plan
-		p.cfg.Metrics.Published(p.cfg.Plan, pl.Revision, pl.Valid, pl.Workers.Len(), gpusHeld(pl), 0)
-		p.cfg.Metrics.Shared(p.cfg.Plan, pl.Priority, len(pl.PreemptedBy) > 0)
 	}
 	if sp == nil || sp.Changed == nil {
 		p.reconcile = true
-		return
+		return sp != nil
 	}
 	if p.verify == nil {
 		p.verify = map[string]bool{}
@@ -182,6 +191,7 @@ func (p *Planner) adopted(sp *bus.StoredPlan) {
 	for _, n := range sp.Changed {
 		p.verify[n] = true
 	}
+	return true
 }
 
 // checkAssignments is the check a moment after adopting another
@@ -236,7 +246,7 @@ func (p *Planner) verifyAssignments(ctx context.Context) error {
 		}
 	}
 	if len(as) > 0 {
-		p.cfg.Log.Warn().Int("nodes", len(as)).Int("revision", latest.Plan.Revision).
+		p.log.Warn().Int("nodes", len(as)).Int("revision", latest.Plan.Revision).
 			Msg("another planner's revision left assignments behind; publishing them")
 	}
 	if err := p.sendAssignments(ctx, as); err != nil {

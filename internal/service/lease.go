@@ -40,7 +40,10 @@ type leaser struct {
 	holder string
 	seen   uint64
 	seenAt time.Time
-	timer  *time.Timer
+	// said is what was logged of the holder: "predecessor" (this
+	// planner's own, left behind) or "other" (another planner leads).
+	said  string
+	timer *time.Timer
 	// taken and lost cue the loop (buffered, never blocking): replan and
 	// check when the lease was taken, drop a leader's state when lost.
 	taken, lost chan struct{}
@@ -128,24 +131,75 @@ func (ls *leaser) tend(ctx context.Context) {
 		return
 	}
 	if cur != nil {
-		if cur.Holder != ls.holder {
-			ls.holder = cur.Holder
-			ls.log.Info().Str("leader", cur.Holder).Str("leader_host", cur.Host).Msg("standing by: another planner leads this plan")
-		}
-		if cur.Seq != ls.seen {
-			ls.seen, ls.seenAt = cur.Seq, time.Now()
-			return
-		}
-		if time.Since(ls.seenAt) < ls.p.cfg.LeaseTTL {
-			return
-		}
-		// Not renewed for a TTL: the holder is gone (the server drops
-		// the message soon, on its own clock). Taking it over by that
-		// very message fails if the holder renewed after all.
-		ls.take(ctx, cur.Seq)
+		ls.held(ctx, cur)
 		return
 	}
 	ls.take(ctx, 0)
+}
+
+// held looks at the lease another planner holds: one renewed since the
+// last look is a live planner's, and this one stands by; one not
+// renewed for a TTL lapsed (its holder is gone), and this one takes it
+// over by that very message, which fails if the holder renewed after
+// all. A lease this planner's own predecessor left behind (predecessor)
+// is said to be one; it is taken over at once when that predecessor's
+// process is known to be gone, else when it lapses.
+func (ls *leaser) held(ctx context.Context, cur *bus.Lease) {
+	first := cur.Holder != ls.holder
+	if first {
+		ls.holder, ls.said = cur.Holder, ""
+	}
+	host, _ := os.Hostname()
+	own, gone := predecessor(cur, host, os.Getpid(), ls.p.top().marks.predecessor(), pidAlive, time.Now())
+	if own && gone {
+		if ls.said != "gone" {
+			ls.said = "gone"
+			ls.log.Info().Str("holder", cur.Holder).Str("holder_host", cur.Host).Int("holder_pid", cur.PID).
+				Msg("the lease is held by this planner's predecessor on this host, whose process is gone (killed or crashed without giving it back): taking it over")
+		}
+		ls.take(ctx, cur.Seq)
+		return
+	}
+	renewed := cur.Seq != ls.seen
+	if renewed {
+		ls.seen, ls.seenAt = cur.Seq, time.Now()
+	}
+	switch {
+	case own && first:
+		// Its lease lapses unless renewed, which a dead planner cannot do.
+		ls.said = "predecessor"
+		ls.log.Info().Str("holder", cur.Holder).Str("holder_host", cur.Host).Int("holder_pid", cur.PID).
+			Str("lapses_in", dur(max(0, time.Until(cur.Expires())))).
+			Msg("standing by: the lease is still held by this planner's predecessor (it stopped without giving it back); waiting for it to lapse")
+	case !own && first || renewed && ls.said != "other":
+		// Renewed: whoever holds it lives, whatever it looked like.
+		ls.said = "other"
+		ls.log.Info().Str("leader", cur.Holder).Str("leader_host", cur.Host).Int("leader_pid", cur.PID).Msg("standing by: another planner leads")
+	}
+	if renewed || time.Since(ls.seenAt) < ls.p.cfg.LeaseTTL {
+		return
+	}
+	ls.take(ctx, cur.Seq)
+}
+
+// predecessor says whether cur, a lease another planner instance holds,
+// is this planner's own predecessor's: the instance the state file
+// named when this planner started (before), or a planner of this host
+// (the same hostname) whose process is not running (alive says, for a
+// pid of this host) or had this very pid (a container's planner is
+// often pid 1: a holder of this host with this planner's pid ran before
+// it). gone: its process is known to have ended, so that its lease may
+// be taken over at once: this host, another pid, not running, and the
+// lease not renewed for longer than its holder renews it (by this
+// host's clock, the holder's too), lest a live planner of another
+// machine that took this one's hostname lose its lease.
+func predecessor(cur *bus.Lease, host string, pid int, before string, alive func(int) bool, now time.Time) (own, gone bool) {
+	sameHost := cur.Host != "" && cur.Host == host
+	dead := sameHost && cur.PID > 0 && cur.PID != pid && !alive(cur.PID)
+	every := time.Duration(cur.TTLSeconds*float64(time.Second)) / 3
+	gone = dead && now.Sub(cur.Renewed) > every+time.Second
+	own = dead || before != "" && cur.Holder == before || sameHost && cur.PID == pid
+	return own, gone
 }
 
 // stuck says whether the planner's loop is stuck: a leader then renews
@@ -167,9 +221,9 @@ func (ls *leaser) stuck() bool {
 		ls.stuckSaid = true
 		ls.p.problem("stuck", why)
 		if ls.current() != 0 {
-			ls.log.Error().Dur("stuck_for", d).Str("in", what).Msg("the planner's loop is stuck: not renewing the lease, so that a standby takes over when it lapses")
+			ls.log.Error().Str("stuck_for", dur(d)).Str("in", what).Msg("the planner's loop is stuck: not renewing the lease, so that a standby takes over when it lapses")
 		} else {
-			ls.log.Error().Dur("stuck_for", d).Str("in", what).Msg("the planner's loop is stuck: taking no lease while it is")
+			ls.log.Error().Str("stuck_for", dur(d)).Str("in", what).Msg("the planner's loop is stuck: taking no lease while it is")
 		}
 	}
 	ls.mu.Lock()
@@ -209,8 +263,8 @@ func (ls *leaser) resume(cur *bus.Lease) {
 	ls.p.mu.Lock()
 	ls.p.leaseSeq = cur.Seq
 	ls.p.mu.Unlock()
-	ls.log.Info().Uint64("lease", cur.Seq).Msg("leading this plan again: its lease was still this planner's")
-	ls.p.cfg.Metrics.Leading(ls.p.cfg.Plan, true)
+	ls.log.Info().Uint64("lease", cur.Seq).Msg("leading again: the lease was still this planner's")
+	ls.p.leaderGauges()
 	cue(ls.taken)
 }
 
@@ -286,8 +340,8 @@ func (ls *leaser) take(ctx context.Context, expect uint64) {
 		s.reconcile = s.latest != nil
 		s.mu.Unlock()
 	}
-	ls.log.Info().Uint64("lease", seq).Msg("leading this plan: this planner replans and publishes")
-	ls.p.cfg.Metrics.Leading(ls.p.cfg.Plan, true)
+	ls.log.Info().Uint64("lease", seq).Msg("leading: this planner replans and publishes every plan")
+	ls.p.leaderGauges()
 	cue(ls.taken)
 }
 
@@ -368,12 +422,12 @@ func (ls *leaser) stepDown(why string) {
 	if ls.seq == 0 {
 		return
 	}
-	ls.log.Warn().Str("why", why).Msg("no longer leading this plan; standing by")
-	ls.p.cfg.Metrics.Leading(ls.p.cfg.Plan, false)
+	ls.log.Warn().Str("why", why).Msg("no longer leading; standing by")
 	ls.seq, ls.holder = 0, ""
 	ls.p.mu.Lock()
 	ls.p.leaseSeq, ls.p.note = 0, ""
 	ls.p.mu.Unlock()
+	ls.p.leaderGauges()
 	cue(ls.lost)
 }
 

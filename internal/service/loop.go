@@ -69,6 +69,11 @@ type loop struct {
 	// closes when it has given the lease back.
 	lease     *leaser
 	leaseDone chan struct{}
+	// tombs writes, while this planner leads, the delete markers of
+	// inventory keys that expired (tombstone.go), in a goroutine of its
+	// own; tombsDone closes when it has ended.
+	tombs     *tombstones
+	tombsDone chan struct{}
 	// guardT ticks the checks of guard; reconnects is the connection's
 	// count it last saw; stopWatch ends the inventory watch.
 	guardT     *time.Ticker
@@ -94,11 +99,14 @@ type loop struct {
 }
 
 func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
-	l := &loop{p: p, log: p.cfg.Log.With().Str("plan", p.cfg.Plan).Logger(), started: time.Now(),
+	// The loop plans every plan: its own lines name none, and those
+	// about one plan name it once.
+	l := &loop{p: p, log: p.cfg.Log, started: time.Now(),
 		timer: time.NewTimer(time.Hour), retry: time.NewTimer(0), check: time.NewTimer(time.Hour), maxWait: max(10*p.cfg.Debounce, time.Second)}
 	l.timer.Stop()
 	l.check.Stop()
 	l.lease = newLeaser(p, l.log)
+	l.tombs = newTombstones(p, l.log)
 	l.guardT = time.NewTicker(guardEvery)
 	l.reconnects = p.cfg.NC.Stats().Reconnects
 	l.outageReconnects = l.reconnects
@@ -203,16 +211,19 @@ func (l *loop) close() {
 }
 
 func (l *loop) run(ctx context.Context) error {
-	l.leaseDone = make(chan struct{})
+	l.leaseDone, l.tombsDone = make(chan struct{}), make(chan struct{})
 	go func() { defer close(l.leaseDone); l.lease.run(ctx) }()
+	go func() { defer close(l.tombsDone); l.tombs.run(ctx) }()
 	for {
 		l.p.pulse.idle()
 		select {
 		case <-ctx.Done():
 			<-l.leaseDone // the lease given back
+			<-l.tombsDone
 			return nil
 		case <-l.lease.taken:
 			l.p.pulse.work("lease taken")
+			cue(l.tombs.wake) // the expiries noticed as a standby are this planner's to mark now
 			// Failures as a standby (a replan refused for the lease) are
 			// no leader's: start afresh, so that kick arms the replan.
 			l.failures, l.lastFailure = 0, ""
@@ -248,13 +259,16 @@ func (l *loop) run(ctx context.Context) error {
 			}
 			for _, s := range l.p.everyState() {
 				if err := s.checkAssignments(ctx); err != nil {
-					l.log.Warn().Err(err).Str("plan", s.cfg.Plan).Msg("checking another planner's assignments failed; retrying")
+					s.log.Warn().Err(err).Msg("checking another planner's assignments failed; retrying")
 					l.armCheck(5 * checkAfter)
 				}
 			}
 		case e, ok := <-l.specW.Updates():
 			l.p.pulse.work("spec")
 			if !ok {
+				if ctx.Err() != nil {
+					continue // stopping: the watch ends with us
+				}
 				// The spec bucket went away under the watch: guard
 				// recreates it and watches again.
 				l.log.Error().Msg("the spec watch ended; re-establishing it")
@@ -347,6 +361,7 @@ func (l *loop) watchClosed(ctx context.Context) {
 
 // inventory folds one watch event in.
 func (l *loop) inventory(ev bus.Event) {
+	l.tombs.event(ev)
 	if l.resync == nil {
 		// The other plans' views read the lead's documents as they were:
 		// they take the event first.
@@ -379,6 +394,7 @@ func (l *loop) inventory(ev bus.Event) {
 		l.p.mu.Unlock()
 	case bus.Synced:
 		defer l.p.allow("applying the whole inventory", l.p.storeTimeout(len(l.resync)))()
+		l.tombs.vanished(l.vanished())
 		for _, s := range l.p.siblings() {
 			s.replaceNodes(l.resync)
 		}
@@ -391,6 +407,20 @@ func (l *loop) inventory(ev bus.Event) {
 		l.resync, l.synced, l.everSynced = nil, true, true
 		l.kick()
 	}
+}
+
+// vanished lists the nodes of the live inventory that a resync's
+// contents lack: gone while the watch was away.
+func (l *loop) vanished() []string {
+	l.p.mu.Lock()
+	defer l.p.mu.Unlock()
+	var out []string
+	for _, id := range l.p.live.present() {
+		if _, ok := l.resync[id]; !ok {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // spec takes a stored spec, of any plan: the key names it. One that
@@ -412,17 +442,7 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 	s := l.p.state(name)
 	log := l.log.With().Str("plan", name).Logger()
 	if e.Operation() != jetstream.KeyValuePut {
-		// Removed, maybe while no planner ran: the plan's last revision,
-		// if it still places workers, is to release them (load reads it).
-		if s == nil {
-			s = l.addSibling(ctx, name, 0)
-		}
-		s.mu.Lock()
-		s.removing = true
-		s.mu.Unlock()
-		l.p.problem("spec:"+name, "")
-		log.Info().Msg("spec removed: releasing the plan's workers")
-		l.kick()
+		l.removed(ctx, s, name, log)
 		return
 	}
 	if s == nil {
@@ -447,8 +467,45 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 	}
 	s.spec, s.digest, s.specBytes, s.removing = spec, SpecDigest(spec), value, false
 	s.mu.Unlock()
+	if fresh {
+		l.p.leaderGauges() // a plan this planner plans from now on
+	}
 	log.Info().Uint64("spec_revision", rev).Int("priority", spec.Priority).Msg("spec loaded")
 	l.kick()
+}
+
+// removed takes the removal of plan name's spec (s: its state, nil if
+// none), maybe while no planner ran: the plan's last revision, if it
+// does not say the plan was removed, is to release its workers and say
+// so (load reads it). A plan whose last revision says so already (or
+// that has none) was removed before: there is nothing to release, and
+// nothing to say at every start.
+func (l *loop) removed(ctx context.Context, s *Planner, name string, log zerolog.Logger) {
+	if s == nil {
+		s = l.addSibling(ctx, name, 0)
+	}
+	l.p.problem("spec:"+name, "")
+	s.mu.Lock()
+	done := s.loaded && (s.latest == nil || s.latest.Plan.Removed)
+	live := s.spec != nil
+	if !done {
+		s.removing = true
+	}
+	s.mu.Unlock()
+	if !done {
+		log.Info().Msg("spec removed: releasing the plan's workers")
+		l.kick()
+		return
+	}
+	if s != l.p {
+		l.unfollow(s)
+	}
+	l.p.drop(s)
+	if live {
+		// Planned in this run, but never published: nothing held.
+		log.Info().Msg("spec removed; the plan held nothing")
+		l.kick()
+	}
 }
 
 // parsed is the spec e stores for s's plan; one that does not parse
@@ -488,10 +545,10 @@ func (l *loop) addSibling(ctx context.Context, name string, age uint64) *Planner
 	l.p.sibs[name] = s
 	l.p.sibMu.Unlock()
 	if err := s.load(ctx); err != nil {
-		l.log.Warn().Err(err).Str("plan", name).Msg("cannot read the plan's latest revision yet; retrying")
+		s.log.Warn().Err(err).Msg("cannot read the plan's latest revision yet; retrying")
 	}
 	if err := l.follow(ctx, s); err != nil {
-		l.log.Warn().Err(err).Str("plan", name).Msg("cannot follow the plan yet; retrying")
+		s.log.Warn().Err(err).Msg("cannot follow the plan yet; retrying")
 	}
 	return s
 }
@@ -570,12 +627,22 @@ func (l *loop) measured(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	took := time.Since(start)
+	// A plan removed by this replan has no series any more: none begins
+	// again.
+	planned := map[*Planner]bool{}
+	for _, s := range l.p.states() {
+		planned[s] = true
+	}
 	for s, rev := range before {
+		if !planned[s] {
+			continue
+		}
 		var since time.Duration
 		if s.revision() != rev {
 			since = time.Since(l.dirtySince)
 		}
-		l.p.cfg.Metrics.Replanned(s.cfg.Plan, time.Since(start), since)
+		l.p.cfg.Metrics.Replanned(s.cfg.Plan, took, since)
 	}
 	l.p.cfg.Metrics.Inventory(l.p.inventorySize())
 	return nil
@@ -619,7 +686,7 @@ func (l *loop) replan(ctx context.Context) {
 		if !l.settleSaid {
 			l.settleSaid = true
 			ids := l.unreported()
-			l.log.Info().Int("nodes", len(ids)).Strs("waiting_for", ids[:min(len(ids), 8)]).Dur("at_most", wait).
+			l.log.Info().Int("nodes", len(ids)).Strs("waiting_for", ids[:min(len(ids), 8)]).Str("at_most", dur(wait)).
 				Msg("waiting for the nodes of the plan found at start to report before replanning without them")
 		}
 		l.timer.Reset(wait)
@@ -656,6 +723,9 @@ func (l *loop) replan(ctx context.Context) {
 		l.p.stoodDownFor("", time.Time{})
 		return
 	}
+	if ctx.Err() != nil {
+		return // stopping: a replan cut short is no failure
+	}
 	l.dirty = true
 	wait := bus.Backoff(l.failures + 3) // from about 1 s up to 5 s
 	l.failures++
@@ -665,7 +735,7 @@ func (l *loop) replan(ctx context.Context) {
 		return
 	}
 	if cause := err.Error(); cause != l.lastFailure {
-		l.log.Error().Err(err).Dur("retry_in", wait).Msg("replan failed; retrying, serving the last plan meanwhile")
+		l.log.Error().Err(err).Str("retry_in", dur(wait)).Msg("replan failed; retrying, serving the last plan meanwhile")
 		l.lastFailure = cause
 	}
 	l.timer.Reset(wait)
@@ -691,7 +761,7 @@ func (l *loop) standDown(err error) {
 	l.standDowns++
 	wait := min(l.p.cfg.StandDownBackoff<<min(l.standDowns-1, 16), maxStandDown)
 	why := fmt.Sprintf("%d replans in a row failed, the last with: %v", l.failures, err)
-	l.log.Error().Err(err).Int("failures", l.failures).Dur("lead_again_in", wait).
+	l.log.Error().Err(err).Int("failures", l.failures).Str("lead_again_in", dur(wait)).
 		Msg("standing down: replans keep failing against the store; giving the lease up so that another planner leads")
 	l.p.stoodDownFor(why, time.Now().Add(wait))
 	l.lease.standDown("replans keep failing: "+why, wait)

@@ -209,7 +209,6 @@ func (p *Planner) load(ctx context.Context) error {
 	}
 	sp = p.aboveMark(sp)
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.latest == nil || sp != nil && sp.Plan.Revision > p.latest.Plan.Revision {
 		p.latest = sp
 	}
@@ -219,6 +218,12 @@ func (p *Planner) load(ctx context.Context) error {
 	}
 	p.reconcile = p.latest != nil
 	p.loaded = true
+	latest, removing := p.latest, p.removing
+	p.mu.Unlock()
+	if !removing {
+		// A plan whose spec is removed says so in its next revision.
+		p.gauges(latest)
+	}
 	return nil
 }
 
@@ -243,18 +248,20 @@ func (p *Planner) publishRemoved(ctx context.Context) error {
 	return nil
 }
 
-// drop forgets a removed plan's state (the lead's own stays, spec-less).
+// drop forgets a removed plan's state (the lead's own stays, spec-less)
+// and ends every series of the plan.
 func (p *Planner) drop(s *Planner) {
 	s.mu.Lock()
 	s.spec, s.digest, s.specBytes, s.removing, s.age = nil, "", nil, false, 0
 	s.mu.Unlock()
-	p.cfg.Metrics.Removed(s.cfg.Plan)
-	if s == p {
-		return
+	p.gaugeMu.Lock()
+	defer p.gaugeMu.Unlock()
+	if s != p {
+		p.sibMu.Lock()
+		delete(p.sibs, s.cfg.Plan)
+		p.sibMu.Unlock()
 	}
-	p.sibMu.Lock()
-	delete(p.sibs, s.cfg.Plan)
-	p.sibMu.Unlock()
+	p.cfg.Metrics.Removed(s.cfg.Plan)
 }
 
 // publishNext publishes o, the plan's next placement, as the next
@@ -356,11 +363,11 @@ func (p *Planner) publish(ctx context.Context, o planner.Outcome, changes []stri
 	p.published(stored, note)
 	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid, next.Workers.Len(), gpusHeld(next), next.Moved)
 	p.cfg.Metrics.Shared(next.Name, next.Priority, len(next.PreemptedBy) > 0)
-	line := p.cfg.Log.Info()
+	line := p.log.Info()
 	if !next.Valid && !next.Removed {
-		line = p.cfg.Log.Warn().Str("error", next.Error)
+		line = p.log.Warn().Str("error", next.Error)
 	}
-	line.Str("plan", next.Name).Int("revision", next.Revision).Bool("valid", next.Valid).
+	line.Int("revision", next.Revision).Bool("valid", next.Valid).
 		Int("moved", next.Moved).Str("kind", ev.Kind()).Str("reason", next.Reason).Msg("plan published")
 	if err := p.publishAssignments(ctx, prev, next, change); err != nil {
 		p.mu.Lock()
@@ -479,8 +486,8 @@ func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *plann
 func (p *Planner) retain(ctx context.Context) {
 	ctx, done := p.op(ctx, "trimming plan "+p.cfg.Plan+"'s history", p.storeTimeout(p.nodes()))
 	defer done()
-	if err := p.plans.Retain(ctx, p.cfg.Plan, p.cfg.HistoryAge, p.cfg.HistoryBytes, p.cfg.Now()); err != nil {
-		p.cfg.Log.Warn().Err(err).Msg("trimming the plan history failed; it will be tried again")
+	if err := p.plans.Retain(ctx, p.cfg.Plan, p.cfg.HistoryAge, p.cfg.HistoryBytes, p.cfg.Now()); err != nil && !errors.Is(err, context.Canceled) {
+		p.log.Warn().Err(err).Msg("trimming the plan history failed; it will be tried again")
 	}
 }
 

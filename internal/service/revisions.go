@@ -32,11 +32,18 @@ type marks struct {
 	m    map[string]int
 	// err is the last failure to read or write the file, said once.
 	err error
+	// instance is the planner instance (its publisher id) that runs on
+	// this file now; before, the one the file named when it was read:
+	// the planner that ran on this state last, whose lease, should it
+	// have died without giving it back, is its successor's to recognise.
+	instance, before string
 }
 
 // marksFile is the file's content.
 type marksFile struct {
 	Revisions map[string]int `json:"revisions"`
+	// Instance is the planner instance that last ran on this file.
+	Instance string `json:"instance,omitempty"`
 }
 
 func newMarks(path string) *marks {
@@ -66,7 +73,26 @@ func (k *marks) load() error {
 	for name, rev := range f.Revisions {
 		k.m[name] = max(k.m[name], rev)
 	}
+	k.before = f.Instance
 	return nil
+}
+
+// predecessor is the planner instance the file named when it was read
+// ("": none, or no file).
+func (k *marks) predecessor() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.before
+}
+
+// claim records id as the planner instance that runs on this file, so
+// that the next planner to run on it knows this one's lease for its
+// predecessor's.
+func (k *marks) claim(id string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.instance = id
+	return k.write()
 }
 
 // get is plan name's mark (0: none).
@@ -85,10 +111,15 @@ func (k *marks) raise(name string, rev int) error {
 		return nil
 	}
 	k.m[name] = rev
+	return k.write()
+}
+
+// write writes the file; k.mu is held.
+func (k *marks) write() error {
 	if k.path == "" {
 		return nil
 	}
-	data, _ := json.Marshal(marksFile{Revisions: k.m})
+	data, _ := json.Marshal(marksFile{Revisions: k.m, Instance: k.instance})
 	tmp := k.path + ".tmp"
 	err := os.MkdirAll(filepath.Dir(k.path), 0o700)
 	if err == nil {
@@ -113,7 +144,7 @@ func (p *Planner) mark(rev int) {
 	k.err = err
 	k.mu.Unlock()
 	if err != nil && !said {
-		p.cfg.Log.Error().Err(err).Str("plan", p.cfg.Plan).Msg("cannot keep the plan's revision high-water mark: should the plan stream be lost, revision numbers could repeat")
+		p.log.Error().Err(err).Msg("cannot keep the plan's revision high-water mark: should the plan stream be lost, revision numbers could repeat")
 	}
 }
 
@@ -138,7 +169,7 @@ func (p *Planner) aboveMark(sp *bus.StoredPlan) *bus.StoredPlan {
 	if sp == nil {
 		why = fmt.Sprintf("the plan history was lost: the plan stream has no revision, but revision %d was published before", mark)
 	}
-	p.cfg.Log.Error().Str("plan", p.cfg.Plan).Int("stream_revision", have).Int("high_water", mark).
+	p.log.Error().Int("stream_revision", have).Int("high_water", mark).
 		Msg(why + "; the next revision continues after it")
 	doc := plan.Document{Header: plan.Header{Name: p.cfg.Plan, Revision: mark, Error: why}}
 	stand := &bus.StoredPlan{Plan: &planner.Plan{Document: doc}, Base: mark, Unreadable: true, Orphan: true}

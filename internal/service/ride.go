@@ -319,7 +319,7 @@ func (l *loop) outageOf(p *Planner) bool {
 		why = "vanished while NATS was away (their keys expired, not the nodes)"
 	}
 	p.note = fmt.Sprintf("%d of %d nodes %s: waited up to %s for them to report again", lost, len(nodes), why, p.cfg.Settle)
-	l.log.Warn().Str("plan", p.cfg.Plan).Int("lost", lost).Int("nodes", len(nodes)).Bool("reconnected", reconnected).Dur("settle", p.cfg.Settle).
+	p.log.Warn().Int("lost", lost).Int("nodes", len(nodes)).Bool("reconnected", reconnected).Str("settle", dur(p.cfg.Settle)).
 		Msg("nodes of the plan vanished in an inventory outage: waiting for them to report again")
 	return true
 }

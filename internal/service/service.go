@@ -199,6 +199,12 @@ type Planner struct {
 	failures       int
 	// marks are the plans' revision high-water marks (revisions.go).
 	marks *marks
+	// log is cfg.Log naming the plan: each line about this plan says
+	// which, once. (The loop's own lines, about every plan, name none.)
+	log zerolog.Logger
+	// gaugeMu keeps the leader gauges (leaderGauges) and a plan's
+	// removal (drop) from crossing: a removed plan's series stay ended.
+	gaugeMu sync.Mutex
 }
 
 // New returns a planner; Run starts it.
@@ -255,6 +261,7 @@ func New(cfg Config) *Planner {
 		expired:   map[string]bool{},
 		pulse:     newPulse(nil),
 		marks:     newMarks(cfg.StateFile),
+		log:       cfg.Log.With().Str("plan", cfg.Plan).Logger(),
 	}
 	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
 	if plans != nil {
@@ -273,6 +280,7 @@ func (p *Planner) sibling(name string) *Planner {
 	s := &Planner{
 		cfg: cfg, plans: p.plans, specs: p.specs, inv: p.inv, lead: p,
 		live: newView(), reported: map[string]bool{}, assignSeq: map[string]uint64{}, expired: map[string]bool{},
+		log: cfg.Log.With().Str("plan", name).Logger(),
 	}
 	s.live.lead = &p.live
 	p.mu.Lock()
@@ -368,6 +376,14 @@ func (p *Planner) Run(ctx context.Context) error {
 	if err := p.marks.load(); err != nil {
 		return err
 	}
+	if p.plans != nil {
+		// Named in the state file, this planner's lease is known for its
+		// predecessor's by the next planner on this state, should this
+		// one die without giving it back.
+		if err := p.marks.claim(p.plans.Publisher); err != nil {
+			p.cfg.Log.Warn().Err(err).Msg("cannot name this planner in its state file: a planner restarted on it takes this one's lease, should it be left behind, for another planner's")
+		}
+	}
 	latest, ok, err := p.startRetrying(ctx)
 	if err != nil || !ok {
 		return err
@@ -380,6 +396,8 @@ func (p *Planner) Run(ctx context.Context) error {
 	}
 	p.reconcile = latest != nil
 	p.mu.Unlock()
+	// Its gauges say the latest at once, not at the next revision.
+	p.gauges(latest)
 	if !p.cfg.NoService {
 		svc, err := bus.AddService(p.cfg.NC, p)
 		if err != nil {
@@ -397,7 +415,7 @@ func (p *Planner) Run(ctx context.Context) error {
 	p.mu.Lock()
 	p.elected = true
 	p.mu.Unlock()
-	p.cfg.Metrics.Leading(p.cfg.Plan, false)
+	p.leaderGauges()
 	defer l.close()
 	return l.run(ctx)
 }
@@ -419,7 +437,7 @@ func (p *Planner) startRetrying(ctx context.Context) (*bus.StoredPlan, bool, err
 			return nil, false, nil
 		}
 		wait := bus.Backoff(attempt)
-		p.cfg.Log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot start (JetStream away, or the stream refuses); retrying")
+		p.cfg.Log.Warn().Err(err).Str("retry_in", dur(wait)).Msg("cannot start (JetStream away, or the stream refuses); retrying")
 		select {
 		case <-ctx.Done():
 			return nil, false, nil
@@ -505,7 +523,7 @@ func (p *Planner) seedSpec(ctx context.Context) error {
 	case err == nil && sameSpec(cur, p.cfg.Spec):
 		return nil
 	case err != nil && p.cfg.ReplaceSpec:
-		p.cfg.Log.Warn().Str("plan", p.cfg.Plan).Msg("--replace-spec: no stored spec could be read; storing --spec")
+		p.log.Warn().Msg("--replace-spec: no stored spec could be read; storing --spec")
 	case err != nil:
 		// None stored: create, so that of two planners starting at once
 		// the first one's stays.
@@ -518,11 +536,11 @@ func (p *Planner) seedSpec(ctx context.Context) error {
 		}
 		return nil
 	case err == nil && !p.cfg.ReplaceSpec:
-		p.cfg.Log.Warn().Str("plan", p.cfg.Plan).Uint64("spec_revision", rev).
+		p.log.Warn().Uint64("spec_revision", rev).
 			Msg("the stored spec differs from --spec: keeping the stored one, set since (planner spec set); --replace-spec makes the file win")
 		return nil
 	case err == nil:
-		p.cfg.Log.Info().Str("plan", p.cfg.Plan).Uint64("replaced_revision", rev).Msg("--replace-spec: storing --spec over the stored spec")
+		p.log.Info().Uint64("replaced_revision", rev).Msg("--replace-spec: storing --spec over the stored spec")
 	}
 	_, err = p.specs.Put(ctx, p.cfg.Plan, p.cfg.Spec)
 	return err

@@ -1,0 +1,129 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+)
+
+// specRevisions is `planner spec ls --output json`: plan → spec revision.
+func specRevisions(t *testing.T, server string) map[string]uint64 {
+	t.Helper()
+	code, out, errOut := run(t, "spec", "ls", "--output", "json", "--server", server)
+	if code != 0 {
+		t.Fatalf("spec ls: exit %d: %s", code, errOut)
+	}
+	var ls []specListing
+	if err := json.Unmarshal([]byte(out), &ls); err != nil {
+		t.Fatalf("spec ls: %v\n%s", err, out)
+	}
+	revs := map[string]uint64{}
+	for _, l := range ls {
+		revs[l.Plan] = l.SpecRevision
+	}
+	return revs
+}
+
+// TestSpecSetValidates: spec set stores a spec that can be placed now,
+// refuses one that cannot (exit 1, validate's reason, nothing stored),
+// stores it with --force and says so, and refuses a spec with an error
+// of its own (exit 2) forced or not.
+func TestSpecSetValidates(t *testing.T) {
+	server, serveErr := startQuickServe(t)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		code, _, errOut := run(t, "lookup", "train", "0", "--server", server)
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no first plan: %s (serve: %s)", errOut, serveErr.String())
+		}
+	}
+	before := specRevisions(t, server)["default"]
+
+	// Feasible as default's spec (its own GPUs not in its way).
+	code, out, errOut := run(t, "spec", "set", "--plan", "default", "../../examples/vllm-tp4.yaml", "--server", server)
+	if code != 0 || !strings.Contains(out, "spec of plan default stored") || errOut != "" {
+		t.Fatalf("spec set vllm-tp4: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	stored := specRevisions(t, server)["default"]
+	if stored <= before {
+		t.Fatalf("spec revision %d after spec set, was %d", stored, before)
+	}
+
+	// 40 GPUs of 32: refused, with validate's reason; nothing stored.
+	big := writeFile(t, "big.yaml", "scheduling: {train: {worker_num: 40, num_cpus: 1, num_gpus: 1}}\n")
+	code, out, errOut = run(t, "spec", "set", "--plan", "default", big, "--server", server)
+	if code != 1 || out != "" || !strings.Contains(errOut, "spec of plan default not stored: it cannot be placed now: Insufficient GPUs: required 40.0, available 32") ||
+		!strings.Contains(errOut, "--force") {
+		t.Errorf("spec set of 40 GPUs: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	// The reasons come under "why", as validate gives them.
+	huge := writeFile(t, "huge.yaml", "scheduling: {eval: {worker_num: 1, num_cpus: 0, num_gpus: 16}}\n")
+	code, _, errOut = run(t, "spec", "set", "--plan", "default", huge, "--server", server)
+	if code != 1 || !strings.Contains(errOut, "spec of plan default not stored: it cannot be placed now") ||
+		!strings.Contains(errOut, "why\n  eval: 0 of 1 placed\n    excluded: fewer than 16 healthy GPUs on") {
+		t.Errorf("spec set of a 16-GPU worker: exit %d\nstderr %s", code, errOut)
+	}
+	// A new plan likewise.
+	code, _, errOut = run(t, "spec", "set", "--plan", "exp", big, "--server", server)
+	if code != 1 || !strings.Contains(errOut, "spec of plan exp not stored: it cannot be placed now: Insufficient GPUs: required 40.0") {
+		t.Errorf("spec set of 40 GPUs as plan exp: exit %d\nstderr %s", code, errOut)
+	}
+	// A spec with an error of its own: exit 2, forced or not.
+	bad := writeFile(t, "bad.yaml", "scheduling: {train: {worker_num: 4, num_cpus: 1, num_gpus: 1}}\nplacement: {strategy: disagregate}\n")
+	for _, force := range []bool{false, true} {
+		args := []string{"spec", "set", "--plan", "default", bad, "--server", server}
+		if force {
+			args = append(args, "--force")
+		}
+		if code, _, errOut = run(t, args...); code != 2 || !strings.Contains(errOut, "placement.strategy: disagregate is not allowed") {
+			t.Errorf("spec set of a bad spec (force %v): exit %d, stderr %s", force, code, errOut)
+		}
+	}
+	revs := specRevisions(t, server)
+	if revs["default"] != stored {
+		t.Errorf("spec revision %d after refusals, want %d: something was stored", revs["default"], stored)
+	}
+	if _, ok := revs["exp"]; ok {
+		t.Errorf("plan exp has a spec after a refusal: %v", revs)
+	}
+
+	// Forced: stored, and stderr says it cannot be placed now.
+	code, out, errOut = run(t, "spec", "set", "--plan", "default", big, "--force", "--server", server)
+	if code != 0 || !strings.Contains(out, "spec of plan default stored") ||
+		!strings.Contains(errOut, "warning: plan default: stored (--force), but it cannot be placed now: Insufficient GPUs: required 40.0, available 32") {
+		t.Errorf("spec set --force of 40 GPUs: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	if got := specRevisions(t, server)["default"]; got <= stored {
+		t.Errorf("spec revision %d after spec set --force, was %d", got, stored)
+	}
+}
+
+// TestSpecSetWithoutPlanner: with no planner to validate, spec set says
+// so and stores nothing, unless --force.
+func TestSpecSetWithoutPlanner(t *testing.T) {
+	ns, server, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+
+	code, out, errOut := run(t, "spec", "set", "--plan", "exp", "../../examples/experiment.yaml", "--server", server)
+	if code != 1 || out != "" || !strings.Contains(errOut, "spec of plan exp not stored: no planner answers poolplanner.validate") {
+		t.Errorf("spec set without a planner: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	if revs := specRevisions(t, server); len(revs) != 0 {
+		t.Errorf("specs stored after a refusal: %v", revs)
+	}
+	code, out, errOut = run(t, "spec", "set", "--plan", "exp", "../../examples/experiment.yaml", "--force", "--server", server)
+	if code != 0 || !strings.Contains(out, "spec of plan exp stored") || !strings.Contains(errOut, "stored without validation (--force): no planner answers poolplanner.validate") {
+		t.Errorf("spec set --force without a planner: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	if revs := specRevisions(t, server); revs["exp"] == 0 {
+		t.Errorf("no spec of plan exp after spec set --force: %v", revs)
+	}
+}

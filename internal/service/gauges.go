@@ -1,0 +1,45 @@
+package service
+
+import "github.com/poolplanner/poolplanner/internal/bus"
+
+// A plan's gauges (revision, valid, workers, GPUs, priority, preempted)
+// say its latest revision, whoever published it: set when this planner
+// publishes one, adopts another planner's, and reads the latest at
+// start or when a spec appears (so that a restarted planner's metrics
+// show every plan before any new revision). Whether this planner leads
+// is one lease for every plan: each plan it plans has the leader gauge,
+// 1 or 0 alike. A removed plan's series all end.
+
+// gauges sets the plan's gauges from sp, its latest revision: nothing
+// for none, or for a stand-in whose placement is not known (aboveMark);
+// a revision that says the plan was removed ends its series.
+func (p *Planner) gauges(sp *bus.StoredPlan) {
+	if sp == nil || sp.Unreadable || sp.Plan == nil {
+		return
+	}
+	pl := sp.Plan
+	if pl.Removed {
+		t := p.top()
+		t.gaugeMu.Lock()
+		defer t.gaugeMu.Unlock()
+		p.cfg.Metrics.Removed(p.cfg.Plan)
+		return
+	}
+	p.cfg.Metrics.Published(p.cfg.Plan, pl.Revision, pl.Valid, pl.Workers.Len(), gpusHeld(pl), 0)
+	p.cfg.Metrics.Shared(p.cfg.Plan, pl.Priority, len(pl.PreemptedBy) > 0)
+}
+
+// leaderGauges sets the leader gauge of every plan p's loop plans: 1
+// while this planner holds the lease, else 0.
+func (p *Planner) leaderGauges() {
+	t := p.top()
+	if t.cfg.Metrics == nil {
+		return
+	}
+	t.gaugeMu.Lock()
+	defer t.gaugeMu.Unlock()
+	leading := t.leading() != 0
+	for _, s := range t.states() {
+		t.cfg.Metrics.Leading(s.cfg.Plan, leading)
+	}
+}
