@@ -67,6 +67,10 @@ const (
 	MovedHeader  = "Poolplanner-Moved"
 	ReasonHeader = "Poolplanner-Reason"
 	ErrorHeader  = "Poolplanner-Error"
+	// StateHeader repeats the event's state: valid, degraded (its
+	// workers run, some are unplaced) or invalid (plan.Header.State).
+	// Events from before states have none: ValidHeader says.
+	StateHeader = "Poolplanner-State"
 	// SpecDigestHeader carries a digest of the spec a plan was made from.
 	SpecDigestHeader = "Poolplanner-Spec-Digest"
 	// PlannerHeader names the planner instance that published an event.

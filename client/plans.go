@@ -15,6 +15,14 @@ import (
 
 // Revision is one revision of a plan: its event as the stream holds it
 // and its document, whole.
+//
+// A document that places workers is valid (every worker placed) or
+// degraded (Document.State "degraded": a fault left some workers without
+// a place; Valid is false, the workers it places run, and Unplaced lists
+// the others with where they ran last, to which they return). Launchers
+// run the workers of either: test Document.Placed(), not Valid. A
+// document whose PendingSpec is set keeps the last spec's placement
+// while the stored spec cannot be placed.
 type Revision struct {
 	Event    *plan.Event
 	Document *plan.Document
@@ -27,10 +35,13 @@ type Revision struct {
 
 // Info is one revision as a history lists it, read from its headers.
 type Info struct {
-	Revision  int
-	Seq       uint64
-	Time      time.Time
-	Valid     bool
+	Revision int
+	Seq      uint64
+	Time     time.Time
+	Valid    bool
+	// State is valid, degraded or invalid (plan.Header.State); for an
+	// event from before states, what Valid says.
+	State     string
 	Moved     int
 	Reason    string
 	Error     string
@@ -43,7 +54,12 @@ func infoOf(seq uint64, t time.Time, h nats.Header) Info {
 	rev, _ := strconv.Atoi(h.Get(RevisionHeader))
 	base, _ := strconv.Atoi(h.Get(BaseHeader))
 	moved, _ := strconv.Atoi(h.Get(MovedHeader))
-	return Info{Revision: rev, Seq: seq, Time: t, Valid: h.Get(ValidHeader) == "true", Moved: moved,
+	valid := h.Get(ValidHeader) == "true"
+	state := h.Get(StateHeader)
+	if valid || state != plan.StateDegraded {
+		state = (&plan.Header{Valid: valid}).PlanState()
+	}
+	return Info{Revision: rev, Seq: seq, Time: t, Valid: valid, State: state, Moved: moved,
 		Reason: h.Get(ReasonHeader), Error: h.Get(ErrorHeader), Kind: h.Get(KindHeader), Base: base, Publisher: h.Get(PlannerHeader)}
 }
 

@@ -81,3 +81,55 @@ func FuzzReplay(f *testing.F) {
 		_ = r.Document().AppendJSON(nil)
 	})
 }
+
+// seedDegraded takes env 0's node b away: revision 2 is degraded, env 0
+// unplaced where it ran.
+const seedDegraded = `{"name":"default","revision":2,"valid":false,"error":"degraded: 1 worker unplaced (env 0: node left b): Insufficient GPUs","state":"degraded",
+"unplaced":[{"component":"env","index":0,"reason":"node left b","pool":"rollout_pool","node_id":"b","gpus":[0],"gpu_uuids":["GPU-b-0"]}],
+"pending_spec":{"reason":"Insufficient GPUs: required 4.0, available 2"},"moved":0,"base":1,"change":{
+"nodes":[{"node_id":"b"}],"pools":[{"name":"train_pool"},{"name":"rollout_pool","drop":["b"]}],"export":{"node_ids":[false,false],"worker_counts":[0,0,0]}}}`
+
+// TestReplayDegraded: a degraded revision travels as any other: its
+// state, unplaced workers and pending spec are in the header, its
+// placement what it still places; a document from before states reads
+// as valid or invalid by its valid.
+func TestReplayDegraded(t *testing.T) {
+	var base plan.Document
+	var ev plan.Event
+	if err := json.Unmarshal([]byte(seedDoc), &base); err != nil {
+		t.Fatal(err)
+	}
+	if base.State != "" || base.PlanState() != plan.StateValid || !base.Placed() {
+		t.Fatalf("a document from before states: state %q reads %q", base.State, base.PlanState())
+	}
+	if err := json.Unmarshal([]byte(seedDegraded), &ev); err != nil {
+		t.Fatal(err)
+	}
+	r := plan.NewReplay(&base)
+	if err := r.Apply(&ev); err != nil {
+		t.Fatal(err)
+	}
+	d := r.Document()
+	if d.PlanState() != plan.StateDegraded || !d.Placed() || d.Valid || d.Workers.Len() != 3 || len(d.Unplaced) != 1 {
+		t.Fatalf("revision 2: %s", d.AppendJSON(nil))
+	}
+	if u := d.Unplaced[0]; u.Component != plan.Env || u.NodeID != "b" || len(u.GPUs) != 1 || u.GPUUUIDs[0] != "GPU-b-0" || u.Reason != "node left b" {
+		t.Errorf("unplaced %+v", u)
+	}
+	if d.PendingSpec == nil || d.PendingSpec.Reason == "" {
+		t.Errorf("pending spec %+v", d.PendingSpec)
+	}
+	// Written and read back, the same.
+	var back plan.Document
+	if err := json.Unmarshal(d.AppendJSON(nil), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.State != plan.StateDegraded || len(back.Unplaced) != 1 || back.PendingSpec == nil || back.Workers.Len() != 3 {
+		t.Fatalf("read back: %s", back.AppendJSON(nil))
+	}
+	// Removed, or invalid, whatever its state field says: nothing placed.
+	back.Removed = true
+	if back.Placed() || back.PlanState() != plan.StateInvalid {
+		t.Errorf("a removed plan reads as %q", back.PlanState())
+	}
+}

@@ -85,8 +85,26 @@ type Header struct {
 	Mode        string    `json:"mode"`
 	Strategy    string    `json:"strategy"`
 	EnvStrategy string    `json:"env_strategy"`
-	Valid       bool      `json:"valid"`
-	Error       string    `json:"error"`
+	// Valid is true only when every worker the spec asks for is placed
+	// (State "valid"); old readers rely on it. Error says why not.
+	Valid bool   `json:"valid"`
+	Error string `json:"error"`
+	// State is "valid" (every worker placed), "degraded" (the plan keeps
+	// every worker whose place still holds and lists the others in
+	// Unplaced: a fault, not a release) or "invalid" (no placement).
+	// Always written; a document from before states has none: read it
+	// with PlanState.
+	State string `json:"state"`
+	// Unplaced are a degraded plan's workers that have no place now, each
+	// with why and where it ran last (empty for one never placed). Its
+	// GPUs there stay the plan's: when they come back the worker returns
+	// to them.
+	Unplaced []Unplaced `json:"unplaced,omitempty"`
+	// PendingSpec is set while the plan's stored spec cannot be placed:
+	// the placement (and Demands) are the last spec's, kept in force, and
+	// the reason says why the new spec waits. The plan moves to the new
+	// spec as soon as it fits.
+	PendingSpec *PendingSpec `json:"pending_spec,omitempty"`
 	// Moved counts workers whose place changed from the previous revision.
 	Moved    int      `json:"moved"`
 	Warnings []string `json:"warnings,omitempty"`
@@ -106,6 +124,52 @@ type Header struct {
 	// the plan's last revision.
 	Removed bool `json:"removed,omitempty"`
 }
+
+// The states of a plan document (Header.State).
+const (
+	StateValid    = "valid"
+	StateDegraded = "degraded"
+	StateInvalid  = "invalid"
+)
+
+// Unplaced is a worker of a degraded plan that has no place now.
+type Unplaced struct {
+	Component Component `json:"component"`
+	Index     int       `json:"index"`
+	// Reason says why it left its place and found no other, as a
+	// revision's reason says it ("node left n3", "GPU unhealthy n1:3").
+	Reason string `json:"reason"`
+	// Pool, NodeID, GPUs and GPUUUIDs are where it ran last (empty: it
+	// never ran): the place it returns to when that place holds again.
+	Pool     string   `json:"pool,omitempty"`
+	NodeID   string   `json:"node_id,omitempty"`
+	GPUs     []int    `json:"gpus,omitempty"`
+	GPUUUIDs []string `json:"gpu_uuids,omitempty"`
+}
+
+// PendingSpec says that the plan's stored spec is not yet in force, and
+// why.
+type PendingSpec struct {
+	Reason string `json:"reason"`
+}
+
+// PlanState is the document's state: State, or for a document from
+// before states (or one whose State was not kept up to date) what Valid
+// and Removed say.
+func (h *Header) PlanState() string {
+	switch {
+	case h.Valid:
+		return StateValid
+	case h.State == StateDegraded && !h.Removed:
+		return StateDegraded
+	}
+	return StateInvalid
+}
+
+// Placed reports whether the document places workers that hold their
+// GPUs: a valid plan, or a degraded one (some of its workers unplaced).
+// Launchers run the workers of either; only an invalid plan has none.
+func (h *Header) Placed() bool { return h.PlanState() != StateInvalid }
 
 // Placement is where a plan puts everything: the rlightning export, the
 // pools, the workers, the buffers' train workers, and the reasons

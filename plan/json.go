@@ -67,6 +67,7 @@ func (p *Document) appendHead(b []byte) []byte {
 	b = strconv.AppendBool(b, p.Valid)
 	b = append(b, `,"error":`...)
 	b = appendString(b, p.Error)
+	b = p.Header.appendState(b)
 	b = p.Header.appendWhy(b)
 	b = p.Placement.appendHead(b)
 	return append(b, `,"workers":`...)
@@ -130,6 +131,47 @@ func (p *Placement) appendTail(b []byte) []byte {
 			b = appendString(b, n.Reason)
 			return append(b, '}')
 		})
+	}
+	return b
+}
+
+// appendState writes the state, the unplaced workers and the pending
+// spec, each after a comma.
+func (p *Header) appendState(b []byte) []byte {
+	b = append(b, `,"state":`...)
+	b = appendString(b, p.State)
+	if len(p.Unplaced) > 0 {
+		b = append(b, `,"unplaced":`...)
+		b = appendList(b, p.Unplaced, func(b []byte, u Unplaced) []byte {
+			b = append(b, `{"component":`...)
+			b = appendString(b, string(u.Component))
+			b = append(b, `,"index":`...)
+			b = strconv.AppendInt(b, int64(u.Index), 10)
+			b = append(b, `,"reason":`...)
+			b = appendString(b, u.Reason)
+			if u.Pool != "" {
+				b = append(b, `,"pool":`...)
+				b = appendString(b, u.Pool)
+			}
+			if u.NodeID != "" {
+				b = append(b, `,"node_id":`...)
+				b = appendString(b, u.NodeID)
+			}
+			if len(u.GPUs) > 0 {
+				b = append(b, `,"gpus":`...)
+				b = appendInts(b, u.GPUs)
+			}
+			if len(u.GPUUUIDs) > 0 {
+				b = append(b, `,"gpu_uuids":`...)
+				b = appendList(b, u.GPUUUIDs, appendString)
+			}
+			return append(b, '}')
+		})
+	}
+	if p.PendingSpec != nil {
+		b = append(b, `,"pending_spec":{"reason":`...)
+		b = appendString(b, p.PendingSpec.Reason)
+		b = append(b, '}')
 	}
 	return b
 }

@@ -20,6 +20,15 @@ type (
 	Explanation     = plan.Explanation
 	ReasonCount     = plan.ReasonCount
 	Note            = plan.Note
+	Unplaced        = plan.Unplaced
+	PendingSpec     = plan.PendingSpec
+)
+
+// The states of a plan (plan.Header.State).
+const (
+	StateValid    = plan.StateValid
+	StateDegraded = plan.StateDegraded
+	StateInvalid  = plan.StateInvalid
 )
 
 // The worker kinds a spec schedules.
@@ -38,6 +47,19 @@ var gpuComponents = plan.GPUComponents
 // next incremental run.
 type Plan struct {
 	plan.Document
-	// state is nil for a plan read back from JSON.
+	// state is nil for a plan read back from JSON, and for a degraded
+	// plan (its workers are not its run's slots).
 	state *planState
+	// spec is the spec the run that made the plan placed (nil: read back
+	// from JSON): a degraded plan's, or a kept placement's whose new spec
+	// is pending, is what the next run re-checks it against.
+	spec *Spec
+	// A degraded plan's cause is why its spec cannot be placed whole,
+	// before Error words it as degraded; afresh is the plan made afresh
+	// on the same room, which failed: what it is released as when a plan
+	// of higher priority takes its GPUs; takenBy names the plans holding
+	// GPUs of the workers its run could not keep (WhyPreempted).
+	cause   string
+	afresh  *Outcome
+	takenBy []string
 }

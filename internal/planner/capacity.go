@@ -6,8 +6,11 @@ import (
 )
 
 // demandsDoc lists the spec's scheduling entries, in component order.
-func (e *engine) demandsDoc() []Demand {
-	sc := e.spec.Scheduling
+func (e *engine) demandsDoc() []Demand { return demandsOf(e.spec) }
+
+// demandsOf lists spec's scheduling entries, in component order.
+func demandsOf(spec *Spec) []Demand {
+	sc := spec.Scheduling
 	var out []Demand
 	add := func(c Component, g *WorkerGroup) {
 		if g != nil {
@@ -82,14 +85,19 @@ func (e *engine) required() float64 {
 // worker never spans nodes, and counts the nodes too small for it.
 func (e *engine) checkWorkerSize() error {
 	largest, largestID := 0, ""
+	var healthiest *nodeState // the most healthy GPUs, held by other plans or not
+	most := 0
 	for _, ns := range e.table {
 		if len(ns.usable) > largest {
 			largest, largestID = len(ns.usable), ns.node.ID
 		}
+		if healthy := ns.node.GPUs - len(unhealthyOf(ns.node)); healthy > most && len(ns.node.HeldBy) > 0 {
+			most, healthiest = healthy, ns
+		}
 	}
 	for _, d := range e.demands {
 		ci := d.ci
-		for _, g := range d.groups {
+		for gi, g := range d.groups {
 			k := int(math.Round(g.NumGPUs))
 			if g.NumGPUs <= 1 || k <= largest || g.WorkerNum == 0 {
 				continue
@@ -98,8 +106,12 @@ func (e *engine) checkWorkerSize() error {
 			if largestID != "" {
 				where = fmt.Sprintf("the largest node, %s, has %d usable", largestID, largest)
 			}
+			if healthiest != nil && most >= k {
+				// Room that plans sharing the cluster hold, not too few GPUs.
+				where += fmt.Sprintf("; %s has %d healthy, %s", healthiest.node.ID, most, heldReason(healthiest.node))
+			}
 			for _, ns := range e.table {
-				e.exhaust(ci, TooFewGPUs(k), ns.node.ID)
+				e.exhaust(ci, e.tooFew(ns, group{ci, gi}, k), ns.node.ID)
 			}
 			return &PlanError{Msg: fmt.Sprintf("Cannot place %s: each worker needs %d GPUs of one node, and %s", d.comp, k, where)}
 		}

@@ -16,13 +16,16 @@ type Change struct {
 	Fresh    bool
 	FreshWhy string
 	// Displaced lists the workers placed again; only for an incremental
-	// plan.
+	// plan. Unplaced lists, for a degraded plan, the displaced workers it
+	// could not place again (its Unplaced).
 	Displaced []Displaced
+	Unplaced  []Displaced
 }
 
 // Summary is the change in one line for a plan's reason: "fresh plan:
 // ..." or "re-placed 3 workers (train 0-1: node left n2; eval 0: GPU
-// unhealthy n1:3)"; empty when nothing was displaced.
+// unhealthy n1:3)", then for a degraded plan "8 workers unplaced (env
+// 24-31: node left n3)"; empty when nothing was displaced.
 func (c *Change) Summary() string {
 	if c == nil {
 		return ""
@@ -30,10 +33,19 @@ func (c *Change) Summary() string {
 	if c.Fresh {
 		return "fresh plan: " + c.FreshWhy
 	}
-	if len(c.Displaced) == 0 {
-		return ""
+	var parts []string
+	if n := len(c.Displaced); n > 0 {
+		parts = append(parts, fmt.Sprintf("re-placed %d %s (%s)", n, plural(n, "worker", "workers"), groupDisplaced(c.Displaced)))
 	}
-	// Group indices by component and cause, in first-seen order.
+	if n := len(c.Unplaced); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d %s unplaced (%s)", n, plural(n, "worker", "workers"), groupDisplaced(c.Unplaced)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// groupDisplaced says which workers ds are, by component and cause, in
+// first-seen order: "train 0-1: node left n2; eval 0: GPU unhealthy n1:3".
+func groupDisplaced(ds []Displaced) string {
 	type group struct {
 		comp Component
 		why  string
@@ -41,7 +53,7 @@ func (c *Change) Summary() string {
 	}
 	var groups []*group
 	byKey := map[string]*group{}
-	for _, d := range c.Displaced {
+	for _, d := range ds {
 		why := d.Why
 		if d.Where != "" {
 			why += " " + d.Where
@@ -60,7 +72,7 @@ func (c *Change) Summary() string {
 		slices.Sort(g.idx)
 		parts[i] = fmt.Sprintf("%s %s: %s", g.comp, plan.FormatRanges(plan.RangesOf(g.idx)), g.why)
 	}
-	return fmt.Sprintf("re-placed %d %s (%s)", len(c.Displaced), plural(len(c.Displaced), "worker", "workers"), strings.Join(parts, "; "))
+	return strings.Join(parts, "; ")
 }
 
 // CountMoved counts the workers of next that are not where prev had them
@@ -141,11 +153,16 @@ func (e *engine) moved() int {
 }
 
 // SamePlacement reports whether b places everything where a does, with
-// the same pools, buffers and validity: only then is a new plan no news.
+// the same pools, buffers, validity, state, unplaced workers and pending
+// spec: only then is a new plan no news.
 // Plans made one from another share the worker chunks neither changed,
 // and those compare at no cost.
 func SamePlacement(a, b *Plan) bool {
 	if a.Valid != b.Valid || a.Error != b.Error || a.Workers.Len() != b.Workers.Len() || len(a.Pools) != len(b.Pools) {
+		return false
+	}
+	if a.PlanState() != b.PlanState() || !slices.EqualFunc(a.Unplaced, b.Unplaced, sameUnplaced) ||
+		(a.PendingSpec == nil) != (b.PendingSpec == nil) || a.PendingSpec != nil && *a.PendingSpec != *b.PendingSpec {
 		return false
 	}
 	chunks := b.Workers.Chunks()
@@ -181,6 +198,13 @@ func sameWorker(a, b *Worker) bool {
 	return a.Component == b.Component && a.Index == b.Index && a.Pool == b.Pool && a.NodeID == b.NodeID &&
 		a.IP == b.IP && a.GPUShare == b.GPUShare && a.CPUs == b.CPUs &&
 		slices.Equal(a.GPUs, b.GPUs) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs)
+}
+
+// sameUnplaced compares two unplaced workers field by field, a nil and
+// an empty list alike.
+func sameUnplaced(a, b Unplaced) bool {
+	return a.Component == b.Component && a.Index == b.Index && a.Reason == b.Reason && a.Pool == b.Pool &&
+		a.NodeID == b.NodeID && slices.Equal(a.GPUs, b.GPUs) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs)
 }
 
 func samePoolNode(a, b PoolNode) bool {

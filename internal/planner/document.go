@@ -35,14 +35,16 @@ func (e *engine) finish(err error) (*Plan, error) {
 	if sp.Mode == ModeManual {
 		doc.Strategy, doc.EnvStrategy = "", ""
 	}
+	doc.spec = e.spec
 	if err != nil {
 		e.invalid = true
+		doc.State = StateInvalid
 		doc.Error = err.Error()
 		doc.Explanations = e.explain()
 		doc.Notes = e.notesDoc()
 		return doc, err
 	}
-	doc.Valid = true
+	doc.Valid, doc.State = true, StateValid
 	doc.StorageToTrainWorkers, e.bufferMoves = e.placeBuffers()
 	if e.store != nil {
 		doc.Workers = e.store.workers()

@@ -139,6 +139,21 @@ type engine struct {
 	invalid    bool // the run failed: its plan places nothing
 	warnings   []string
 	displaced  []Displaced
+	// degrade: a run that cannot place every worker still makes a plan
+	// of those it placed, a degraded plan (degrade.go); capErr is then
+	// the capacity arithmetic's failure, which does not stop it; unseated
+	// are the slots of the displaced workers not placed again yet;
+	// keepOnly places none of them, only keeps. takenBy names the plans
+	// holding GPUs of previous workers that could not stay (WhyPreempted).
+	degrade  bool
+	keepOnly bool
+	capErr   error
+	unseated map[int]Displaced
+	takenBy  []string
+	// skippedNodes counts the manual pools' nodes a degraded run leaves
+	// out (gone, or changed); skippedCounts, the worker_counts they had.
+	skippedNodes  int
+	skippedCounts [nComp][]int
 	// prev is the previous plan of an incremental run; fast is set when
 	// the run started from its state (adoptFast), prevBuffers is the node
 	// of each of its buffers (-1: gone), and room the nodes with room
@@ -419,7 +434,7 @@ func (e *engine) fill(tg target, at int32, d *demand, gpus []int) (int, stopReas
 // else why not, noted when the node took none of d's workers (placed).
 func (e *engine) fillMulti(tg target, at int32, ns *nodeState, d *demand, gpus []int, pos *int, placed, count int, cpus float64) stopReason {
 	if len(gpus) < count {
-		e.passedOver(ns, d, placed, nil, TooFewGPUs(count))
+		e.passedOver(ns, d, placed, nil, e.tooFew(ns, group{d.ci, d.gi}, count))
 		return stopTooSmall
 	}
 	held, why, compromise := e.pickLinked(ns, d.ci, d.gi, gpus, pos, count)
@@ -592,6 +607,9 @@ func (e *engine) record(tg target, at int32, ns *nodeState, s seat) {
 		return
 	}
 	slot := e.base[ci] + index
+	if e.unseated != nil {
+		delete(e.unseated, slot)
+	}
 	ns.addSlot(slot)
 	name := tg.pool.name
 	w := Worker{Component: gpuComponents[ci], Index: index, Pool: name, NodeID: ns.node.ID, IP: ns.node.IP, CPUs: g.NumCPUs}

@@ -30,6 +30,47 @@ const (
 // of one node.
 func TooFewGPUs(k int) string { return fmt.Sprintf(reasonTooFew, k) }
 
+// ReasonHeldBy, followed by plan names ("held by plan a, plan b"), is
+// the reason a node is excluded when other plans sharing the cluster
+// hold the healthy GPUs it lacks (PlanAll): never "no healthy GPUs" or
+// "fewer than k healthy GPUs" for GPUs that are healthy.
+const ReasonHeldBy = "held by plan "
+
+// heldReason says which other plans hold n's healthy GPUs ("held by plan
+// a, plan b"); "" when none does.
+func heldReason(n *Node) string {
+	var names []string
+	for g, name := range n.HeldBy {
+		if name != "" && g < n.GPUs && n.Healthy(g) && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	slices.Sort(names)
+	return ReasonHeldBy + strings.Join(names, ", plan ")
+}
+
+// tooFew is why node ns has too few GPUs group g may use for a worker of
+// count: too few healthy ones (TooFewGPUs), or, where enough are healthy
+// but other plans hold some, which plans hold them.
+func (e *engine) tooFew(ns *nodeState, g group, count int) string {
+	n := ns.node
+	if len(n.HeldBy) > 0 {
+		healthy, c := 0, e.con(g)
+		for x := 0; x < n.GPUs; x++ {
+			if n.Healthy(x) && (!c.any() || e.gpuAllowed(g, n, x)) {
+				healthy++
+			}
+		}
+		if why := heldReason(n); healthy >= count && why != "" {
+			return why
+		}
+	}
+	return TooFewGPUs(count)
+}
+
 // maxExamples bounds the node ids an explanation names per reason.
 const maxExamples = 8
 
@@ -133,7 +174,7 @@ func (e *engine) displacedCounts(c Component) []ReasonCount {
 	nodes := map[string]map[string]bool{}
 	var out []*ReasonCount
 	for _, d := range e.displaced {
-		if d.Component != c {
+		if d.Component != c || e.isUnseated(d) {
 			continue
 		}
 		rc := byWhy[d.Why]

@@ -8,7 +8,9 @@ import (
 )
 
 // checkPlan checks the invariants every valid plan holds (the conformance
-// README's list) and returns the first few violations.
+// README's list) and returns the first few violations. A degraded plan
+// holds them for the workers it places, which with its unplaced ones
+// are every worker the spec asks for, each once.
 func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 	var errs []string
 	bad := func(format string, args ...any) {
@@ -39,16 +41,30 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 	for _, w := range p.Workers.Slice() {
 		byComp[w.Component] = append(byComp[w.Component], w)
 	}
+	unplaced := map[Component][]int{}
+	switch st := p.PlanState(); {
+	case st == StateDegraded && len(p.Unplaced) == 0:
+		bad("degraded without unplaced workers")
+	case st != StateDegraded && len(p.Unplaced) > 0:
+		bad("%s with %d unplaced workers", st, len(p.Unplaced))
+	}
+	for _, u := range p.Unplaced {
+		unplaced[u.Component] = append(unplaced[u.Component], u.Index)
+		if u.Reason == "" {
+			bad("unplaced %s[%d] without a reason", u.Component, u.Index)
+		}
+	}
 	for c, ds := range demands {
 		ws := byComp[c]
-		if len(ws) != len(ds) {
-			bad("%s: %d workers placed, want %d", c, len(ws), len(ds))
+		if len(ws)+len(unplaced[c]) != len(ds) {
+			bad("%s: %d workers placed and %d unplaced, want %d", c, len(ws), len(unplaced[c]), len(ds))
 			continue
 		}
-		idx := make([]int, len(ws))
+		idx := make([]int, len(ws), len(ds))
 		for i, w := range ws {
 			idx[i] = w.Index
 		}
+		idx = append(idx, unplaced[c]...)
 		sort.Ints(idx)
 		for i, x := range idx {
 			if x != i {

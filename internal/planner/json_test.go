@@ -13,7 +13,9 @@ import (
 )
 
 // TestAppendJSONMatchesEncodingJSON: the hand-written encoder writes the
-// document encoding/json writes, as far as any reader can tell.
+// document encoding/json writes, as far as any reader can tell: valid,
+// degraded (unplaced workers) and invalid plans, with a pending spec or
+// not.
 func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		nodes, spec := genNodes(t), genSpec(t)
@@ -31,6 +33,15 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 			}
 		}
 		p, _ := Compute(spec, nodes)
+		if p.Valid && len(nodes) > 1 && rapid.Bool().Draw(t, "degrade") {
+			// A node leaves: degraded (or valid elsewhere), unplaced
+			// workers with where they ran.
+			i := rapid.IntRange(0, len(nodes)-1).Draw(t, "leaves")
+			p, _, _ = Replan(p, spec, append(nodes[:i:i], nodes[i+1:]...))
+		}
+		if rapid.Bool().Draw(t, "pending") {
+			p.PendingSpec = &PendingSpec{Reason: rapid.String().Draw(t, "pendingReason")}
+		}
 		p.Name = rapid.String().Draw(t, "name")
 		p.Reason = rapid.String().Draw(t, "reason")
 		p.CreatedAt = time.Unix(rapid.Int64Range(0, 1<<37).Draw(t, "t"), rapid.Int64Range(0, 1e9-1).Draw(t, "ns")).UTC()

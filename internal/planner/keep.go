@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -209,6 +210,9 @@ func (e *engine) displaceAll(ns *nodeState, why string) {
 }
 
 func (e *engine) displace(w *Worker, why, where string) {
+	if holder, ok := strings.CutPrefix(why, WhyPreempted); ok && !slices.Contains(e.takenBy, holder) {
+		e.takenBy = append(e.takenBy, holder)
+	}
 	e.displaced = append(e.displaced, Displaced{Component: w.Component, Index: w.Index, NodeID: w.NodeID, Why: why, Where: where})
 }
 
@@ -363,6 +367,7 @@ func (e *engine) adoptSlow() {
 			}
 		}
 	}
+	e.returnUnplaced(seen)
 	e.keepPrevReserve(byNode)
 	for _, d := range e.demands {
 		ci := d.ci

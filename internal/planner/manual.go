@@ -179,8 +179,13 @@ func (e *engine) checkManual() error {
 				}
 			}
 		}
+		for gi, k := range e.skippedCounts[ci] {
+			sums[gi] += k
+		}
 		needGPUs := gpusNeeded(d.groups) > 0
 		switch {
+		case e.skippedNodes > 0:
+			// Degraded: the pools' nodes that left gave it GPUs.
 		case needGPUs && !gpus:
 			e.exhaust(ci, ReasonNoPoolGPUs, "")
 			return &PlanError{Msg: fmt.Sprintf("Cannot place %s: %d workers, but no resource pool gives %s any GPUs", d.comp, d.asked, d.comp)}
@@ -224,39 +229,65 @@ func (e *engine) loadPools() error {
 		}
 		p := &poolRun{name: pc.Name, auto: -1}
 		offsets := make([]int, len(nodes)+1)
+		var pos []int // each entry's position among nodes
 		for j, at := range nodes {
-			used[at] = true
-			n := e.table[at].node
 			want := pc.NumGPUs[0]
 			if pc.NumGPUsList {
 				want = pc.NumGPUs[j]
 			}
-			if want != n.GPUs {
+			if at >= 0 && want != e.table[at].node.GPUs && !e.degrade {
+				n := e.table[at].node
 				return fieldErr(field+".num_gpus", "says %d GPUs for node %s, which has %d", want, n.ID, n.GPUs)
 			}
-			offsets[j+1] = offsets[j] + n.GPUs
+			for ci, c := range gpuComponents {
+				if counts := pc.WorkerCounts[c]; counts != nil && len(counts[j]) != len(e.demands[ci].groups) {
+					return fieldErr(fmt.Sprintf("%s.worker_counts.%s[%d]", field, c, j), "gives %d counts; want one per scheduling group of %s (%d)", len(counts[j]), c, len(e.demands[ci].groups))
+				}
+			}
+			offsets[j+1] = offsets[j] + want
+			if at < 0 || want != e.table[at].node.GPUs {
+				// Degraded: the node left, or changed; its share of the
+				// pool's ranges and counts is not placed.
+				e.skipPoolNode(pc, j)
+				continue
+			}
+			used[at] = true
 			en := &poolEntry{at: at, pool: len(e.pools)}
 			for ci, c := range gpuComponents {
-				groups := len(e.demands[ci].groups)
-				en.placed[ci] = make([]int, groups)
+				en.placed[ci] = make([]int, len(e.demands[ci].groups))
 				if counts := pc.WorkerCounts[c]; counts != nil {
-					if len(counts[j]) != groups {
-						return fieldErr(fmt.Sprintf("%s.worker_counts.%s[%d]", field, c, j), "gives %d counts; want one per scheduling group of %s (%d)", len(counts[j]), c, groups)
-					}
 					en.counts[ci] = counts[j]
 				}
 			}
 			p.entries = append(p.entries, en)
+			pos = append(pos, j)
 			if _, dup := e.entries[entryKey{pc.Name, at}]; !dup {
 				e.entries[entryKey{pc.Name, at}] = en
 			}
 		}
-		if err := e.loadRanges(field, pc, p, offsets); err != nil {
+		if err := e.loadRanges(field, pc, p, offsets, pos); err != nil {
 			return err
 		}
 		e.pools = append(e.pools, p)
 	}
 	return e.checkManual()
+}
+
+// skipPoolNode notes that node j of pool pc takes no part in a degraded
+// run (it left, or its GPUs changed): the worker_counts it would have
+// had still count towards the spec's sums.
+func (e *engine) skipPoolNode(pc PoolConfig, j int) {
+	for ci, c := range gpuComponents {
+		if counts := pc.WorkerCounts[c]; counts != nil {
+			if e.skippedCounts[ci] == nil {
+				e.skippedCounts[ci] = make([]int, len(e.demands[ci].groups))
+			}
+			for gi, k := range counts[j] {
+				e.skippedCounts[ci][gi] += k
+			}
+		}
+	}
+	e.skippedNodes++
 }
 
 // poolNodes resolves the nodes of pool pc.
@@ -265,14 +296,14 @@ func (e *engine) poolNodes(field string, pc PoolConfig, mixed bool, used []bool)
 	if pc.NodeIDs != nil {
 		for j, id := range pc.NodeIDs {
 			at := e.find(id)
-			if at < 0 {
+			if at < 0 && !e.degrade {
 				return nil, fieldErr(fmt.Sprintf("%s.node_ids[%d]", field, j), "node %q is not in the inventory", id)
 			}
-			nodes = append(nodes, at)
+			nodes = append(nodes, at) // -1, degraded: the node left
 		}
 		return nodes, nil
 	}
-	if mixed || pc.NumGPUsList {
+	if (mixed || pc.NumGPUsList) && !e.degrade {
 		return nil, &PlanError{Msg: ErrMixedNodesNeedIDs}
 	}
 	for at := range e.table {
@@ -283,21 +314,26 @@ func (e *engine) poolNodes(field string, pc PoolConfig, mixed bool, used []bool)
 			nodes = append(nodes, int32(at))
 		}
 	}
-	if len(nodes) < pc.NumNode {
+	if len(nodes) < pc.NumNode && !e.degrade {
 		return nil, &PlanError{Msg: fmt.Sprintf("Not enough nodes for resource pool %q: num_node is %d, %d unused nodes left", pc.Name, pc.NumNode, len(nodes))}
+	}
+	for len(nodes) < pc.NumNode {
+		nodes = append(nodes, -1) // degraded: too few nodes are left
 	}
 	return nodes, nil
 }
 
-// loadRanges splits the pool-global index strings among the pool's nodes.
-func (e *engine) loadRanges(field string, pc PoolConfig, p *poolRun, offsets []int) error {
+// loadRanges splits the pool-global index strings among the pool's nodes
+// (entry k is node pos[k] of the pool, whose GPUs begin at offsets[pos[k]]).
+func (e *engine) loadRanges(field string, pc PoolConfig, p *poolRun, offsets, pos []int) error {
 	last := offsets[len(offsets)-1]
 	for ci, c := range gpuComponents {
 		for _, r := range pc.Ranges[c] {
 			if r.Last >= last {
 				return fieldErr(field+"."+string(c), "index %d is beyond the pool's %d GPUs (0-%d)", r.Last, last, last-1)
 			}
-			for j, en := range p.entries {
+			for k, en := range p.entries {
+				j := pos[k]
 				lo, hi := max(r.First, offsets[j]), min(r.Last, offsets[j+1]-1)
 				if lo > hi {
 					continue

@@ -57,16 +57,34 @@ func Validate(spec *Spec, nodes []Node) error {
 // afresh and says why in the Change. Moved is set either way. Like
 // Compute it always returns a document and, when no valid plan exists,
 // the error too.
+//
+// A previous plan that places workers (valid or degraded) for this very
+// spec (keepsSpec) is never released for want of room: where neither an
+// incremental plan nor a fresh one places every worker, the plan is
+// degraded (degrade.go): every worker whose place still holds keeps it,
+// the displaced are placed where they can be, the rest are listed in
+// Unplaced, and the error is a *DegradedError.
 func Replan(prev *Plan, spec *Spec, nodes []Node) (*Plan, *Change, error) {
+	return replan(prev, spec, nodes, prev != nil && keepsSpec(prev, spec))
+}
+
+// replan is Replan; keep says whether a plan that cannot place every
+// worker is degraded rather than released.
+func replan(prev *Plan, spec *Spec, nodes []Node, keep bool) (*Plan, *Change, error) {
 	if why := freshWhy(prev, spec); why != "" {
 		return fresh(prev, spec, nodes, why)
 	}
 	e := newEngine(spec, Options{})
 	e.prev, e.prevState = prev, prev.state
+	e.degrade = keep
 	err := e.run(nodes)
 	var short *shortfallError
 	if errors.As(err, &short) {
-		return fresh(prev, spec, nodes, "the incremental plan could not place every worker: "+err.Error())
+		doc, ch, ferr := fresh(prev, spec, nodes, "the incremental plan could not place every worker: "+err.Error())
+		if ferr == nil || !keep {
+			return doc, ch, ferr
+		}
+		return degraded(e, prev, spec, nodes, &Outcome{doc, ch, ferr})
 	}
 	if comp := e.strictSpread(); err == nil && comp != "" {
 		return fresh(prev, spec, nodes, "nvlink_domain strict: the "+comp+" workers kept span several NVLink domains")
@@ -89,7 +107,7 @@ func fresh(prev *Plan, spec *Spec, nodes []Node, why string) (*Plan, *Change, er
 	doc, err := Compute(spec, nodes)
 	if err == nil {
 		doc.Moved = CountMoved(prev, doc)
-		if prev != nil && prev.Valid {
+		if prev != nil && prev.Placed() {
 			explainFresh(prev, doc, why)
 		}
 	}
@@ -131,7 +149,7 @@ func freshWhy(prev *Plan, spec *Spec) string {
 	switch {
 	case prev == nil:
 		return "first plan"
-	case !prev.Valid:
+	case !prev.Placed():
 		return "the previous plan was not valid"
 	case prev.Mode != sp.Mode:
 		return "placement changed"
@@ -158,7 +176,11 @@ func (e *engine) run(nodes []Node) error {
 		}
 	}
 	if err := e.checkCapacity(); err != nil {
-		return err
+		if !e.degrade {
+			return err
+		}
+		// Degraded, the plan places what it can all the same.
+		e.capErr = err
 	}
 	if e.rules.manual {
 		if err := e.loadPools(); err != nil {
@@ -177,8 +199,13 @@ func (e *engine) run(nodes []Node) error {
 			src[i] = int32(i)
 		}
 	}
+	if e.degrade {
+		e.seatDisplaced()
+	}
 	e.attempted = true
-	e.place(rankOrder(e.table, src))
+	if !e.keepOnly {
+		e.place(rankOrder(e.table, src))
+	}
 	if err := e.shortfall(); err != nil {
 		return &shortfallError{err}
 	}

@@ -2,6 +2,7 @@ package planner
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -193,13 +194,16 @@ func TestReplanFallsBack(t *testing.T) {
 		spec  *Spec
 		nodes []Node
 		fresh string // FreshWhy prefix; "" for an incremental attempt
-		valid bool
+		state string
 		err   string
 	}{
-		{"invalid previous", &Plan{Document: plan.Document{Header: plan.Header{Valid: false}}}, spec, nodes, "the previous plan was not valid", true, ""},
-		{"placement changed", first, colo, nodes, "placement changed", true, ""},
-		{"arithmetic refuses", first, spec, nodes[:2], "", false, "Insufficient GPUs"},
-		{"fragmented", fragPrev, frag, grown, "the incremental plan could not place every worker: Cannot place eval", true, ""},
+		{"invalid previous", &Plan{Document: plan.Document{Header: plan.Header{Valid: false}}}, spec, nodes, "the previous plan was not valid", StateValid, ""},
+		{"placement changed", first, colo, nodes, "placement changed", StateValid, ""},
+		// The same spec on too little: degraded, not released.
+		{"arithmetic refuses", first, spec, nodes[:2], "", StateDegraded, "Insufficient GPUs"},
+		// Another spec on too little: nothing to keep it for.
+		{"arithmetic refuses a new spec", first, mustSpec(t, strings.Replace(replanSpec, "worker_num: 16", "worker_num: 15", 1)), nodes[:2], "", StateInvalid, "Insufficient GPUs"},
+		{"fragmented", fragPrev, frag, grown, "the incremental plan could not place every worker: Cannot place eval", StateValid, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -207,13 +211,21 @@ func TestReplanFallsBack(t *testing.T) {
 			if ch.Fresh != (tt.fresh != "") || !strings.HasPrefix(ch.FreshWhy, tt.fresh) {
 				t.Errorf("change %+v, want fresh %q", ch, tt.fresh)
 			}
-			if p.Valid != tt.valid || (err == nil) != tt.valid || !strings.Contains(p.Error, tt.err) {
-				t.Errorf("valid %v err %v, want valid %v, error %q", p.Valid, err, tt.valid, tt.err)
+			valid := tt.state == StateValid
+			if p.Valid != valid || p.State != tt.state || (err == nil) != valid || !strings.Contains(p.Error, tt.err) {
+				t.Errorf("valid %v state %q err %v, want state %q, error %q", p.Valid, p.State, err, tt.state, tt.err)
 			}
-			if p.Valid {
+			switch tt.state {
+			case StateValid:
 				checkStrict(t, tt.spec, tt.nodes, p)
-			} else if p.Workers.Len() != 0 || len(p.Pools) != 0 || len(p.ResourcePool) != 0 || p.Moved != 0 {
-				t.Errorf("invalid plan carries a placement: %d workers, %d pools, moved %d", p.Workers.Len(), len(p.Pools), p.Moved)
+			case StateDegraded:
+				if errs := checkPlan(tt.spec, tt.nodes, p); len(errs) > 0 || p.Workers.Len() == 0 || len(p.Unplaced) == 0 {
+					t.Errorf("degraded plan: %d workers, %d unplaced: %v", p.Workers.Len(), len(p.Unplaced), errs)
+				}
+			default:
+				if p.Workers.Len() != 0 || len(p.Pools) != 0 || len(p.ResourcePool) != 0 || p.Moved != 0 {
+					t.Errorf("invalid plan carries a placement: %d workers, %d pools, moved %d", p.Workers.Len(), len(p.Pools), p.Moved)
+				}
 			}
 		})
 	}
@@ -451,7 +463,7 @@ func TestReplanProperties(t *testing.T) {
 				t.Fatalf("the replan wrote to the previous plan")
 			}
 			checkReplan(t, spec, prev, after, next, ch, err, touched)
-			if err != nil {
+			if !next.Placed() {
 				return
 			}
 			prev, nodes = next, after
@@ -472,21 +484,52 @@ func checkReplan(t *rapid.T, spec *Spec, prev *Plan, after []Node, next *Plan, c
 	if (err == nil) != (slowErr == nil) || !SamePlacement(next, slow) {
 		t.Fatalf("replan from JSON differs: err %v vs %v", err, slowErr)
 	}
-	if err != nil {
-		if next.Workers.Len() != 0 || len(next.Pools) != 0 || next.Error == "" {
+	var degraded *DegradedError
+	switch {
+	case err != nil && !errors.As(err, &degraded):
+		if next.Workers.Len() != 0 || len(next.Pools) != 0 || next.Error == "" || next.State != StateInvalid {
 			t.Fatalf("invalid plan carries a placement")
 		}
 		return
+	case err != nil:
+		// Degraded: the previous plan placed workers for this spec, and
+		// neither an incremental plan nor a fresh one places them all.
+		if next.State != StateDegraded || next.Valid || degraded.Unplaced != len(next.Unplaced) || ch.Fresh || !prev.Placed() {
+			t.Fatalf("degraded: state %q valid %v, %d unplaced (error says %d), fresh %v", next.State, next.Valid, len(next.Unplaced), degraded.Unplaced, ch.Fresh)
+		}
+		if errs := checkPlan(spec, after, next); len(errs) > 0 {
+			t.Fatalf("degraded invariants: %s", strings.Join(errs, "; "))
+		}
+		if len(ch.Unplaced) != len(next.Unplaced) {
+			t.Fatalf("the change lists %d unplaced, the plan %d", len(ch.Unplaced), len(next.Unplaced))
+		}
+		for _, d := range ch.Unplaced {
+			o := prev.Workers.Find(d.Component, d.Index)
+			if o == nil {
+				if o = lastWorker(spec, unplacedOf(prev, d.Component, d.Index)); o == nil {
+					continue // never placed
+				}
+			}
+			if why := unjustified(spec, o, nil, d, after, next); why != "" {
+				t.Fatalf("%s %d unplaced for %q at %s, but %s", d.Component, d.Index, d.Why, d.Where, why)
+			}
+		}
+	default:
+		checkStrict(t, spec, after, next)
+		if next.State != StateValid || len(next.Unplaced) != 0 {
+			t.Fatalf("valid plan in state %q with %d unplaced", next.State, len(next.Unplaced))
+		}
 	}
-	checkStrict(t, spec, after, next)
 	checkReplay(t, prev, next)
 	checkReplay(t, &js, next)
 	if next.Moved != CountMoved(prev, next) {
 		t.Fatalf("moved %d, CountMoved %d", next.Moved, CountMoved(prev, next))
 	}
-	back, berr := Compute(manualOf(t, spec, next), after)
-	if berr != nil || fmt.Sprint(allocSet(back)) != fmt.Sprint(allocSet(next)) || fmt.Sprint(countSet(back)) != fmt.Sprint(countSet(next)) {
-		t.Fatalf("the export does not load back: %v", berr)
+	if err == nil {
+		back, berr := Compute(manualOf(t, spec, next), after)
+		if berr != nil || fmt.Sprint(allocSet(back)) != fmt.Sprint(allocSet(next)) || fmt.Sprint(countSet(back)) != fmt.Sprint(countSet(next)) {
+			t.Fatalf("the export does not load back: %v", berr)
+		}
 	}
 	if ch.Fresh {
 		return
@@ -501,6 +544,14 @@ func checkReplan(t *rapid.T, spec *Spec, prev *Plan, after []Node, next *Plan, c
 		}
 		o := prev.Workers.Find(w.Component, w.Index)
 		d, moved := displaced[workerKey{w.Component, w.Index}]
+		if u := unplacedOf(prev, w.Component, w.Index); o == nil && u != nil {
+			// Unplaced before: it goes back where it ran last, or is
+			// displaced from there.
+			if !moved && (u.NodeID != w.NodeID || !slices.Equal(u.GPUs, w.GPUs)) {
+				t.Fatalf("%s %d, unplaced from %s%v, placed on %s%v without a reason", w.Component, w.Index, u.NodeID, u.GPUs, w.NodeID, w.GPUs)
+			}
+			o = lastWorker(spec, u)
+		}
 		if !moved && (o == nil || !samePlace(o, w)) {
 			t.Fatalf("%s %d moved from %v to %s%v without a reason (change on %s)", w.Component, w.Index, o, w.NodeID, w.GPUs, touched)
 		}
@@ -510,6 +561,29 @@ func checkReplan(t *rapid.T, spec *Spec, prev *Plan, after []Node, next *Plan, c
 			}
 		}
 	}
+}
+
+// lastWorker is unplaced worker u as it ran last (nil: it never ran).
+func lastWorker(spec *Spec, u *Unplaced) *Worker {
+	if u == nil || u.NodeID == "" {
+		return nil
+	}
+	_, g := newEngine(spec, Options{}).demands[u.Component.Rank()].groupAt(u.Index)
+	w := &Worker{Component: u.Component, Index: u.Index, Pool: u.Pool, NodeID: u.NodeID, GPUs: u.GPUs, GPUUUIDs: u.GPUUUIDs, CPUs: g.NumCPUs}
+	if len(u.GPUs) > 0 {
+		_, w.GPUShare = gpuCount(g)
+	}
+	return w
+}
+
+// unplacedOf is worker i of component c among p's unplaced, or nil.
+func unplacedOf(p *Plan, c Component, i int) *Unplaced {
+	for k := range p.Unplaced {
+		if u := &p.Unplaced[k]; u.Component == c && u.Index == i {
+			return u
+		}
+	}
+	return nil
 }
 
 // unjustified says why displacement d of worker o (now w) does not hold on

@@ -17,14 +17,23 @@ type Job struct {
 	// whatever their priority (nothing to replan it with), and is not
 	// planned.
 	Spec *Spec
-	// Prev is the job's latest plan (nil: none yet); its valid placement
-	// is what the job holds going in, and what it keeps if it can.
+	// Prev is the job's latest plan (nil: none yet); its placement (valid
+	// or degraded) is what the job holds going in, and what it keeps if
+	// it can.
 	Prev *Plan
+	// PrevSpec is the spec Prev's placement follows when that is not
+	// Spec: the stored spec changed since, or a new one is pending (Prev's
+	// PendingSpec). nil: Prev's own as the planner made it, or, for a plan
+	// read back from JSON, Spec. A planner that restarts on a revision
+	// whose spec is pending must give it.
+	PrevSpec *Spec
 	// Age orders jobs of equal priority: smaller is older, placed first.
 	Age uint64
 }
 
-// Outcome is what PlanAll made of a job: as Replan's results.
+// Outcome is what PlanAll made of a job: as Replan's results. Err is
+// set when the plan is not valid: a *DegradedError for a degraded plan
+// (Plan.State "degraded": it holds the workers it could place).
 type Outcome struct {
 	Plan   *Plan
 	Change *Change
@@ -49,6 +58,19 @@ const maxPasses = 4
 // equal or higher priority is never disturbed to place another. A job that
 // cannot be placed even with every lower one released, or that would
 // exceed its max_gpus, is invalid, holds nothing, and says why.
+//
+// Faults and mistakes never release a running job. A job whose spec is
+// unchanged and whose previous plan placed workers (valid or degraded) is
+// degraded, not released, when the inventory leaves it too little room
+// (Replan): it keeps every worker whose place still holds, places what
+// it can of the rest, lists the others, and keeps holding its GPUs and
+// its unplaced workers' last places, which no job of its priority or
+// lower takes. Only a job of higher priority taking its GPUs releases it,
+// as preemption always did. A job whose spec changed and cannot be placed
+// on its new spec (for want of room, or an error of the spec's own)
+// keeps its previous placement, re-checked against the inventory on the
+// spec it follows (PrevSpec), with PendingSpec saying why; it moves to
+// the new spec as soon as that fits.
 //
 // A job placed before one of the same priority sees that one's room as
 // it was going in; when that shrinks during the run (a spec scaled down)
@@ -81,10 +103,13 @@ func anyInvalid(out []Outcome) bool {
 	return slices.ContainsFunc(out, func(o Outcome) bool { return o.Err != nil })
 }
 
-// hold is what one job holds on one node.
+// hold is what one job holds on one node: the GPUs its workers and
+// pools use, and those its unplaced workers (a degraded plan's) ran on
+// last, which it keeps for their return (resv).
 type hold struct {
 	at   int32
 	gpus []int // sorted, each once
+	resv []int // sorted, each once, none in gpus
 	cpus float64
 }
 
@@ -93,8 +118,19 @@ type holding []hold
 
 func (h holding) equal(o holding) bool {
 	return slices.EqualFunc(h, o, func(a, b hold) bool {
-		return a.at == b.at && a.cpus == b.cpus && slices.Equal(a.gpus, b.gpus)
+		return a.at == b.at && a.cpus == b.cpus && slices.Equal(a.gpus, b.gpus) && slices.Equal(a.resv, b.resv)
 	})
+}
+
+// has reports whether h uses or keeps GPU g of node at.
+func (h holding) has(at int32, g int) bool {
+	i, found := slices.BinarySearchFunc(h, at, func(x hold, at int32) int { return cmp.Compare(x.at, at) })
+	if !found {
+		return false
+	}
+	_, in := slices.BinarySearch(h[i].gpus, g)
+	_, kept := slices.BinarySearch(h[i].resv, g)
+	return in || kept
 }
 
 // overlaps reports whether h and o use a GPU in common.
@@ -129,6 +165,12 @@ type allocator struct {
 	nodes []Node
 	index map[string]int32
 	order []int // jobs in placing order
+	// pending holds, per job, the outcome of a new spec that could not be
+	// placed (its plan kept the previous placement); kept, the spec each
+	// job's outcome follows (nil: not known, the placement held as it
+	// was). Both are a pass's.
+	pending []*Outcome
+	kept    []*Spec
 }
 
 func newAllocator(jobs []Job, nodes []Node) *allocator {
@@ -167,12 +209,14 @@ func (j *Job) shownPriority() int {
 	return j.Spec.Priority
 }
 
-// holdingOf is what a valid plan uses of the nodes there are (nothing
-// for an invalid plan, or none): its workers' GPUs and CPUs, and every
-// GPU its pools allocate (a GPU reserved for a buffer, a manual pool's
-// ranges), which are the plan's too.
+// holdingOf is what a plan that places workers (valid or degraded) uses
+// of the nodes there are (nothing for an invalid plan, or none): its
+// workers' GPUs and CPUs, every GPU its pools allocate (a GPU reserved
+// for a buffer, a manual pool's ranges), which are the plan's too, and
+// the GPUs a degraded plan's unplaced workers ran on last, which they
+// return to.
 func (a *allocator) holdingOf(p *Plan) holding {
-	if p == nil || !p.Valid {
+	if p == nil || !p.Placed() {
 		return nil
 	}
 	by := map[int32]*hold{}
@@ -188,9 +232,9 @@ func (a *allocator) holdingOf(p *Plan) holding {
 		}
 		return h
 	}
-	add := func(h *hold, g int) {
-		if i, found := slices.BinarySearch(h.gpus, g); !found {
-			h.gpus = slices.Insert(h.gpus, i, g)
+	add := func(list *[]int, g int) {
+		if i, found := slices.BinarySearch(*list, g); !found {
+			*list = slices.Insert(*list, i, g)
 		}
 	}
 	for _, w := range p.Workers.All() {
@@ -200,9 +244,18 @@ func (a *allocator) holdingOf(p *Plan) holding {
 	}
 	EachHeldGPU(p, func(node string, g int) {
 		if h := at(node); h != nil {
-			add(h, g)
+			add(&h.gpus, g)
 		}
 	})
+	for _, u := range p.Unplaced {
+		if h := at(u.NodeID); h != nil {
+			for _, g := range u.GPUs {
+				if _, in := slices.BinarySearch(h.gpus, g); !in {
+					add(&h.resv, g)
+				}
+			}
+		}
+	}
 	out := make(holding, 0, len(by))
 	for _, h := range by {
 		out = append(out, *h)
@@ -211,23 +264,36 @@ func (a *allocator) holdingOf(p *Plan) holding {
 	return out
 }
 
-// remainder is the nodes as a job sees them with blockers in the way:
-// their GPUs held, their CPUs taken.
-func (a *allocator) remainder(blockers []blocker) []Node {
+// remainder is the nodes as a job that holds own sees them with
+// blockers in the way: their GPUs held, their CPUs taken. A GPU a
+// blocker only keeps for an unplaced worker is held too, but not from
+// the job where it uses or keeps that GPU itself (a plan of higher
+// priority took it since): a worker's return never displaces another
+// plan's, and of two that would return to one GPU the first placed
+// takes it.
+func (a *allocator) remainder(blockers []blocker, own holding) []Node {
 	out := slices.Clone(a.nodes)
 	for _, b := range blockers {
 		for _, h := range b.h {
 			n := &out[h.at]
 			n.CPUsHeld += h.cpus
-			for _, g := range h.gpus {
+			hold := func(g int) {
 				if g < 0 || g >= n.GPUs {
-					continue
+					return
 				}
 				if n.HeldBy == nil {
 					n.HeldBy = make([]string, n.GPUs)
 				}
 				if n.HeldBy[g] == "" {
 					n.HeldBy[g] = b.name
+				}
+			}
+			for _, g := range h.gpus {
+				hold(g)
+			}
+			for _, g := range h.resv {
+				if !own.has(h.at, g) {
+					hold(g)
 				}
 			}
 		}
@@ -238,12 +304,16 @@ func (a *allocator) remainder(blockers []blocker) []Node {
 // pass places every job in order, the jobs not yet placed holding cur.
 func (a *allocator) pass(cur []holding) []Outcome {
 	out := make([]Outcome, len(a.jobs))
+	a.pending, a.kept = make([]*Outcome, len(a.jobs)), make([]*Spec, len(a.jobs))
 	var placed []blocker
 	for k, j := range a.order {
 		job := &a.jobs[j]
 		if job.Spec == nil {
 			out[j] = Outcome{Plan: job.Prev, Change: &Change{}}
-			if job.Prev == nil || !job.Prev.Valid {
+			if p := job.Prev; p != nil && p.PlanState() == StateDegraded {
+				out[j].Err = &DegradedError{Msg: p.Error, Unplaced: len(p.Unplaced)}
+			}
+			if job.Prev == nil || !job.Prev.Placed() {
 				msg := "no spec to plan on"
 				out[j] = Outcome{Plan: invalidDoc(&Plan{}, msg), Change: &Change{}, Err: &PlanError{Msg: msg}}
 			}
@@ -259,9 +329,9 @@ func (a *allocator) pass(cur []holding) []Outcome {
 				same = append(same, b)
 			}
 		}
-		o := a.place(job, placed, same, lower)
+		o := a.placeJob(j, cur[j], placed, same, lower)
 		o.Plan.Priority = job.Spec.Priority
-		if o.Err == nil {
+		if o.Plan.Placed() {
 			placed = append(placed, blocker{job.Name, a.holdingOf(o.Plan)})
 		}
 		out[j] = o
@@ -269,20 +339,93 @@ func (a *allocator) pass(cur []holding) []Outcome {
 	return out
 }
 
-// place plans job beside the jobs placed before it and those after it
-// (same: of its priority or higher; lower: to give way, lowest last),
-// releasing no more of the lower ones than it needs to be placed, and to
-// keep its workers where they are.
-func (a *allocator) place(job *Job, placed, same, lower []blocker) Outcome {
+// placeSpec is the spec a job's previous placement follows (placeJob):
+// PrevSpec, or Prev's own as the planner made it, or, for a plan read
+// back from JSON, Spec when the document says it was made for it (its
+// demands and placement, keepsSpec; and no spec pending); nil when that
+// spec is not known.
+func (j *Job) placeSpec() *Spec {
+	switch {
+	case j.PrevSpec != nil:
+		return j.PrevSpec
+	case j.Prev.spec != nil:
+		return j.Prev.spec
+	case j.Prev.PendingSpec == nil && keepsSpec(j.Prev, j.Spec):
+		return j.Spec
+	}
+	return nil
+}
+
+// placeJob plans job j (place): a job whose previous plan places
+// workers is degraded rather than released for want of room while its
+// spec is the same; with a new spec that cannot be placed, it keeps its
+// previous placement on the spec that placement follows, the new spec
+// pending (explain says why). Where that spec is not known (placeSpec),
+// the placement is kept as it is, not checked again.
+func (a *allocator) placeJob(j int, own holding, placed, same, lower []blocker) Outcome {
+	job := &a.jobs[j]
+	a.kept[j] = job.Spec
+	if job.Prev == nil || !job.Prev.Placed() {
+		return a.place(job, job.Spec, false, own, placed, same, lower)
+	}
+	old := job.placeSpec()
+	if old != nil && specEqual(old, job.Spec) {
+		return a.unlessPreempted(j, job.Spec, a.place(job, job.Spec, true, own, placed, same, lower))
+	}
+	o := a.place(job, job.Spec, false, own, placed, same, lower)
+	if o.Err == nil {
+		return o
+	}
+	var k Outcome
+	if old == nil {
+		held := *job.Prev
+		held.Moved, held.PreemptedBy = 0, nil
+		k = Outcome{Plan: &held, Change: &Change{}}
+		if !held.Valid {
+			k.Err = &DegradedError{Msg: held.Error, Unplaced: len(held.Unplaced)}
+		}
+	} else if k = a.unlessPreempted(j, old, a.place(job, old, true, own, placed, same, lower)); !k.Plan.Placed() {
+		return o // nothing left to keep: the new spec's error
+	}
+	a.pending[j], a.kept[j] = &o, old
+	k.Plan.PendingSpec = &PendingSpec{Reason: o.Plan.Error}
+	return k
+}
+
+// unlessPreempted releases a degraded plan whose workers lost their GPUs
+// to a plan of higher priority, as preemption always did (its error is
+// a fresh plan's on what is left); only faults degrade.
+func (a *allocator) unlessPreempted(j int, spec *Spec, o Outcome) Outcome {
+	job := &a.jobs[j]
+	if o.Plan.PlanState() != StateDegraded || o.Plan.afresh == nil {
+		return o
+	}
+	for _, name := range o.Plan.takenBy {
+		for i := range a.jobs {
+			if a.jobs[i].Name == name && a.jobs[i].priority() > job.Spec.Priority {
+				return WithinQuota(*o.Plan.afresh, spec)
+			}
+		}
+	}
+	return o
+}
+
+// place plans job on spec beside the jobs placed before it and those
+// after it (same: of its priority or higher; lower: to give way, lowest
+// last), releasing no more of the lower ones than it needs to be placed,
+// and to keep its workers where they are. keep: degraded rather than
+// released for want of room (replan); a degraded job takes no room from
+// lower ones unless that places it whole.
+func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, same, lower []blocker) Outcome {
 	// release is how many of the lowest jobs give way.
 	try := func(release int) Outcome {
-		nodes := a.remainder(slices.Concat(placed, same, lower[:len(lower)-release]))
-		doc, ch, err := Replan(job.Prev, job.Spec, nodes)
-		o := WithinQuota(Outcome{doc, ch, err}, job.Spec)
+		nodes := a.remainder(slices.Concat(placed, same, lower[:len(lower)-release]), own)
+		doc, ch, err := replan(job.Prev, spec, nodes, keep)
+		o := WithinQuota(Outcome{doc, ch, err}, spec)
 		if o.Err != nil && err == nil && job.Prev != nil {
 			// Kept workers may hold more GPUs than a fresh packing.
-			why := fmt.Sprintf("max_gpus %d: the incremental plan needs %d GPUs", job.Spec.MaxGPUs, HeldGPUs(doc))
-			if f := WithinQuota(outcome(fresh(job.Prev, job.Spec, nodes, why)), job.Spec); f.Err == nil {
+			why := fmt.Sprintf("max_gpus %d: the incremental plan needs %d GPUs", spec.MaxGPUs, HeldGPUs(doc))
+			if f := WithinQuota(outcome(fresh(job.Prev, spec, nodes, why)), spec); f.Err == nil {
 				return f
 			}
 		}
@@ -298,6 +441,8 @@ func (a *allocator) place(job *Job, placed, same, lower []blocker) Outcome {
 	// when that keeps more of its workers where they are.
 	all := try(len(lower))
 	switch {
+	case all.Err != nil && o.Err != nil && o.Plan.Placed():
+		return o
 	case all.Err != nil && o.Err != nil:
 		return all
 	case all.Err != nil || o.Err == nil && all.Plan.Moved >= o.Plan.Moved:
@@ -312,8 +457,11 @@ func (a *allocator) place(job *Job, placed, same, lower []blocker) Outcome {
 }
 
 // explain names, for each job, the jobs of higher priority that took
-// GPUs it held going in (prev), and says so in an invalid job's error,
-// or, for a job that never held any, which jobs hold the room it lacks.
+// GPUs it held going in (prev), and says why a job is not valid, or
+// why its new spec is pending, in terms a person can act on (reason):
+// preempted by the plans that took its GPUs, or waiting for room held
+// by the plans that hold what it lacks, only where it would fit if they
+// gave way; else its spec's own reason.
 //
 // A job that was invalid for want of room already, asks for what it
 // asked, and waits on plans that still hold room, keeps the error and
@@ -326,34 +474,140 @@ func (a *allocator) explain(out []Outcome, prev, final []holding) {
 		if job.Spec == nil {
 			continue
 		}
-		var by, holders, names []string
-		for _, i := range a.order[:k] {
+		// holders are the jobs in its way: placed before it, or after it
+		// and of its priority or higher (it may not take from them).
+		var by, holders []int
+		var names []string
+		for n, i := range a.order {
 			other := &a.jobs[i]
-			if len(final[i]) == 0 {
+			if i == j || len(final[i]) == 0 || n > k && other.priority() < job.Spec.Priority {
 				continue
 			}
-			holders = append(holders, fmt.Sprintf("plan %s (priority %d)", other.Name, other.shownPriority()))
+			holders = append(holders, i)
 			names = append(names, other.Name)
 			if other.priority() > job.Spec.Priority && final[i].overlaps(prev[j]) {
-				by = append(by, fmt.Sprintf("plan %s (priority %d)", other.Name, other.shownPriority()))
+				by = append(by, i)
 				o.Plan.PreemptedBy = append(o.Plan.PreemptedBy, other.Name)
 			}
 		}
-		var field *FieldError
-		if o.Err == nil || strings.HasPrefix(o.Plan.Error, "max_gpus:") || errors.As(o.Err, &field) || len(holders) == 0 {
+		if p := a.pending[j]; p != nil {
+			// The new spec's reason: no job took anything for it.
+			o.Plan.PendingSpec = &PendingSpec{Reason: a.reason(job.Spec, p.Plan.Error, p.Err, holders, nil, final)}
+		}
+		switch o.Plan.PlanState() {
+		case StateValid:
+			continue
+		case StateDegraded:
+			if a.kept[j] == nil {
+				continue // held as it was
+			}
+			var err error
+			if o.Plan.afresh != nil {
+				err = o.Plan.afresh.Err
+			}
+			var msg string
+			if p := job.Prev; p != nil && keepsReason(p, o.Plan, names) {
+				// As it was, for the same cause, naming plans that still
+				// hold room: no new revision, and no plans made to check.
+				msg = p.Error
+			} else {
+				msg = degradedMsg(o.Plan.Unplaced, a.reason(a.kept[j], o.Plan.cause, err, holders, nil, final))
+			}
+			o.Plan.Error, o.Err = msg, &DegradedError{Msg: msg, Unplaced: len(o.Plan.Unplaced)}
 			continue
 		}
-		if p := job.Prev; p != nil && !p.Valid && waiting(p.Error) && samePlacing(p, o.Plan) &&
-			p.Priority == job.Spec.Priority && allIn(p.PreemptedBy, names) {
+		if p := job.Prev; p != nil && p.PlanState() == StateInvalid && waiting(p.Error) && samePlacing(p, o.Plan) &&
+			p.Priority == job.Spec.Priority && allIn(p.PreemptedBy, names) && allIn(namedIn(p.Error), names) {
 			o.Plan.Error, o.Plan.PreemptedBy, o.Err = p.Error, p.PreemptedBy, &PlanError{Msg: p.Error}
 			continue
 		}
-		msg := "waits for room held by " + strings.Join(holders, ", ") + ": " + o.Plan.Error
-		if len(by) > 0 {
-			msg = "preempted by " + strings.Join(by, ", ") + ": " + o.Plan.Error
+		if msg := a.reason(job.Spec, o.Plan.Error, o.Err, holders, by, final); msg != o.Plan.Error {
+			o.Plan.Error, o.Err = msg, &PlanError{Msg: msg}
 		}
-		o.Plan.Error, o.Err = msg, &PlanError{Msg: msg}
 	}
+}
+
+// keepsReason reports whether degraded plan p, the previous revision of
+// degraded plan o, says why as o would: the same unplaced workers, the
+// same cause, and any plans it says hold the room among names.
+func keepsReason(p, o *Plan, names []string) bool {
+	if p.PlanState() != StateDegraded || p.Priority != o.Priority || !slices.EqualFunc(p.Unplaced, o.Unplaced, sameUnplaced) {
+		return false
+	}
+	why, ok := strings.CutPrefix(p.Error, degradedMsg(o.Unplaced, ""))
+	return ok && strings.HasSuffix(why, o.cause) && allIn(namedIn(why), names)
+}
+
+// maxHolderChecks bounds the plans reason tries one by one as the one
+// that, giving way, would make room.
+const maxHolderChecks = 6
+
+// reason words msg, why spec cannot be placed beside the jobs in its
+// way (holders: what they hold, final), for a person to act on:
+// "preempted by plan X (priority N): msg" when plans of higher priority
+// took its GPUs (by) and it would fit with the room back; "waits for
+// room held by plan X (priority N): msg" when it would fit if X gave way
+// (each of the holders that alone would do; all of them when none alone
+// would); else msg, its spec's own reason. An error of the spec's own,
+// or its quota, is never put down to others.
+func (a *allocator) reason(spec *Spec, msg string, err error, holders, by []int, final []holding) string {
+	var field *FieldError
+	if strings.HasPrefix(msg, "max_gpus:") || errors.As(err, &field) || len(holders) == 0 {
+		return msg
+	}
+	if !a.fitsWithout(spec, holders, final, holders) {
+		return msg
+	}
+	if len(by) > 0 {
+		return "preempted by " + a.named(by) + ": " + msg
+	}
+	var need []int
+	if len(holders) > 1 && len(holders) <= maxHolderChecks {
+		for _, i := range holders {
+			if a.fitsWithout(spec, holders, final, []int{i}) {
+				need = append(need, i)
+			}
+		}
+	}
+	if len(need) == 0 {
+		need = holders
+	}
+	return "waits for room held by " + a.named(need) + ": " + msg
+}
+
+// fitsWithout reports whether spec could be planned afresh, within its
+// quota, on what the jobs of holders hold (final) but those of gone.
+func (a *allocator) fitsWithout(spec *Spec, holders []int, final []holding, gone []int) bool {
+	var in []blocker
+	for _, i := range holders {
+		if !slices.Contains(gone, i) {
+			in = append(in, blocker{a.jobs[i].Name, final[i]})
+		}
+	}
+	doc, err := Compute(spec, a.remainder(in, nil))
+	return err == nil && WithinQuota(Outcome{Plan: doc}, spec).Err == nil
+}
+
+// named is the jobs as a reason names them: "plan a (priority 0), plan b
+// (priority 5)".
+func (a *allocator) named(jobs []int) string {
+	parts := make([]string, len(jobs))
+	for n, i := range jobs {
+		parts[n] = fmt.Sprintf("plan %s (priority %d)", a.jobs[i].Name, a.jobs[i].shownPriority())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// namedIn is the plans a waiting reason names before its first ": ".
+func namedIn(msg string) []string {
+	head, _, _ := strings.Cut(msg, ": ")
+	var out []string
+	for _, part := range strings.Split(head, "plan ")[1:] {
+		if name, _, ok := strings.Cut(part, " (priority"); ok {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // samePlacing reports whether two plans' documents ask for the same
@@ -390,7 +644,7 @@ func PlanBeside(spec *Spec, nodes []Node, others []Job) (*Plan, error) {
 			in = append(in, blocker{o.Name, a.holdingOf(o.Prev)})
 		}
 	}
-	doc, err := Compute(spec, a.remainder(in))
+	doc, err := Compute(spec, a.remainder(in, nil))
 	o := WithinQuota(Outcome{Plan: doc, Err: err}, spec)
 	o.Plan.Priority = spec.Priority
 	return o.Plan, o.Err
@@ -401,6 +655,11 @@ func outcome(p *Plan, ch *Change, err error) Outcome { return Outcome{p, ch, err
 // WithinQuota makes a valid plan that holds more GPUs than spec's
 // max_gpus invalid, saying so.
 func WithinQuota(o Outcome, spec *Spec) Outcome {
+	if o.Plan.PlanState() == StateDegraded {
+		// Kept within its quota as it was made (degraded).
+		o.Plan.GPUsHeld = HeldGPUs(o.Plan)
+		return o
+	}
 	if o.Err != nil {
 		return o
 	}
@@ -478,6 +737,7 @@ func invalidDoc(doc *Plan, msg string) *Plan {
 	out := &Plan{}
 	out.Header = doc.Header
 	out.Valid, out.Error, out.Moved, out.GPUsHeld = false, msg, 0, 0
+	out.State, out.Unplaced, out.PendingSpec = StateInvalid, nil, nil
 	out.Placement.ResourcePool = []PoolExport{}
 	out.Placement.Pools = []Pool{}
 	out.Placement.StorageToTrainWorkers = map[string][]int{}

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -79,12 +80,15 @@ func (w *shareWorld) step(t *rapid.T) (job, node string) {
 
 // TestPlanAllProperties: over random clusters and random sequences of
 // job and inventory changes, no GPU serves two jobs and no node's CPUs
-// are given beyond its count; each valid plan holds the planner's
-// invariants on its nodes and its quota; a job is invalid only if it
-// cannot be planned alone on what the jobs of higher or equal priority
-// hold; and when a job changes (arrives, resizes, leaves), a job whose spec
-// did not change, and above which no job of higher priority changed its
-// placement, does not move.
+// are given beyond its count; each plan that places workers (valid or
+// degraded) holds the planner's invariants on its nodes and its quota,
+// for the spec its placement follows; a job is not valid (invalid or
+// degraded), or its new spec pending, only if that spec cannot be
+// planned alone on what the jobs of higher or equal priority hold; and
+// when a job changes (arrives, resizes, leaves), a job whose spec did not
+// change, and above which no job of higher priority changed its
+// placement, moves none of its workers (a degraded one may place its
+// unplaced workers, or be placed whole afresh).
 func TestPlanAllProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := &shareWorld{nodes: genNodes(t), jobs: map[string]*Job{}, last: map[string]*Plan{}}
@@ -111,19 +115,27 @@ func checkShared(t *rapid.T, nodes []Node, jobs []Job, out []Outcome) {
 	owner := map[string]string{}
 	cpus := map[string]float64{}
 	for j, o := range out {
-		if o.Err == nil != o.Plan.Valid {
-			t.Fatalf("%s: error %v, valid %v", jobs[j].Name, o.Err, o.Plan.Valid)
+		var degraded *DegradedError
+		if o.Err == nil != o.Plan.Valid || o.Plan.Valid != (o.Plan.State == StateValid) ||
+			(o.Plan.State == StateDegraded) != errors.As(o.Err, &degraded) {
+			t.Fatalf("%s: error %v, valid %v, state %q", jobs[j].Name, o.Err, o.Plan.Valid, o.Plan.State)
 		}
-		if !o.Plan.Valid {
-			if o.Plan.Workers.Len() != 0 {
-				t.Fatalf("%s: invalid with workers", jobs[j].Name)
+		if !o.Plan.Placed() {
+			if o.Plan.Workers.Len() != 0 || o.Plan.PendingSpec != nil {
+				t.Fatalf("%s: invalid with workers, or pending", jobs[j].Name)
 			}
 			continue
 		}
-		if q := jobs[j].Spec.MaxGPUs; q > 0 && HeldGPUs(o.Plan) > q {
+		// The spec the placement follows: the job's, or while a new one
+		// is pending, the one before.
+		spec := o.Plan.spec
+		if o.Plan.PendingSpec == nil && !specEqual(spec, jobs[j].Spec) {
+			t.Fatalf("%s: placed on another spec than its own, not pending", jobs[j].Name)
+		}
+		if q := spec.MaxGPUs; q > 0 && HeldGPUs(o.Plan) > q {
 			t.Fatalf("%s holds %d GPUs over its quota %d", jobs[j].Name, HeldGPUs(o.Plan), q)
 		}
-		if errs := checkPlan(jobs[j].Spec, nodes, o.Plan); len(errs) > 0 {
+		if errs := checkPlan(spec, nodes, o.Plan); len(errs) > 0 {
 			t.Fatalf("%s: %v", jobs[j].Name, errs)
 		}
 		EachHeldGPU(o.Plan, func(node string, g int) {
@@ -142,10 +154,11 @@ func checkShared(t *rapid.T, nodes []Node, jobs []Job, out []Outcome) {
 			t.Fatalf("node %s: %v CPUs given of %v", n.ID, cpus[n.ID], n.CPUs)
 		}
 	}
-	// Invalid only if it does not fit beside the higher and equal jobs.
+	// Not valid (or pending) only if it does not fit beside the higher
+	// and equal jobs.
 	a := newAllocator(jobs, nodes)
 	for j, o := range out {
-		if o.Plan.Valid || jobs[j].Spec.MaxGPUs > 0 && HeldGPUs(o.Plan) > 0 {
+		if o.Plan.Valid && o.Plan.PendingSpec == nil || jobs[j].Spec.MaxGPUs > 0 && HeldGPUs(o.Plan) > 0 {
 			continue
 		}
 		var in []blocker
@@ -154,9 +167,9 @@ func checkShared(t *rapid.T, nodes []Node, jobs []Job, out []Outcome) {
 				in = append(in, blocker{jobs[i].Name, a.holdingOf(out[i].Plan)})
 			}
 		}
-		alone, err := Compute(jobs[j].Spec, a.remainder(in))
+		alone, err := Compute(jobs[j].Spec, a.remainder(in, nil))
 		if err == nil && (jobs[j].Spec.MaxGPUs == 0 || HeldGPUs(alone) <= jobs[j].Spec.MaxGPUs) {
-			t.Fatalf("%s is invalid (%s) but fits alone on what higher or equal jobs leave", jobs[j].Name, o.Plan.Error)
+			t.Fatalf("%s is %s (%s; pending %v) but fits alone on what higher or equal jobs leave", jobs[j].Name, o.Plan.State, o.Plan.Error, o.Plan.PendingSpec)
 		}
 	}
 }
@@ -168,7 +181,8 @@ func checkShared(t *rapid.T, nodes []Node, jobs []Job, out []Outcome) {
 func checkStable(t *rapid.T, jobs []Job, out []Outcome, changedJob, changedNode string) {
 	for j, o := range out {
 		job := &jobs[j]
-		if job.Prev == nil || !job.Prev.Valid || job.Name == changedJob {
+		// A job whose new spec was pending moves to it once it fits.
+		if job.Prev == nil || !job.Prev.Placed() || job.Prev.PendingSpec != nil || job.Name == changedJob {
 			continue
 		}
 		if changedNode != "" {
@@ -183,8 +197,8 @@ func checkStable(t *rapid.T, jobs []Job, out []Outcome, changedJob, changedNode 
 			if hi.Spec.Priority <= job.Spec.Priority {
 				continue
 			}
-			if hi.Name == changedJob || hi.Prev == nil || hi.Prev.Valid != out[i].Plan.Valid ||
-				hi.Prev.Valid && !SamePlacement(hi.Prev, out[i].Plan) {
+			if hi.Name == changedJob || hi.Prev == nil || hi.Prev.PlanState() != out[i].Plan.PlanState() ||
+				hi.Prev.Placed() && !SamePlacement(hi.Prev, out[i].Plan) {
 				disturbed = true
 			}
 		}
@@ -192,7 +206,10 @@ func checkStable(t *rapid.T, jobs []Job, out []Outcome, changedJob, changedNode 
 		if changedJob != "" && !slices.ContainsFunc(jobs, func(x Job) bool { return x.Name == changedJob }) {
 			disturbed = true
 		}
-		if !disturbed && (!o.Plan.Valid || !sameWorkers(job.Prev, o.Plan)) {
+		// A degraded job may place its unplaced workers, or be placed
+		// whole afresh (fragmentation kept them out); it keeps the rest.
+		afresh := !job.Prev.Valid && o.Plan.Valid && o.Change.Fresh
+		if !disturbed && !afresh && (job.Prev.Valid && !o.Plan.Valid || !o.Plan.Placed() || !keptWorkers(job.Prev, o.Plan)) {
 			for i := range jobs {
 				t.Logf("%s prio %d age %d spec %+v %+v\n  prev %s\n  now  %s", jobs[i].Name, jobs[i].Spec.Priority, jobs[i].Age, *jobs[i].Spec.Scheduling.Eval, jobs[i].Spec.MaxGPUs, placementOf(jobs[i].Prev), placementOf(out[i].Plan))
 			}
@@ -205,7 +222,7 @@ func placementOf(p *Plan) string {
 	if p == nil {
 		return "none"
 	}
-	if !p.Valid {
+	if !p.Placed() {
 		return "invalid: " + p.Error
 	}
 	var b strings.Builder
@@ -213,6 +230,20 @@ func placementOf(p *Plan) string {
 		fmt.Fprintf(&b, "%s%d@%s%v/%v ", w.Component, w.Index, w.NodeID, w.GPUs, w.CPUs)
 	}
 	return b.String()
+}
+
+// keptWorkers reports whether b places every train, eval and env worker
+// of a where a has it (b may place more).
+func keptWorkers(a, b *Plan) bool {
+	for _, w := range a.Workers.All() {
+		if w.Component == Buffer {
+			continue
+		}
+		if o := b.Workers.Find(w.Component, w.Index); o == nil || !samePlace(w, o) {
+			return false
+		}
+	}
+	return true
 }
 
 // sameWorkers reports whether b places every train, eval and env worker

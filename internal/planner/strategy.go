@@ -100,7 +100,11 @@ func (e *engine) visit(c cand, mask uint8) bool {
 		case ns.node.GPUs == 0:
 			e.filter(e.mut(c.at), ci, ReasonNoGPUs)
 		case len(ns.usable) == 0:
-			e.filter(e.mut(c.at), ci, ReasonNoHealthyGPUs)
+			why := heldReason(ns.node)
+			if why == "" {
+				why = ReasonNoHealthyGPUs
+			}
+			e.filter(e.mut(c.at), ci, why)
 		default:
 			e.exhaust(ci, ReasonNoFreeGPUs, ns.node.ID)
 		}

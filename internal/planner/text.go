@@ -39,16 +39,23 @@ func WriteText(w io.Writer, p *Plan) error {
 		mode += ", " + p.Strategy + ", env_strategy " + p.EnvStrategy
 	}
 	fmt.Fprintf(bw, " (%s): ", mode)
-	if p.Valid {
+	switch p.PlanState() {
+	case StateValid:
 		bw.WriteString("valid\n")
-	} else {
+	case StateDegraded:
+		fmt.Fprintf(bw, "DEGRADED (%d %s unplaced)\n  %s\n", len(p.Unplaced), plural(len(p.Unplaced), "worker", "workers"), p.Error)
+	default:
 		fmt.Fprintf(bw, "INVALID\n  %s\n", p.Error)
+	}
+	if p.PendingSpec != nil {
+		fmt.Fprintf(bw, "pending spec (this placement is the last spec's): %s\n", p.PendingSpec.Reason)
 	}
 	if p.Reason != "" {
 		fmt.Fprintf(bw, "reason: %s (%d workers moved)\n", p.Reason, p.Moved)
 	}
 	writeMoved(bw, p)
 	writeCounts(bw, p)
+	writeUnplaced(bw, p)
 	if !p.Valid {
 		writeDemands(bw, p)
 	}
@@ -291,6 +298,47 @@ func writeMoved(bw *bufio.Writer, p *Plan) {
 	}
 	if len(parts) > 0 {
 		fmt.Fprintf(bw, "moved %d %s; placed again: %s\n", p.Moved, plural(p.Moved, "worker", "workers"), strings.Join(parts, "; "))
+	}
+}
+
+// maxUnplacedLines bounds the lines of unplaced workers the text shows.
+const maxUnplacedLines = 20
+
+// writeUnplaced lists a degraded plan's unplaced workers by component and
+// reason, with where they ran last.
+func writeUnplaced(bw *bufio.Writer, p *Plan) {
+	if len(p.Unplaced) == 0 {
+		return
+	}
+	type group struct {
+		comp       Component
+		why, where string
+		idx        []int
+	}
+	var groups []*group
+	by := map[string]*group{}
+	for _, u := range p.Unplaced {
+		where := ""
+		if u.NodeID != "" {
+			where = " (last on " + u.NodeID + ")"
+		}
+		k := string(u.Component) + "\x00" + u.Reason + "\x00" + where
+		g := by[k]
+		if g == nil {
+			g = &group{comp: u.Component, why: u.Reason, where: where}
+			by[k] = g
+			groups = append(groups, g)
+		}
+		g.idx = append(g.idx, u.Index)
+	}
+	bw.WriteString("unplaced (each returns to its last place when that holds again)\n")
+	for i, g := range groups {
+		if i == maxUnplacedLines {
+			fmt.Fprintf(bw, "  ... and %d more\n", len(groups)-i)
+			break
+		}
+		slices.Sort(g.idx)
+		fmt.Fprintf(bw, "  %s %s: %s%s\n", g.comp, plan.ShortenIndex(plan.FormatRanges(plan.RangesOf(g.idx)), 60), g.why, g.where)
 	}
 }
 
