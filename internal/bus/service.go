@@ -293,7 +293,7 @@ func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !p.Valid {
+	if !p.Placed() {
 		return nil, fmt.Errorf("%w: plan %s revision %d is not valid: %s", ErrInfeasible, p.Name, p.Revision, p.Error)
 	}
 	if byNode {
@@ -305,6 +305,15 @@ func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
 	}
 	if w := p.Workers.Find(planner.Component(req.Component), *req.Index); w != nil {
 		return Place(p, *w), nil
+	}
+	for _, u := range p.Unplaced {
+		if string(u.Component) == req.Component && u.Index == *req.Index {
+			where := ""
+			if u.NodeID != "" {
+				where = fmt.Sprintf("; it returns to node %s GPUs %v when they hold again", u.NodeID, u.GPUs)
+			}
+			return nil, fmt.Errorf("%w: plan %s revision %d is degraded: %s worker %d is unplaced: %s%s", ErrInfeasible, p.Name, p.Revision, req.Component, *req.Index, u.Reason, where)
+		}
 	}
 	return nil, fmt.Errorf("%w: plan %s revision %d has no %s worker %d", ErrNotFound, p.Name, p.Revision, req.Component, *req.Index)
 }

@@ -26,15 +26,21 @@ import (
 // statusReport is what planner status says: the plan's latest revision,
 // which planner leads it, and where NATS keeps the state.
 type statusReport struct {
-	Plan     string         `json:"plan"`
-	Revision int            `json:"revision"`
-	Valid    bool           `json:"valid"`
-	Reason   string         `json:"reason,omitempty"`
-	Error    string         `json:"error,omitempty"`
-	At       *time.Time     `json:"published_at,omitempty"`
-	Leader   *bus.Lease     `json:"leader"`
-	Server   string         `json:"server"`
-	Streams  []streamStatus `json:"streams"`
+	Plan     string `json:"plan"`
+	Revision int    `json:"revision"`
+	Valid    bool   `json:"valid"`
+	// State is valid, degraded or invalid; Unplaced a degraded plan's
+	// workers without a place; Pending why a stored spec is not in
+	// force, if it is not.
+	State    string          `json:"state,omitempty"`
+	Unplaced []plan.Unplaced `json:"unplaced,omitempty"`
+	Pending  string          `json:"pending_spec,omitempty"`
+	Reason   string          `json:"reason,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	At       *time.Time      `json:"published_at,omitempty"`
+	Leader   *bus.Lease      `json:"leader"`
+	Server   string          `json:"server"`
+	Streams  []streamStatus  `json:"streams"`
 	// Plans are every plan on the cluster (the one named too), by
 	// priority; Nodes, per node, the GPUs each plan holds there.
 	Plans []planStatus `json:"plans"`
@@ -72,6 +78,11 @@ type planStatus struct {
 	Workers     int      `json:"workers"`
 	Error       string   `json:"error,omitempty"`
 	PreemptedBy []string `json:"preempted_by,omitempty"`
+	// State is valid, degraded or invalid; Unplaced counts a degraded
+	// plan's workers without a place.
+	State    string `json:"state"`
+	Unplaced int    `json:"unplaced,omitempty"`
+	Pending  string `json:"pending_spec,omitempty"`
 }
 
 // nodeStatus is which plans hold a node's GPUs, and how many each.
@@ -173,6 +184,10 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 			d := rev.Document
 			at := d.CreatedAt.UTC()
 			r.Revision, r.Valid, r.Reason, r.Error, r.At = d.Revision, d.Valid, d.Reason, d.Error, &at
+			r.State, r.Unplaced = d.PlanState(), d.Unplaced
+			if d.PendingSpec != nil {
+				r.Pending = d.PendingSpec.Reason
+			}
 		}
 	})
 	wg.Go(func() {
@@ -270,7 +285,11 @@ func (r *statusReport) readPlans(ctx context.Context, js jetstream.JetStream, c 
 			continue
 		}
 		r.docs = append(r.docs, d)
-		r.Plans = append(r.Plans, planStatus{Name: name, Priority: d.Priority, Revision: d.Revision, Valid: d.Valid,
+		pending := ""
+		if d.PendingSpec != nil {
+			pending = d.PendingSpec.Reason
+		}
+		r.Plans = append(r.Plans, planStatus{State: d.PlanState(), Unplaced: len(d.Unplaced), Pending: pending, Name: name, Priority: d.Priority, Revision: d.Revision, Valid: d.Valid,
 			GPUsHeld: d.GPUsHeld, Workers: d.Workers.Len(), Error: d.Error, PreemptedBy: d.PreemptedBy})
 		seen := map[string]bool{}
 		for _, w := range d.Workers.All() {
@@ -317,6 +336,18 @@ func streamOf(ctx context.Context, js jetstream.JetStream, name string) streamSt
 	return s
 }
 
+// stateText is a plan's state as status prints it: valid, DEGRADED (N
+// unplaced) or INVALID, with the error.
+func stateText(state string, valid bool, unplaced int, errText string) string {
+	switch {
+	case valid:
+		return "valid"
+	case state == plan.StateDegraded:
+		return fmt.Sprintf("DEGRADED (%d unplaced): %s", unplaced, errText)
+	}
+	return "INVALID: " + errText
+}
+
 func (r *statusReport) write(w io.Writer, now time.Time) error {
 	switch {
 	case r.At == nil && r.Error != "":
@@ -324,12 +355,18 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 	case r.At == nil:
 		fmt.Fprintf(w, "plan %s: no revision yet\n", r.Plan)
 	default:
-		validity := "valid"
-		if !r.Valid {
-			validity = "INVALID: " + r.Error
-		}
 		fmt.Fprintf(w, "plan %s: revision %d, %s, published %s (%s ago)\n  reason: %s\n",
-			r.Plan, r.Revision, validity, r.At.Format(time.RFC3339), now.Sub(*r.At).Round(time.Second), r.Reason)
+			r.Plan, r.Revision, stateText(r.State, r.Valid, len(r.Unplaced), r.Error), r.At.Format(time.RFC3339), now.Sub(*r.At).Round(time.Second), r.Reason)
+		for _, u := range r.Unplaced {
+			where := ""
+			if u.NodeID != "" {
+				where = fmt.Sprintf(" (ran on %s GPUs %v)", u.NodeID, u.GPUs)
+			}
+			fmt.Fprintf(w, "  unplaced: %s %d: %s%s\n", u.Component, u.Index, u.Reason, where)
+		}
+		if r.Pending != "" {
+			fmt.Fprintf(w, "  pending spec: %s (the last placement stays in force)\n", r.Pending)
+		}
 	}
 	if r.LeaderUnknown {
 		fmt.Fprintln(w, "leader: UNKNOWN: the plan stream is unavailable, so no lease can be read or renewed")
@@ -398,11 +435,7 @@ func (r *statusReport) writePlans(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PLAN\tPRIORITY\tREVISION\tGPUS\tWORKERS\tSTATE")
 	for _, p := range r.Plans {
-		state := "valid"
-		if !p.Valid {
-			state = "INVALID: " + p.Error
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", p.Name, p.Priority, p.Revision, p.GPUsHeld, p.Workers, state)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", p.Name, p.Priority, p.Revision, p.GPUsHeld, p.Workers, stateText(p.State, p.Valid, p.Unplaced, p.Error))
 	}
 	_ = tw.Flush()
 	if len(r.Nodes) == 0 {

@@ -109,7 +109,9 @@ func indexWorkers(ws Workers) *workerIndex {
 	var x workerIndex
 	for _, w := range ws.All() {
 		k := w.Component.Rank()
-		if k < 0 || w.Index < 0 || w.Index > ws.Len() {
+		// Indices need not be dense (a degraded plan lacks its unplaced
+		// workers); MaxWorkers bounds them.
+		if k < 0 || w.Index < 0 || w.Index > MaxWorkers {
 			continue
 		}
 		for len(x[k]) <= w.Index {

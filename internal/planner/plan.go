@@ -95,7 +95,9 @@ func replan(prev *Plan, spec *Spec, nodes []Node, keep bool) (*Plan, *Change, er
 		return doc, &Change{}, err
 	}
 	ch := &Change{Displaced: e.displaced}
-	if e.fast {
+	// The fast count indexes the previous plan's workers densely, which a
+	// degraded plan's (some unplaced) are not.
+	if e.fast && prev.PlanState() != StateDegraded {
 		doc.Moved = e.moved() + e.bufferMoves
 	} else {
 		doc.Moved = CountMoved(prev, doc)

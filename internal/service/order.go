@@ -203,7 +203,7 @@ func gpuKeys(p *planner.Plan) map[string]bool { return gpuKeysOn(p, nil) }
 // gpuKeysOn is gpuKeys on the nodes of on (nil: every node).
 func gpuKeysOn(p *planner.Plan, on map[string]bool) map[string]bool {
 	out := map[string]bool{}
-	if p == nil || !p.Valid {
+	if p == nil || !p.Placed() {
 		return out
 	}
 	for _, w := range p.Workers.All() {
@@ -258,7 +258,7 @@ func releaseStep(prev, next *planner.Plan, held, on map[string]bool, takers []st
 	doc := &planner.Plan{}
 	doc.Header = next.Header
 	was := func(*plan.Worker) bool { return false }
-	if prev != nil && prev.Valid {
+	if prev != nil && prev.Placed() {
 		was = func(w *plan.Worker) bool {
 			o := prev.Workers.Find(w.Component, w.Index)
 			return o != nil && o.NodeID == w.NodeID

@@ -163,7 +163,7 @@ func releaseRemoved(ctx context.Context, states []*Planner) ([]planner.Job, []*P
 		if spec == nil {
 			// None that parses: its last valid revision stays as it is,
 			// and no other plan takes its GPUs.
-			if prev != nil && prev.Valid {
+			if prev != nil && prev.Placed() {
 				jobs = append(jobs, planner.Job{Name: s.cfg.Plan, Prev: prev, Age: age})
 				planned = append(planned, nil)
 			}
@@ -213,7 +213,7 @@ func (p *Planner) load(ctx context.Context) error {
 		p.latest = sp
 	}
 	// Its nodes settle as the lead's do after a restart (settling).
-	if p.latest != nil && p.latest.Plan.Valid && p.inherited == nil {
+	if p.latest != nil && p.latest.Plan.Placed() && p.inherited == nil {
 		p.inherited = p.latest.Plan
 	}
 	p.reconcile = p.latest != nil
@@ -238,6 +238,7 @@ func (p *Planner) publishRemoved(ctx context.Context) error {
 		doc := &planner.Plan{}
 		doc.Header = latest.Plan.Header
 		doc.Valid, doc.Error, doc.Removed, doc.Moved, doc.GPUsHeld, doc.PreemptedBy = false, "spec removed (planner spec rm): workers released", true, 0, 0, nil
+		doc.State, doc.Unplaced, doc.PendingSpec = plan.StateInvalid, nil, nil
 		doc.Explanations, doc.Warnings = nil, nil
 		doc.Placement = plan.Placement{ResourcePool: []planner.PoolExport{}, Pools: []planner.Pool{}, StorageToTrainWorkers: map[string][]int{}}
 		if err := p.publishNext(ctx, planner.Outcome{Plan: doc, Change: &planner.Change{}, Err: errors.New(doc.Error)}, nil); err != nil {
@@ -367,7 +368,7 @@ func (p *Planner) publish(ctx context.Context, o planner.Outcome, changes []stri
 	if !next.Valid && !next.Removed {
 		line = p.log.Warn().Str("error", next.Error)
 	}
-	line.Int("revision", next.Revision).Bool("valid", next.Valid).
+	line.Int("revision", next.Revision).Bool("valid", next.Valid).Str("state", next.PlanState()).Int("unplaced", len(next.Unplaced)).
 		Int("moved", next.Moved).Str("kind", ev.Kind()).Str("reason", next.Reason).Msg("plan published")
 	if err := p.publishAssignments(ctx, prev, next, change); err != nil {
 		p.mu.Lock()
@@ -509,6 +510,8 @@ func sharing(prev, next *planner.Plan) string {
 		return "spec removed: the plan's workers are released"
 	case len(next.PreemptedBy) > 0:
 		return "gave way to plan " + strings.Join(next.PreemptedBy, ", plan ") + " (higher priority)"
+	case prev != nil && prev.PlanState() == plan.StateDegraded && next.Valid:
+		return "back whole: the unplaced workers are placed again"
 	case prev != nil && !prev.Valid && next.Valid:
 		return "placed: there is room again"
 	}

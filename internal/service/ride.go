@@ -289,7 +289,7 @@ func (l *loop) outage() bool {
 func (l *loop) outageOf(p *Planner) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if l.settlingOutage || p.latest == nil || !p.latest.Plan.Valid || p.cfg.Settle < 0 {
+	if l.settlingOutage || p.latest == nil || !p.latest.Plan.Placed() || p.cfg.Settle < 0 {
 		return false
 	}
 	nodes := map[string]bool{}

@@ -317,7 +317,7 @@ func (p *Planner) states() []*Planner {
 	p.mu.Lock()
 	// A plan with no spec to plan on yet whose last revision places
 	// workers is one too: it holds them.
-	if p.spec != nil || p.removing || p.latest != nil && p.latest.Plan.Valid && !p.latest.Plan.Removed {
+	if p.spec != nil || p.removing || p.latest != nil && p.latest.Plan.Placed() && !p.latest.Plan.Removed {
 		out = append(out, p)
 	}
 	p.mu.Unlock()
@@ -391,7 +391,7 @@ func (p *Planner) Run(ctx context.Context) error {
 	latest = p.aboveMark(latest)
 	p.mu.Lock()
 	p.latest = latest
-	if latest != nil && latest.Plan.Valid {
+	if latest != nil && latest.Plan.Placed() {
 		p.inherited = latest.Plan
 	}
 	p.reconcile = latest != nil

@@ -1,0 +1,127 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+// place is where a worker runs: its node and GPUs.
+func place(w planner.Worker) string { return fmt.Sprintf("%s %v", w.NodeID, w.GPUs) }
+
+// TestNodeFlapMovesOnlyItsWorkers: one node of four, whose 8 GPUs a
+// plan of all 32 uses, leaves (its key expires) and comes back. The
+// revision after it left is degraded, not released: the 24 workers
+// elsewhere stay where they were, the 8 are listed unplaced with where
+// they ran; the revision after it returned puts exactly those 8 back on
+// their GPUs, and nobody else moves. Lookups answer for the placed
+// workers throughout.
+func TestNodeFlapMovesOnlyItsWorkers(t *testing.T) {
+	h := newHarness(t)
+	for _, id := range []string{"n1", "n2", "n3", "n4"} {
+		h.node(id)
+	}
+	stop := h.planner(context.Background(), "scheduling:\n  train: {worker_num: 32, num_cpus: 1, num_gpus: 1}\n")
+	defer stop()
+	first := h.waitRevision(1)
+	if !first.Valid || first.Workers.Len() != 32 {
+		t.Fatalf("revision 1: valid %v, %d workers", first.Valid, first.Workers.Len())
+	}
+	before := map[string]string{}
+	onN3 := 0
+	for _, w := range first.Workers.All() {
+		before[fmt.Sprint(w.Component, w.Index)] = place(*w)
+		if w.NodeID == "n3" {
+			onN3++
+		}
+	}
+
+	h.kill("n3")
+	second := h.waitRevision(2)
+	if second.Valid || second.PlanState() != plan.StateDegraded || len(second.Unplaced) != onN3 || second.Workers.Len() != 32-onN3 {
+		t.Fatalf("revision 2: valid %v, state %s, %d unplaced, %d placed; reason %q error %q",
+			second.Valid, second.PlanState(), len(second.Unplaced), second.Workers.Len(), second.Reason, second.Error)
+	}
+	for _, w := range second.Workers.All() {
+		if got := place(*w); got != before[fmt.Sprint(w.Component, w.Index)] {
+			t.Errorf("revision 2 moved %s %d from %s to %s", w.Component, w.Index, before[fmt.Sprint(w.Component, w.Index)], got)
+		}
+	}
+	for _, u := range second.Unplaced {
+		if u.NodeID != "n3" || len(u.GPUs) != 1 {
+			t.Errorf("unplaced %s %d: last place %s %v", u.Component, u.Index, u.NodeID, u.GPUs)
+		}
+	}
+	// Lookups answer for the placed workers of a degraded plan.
+	placed := second.Workers.At(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var got bus.PlacedWorker
+	if err := bus.Request(ctx, h.nc, bus.LookupSubject, bus.LookupRequest{Plan: "default", Component: string(placed.Component), Index: &placed.Index}, &got); err != nil || got.NodeID != placed.NodeID {
+		t.Errorf("lookup of a placed worker in a degraded plan: %v %+v", err, got)
+	}
+	u := second.Unplaced[0]
+	if err := bus.Request(ctx, h.nc, bus.LookupSubject, bus.LookupRequest{Plan: "default", Component: string(u.Component), Index: &u.Index}, &got); err == nil ||
+		!strings.Contains(err.Error(), "is unplaced: ") || !strings.Contains(err.Error(), "returns to node n3") {
+		t.Errorf("lookup of an unplaced worker: %v", err)
+	}
+
+	h.node("n3")
+	third := h.waitRevision(3)
+	if !third.Valid || third.PlanState() != plan.StateValid || len(third.Unplaced) != 0 || third.Moved != onN3 {
+		t.Errorf("revision 3: valid %v, state %s, %d unplaced, moved %d; reason %q", third.Valid, third.PlanState(), len(third.Unplaced), third.Moved, third.Reason)
+	}
+	var moved []string
+	for _, w := range third.Workers.All() {
+		if got := place(*w); got != before[fmt.Sprint(w.Component, w.Index)] {
+			moved = append(moved, fmt.Sprintf("%s %d: %s -> %s", w.Component, w.Index, before[fmt.Sprint(w.Component, w.Index)], got))
+		}
+	}
+	if len(moved) > 0 {
+		t.Errorf("after n3 returned, workers are not where they were: %v", moved)
+	}
+	// Nothing else was published in between: no release, no fresh plan.
+	if hist := h.history(); len(hist) != 3 || slices.ContainsFunc(hist, func(p *planner.Plan) bool { return p.Workers.Len() == 0 }) {
+		t.Errorf("history of %d revisions, one without workers?", len(hist))
+	}
+}
+
+// TestForcedInfeasibleSpecKeepsPlacement: a spec stored that cannot be
+// placed (as spec set --force stores it) releases nothing: the next
+// revision keeps every worker where it was and says the spec is
+// pending and why; a spec that fits again is planned on at once.
+func TestForcedInfeasibleSpecKeepsPlacement(t *testing.T) {
+	h := newHarness(t)
+	specs := h.cluster(4, map[string]string{"default": "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"})
+	stop := h.plannerWith(context.Background(), Config{Debounce: 50 * time.Millisecond, Settle: -1})
+	defer stop()
+	first := h.waitFor("default", "a valid plan", func(p *planner.Plan) bool { return p.Valid })
+	ctx := context.Background()
+	if _, err := specs.Put(ctx, "default", []byte("scheduling:\n  train: {worker_num: 64, num_cpus: 1, num_gpus: 1}\n")); err != nil {
+		t.Fatal(err)
+	}
+	pending := h.waitFor("default", "the pending spec", func(p *planner.Plan) bool { return p.PendingSpec != nil })
+	if !pending.Placed() || pending.Workers.Len() != first.Workers.Len() || pending.Moved != 0 ||
+		!strings.Contains(pending.PendingSpec.Reason, "Insufficient GPUs") {
+		t.Fatalf("after an infeasible spec: state %s, %d workers (had %d), moved %d, pending %+v",
+			pending.PlanState(), pending.Workers.Len(), first.Workers.Len(), pending.Moved, pending.PendingSpec)
+	}
+	for _, w := range pending.Workers.All() {
+		if o := first.Workers.Find(w.Component, w.Index); o == nil || place(*o) != place(*w) {
+			t.Errorf("%s %d moved while the spec was pending", w.Component, w.Index)
+		}
+	}
+	if _, err := specs.Put(ctx, "default", []byte("scheduling:\n  train: {worker_num: 24, num_cpus: 1, num_gpus: 1}\n")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("default", "the spec that fits", func(p *planner.Plan) bool {
+		return p.Valid && p.PendingSpec == nil && p.Workers.Len() == 24
+	})
+}
