@@ -47,7 +47,10 @@ func (e *engine) checkCapacity() error {
 		c.CPUsRequired += float64(n) * bf.NumCPUs
 	}
 	c.GPUsRequired = e.required()
-	if c.CPUsRequired > c.CPUsAvailable+eps {
+	// No nodes at all (an empty inventory, a planner's first look): both
+	// run short, and GPUs are what the spec is about.
+	noGPUs := !e.rules.manual && len(e.table) == 0 && c.GPUsRequired > 0
+	if c.CPUsRequired > c.CPUsAvailable+eps && !noGPUs {
 		return &PlanError{Msg: fmt.Sprintf("Insufficient CPUs: required %s, available %s", pyFloat(c.CPUsRequired), pyFloat(c.CPUsAvailable))}
 	}
 	if e.rules.manual {

@@ -288,3 +288,21 @@ scheduling:
 		t.Error(e)
 	}
 }
+
+// TestEmptyInventorySaysGPUs: on no nodes at all a spec that asks for
+// GPUs is short of GPUs first (a planner's first look, before any
+// reporter); one that asks none is short of CPUs.
+func TestEmptyInventorySaysGPUs(t *testing.T) {
+	for _, c := range []struct{ spec, want string }{
+		{"scheduling:\n  train: {worker_num: 2, num_cpus: 1, num_gpus: 1}\n", "Insufficient GPUs: required 2.0, available 0"},
+		{"scheduling:\n  env:\n    - {worker_num: 4, num_cpus: 1, num_gpus: 0}\n", "Insufficient CPUs: required 4.0, available 0.0"},
+	} {
+		spec, err := ParseSpec([]byte(c.spec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Compute(spec, nil); err == nil || err.Error() != c.want {
+			t.Errorf("%q on no nodes: %v, want %q", c.spec, err, c.want)
+		}
+	}
+}
