@@ -100,10 +100,18 @@ func (e *NameError) Unwrap() error { return e.Rule.Err }
 // it is longer than 64 ("..." and its length follow): a name of 4 KB
 // must not make a 4 KB error.
 func QuoteShort(s string) string {
-	if len(s) <= 64 {
-		return strconv.Quote(s)
+	// Bounded as written: a byte that quotes as \u202e takes six.
+	if q := strconv.Quote(s); len(q) <= 56 {
+		return q
 	}
-	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(s[:40]), len(s))
+	cut := 0
+	for i := range s {
+		if len(strconv.Quote(s[:i])) > 36 {
+			break
+		}
+		cut = i
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(s[:cut]), len(s))
 }
 
 // LabelKeyRule is a node label's key, in node inventories (labels,
