@@ -267,7 +267,7 @@ func runReporter(ctx context.Context, c reporterConfig, stdout, stderr io.Writer
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	log.Info().Str("server", c.server).Dur("heartbeat", c.heartbeat).Dur("ttl", c.ttl).Msg("reporter starting")
+	log.Info().Str("server", c.server).Str("heartbeat", c.heartbeat.String()).Str("ttl", c.ttl.String()).Msg("reporter starting")
 	store := bus.NewInventoryStore(js)
 	// A reporter's credentials cannot create the bucket: it waits for the
 	// planner to.
