@@ -102,11 +102,12 @@ type Authority struct {
 	splitAt int64
 }
 
-// keyFiles are the seeds Open keeps, under DIR/auth; clients.nk came
-// later, and is added to older keys by Open and Load alike.
-var keyFiles = [...]string{"operator.nk", "account.nk", "system.nk", "clients.nk"}
+// keyFiles are the seeds Open keeps, under DIR/auth. The clients'
+// account's key is derived from account.nk's (clientsKeyOf).
+var keyFiles = [...]string{"operator.nk", "account.nk", "system.nk"}
 
-// splitFile records when clients.nk was added to older keys.
+// splitFile records when the clients' account was added to older keys
+// ("0": keys made with it).
 const splitFile = "clients-since"
 
 // ErrNoKeys is Load's answer where no keys were made yet.
@@ -134,54 +135,88 @@ func open(dir string, create bool) (*Authority, error) {
 		}
 		return nil, err
 	}
-	makers := [...]func() (nkeys.KeyPair, error){nkeys.CreateOperator, nkeys.CreateAccount, nkeys.CreateAccount, nkeys.CreateAccount}
+	// Keys made before the clients' account had no split file: their
+	// account may have signed every role, and those users are revoked.
+	_, statErr := os.Stat(filepath.Join(keyDir, keyFiles[1]))
+	fresh := errors.Is(statErr, os.ErrNotExist)
+	makers := [...]func() (nkeys.KeyPair, error){nkeys.CreateOperator, nkeys.CreateAccount, nkeys.CreateAccount}
 	var kps [len(keyFiles)]nkeys.KeyPair
-	for i, name := range keyFiles[:3] {
+	for i, name := range keyFiles {
 		kp, err := loadOrCreate(filepath.Join(keyDir, name), makers[i], create)
 		if err != nil {
 			return nil, err
 		}
 		kps[i] = kp
 	}
-	split, err := clientsKey(keyDir, &kps[3])
+	clients, err := clientsKeyOf(kps[1])
 	if err != nil {
 		return nil, err
 	}
-	return newAuthority(kps[0], kps[1], kps[2], kps[3], split)
+	split, err := splitTime(keyDir, fresh)
+	if err != nil {
+		return nil, err
+	}
+	return newAuthority(kps[0], kps[1], kps[2], clients, split)
 }
 
-// clientsKey loads the clients' account key into kp, making it where
-// older keys lack it; then the time it was added is kept in splitFile
-// and returned (0 for keys made with it).
-func clientsKey(keyDir string, kp *nkeys.KeyPair) (int64, error) {
-	path := filepath.Join(keyDir, keyFiles[3])
-	_, statErr := os.Stat(path)
-	added := errors.Is(statErr, os.ErrNotExist)
-	var err error
-	if *kp, err = loadOrCreate(path, nkeys.CreateAccount, true); err != nil {
-		return 0, err
+// clientsKeyOf is the clients' account key, derived from the planner's
+// account seed: every host given the same keys (HA: DIR/auth copied)
+// has the same clients' account, whatever poolplanner made the keys.
+func clientsKeyOf(account nkeys.KeyPair) (nkeys.KeyPair, error) {
+	seed, err := account.Seed()
+	if err != nil {
+		return nil, fmt.Errorf("clients account key: %w", err)
 	}
-	splitPath := filepath.Join(keyDir, splitFile)
-	if added {
-		// Older keys: every user the planner's account signed before
-		// this second is revoked (NATS revokes those issued at or
-		// before the time), none signed from now on.
-		at := time.Now().Unix() - 1
-		if err := os.WriteFile(splitPath, []byte(strconv.FormatInt(at, 10)+"\n"), 0o600); err != nil {
+	raw := sha256.Sum256(append([]byte("poolplanner clients account\x00"), seed...))
+	kp, err := nkeys.FromRawSeed(nkeys.PrefixByteAccount, raw[:])
+	if err != nil {
+		return nil, fmt.Errorf("clients account key: %w", err)
+	}
+	return kp, nil
+}
+
+// splitTime is when the clients' account was added to these keys, kept
+// in splitFile: 0 for keys made with it (fresh), else the first time
+// keys without it are opened. Every user the planner's account signed
+// up to then is revoked. The file is written (atomically) before
+// anything is signed with the new layout, so that no crash can leave
+// older credentials unrevoked.
+func splitTime(keyDir string, fresh bool) (int64, error) {
+	path := filepath.Join(keyDir, splitFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		var at int64
+		if !fresh {
+			// NATS revokes users issued at or before the time: every
+			// one signed before this second, none from now on.
+			at = time.Now().Unix() - 1
+		}
+		tmp, err := os.CreateTemp(keyDir, ".clients-since-*")
+		if err != nil {
 			return 0, fmt.Errorf("auth keys: %w", err)
 		}
+		defer os.Remove(tmp.Name())
+		_, werr := tmp.WriteString(strconv.FormatInt(at, 10) + "\n")
+		if werr == nil {
+			werr = tmp.Sync()
+		}
+		if cerr := tmp.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr == nil {
+			werr = os.Rename(tmp.Name(), path)
+		}
+		if werr != nil {
+			return 0, fmt.Errorf("auth keys: %s: %w", path, werr)
+		}
 		return at, nil
-	}
-	data, err := os.ReadFile(splitPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("auth keys: %w", err)
 	}
 	at, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("auth keys: %s: want a unix time: %w", splitPath, err)
+		return 0, fmt.Errorf("auth keys: %s: want a unix time: %w", path, err)
 	}
 	return at, nil
 }
@@ -320,8 +355,8 @@ var exports = []export{
 	{client.LookupSubject, jwt.Service, jwt.ResponseTypeSingleton},
 	{client.PlanSubject, jwt.Service, jwt.ResponseTypeSingleton},
 	{"$SRV.>", jwt.Service, jwt.ResponseTypeStream},
-	{"$KV." + client.InventoryBucket + ".*", jwt.Service, jwt.ResponseTypeSingleton},
-	{"$KV." + client.SpecBucket + ".*", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$KV." + client.InventoryBucket + ".>", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$KV." + client.SpecBucket + ".>", jwt.Service, jwt.ResponseTypeSingleton},
 	{"$JS.API.INFO", jwt.Service, jwt.ResponseTypeSingleton},
 	{"$JS.API.STREAM.INFO.*", jwt.Service, jwt.ResponseTypeSingleton},
 	{"$JS.API.STREAM.NAMES", jwt.Service, jwt.ResponseTypeSingleton},

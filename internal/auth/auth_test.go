@@ -157,15 +157,20 @@ func allowed(patterns []string, subject string) bool {
 	})
 }
 
-// TestClientsAccountAdded: keys made before the clients' account get it
-// on their next Open; credentials of that time (every role in the
-// planner's account) no longer count as current, and the planner's
-// account revokes its users signed before then.
+// TestClientsAccountAdded: keys made before the clients' account (no
+// split file) get it on their next Open, the same on every host given
+// the keys (derived from the account's); credentials of that time (every
+// role in the planner's account) no longer count as current, and the
+// planner's account revokes its users signed before then. Fresh keys
+// revoke nobody.
 func TestClientsAccountAdded(t *testing.T) {
 	dir := t.TempDir()
 	a, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if a.splitAt != 0 {
+		t.Errorf("fresh keys revoke users signed before %d", a.splitAt)
 	}
 	old := *a
 	old.clients = a.account // as every role was signed before
@@ -173,15 +178,15 @@ func TestClientsAccountAdded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(dir, "auth", "clients.nk")); err != nil {
+	if err := os.Remove(filepath.Join(dir, "auth", splitFile)); err != nil {
 		t.Fatal(err)
 	}
 	b, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.ClientsKey == a.ClientsKey || b.AccountKey != a.AccountKey {
-		t.Fatal("the clients' account key was not made anew, or the planner's changed")
+	if b.ClientsKey != a.ClientsKey || b.AccountKey != a.AccountKey || b.ClientsKey == b.AccountKey {
+		t.Fatal("the clients' account key is not the one derived from the account's")
 	}
 	if b.Current(launcher) {
 		t.Error("a launcher signed by the planner's account counts as current")

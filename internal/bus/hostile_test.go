@@ -330,6 +330,17 @@ func TestClientsReadThroughImports(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A reporter whose node id is a hostname with dots writes its key
+	// across the import (a subject of several tokens).
+	r := as(t, a, url, auth.Reporter, "gpu-07.example.com")
+	inv := NewInventoryStore(r.js)
+	inv.NoCreate = true
+	if _, err := inv.Put(ctx, "gpu-07.example.com", testDoc(t, "gpu-07.example.com"), false, time.Minute); err != nil {
+		t.Fatalf("a dotted node's reporter puts its key: %v", err)
+	}
+	if err := inv.Delete(ctx, "gpu-07.example.com", time.Minute); err != nil {
+		t.Fatalf("a dotted node's reporter deletes its key: %v", err)
+	}
 	l := as(t, a, url, auth.Launcher, "")
 	lobs, err := l.js.ObjectStore(ctx, client.RepliesBucket)
 	if err != nil {

@@ -210,11 +210,18 @@ func parseExports(args []string) ([]exportFile, error) {
 	return out, nil
 }
 
-// export writes each wanted file that is missing, owner-only.
+// export writes each wanted file that is missing or stale, owner-only:
+// credentials the keys no longer honour, or a server configuration
+// other than the keys' (after the clients' account was added, say).
 func export(a *auth.Authority, wants []exportFile) error {
 	for _, w := range wants {
-		if _, err := os.Stat(w.path); err == nil {
-			continue
+		if old, err := os.ReadFile(w.path); err == nil {
+			// A configuration written by these keys since the clients'
+			// account exists preloads it (its JWTs differ at each
+			// signing, so compare what they are for).
+			if w.role == "" && strings.Contains(string(old), a.ClientsKey+":") && strings.Contains(string(old), a.AccountKey+":") || w.role != "" && a.Current(old) {
+				continue
+			}
 		}
 		data := []byte(a.ServerConfig())
 		if w.role != "" {

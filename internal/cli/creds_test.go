@@ -110,3 +110,44 @@ func TestCredsCommands(t *testing.T) {
 		t.Error("a second init rewrote admin.creds")
 	}
 }
+
+// TestExportRewritesStale: auth init --export keeps a file that is
+// current, and writes anew one the keys no longer honour: credentials
+// of the old single account, a server configuration without the
+// clients' account (what an upgraded compose volume holds).
+func TestExportRewritesStale(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, errOut := run(t, "auth", "init", "--data-dir", dir); code != 0 {
+		t.Fatal(errOut)
+	}
+	out := t.TempDir()
+	conf, creds := filepath.Join(out, "nats-auth.conf"), filepath.Join(out, "launcher.creds")
+	export := func() {
+		t.Helper()
+		if code, _, errOut := run(t, "auth", "init", "--data-dir", dir, "--export", "server-config="+conf, "--export", "launcher="+creds); code != 0 {
+			t.Fatal(errOut)
+		}
+	}
+	export()
+	keep, _ := os.ReadFile(creds)
+	export()
+	if again, _ := os.ReadFile(creds); string(again) != string(keep) {
+		t.Error("current credentials were written anew")
+	}
+	for _, f := range []string{conf, creds} {
+		if err := os.WriteFile(f, []byte("stale\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	export()
+	a, err := auth.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(conf); !strings.Contains(string(data), a.ClientsKey+":") {
+		t.Errorf("a stale server configuration was kept: %q", data)
+	}
+	if data, _ := os.ReadFile(creds); !a.Current(data) {
+		t.Errorf("stale credentials were kept: %q", data)
+	}
+}

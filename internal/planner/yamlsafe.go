@@ -146,12 +146,14 @@ func under(err error, key string, index int) error {
 	return err
 }
 
-// visit counts a node visited within an alias.
-func (c *yamlConv) visit() error {
+// visit counts a node visited within an alias: one, and one more for
+// every 64 bytes of its text, so that an alias of a long scalar (a
+// !!binary blob, say) counts for what decoding it again costs.
+func (c *yamlConv) visit(n *yaml.Node) error {
 	if c.inAlias == 0 {
 		return nil
 	}
-	c.aliasValues++
+	c.aliasValues += 1 + len(n.Value)/64
 	if c.aliasValues > MaxAliasValues {
 		return refuse("aliases expand to more than %d values; at most %d are allowed: write the values out, or use fewer aliases", MaxAliasValues, MaxAliasValues)
 	}
@@ -159,7 +161,7 @@ func (c *yamlConv) visit() error {
 }
 
 func (c *yamlConv) value(n *yaml.Node, depth int) (any, error) {
-	if err := c.visit(); err != nil {
+	if err := c.visit(n); err != nil {
 		return nil, err
 	}
 	switch n.Kind {
@@ -237,7 +239,7 @@ func scalarValue(n *yaml.Node) (any, error) {
 // mapKey reads a mapping key: a string (also through an alias) or the
 // merge key <<.
 func (c *yamlConv) mapKey(k *yaml.Node) (name string, merge bool, err error) {
-	if err := c.visit(); err != nil {
+	if err := c.visit(k); err != nil {
 		return "", false, err
 	}
 	switch {
@@ -397,7 +399,7 @@ func (c *yamlConv) mergeFrom(src *yaml.Node, m map[string]any, depth int) error 
 		return c.mergeOne(src, m, depth)
 	case yaml.SequenceNode:
 		for _, item := range src.Content {
-			if err := c.visit(); err != nil {
+			if err := c.visit(item); err != nil {
 				return err
 			}
 			if err := c.mergeOne(item, m, depth); err != nil {
@@ -429,7 +431,7 @@ func (c *yamlConv) mergeOne(src *yaml.Node, m map[string]any, depth int) error {
 		}
 		c.inAlias++
 		defer func() { c.inAlias-- }()
-		if err := c.visit(); err != nil {
+		if err := c.visit(t); err != nil {
 			return err
 		}
 		src = t

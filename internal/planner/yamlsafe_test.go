@@ -421,3 +421,24 @@ func BenchmarkParseSpecDistinctKeys(b *testing.B) {
 		})
 	}
 }
+
+// TestDecodeYAMLAliasBytes: aliases of a long scalar count for its
+// length: 30,000 aliases of a 128 KiB !!binary blob (a 220 KB request)
+// are refused at once, not decoded into gigabytes.
+func TestDecodeYAMLAliasBytes(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("a: &x !!binary ")
+	b.WriteString(strings.Repeat("QUFB", 128<<10/4))
+	b.WriteString("\nb: [")
+	for i := range 30000 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("*x")
+	}
+	b.WriteString("]\n")
+	_, err := DecodeYAML([]byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "aliases expand to more than") {
+		t.Fatalf("%d bytes of aliased blob: %v", b.Len(), err)
+	}
+}
