@@ -208,6 +208,9 @@ class Launcher:
         for w in self.workers.values():
             if w.proc is not None and w.proc.poll() is not None:
                 code = w.proc.returncode
+                # Children it left behind (a server's workers) would keep
+                # the GPU from its successor.
+                signal_group(w.proc, signal.SIGKILL)
                 if now - w.started >= STABLE_AFTER:
                     w.backoff = BACKOFF_MIN
                 w.next_start = now + w.backoff

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -62,10 +63,14 @@ func parseDuration(s string) (time.Duration, error) {
 		if d, err = time.ParseDuration(rest); err != nil || d < 0 {
 			return 0, fmt.Errorf("duration %q: want a duration such as 90s, 12h, 30d or 1d12h", s)
 		}
-	} else if days == 0 {
+	} else if !strings.Contains(s, "d") {
 		return 0, fmt.Errorf("duration %q: want a duration such as 90s, 12h, 30d or 1d12h", s)
 	}
-	d += time.Duration(days) * 24 * time.Hour
+	const day = 24 * time.Hour
+	if d > math.MaxInt64-time.Duration(days)*day {
+		return 0, fmt.Errorf("duration %q: too long; at most about 290 years", s)
+	}
+	d += time.Duration(days) * day
 	if neg {
 		d = -d
 	}

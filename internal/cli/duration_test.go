@@ -25,6 +25,8 @@ func TestParseDuration(t *testing.T) {
 		{"30", 0, "want a duration"},
 		{"1d-5h", 0, "want a duration"},
 		{"999999d", 0, "at most 36500"},
+		{"0d", 0, ""},
+		{"36500d2000000h", 0, "too long"},
 	} {
 		got, err := parseDuration(c.in)
 		if c.err != "" {

@@ -112,9 +112,13 @@ func waitGPUsFree(ctx context.Context, cf *connFlags, w bus.PlacedWorker, within
 	store.NoCreate = true
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
+	shared, err := sharedGPUs(ctx, nc, w)
+	if err != nil {
+		return err
+	}
 	said := false
 	for {
-		busy, err := busyGPUs(ctx, store, w)
+		busy, err := busyGPUs(ctx, store, w, shared)
 		switch {
 		case err == nil && len(busy) == 0:
 			return nil
@@ -140,9 +144,43 @@ type busyGPU struct {
 	processes []inventory.Process
 }
 
-// busyGPUs reads w's node's inventory: its GPUs that run a process
-// other than this one.
-func busyGPUs(ctx context.Context, store *bus.InventoryStore, w bus.PlacedWorker) ([]busyGPU, error) {
+// sharedGPUs is the UUIDs of w's GPUs that other workers of w's
+// revision use too (fractional env workers, colocated components):
+// their processes are those workers', not a previous holder's, so exec
+// does not wait on them.
+func sharedGPUs(ctx context.Context, nc *nats.Conn, w bus.PlacedWorker) (map[string]bool, error) {
+	c, err := client.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	d, err := c.RequestPlan(rctx, w.Plan, w.Revision)
+	if err != nil {
+		return nil, fmt.Errorf("read plan %s revision %d: %w", w.Plan, w.Revision, err)
+	}
+	mine := map[string]bool{}
+	for _, u := range w.GPUUUIDs {
+		mine[u] = true
+	}
+	shared := map[string]bool{}
+	for _, o := range d.Workers.All() {
+		if o.Component == w.Component && o.Index == w.Index {
+			continue
+		}
+		for _, u := range o.GPUUUIDs {
+			if mine[u] {
+				shared[u] = true
+			}
+		}
+	}
+	return shared, nil
+}
+
+// busyGPUs reads w's node's inventory: its GPUs (but those it shares
+// with other workers of its revision) that run a process other than
+// this one.
+func busyGPUs(ctx context.Context, store *bus.InventoryStore, w bus.PlacedWorker, shared map[string]bool) ([]busyGPU, error) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	inv, _, err := store.Get(rctx, w.NodeID)
@@ -156,7 +194,7 @@ func busyGPUs(ctx context.Context, store *bus.InventoryStore, w bus.PlacedWorker
 	self := uint32(os.Getpid())
 	var out []busyGPU
 	for _, g := range inv.GPUs {
-		if !mine[g.UUID] {
+		if !mine[g.UUID] || shared[g.UUID] {
 			continue
 		}
 		var others []inventory.Process

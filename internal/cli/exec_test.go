@@ -184,3 +184,25 @@ func TestStatusUnplannedUse(t *testing.T) {
 		t.Errorf("status -o json: %v %+v\n%s", err, doc.Unplanned, js2)
 	}
 }
+
+// TestExecSharedGPUNoWait: workers that share a GPU by design (four env
+// workers at a quarter each) do not wait for each other's processes.
+func TestExecSharedGPUNoWait(t *testing.T) {
+	specFile := writeFile(t, "spec.yaml", "scheduling:\n  env:\n    - {worker_num: 4, num_cpus: 1, num_gpus: 0.25}\n")
+	url, _ := serveInProcess(t, "--no-local-reporter", "--spec", specFile, "--settle", "-1s")
+	// All four sit on GPU 0, which runs a process (one of them).
+	simulatedNode(t, url, "gpu-1", []int{0})
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if code, _, _ := run(t, "lookup", "env", "0", "--server", url); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no plan")
+		}
+	}
+	root := newRootWith(nil, &bytes.Buffer{}, &bytes.Buffer{}, func(string, []string, []string) error { return nil })
+	root.SetArgs([]string{"exec", "env", "1", "--server", url, "--node-id", "gpu-1", "--wait-free", "300ms", "--", "true"})
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("env 1 waited for its siblings' GPU: %v", err)
+	}
+}

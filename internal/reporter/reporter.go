@@ -273,6 +273,13 @@ func (r *run) claim(ctx context.Context, moved bool) bool {
 	var other inventory.NodeInventory
 	if st.Doc != nil && json.Unmarshal(st.Doc, &other) == nil && other.Reporter != "" && other.Reporter != r.instance {
 		why, alive := r.holder(other)
+		if moved && !alive {
+			// It wrote after this run's own last write: it runs, whatever
+			// its pid says here (another pid namespace on this host, two
+			// containers both pid 1): taking the key back would have the
+			// two take it from each other for ever.
+			why, alive = why+", but it wrote after this reporter did", true
+		}
 		if alive {
 			r.stop = r.otherErr(other, st, why)
 			r.Log.Error().Err(r.stop).Bool("key_moved", moved).Msg("stopping: another reporter holds this node's key; leaving the key alone")
