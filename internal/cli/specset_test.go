@@ -70,7 +70,7 @@ func TestSpecSetValidates(t *testing.T) {
 	}
 	// A new plan likewise.
 	code, _, errOut = run(t, "spec", "set", "--plan", "exp", big, "--server", server)
-	if code != 1 || !strings.Contains(errOut, "spec of plan exp not stored: it cannot be placed now: Insufficient GPUs: required 40.0") {
+	if code != 1 || !strings.Contains(errOut, "spec of plan exp not stored: it cannot be placed now: it cannot fit this cluster at all, whatever other plans hold: Insufficient GPUs: required 40.0") {
 		t.Errorf("spec set of 40 GPUs as plan exp: exit %d\nstderr %s", code, errOut)
 	}
 	// A spec with an error of its own: exit 2, forced or not.

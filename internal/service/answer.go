@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
@@ -43,6 +44,9 @@ func (p *Planner) Validate(_ context.Context, data []byte, as string) (*bus.Vali
 	}
 	doc, _ := planner.PlanBeside(spec, nodes, others)
 	reply := doc.Document
+	if !reply.Valid && len(others) > 0 {
+		reply.Error = whyNotBeside(spec, nodes, others, reply.Error)
+	}
 	reply.Name = cmp.Or(as, "(new plan)")
 	reply.CreatedAt = p.cfg.Now().UTC()
 	reply.Reason = "validation: not published"
@@ -55,6 +59,25 @@ func (p *Planner) Validate(_ context.Context, data []byte, as string) (*bus.Vali
 		time.AfterFunc(time.Second, debug.FreeOSMemory)
 	}
 	return &bus.ValidateReply{Document: &reply, Nodes: len(nodes)}, nil
+}
+
+// whyNotBeside says first whether spec could fit the cluster at all,
+// and, if it could, which plans hold the room it lacks (beside: the
+// error planned beside them).
+func whyNotBeside(spec *planner.Spec, nodes []planner.Node, others []planner.Job, beside string) string {
+	if _, err := planner.Compute(spec, nodes); err != nil {
+		return "it cannot fit this cluster at all, whatever other plans hold: " + err.Error()
+	}
+	var holders []string
+	for _, o := range others {
+		if o.Prev != nil && o.Prev.Placed() && o.Prev.GPUsHeld > 0 && o.Prev.Priority >= spec.Priority {
+			holders = append(holders, fmt.Sprintf("%s (priority %d, %d GPUs)", o.Name, o.Prev.Priority, o.Prev.GPUsHeld))
+		}
+	}
+	if len(holders) == 0 {
+		return beside
+	}
+	return fmt.Sprintf("it would fit the cluster, but plans of its priority or higher hold the room it lacks: %s: %s", strings.Join(holders, ", "), beside)
 }
 
 // Plan implements bus.Answerer: the latest revision from memory, other

@@ -125,3 +125,29 @@ func TestForcedInfeasibleSpecKeepsPlacement(t *testing.T) {
 		return p.Valid && p.PendingSpec == nil && p.Workers.Len() == 24
 	})
 }
+
+// TestValidateSaysWhatIsInTheWay: on a full cluster, validate says
+// first whether the spec could fit the cluster at all, then which plans
+// hold the room it lacks.
+func TestValidateSaysWhatIsInTheWay(t *testing.T) {
+	h := newHarness(t)
+	h.cluster(2, map[string]string{"default": "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"})
+	stop := h.plannerWith(context.Background(), Config{Debounce: 50 * time.Millisecond, Settle: -1})
+	defer stop()
+	h.waitFor("default", "a valid plan", func(p *planner.Plan) bool { return p.Valid })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []struct{ workers, want string }{
+		{"8", "it would fit the cluster, but plans of its priority or higher hold the room it lacks: default (priority 0, 16 GPUs)"},
+		{"64", "it cannot fit this cluster at all, whatever other plans hold: Insufficient GPUs: required 64.0, available 16"},
+	} {
+		var r bus.ValidateReply
+		body := []byte(`{"scheduling": {"train": {"worker_num": ` + c.workers + `, "num_cpus": 1, "num_gpus": 1}}}`)
+		if err := bus.Request(ctx, h.nc, bus.ValidateSubject, body, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Valid || !strings.Contains(r.Error, c.want) {
+			t.Errorf("%s workers: valid %v, error %q; want %q", c.workers, r.Valid, r.Error, c.want)
+		}
+	}
+}
