@@ -22,11 +22,25 @@ import (
 func serveInProcess(t *testing.T, args ...string) (string, *syncWriter) {
 	t.Helper()
 	addr := freeAddr(t)
+	serveErr, _ := runServe(t, append([]string{"--listen", addr, "--data-dir", filepath.Join(t.TempDir(), "data")}, args...)...)
+	return "nats://" + addr, serveErr
+}
+
+// runServe runs `planner serve args...` in this process (logging errors
+// only) until the test ends; it returns serve's stderr and its exit
+// code once it ends.
+func runServe(t *testing.T, args ...string) (*syncWriter, <-chan int) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
+	exited := make(chan int, 1)
 	serveErr := &syncWriter{}
-	all := append([]string{"serve", "--listen", addr, "--data-dir", filepath.Join(t.TempDir(), "data"), "--log-level", "error"}, args...)
-	go func() { done <- Main(ctx, all, nil, &bytes.Buffer{}, serveErr) }()
+	all := append([]string{"serve", "--log-level", "error"}, args...)
+	go func() {
+		code := Main(ctx, all, nil, &bytes.Buffer{}, serveErr)
+		done <- code
+		exited <- code
+	}()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -35,7 +49,7 @@ func serveInProcess(t *testing.T, args ...string) (string, *syncWriter) {
 			t.Error("serve did not stop")
 		}
 	})
-	return "nats://" + addr, serveErr
+	return serveErr, exited
 }
 
 // dialRetry connects to url, retrying until the server (started in the

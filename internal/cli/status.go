@@ -57,6 +57,8 @@ type statusReport struct {
 	Unplanned []inventory.UnplannedGPU `json:"unplanned_use"`
 	// docs are the plans' latest revisions, read for Unplanned.
 	docs []*plan.Document
+	// mu guards Unavailable while the reads run at once.
+	mu sync.Mutex
 }
 
 // statusPartTimeout bounds each read of status, all made at once: an
@@ -156,54 +158,13 @@ func newStatusCmd() *cobra.Command {
 func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, plan string) (*statusReport, error) {
 	r := &statusReport{Plan: plan}
 	store := bus.NewPlanStore(js)
-	var mu sync.Mutex
-	unavailable := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		r.Unavailable = append(r.Unavailable, fmt.Sprintf(format, args...))
-	}
 	part := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, statusPartTimeout) }
 	var wg sync.WaitGroup
+	wg.Go(func() { r.readLatest(ctx, store.Client(), c) })
 	wg.Go(func() {
 		pctx, cancel := part()
 		defer cancel()
-		rev, err := store.Client().Plan(pctx, plan, 0)
-		if err != nil && !errors.Is(err, client.ErrNotFound) {
-			rctx, cancel := part()
-			defer cancel()
-			d, rerr := c.RequestPlan(rctx, plan, 0)
-			if rerr != nil {
-				r.Error = err.Error()
-				unavailable("plan %s's latest revision: the stream: %v; the planner: %v", plan, err, rerr)
-				return
-			}
-			unavailable("the plan stream (%v): plan %s's latest revision came from the planner", err, plan)
-			rev, err = &client.Revision{Document: d}, nil
-		}
-		if err == nil {
-			d := rev.Document
-			at := d.CreatedAt.UTC()
-			r.Revision, r.Valid, r.Reason, r.Error, r.At = d.Revision, d.Valid, d.Reason, d.Error, &at
-			r.State, r.Unplaced = d.PlanState(), d.Unplaced
-			if d.PendingSpec != nil {
-				r.Pending = d.PendingSpec.Reason
-			}
-		}
-	})
-	wg.Go(func() {
-		pctx, cancel := part()
-		defer cancel()
-		_, err := js.Stream(pctx, bus.PlansStream)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return
-		}
-		if err == nil {
-			if r.Leader, err = store.ReadLease(pctx, bus.LeaseName); err == nil {
-				return
-			}
-		}
-		r.LeaderUnknown = true
-		unavailable("the leader: the lease cannot be read: %v", err)
+		r.readLeader(pctx, js, store)
 	})
 	r.Streams = make([]streamStatus, len(statusStreams))
 	for i, name := range statusStreams {
@@ -218,7 +179,7 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 		pctx, cancel := part()
 		defer cancel()
 		if err := r.readPlans(pctx, js, store.Client()); err != nil {
-			unavailable("the other plans: %v", err)
+			r.unavailable("the other plans: %v", err)
 			return
 		}
 		plansRead = true
@@ -231,7 +192,7 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 		inv.NoCreate = true
 		var err error
 		if nodes, err = inv.List(pctx); err != nil && !errors.Is(err, bus.ErrNoBucket) {
-			unavailable("the inventory (for unplanned use): %v", err)
+			r.unavailable("the inventory (for unplanned use): %v", err)
 			nodes = nil
 		}
 	})
@@ -240,21 +201,80 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 	if plansRead && nodes != nil {
 		r.Unplanned = inventory.UnplannedUse(nodes, inventory.PlacedUUIDs(r.docs...))
 	}
+	r.judgeStreams()
+	slices.Sort(r.Unavailable)
+	return r, nil
+}
+
+// unavailable notes what could not be read; the reads call it at once.
+func (r *statusReport) unavailable(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Unavailable = append(r.Unavailable, fmt.Sprintf(format, args...))
+}
+
+// readLatest reads the plan's latest revision from the stream, or from
+// the planner when the stream cannot give it, each within
+// statusPartTimeout.
+func (r *statusReport) readLatest(ctx context.Context, stream, planner *client.Client) {
+	pctx, cancel := context.WithTimeout(ctx, statusPartTimeout)
+	defer cancel()
+	rev, err := stream.Plan(pctx, r.Plan, 0)
+	if err != nil && !errors.Is(err, client.ErrNotFound) {
+		rctx, cancel := context.WithTimeout(ctx, statusPartTimeout)
+		defer cancel()
+		d, rerr := planner.RequestPlan(rctx, r.Plan, 0)
+		if rerr != nil {
+			r.Error = err.Error()
+			r.unavailable("plan %s's latest revision: the stream: %v; the planner: %v", r.Plan, err, rerr)
+			return
+		}
+		r.unavailable("the plan stream (%v): plan %s's latest revision came from the planner", err, r.Plan)
+		rev, err = &client.Revision{Document: d}, nil
+	}
+	if err != nil {
+		return
+	}
+	d := rev.Document
+	at := d.CreatedAt.UTC()
+	r.Revision, r.Valid, r.Reason, r.Error, r.At = d.Revision, d.Valid, d.Reason, d.Error, &at
+	r.State, r.Unplaced = d.PlanState(), d.Unplaced
+	if d.PendingSpec != nil {
+		r.Pending = d.PendingSpec.Reason
+	}
+}
+
+// readLeader reads the lease: none without a plan stream, unknown when
+// it cannot be read.
+func (r *statusReport) readLeader(ctx context.Context, js jetstream.JetStream, store *bus.PlanStore) {
+	_, err := js.Stream(ctx, bus.PlansStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return
+	}
+	if err == nil {
+		if r.Leader, err = store.ReadLease(ctx, bus.LeaseName); err == nil {
+			return
+		}
+	}
+	r.LeaderUnknown = true
+	r.unavailable("the leader: the lease cannot be read: %v", err)
+}
+
+// judgeStreams notes the streams that could not be read or have no
+// leader; without a leader for the plan stream no lease can be renewed,
+// so a lease read from a replica says nothing of who leads.
+func (r *statusReport) judgeStreams() {
 	for _, s := range r.Streams {
 		switch {
 		case s.Error != "":
-			unavailable("stream %s: %s", s.Name, s.Error)
+			r.unavailable("stream %s: %s", s.Name, s.Error)
 		case s.Replicas > 1 && s.Leader == "":
-			unavailable("stream %s: no leader (no quorum): nothing is written to it until servers return", s.Name)
+			r.unavailable("stream %s: no leader (no quorum): nothing is written to it until servers return", s.Name)
 			if s.Name == bus.PlansStream {
-				// A lease read from a replica says nothing then: none
-				// can be renewed, whoever last held it.
 				r.LeaderUnknown, r.Leader = true, nil
 			}
 		}
 	}
-	slices.Sort(r.Unavailable)
-	return r, nil
 }
 
 // readPlans reads every plan's latest revision (but removed ones') and

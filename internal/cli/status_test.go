@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -21,21 +19,8 @@ func TestStatusInOutage(t *testing.T) {
 		t.Skip("a three-server cluster")
 	}
 	c := testcluster.Start(t, 3, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	serveErr := &syncWriter{}
-	go func() {
-		done <- Main(ctx, []string{"serve", "--server", c.URLs(), "--replicas", "3", "--spec", "../../examples/disaggregate.yaml",
-			"--simulate", "4x8xH100", "--no-local-reporter", "--debounce", "50ms", "--settle", "-1s", "--log-level", "error"}, nil, &bytes.Buffer{}, serveErr)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("serve did not stop")
-		}
-	})
+	serveErr, _ := runServe(t, "--server", c.URLs(), "--replicas", "3", "--spec", "../../examples/disaggregate.yaml",
+		"--simulate", "4x8xH100", "--no-local-reporter", "--debounce", "50ms", "--settle", "-1s")
 	status := func() (string, time.Duration) {
 		start := time.Now()
 		code, out, errOut := run(t, "status", "--server", c.URL(0))
@@ -96,17 +81,8 @@ func TestServeOnModestServers(t *testing.T) {
 		t.Skip("a three-server cluster")
 	}
 	c := testcluster.StartLimited(t, 3, nil, 1<<30)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	serveErr := &syncWriter{}
-	go func() {
-		done <- Main(ctx, []string{"serve", "--server", c.URLs(), "--replicas", "3", "--spec", "../../examples/disaggregate.yaml",
-			"--simulate", "4x8xH100", "--no-local-reporter", "--debounce", "50ms", "--settle", "-1s", "--log-level", "error"}, nil, &bytes.Buffer{}, serveErr)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	serveErr, done := runServe(t, "--server", c.URLs(), "--replicas", "3", "--spec", "../../examples/disaggregate.yaml",
+		"--simulate", "4x8xH100", "--no-local-reporter", "--debounce", "50ms", "--settle", "-1s")
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		code, out, _ := run(t, "lookup", "train", "0", "--server", c.URL(0))
