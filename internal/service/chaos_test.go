@@ -230,11 +230,26 @@ func TestChaos(t *testing.T) {
 		js, _ := jetstream.New(rc)
 		x.conns = append(x.conns, js)
 	}
-	for range 3 {
-		x.planner()
+	// The nodes report before any planner starts, so that revision 1
+	// plans on all of them: a planner that saw only the first to report
+	// would publish an invalid revision 1 (true, but not this test's
+	// subject), depending on how fast a loaded machine starts reporters.
+	inv := bus.NewInventoryStore(x.js)
+	inv.Replicas = 3
+	ictx, icancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer icancel()
+	if _, err := inv.Ensure(ictx); err != nil {
+		t.Fatal(err)
 	}
 	for range 50 {
 		x.join()
+	}
+	eventually(t, 30*time.Second, "50 nodes in the inventory", func() bool {
+		docs, err := inv.List(ictx)
+		return err == nil && len(docs) == 50
+	})
+	for range 3 {
+		x.planner()
 	}
 	t.Cleanup(func() {
 		x.mu.Lock()
