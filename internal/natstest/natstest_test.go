@@ -1,0 +1,62 @@
+package natstest
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestRestartKeepsStore: a stream made before Stop is there after Start,
+// on the same URL, through the same connection.
+func TestRestartKeepsStore(t *testing.T) {
+	s := Start(t)
+	js := s.JS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "t", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	s.Stop() // a no-op
+	s.Start()
+	WaitFor(t, 10*time.Second, "the stream back with its message", func() bool {
+		st, err := js.Stream(ctx, "T")
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(ctx)
+		return err == nil && info.State.Msgs == 1
+	})
+}
+
+// TestWaitForFails: a condition that never holds fails the test.
+func TestWaitForFails(t *testing.T) {
+	ft := &fakeTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		WaitFor(ft, 30*time.Millisecond, "never", func() bool { return false })
+	}()
+	<-done
+	if ft.msg != "not never within 30ms" {
+		t.Fatalf("failed with %q", ft.msg)
+	}
+}
+
+type fakeTB struct {
+	testing.TB
+	msg string
+}
+
+func (f *fakeTB) Helper() {}
+func (f *fakeTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
