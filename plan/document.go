@@ -123,6 +123,63 @@ type Header struct {
 	// Removed: the plan's spec was removed and its workers released;
 	// the plan's last revision.
 	Removed bool `json:"removed,omitempty"`
+	// Status is State and the why of Error as a value, for programs:
+	// Error words it for people. Absent in documents from before it:
+	// read those with StatusOf.
+	Status *Status `json:"status,omitempty"`
+}
+
+// Status is a plan's state and why, as a value. Error says the same in
+// words; a reader that acts on why (a dashboard, the planner itself
+// comparing revisions) reads this instead of parsing the words.
+type Status struct {
+	// State is StateValid, StateDegraded or StateInvalid.
+	State string `json:"state"`
+	// Reason is why a plan is not valid (one of the Reason kinds);
+	// empty for a valid plan, and for an older document whose reason is
+	// not known.
+	Reason string `json:"reason,omitempty"`
+	// By names the plans the reason is about: those that preempted it,
+	// or hold the room it waits for.
+	By []string `json:"by,omitempty"`
+	// Cause is the spec's own reason, in words, that a preemption, a
+	// wait or a degradation comes down to (Error without what it says
+	// of other plans and unplaced workers).
+	Cause string `json:"cause,omitempty"`
+}
+
+// Why a plan is not valid (Status.Reason).
+const (
+	// ReasonSpec: the spec cannot be placed on the cluster, or has an
+	// error of its own; Cause says which.
+	ReasonSpec = "spec"
+	// ReasonQuota: the plan needs more GPUs than its max_gpus.
+	ReasonQuota = "quota"
+	// ReasonPreempted: plans of higher priority (By) took GPUs it held,
+	// and it would fit with them back.
+	ReasonPreempted = "preempted"
+	// ReasonWaiting: it would fit if the plans By (of its priority or
+	// higher) gave room back.
+	ReasonWaiting = "waiting"
+	// ReasonRemoved: the plan's spec was removed.
+	ReasonRemoved = "removed"
+)
+
+// StatusOf is the document's Status, or for a document from before it,
+// what State, Valid, Removed and PreemptedBy say (Reason empty when they
+// do not say it).
+func (h *Header) StatusOf() Status {
+	if h.Status != nil {
+		return *h.Status
+	}
+	st := Status{State: h.PlanState()}
+	switch {
+	case h.Removed:
+		st.Reason = ReasonRemoved
+	case st.State != StateValid && len(h.PreemptedBy) > 0:
+		st.Reason, st.By = ReasonPreempted, h.PreemptedBy
+	}
+	return st
 }
 
 // The states of a plan document (Header.State).

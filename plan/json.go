@@ -211,6 +211,23 @@ func (p *Header) appendWhy(b []byte) []byte {
 	if p.Removed {
 		b = append(b, `,"removed":true`...)
 	}
+	if st := p.Status; st != nil {
+		b = append(b, `,"status":{"state":`...)
+		b = appendString(b, st.State)
+		if st.Reason != "" {
+			b = append(b, `,"reason":`...)
+			b = appendString(b, st.Reason)
+		}
+		if len(st.By) > 0 {
+			b = append(b, `,"by":`...)
+			b = appendList(b, st.By, appendString)
+		}
+		if st.Cause != "" {
+			b = append(b, `,"cause":`...)
+			b = appendString(b, st.Cause)
+		}
+		b = append(b, '}')
+	}
 	return b
 }
 

@@ -33,6 +33,7 @@ type statusReport struct {
 	// workers without a place; Pending why a stored spec is not in
 	// force, if it is not.
 	State    string          `json:"state,omitempty"`
+	Status   *plan.Status    `json:"status,omitempty"`
 	Unplaced []plan.Unplaced `json:"unplaced,omitempty"`
 	Pending  string          `json:"pending_spec,omitempty"`
 	Reason   string          `json:"reason,omitempty"`
@@ -82,9 +83,10 @@ type planStatus struct {
 	PreemptedBy []string `json:"preempted_by,omitempty"`
 	// State is valid, degraded or invalid; Unplaced counts a degraded
 	// plan's workers without a place.
-	State    string `json:"state"`
-	Unplaced int    `json:"unplaced,omitempty"`
-	Pending  string `json:"pending_spec,omitempty"`
+	State    string       `json:"state"`
+	Status   *plan.Status `json:"status,omitempty"`
+	Unplaced int          `json:"unplaced,omitempty"`
+	Pending  string       `json:"pending_spec,omitempty"`
 }
 
 // nodeStatus is which plans hold a node's GPUs, and how many each.
@@ -238,7 +240,8 @@ func (r *statusReport) readLatest(ctx context.Context, stream, planner *client.C
 	d := rev.Document
 	at := d.CreatedAt.UTC()
 	r.Revision, r.Valid, r.Reason, r.Error, r.At = d.Revision, d.Valid, d.Reason, d.Error, &at
-	r.State, r.Unplaced = d.PlanState(), d.Unplaced
+	st := d.StatusOf()
+	r.State, r.Status, r.Unplaced = st.State, &st, d.Unplaced
 	if d.PendingSpec != nil {
 		r.Pending = d.PendingSpec.Reason
 	}
@@ -309,7 +312,8 @@ func (r *statusReport) readPlans(ctx context.Context, js jetstream.JetStream, c 
 		if d.PendingSpec != nil {
 			pending = d.PendingSpec.Reason
 		}
-		r.Plans = append(r.Plans, planStatus{State: d.PlanState(), Unplaced: len(d.Unplaced), Pending: pending, Name: name, Priority: d.Priority, Revision: d.Revision, Valid: d.Valid,
+		st := d.StatusOf()
+		r.Plans = append(r.Plans, planStatus{State: st.State, Status: &st, Unplaced: len(d.Unplaced), Pending: pending, Name: name, Priority: d.Priority, Revision: d.Revision, Valid: d.Valid,
 			GPUsHeld: d.GPUsHeld, Workers: d.Workers.Len(), Error: d.Error, PreemptedBy: d.PreemptedBy})
 		seen := map[string]bool{}
 		for _, w := range d.Workers.All() {
@@ -356,16 +360,48 @@ func streamOf(ctx context.Context, js jetstream.JetStream, name string) streamSt
 	return s
 }
 
-// stateText is a plan's state as status prints it: valid, DEGRADED (N
-// unplaced) or INVALID, with the error.
-func stateText(state string, valid bool, unplaced int, errText string) string {
-	switch {
-	case valid:
+// stateText is a plan's state as status prints it, from its typed
+// status (nil: a plan not read): valid, DEGRADED (N unplaced) or
+// INVALID, with the error's words, or, where a document has none, its
+// reason's.
+func stateText(st *plan.Status, unplaced int, errText string) string {
+	if st == nil {
+		return "INVALID: " + errText
+	}
+	if errText == "" {
+		errText = reasonText(st)
+	}
+	switch st.State {
+	case plan.StateValid:
 		return "valid"
-	case state == plan.StateDegraded:
+	case plan.StateDegraded:
 		return fmt.Sprintf("DEGRADED (%d unplaced): %s", unplaced, errText)
 	}
 	return "INVALID: " + errText
+}
+
+// reasonText words a status's reason.
+func reasonText(st *plan.Status) string {
+	by := "plan " + strings.Join(st.By, ", plan ")
+	switch st.Reason {
+	case plan.ReasonPreempted:
+		return join("preempted by "+by, st.Cause)
+	case plan.ReasonWaiting:
+		return join("waits for room held by "+by, st.Cause)
+	case plan.ReasonQuota:
+		return join("over its max_gpus", st.Cause)
+	case plan.ReasonRemoved:
+		return "spec removed"
+	}
+	return st.Cause
+}
+
+// join is a and b, said one after the other.
+func join(a, b string) string {
+	if b == "" {
+		return a
+	}
+	return a + ": " + b
 }
 
 func (r *statusReport) write(w io.Writer, now time.Time) error {
@@ -376,7 +412,7 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 		fmt.Fprintf(w, "plan %s: no revision yet\n", r.Plan)
 	default:
 		fmt.Fprintf(w, "plan %s: revision %d, %s, published %s (%s ago)\n  reason: %s\n",
-			r.Plan, r.Revision, stateText(r.State, r.Valid, len(r.Unplaced), r.Error), r.At.Format(time.RFC3339), now.Sub(*r.At).Round(time.Second), r.Reason)
+			r.Plan, r.Revision, stateText(r.Status, len(r.Unplaced), r.Error), r.At.Format(time.RFC3339), now.Sub(*r.At).Round(time.Second), r.Reason)
 		for _, u := range r.Unplaced {
 			where := ""
 			if u.NodeID != "" {
@@ -455,7 +491,7 @@ func (r *statusReport) writePlans(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PLAN\tPRIORITY\tREVISION\tGPUS\tWORKERS\tSTATE")
 	for _, p := range r.Plans {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", p.Name, p.Priority, p.Revision, p.GPUsHeld, p.Workers, stateText(p.State, p.Valid, p.Unplaced, p.Error))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", p.Name, p.Priority, p.Revision, p.GPUsHeld, p.Workers, stateText(p.Status, p.Unplaced, p.Error))
 	}
 	_ = tw.Flush()
 	if len(r.Nodes) == 0 {

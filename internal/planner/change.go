@@ -15,6 +15,9 @@ type Change struct {
 	// the previous plan could not be its base.
 	Fresh    bool
 	FreshWhy string
+	// First: made afresh because there was no previous plan (FreshWhy
+	// then says only that).
+	First bool
 	// Displaced lists the workers placed again; only for an incremental
 	// plan. Unplaced lists, for a degraded plan, the displaced workers it
 	// could not place again (its Unplaced).

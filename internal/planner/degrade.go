@@ -87,8 +87,8 @@ func (e *engine) returnUnplaced(seen [nComp][]bool) {
 		if len(u.GPUs) > 0 {
 			_, w.GPUShare = gpuCount(g)
 		}
-		if why, where := e.keepOne(at, &w); why != "" {
-			e.displaced = append(e.displaced, Displaced{Component: u.Component, Index: u.Index, NodeID: u.NodeID, Why: why, Where: where})
+		if why, where, by := e.keepOne(at, &w); why != "" {
+			e.displaced = append(e.displaced, Displaced{Component: u.Component, Index: u.Index, NodeID: u.NodeID, Why: why, Where: where, By: by})
 		}
 	}
 }
@@ -186,6 +186,7 @@ func (e *engine) finishDegraded(cause string, afresh *Outcome) (*Plan, error) {
 	doc.Valid, doc.State = false, StateDegraded
 	doc.cause, doc.afresh = cause, afresh
 	doc.Error = degradedMsg(doc.Unplaced, cause)
+	doc.Status = &plan.Status{State: StateDegraded, Reason: plan.ReasonSpec, Cause: cause}
 	doc.takenBy = e.takenBy
 	return doc, &DegradedError{Msg: doc.Error, Unplaced: len(doc.Unplaced)}
 }

@@ -40,11 +40,12 @@ func (e *engine) finish(err error) (*Plan, error) {
 		e.invalid = true
 		doc.State = StateInvalid
 		doc.Error = err.Error()
+		doc.Status = &plan.Status{State: StateInvalid, Reason: plan.ReasonSpec, Cause: doc.Error}
 		doc.Explanations = e.explain()
 		doc.Notes = e.notesDoc()
 		return doc, err
 	}
-	doc.Valid, doc.State = true, StateValid
+	doc.Valid, doc.State, doc.Status = true, StateValid, &plan.Status{State: StateValid}
 	doc.StorageToTrainWorkers, e.bufferMoves = e.placeBuffers()
 	if e.store != nil {
 		doc.Workers = e.store.workers()

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 )
 
@@ -39,9 +38,10 @@ type Displaced struct {
 	// NodeID is where it was; empty for a new worker.
 	NodeID string
 	// Why is one of the Why constants; Where the node or node:GPU it
-	// concerns.
+	// concerns; By, for WhyPreempted, the plan that holds the GPU.
 	Why   string
 	Where string
+	By    string
 }
 
 // planState is what a plan keeps of the run that made it, so that the
@@ -188,8 +188,8 @@ func (e *engine) keepNode(at int32, old *nodeState) {
 	for _, r := range slots {
 		for s := r.first; s < r.first+r.n; s++ {
 			w := e.prev.Workers.At(int(s))
-			if why, where := e.keepOne(at, w); why != "" {
-				e.displace(w, why, where)
+			if why, where, by := e.keepOne(at, w); why != "" {
+				e.displace(w, why, where, by)
 			}
 		}
 	}
@@ -204,16 +204,18 @@ func (e *engine) keepNode(at int32, old *nodeState) {
 func (e *engine) displaceAll(ns *nodeState, why string) {
 	for _, r := range ns.slots {
 		for s := r.first; s < r.first+r.n; s++ {
-			e.displace(e.prev.Workers.At(int(s)), why, ns.node.ID)
+			e.displace(e.prev.Workers.At(int(s)), why, ns.node.ID, "")
 		}
 	}
 }
 
-func (e *engine) displace(w *Worker, why, where string) {
-	if holder, ok := strings.CutPrefix(why, WhyPreempted); ok && !slices.Contains(e.takenBy, holder) {
-		e.takenBy = append(e.takenBy, holder)
+// displace notes that w of the previous plan must be placed again; by,
+// when not empty, is the plan that took its GPU.
+func (e *engine) displace(w *Worker, why, where, by string) {
+	if by != "" && !slices.Contains(e.takenBy, by) {
+		e.takenBy = append(e.takenBy, by)
 	}
-	e.displaced = append(e.displaced, Displaced{Component: w.Component, Index: w.Index, NodeID: w.NodeID, Why: why, Where: where})
+	e.displaced = append(e.displaced, Displaced{Component: w.Component, Index: w.Index, NodeID: w.NodeID, Why: why, Where: where, By: by})
 }
 
 // displacedOf lists the indices of component ci to place again, ascending.
@@ -230,41 +232,45 @@ func (e *engine) displacedOf(ci comp) []int {
 
 // keepOne gives worker w of the previous plan its place on node at if
 // every check a new placement meets still holds there; else it says why
-// not, and where.
-func (e *engine) keepOne(at int32, w *Worker) (why, where string) {
+// not, and where (and by, the plan that holds its GPU, when that is why).
+func (e *engine) keepOne(at int32, w *Worker) (why, where, by string) {
 	ci := compOf(w.Component)
 	gi, g := e.demands[ci].groupAt(w.Index)
 	ns := e.table[at]
 	n := ns.node
 	count, frac := gpuCount(g)
 	if len(w.GPUs) != count || math.Abs(w.CPUs-g.NumCPUs) > eps || count > 0 && math.Abs(w.GPUShare-frac) > eps {
-		return WhyNeeds, n.ID
+		return WhyNeeds, n.ID, ""
 	}
 	tg, ok := e.targetOf(w, ci, at)
 	if !ok {
-		return WhyPool, n.ID
+		return WhyPool, n.ID, ""
 	}
 	for i, x := range w.GPUs {
 		if why := e.keepGPU(ns, tg, ci, w, i, frac); why != "" {
-			return why, fmt.Sprintf("%s:%d", n.ID, x)
+			if why == WhyPreempted {
+				by = n.holder(x)
+				why += by
+			}
+			return why, fmt.Sprintf("%s:%d", n.ID, x), by
 		}
 	}
 	if !e.keepAllowed(ns, group{ci, gi}, w.GPUs) {
-		return WhyConstraint, n.ID
+		return WhyConstraint, n.ID, ""
 	}
 	cpus := e.cpusFor(ns, ci, g)
 	if cpus > ns.cpuLeft+eps {
-		return WhyCPUs, n.ID
+		return WhyCPUs, n.ID, ""
 	}
 	if en := tg.entry; en != nil && en.counts[ci] != nil && en.placed[ci][gi] >= en.counts[ci][gi] {
-		return WhyPool, n.ID // the pool's worker_counts are full here
+		return WhyPool, n.ID, "" // the pool's worker_counts are full here
 	}
 	var uuids []string
 	if n.hasUUIDs() && len(w.GPUUUIDs) == len(w.GPUs) {
 		uuids = w.GPUUUIDs // checked equal to the node's by keepGPU
 	}
 	e.record(tg, at, e.mut(at), seat{c: ci, index: w.Index, gi: gi, g: g, gpus: w.GPUs, uuids: uuids, frac: frac, cpus: cpus})
-	return "", ""
+	return "", "", ""
 }
 
 // keepAllowed reports whether group g's constraints allow a kept
@@ -284,6 +290,7 @@ func (e *engine) keepAllowed(ns *nodeState, g group, gpus []int) bool {
 
 // keepGPU checks the i-th GPU of w on ns: it exists, is healthy, is the
 // same GPU (by UUID), lies in the pool's allocation, and fits.
+// WhyPreempted: another plan holds it (keepOne names which).
 func (e *engine) keepGPU(ns *nodeState, tg target, ci comp, w *Worker, i int, frac float64) string {
 	x, n := w.GPUs[i], ns.node
 	switch {
@@ -292,7 +299,7 @@ func (e *engine) keepGPU(ns *nodeState, tg target, ci comp, w *Worker, i int, fr
 	case !n.Healthy(x):
 		return WhyUnhealthy
 	case n.holder(x) != "":
-		return WhyPreempted + n.holder(x)
+		return WhyPreempted
 	case n.hasUUIDs() && i < len(w.GPUUUIDs) && w.GPUUUIDs[i] != n.GPUUUIDs[x]:
 		// A GPU swapped for another in the same slot is not the GPU the
 		// worker was told about.
@@ -362,8 +369,8 @@ func (e *engine) adoptSlow() {
 	byNode, seen := e.prevByNode()
 	for at, ws := range byNode {
 		for _, w := range ws {
-			if why, where := e.keepOne(int32(at), w); why != "" {
-				e.displace(w, why, where)
+			if why, where, by := e.keepOne(int32(at), w); why != "" {
+				e.displace(w, why, where, by)
 			}
 		}
 	}
@@ -423,7 +430,7 @@ func (e *engine) prevByNode() ([][]*Worker, [nComp][]bool) {
 		}
 		seen[ci][w.Index] = true
 		if at < 0 {
-			e.displace(w, WhyNodeLeft, w.NodeID)
+			e.displace(w, WhyNodeLeft, w.NodeID, "")
 			continue
 		}
 		byNode[at] = append(byNode[at], w)

@@ -113,7 +113,7 @@ func fresh(prev *Plan, spec *Spec, nodes []Node, why string) (*Plan, *Change, er
 			explainFresh(prev, doc, why)
 		}
 	}
-	return doc, &Change{Fresh: true, FreshWhy: why}, err
+	return doc, &Change{Fresh: true, FreshWhy: why, First: prev == nil}, err
 }
 
 // explainFresh adds to a plan made afresh, per component, how many of

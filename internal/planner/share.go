@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // Job is one of several plans sharing a cluster.
@@ -492,7 +494,8 @@ func (a *allocator) explain(out []Outcome, prev, final []holding) {
 		}
 		if p := a.pending[j]; p != nil {
 			// The new spec's reason: no job took anything for it.
-			o.Plan.PendingSpec = &PendingSpec{Reason: a.reason(job.Spec, p.Plan.Error, p.Err, holders, nil, final)}
+			w := a.reason(job.Spec, p.Plan, p.Err, holders, nil, final)
+			o.Plan.PendingSpec = &PendingSpec{Reason: w.msg}
 		}
 		switch o.Plan.PlanState() {
 		case StateValid:
@@ -505,24 +508,30 @@ func (a *allocator) explain(out []Outcome, prev, final []holding) {
 			if o.Plan.afresh != nil {
 				err = o.Plan.afresh.Err
 			}
-			var msg string
 			if p := job.Prev; p != nil && keepsReason(p, o.Plan, names) {
 				// As it was, for the same cause, naming plans that still
 				// hold room: no new revision, and no plans made to check.
-				msg = p.Error
+				o.Plan.Error, o.Plan.Status = p.Error, p.Status
 			} else {
-				msg = degradedMsg(o.Plan.Unplaced, a.reason(a.kept[j], o.Plan.cause, err, holders, nil, final))
+				var afresh *Plan
+				if o.Plan.afresh != nil {
+					afresh = o.Plan.afresh.Plan
+				}
+				w := a.reason(a.kept[j], afresh, err, holders, nil, final)
+				o.Plan.Error = degradedMsg(o.Plan.Unplaced, w.msg)
+				o.Plan.Status = &plan.Status{State: StateDegraded, Reason: w.kind, By: w.by, Cause: o.Plan.cause}
 			}
-			o.Plan.Error, o.Err = msg, &DegradedError{Msg: msg, Unplaced: len(o.Plan.Unplaced)}
+			o.Err = &DegradedError{Msg: o.Plan.Error, Unplaced: len(o.Plan.Unplaced)}
 			continue
 		}
-		if p := job.Prev; p != nil && p.PlanState() == StateInvalid && waiting(p.Error) && samePlacing(p, o.Plan) &&
-			p.Priority == job.Spec.Priority && allIn(p.PreemptedBy, names) && allIn(namedIn(p.Error), names) {
-			o.Plan.Error, o.Plan.PreemptedBy, o.Err = p.Error, p.PreemptedBy, &PlanError{Msg: p.Error}
+		if p := job.Prev; p != nil && p.PlanState() == StateInvalid && p.Status != nil && waiting(p.Status.Reason) && samePlacing(p, o.Plan) &&
+			p.Priority == job.Spec.Priority && allIn(p.PreemptedBy, names) && allIn(p.Status.By, names) {
+			o.Plan.Error, o.Plan.PreemptedBy, o.Plan.Status, o.Err = p.Error, p.PreemptedBy, p.Status, &PlanError{Msg: p.Error}
 			continue
 		}
-		if msg := a.reason(job.Spec, o.Plan.Error, o.Err, holders, by, final); msg != o.Plan.Error {
-			o.Plan.Error, o.Err = msg, &PlanError{Msg: msg}
+		if w := a.reason(job.Spec, o.Plan, o.Err, holders, by, final); w.kind != plan.ReasonSpec && w.kind != plan.ReasonQuota {
+			o.Plan.Error, o.Err = w.msg, &PlanError{Msg: w.msg}
+			o.Plan.Status = &plan.Status{State: StateInvalid, Reason: w.kind, By: w.by, Cause: w.cause}
 		}
 	}
 }
@@ -534,8 +543,16 @@ func keepsReason(p, o *Plan, names []string) bool {
 	if p.PlanState() != StateDegraded || p.Priority != o.Priority || !slices.EqualFunc(p.Unplaced, o.Unplaced, sameUnplaced) {
 		return false
 	}
-	why, ok := strings.CutPrefix(p.Error, degradedMsg(o.Unplaced, ""))
-	return ok && strings.HasSuffix(why, o.cause) && allIn(namedIn(why), names)
+	st := p.Status
+	return st != nil && st.State == StateDegraded && st.Cause == o.cause && allIn(st.By, names)
+}
+
+// verdict is reason's answer: why, in words (msg) and as a value (kind,
+// a plan.Reason; by, the plans it names; cause, the spec's own reason
+// it comes down to).
+type verdict struct {
+	msg, kind, cause string
+	by               []string
 }
 
 // maxHolderChecks bounds the plans reason tries one by one as the one
@@ -549,17 +566,26 @@ const maxHolderChecks = 6
 // room held by plan X (priority N): msg" when it would fit if X gave way
 // (each of the holders that alone would do; all of them when none alone
 // would); else msg, its spec's own reason. An error of the spec's own,
-// or its quota, is never put down to others.
-func (a *allocator) reason(spec *Spec, msg string, err error, holders, by []int, final []holding) string {
+// or its quota, is never put down to others. doc is the plan that
+// failed, whose Error is msg and whose Status says whether it was its
+// quota (nil: no plan, nothing said).
+func (a *allocator) reason(spec *Spec, doc *Plan, err error, holders, by []int, final []holding) verdict {
+	own := verdict{kind: plan.ReasonSpec}
+	if doc != nil {
+		own.msg, own.cause = doc.Error, doc.Error
+		if doc.Status != nil && doc.Status.Reason == plan.ReasonQuota {
+			own.kind = plan.ReasonQuota
+		}
+	}
 	var field *FieldError
-	if strings.HasPrefix(msg, "max_gpus:") || errors.As(err, &field) || len(holders) == 0 {
-		return msg
+	if own.kind == plan.ReasonQuota || errors.As(err, &field) || len(holders) == 0 {
+		return own
 	}
 	if !a.fitsWithout(spec, holders, final, holders) {
-		return msg
+		return own
 	}
 	if len(by) > 0 {
-		return "preempted by " + a.named(by) + ": " + msg
+		return verdict{msg: "preempted by " + a.named(by) + ": " + own.msg, kind: plan.ReasonPreempted, by: a.names(by), cause: own.msg}
 	}
 	var need []int
 	if len(holders) > 1 && len(holders) <= maxHolderChecks {
@@ -572,7 +598,16 @@ func (a *allocator) reason(spec *Spec, msg string, err error, holders, by []int,
 	if len(need) == 0 {
 		need = holders
 	}
-	return "waits for room held by " + a.named(need) + ": " + msg
+	return verdict{msg: "waits for room held by " + a.named(need) + ": " + own.msg, kind: plan.ReasonWaiting, by: a.names(need), cause: own.msg}
+}
+
+// names are the jobs' names.
+func (a *allocator) names(jobs []int) []string {
+	out := make([]string, len(jobs))
+	for n, i := range jobs {
+		out[n] = a.jobs[i].Name
+	}
+	return out
 }
 
 // fitsWithout reports whether spec could be planned afresh, within its
@@ -598,18 +633,6 @@ func (a *allocator) named(jobs []int) string {
 	return strings.Join(parts, ", ")
 }
 
-// namedIn is the plans a waiting reason names before its first ": ".
-func namedIn(msg string) []string {
-	head, _, _ := strings.Cut(msg, ": ")
-	var out []string
-	for _, part := range strings.Split(head, "plan ")[1:] {
-		if name, _, ok := strings.Cut(part, " (priority"); ok {
-			out = append(out, name)
-		}
-	}
-	return out
-}
-
 // samePlacing reports whether two plans' documents ask for the same
 // (demands, mode, strategies).
 func samePlacing(a, b *Plan) bool {
@@ -626,10 +649,10 @@ func allIn(names, set []string) bool {
 	return true
 }
 
-// waiting reports whether an invalid plan's error is for want of room
+// waiting reports whether a plan's status reason is for want of room
 // others hold.
-func waiting(msg string) bool {
-	return strings.HasPrefix(msg, "preempted by ") || strings.HasPrefix(msg, "waits for room held by ")
+func waiting(reason string) bool {
+	return reason == plan.ReasonPreempted || reason == plan.ReasonWaiting
 }
 
 // PlanBeside plans spec afresh as a new plan among others would be
@@ -666,7 +689,9 @@ func WithinQuota(o Outcome, spec *Spec) Outcome {
 	o.Plan.GPUsHeld = HeldGPUs(o.Plan)
 	if q := spec.MaxGPUs; q > 0 && o.Plan.GPUsHeld > q {
 		msg := fmt.Sprintf("max_gpus: the plan needs %d GPUs; its quota is %d", o.Plan.GPUsHeld, q)
-		return Outcome{Plan: invalidDoc(o.Plan, msg), Change: &Change{}, Err: &PlanError{Msg: msg}}
+		doc := invalidDoc(o.Plan, msg)
+		doc.Status.Reason = plan.ReasonQuota
+		return Outcome{Plan: doc, Change: &Change{}, Err: &PlanError{Msg: msg}}
 	}
 	return o
 }
@@ -738,6 +763,7 @@ func invalidDoc(doc *Plan, msg string) *Plan {
 	out.Header = doc.Header
 	out.Valid, out.Error, out.Moved, out.GPUsHeld = false, msg, 0, 0
 	out.State, out.Unplaced, out.PendingSpec = StateInvalid, nil, nil
+	out.Status = &plan.Status{State: StateInvalid, Reason: plan.ReasonSpec, Cause: msg}
 	out.Placement.ResourcePool = []PoolExport{}
 	out.Placement.Pools = []Pool{}
 	out.Placement.StorageToTrainWorkers = map[string][]int{}

@@ -239,6 +239,7 @@ func (p *Planner) publishRemoved(ctx context.Context) error {
 		doc.Header = latest.Plan.Header
 		doc.Valid, doc.Error, doc.Removed, doc.Moved, doc.GPUsHeld, doc.PreemptedBy = false, "spec removed (planner spec rm): workers released", true, 0, 0, nil
 		doc.State, doc.Unplaced, doc.PendingSpec = plan.StateInvalid, nil, nil
+		doc.Status = &plan.Status{State: plan.StateInvalid, Reason: plan.ReasonRemoved}
 		doc.Explanations, doc.Warnings = nil, nil
 		doc.Placement = plan.Placement{ResourcePool: []planner.PoolExport{}, Pools: []planner.Pool{}, StorageToTrainWorkers: map[string][]int{}}
 		if err := p.publishNext(ctx, planner.Outcome{Plan: doc, Change: &planner.Change{}, Err: errors.New(doc.Error)}, nil); err != nil {
@@ -534,7 +535,7 @@ func reason(prev *planner.Plan, changes []string, specChanged bool, ch *planner.
 	if prev != nil {
 		parts = append(parts, changes...)
 	}
-	if s := ch.Summary(); s != "" && !(ch.Fresh && ch.FreshWhy == "first plan") {
+	if s := ch.Summary(); s != "" && !ch.First {
 		parts = append(parts, s)
 	}
 	if len(parts) == 0 {
