@@ -58,7 +58,7 @@ func (o *serveOptions) listenMap() (net.Listener, error) {
 }
 
 // serveMap serves the GPU map of p on l (nil: none).
-func serveMap(ctx context.Context, l net.Listener, p *service.Planner, nc *nats.Conn, log zerolog.Logger) error {
+func serveMap(ctx context.Context, l net.Listener, p *service.Service, nc *nats.Conn, log zerolog.Logger) error {
 	if l == nil {
 		return nil
 	}
@@ -278,7 +278,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	var pm *metrics.Planner
 	var rm *metrics.Reporter
 	// The service, once made: the unplanned-use gauge counts from it.
-	var served atomic.Pointer[service.Planner]
+	var served atomic.Pointer[service.Service]
 	if o.metricsListen != "" {
 		reg := metrics.NewRegistry()
 		pm, rm = metrics.NewPlanner(reg), metrics.NewReporter(reg)

@@ -26,21 +26,18 @@ const ValidateMaxWorkers = 100_000
 // plans of its priority or higher leave of the live inventory (lower
 // ones would give way), nothing published. (The service runs one
 // validation at a time: a micro endpoint handles its requests in turn.)
-func (p *Planner) Validate(_ context.Context, data []byte, as string) (*bus.ValidateReply, error) {
+func (p *Service) Validate(_ context.Context, data []byte, as string) (*bus.ValidateReply, error) {
 	spec, err := planner.ParseSpec(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: spec: %w", bus.ErrBadRequest, err)
 	}
-	p.mu.Lock()
-	nodes := p.live.planNodes()
-	p.mu.Unlock()
+	sn := p.view()
+	nodes := sn.nodes
 	var others []planner.Job
-	for _, s := range p.states() {
-		s.mu.Lock()
-		if s.cfg.Plan != as && s.latest != nil && !s.removing {
-			others = append(others, planner.Job{Name: s.cfg.Plan, Spec: s.spec, Prev: s.latest.Plan})
+	for _, s := range sn.planned() {
+		if s.name != as && s.latest != nil && !s.removing {
+			others = append(others, planner.Job{Name: s.name, Spec: s.spec, Prev: s.latest.Plan})
 		}
-		s.mu.Unlock()
 	}
 	doc, _ := planner.PlanBeside(spec, nodes, others)
 	reply := doc.Document
@@ -82,7 +79,7 @@ func whyNotBeside(spec *planner.Spec, nodes []planner.Node, others []planner.Job
 
 // Plan implements bus.Answerer: the latest revision from memory, other
 // plans and older revisions rebuilt from the stream.
-func (p *Planner) Plan(ctx context.Context, req bus.PlanRequest) (*planner.Plan, error) {
+func (p *Service) Plan(ctx context.Context, req bus.PlanRequest) (*planner.Plan, error) {
 	name := req.Plan
 	if name == "" {
 		name = p.cfg.Plan
@@ -94,12 +91,8 @@ func (p *Planner) Plan(ctx context.Context, req bus.PlanRequest) (*planner.Plan,
 		return nil, fmt.Errorf("%w: revision %d: must be >= 1", bus.ErrBadRequest, req.Revision)
 	}
 	var sp *bus.StoredPlan
-	if s := p.state(name); s != nil {
-		s.mu.Lock()
-		if s.latest != nil && (req.Revision == 0 || req.Revision == s.latest.Plan.Revision) {
-			sp = s.latest
-		}
-		s.mu.Unlock()
+	if s, ok := p.view().plans[name]; ok && s.latest != nil && (req.Revision == 0 || req.Revision == s.latest.Plan.Revision) {
+		sp = s.latest
 	}
 	var err error
 	switch {
@@ -120,25 +113,18 @@ func (p *Planner) Plan(ctx context.Context, req bus.PlanRequest) (*planner.Plan,
 
 // Plans is every plan's latest revision (of those with one), for the GPU
 // map.
-func (p *Planner) Plans() []*planner.Plan {
+func (p *Service) Plans() []*planner.Plan {
 	var out []*planner.Plan
-	for _, s := range p.everyState() {
-		s.mu.Lock()
-		if s.latest != nil && !s.latest.Unreadable && !s.latest.Plan.Removed {
+	sn := p.view()
+	for _, n := range sn.names {
+		if s := sn.plans[n]; s.latest != nil && !s.latest.Unreadable && !s.latest.Plan.Removed {
 			out = append(out, s.latest.Plan)
 		}
-		s.mu.Unlock()
 	}
 	return out
 }
 
 // Inventory is the live inventory's documents, for the GPU map.
-func (p *Planner) Inventory() []inventory.NodeInventory {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]inventory.NodeInventory, 0, len(p.live.docs))
-	for _, doc := range p.live.docs {
-		out = append(out, doc)
-	}
-	return out
+func (p *Service) Inventory() []inventory.NodeInventory {
+	return slices.Clone(p.view().docs)
 }

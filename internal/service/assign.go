@@ -18,7 +18,7 @@ import (
 // at (assignSeq): a planner deposed while it was paused between a
 // revision and its assignments cannot overwrite the new leader's. A
 // refusal leaves the subjects to the next reconcile, which reads them.
-func (p *Planner) publishAssignments(ctx context.Context, prev, next *planner.Plan, change *plan.Change) error {
+func (p *Service) publishAssignments(ctx context.Context, s *planState, prev, next *planner.Plan, change *plan.Change) error {
 	was := func(string) []plan.Worker { return nil }
 	if prev != nil && len(change.Nodes) > 0 {
 		was = prev.NodeIndex()
@@ -30,40 +30,34 @@ func (p *Planner) publishAssignments(ctx context.Context, prev, next *planner.Pl
 		}
 		as = append(as, assignment(next, nc.NodeID, nc.Workers))
 	}
-	p.mu.Lock()
 	for i := range as {
-		as[i].Seq = p.assignSeq[as[i].NodeID]
+		as[i].Seq = s.assignSeq[as[i].NodeID]
 	}
-	p.mu.Unlock()
-	return p.sendAssignments(ctx, as)
+	return p.sendAssignments(ctx, s, as)
 }
 
 // sendAssignments publishes as, each replacing only the message at its
 // Seq, and notes where each now is; refusals (a subject written by
 // someone else since) call for a reconcile.
-func (p *Planner) sendAssignments(ctx context.Context, as []client.Assignment) error {
-	octx, done := p.op(ctx, fmt.Sprintf("publishing %d assignments of plan %s", len(as), p.cfg.Plan), p.storeTimeout(len(as)))
+func (p *Service) sendAssignments(ctx context.Context, s *planState, as []client.Assignment) error {
+	octx, done := p.op(ctx, fmt.Sprintf("publishing %d assignments of plan %s", len(as), s.name), p.storeTimeout(len(as)))
 	refused, err := p.plans.PublishAssignments(octx, as, true)
 	done()
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	for _, a := range as {
 		if a.Seq != 0 {
-			p.assignSeq[a.NodeID] = a.Seq
+			s.assignSeq[a.NodeID] = a.Seq
 		}
 	}
 	if refused > 0 {
-		p.reconcile = true
-		p.log.Warn().Int("nodes", refused).Msg("assignments written by another planner since; reconciling them with the latest plan")
+		s.reconcile = true
+		s.log.Warn().Int("nodes", refused).Msg("assignments written by another planner since; reconciling them with the latest plan")
 	}
 	return err
 }
 
 // noteAssignment records where a node's assignment was read.
-func (p *Planner) noteAssignment(a *client.Assignment) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.assignSeq[a.NodeID] = a.Seq
+func (p *Service) noteAssignment(s *planState, a *client.Assignment) {
+	s.assignSeq[a.NodeID] = a.Seq
 }
 
 func assignment(p *planner.Plan, node string, ws []plan.Worker) client.Assignment {
@@ -112,10 +106,8 @@ func stale(latest *planner.Plan, node string, want []plan.Worker, have *client.A
 // nodes are not known): it reads every node's last assignment and
 // republishes those that differ or cannot be read. It waits while the
 // latest is unreadable: that has no workers to go by.
-func (p *Planner) reconcileAssignments(ctx context.Context) error {
-	p.mu.Lock()
-	need, latest := p.reconcile, p.latest
-	p.mu.Unlock()
+func (p *Service) reconcileAssignments(ctx context.Context, s *planState) error {
+	need, latest := s.reconcile, s.latest
 	if !need || latest == nil || latest.Unreadable {
 		return nil
 	}
@@ -125,11 +117,11 @@ func (p *Planner) reconcileAssignments(ctx context.Context) error {
 		left[w.NodeID] = true
 	}
 	var as []client.Assignment
-	octx, done := p.op(ctx, "reading plan "+p.cfg.Plan+"'s assignments", p.storeTimeout(len(left)+p.nodes()))
-	err := p.plans.Client().Assignments(octx, p.cfg.Plan, func(a *client.Assignment) bool {
-		p.noteAssignment(a)
-		if s := stale(latest.Plan, a.NodeID, on(a.NodeID), a); s != nil {
-			as = append(as, *s)
+	octx, done := p.op(ctx, "reading plan "+s.name+"'s assignments", p.storeTimeout(len(left)+p.nodes()))
+	err := p.plans.Client().Assignments(octx, s.name, func(a *client.Assignment) bool {
+		p.noteAssignment(s, a)
+		if st := stale(latest.Plan, a.NodeID, on(a.NodeID), a); st != nil {
+			as = append(as, *st)
 		}
 		delete(left, a.NodeID)
 		return true
@@ -141,17 +133,15 @@ func (p *Planner) reconcileAssignments(ctx context.Context) error {
 	for node := range left {
 		as = append(as, *stale(latest.Plan, node, on(node), nil))
 	}
-	if err := p.sendAssignments(ctx, as); err != nil {
+	if err := p.sendAssignments(ctx, s, as); err != nil {
 		return err
 	}
 	if len(as) > 0 {
-		p.log.Info().Int("nodes", len(as)).Int("revision", latest.Plan.Revision).Msg("assignments brought up to the latest plan")
+		s.log.Info().Int("nodes", len(as)).Int("revision", latest.Plan.Revision).Msg("assignments brought up to the latest plan")
 	}
-	p.mu.Lock()
-	if p.latest == latest {
-		p.reconcile = false
+	if s.latest == latest {
+		s.reconcile = false
 	}
-	p.mu.Unlock()
 	return nil
 }
 
@@ -159,48 +149,43 @@ func (p *Planner) reconcileAssignments(ctx context.Context) error {
 // and notes what to check of its assignments (verifyAssignments): the
 // nodes its event says changed, or, when it does not say (or sp is nil),
 // every node.
-func (p *Planner) adopted(sp *bus.StoredPlan) {
-	if p.adopt(sp) {
-		// Outside p.mu: the gauges' lock comes first (leaderGauges).
-		p.mu.Lock()
-		latest := p.latest
-		p.mu.Unlock()
-		p.gauges(latest)
+func (p *Service) adopted(s *planState, sp *bus.StoredPlan) {
+	if p.adopt(s, sp) {
+		latest := s.latest
+		p.gauges(s, latest)
 	}
 }
 
 // adopt is adopted but for the gauges; it reports whether sp became the
 // latest.
-func (p *Planner) adopt(sp *bus.StoredPlan) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (p *Service) adopt(s *planState, sp *bus.StoredPlan) bool {
 	if sp != nil {
-		if p.latest != nil && sp.Plan.Revision <= p.latest.Plan.Revision {
+		if s.latest != nil && sp.Plan.Revision <= s.latest.Plan.Revision {
 			return false
 		}
-		p.latest = sp
-		p.mark(sp.Plan.Revision)
+		s.latest = sp
+		p.mark(s, sp.Plan.Revision)
 	}
 	if sp == nil || sp.Changed == nil {
-		p.reconcile = true
+		s.reconcile = true
 		return sp != nil
 	}
-	if p.verify == nil {
-		p.verify = map[string]bool{}
+	if s.verify == nil {
+		s.verify = map[string]bool{}
 	}
 	for _, n := range sp.Changed {
-		p.verify[n] = true
+		s.verify[n] = true
 	}
 	return true
 }
 
 // checkAssignments is the check a moment after adopting another
 // planner's revision: its nodes', or every node's.
-func (p *Planner) checkAssignments(ctx context.Context) error {
-	if err := p.verifyAssignments(ctx); err != nil {
+func (p *Service) checkAssignments(ctx context.Context, s *planState) error {
+	if err := p.verifyAssignments(ctx, s); err != nil {
 		return err
 	}
-	return p.reconcileAssignments(ctx)
+	return p.reconcileAssignments(ctx, s)
 }
 
 // verifyAssignments checks, a moment after this planner adopted another
@@ -208,49 +193,45 @@ func (p *Planner) checkAssignments(ctx context.Context) error {
 // assignments: the other planner may have died between its event and
 // them. It reads only those nodes' subjects; a revision that does not
 // say which nodes changed is reconciled whole.
-func (p *Planner) verifyAssignments(ctx context.Context) error {
-	p.mu.Lock()
-	nodes, latest := p.verify, p.latest
-	p.verify = nil
-	p.mu.Unlock()
+func (p *Service) verifyAssignments(ctx context.Context, s *planState) error {
+	nodes, latest := s.verify, s.latest
+	s.verify = nil
 	if len(nodes) == 0 || latest == nil || latest.Unreadable {
 		return nil
 	}
 	if len(nodes) > verifyMax {
-		p.adopted(nil) // one batched read of every node is cheaper
+		p.adopted(s, nil) // one batched read of every node is cheaper
 		return nil
 	}
 	on := latest.Plan.NodeIndex()
 	c := p.plans.Client()
 	var as []client.Assignment
-	octx, done := p.op(ctx, "checking plan "+p.cfg.Plan+"'s assignments", p.storeTimeout(len(nodes)))
+	octx, done := p.op(ctx, "checking plan "+s.name+"'s assignments", p.storeTimeout(len(nodes)))
 	defer done()
 	for node := range nodes {
-		have, err := c.Assignment(octx, p.cfg.Plan, node)
+		have, err := c.Assignment(octx, s.name, node)
 		switch {
 		case errors.Is(err, client.ErrNotFound):
 			have = nil
 		case err == nil:
-			p.noteAssignment(have)
+			p.noteAssignment(s, have)
 		case errors.Is(err, client.ErrUnreadable):
-			p.adopted(nil) // the whole reconcile replaces what it cannot read
+			p.adopted(s, nil) // the whole reconcile replaces what it cannot read
 			continue
 		case err != nil:
-			p.mu.Lock()
-			p.verify = nodes // try again
-			p.mu.Unlock()
+			s.verify = nodes // try again
 			return err
 		}
-		if s := stale(latest.Plan, node, on(node), have); s != nil {
-			as = append(as, *s)
+		if st := stale(latest.Plan, node, on(node), have); st != nil {
+			as = append(as, *st)
 		}
 	}
 	if len(as) > 0 {
-		p.log.Warn().Int("nodes", len(as)).Int("revision", latest.Plan.Revision).
+		s.log.Warn().Int("nodes", len(as)).Int("revision", latest.Plan.Revision).
 			Msg("another planner's revision left assignments behind; publishing them")
 	}
-	if err := p.sendAssignments(ctx, as); err != nil {
-		p.adopted(nil) // not lost: the whole reconcile will do it
+	if err := p.sendAssignments(ctx, s, as); err != nil {
+		p.adopted(s, nil) // not lost: the whole reconcile will do it
 		return err
 	}
 	return nil
@@ -260,9 +241,12 @@ func (p *Planner) verifyAssignments(ctx context.Context) error {
 // are reconciled in one batched read.
 const verifyMax = 256
 
-// checkPending says whether assignments wait to be checked.
-func (p *Planner) checkPending() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.verify) > 0 || p.reconcile
+// checkPending says whether any plan's assignments wait to be checked.
+func (p *Service) checkPending() bool {
+	for _, s := range p.states {
+		if len(s.verify) > 0 || s.reconcile {
+			return true
+		}
+	}
+	return false
 }

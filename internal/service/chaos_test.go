@@ -356,9 +356,8 @@ func (x *chaos) standby() {
 	deadline := time.Now().Add(60 * time.Second)
 	for _, in := range x.planners {
 		for {
-			in.p.mu.Lock()
-			ok := in.p.spec != nil
-			in.p.mu.Unlock()
+			s, ok := in.p.view().plans[in.p.cfg.Plan]
+			ok = ok && s.spec != nil
 			if ok {
 				break
 			}

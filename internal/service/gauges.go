@@ -13,33 +13,27 @@ import "github.com/poolplanner/poolplanner/internal/bus"
 // gauges sets the plan's gauges from sp, its latest revision: nothing
 // for none, or for a stand-in whose placement is not known (aboveMark);
 // a revision that says the plan was removed ends its series.
-func (p *Planner) gauges(sp *bus.StoredPlan) {
+func (p *Service) gauges(s *planState, sp *bus.StoredPlan) {
 	if sp == nil || sp.Unreadable || sp.Plan == nil {
 		return
 	}
 	pl := sp.Plan
 	if pl.Removed {
-		t := p.top()
-		t.gaugeMu.Lock()
-		defer t.gaugeMu.Unlock()
-		p.cfg.Metrics.Removed(p.cfg.Plan)
+		p.cfg.Metrics.Removed(s.name)
 		return
 	}
-	p.cfg.Metrics.Published(p.cfg.Plan, pl.Revision, pl.Valid, pl.Workers.Len(), gpusHeld(pl), 0)
-	p.cfg.Metrics.Shared(p.cfg.Plan, pl.Priority, len(pl.PreemptedBy) > 0)
+	p.cfg.Metrics.Published(s.name, pl.Revision, pl.Valid, pl.Workers.Len(), gpusHeld(pl), 0)
+	p.cfg.Metrics.Shared(s.name, pl.Priority, len(pl.PreemptedBy) > 0)
 }
 
-// leaderGauges sets the leader gauge of every plan p's loop plans: 1
+// leaderGauges sets the leader gauge of every plan the loop plans: 1
 // while this planner holds the lease, else 0.
-func (p *Planner) leaderGauges() {
-	t := p.top()
-	if t.cfg.Metrics == nil {
+func (p *Service) leaderGauges() {
+	if p.cfg.Metrics == nil {
 		return
 	}
-	t.gaugeMu.Lock()
-	defer t.gaugeMu.Unlock()
-	leading := t.leading() != 0
-	for _, s := range t.states() {
-		t.cfg.Metrics.Leading(s.cfg.Plan, leading)
+	leading := p.leading() != 0
+	for _, s := range p.planned() {
+		p.cfg.Metrics.Leading(s.name, leading)
 	}
 }

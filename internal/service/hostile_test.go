@@ -31,16 +31,16 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 
 // offline is a planner driven by hand (no loop): inventory put straight
 // into its view, replans called directly.
-func offline(t *testing.T, h *harness, nodes int) *Planner {
+func offline(t *testing.T, h *harness, nodes int) *Service {
 	t.Helper()
 	p := New(Config{NC: h.nc, JS: h.js, SnapshotEvery: 4, InlineWorkers: 10, Settle: -1, Log: zerolog.Nop()})
 	latest, err := p.start(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.latest, p.reconcile = latest, latest != nil
+	p.own().latest, p.own().reconcile = latest, latest != nil
 	spec, _ := planner.ParseSpec([]byte(bigSpec))
-	p.spec, p.digest = spec, SpecDigest(spec)
+	p.own().spec, p.own().digest = spec, SpecDigest(spec)
 	for i := range nodes {
 		id := fmt.Sprintf("n%02d", i)
 		var doc inventory.NodeInventory
@@ -70,8 +70,8 @@ func TestMissingSnapshot(t *testing.T) {
 		t.Fatalf("latest without its snapshot: %v, want unreadable", err)
 	}
 	q := offline(t, h, 4)
-	if !q.latest.Unreadable {
-		t.Fatalf("the restarted planner's latest: %+v", q.latest)
+	if !q.own().latest.Unreadable {
+		t.Fatalf("the restarted planner's latest: %+v", q.own().latest)
 	}
 	if err := q.replan(ctx); err != nil {
 		t.Fatal(err)
@@ -139,13 +139,13 @@ func TestAnotherPlannersAssignments(t *testing.T) {
 	b := offline(t, h, 4)
 	victim := first.Workers.At(0).NodeID
 	b.live.remove(victim)
-	next, _, _ := planner.Replan(b.latest.Plan, b.spec, b.live.planNodes())
+	next, _, _ := planner.Replan(b.own().latest.Plan, b.own().spec, b.live.planNodes())
 	next.Name, next.Revision, next.CreatedAt, next.Reason = "default", 2, time.Now().UTC(), "test: the other planner"
-	ev, _, err := b.event(ctx, b.latest, next, planner.Diff(b.latest.Plan, next))
+	ev, _, err := b.event(ctx, b.own().latest, next, planner.Diff(b.own().latest.Plan, next))
 	if err != nil || ev.Change == nil {
 		t.Fatalf("event: %v", err)
 	}
-	if _, err := b.plans.PublishEvent(ctx, ev, b.digest, b.latest.Seq, 0); err != nil {
+	if _, err := b.plans.PublishEvent(ctx, ev, b.own().digest, b.own().latest.Seq, 0); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -172,7 +172,7 @@ func TestRepairsKeepNewer(t *testing.T) {
 	if err := p.replan(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ws := p.latest.Plan.Workers.Slice()
+	ws := p.own().latest.Plan.Workers.Slice()
 	newer, damaged := ws[0].NodeID, ws[len(ws)-1].NodeID
 	if newer == damaged {
 		t.Fatal("want workers on two nodes")
@@ -185,8 +185,8 @@ func TestRepairsKeepNewer(t *testing.T) {
 	if _, err := h.js.Publish(ctx, client.AssignmentSubject("default", damaged), []byte("{")); err != nil {
 		t.Fatal(err)
 	}
-	p.verify = map[string]bool{newer: true, damaged: true}
-	if err := p.checkAssignments(ctx); err != nil {
+	p.own().verify = map[string]bool{newer: true, damaged: true}
+	if err := p.checkAssignments(ctx, p.own()); err != nil {
 		t.Fatal(err)
 	}
 	if a, err := c.Assignment(ctx, "default", newer); err != nil || a.Revision != 9 {
@@ -208,7 +208,7 @@ func TestRestartKeepsAssignments(t *testing.T) {
 	if err := p.replan(ctx); err != nil {
 		t.Fatal(err)
 	}
-	node := p.latest.Plan.Workers.At(0).NodeID
+	node := p.own().latest.Plan.Workers.At(0).NodeID
 	for _, subject := range []string{client.AssignmentSubject("default", node), client.AssignmentSubject("default", "bogus")} {
 		if _, err := h.js.Publish(ctx, subject, []byte("{")); err != nil {
 			t.Fatal(err)
@@ -240,10 +240,10 @@ func TestRestartKeepsAssignments(t *testing.T) {
 	if err := q.replan(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if q.latest.Plan.Revision != 3 || !q.latest.Plan.Valid {
-		t.Fatalf("revision %d: %s", q.latest.Plan.Revision, q.latest.Plan.Error)
+	if q.own().latest.Plan.Revision != 3 || !q.own().latest.Plan.Valid {
+		t.Fatalf("revision %d: %s", q.own().latest.Plan.Revision, q.own().latest.Plan.Error)
 	}
-	checkAssignments(t, q.plans.Client(), q.latest.Plan)
+	checkAssignments(t, q.plans.Client(), q.own().latest.Plan)
 	_ = h.nc.Flush()
 	time.Sleep(100 * time.Millisecond)
 	mu.Lock()

@@ -13,46 +13,30 @@ import (
 )
 
 // view is the live inventory as the planner plans on it: each node's
-// document and planner node, the ids in order, and, for the nodes that
-// changed since the last plan published, their document then. Keeping it
+// document and planner node, and the ids in order. Keeping it
 // incrementally makes a replan's inventory cost in proportion to the
-// change, not the cluster.
+// change, not the cluster. The loop's goroutine alone writes it.
 type view struct {
 	docs  map[string]inventory.NodeInventory
 	nodes map[string]planner.Node
 	ids   []string // sorted: the nodes with a planner node
-	// basis holds, per node changed since the last published plan, its
-	// document then (nil: it was not there).
-	basis map[string]*inventory.NodeInventory
-	// lead, on the view of a plan planned beside the lead's (a
-	// sibling's), is the lead's view: docs then holds only the nodes
-	// changed since this plan's last revision (absent: gone), the lead's
-	// the others, as they were before the lead took the event (siblings
-	// take each event first); no planner nodes. Only the loop's
-	// goroutine writes the lead's documents, so it reads them unlocked.
-	lead *view
+	// gen counts the changes of docs (a snapshot's inventory is of one).
+	gen uint64
+	// changed is told each node whose document changes (old, present:
+	// its document before), for the plans' change logs.
+	changed func(id string, old inventory.NodeInventory, present bool)
 
-	// claims, on the lead's view, says which node holds each GPU UUID:
-	// docs holds each node's document as claims marks it (GPUs another
-	// node holds unhealthy), claims each as reported. A sibling's view
-	// asks its lead's claims what an event will do (siblings take it
-	// first, so the lead's are as they were before it), or, through a
-	// resync, scratch: a copy of them that the batch changes.
-	claims  inventory.Claims
-	scratch *inventory.Claims
-	// news are the lead's claim outcomes worth a log line, until the
-	// planner logs them (logClaims).
+	// claims says which node holds each GPU UUID: docs holds each node's
+	// document as claims marks it (GPUs another node holds unhealthy),
+	// claims each as reported.
+	claims inventory.Claims
+	// news are the claim outcomes worth a log line, until the planner
+	// logs them (logClaims).
 	news []inventory.Outcome
 }
 
 // doc is node id's document as this view has it.
 func (v *view) doc(id string) (inventory.NodeInventory, bool) {
-	if v.lead != nil {
-		if _, changed := v.basis[id]; !changed {
-			d, ok := v.lead.docs[id]
-			return d, ok
-		}
-	}
 	d, ok := v.docs[id]
 	return d, ok
 }
@@ -60,29 +44,14 @@ func (v *view) doc(id string) (inventory.NodeInventory, bool) {
 // present lists the nodes in this view.
 func (v *view) present() []string {
 	out := make([]string, 0, len(v.docs))
-	if v.lead != nil {
-		for id := range v.lead.docs {
-			if _, changed := v.basis[id]; !changed {
-				out = append(out, id)
-			}
-		}
-	}
 	for id := range v.docs {
 		out = append(out, id)
 	}
 	return out
 }
 
-// settled starts a new change log: the last plan was published.
-func (v *view) settled() {
-	clear(v.basis)
-	if v.lead != nil {
-		clear(v.docs) // the lead's are this plan's again
-	}
-}
-
 func newView() view {
-	return view{docs: map[string]inventory.NodeInventory{}, nodes: map[string]planner.Node{}, basis: map[string]*inventory.NodeInventory{}}
+	return view{docs: map[string]inventory.NodeInventory{}, nodes: map[string]planner.Node{}}
 }
 
 // put sets node id's document (as reported) and reports whether it
@@ -92,7 +61,7 @@ func newView() view {
 func (v *view) put(id string, doc inventory.NodeInventory) (bool, error) {
 	old, ok := v.doc(id)
 	if ok {
-		if was, known := v.claimsOf().Reported(id); known {
+		if was, known := v.claims.Reported(id); known {
 			old = was
 		}
 		if inventory.SameInventory(old, doc) {
@@ -102,18 +71,12 @@ func (v *view) put(id string, doc inventory.NodeInventory) (bool, error) {
 			// Processes come and go on every node all the time; no plan
 			// depends on them, so nothing is replanned and no change is
 			// noted: the stored document just lists them (unplanned use).
-			if d, ok := v.docs[id]; ok && v.lead == nil {
-				v.docs[id] = withProcesses(d, doc)
-			}
+			v.docs[id] = withProcesses(v.docs[id], doc)
+			v.gen++
 			return false, nil
 		}
 	}
-	var out inventory.Outcome
-	if c := v.claimsOf(); v.commits() {
-		out = c.Put(id, doc)
-	} else {
-		out = c.PeekPut(id, doc)
-	}
+	out := v.claims.Put(id, doc)
 	err := v.set(id, out.Doc)
 	v.follow(out)
 	return true, err
@@ -138,43 +101,21 @@ func (v *view) remove(id string) bool {
 	if !ok {
 		return false
 	}
-	var out inventory.Outcome
-	if c := v.claimsOf(); v.commits() {
-		out = c.Remove(id)
-	} else {
-		out = c.PeekRemove(id)
-	}
-	v.remember(id, old, true)
+	out := v.claims.Remove(id)
+	v.note(id, old, true)
 	delete(v.docs, id)
+	v.gen++
 	v.dropNode(id)
 	v.follow(out)
 	return true
 }
 
-// claimsOf is the claims this view's documents follow.
-func (v *view) claimsOf() *inventory.Claims {
-	switch {
-	case v.lead == nil:
-		return &v.claims
-	case v.scratch != nil:
-		return v.scratch
-	default:
-		return &v.lead.claims
-	}
-}
-
-// commits says whether this view changes the claims it follows: the
-// lead's view its own, a sibling's only its scratch copy.
-func (v *view) commits() bool { return v.lead == nil || v.scratch != nil }
-
 // set makes doc (marked) node id's document.
 func (v *view) set(id string, doc inventory.NodeInventory) error {
 	old, ok := v.doc(id)
-	v.remember(id, old, ok)
+	v.note(id, old, ok)
 	v.docs[id] = doc
-	if v.lead != nil {
-		return nil
-	}
+	v.gen++
 	n, err := doc.PlannerNode()
 	if err != nil {
 		v.dropNode(id)
@@ -187,45 +128,28 @@ func (v *view) set(id string, doc inventory.NodeInventory) error {
 	return nil
 }
 
+// note tells changed of a change.
+func (v *view) note(id string, old inventory.NodeInventory, present bool) {
+	if v.changed != nil {
+		v.changed(id, old, present)
+	}
+}
+
 // follow takes the other documents a claim outcome changed, and keeps
 // the outcome to log when there is news in it.
 func (v *view) follow(out inventory.Outcome) {
 	for _, d := range out.Changed {
 		_ = v.set(d.NodeID, d) // each was planned before, as reported
 	}
-	if v.lead == nil && (len(out.Refused) > 0 || len(out.Handovers) > 0) {
+	if len(out.Refused) > 0 || len(out.Handovers) > 0 {
 		v.news = append(v.news, inventory.Outcome{Refused: out.Refused, Handovers: out.Handovers})
 	}
-}
-
-// batch runs f, the view taking a batch of changes (a resync): a
-// sibling's view follows a scratch copy of its lead's claims through
-// it, since each change of the batch depends on the previous ones.
-func (v *view) batch(f func()) {
-	if v.lead != nil {
-		v.scratch = v.lead.claims.Clone()
-		defer func() { v.scratch = nil }()
-	}
-	f()
 }
 
 func (v *view) dropNode(id string) {
 	delete(v.nodes, id)
 	if i, found := slices.BinarySearch(v.ids, id); found {
 		v.ids = slices.Delete(v.ids, i, i+1)
-	}
-}
-
-// remember keeps a node's document as it was at the last published plan,
-// the first time it changes after.
-func (v *view) remember(id string, old inventory.NodeInventory, present bool) {
-	if _, ok := v.basis[id]; ok {
-		return
-	}
-	if present {
-		v.basis[id] = &old
-	} else {
-		v.basis[id] = nil
 	}
 }
 
@@ -238,12 +162,13 @@ func (v *view) planNodes() []planner.Node {
 	return out
 }
 
-// changes says what changed since the last published plan: "nodes
-// joined: ...; nodes left: ...; GPUs unhealthy: n:3; nodes changed: ...".
-func (v *view) changes() []string {
+// changes says what changed since the plan's latest revision, as live
+// has it now: "nodes joined: ...; nodes left: ...; GPUs unhealthy: n:3;
+// nodes changed: ...".
+func (s *planState) changes(live *view) []string {
 	var joined, left, sick, changed []string
-	for id, old := range v.basis {
-		now, ok := v.docs[id]
+	for id, old := range s.basis {
+		now, ok := live.docs[id]
 		switch {
 		case old == nil && ok:
 			joined = append(joined, id)
@@ -290,46 +215,49 @@ func ellipsis(ids []string, n int) string {
 // apply folds one inventory event into the live inventory and reports
 // whether it changed anything a plan could depend on. Every event but a
 // removal is the node reporting.
-func (p *Planner) apply(ev bus.Event) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (p *Service) apply(ev bus.Event) bool {
+	defer p.logClaims()
+	for _, s := range p.states {
+		s.heard(ev)
+	}
 	switch ev.Op {
 	case bus.Changed:
-		p.reported[ev.NodeID] = true
-		delete(p.expired, ev.NodeID)
 		changed, err := p.live.put(ev.NodeID, ev.Inventory)
-		if err != nil && p.lead == nil {
+		if err != nil {
 			p.cfg.Log.Warn().Err(err).Msg("skipping a node whose inventory is malformed")
 		}
-		p.logClaims()
 		return changed
-	case bus.Heartbeat:
-		p.reported[ev.NodeID] = true
-		delete(p.expired, ev.NodeID)
 	case bus.Removed:
-		// Only a key that ran out may be an outage's (outage); one its
-		// reporter deleted is a node leaving.
-		if ev.Reason == bus.ReasonDeleted {
-			delete(p.expired, ev.NodeID)
-		} else {
-			p.expired[ev.NodeID] = true
-		}
-		defer p.logClaims()
 		return p.live.remove(ev.NodeID)
 	case bus.Rejected:
-		p.reported[ev.NodeID] = true
-		if p.lead == nil {
-			p.rejected(ev)
-		}
-		defer p.logClaims()
+		p.rejected(ev)
 		return p.live.remove(ev.NodeID)
 	}
 	return false
 }
 
+// heard notes what an inventory event says of its node: it reported,
+// or its key ran out (only a key that ran out may be an outage's; one
+// its reporter deleted is a node leaving).
+func (s *planState) heard(ev bus.Event) {
+	switch ev.Op {
+	case bus.Changed, bus.Heartbeat, bus.Rejected:
+		s.reported[ev.NodeID] = true
+		if ev.Op != bus.Rejected {
+			delete(s.expired, ev.NodeID)
+		}
+	case bus.Removed:
+		if ev.Reason == bus.ReasonDeleted {
+			delete(s.expired, ev.NodeID)
+		} else {
+			s.expired[ev.NodeID] = true
+		}
+	}
+}
+
 // logClaims logs the view's claim news: GPUs refused to a node because
-// another holds their UUID, and UUIDs passing on. p.mu is held.
-func (p *Planner) logClaims() {
+// another holds their UUID, and UUIDs passing on.
+func (p *Service) logClaims() {
 	for _, o := range p.live.news {
 		for _, r := range o.Refused {
 			p.cfg.Log.Warn().Str("node", r.Node).Int("gpu_index", r.Index).Str("gpu_uuid", r.UUID).Str("holder", r.Holder).
@@ -346,71 +274,57 @@ func (p *Planner) logClaims() {
 
 // rejected logs a document the watch would not take: once per key and
 // change, since the watch delivers each change once.
-func (p *Planner) rejected(ev bus.Event) {
+func (p *Service) rejected(ev bus.Event) {
 	p.cfg.Log.Warn().Str("node", ev.NodeID).Uint64("revision", ev.Revision).Str("reason", ev.Reason).
 		Msg("inventory document rejected; the node is out of the plan until it reports a valid one")
 }
 
 // replaceNodes swaps in a resynced inventory and reports whether it
 // differs.
-func (p *Planner) replaceNodes(nodes map[string]inventory.NodeInventory) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (p *Service) replaceNodes(nodes map[string]inventory.NodeInventory) bool {
 	defer p.logClaims()
 	changed := false
-	p.live.batch(func() {
-		for _, id := range p.live.present() {
-			if _, ok := nodes[id]; !ok {
-				p.expired[id] = true // gone while the watch was away: why, unknown
-				changed = p.live.remove(id) || changed
+	for _, id := range p.live.present() {
+		if _, ok := nodes[id]; !ok {
+			for _, s := range p.states {
+				s.expired[id] = true // gone while the watch was away: why, unknown
 			}
+			changed = p.live.remove(id) || changed
 		}
-		// The nodes known keep their claims; new ones claim in id order,
-		// so that every planner reading this batch decides alike.
-		ids := slices.Sorted(maps.Keys(nodes))
-		known := func(id string) bool { _, ok := p.live.doc(id); return ok }
-		ids = append(slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !known(id) }),
-			slices.DeleteFunc(ids, known)...)
-		for _, id := range ids {
-			p.reported[id] = true
-			c, err := p.live.put(id, nodes[id])
-			if err != nil && p.lead == nil {
-				p.cfg.Log.Warn().Err(err).Msg("skipping a node whose inventory is malformed")
-			}
-			changed = changed || c
+	}
+	// The nodes known keep their claims; new ones claim in id order,
+	// so that every planner reading this batch decides alike.
+	ids := slices.Sorted(maps.Keys(nodes))
+	known := func(id string) bool { _, ok := p.live.doc(id); return ok }
+	ids = append(slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !known(id) }),
+		slices.DeleteFunc(ids, known)...)
+	for _, id := range ids {
+		for _, s := range p.states {
+			s.reported[id] = true
 		}
-	})
+		c, err := p.live.put(id, nodes[id])
+		if err != nil {
+			p.cfg.Log.Warn().Err(err).Msg("skipping a node whose inventory is malformed")
+		}
+		changed = changed || c
+	}
 	return changed
 }
 
 // node is node id's document as it reported it: unmarked by the claims
 // (a resync takes it for the node's report when only a heartbeat shows).
-func (p *Planner) node(id string) (inventory.NodeInventory, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (p *Service) node(id string) (inventory.NodeInventory, bool) {
 	n, ok := p.live.doc(id)
-	if r, known := p.live.claimsOf().Reported(id); ok && known {
+	if r, known := p.live.claims.Reported(id); ok && known {
 		n = r
 	}
 	return n, ok
 }
 
 // inventorySize is the live inventory's nodes and unhealthy GPUs.
-func (p *Planner) inventorySize() (nodes, unhealthy int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (p *Service) inventorySize() (nodes, unhealthy int) {
 	for _, doc := range p.live.docs {
 		unhealthy += len(doc.GPUs) - len(doc.HealthyGPUs())
 	}
 	return len(p.live.docs), unhealthy
-}
-
-// revision is the latest revision's number (0: none).
-func (p *Planner) revision() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.latest == nil {
-		return 0
-	}
-	return p.latest.Plan.Revision
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,14 +23,17 @@ const DefaultLeaseTTL = 5 * time.Second
 // leaser keeps the planner's side of the plan's lease in a goroutine of
 // its own: a leader busy for longer than the TTL (publishing the first
 // plan of a large cluster) still renews, and only a planner that stops
-// altogether (dead, paused, cut off) loses the lease. Planner.leaseSeq
-// mirrors seq; Planner.pubMu keeps a renewal from changing the lease
-// between a publish reading it and the stream checking it.
+// altogether (dead, paused, cut off) loses the lease. It owns the
+// lease's timing and Service.fence's sequence, and tells the loop what
+// became of the lease (events): the loop, not the leaser, acts on it.
 type leaser struct {
-	p   *Planner
+	p   *Service
 	log zerolog.Logger
-	mu  sync.Mutex
-	seq uint64
+	// mu guards the fence's sequence against a renewal and a step-down
+	// crossing (the loop steps down too), and since, renewed and
+	// holdUntil, which the loop's stand-down writes. Taken after
+	// fence.mu, before healthMu.
+	mu sync.Mutex
 	// since is when this planner took the lease; renewed, when the
 	// stream last confirmed it (this host's clock).
 	since, renewed time.Time
@@ -44,9 +48,9 @@ type leaser struct {
 	// planner's own, left behind) or "other" (another planner leads).
 	said  string
 	timer *time.Timer
-	// taken and lost cue the loop (buffered, never blocking): replan and
-	// check when the lease was taken, drop a leader's state when lost.
-	taken, lost chan struct{}
+	// events tell the loop that the lease was taken or lost, never
+	// blocking: a newer event replaces one the loop has not read.
+	events chan leaseEvent
 	// delays asks the leaser's goroutine, which alone owns timer, to look
 	// at the lease next only after a while.
 	delays chan time.Duration
@@ -56,9 +60,44 @@ type leaser struct {
 	stuckSaid bool
 }
 
-func newLeaser(p *Planner, log zerolog.Logger) *leaser {
-	return &leaser{p: p, log: log, timer: time.NewTimer(0), taken: make(chan struct{}, 1), lost: make(chan struct{}, 1),
-		delays: make(chan time.Duration, 1)}
+func newLeaser(p *Service, log zerolog.Logger) *leaser {
+	return &leaser{p: p, log: log, timer: time.NewTimer(0), events: make(chan leaseEvent, 1), delays: make(chan time.Duration, 1)}
+}
+
+// leaseEvent is what became of the lease: taken at stream sequence seq,
+// or, seq 0, lost (given up, taken over, lapsed).
+type leaseEvent struct {
+	seq uint64
+	why string
+}
+
+// tell tells the loop ev, replacing an event it has not read: what the
+// lease is now is what counts.
+func (ls *leaser) tell(ev leaseEvent) {
+	for {
+		select {
+		case ls.events <- ev:
+			return
+		default:
+		}
+		select {
+		case <-ls.events:
+		default:
+		}
+	}
+}
+
+// fence is the lease every publish is fenced by. seq is the lease
+// message's stream sequence (0: none held); the leaser alone writes it
+// (under leaser.mu), a renewal's only while holding mu, which a publish
+// holds from reading seq to the stream's answer, so that no renewal
+// changes the lease in between. elected: the planner's loop runs, so a
+// publish without the lease is refused (a Service driven without its
+// loop, in tests, publishes unfenced). Lock order: mu, then leaser.mu.
+type fence struct {
+	mu      sync.Mutex
+	seq     atomic.Uint64
+	elected atomic.Bool
 }
 
 // run tends the lease until ctx ends, then gives it back.
@@ -95,11 +134,7 @@ func (ls *leaser) every() time.Duration {
 	return min(ls.p.cfg.LeaseTTL/5, 500*time.Millisecond)
 }
 
-func (ls *leaser) current() uint64 {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return ls.seq
-}
+func (ls *leaser) current() uint64 { return ls.p.fence.seq.Load() }
 
 // tend renews the lease while this planner leads, and otherwise looks
 // whether it is free and takes it; neither while the planner's loop is
@@ -150,7 +185,7 @@ func (ls *leaser) held(ctx context.Context, cur *bus.Lease) {
 		ls.holder, ls.said = cur.Holder, ""
 	}
 	host, _ := os.Hostname()
-	own, gone := predecessor(cur, host, os.Getpid(), ls.p.top().marks.predecessor(), pidAlive, time.Now())
+	own, gone := predecessor(cur, host, os.Getpid(), ls.p.marks.predecessor(), pidAlive, time.Now())
 	if own && gone {
 		if ls.said != "gone" {
 			ls.said = "gone"
@@ -258,14 +293,11 @@ func (ls *leaser) standDown(why string, wait time.Duration) {
 // stood down (a refused publish) while nobody took the lease.
 func (ls *leaser) resume(cur *bus.Lease) {
 	ls.mu.Lock()
-	ls.seq, ls.since, ls.renewed, ls.holder = cur.Seq, cur.Since, time.Now(), ""
+	ls.p.fence.seq.Store(cur.Seq)
+	ls.since, ls.renewed, ls.holder = cur.Since, time.Now(), ""
 	ls.mu.Unlock()
-	ls.p.mu.Lock()
-	ls.p.leaseSeq = cur.Seq
-	ls.p.mu.Unlock()
 	ls.log.Info().Uint64("lease", cur.Seq).Msg("leading again: the lease was still this planner's")
-	ls.p.leaderGauges()
-	cue(ls.taken)
+	ls.tell(leaseEvent{seq: cur.Seq})
 }
 
 // body is this planner's lease body.
@@ -281,10 +313,10 @@ func (ls *leaser) body(since time.Time) *bus.Lease {
 func (ls *leaser) write(ctx context.Context, since time.Time, expect uint64) (uint64, error) {
 	// A publish holds pubMu for at most its deadline; one wedged past it
 	// (a stuck loop) must not wedge the lease's goroutine too.
-	if !lockWithin(ctx, &ls.p.pubMu, ls.p.cfg.LeaseTTL/2) {
+	if !lockWithin(ctx, &ls.p.fence.mu, ls.p.cfg.LeaseTTL/2) {
 		return 0, fmt.Errorf("write lease: a publish has held the lease lock for %s", ls.p.cfg.LeaseTTL/2)
 	}
-	defer ls.p.pubMu.Unlock()
+	defer ls.p.fence.mu.Unlock()
 	// Well inside the TTL: a renewal that takes longer is as good as lost.
 	ctx, cancel := context.WithTimeout(ctx, ls.p.cfg.LeaseTTL/2)
 	defer cancel()
@@ -304,9 +336,8 @@ func (ls *leaser) write(ctx context.Context, since time.Time, expect uint64) (ui
 }
 
 // take takes the lease, free (expect 0) or lapsed (expect: the lease
-// message no one renewed), then reads the latest revision as the
-// stream's leader has it, so that this planner continues the sequence
-// from the last revision whoever led before published.
+// message no one renewed), and tells the loop, which reads every plan's
+// latest revision before it leads (loop.lead).
 func (ls *leaser) take(ctx context.Context, expect uint64) {
 	now := time.Now()
 	seq, err := ls.write(ctx, now, expect)
@@ -316,66 +347,62 @@ func (ls *leaser) take(ctx context.Context, expect uint64) {
 		}
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, ls.p.storeTimeout(ls.p.nodes()))
-	err = ls.catchUp(cctx)
-	cancel()
-	if err != nil {
-		// Leading on a stale latest would fork the history (the message
-		// id check aside): give the lease back and try again.
-		ls.log.Warn().Err(err).Msg("took the lease but cannot read the latest revision; giving it back")
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.p.cfg.LeaseTTL/2)
-		_ = ls.p.plans.ReleaseLease(rctx, bus.LeaseName, seq)
-		cancel()
-		return
-	}
 	ls.mu.Lock()
-	ls.seq, ls.since, ls.renewed, ls.holder = seq, now, now, ""
+	ls.p.fence.seq.Store(seq)
+	ls.since, ls.renewed, ls.holder = now, now, ""
 	ls.mu.Unlock()
-	ls.p.mu.Lock()
-	ls.p.leaseSeq = seq
-	ls.p.mu.Unlock()
-	// Whoever led may have died between a revision and its assignments.
-	for _, s := range ls.p.everyState() {
-		s.mu.Lock()
-		s.reconcile = s.latest != nil
-		s.mu.Unlock()
-	}
 	ls.log.Info().Uint64("lease", seq).Msg("leading: this planner replans and publishes every plan")
-	ls.p.leaderGauges()
-	cue(ls.taken)
+	ls.tell(leaseEvent{seq: seq})
 }
 
-// catchUp makes every plan's latest revision the one the stream's
-// leader has last (a direct get may be answered by a replica that lags;
-// a standby's follow may be behind).
-func (ls *leaser) catchUp(ctx context.Context) error {
-	for _, s := range ls.p.everyState() {
-		if err := catchUp(ctx, s); err != nil {
+// giveBack gives back the lease, taken but not to be led on (the latest
+// revisions could not be read), so that it is tried again.
+func (ls *leaser) giveBack(ctx context.Context, why string) {
+	seq := ls.current()
+	ls.stepDown(why)
+	if seq == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.p.cfg.LeaseTTL/2)
+	defer cancel()
+	_ = ls.p.plans.ReleaseLease(rctx, bus.LeaseName, seq)
+}
+
+// catchUpAll is catchUp for every plan.
+func (p *Service) catchUpAll(ctx context.Context) error {
+	for _, s := range p.all() {
+		if err := p.catchUp(ctx, s); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// catchUp is leaser.catchUp for one plan.
-func catchUp(ctx context.Context, p *Planner) error {
-	last, err := p.plans.LastSeq(ctx, bus.PlanVersionSubject(p.cfg.Plan))
+// catchUp makes plan s's latest revision the one the stream's leader has
+// last (a direct get may be answered by a replica that lags; a standby's
+// follow may be behind), waiting a moment for one not readable yet.
+func (p *Service) catchUp(ctx context.Context, s *planState) error {
+	last, err := p.plans.LastSeq(ctx, bus.PlanVersionSubject(s.name))
 	if err != nil || last == 0 {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		sp, err := p.plans.Latest(ctx, p.cfg.Plan)
+		sp, err := p.plans.Latest(ctx, s.name)
 		if err != nil {
 			return err
 		}
 		if sp != nil && sp.Seq >= last {
-			p.adopted(sp)
+			p.adopted(s, sp)
 			return nil
 		}
 		if attempt >= 20 {
-			return fmt.Errorf("revision at stream sequence %d not readable yet", last)
+			return fmt.Errorf("plan %s: revision at stream sequence %d not readable yet", s.name, last)
 		}
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
@@ -383,7 +410,7 @@ func catchUp(ctx context.Context, p *Planner) error {
 // lapsed unrenewed, this planner stands by.
 func (ls *leaser) renew(ctx context.Context) {
 	ls.mu.Lock()
-	seq0, since, renewed := ls.seq, ls.since, ls.renewed
+	seq0, since, renewed := ls.p.fence.seq.Load(), ls.since, ls.renewed
 	ls.mu.Unlock()
 	_, err := ls.write(ctx, since, seq0)
 	if err == nil || ctx.Err() != nil {
@@ -405,13 +432,11 @@ func (ls *leaser) renew(ctx context.Context) {
 func (ls *leaser) set(was, seq uint64) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if ls.seq != was {
+	if ls.p.fence.seq.Load() != was {
 		return
 	}
-	ls.seq, ls.renewed = seq, time.Now()
-	ls.p.mu.Lock()
-	ls.p.leaseSeq = seq
-	ls.p.mu.Unlock()
+	ls.p.fence.seq.Store(seq)
+	ls.renewed = time.Now()
 }
 
 // stepDown makes this planner a standby; wait, when not negative, is how
@@ -419,16 +444,13 @@ func (ls *leaser) set(was, seq uint64) {
 func (ls *leaser) stepDown(why string) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if ls.seq == 0 {
+	if ls.p.fence.seq.Load() == 0 {
 		return
 	}
 	ls.log.Warn().Str("why", why).Msg("no longer leading; standing by")
-	ls.seq, ls.holder = 0, ""
-	ls.p.mu.Lock()
-	ls.p.leaseSeq, ls.p.note = 0, ""
-	ls.p.mu.Unlock()
-	ls.p.leaderGauges()
-	cue(ls.lost)
+	ls.p.fence.seq.Store(0)
+	ls.holder = ""
+	ls.tell(leaseEvent{why: why})
 }
 
 // release gives the lease up at a clean shutdown, so that a standby
@@ -477,12 +499,5 @@ func cue(ch chan struct{}) {
 	}
 }
 
-// leading says whether this planner holds the plan's lease.
-func (p *Planner) leading() uint64 {
-	if p.lead != nil {
-		return p.lead.leading() // one lease for every plan of the loop
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.leaseSeq
-}
+// leading is the lease this planner holds (0: none).
+func (p *Service) leading() uint64 { return p.fence.seq.Load() }

@@ -21,7 +21,7 @@ import (
 // instance is a planner on a connection of its own, so that a test can
 // cut it off as a crash would.
 type instance struct {
-	p      *Planner
+	p      *Service
 	nc     *nats.Conn
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -132,13 +132,13 @@ func TestFailover(t *testing.T) {
 func TestPausedLeaderCannotPublish(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	take := func(p *Planner) {
+	take := func(p *Service) {
 		t.Helper()
 		l := &bus.Lease{Holder: p.plans.Publisher, Since: time.Now(), Renewed: time.Now(), TTLSeconds: 1}
 		for deadline := time.Now().Add(5 * time.Second); ; {
 			seq, err := p.plans.WriteLease(ctx, "default", l, 0)
 			if err == nil {
-				p.leaseSeq = seq
+				p.fence.seq.Store(seq)
 				return
 			}
 			if !errors.Is(err, bus.ErrLeaseHeld) || time.Now().After(deadline) {
@@ -159,7 +159,7 @@ func TestPausedLeaderCannotPublish(t *testing.T) {
 	if err != nil || sp == nil {
 		t.Fatalf("latest: %v", err)
 	}
-	b.latest = sp
+	b.own().latest = sp
 
 	// a wakes, sees a node gone, and tries to publish revision 2.
 	a.live.remove("n00")
@@ -201,9 +201,9 @@ func TestDeposedLeaderAssignments(t *testing.T) {
 	if err := a.replan(ctx); err != nil {
 		t.Fatal(err)
 	}
-	node := a.latest.Plan.Workers.At(0).NodeID
+	node := a.own().latest.Plan.Workers.At(0).NodeID
 	b := offline(t, h, 4)
-	if err := b.reconcileAssignments(ctx); err != nil { // what a new leader does first
+	if err := b.reconcileAssignments(ctx, b.own()); err != nil { // what a new leader does first
 		t.Fatal(err)
 	}
 	b.live.remove(node)
@@ -215,11 +215,9 @@ func TestDeposedLeaderAssignments(t *testing.T) {
 		t.Fatalf("the new leader's assignment of %s: %+v %v", node, ours, err)
 	}
 	// a wakes and sends revision 1's workers for the node.
-	stale := assignment(a.latest.Plan, node, a.latest.Plan.NodeIndex()(node))
-	a.mu.Lock()
-	stale.Seq = a.assignSeq[node]
-	a.mu.Unlock()
-	if err := a.sendAssignments(ctx, []client.Assignment{stale}); err != nil {
+	stale := assignment(a.own().latest.Plan, node, a.own().latest.Plan.NodeIndex()(node))
+	stale.Seq = a.own().assignSeq[node]
+	if err := a.sendAssignments(ctx, a.own(), []client.Assignment{stale}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := b.plans.Client().Assignment(ctx, "default", node)
@@ -245,7 +243,7 @@ func TestRenewalsDoNotRefusePublishes(t *testing.T) {
 	if p.leading() == 0 {
 		t.Fatal("no lease")
 	}
-	p.elected = true
+	p.fence.elected.Store(true)
 	stop := make(chan struct{})
 	renewed := make(chan int)
 	go func() {
@@ -279,7 +277,7 @@ func TestRenewalsDoNotRefusePublishes(t *testing.T) {
 		t.Logf("only %d renewals raced the publishes", n)
 	}
 	ls.stepDown("test")
-	p.live.remove(p.latest.Plan.Workers.At(0).NodeID)
+	p.live.remove(p.own().latest.Plan.Workers.At(0).NodeID)
 	if err := p.replan(ctx); !errors.Is(err, bus.ErrLeaseLost) {
 		t.Fatalf("a planner that stood down published: %v", err)
 	}

@@ -113,18 +113,18 @@ func (pl *pulse) stuck(stall time.Duration) (time.Duration, string, bool) {
 }
 
 // beat notes that the loop made progress.
-func (p *Planner) beat() { p.top().pulse.beat() }
+func (p *Service) beat() { p.pulse.beat() }
 
 // storeTimeout is the deadline of a call that moves items messages.
-func (p *Planner) storeTimeout(items int) time.Duration {
+func (p *Service) storeTimeout(items int) time.Duration {
 	return p.cfg.StoreTimeout + time.Duration(items)*storePerItem
 }
 
 // op bounds one call of the loop to the store (or a stretch of
 // planning) by a deadline of timeout, noted in the loop's pulse; done
 // ends it. cfg.storeHook, in tests, stands in for a store that hangs.
-func (p *Planner) op(ctx context.Context, what string, timeout time.Duration) (context.Context, func()) {
-	t := p.top()
+func (p *Service) op(ctx context.Context, what string, timeout time.Duration) (context.Context, func()) {
+	t := p
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	deadline, _ := ctx.Deadline()
 	end := t.pulse.enter(what, deadline)
@@ -136,15 +136,14 @@ func (p *Planner) op(ctx context.Context, what string, timeout time.Duration) (c
 
 // allow notes a stretch of work (planning, applying a whole inventory)
 // that may take up to d, as op notes a store call; done ends it.
-func (p *Planner) allow(what string, d time.Duration) (done func()) {
-	t := p.top()
-	return t.pulse.enter(what, t.pulse.now().Add(d))
+func (p *Service) allow(what string, d time.Duration) (done func()) {
+	return p.pulse.enter(what, p.pulse.now().Add(d))
 }
 
 // stall is how long the loop may go without progress (outside an
 // operation's deadline) before the lease is left to lapse: StallAfter,
 // by default half the lease's TTL, at least a second.
-func (p *Planner) stall() time.Duration {
+func (p *Service) stall() time.Duration {
 	if p.cfg.StallAfter > 0 {
 		return p.cfg.StallAfter
 	}
@@ -171,8 +170,8 @@ type Health struct {
 }
 
 // Health reports the planner's health.
-func (p *Planner) Health() Health {
-	t := p.top()
+func (p *Service) Health() Health {
+	t := p
 	h := Health{Leading: t.leading() != 0}
 	if d, what, ok := t.pulse.stuck(t.stall()); ok {
 		h.Stuck = what + " for " + d.Round(time.Millisecond).String()
@@ -187,8 +186,8 @@ func (p *Planner) Health() Health {
 }
 
 // problem records (msg not empty) or clears a problem of key.
-func (p *Planner) problem(key, msg string) {
-	t := p.top()
+func (p *Service) problem(key, msg string) {
+	t := p
 	t.healthMu.Lock()
 	defer t.healthMu.Unlock()
 	if msg == "" {
@@ -202,8 +201,8 @@ func (p *Planner) problem(key, msg string) {
 }
 
 // problemList is the problems, sorted by key, for the lease.
-func (p *Planner) problemList() []string {
-	t := p.top()
+func (p *Service) problemList() []string {
+	t := p
 	t.healthMu.Lock()
 	defer t.healthMu.Unlock()
 	var out []string
@@ -214,16 +213,16 @@ func (p *Planner) problemList() []string {
 }
 
 // setFailures records how many replans failed in a row.
-func (p *Planner) setFailures(n int) {
-	t := p.top()
+func (p *Service) setFailures(n int) {
+	t := p
 	t.healthMu.Lock()
 	defer t.healthMu.Unlock()
 	t.failures = n
 }
 
 // stoodDownFor records a stand-down (why, until when), or its end ("").
-func (p *Planner) stoodDownFor(why string, until time.Time) {
-	t := p.top()
+func (p *Service) stoodDownFor(why string, until time.Time) {
+	t := p
 	t.healthMu.Lock()
 	defer t.healthMu.Unlock()
 	t.stoodDown, t.stoodDownUntil = why, until
@@ -239,9 +238,6 @@ func (p *Planner) stoodDownFor(why string, until time.Time) {
 
 // nodes is the live inventory's size, which bulk calls' deadlines
 // scale with.
-func (p *Planner) nodes() int {
-	t := p.top()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.live.docs)
+func (p *Service) nodes() int {
+	return len(p.live.docs)
 }

@@ -20,12 +20,12 @@ import (
 // other planners' revisions into the planner's state and replans when the
 // inventory has been quiet for Debounce.
 type loop struct {
-	p   *Planner
+	p   *Service
 	log zerolog.Logger
 	// followed brings the revisions of every plan, each followed by a
 	// goroutine that following can stop.
 	followed  chan followedPlan
-	following map[*Planner]context.CancelFunc
+	following map[*planState]context.CancelFunc
 	specW     jetstream.KeyWatcher
 	events    <-chan bus.Event
 	// synced: the watch has delivered the bucket's contents; the first
@@ -66,8 +66,10 @@ type loop struct {
 	// standDowns counts the stand-downs since the last good replan.
 	standDowns int
 	// lease tends the plan's lease in a goroutine of its own; leaseDone
-	// closes when it has given the lease back.
+	// closes when it has given the lease back. led is the lease the loop
+	// leads on (0: it stands by).
 	lease     *leaser
+	led       uint64
 	leaseDone chan struct{}
 	// tombs writes, while this planner leads, the delete markers of
 	// inventory keys that expired (tombstone.go), in a goroutine of its
@@ -98,7 +100,7 @@ type loop struct {
 	reconnectedAt    time.Time
 }
 
-func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
+func (p *Service) newLoop(ctx context.Context) (*loop, error) {
 	// The loop plans every plan: its own lines name none, and those
 	// about one plan name it once.
 	l := &loop{p: p, log: p.cfg.Log, started: time.Now(),
@@ -110,9 +112,11 @@ func (p *Planner) newLoop(ctx context.Context) (*loop, error) {
 	l.guardT = time.NewTicker(guardEvery)
 	l.reconnects = p.cfg.NC.Stats().Reconnects
 	l.outageReconnects = l.reconnects
-	l.followed, l.following = make(chan followedPlan, 64), map[*Planner]context.CancelFunc{}
-	if err := l.follow(ctx, p); err != nil {
-		return nil, err
+	l.followed, l.following = make(chan followedPlan, 64), map[*planState]context.CancelFunc{}
+	for _, s := range p.all() {
+		if err := l.follow(ctx, s); err != nil {
+			return nil, err
+		}
 	}
 	if err := l.watchSpecs(ctx); err != nil {
 		return nil, err
@@ -141,17 +145,17 @@ func (l *loop) watchSpecs(ctx context.Context) error {
 // followedPlan is a revision of s's plan another planner published; nil
 // when the follow ended.
 type followedPlan struct {
-	s  *Planner
+	s  *planState
 	sp *bus.StoredPlan
 }
 
 // follow follows s's plan into l.followed until unfollow.
-func (l *loop) follow(ctx context.Context, s *Planner) error {
+func (l *loop) follow(ctx context.Context, s *planState) error {
 	if _, ok := l.following[s]; ok {
 		return nil
 	}
 	fctx, cancel := context.WithCancel(ctx)
-	ch, err := s.followPlans(fctx)
+	ch, err := l.p.followPlans(fctx, s)
 	if err != nil {
 		cancel()
 		return err
@@ -174,7 +178,7 @@ func (l *loop) follow(ctx context.Context, s *Planner) error {
 }
 
 // unfollow stops following s's plan.
-func (l *loop) unfollow(s *Planner) {
+func (l *loop) unfollow(s *planState) {
 	if cancel, ok := l.following[s]; ok {
 		cancel()
 		delete(l.following, s)
@@ -183,16 +187,17 @@ func (l *loop) unfollow(s *Planner) {
 
 // followPlans follows the plan's revisions, skipping this planner's own
 // and those it has.
-func (p *Planner) followPlans(ctx context.Context) (<-chan *bus.StoredPlan, error) {
-	return p.plans.Follow(ctx, p.cfg.Plan, func(i client.Info) bool {
+func (p *Service) followPlans(ctx context.Context, s *planState) (<-chan *bus.StoredPlan, error) {
+	return p.plans.Follow(ctx, s.name, func(i client.Info) bool {
 		if i.Publisher == p.plans.Publisher {
 			return true // ours: replan stored it as latest already
 		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
 		// By revision, not stream sequence: a recreated stream starts
-		// its sequence again, the plan's revisions do not.
-		return p.latest != nil && i.Revision <= p.latest.Plan.Revision
+		// its sequence again, the plan's revisions do not. (The follow's
+		// goroutine reads the loop's snapshot: one that lags lets a
+		// revision through that adopt then skips.)
+		v := p.view().plans[s.name]
+		return v.latest != nil && i.Revision <= v.latest.Plan.Revision
 	})
 }
 
@@ -215,24 +220,16 @@ func (l *loop) run(ctx context.Context) error {
 	go func() { defer close(l.leaseDone); l.lease.run(ctx) }()
 	go func() { defer close(l.tombsDone); l.tombs.run(ctx) }()
 	for {
+		l.p.publishSnapshot()
 		l.p.pulse.idle()
 		select {
 		case <-ctx.Done():
 			<-l.leaseDone // the lease given back
 			<-l.tombsDone
 			return nil
-		case <-l.lease.taken:
-			l.p.pulse.work("lease taken")
-			cue(l.tombs.wake) // the expiries noticed as a standby are this planner's to mark now
-			// Failures as a standby (a replan refused for the lease) are
-			// no leader's: start afresh, so that kick arms the replan.
-			l.failures, l.lastFailure = 0, ""
-			l.p.setFailures(0)
-			l.armCheck(0)
-			l.kick() // publishes only if the inventory changed meanwhile
-		case <-l.lease.lost:
-			l.p.pulse.work("lease lost")
-			l.settlingOutage = false // a settle is the next leader's to judge
+		case ev := <-l.lease.events:
+			l.p.pulse.work("lease")
+			l.leaseChanged(ctx, ev)
 		case <-l.guardT.C:
 			l.p.pulse.work("guard")
 			l.guard(ctx)
@@ -254,11 +251,11 @@ func (l *loop) run(ctx context.Context) error {
 		case <-l.check.C:
 			l.p.pulse.work("checking assignments")
 			l.checking = false
-			if l.p.leading() == 0 {
+			if !l.leads() {
 				continue // a standby leaves them to the leader, and checks when it leads
 			}
-			for _, s := range l.p.everyState() {
-				if err := s.checkAssignments(ctx); err != nil {
+			for _, s := range l.p.all() {
+				if err := l.p.checkAssignments(ctx, s); err != nil {
 					s.log.Warn().Err(err).Msg("checking another planner's assignments failed; retrying")
 					l.armCheck(5 * checkAfter)
 				}
@@ -283,6 +280,56 @@ func (l *loop) run(ctx context.Context) error {
 	}
 }
 
+// leads says whether this planner leads: it holds the lease, and the
+// loop has read every plan's latest revision since it took it.
+func (l *loop) leads() bool { return l.led != 0 && l.p.leading() != 0 }
+
+// leaseChanged acts on what became of the lease. A lease taken is led on
+// once every plan's latest revision is read as the stream's leader has
+// it, so that this planner continues each plan's sequence from the last
+// revision whoever led before published; a lease lost ends leading.
+func (l *loop) leaseChanged(ctx context.Context, ev leaseEvent) {
+	if ev.seq == 0 {
+		l.led = 0
+		l.settlingOutage = false // a settle is the next leader's to judge
+		for _, s := range l.p.states {
+			s.note = ""
+		}
+		l.p.leaderGauges()
+		return
+	}
+	if l.led != 0 {
+		l.led = ev.seq // led on all along (a lease resumed)
+		return
+	}
+	cctx, done := l.p.op(ctx, "reading every plan's latest revision", l.p.storeTimeout(l.p.nodes()))
+	err := l.p.catchUpAll(cctx)
+	done()
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		// Leading on a stale latest would fork the history (the message
+		// id check aside): give the lease back and try again.
+		l.log.Warn().Err(err).Msg("took the lease but cannot read the latest revision; giving it back")
+		l.lease.giveBack(ctx, "took the lease but cannot read the latest revision")
+		return
+	}
+	l.led = ev.seq
+	// Whoever led may have died between a revision and its assignments.
+	for _, s := range l.p.states {
+		s.reconcile = s.latest != nil
+	}
+	l.p.leaderGauges()
+	cue(l.tombs.wake) // the expiries noticed as a standby are this planner's to mark now
+	// Failures as a standby (a replan refused for the lease) are no
+	// leader's: start afresh, so that kick arms the replan.
+	l.failures, l.lastFailure = 0, ""
+	l.p.setFailures(0)
+	l.armCheck(0)
+	l.kick() // publishes only if the inventory changed meanwhile
+}
+
 // adopt takes another planner's revision of a plan, or notes that its
 // follow ended (guard follows again).
 func (l *loop) adopt(f followedPlan) {
@@ -293,7 +340,7 @@ func (l *loop) adopt(f followedPlan) {
 		l.unfollow(f.s)
 		return
 	}
-	f.s.adopted(f.sp)
+	l.p.adopted(f.s, f.sp)
 	l.armCheck(checkAfter)
 }
 
@@ -316,7 +363,7 @@ func (l *loop) kick() {
 		l.dirtySince = time.Now()
 	}
 	l.dirty = true
-	haveSpec := len(l.p.states()) > 0
+	haveSpec := len(l.p.planned()) > 0
 	if l.synced && l.specsIn && haveSpec && l.failures == 0 {
 		l.timer.Reset(max(0, min(l.p.cfg.Debounce, l.maxWait-time.Since(l.dirtySince))))
 	}
@@ -363,11 +410,6 @@ func (l *loop) watchClosed(ctx context.Context) {
 func (l *loop) inventory(ev bus.Event) {
 	l.tombs.event(ev)
 	if l.resync == nil {
-		// The other plans' views read the lead's documents as they were:
-		// they take the event first.
-		for _, s := range l.p.siblings() {
-			s.apply(ev)
-		}
 		if l.p.apply(ev) {
 			l.kick()
 		}
@@ -389,19 +431,14 @@ func (l *loop) inventory(ev bus.Event) {
 		delete(l.resync, ev.NodeID)
 	case bus.Rejected:
 		delete(l.resync, ev.NodeID)
-		l.p.mu.Lock()
 		l.p.rejected(ev)
-		l.p.mu.Unlock()
 	case bus.Synced:
 		defer l.p.allow("applying the whole inventory", l.p.storeTimeout(len(l.resync)))()
 		l.tombs.vanished(l.vanished())
-		for _, s := range l.p.siblings() {
-			s.replaceNodes(l.resync)
-		}
 		l.p.replaceNodes(l.resync)
 		if !l.everSynced {
-			for _, s := range l.p.everyState() {
-				s.afterFirstSync()
+			for _, s := range l.p.all() {
+				l.p.afterFirstSync(s)
 			}
 		}
 		l.resync, l.synced, l.everSynced = nil, true, true
@@ -412,8 +449,6 @@ func (l *loop) inventory(ev bus.Event) {
 // vanished lists the nodes of the live inventory that a resync's
 // contents lack: gone while the watch was away.
 func (l *loop) vanished() []string {
-	l.p.mu.Lock()
-	defer l.p.mu.Unlock()
 	var out []string
 	for _, id := range l.p.live.present() {
 		if _, ok := l.resync[id]; !ok {
@@ -446,27 +481,23 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 		return
 	}
 	if s == nil {
-		s = l.addSibling(ctx, name, l.firstRevision(ctx, name, e.Revision()))
+		s = l.addState(ctx, name, l.firstRevision(ctx, name, e.Revision()))
 	}
 	spec, value, rev := l.parsed(ctx, s, e, log)
 	if spec == nil {
 		return
 	}
-	s.mu.Lock()
 	fresh := s.spec == nil || s.removing
-	s.mu.Unlock()
 	var age uint64
 	if fresh {
 		// New, or stored again after its removal: it is as old as this
 		// run of puts (read outside the lock: the lead's is the lease's).
 		age = l.firstRevision(ctx, name, rev)
 	}
-	s.mu.Lock()
 	if fresh {
 		s.age = age
 	}
 	s.spec, s.digest, s.specBytes, s.removing = spec, SpecDigest(spec), value, false
-	s.mu.Unlock()
 	if fresh {
 		l.p.leaderGauges() // a plan this planner plans from now on
 	}
@@ -480,26 +511,22 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 // so (load reads it). A plan whose last revision says so already (or
 // that has none) was removed before: there is nothing to release, and
 // nothing to say at every start.
-func (l *loop) removed(ctx context.Context, s *Planner, name string, log zerolog.Logger) {
+func (l *loop) removed(ctx context.Context, s *planState, name string, log zerolog.Logger) {
 	if s == nil {
-		s = l.addSibling(ctx, name, 0)
+		s = l.addState(ctx, name, 0)
 	}
 	l.p.problem("spec:"+name, "")
-	s.mu.Lock()
 	done := s.loaded && (s.latest == nil || s.latest.Plan.Removed)
 	live := s.spec != nil
 	if !done {
 		s.removing = true
 	}
-	s.mu.Unlock()
 	if !done {
 		log.Info().Msg("spec removed: releasing the plan's workers")
 		l.kick()
 		return
 	}
-	if s != l.p {
-		l.unfollow(s)
-	}
+	l.unfollow(s)
 	l.p.drop(s)
 	if live {
 		// Planned in this run, but never published: nothing held.
@@ -511,16 +538,14 @@ func (l *loop) removed(ctx context.Context, s *Planner, name string, log zerolog
 // parsed is the spec e stores for s's plan; one that does not parse
 // keeps the last good one (nil: keep it), or, with none yet, the newest
 // good one in the key's history.
-func (l *loop) parsed(ctx context.Context, s *Planner, e jetstream.KeyValueEntry, log zerolog.Logger) (*planner.Spec, []byte, uint64) {
+func (l *loop) parsed(ctx context.Context, s *planState, e jetstream.KeyValueEntry, log zerolog.Logger) (*planner.Spec, []byte, uint64) {
 	spec, err := planner.ParseSpec(e.Value())
 	if err == nil {
 		l.p.problem("spec:"+e.Key(), "")
 		return spec, e.Value(), e.Revision()
 	}
 	l.p.problem("spec:"+e.Key(), fmt.Sprintf("plan %s: stored spec revision %d does not parse: %v", e.Key(), e.Revision(), err))
-	s.mu.Lock()
 	have := s.spec != nil
-	s.mu.Unlock()
 	if have {
 		log.Error().Err(err).Uint64("spec_revision", e.Revision()).Msg("stored spec does not parse; keeping the last one")
 		return nil, nil, 0
@@ -534,17 +559,12 @@ func (l *loop) parsed(ctx context.Context, s *Planner, e jetstream.KeyValueEntry
 	return spec, value, rev
 }
 
-// addSibling makes plan name's state and follows it.
-func (l *loop) addSibling(ctx context.Context, name string, age uint64) *Planner {
-	s := l.p.sibling(name)
+// addState makes plan name's state, reads its latest revision and
+// follows it.
+func (l *loop) addState(ctx context.Context, name string, age uint64) *planState {
+	s := l.p.addState(name)
 	s.age = age
-	l.p.sibMu.Lock()
-	if l.p.sibs == nil {
-		l.p.sibs = map[string]*Planner{}
-	}
-	l.p.sibs[name] = s
-	l.p.sibMu.Unlock()
-	if err := s.load(ctx); err != nil {
+	if err := l.p.load(ctx, s); err != nil {
 		s.log.Warn().Err(err).Msg("cannot read the plan's latest revision yet; retrying")
 	}
 	if err := l.follow(ctx, s); err != nil {
@@ -618,9 +638,9 @@ func (stoppedWatch) Stop() error                             { return nil }
 // measured replans every plan and records, per plan, the replan's time
 // and, for those it published, the time since the first change.
 func (l *loop) measured(ctx context.Context) error {
-	before := map[*Planner]int{}
-	for _, s := range l.p.states() {
-		before[s] = s.revision()
+	before := map[*planState]int{}
+	for _, s := range l.p.planned() {
+		before[s] = l.p.revisionOf(s)
 	}
 	start := time.Now()
 	err := l.p.replan(ctx)
@@ -630,8 +650,8 @@ func (l *loop) measured(ctx context.Context) error {
 	took := time.Since(start)
 	// A plan removed by this replan has no series any more: none begins
 	// again.
-	planned := map[*Planner]bool{}
-	for _, s := range l.p.states() {
+	planned := map[*planState]bool{}
+	for _, s := range l.p.planned() {
 		planned[s] = true
 	}
 	for s, rev := range before {
@@ -639,10 +659,10 @@ func (l *loop) measured(ctx context.Context) error {
 			continue
 		}
 		var since time.Duration
-		if s.revision() != rev {
+		if l.p.revisionOf(s) != rev {
 			since = time.Since(l.dirtySince)
 		}
-		l.p.cfg.Metrics.Replanned(s.cfg.Plan, took, since)
+		l.p.cfg.Metrics.Replanned(s.name, took, since)
 	}
 	l.p.cfg.Metrics.Inventory(l.p.inventorySize())
 	return nil
@@ -651,8 +671,8 @@ func (l *loop) measured(ctx context.Context) error {
 // settling is the longest any plan waits for its nodes (Planner.settling).
 func (l *loop) settling() time.Duration {
 	var wait time.Duration
-	for _, s := range l.p.everyState() {
-		wait = max(wait, s.settling(l.started))
+	for _, s := range l.p.states {
+		wait = max(wait, s.settling(l.p.cfg.Settle, l.started))
 	}
 	return wait
 }
@@ -660,7 +680,7 @@ func (l *loop) settling() time.Duration {
 // unreported is every plan's nodes not heard from (Planner.unreported).
 func (l *loop) unreported() []string {
 	var ids []string
-	for _, s := range l.p.everyState() {
+	for _, s := range l.p.states {
 		for _, id := range s.unreported() {
 			if !slices.Contains(ids, id) {
 				ids = append(ids, id)
@@ -678,7 +698,7 @@ func (l *loop) replan(ctx context.Context) {
 	if !l.dirty {
 		return
 	}
-	if l.p.leading() == 0 {
+	if !l.leads() {
 		return // a standby replans when it takes the lease
 	}
 	l.outage()
@@ -701,7 +721,7 @@ func (l *loop) replan(ctx context.Context) {
 		l.lease.stepDown(err.Error())
 		return
 	}
-	if slices.ContainsFunc(l.p.everyState(), (*Planner).checkPending) {
+	if l.p.checkPending() {
 		l.armCheck(checkAfter) // it adopted another planner's revision
 	}
 	if err == nil {
@@ -709,10 +729,8 @@ func (l *loop) replan(ctx context.Context) {
 			// Said in the revision, or nothing moved and nothing needs
 			// saying.
 			l.settlingOutage = false
-			for _, s := range l.p.everyState() {
-				s.mu.Lock()
+			for _, s := range l.p.states {
 				s.note = ""
-				s.mu.Unlock()
 			}
 		}
 		if l.failures > 0 {

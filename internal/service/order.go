@@ -170,7 +170,7 @@ func publishOrder(held, next []map[string]bool) []step {
 // changing there is no order to find. Only GPUs of the nodes some plan
 // changed on count (touched): a replan's cost stays in proportion to
 // its change.
-func holdings(jobs []planner.Job, outs []planner.Outcome, planned []*Planner) (held, next []map[string]bool, touched map[string]bool) {
+func holdings(jobs []planner.Job, outs []planner.Outcome, planned []*planState) (held, next []map[string]bool, touched map[string]bool) {
 	held, next = make([]map[string]bool, len(jobs)), make([]map[string]bool, len(jobs))
 	var changed []int
 	for i, j := range jobs {

@@ -39,23 +39,15 @@ type fatal interface {
 
 // setSpec makes spec plan name's spec on p, a planner driven by hand
 // (offline); "" removes it.
-func setSpec(t fatal, p *Planner, name, spec string, age uint64) {
+func setSpec(t fatal, p *Service, name, spec string, age uint64) {
 	t.Helper()
 	s := p.state(name)
 	if s == nil {
 		if spec == "" {
 			return
 		}
-		s = p.sibling(name)
-		p.sibMu.Lock()
-		if p.sibs == nil {
-			p.sibs = map[string]*Planner{}
-		}
-		p.sibs[name] = s
-		p.sibMu.Unlock()
+		s = p.addState(name)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if spec == "" {
 		s.removing = s.spec != nil
 		return

@@ -20,17 +20,15 @@ const maxChange = 512 << 10
 // afterFirstSync starts the change log from the plan found at start: the
 // first watch filled the inventory, which is no change; the nodes of that
 // plan that are not there left.
-func (p *Planner) afterFirstSync() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.live.settled()
-	if p.latest == nil {
+func (p *Service) afterFirstSync(s *planState) {
+	clear(s.basis)
+	if s.latest == nil {
 		return
 	}
-	for _, pl := range p.latest.Plan.Pools {
+	for _, pl := range s.latest.Plan.Pools {
 		for _, n := range pl.Nodes {
 			if _, ok := p.live.doc(n.NodeID); !ok {
-				p.live.basis[n.NodeID] = &inventory.NodeInventory{NodeID: n.NodeID}
+				s.basis[n.NodeID] = &inventory.NodeInventory{NodeID: n.NodeID}
 			}
 		}
 	}
@@ -45,7 +43,7 @@ func (p *Planner) afterFirstSync() {
 // other is broken by a release step (order.go). On a conflict (another
 // planner published first) it re-reads that plan's latest and plans
 // again.
-func (p *Planner) replan(ctx context.Context) error {
+func (p *Service) replan(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		err := p.replanOnce(ctx)
 		var c *conflict
@@ -55,20 +53,20 @@ func (p *Planner) replan(ctx context.Context) error {
 		if attempt >= maxConflicts {
 			return c.err
 		}
-		octx, done := p.op(ctx, "reading plan "+c.state.cfg.Plan+"'s latest revision", p.storeTimeout(p.nodes()))
-		sp, err := p.plans.Latest(octx, c.state.cfg.Plan)
+		octx, done := p.op(ctx, "reading plan "+c.state.name+"'s latest revision", p.storeTimeout(p.nodes()))
+		sp, err := p.plans.Latest(octx, c.state.name)
 		done()
 		if err != nil {
 			return err
 		}
-		c.state.adopted(sp)
+		p.adopted(c.state, sp)
 	}
 }
 
 // conflict is a publish of state's plan refused because another planner
 // published first.
 type conflict struct {
-	state *Planner
+	state *planState
 	err   error
 }
 
@@ -76,20 +74,18 @@ func (c *conflict) Error() string { return c.err.Error() }
 func (c *conflict) Unwrap() error { return c.err }
 
 // replanOnce is one try of replan.
-func (p *Planner) replanOnce(ctx context.Context) error {
-	states := p.states()
+func (p *Service) replanOnce(ctx context.Context) error {
+	states := p.planned()
 	for _, s := range states {
-		if err := s.load(ctx); err != nil {
+		if err := p.load(ctx, s); err != nil {
 			return err
 		}
-		if err := s.reconcileAssignments(ctx); err != nil {
+		if err := p.reconcileAssignments(ctx, s); err != nil {
 			return err
 		}
 	}
-	p.mu.Lock()
 	nodes := p.live.planNodes()
-	p.mu.Unlock()
-	jobs, planned, err := releaseRemoved(ctx, states)
+	jobs, planned, err := p.releaseRemoved(ctx, states)
 	if err != nil {
 		return err
 	}
@@ -100,9 +96,7 @@ func (p *Planner) replanOnce(ctx context.Context) error {
 	changes := make([][]string, len(jobs))
 	for i, s := range planned {
 		if s != nil {
-			s.mu.Lock()
-			changes[i] = s.live.changes()
-			s.mu.Unlock()
+			changes[i] = s.changes(&p.live)
 		}
 	}
 	released := make([]bool, len(jobs))
@@ -115,16 +109,16 @@ func (p *Planner) replanOnce(ctx context.Context) error {
 		var err error
 		switch {
 		case st.release:
-			err = s.publishRelease(ctx, outs[i].Plan, held[i], touched, takersOf(jobs, held, next, i), changes[i])
+			err = p.publishRelease(ctx, s, outs[i].Plan, held[i], touched, takersOf(jobs, held, next, i), changes[i])
 			released[i] = err == nil
 		case released[i]:
 			// Moves counted from the release step, which placed some.
-			if latest := s.latestPlan(); latest != nil {
+			if latest := p.latestPlan(s); latest != nil {
 				outs[i].Plan.Moved = planner.CountMoved(latest, outs[i].Plan)
 			}
 			fallthrough
 		default:
-			err = s.publishNext(ctx, outs[i], changes[i])
+			err = p.publishNext(ctx, s, outs[i], changes[i])
 		}
 		p.beat()
 		if err != nil {
@@ -133,7 +127,7 @@ func (p *Planner) replanOnce(ctx context.Context) error {
 	}
 	// Still to do when the latest was unreadable before.
 	for _, s := range states {
-		if err := s.reconcileAssignments(ctx); err != nil {
+		if err := p.reconcileAssignments(ctx, s); err != nil {
 			return err
 		}
 	}
@@ -143,15 +137,13 @@ func (p *Planner) replanOnce(ctx context.Context) error {
 // releaseRemoved publishes the last revision of each removed plan, and
 // returns the others as PlanAll's jobs, each with its state (nil for a
 // plan held as it is).
-func releaseRemoved(ctx context.Context, states []*Planner) ([]planner.Job, []*Planner, error) {
+func (p *Service) releaseRemoved(ctx context.Context, states []*planState) ([]planner.Job, []*planState, error) {
 	var jobs []planner.Job
-	var planned []*Planner
+	var planned []*planState
 	for _, s := range states {
-		s.mu.Lock()
 		spec, latest, removing, age := s.spec, s.latest, s.removing, s.age
-		s.mu.Unlock()
 		if removing {
-			if err := s.publishRemoved(ctx); err != nil {
+			if err := p.publishRemoved(ctx, s); err != nil {
 				return nil, nil, conflicted(s, err)
 			}
 			continue
@@ -164,19 +156,19 @@ func releaseRemoved(ctx context.Context, states []*Planner) ([]planner.Job, []*P
 			// None that parses: its last valid revision stays as it is,
 			// and no other plan takes its GPUs.
 			if prev != nil && prev.Placed() {
-				jobs = append(jobs, planner.Job{Name: s.cfg.Plan, Prev: prev, Age: age})
+				jobs = append(jobs, planner.Job{Name: s.name, Prev: prev, Age: age})
 				planned = append(planned, nil)
 			}
 			continue
 		}
-		jobs = append(jobs, planner.Job{Name: s.cfg.Plan, Spec: spec, Prev: prev, Age: age})
+		jobs = append(jobs, planner.Job{Name: s.name, Spec: spec, Prev: prev, Age: age})
 		planned = append(planned, s)
 	}
 	return jobs, planned, nil
 }
 
 // conflicted wraps a conflict for replan to re-read s's latest.
-func conflicted(s *Planner, err error) error {
+func conflicted(s *planState, err error) error {
 	if errors.Is(err, bus.ErrConflict) {
 		return &conflict{state: s, err: err}
 	}
@@ -194,35 +186,31 @@ func subset(a, b map[string]bool) bool {
 
 // load reads the plan's latest revision, once, for a state made when its
 // spec appeared.
-func (p *Planner) load(ctx context.Context) error {
-	p.mu.Lock()
-	done := p.loaded
-	p.mu.Unlock()
+func (p *Service) load(ctx context.Context, s *planState) error {
+	done := s.loaded
 	if done {
 		return nil
 	}
-	octx, end := p.op(ctx, "reading plan "+p.cfg.Plan+"'s latest revision", p.storeTimeout(p.nodes()))
-	sp, err := p.plans.Latest(octx, p.cfg.Plan)
+	octx, end := p.op(ctx, "reading plan "+s.name+"'s latest revision", p.storeTimeout(p.nodes()))
+	sp, err := p.plans.Latest(octx, s.name)
 	end()
 	if err != nil {
 		return err
 	}
-	sp = p.aboveMark(sp)
-	p.mu.Lock()
-	if p.latest == nil || sp != nil && sp.Plan.Revision > p.latest.Plan.Revision {
-		p.latest = sp
+	sp = p.aboveMark(s, sp)
+	if s.latest == nil || sp != nil && sp.Plan.Revision > s.latest.Plan.Revision {
+		s.latest = sp
 	}
-	// Its nodes settle as the lead's do after a restart (settling).
-	if p.latest != nil && p.latest.Plan.Placed() && p.inherited == nil {
-		p.inherited = p.latest.Plan
+	// Its nodes settle as after a restart (settling).
+	if s.latest != nil && s.latest.Plan.Placed() && s.inherited == nil {
+		s.inherited = s.latest.Plan
 	}
-	p.reconcile = p.latest != nil
-	p.loaded = true
-	latest, removing := p.latest, p.removing
-	p.mu.Unlock()
+	s.reconcile = s.latest != nil
+	s.loaded = true
+	latest, removing := s.latest, s.removing
 	if !removing {
 		// A plan whose spec is removed says so in its next revision.
-		p.gauges(latest)
+		p.gauges(s, latest)
 	}
 	return nil
 }
@@ -230,10 +218,8 @@ func (p *Planner) load(ctx context.Context) error {
 // publishRemoved publishes the last revision of a plan whose spec was
 // removed: no workers (every node's assignment emptied), removed, and
 // the reason; the state is then dropped.
-func (p *Planner) publishRemoved(ctx context.Context) error {
-	p.mu.Lock()
-	latest := p.latest
-	p.mu.Unlock()
+func (p *Service) publishRemoved(ctx context.Context, s *planState) error {
+	latest := s.latest
 	if latest != nil && !latest.Plan.Removed {
 		doc := &planner.Plan{}
 		doc.Header = latest.Plan.Header
@@ -242,47 +228,41 @@ func (p *Planner) publishRemoved(ctx context.Context) error {
 		doc.Status = &plan.Status{State: plan.StateInvalid, Reason: plan.ReasonRemoved}
 		doc.Explanations, doc.Warnings = nil, nil
 		doc.Placement = plan.Placement{ResourcePool: []planner.PoolExport{}, Pools: []planner.Pool{}, StorageToTrainWorkers: map[string][]int{}}
-		if err := p.publishNext(ctx, planner.Outcome{Plan: doc, Change: &planner.Change{}, Err: errors.New(doc.Error)}, nil); err != nil {
+		if err := p.publishNext(ctx, s, planner.Outcome{Plan: doc, Change: &planner.Change{}, Err: errors.New(doc.Error)}, nil); err != nil {
 			return err
 		}
 	}
-	p.top().drop(p)
+	p.drop(s)
 	return nil
 }
 
-// drop forgets a removed plan's state (the lead's own stays, spec-less)
-// and ends every series of the plan.
-func (p *Planner) drop(s *Planner) {
-	s.mu.Lock()
+// drop forgets a removed plan's state and ends every series of the
+// plan.
+func (p *Service) drop(s *planState) {
 	s.spec, s.digest, s.specBytes, s.removing, s.age = nil, "", nil, false, 0
-	s.mu.Unlock()
-	p.gaugeMu.Lock()
-	defer p.gaugeMu.Unlock()
-	if s != p {
-		p.sibMu.Lock()
-		delete(p.sibs, s.cfg.Plan)
-		p.sibMu.Unlock()
+	if p.states[s.name] == s {
+		delete(p.states, s.name)
 	}
-	p.cfg.Metrics.Removed(s.cfg.Plan)
+	p.cfg.Metrics.Removed(s.name)
 }
 
 // publishNext publishes o, the plan's next placement, as the next
 // revision if it differs from the latest.
-func (p *Planner) publishNext(ctx context.Context, o planner.Outcome, changes []string) error {
-	return p.publish(ctx, o, changes, "")
+func (p *Service) publishNext(ctx context.Context, s *planState, o planner.Outcome, changes []string) error {
+	return p.publish(ctx, s, o, changes, "")
 }
 
 // publishRelease publishes the plan's release step (releaseStep): next
 // restricted to what the plan holds (held), for the plans takers to
 // take what it gives up before its new revision takes what they give
 // up.
-func (p *Planner) publishRelease(ctx context.Context, next *planner.Plan, held, touched map[string]bool, takers []string, changes []string) error {
-	latest := p.latestPlan()
+func (p *Service) publishRelease(ctx context.Context, s *planState, next *planner.Plan, held, touched map[string]bool, takers []string, changes []string) error {
+	latest := p.latestPlan(s)
 	step := releaseStep(latest, next, held, touched, takers)
 	step.Moved = planner.CountMoved(latest, step)
 	lead := fmt.Sprintf("release step: gives up the GPUs plan %s takes before this plan takes theirs; %d of %d workers wait for the next revision",
 		strings.Join(takers, ", plan "), next.Workers.Len()-step.Workers.Len(), next.Workers.Len())
-	return p.publish(ctx, planner.Outcome{Plan: step, Change: &planner.Change{}}, changes, lead)
+	return p.publish(ctx, s, planner.Outcome{Plan: step, Change: &planner.Change{}}, changes, lead)
 }
 
 // takersOf names the plans that take a GPU plan i gives up.
@@ -303,22 +283,20 @@ func takersOf(jobs []planner.Job, held, next []map[string]bool, i int) []string 
 }
 
 // latestPlan is the plan's latest revision (nil: none).
-func (p *Planner) latestPlan() *planner.Plan {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.latest == nil {
-		return nil
-	}
-	return p.latest.Plan
+func (p *Service) latestPlan(s *planState) *planner.Plan {
+	return s.latestPlan()
+}
+
+// revisionOf is the plan's latest revision number (0: none).
+func (p *Service) revisionOf(s *planState) int {
+	return s.revision()
 }
 
 // publish is publishNext; lead, when not empty, begins the reason.
-func (p *Planner) publish(ctx context.Context, o planner.Outcome, changes []string, lead string) error {
+func (p *Service) publish(ctx context.Context, s *planState, o planner.Outcome, changes []string, lead string) error {
 	// Comparing, diffing and encoding a large plan takes a while.
-	defer p.allow("publishing plan "+p.cfg.Plan, p.storeTimeout(o.Plan.Workers.Len()/8))()
-	p.mu.Lock()
-	latest, digest, note := p.latest, p.digest, p.note
-	p.mu.Unlock()
+	defer p.allow("publishing plan "+s.name, p.storeTimeout(o.Plan.Workers.Len()/8))()
+	latest, digest, note := s.latest, s.digest, s.note
 	var prev *planner.Plan
 	var expect uint64
 	if latest != nil {
@@ -328,10 +306,10 @@ func (p *Planner) publish(ctx context.Context, o planner.Outcome, changes []stri
 	next, ch := o.Plan, o.Change
 	// An unreadable latest is replaced even by the same placement.
 	if prev != nil && !latest.Unreadable && !latest.Orphan && planner.SamePlacement(prev, next) && prev.Priority == next.Priority {
-		p.adoptSpec(latest, specChanged, digest)
+		p.adoptSpec(s, latest, specChanged, digest)
 		return nil
 	}
-	next.Name = p.cfg.Plan
+	next.Name = s.name
 	next.Revision = 1
 	if prev != nil {
 		next.Revision = prev.Revision + 1
@@ -362,23 +340,21 @@ func (p *Planner) publish(ctx context.Context, o planner.Outcome, changes []stri
 		return err
 	}
 	stored.Seq, stored.SpecDigest = seq, digest
-	p.published(stored, note)
+	p.published(s, stored, note)
 	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid, next.Workers.Len(), gpusHeld(next), next.Moved)
 	p.cfg.Metrics.Shared(next.Name, next.Priority, len(next.PreemptedBy) > 0)
-	line := p.log.Info()
+	line := s.log.Info()
 	if !next.Valid && !next.Removed {
-		line = p.log.Warn().Str("error", next.Error)
+		line = s.log.Warn().Str("error", next.Error)
 	}
 	line.Int("revision", next.Revision).Bool("valid", next.Valid).Str("state", next.PlanState()).Int("unplaced", len(next.Unplaced)).
 		Int("moved", next.Moved).Str("kind", ev.Kind()).Str("reason", next.Reason).Msg("plan published")
-	if err := p.publishAssignments(ctx, prev, next, change); err != nil {
-		p.mu.Lock()
-		p.reconcile = true
-		p.mu.Unlock()
+	if err := p.publishAssignments(ctx, s, prev, next, change); err != nil {
+		s.reconcile = true
 		return err
 	}
 	if ev.Kind() != "change" {
-		p.retain(ctx)
+		p.retain(ctx, s)
 	}
 	return nil
 }
@@ -386,13 +362,12 @@ func (p *Planner) publish(ctx context.Context, o planner.Outcome, changes []stri
 // publishFenced publishes ev checked against this planner's lease as
 // it is now (no renewal in between), or, with none (a planner used
 // without its loop), against the plan's last event.
-func (p *Planner) publishFenced(ctx context.Context, ev *plan.Event, digest string, expect uint64) (uint64, error) {
-	// Every plan's publish is fenced by the lead's one lease.
-	t := p.top()
-	t.pubMu.Lock()
-	defer t.pubMu.Unlock()
-	lease := t.leading()
-	if lease == 0 && t.elected {
+func (p *Service) publishFenced(ctx context.Context, ev *plan.Event, digest string, expect uint64) (uint64, error) {
+	// Every plan's publish is fenced by the one lease.
+	p.fence.mu.Lock()
+	defer p.fence.mu.Unlock()
+	lease := p.fence.seq.Load()
+	if lease == 0 && p.fence.elected.Load() {
 		// Stood down since the replan began: no unfenced publish.
 		return 0, fmt.Errorf("publish %s revision %d: %w", ev.Name, ev.Revision, bus.ErrLeaseLost)
 	}
@@ -404,41 +379,37 @@ func (p *Planner) publishFenced(ctx context.Context, ev *plan.Event, digest stri
 
 // adoptSpec takes a new spec that plans as the old one did, so that the
 // next inventory change replans from the plan's state again.
-func (p *Planner) adoptSpec(latest *bus.StoredPlan, specChanged bool, digest string) {
+func (p *Service) adoptSpec(s *planState, latest *bus.StoredPlan, specChanged bool, digest string) {
 	if !specChanged {
 		return
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.latest == latest {
+	if s.latest == latest {
 		adopted := *latest
 		adopted.SpecDigest = digest
-		p.latest = &adopted
+		s.latest = &adopted
 	}
 }
 
 // published makes sp the latest plan and starts a new change log; note,
 // said in its reason, is said.
-func (p *Planner) published(sp *bus.StoredPlan, note string) {
-	p.mark(sp.Plan.Revision)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.note == note {
-		p.note = ""
+func (p *Service) published(s *planState, sp *bus.StoredPlan, note string) {
+	p.mark(s, sp.Plan.Revision)
+	if s.note == note {
+		s.note = ""
 	}
 	// Gone nodes the plan no longer holds cannot be an outage's.
-	if len(p.expired) > 0 {
+	if len(s.expired) > 0 {
 		on := sp.Plan.NodeIndex()
-		for id := range p.expired {
+		for id := range s.expired {
 			if len(on(id)) == 0 {
-				delete(p.expired, id)
+				delete(s.expired, id)
 			}
 		}
 	}
-	if p.latest == nil || sp.Plan.Revision > p.latest.Plan.Revision {
-		p.latest = sp
+	if s.latest == nil || sp.Plan.Revision > s.latest.Plan.Revision {
+		s.latest = sp
 	}
-	p.live.settled()
+	clear(s.basis)
 }
 
 // event is how next travels, and what it will be as the latest: whole
@@ -447,7 +418,7 @@ func (p *Planner) published(sp *bus.StoredPlan, note string) {
 // less than its base and the change fits a message, else stored whole as
 // a snapshot object the event names. A snapshot event carries the change
 // too when it fits, so that followers apply it without the object.
-func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *planner.Plan, change *plan.Change) (*plan.Event, *bus.StoredPlan, error) {
+func (p *Service) event(ctx context.Context, latest *bus.StoredPlan, next *planner.Plan, change *plan.Change) (*plan.Event, *bus.StoredPlan, error) {
 	stored := &bus.StoredPlan{Plan: next, Base: next.Revision}
 	limit := min(maxChange, bus.BodyLimit(p.cfg.NC))
 	if next.Workers.Len() <= p.cfg.InlineWorkers {
@@ -485,11 +456,11 @@ func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *plann
 
 // retain drops the oldest revisions past the history limits, from a whole
 // document on, so every revision kept can be rebuilt.
-func (p *Planner) retain(ctx context.Context) {
-	ctx, done := p.op(ctx, "trimming plan "+p.cfg.Plan+"'s history", p.storeTimeout(p.nodes()))
+func (p *Service) retain(ctx context.Context, s *planState) {
+	ctx, done := p.op(ctx, "trimming plan "+s.name+"'s history", p.storeTimeout(p.nodes()))
 	defer done()
-	if err := p.plans.Retain(ctx, p.cfg.Plan, p.cfg.HistoryAge, p.cfg.HistoryBytes, p.cfg.Now()); err != nil && !errors.Is(err, context.Canceled) {
-		p.log.Warn().Err(err).Msg("trimming the plan history failed; it will be tried again")
+	if err := p.plans.Retain(ctx, s.name, p.cfg.HistoryAge, p.cfg.HistoryBytes, p.cfg.Now()); err != nil && !errors.Is(err, context.Canceled) {
+		s.log.Warn().Err(err).Msg("trimming the plan history failed; it will be tried again")
 	}
 }
 

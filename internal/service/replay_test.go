@@ -34,16 +34,16 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 // churn replans a planner many times under random inventory changes (nodes
 // leaving and coming back, GPUs failing and healing), without the loop,
 // and returns what it published at each revision.
-func churn(t *testing.T, p *Planner, steps int) map[int]string {
+func churn(t *testing.T, p *Service, steps int) map[int]string {
 	t.Helper()
 	ctx := context.Background()
 	latest, err := p.start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.latest = latest
+	p.own().latest = latest
 	spec, _ := planner.ParseSpec([]byte(churnSpec))
-	p.spec, p.digest = spec, SpecDigest(spec)
+	p.own().spec, p.own().digest = spec, SpecDigest(spec)
 	all := map[string]inventory.NodeInventory{}
 	for i := range 12 {
 		id := fmt.Sprintf("n%02d", i)
@@ -73,7 +73,7 @@ func churn(t *testing.T, p *Planner, steps int) map[int]string {
 		if err := p.replan(ctx); err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}
-		computed[p.latest.Plan.Revision] = string(p.latest.Plan.AppendJSON(nil))
+		computed[p.own().latest.Plan.Revision] = string(p.own().latest.Plan.AppendJSON(nil))
 	}
 	return computed
 }
@@ -128,7 +128,7 @@ func TestReplayChurn(t *testing.T) {
 			t.Fatalf("revision %d (%s) rebuilt differs:\n got %s\nwant %s", rev, r.Event.Kind(), got, want)
 		}
 	}
-	checkAssignments(t, c, p.latest.Plan)
+	checkAssignments(t, c, p.own().latest.Plan)
 	st, _ := h.js.Stream(ctx, client.PlansStream)
 	for seq := uint64(1); ; seq++ {
 		m, err := st.GetMsg(ctx, seq)
@@ -287,7 +287,7 @@ func TestOversizedMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.spec, p.digest = spec, SpecDigest(spec)
+	p.own().spec, p.own().digest = spec, SpecDigest(spec)
 	big := inventory.Facts{NodeID: "big", Hostname: "big", IP: "10.0.0.9", CPUs: 100000}.Inventory()
 	_, _ = p.live.put("big", big)
 	if err := p.replan(ctx); err != nil {
@@ -328,13 +328,13 @@ func TestOversizedMessages(t *testing.T) {
 	if err != nil || doc.Workers.Len() != 60000 {
 		t.Fatalf("plan read back: %v", err)
 	}
-	if got, want := string(doc.AppendJSON(nil)), string(p.latest.Plan.AppendJSON(nil)); got != want {
+	if got, want := string(doc.AppendJSON(nil)), string(p.own().latest.Plan.AppendJSON(nil)); got != want {
 		t.Errorf("plan fetched from its object differs from the planner's")
 	}
 
 	// The node's workers fit a message again: its object goes.
 	spec, _ = planner.ParseSpec([]byte("scheduling:\n  env:\n    - {worker_num: 10, num_cpus: 1, num_gpus: 0}\n"))
-	p.spec, p.digest = spec, SpecDigest(spec)
+	p.own().spec, p.own().digest = spec, SpecDigest(spec)
 	if err := p.replan(ctx); err != nil {
 		t.Fatal(err)
 	}

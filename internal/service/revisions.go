@@ -136,15 +136,15 @@ func (k *marks) write() error {
 
 // mark raises plan's mark to rev, logging a failure to keep it once per
 // cause.
-func (p *Planner) mark(rev int) {
-	k := p.top().marks
-	err := k.raise(p.cfg.Plan, rev)
+func (p *Service) mark(s *planState, rev int) {
+	k := p.marks
+	err := k.raise(s.name, rev)
 	k.mu.Lock()
 	said := k.err != nil && err != nil && k.err.Error() == err.Error()
 	k.err = err
 	k.mu.Unlock()
 	if err != nil && !said {
-		p.log.Error().Err(err).Msg("cannot keep the plan's revision high-water mark: should the plan stream be lost, revision numbers could repeat")
+		s.log.Error().Err(err).Msg("cannot keep the plan's revision high-water mark: should the plan stream be lost, revision numbers could repeat")
 	}
 }
 
@@ -153,15 +153,15 @@ func (p *Planner) mark(rev int) {
 // (its mark), a stand-in for that revision: unreadable (its placement
 // is not known) and orphaned (its event is gone), so that the next
 // revision is the one after the mark, published whole.
-func (p *Planner) aboveMark(sp *bus.StoredPlan) *bus.StoredPlan {
-	mark := p.top().marks.get(p.cfg.Plan)
+func (p *Service) aboveMark(s *planState, sp *bus.StoredPlan) *bus.StoredPlan {
+	mark := p.marks.get(s.name)
 	have := 0
 	if sp != nil {
 		have = sp.Plan.Revision
 	}
 	if mark <= have {
 		if sp != nil {
-			p.mark(have)
+			p.mark(s, have)
 		}
 		return sp
 	}
@@ -169,9 +169,9 @@ func (p *Planner) aboveMark(sp *bus.StoredPlan) *bus.StoredPlan {
 	if sp == nil {
 		why = fmt.Sprintf("the plan history was lost: the plan stream has no revision, but revision %d was published before", mark)
 	}
-	p.log.Error().Int("stream_revision", have).Int("high_water", mark).
+	s.log.Error().Int("stream_revision", have).Int("high_water", mark).
 		Msg(why + "; the next revision continues after it")
-	doc := plan.Document{Header: plan.Header{Name: p.cfg.Plan, Revision: mark, Error: why}}
+	doc := plan.Document{Header: plan.Header{Name: s.name, Revision: mark, Error: why}}
 	stand := &bus.StoredPlan{Plan: &planner.Plan{Document: doc}, Base: mark, Unreadable: true, Orphan: true}
 	if sp != nil {
 		stand.Seq = sp.Seq // what a publish without the lease expects

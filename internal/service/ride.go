@@ -61,7 +61,7 @@ func (l *loop) guard(ctx context.Context) {
 // rewatch follows the plan and watches the spec again where either
 // ended (its stream went away under it, and came back).
 func (l *loop) rewatch(ctx context.Context) {
-	for _, s := range l.p.everyState() {
+	for _, s := range l.p.all() {
 		_ = l.follow(ctx, s) // a failure is tried again at the next guard
 	}
 	if _, stopped := l.specW.(stoppedWatch); stopped {
@@ -91,8 +91,8 @@ func (l *loop) specsStuck(ctx context.Context) {
 
 // prune stops following the plans whose states were dropped.
 func (l *loop) prune() {
-	live := map[*Planner]bool{}
-	for _, s := range l.p.everyState() {
+	live := map[*planState]bool{}
+	for _, s := range l.p.all() {
 		live[s] = true
 	}
 	for s := range l.following {
@@ -138,7 +138,7 @@ var stateStreams = []string{bus.PlansStream, client.AssignmentsStream, bus.Inven
 // made anew since the last look (*plansCreated; another planner
 // recreated it before this one noticed it gone) counts as missing: its
 // sequences, the lease's among them, began again.
-func (p *Planner) missing(ctx context.Context, plansCreated *time.Time) ([]string, uint64, error) {
+func (p *Service) missing(ctx context.Context, plansCreated *time.Time) ([]string, uint64, error) {
 	ctx, done := p.op(ctx, "checking the streams", guardEvery)
 	defer done()
 	var out []string
@@ -183,13 +183,13 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 	for _, name := range missing {
 		switch name {
 		case "KV_" + bus.SpecBucket:
-			for _, s := range p.states() {
-				if err := s.restoreSpec(ctx); err != nil {
+			for _, s := range p.planned() {
+				if err := p.restoreSpec(ctx, s); err != nil {
 					return err
 				}
 			}
 		case bus.PlansStream:
-			for _, s := range p.everyState() {
+			for _, s := range p.states {
 				s.orphaned()
 			}
 			// The leader knows the newest revision; a standby may lag
@@ -204,10 +204,8 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 			l.lease.delay(wait)
 			l.kick()
 		case client.AssignmentsStream, "OBJ_" + client.PlansBucket:
-			for _, s := range p.everyState() {
-				s.mu.Lock()
+			for _, s := range p.states {
 				s.reconcile = s.latest != nil
-				s.mu.Unlock()
 			}
 			l.armCheck(0)
 		}
@@ -217,10 +215,8 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 
 // restoreSpec puts back the spec the plan is planned on, into a spec
 // bucket that was lost.
-func (p *Planner) restoreSpec(ctx context.Context) error {
-	p.mu.Lock()
-	spec := p.specBytes
-	p.mu.Unlock()
+func (p *Service) restoreSpec(ctx context.Context, s *planState) error {
+	spec := s.specBytes
 	if spec == nil {
 		return nil
 	}
@@ -228,26 +224,25 @@ func (p *Planner) restoreSpec(ctx context.Context) error {
 	// it, someone set a new one) stays.
 	kv, err := p.specs.KV(ctx)
 	if err == nil {
-		_, err = kv.Create(ctx, p.cfg.Plan, spec)
+		_, err = kv.Create(ctx, s.name, spec)
 	}
 	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("restore the spec of %s: %w", p.cfg.Plan, err)
+		return fmt.Errorf("restore the spec of %s: %w", s.name, err)
 	}
 	return nil
 }
 
 // orphaned notes that the plan stream was lost: the latest revision
 // is republished whole as the next, and every assignment reconciled.
-func (p *Planner) orphaned() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.latest != nil {
-		orphan := *p.latest
+// Service.mu is held.
+func (s *planState) orphaned() {
+	if s.latest != nil {
+		orphan := *s.latest
 		orphan.Orphan = true
-		p.latest = &orphan
+		s.latest = &orphan
 	}
-	p.reconcile = p.latest != nil
-	p.assignSeq = map[string]uint64{}
+	s.reconcile = s.latest != nil
+	s.assignSeq = map[string]uint64{}
 }
 
 // restartWatches re-reads the inventory (a full resync, reconciled
@@ -277,7 +272,7 @@ func (l *loop) restartWatches(ctx context.Context) {
 // started settling.
 func (l *loop) outage() bool {
 	l.noteReconnect()
-	for _, s := range l.p.states() {
+	for _, s := range l.p.planned() {
 		if l.outageOf(s) {
 			return true
 		}
@@ -286,21 +281,20 @@ func (l *loop) outage() bool {
 }
 
 // outageOf is outage for one plan's state.
-func (l *loop) outageOf(p *Planner) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if l.settlingOutage || p.latest == nil || !p.latest.Plan.Placed() || p.cfg.Settle < 0 {
+func (l *loop) outageOf(s *planState) bool {
+	p := l.p
+	if l.settlingOutage || s.latest == nil || !s.latest.Plan.Placed() || p.cfg.Settle < 0 {
 		return false
 	}
 	nodes := map[string]bool{}
-	for _, pl := range p.latest.Plan.Pools {
+	for _, pl := range s.latest.Plan.Pools {
 		for _, n := range pl.Nodes {
 			nodes[n.NodeID] = true
 		}
 	}
 	lost := 0
 	for id := range nodes {
-		if _, ok := p.live.doc(id); !ok && p.expired[id] {
+		if _, ok := p.live.doc(id); !ok && s.expired[id] {
 			lost++
 		}
 	}
@@ -310,16 +304,16 @@ func (l *loop) outageOf(p *Planner) bool {
 		return false
 	}
 	l.settlingOutage, l.started = true, time.Now()
-	p.inherited, p.reported = p.latest.Plan, map[string]bool{}
+	s.inherited, s.reported = s.latest.Plan, map[string]bool{}
 	for _, id := range p.live.present() {
-		p.reported[id] = true
+		s.reported[id] = true
 	}
 	why := "vanished at once (an inventory outage, not nodes leaving)"
 	if reconnected {
 		why = "vanished while NATS was away (their keys expired, not the nodes)"
 	}
-	p.note = fmt.Sprintf("%d of %d nodes %s: waited up to %s for them to report again", lost, len(nodes), why, p.cfg.Settle)
-	p.log.Warn().Int("lost", lost).Int("nodes", len(nodes)).Bool("reconnected", reconnected).Str("settle", dur(p.cfg.Settle)).
+	s.note = fmt.Sprintf("%d of %d nodes %s: waited up to %s for them to report again", lost, len(nodes), why, p.cfg.Settle)
+	s.log.Warn().Int("lost", lost).Int("nodes", len(nodes)).Bool("reconnected", reconnected).Str("settle", dur(p.cfg.Settle)).
 		Msg("nodes of the plan vanished in an inventory outage: waiting for them to report again")
 	return true
 }

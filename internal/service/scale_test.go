@@ -475,7 +475,7 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.spec, p.digest = spec, SpecDigest(spec)
+	p.own().spec, p.own().digest = spec, SpecDigest(spec)
 	sim, _ := inventory.ParseSimulation("8xH100")
 	for i := range n {
 		id := scaleNode(i)
@@ -496,7 +496,7 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 	if !first.Document.Valid || first.Document.Workers.Len() < gpus/2 {
 		t.Fatalf("revision 1: valid %v, %d workers: %s", first.Document.Valid, first.Document.Workers.Len(), first.Document.Error)
 	}
-	if got, want := string(first.Document.AppendJSON(nil)), string(p.latest.Plan.AppendJSON(nil)); got != want {
+	if got, want := string(first.Document.AppendJSON(nil)), string(p.own().latest.Plan.AppendJSON(nil)); got != want {
 		t.Fatal("revision 1 rebuilt differs from what the planner computed")
 	}
 	checkEveryWorkerOnce(t, c, first.Document)

@@ -12,8 +12,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
@@ -126,71 +129,38 @@ type Config struct {
 	storeHook func(ctx context.Context, what string)
 }
 
-// Planner is one planner service instance. Several may run on one plan:
-// the one holding the plan's lease replans and publishes, the others
-// stand by, following its revisions and the inventory, and answer
-// requests; the stream refuses a revision whose planner lost the lease.
-type Planner struct {
+// Service is one planner service instance. Several may run on one
+// cluster: the one holding the lease replans and publishes every plan,
+// the others stand by, following its revisions and the inventory, and
+// answer requests; the stream refuses a revision whose planner lost the
+// lease.
+//
+// Who writes what: the loop's goroutine (loop.go) alone writes the plans'
+// states (states, each a planState) and the inventory view (live), and
+// takes no lock to: the request handlers, the GPU map and the plans'
+// follow goroutines read the snapshot the loop publishes (snap). The
+// leaser's goroutine (lease.go) owns the lease's timing and its
+// sequence (fence), and tells the loop what became of the lease. Locks,
+// outermost first: fence.mu, leaser.mu, healthMu; the pulse's and the
+// marks' are innermost.
+type Service struct {
 	cfg   Config
 	plans *bus.PlanStore
 	specs *bus.SpecStore
 	inv   *bus.InventoryStore
 
-	mu sync.Mutex
-	// live is the live inventory.
-	live view
-	// latest is the newest stored revision of the plan.
-	latest *bus.StoredPlan
-	spec   *planner.Spec
-	digest string
-	// inherited is the valid plan found at start, whose nodes settle;
-	// reported, the nodes heard from since.
-	inherited *planner.Plan
-	reported  map[string]bool
-	// reconcile is set while the assignment subjects may not match the
-	// latest plan (at start, after a failed publish); verify names the
-	// nodes of another planner's revision whose assignments to check.
-	reconcile bool
-	verify    map[string]bool
-	// leaseSeq is the plan's lease this planner holds (0: it stands by),
-	// the fencing token of its publishes; pubMu keeps a renewal from
-	// changing it between a publish reading it and the stream checking it.
-	leaseSeq uint64
-	pubMu    sync.Mutex
-	// elected is set while the planner's loop runs: its publishes need
-	// the lease (a planner used without its loop, in tests, has none).
-	elected bool
-	// specBytes is the spec planned on, as stored, to put back should
-	// the bucket be lost; note, what the next revision's reason adds
-	// (an outage waited out).
-	specBytes []byte
-	note      string
-	// assignSeq is the stream sequence of each node's assignment as this
-	// planner last wrote or read it: the one its next write replaces.
-	assignSeq map[string]uint64
-	// expired are the nodes whose keys vanished other than by their
-	// reporter's delete, since they last reported: an outage's, maybe.
-	expired map[string]bool
+	// live is the live inventory; states, every plan's state by name.
+	// The loop's goroutine alone uses them.
+	live   view
+	states map[string]*planState
+	// snap is the loop's state as others read it.
+	snap atomic.Pointer[snapshot]
+	// fence is the lease every publish is fenced by.
+	fence fence
 
-	// One planner plans every spec in the bucket, each plan in a Planner
-	// of its own that holds that plan's state: lead is the one whose loop
-	// runs them all (nil: this is the lead); sibs, on the lead, the
-	// others by name, guarded by sibMu (the loop alone changes it).
-	lead  *Planner
-	sibMu sync.Mutex
-	sibs  map[string]*Planner
-	// loaded: the plan's latest revision was read (a state made for a
-	// spec that just appeared reads it before its first replan); age
-	// orders plans of equal priority (the spec's first revision);
-	// removing: the spec was removed and the plan's last revision is to
-	// say so.
-	loaded   bool
-	age      uint64
-	removing bool
-
-	// pulse is the lead's loop's heartbeat (liveness.go); healthMu
-	// guards what Health reports: problems by key, the stand-down and
-	// the replans failed in a row.
+	// pulse is the loop's heartbeat (liveness.go); healthMu guards what
+	// Health reports: problems by key, the stand-down and the replans
+	// failed in a row.
 	pulse          *pulse
 	healthMu       sync.Mutex
 	problems       map[string]string
@@ -199,16 +169,10 @@ type Planner struct {
 	failures       int
 	// marks are the plans' revision high-water marks (revisions.go).
 	marks *marks
-	// log is cfg.Log naming the plan: each line about this plan says
-	// which, once. (The loop's own lines, about every plan, name none.)
-	log zerolog.Logger
-	// gaugeMu keeps the leader gauges (leaderGauges) and a plan's
-	// removal (drop) from crossing: a removed plan's series stay ended.
-	gaugeMu sync.Mutex
 }
 
-// New returns a planner; Run starts it.
-func New(cfg Config) *Planner {
+// New returns a planner service; Run starts it.
+func New(cfg Config) *Service {
 	if cfg.Plan == "" {
 		cfg.Plan = "default"
 	}
@@ -249,107 +213,69 @@ func New(cfg Config) *Planner {
 		plans = bus.NewPlanStore(cfg.JS)
 		plans.Publisher = nuid.Next()
 		plans.Replicas = cfg.Replicas
-	}
-	p := &Planner{
-		cfg:       cfg,
-		plans:     plans,
-		specs:     bus.NewSpecStore(cfg.JS),
-		inv:       bus.NewInventoryStore(cfg.JS),
-		live:      newView(),
-		reported:  map[string]bool{},
-		assignSeq: map[string]uint64{},
-		expired:   map[string]bool{},
-		pulse:     newPulse(nil),
-		marks:     newMarks(cfg.StateFile),
-		log:       cfg.Log.With().Str("plan", cfg.Plan).Logger(),
-	}
-	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
-	if plans != nil {
 		plans.LeaseName = bus.LeaseName
 	}
-	p.loaded = true // Run reads the latest before anything else
+	p := &Service{
+		cfg:    cfg,
+		plans:  plans,
+		specs:  bus.NewSpecStore(cfg.JS),
+		inv:    bus.NewInventoryStore(cfg.JS),
+		live:   newView(),
+		states: map[string]*planState{},
+		pulse:  newPulse(nil),
+		marks:  newMarks(cfg.StateFile),
+	}
+	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
+	p.live.changed = p.remember
 	return p
 }
 
-// sibling makes the state of plan name, planned by p's loop: it shares
-// p's stores, lease and inventory (its view follows p's and keeps only
-// its own change log).
-func (p *Planner) sibling(name string) *Planner {
-	cfg := p.cfg
-	cfg.Plan, cfg.Spec, cfg.ReplaceSpec = name, nil, false
-	s := &Planner{
-		cfg: cfg, plans: p.plans, specs: p.specs, inv: p.inv, lead: p,
-		live: newView(), reported: map[string]bool{}, assignSeq: map[string]uint64{}, expired: map[string]bool{},
-		log: cfg.Log.With().Str("plan", name).Logger(),
+// addState makes plan name's state (not loaded: its latest revision is
+// read before its first replan) and returns it; one there is stays.
+func (p *Service) addState(name string) *planState {
+	if s := p.states[name]; s != nil {
+		return s
 	}
-	s.live.lead = &p.live
-	p.mu.Lock()
+	s := newPlanState(name, p.cfg.Log)
+	// The nodes there are reported already, as far as this plan goes.
 	for id := range p.live.docs {
-		s.reported[id] = p.reported[id]
+		s.reported[id] = true
 	}
-	p.mu.Unlock()
+	p.states[name] = s
 	return s
 }
 
-// top is the planner whose loop and lease plan p.
-func (p *Planner) top() *Planner {
-	if p.lead != nil {
-		return p.lead
-	}
-	return p
-}
-
 // state is plan name's state, nil when no spec of that name is planned.
-func (p *Planner) state(name string) *Planner {
-	if name == p.cfg.Plan {
-		return p
-	}
-	p.sibMu.Lock()
-	defer p.sibMu.Unlock()
-	return p.sibs[name]
-}
+func (p *Service) state(name string) *planState { return p.states[name] }
 
-// states are the plans p's loop plans: p itself when it has a spec, its
-// removal is still to say, or its last revision holds workers; then the
-// others by name.
-func (p *Planner) states() []*Planner {
-	var out []*Planner
-	p.mu.Lock()
-	// A plan with no spec to plan on yet whose last revision places
-	// workers is one too: it holds them.
-	if p.spec != nil || p.removing || p.latest != nil && p.latest.Plan.Placed() && !p.latest.Plan.Removed {
-		out = append(out, p)
-	}
-	p.mu.Unlock()
-	p.sibMu.Lock()
-	defer p.sibMu.Unlock()
-	names := make([]string, 0, len(p.sibs))
-	for n := range p.sibs {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		out = append(out, p.sibs[n])
+// planned are the plans the loop plans, by name: those with a spec, or
+// whose removal is still to say, or whose last revision holds workers (a
+// plan with no spec to plan on holds them).
+func (p *Service) planned() []*planState {
+	var out []*planState
+	for _, n := range slices.Sorted(maps.Keys(p.states)) {
+		if s := p.states[n]; s.planned() {
+			out = append(out, s)
+		}
 	}
 	return out
 }
 
-// siblings are the other plans' states, by name.
-func (p *Planner) siblings() []*Planner {
-	out := p.states()
-	if len(out) > 0 && out[0] == p {
-		out = out[1:]
+// all are every plan's state, planned or not, by name.
+func (p *Service) all() []*planState {
+	out := make([]*planState, 0, len(p.states))
+	for _, n := range slices.Sorted(maps.Keys(p.states)) {
+		out = append(out, p.states[n])
 	}
 	return out
 }
 
-// everyState is states, with p itself always.
-func (p *Planner) everyState() []*Planner {
-	out := p.states()
-	if len(out) == 0 || out[0] != p {
-		out = append([]*Planner{p}, out...)
+// remember notes, in every plan's change log, that node id changed (old,
+// present: its document before), as the view tells it.
+func (p *Service) remember(id string, old inventory.NodeInventory, present bool) {
+	for _, s := range p.states {
+		s.remember(id, old, present)
 	}
-	return out
 }
 
 // SpecDigest is the digest a plan message carries of its spec.
@@ -364,7 +290,7 @@ func SpecDigest(spec *planner.Spec) string {
 // Run plans until ctx is done. It returns an error only for what waiting
 // cannot mend (a bad plan name or spec); JetStream not answering at start,
 // and outages later, are logged and ridden out.
-func (p *Planner) Run(ctx context.Context) error {
+func (p *Service) Run(ctx context.Context) error {
 	if err := bus.ValidatePlanName(p.cfg.Plan); err != nil {
 		return err
 	}
@@ -388,16 +314,16 @@ func (p *Planner) Run(ctx context.Context) error {
 	if err != nil || !ok {
 		return err
 	}
-	latest = p.aboveMark(latest)
-	p.mu.Lock()
-	p.latest = latest
+	own := p.addState(p.cfg.Plan)
+	latest = p.aboveMark(own, latest)
+	own.latest, own.loaded = latest, true
 	if latest != nil && latest.Plan.Placed() {
-		p.inherited = latest.Plan
+		own.inherited = latest.Plan
 	}
-	p.reconcile = latest != nil
-	p.mu.Unlock()
+	own.reconcile = latest != nil
+	p.publishSnapshot()
 	// Its gauges say the latest at once, not at the next revision.
-	p.gauges(latest)
+	p.gauges(own, latest)
 	if !p.cfg.NoService {
 		svc, err := bus.AddService(p.cfg.NC, p)
 		if err != nil {
@@ -412,9 +338,7 @@ func (p *Planner) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	p.mu.Lock()
-	p.elected = true
-	p.mu.Unlock()
+	p.fence.elected.Store(true)
 	p.leaderGauges()
 	defer l.close()
 	return l.run(ctx)
@@ -424,7 +348,7 @@ func (p *Planner) Run(ctx context.Context) error {
 // waiting for JetStream as long as it takes: NATS may not be up yet (a
 // compose file starting everything at once). false means ctx ended; an
 // error, that waiting cannot mend it (too few servers for --replicas).
-func (p *Planner) startRetrying(ctx context.Context) (*bus.StoredPlan, bool, error) {
+func (p *Service) startRetrying(ctx context.Context) (*bus.StoredPlan, bool, error) {
 	for attempt := 0; ; attempt++ {
 		latest, err := p.start(ctx)
 		if err == nil {
@@ -448,7 +372,7 @@ func (p *Planner) startRetrying(ctx context.Context) (*bus.StoredPlan, bool, err
 
 // start makes sure the plan stream exists, stores the configured spec if
 // it differs from the stored one, and reads the latest plan.
-func (p *Planner) start(ctx context.Context) (*bus.StoredPlan, error) {
+func (p *Service) start(ctx context.Context) (*bus.StoredPlan, error) {
 	// Each request below is bounded by the client's own timeout; reading
 	// the latest (a large plan's snapshot, by a consumer) by ours, so
 	// that a store that does not answer is said and retried, not waited
@@ -471,7 +395,7 @@ func (p *Planner) start(ctx context.Context) (*bus.StoredPlan, error) {
 }
 
 // ObserveRequest implements bus.RequestObserver.
-func (p *Planner) ObserveRequest(endpoint, code string, took time.Duration) {
+func (p *Service) ObserveRequest(endpoint, code string, took time.Duration) {
 	p.cfg.Metrics.Request(endpoint, code, took)
 }
 
@@ -483,31 +407,17 @@ func sameSpec(a, b []byte) bool {
 	return ea == nil && eb == nil && SpecDigest(sa) == SpecDigest(sb)
 }
 
-// unreported lists the nodes of the plan found at start (or before an
-// outage) that have not reported since, sorted.
-func (p *Planner) unreported() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []string
-	if p.inherited == nil {
-		return out
-	}
-	for _, pl := range p.inherited.Pools {
-		for _, n := range pl.Nodes {
-			if !p.reported[n.NodeID] && !slices.Contains(out, n.NodeID) {
-				out = append(out, n.NodeID)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
+// planLog is the log of the configured plan (Config.Plan).
+func (p *Service) planLog() *zerolog.Logger {
+	l := p.cfg.Log.With().Str("plan", p.cfg.Plan).Logger()
+	return &l
 }
 
 // seedSpec stores the configured spec as the plan's when the plan has
 // none. A stored spec that differs was set since (planner spec set, or
 // another planner's --spec): the live one wins, said in a warning,
 // unless ReplaceSpec says the file does.
-func (p *Planner) seedSpec(ctx context.Context) error {
+func (p *Service) seedSpec(ctx context.Context) error {
 	if len(p.cfg.Spec) == 0 {
 		return nil
 	}
@@ -523,7 +433,7 @@ func (p *Planner) seedSpec(ctx context.Context) error {
 	case err == nil && sameSpec(cur, p.cfg.Spec):
 		return nil
 	case err != nil && p.cfg.ReplaceSpec:
-		p.log.Warn().Msg("--replace-spec: no stored spec could be read; storing --spec")
+		p.planLog().Warn().Msg("--replace-spec: no stored spec could be read; storing --spec")
 	case err != nil:
 		// None stored: create, so that of two planners starting at once
 		// the first one's stays.
@@ -536,11 +446,11 @@ func (p *Planner) seedSpec(ctx context.Context) error {
 		}
 		return nil
 	case err == nil && !p.cfg.ReplaceSpec:
-		p.log.Warn().Uint64("spec_revision", rev).
+		p.planLog().Warn().Uint64("spec_revision", rev).
 			Msg("the stored spec differs from --spec: keeping the stored one, set since (planner spec set); --replace-spec makes the file win")
 		return nil
 	case err == nil:
-		p.log.Info().Uint64("replaced_revision", rev).Msg("--replace-spec: storing --spec over the stored spec")
+		p.planLog().Info().Uint64("replaced_revision", rev).Msg("--replace-spec: storing --spec over the stored spec")
 	}
 	_, err = p.specs.Put(ctx, p.cfg.Plan, p.cfg.Spec)
 	return err
@@ -556,7 +466,7 @@ var errSpecLost = errors.New("the spec bucket lost its contents")
 // may be among them, and --spec must not silently take its place. Nil
 // when the bucket is whole, as far as it can tell (a bucket made anew,
 // a spec never stored, or one removed, whose delete marker stays).
-func (p *Planner) specLost(ctx context.Context) error {
+func (p *Service) specLost(ctx context.Context) error {
 	st, err := p.cfg.JS.Stream(ctx, "KV_"+bus.SpecBucket)
 	if err != nil {
 		return nil // Get read the bucket: an error here is an outage's
@@ -576,31 +486,4 @@ func (p *Planner) specLost(ctx context.Context) error {
 	return fmt.Errorf("%w: plan %s has no readable spec in bucket %s, which has stored %d messages and holds %d (%d reported lost): "+
 		"its spec may have been lost (a damaged store); not replacing it with --spec unasked: store it again (planner spec set), "+
 		"or start with --replace-spec to store --spec", errSpecLost, p.cfg.Plan, bus.SpecBucket, s.LastSeq, s.Msgs, lost)
-}
-
-// settling is how much longer a freshly started planner waits before
-// replanning away from the plan it found, while nodes of that plan have
-// not reported since start. After a restart of the planner and its
-// embedded server the inventory fills up as reporters reconnect;
-// planning on the first, partial view would move every worker. A node
-// that reported and then left is not waited for, nor is a plan this
-// planner made.
-func (p *Planner) settling(started time.Time) time.Duration {
-	left := p.cfg.Settle - time.Since(started)
-	if left <= 0 {
-		return 0
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.inherited == nil {
-		return 0
-	}
-	for _, pl := range p.inherited.Pools {
-		for _, n := range pl.Nodes {
-			if !p.reported[n.NodeID] {
-				return left
-			}
-		}
-	}
-	return 0
 }

@@ -29,12 +29,11 @@ func TestSiblingPublishFenced(t *testing.T) {
 	if _, err := p.start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p.elected = true // its loop runs; leaseSeq 0: stood down
-	s := p.sibling("other")
+	p.fence.elected.Store(true) // its loop runs; leaseSeq 0: stood down
 	if _, err := p.publishFenced(ctx, bareEvent("default", 1), "d", 0); !errors.Is(err, bus.ErrLeaseLost) {
 		t.Errorf("the lead's publish after standing down: %v", err)
 	}
-	if seq, err := s.publishFenced(ctx, bareEvent("other", 1), "d", 0); !errors.Is(err, bus.ErrLeaseLost) {
+	if seq, err := p.publishFenced(ctx, bareEvent("other", 1), "d", 0); !errors.Is(err, bus.ErrLeaseLost) {
 		t.Errorf("another plan's publish after the lead stood down: seq %d, %v", seq, err)
 	}
 }
@@ -49,18 +48,17 @@ func TestSiblingPublishWaitsForRenewal(t *testing.T) {
 	if _, err := p.start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s := p.sibling("other")
-	p.pubMu.Lock() // as lease.write does during a renewal
+	p.fence.mu.Lock() // as lease.write does during a renewal
 	var wg sync.WaitGroup
 	wg.Add(1)
 	done := make(chan struct{})
-	go func() { defer wg.Done(); _, _ = s.publishFenced(ctx, bareEvent("other", 1), "d", 0); close(done) }()
+	go func() { defer wg.Done(); _, _ = p.publishFenced(ctx, bareEvent("other", 1), "d", 0); close(done) }()
 	select {
 	case <-done:
 		t.Errorf("sibling publish ran while the lead's pubMu (renewal) was held")
 	case <-time.After(time.Second):
 	}
-	p.pubMu.Unlock()
+	p.fence.mu.Unlock()
 	wg.Wait()
 }
 

@@ -32,7 +32,7 @@ const DefaultTombstoneTTL = 15 * time.Second
 // tombstones are the expired keys whose delete marker is still to write,
 // and the TTL and last revision of each live key, to write it with.
 type tombstones struct {
-	p   *Planner
+	p   *Service
 	log zerolog.Logger
 	mu  sync.Mutex
 	due map[string]tomb
@@ -51,7 +51,7 @@ type tomb struct {
 	seen uint64
 }
 
-func newTombstones(p *Planner, log zerolog.Logger) *tombstones {
+func newTombstones(p *Service, log zerolog.Logger) *tombstones {
 	return &tombstones{p: p, log: log, due: map[string]tomb{}, keys: map[string]tomb{}, wake: make(chan struct{}, 1)}
 }
 

@@ -96,9 +96,7 @@ func TestTombstoneSparesNodeBack(t *testing.T) {
 	if !ts.write(ctx) || len(ts.pending()) != 2 {
 		t.Fatalf("a standby's writes: pending %v", ts.pending())
 	}
-	p.mu.Lock()
-	p.leaseSeq = 1 // leads
-	p.mu.Unlock()
+	p.fence.seq.Store(1) // leads
 	if !ts.write(ctx) || len(ts.pending()) != 0 {
 		t.Fatalf("the leader's writes: pending %v", ts.pending())
 	}

@@ -1,0 +1,138 @@
+package service
+
+import (
+	"slices"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+// planState is one plan as the service plans it: its spec, its latest
+// revision, its assignments and what changed since that revision. The
+// loop's goroutine alone writes it, holding Service.mu; others read it
+// under Service.mu.
+type planState struct {
+	name string
+	// log names the plan: each line about this plan says which, once.
+	// (The loop's own lines, about every plan, name none.)
+	log zerolog.Logger
+	// latest is the newest stored revision of the plan.
+	latest *bus.StoredPlan
+	spec   *planner.Spec
+	digest string
+	// specBytes is the spec planned on, as stored, to put back should
+	// the bucket be lost; note, what the next revision's reason adds
+	// (an outage waited out).
+	specBytes []byte
+	note      string
+	// inherited is the valid plan found at start (or before an outage),
+	// whose nodes settle; reported, the nodes heard from since.
+	inherited *planner.Plan
+	reported  map[string]bool
+	// reconcile is set while the assignment subjects may not match the
+	// latest plan (at start, after a failed publish); verify names the
+	// nodes of another planner's revision whose assignments to check.
+	reconcile bool
+	verify    map[string]bool
+	// assignSeq is the stream sequence of each node's assignment as this
+	// planner last wrote or read it: the one its next write replaces.
+	assignSeq map[string]uint64
+	// expired are the nodes whose keys vanished other than by their
+	// reporter's delete, since they last reported: an outage's, maybe.
+	expired map[string]bool
+	// basis is the plan's change log: per node changed since its latest
+	// revision, its document then (nil: it was not there).
+	basis map[string]*inventory.NodeInventory
+	// loaded: the plan's latest revision was read (a state made for a
+	// spec that just appeared reads it before its first replan); age
+	// orders plans of equal priority (the spec's first revision);
+	// removing: the spec was removed and the plan's last revision is to
+	// say so.
+	loaded   bool
+	age      uint64
+	removing bool
+}
+
+func newPlanState(name string, log zerolog.Logger) *planState {
+	return &planState{name: name, log: log.With().Str("plan", name).Logger(), reported: map[string]bool{},
+		assignSeq: map[string]uint64{}, expired: map[string]bool{}, basis: map[string]*inventory.NodeInventory{}}
+}
+
+// planned says whether the loop plans the plan: it has a spec, its
+// removal is still to say, or its last revision holds workers.
+func (s *planState) planned() bool {
+	return s.spec != nil || s.removing || s.latest != nil && s.latest.Plan.Placed() && !s.latest.Plan.Removed
+}
+
+// remember keeps a node's document as it was at the plan's latest
+// revision, the first time it changes after.
+func (s *planState) remember(id string, old inventory.NodeInventory, present bool) {
+	if _, ok := s.basis[id]; ok {
+		return
+	}
+	if present {
+		s.basis[id] = &old
+	} else {
+		s.basis[id] = nil
+	}
+}
+
+// latestPlan is the plan's latest revision (nil: none).
+func (s *planState) latestPlan() *planner.Plan {
+	if s.latest == nil {
+		return nil
+	}
+	return s.latest.Plan
+}
+
+// revision is the latest revision's number (0: none).
+func (s *planState) revision() int {
+	if s.latest == nil {
+		return 0
+	}
+	return s.latest.Plan.Revision
+}
+
+// unreported lists the nodes of the plan found at start (or before an
+// outage) that have not reported since, sorted.
+func (s *planState) unreported() []string {
+	var out []string
+	if s.inherited == nil {
+		return out
+	}
+	for _, pl := range s.inherited.Pools {
+		for _, n := range pl.Nodes {
+			if !s.reported[n.NodeID] && !slices.Contains(out, n.NodeID) {
+				out = append(out, n.NodeID)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// settling is how much longer a freshly started planner waits before
+// replanning away from the plan it found, while nodes of that plan have
+// not reported since start. After a restart of the planner and its
+// embedded server the inventory fills up as reporters reconnect;
+// planning on the first, partial view would move every worker. A node
+// that reported and then left is not waited for, nor is a plan this
+// planner made.
+func (s *planState) settling(settle time.Duration, started time.Time) time.Duration {
+	left := settle - time.Since(started)
+	if left <= 0 || s.inherited == nil {
+		return 0
+	}
+	for _, pl := range s.inherited.Pools {
+		for _, n := range pl.Nodes {
+			if !s.reported[n.NodeID] {
+				return left
+			}
+		}
+	}
+	return 0
+}
