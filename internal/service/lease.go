@@ -47,7 +47,7 @@ type leaser struct {
 	// said is what was logged of the holder: "predecessor" (this
 	// planner's own, left behind) or "other" (another planner leads).
 	said  string
-	timer *time.Timer
+	timer Timer
 	// events tell the loop that the lease was taken or lost, never
 	// blocking: a newer event replaces one the loop has not read.
 	events chan leaseEvent
@@ -61,7 +61,7 @@ type leaser struct {
 }
 
 func newLeaser(p *Service, log zerolog.Logger) *leaser {
-	return &leaser{p: p, log: log, timer: time.NewTimer(0), events: make(chan leaseEvent, 1), delays: make(chan time.Duration, 1)}
+	return &leaser{p: p, log: log, timer: p.clock.NewTimer(0), events: make(chan leaseEvent, 1), delays: make(chan time.Duration, 1)}
 }
 
 // leaseEvent is what became of the lease: taken at stream sequence seq,
@@ -110,7 +110,7 @@ func (ls *leaser) run(ctx context.Context) {
 			return
 		case d := <-ls.delays:
 			ls.timer.Reset(d)
-		case <-ls.timer.C:
+		case <-ls.timer.C():
 			ls.tend(ctx)
 			ls.timer.Reset(ls.every())
 		}
@@ -148,7 +148,7 @@ func (ls *leaser) tend(ctx context.Context) {
 		return
 	}
 	ls.mu.Lock()
-	hold := time.Until(ls.holdUntil)
+	hold := ls.p.until(ls.holdUntil)
 	ls.mu.Unlock()
 	if hold > 0 {
 		ls.delay(hold)
@@ -185,7 +185,7 @@ func (ls *leaser) held(ctx context.Context, cur *bus.Lease) {
 		ls.holder, ls.said = cur.Holder, ""
 	}
 	host, _ := os.Hostname()
-	own, gone := predecessor(cur, host, os.Getpid(), ls.p.marks.predecessor(), pidAlive, time.Now())
+	own, gone := predecessor(cur, host, os.Getpid(), ls.p.marks.predecessor(), pidAlive, ls.p.clock.Now())
 	if own && gone {
 		if ls.said != "gone" {
 			ls.said = "gone"
@@ -197,21 +197,21 @@ func (ls *leaser) held(ctx context.Context, cur *bus.Lease) {
 	}
 	renewed := cur.Seq != ls.seen
 	if renewed {
-		ls.seen, ls.seenAt = cur.Seq, time.Now()
+		ls.seen, ls.seenAt = cur.Seq, ls.p.clock.Now()
 	}
 	switch {
 	case own && first:
 		// Its lease lapses unless renewed, which a dead planner cannot do.
 		ls.said = "predecessor"
 		ls.log.Info().Str("holder", cur.Holder).Str("holder_host", cur.Host).Int("holder_pid", cur.PID).
-			Str("lapses_in", dur(max(0, time.Until(cur.Expires())))).
+			Str("lapses_in", dur(max(0, ls.p.until(cur.Expires())))).
 			Msg("standing by: the lease is still held by this planner's predecessor (it stopped without giving it back); waiting for it to lapse")
 	case !own && first || renewed && ls.said != "other":
 		// Renewed: whoever holds it lives, whatever it looked like.
 		ls.said = "other"
 		ls.log.Info().Str("leader", cur.Holder).Str("leader_host", cur.Host).Int("leader_pid", cur.PID).Msg("standing by: another planner leads")
 	}
-	if renewed || time.Since(ls.seenAt) < ls.p.cfg.LeaseTTL {
+	if renewed || ls.p.since(ls.seenAt) < ls.p.cfg.LeaseTTL {
 		return
 	}
 	ls.take(ctx, cur.Seq)
@@ -264,7 +264,7 @@ func (ls *leaser) stuck() bool {
 	ls.mu.Lock()
 	renewed := ls.renewed
 	ls.mu.Unlock()
-	if ls.current() != 0 && time.Since(renewed) >= ls.p.cfg.LeaseTTL {
+	if ls.current() != 0 && ls.p.since(renewed) >= ls.p.cfg.LeaseTTL {
 		ls.stepDown(why + ": the lease lapsed unrenewed")
 	}
 	return true
@@ -275,7 +275,7 @@ func (ls *leaser) stuck() bool {
 func (ls *leaser) standDown(why string, wait time.Duration) {
 	seq := ls.current()
 	ls.mu.Lock()
-	ls.holdUntil = time.Now().Add(wait)
+	ls.holdUntil = ls.p.clock.Now().Add(wait)
 	ls.mu.Unlock()
 	ls.stepDown(why)
 	ls.delay(wait)
@@ -294,7 +294,7 @@ func (ls *leaser) standDown(why string, wait time.Duration) {
 func (ls *leaser) resume(cur *bus.Lease) {
 	ls.mu.Lock()
 	ls.p.fence.seq.Store(cur.Seq)
-	ls.since, ls.renewed, ls.holder = cur.Since, time.Now(), ""
+	ls.since, ls.renewed, ls.holder = cur.Since, ls.p.clock.Now(), ""
 	ls.mu.Unlock()
 	ls.log.Info().Uint64("lease", cur.Seq).Msg("leading again: the lease was still this planner's")
 	ls.tell(leaseEvent{seq: cur.Seq})
@@ -304,7 +304,7 @@ func (ls *leaser) resume(cur *bus.Lease) {
 func (ls *leaser) body(since time.Time) *bus.Lease {
 	host, _ := os.Hostname()
 	return &bus.Lease{Holder: ls.p.plans.Publisher, Host: host, PID: os.Getpid(), Since: since.UTC(),
-		Renewed: time.Now().UTC(), TTLSeconds: ls.p.cfg.LeaseTTL.Seconds(), Problems: ls.p.problemList()}
+		Renewed: ls.p.clock.Now().UTC(), TTLSeconds: ls.p.cfg.LeaseTTL.Seconds(), Problems: ls.p.problemList()}
 }
 
 // write stores the lease expecting the subject at expect, so that no
@@ -339,7 +339,7 @@ func (ls *leaser) write(ctx context.Context, since time.Time, expect uint64) (ui
 // message no one renewed), and tells the loop, which reads every plan's
 // latest revision before it leads (loop.lead).
 func (ls *leaser) take(ctx context.Context, expect uint64) {
-	now := time.Now()
+	now := ls.p.clock.Now()
 	seq, err := ls.write(ctx, now, expect)
 	if err != nil {
 		if !errors.Is(err, bus.ErrLeaseHeld) {
@@ -398,10 +398,12 @@ func (p *Service) catchUp(ctx context.Context, s *planState) error {
 		if attempt >= 20 {
 			return fmt.Errorf("plan %s: revision at stream sequence %d not readable yet", s.name, last)
 		}
+		wait, stop := p.after(50 * time.Millisecond)
 		select {
 		case <-ctx.Done():
+			stop()
 			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-wait:
 		}
 	}
 }
@@ -420,7 +422,7 @@ func (ls *leaser) renew(ctx context.Context) {
 		ls.stepDown("the lease lapsed or another planner took it")
 		return
 	}
-	if time.Since(renewed) >= ls.p.cfg.LeaseTTL {
+	if ls.p.since(renewed) >= ls.p.cfg.LeaseTTL {
 		ls.stepDown(fmt.Sprintf("the lease lapsed unrenewed: %v", err))
 		return
 	}
@@ -436,7 +438,7 @@ func (ls *leaser) set(was, seq uint64) {
 		return
 	}
 	ls.p.fence.seq.Store(seq)
-	ls.renewed = time.Now()
+	ls.renewed = ls.p.clock.Now()
 }
 
 // stepDown makes this planner a standby; wait, when not negative, is how

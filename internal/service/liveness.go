@@ -157,6 +157,9 @@ func (p *Service) stall() time.Duration {
 // travel in its lease (bus.Lease.Problems), which planner status shows.
 type Health struct {
 	Leading bool `json:"leading"`
+	// Phase is where the planner's loop stands: syncing, standing by,
+	// settling, backing off or leading.
+	Phase string `json:"phase"`
 	// StoodDown says why this planner gave the lease up itself (its
 	// writes failed persistently); Until, when it will try to lead
 	// again.
@@ -172,7 +175,7 @@ type Health struct {
 // Health reports the planner's health.
 func (p *Service) Health() Health {
 	t := p
-	h := Health{Leading: t.leading() != 0}
+	h := Health{Leading: t.leading() != 0, Phase: phase(t.phase.Load()).String()}
 	if d, what, ok := t.pulse.stuck(t.stall()); ok {
 		h.Stuck = what + " for " + d.Round(time.Millisecond).String()
 	}

@@ -3,7 +3,7 @@ package service
 import "time"
 
 // The planner's log lines follow two rules: a line about one plan names
-// it once (Planner.log carries "plan"; the loop's own logger, whose
+// it once (planState.log carries "plan"; the loop's own logger, whose
 // lines are about every plan, carries none), and a duration is a string
 // with its unit (dur), never zerolog's bare number of milliseconds.
 

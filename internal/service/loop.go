@@ -43,12 +43,12 @@ type loop struct {
 	// resync collects a (re-established) watch's initial contents.
 	resync  map[string]inventory.NodeInventory
 	attempt int // of the inventory watch
-	timer   *time.Timer
-	retry   *time.Timer
+	timer   Timer
+	retry   Timer
 	// check fires a moment after another planner's revision is adopted,
-	// to check its assignments (Planner.checkAssignments); checking says
+	// to check its assignments (Service.checkAssignments); checking says
 	// it is armed, so that a busy other planner cannot postpone it.
-	check    *time.Timer
+	check    Timer
 	checking bool
 	dirty    bool
 	// A steady stream of changes (a rolling start of thousands of
@@ -76,42 +76,27 @@ type loop struct {
 	// own; tombsDone closes when it has ended.
 	tombs     *tombstones
 	tombsDone chan struct{}
-	// guardT ticks the checks of guard; reconnects is the connection's
-	// count it last saw; stopWatch ends the inventory watch.
-	guardT     *time.Ticker
-	reconnects uint64
-	// seen is the newest stream sequence the inventory watch delivered;
-	// seenAtGuard, what it was at the last guard; behind, how many guards
-	// in a row found the watch standing still behind the stream.
-	seen, seenAtGuard uint64
-	behind            int
-	// streamAtGuard is the inventory stream's last sequence at the last
-	// guard; plansCreated, when the plan stream was made, to notice it
-	// made anew.
-	streamAtGuard uint64
-	plansCreated  time.Time
-	stopWatch     context.CancelFunc
-	// settlingOutage: nodes vanished in an outage, and the planner waits
-	// for them to report again; outageReconnects and reconnectedAt, the
-	// reconnects outage last saw and when it saw the count change.
-	settlingOutage   bool
-	settleSaid       bool // the settle wait was logged
-	outageReconnects uint64
-	reconnectedAt    time.Time
+	// guardT ticks the checks of guard (ride.go), which keeps what it
+	// saw in ride; stopWatch ends the inventory watch.
+	guardT    Timer
+	ride      rideGuard
+	stopWatch context.CancelFunc
+	// phase is where the loop stands (phase.go).
+	phase phase
 }
 
 func (p *Service) newLoop(ctx context.Context) (*loop, error) {
 	// The loop plans every plan: its own lines name none, and those
 	// about one plan name it once.
-	l := &loop{p: p, log: p.cfg.Log, started: time.Now(),
-		timer: time.NewTimer(time.Hour), retry: time.NewTimer(0), check: time.NewTimer(time.Hour), maxWait: max(10*p.cfg.Debounce, time.Second)}
+	l := &loop{p: p, log: p.cfg.Log, started: p.clock.Now(),
+		timer: p.clock.NewTimer(time.Hour), retry: p.clock.NewTimer(0), check: p.clock.NewTimer(time.Hour), maxWait: max(10*p.cfg.Debounce, time.Second)}
 	l.timer.Stop()
 	l.check.Stop()
 	l.lease = newLeaser(p, l.log)
 	l.tombs = newTombstones(p, l.log)
-	l.guardT = time.NewTicker(guardEvery)
-	l.reconnects = p.cfg.NC.Stats().Reconnects
-	l.outageReconnects = l.reconnects
+	l.guardT = p.clock.NewTimer(guardEvery)
+	l.ride.reconnects = p.cfg.NC.Stats().Reconnects
+	l.ride.outageReconnects = l.ride.reconnects
 	l.followed, l.following = make(chan followedPlan, 64), map[*planState]context.CancelFunc{}
 	for _, s := range p.all() {
 		if err := l.follow(ctx, s); err != nil {
@@ -138,7 +123,7 @@ func (l *loop) watchSpecs(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("watch specs: %w", err)
 	}
-	l.specW, l.specWatched, l.specsSaid = w, time.Now(), false
+	l.specW, l.specWatched, l.specsSaid = w, l.p.clock.Now(), false
 	return nil
 }
 
@@ -220,36 +205,39 @@ func (l *loop) run(ctx context.Context) error {
 	go func() { defer close(l.leaseDone); l.lease.run(ctx) }()
 	go func() { defer close(l.tombsDone); l.tombs.run(ctx) }()
 	for {
+		l.enter(l.phaseNow())
 		l.p.publishSnapshot()
 		l.p.pulse.idle()
+		l.p.quiet.set(l.quiet())
 		select {
 		case <-ctx.Done():
 			<-l.leaseDone // the lease given back
 			<-l.tombsDone
 			return nil
 		case ev := <-l.lease.events:
-			l.p.pulse.work("lease")
+			l.work("lease")
 			l.leaseChanged(ctx, ev)
-		case <-l.guardT.C:
-			l.p.pulse.work("guard")
+		case <-l.guardT.C():
+			l.work("guard")
 			l.guard(ctx)
-		case <-l.retry.C:
-			l.p.pulse.work("inventory watch")
+			l.guardT.Reset(guardEvery)
+		case <-l.retry.C():
+			l.work("inventory watch")
 			l.watch(ctx)
 		case ev, ok := <-l.events:
-			l.p.pulse.work("inventory event")
+			l.work("inventory event")
 			if !ok {
 				l.watchClosed(ctx)
 				continue
 			}
 			l.attempt = 0
-			l.seen = max(l.seen, ev.Revision)
+			l.ride.seen = max(l.ride.seen, ev.Revision)
 			l.inventory(ev)
 		case f := <-l.followed:
-			l.p.pulse.work("another planner's revision")
+			l.work("another planner's revision")
 			l.adopt(f)
-		case <-l.check.C:
-			l.p.pulse.work("checking assignments")
+		case <-l.check.C():
+			l.work("checking assignments")
 			l.checking = false
 			if !l.leads() {
 				continue // a standby leaves them to the leader, and checks when it leads
@@ -261,7 +249,7 @@ func (l *loop) run(ctx context.Context) error {
 				}
 			}
 		case e, ok := <-l.specW.Updates():
-			l.p.pulse.work("spec")
+			l.work("spec")
 			if !ok {
 				if ctx.Err() != nil {
 					continue // stopping: the watch ends with us
@@ -273,8 +261,8 @@ func (l *loop) run(ctx context.Context) error {
 				continue
 			}
 			l.spec(ctx, e)
-		case <-l.timer.C:
-			l.p.pulse.work("replan")
+		case <-l.timer.C():
+			l.work("replan")
 			l.replan(ctx)
 		}
 	}
@@ -291,17 +279,17 @@ func (l *loop) leads() bool { return l.led != 0 && l.p.leading() != 0 }
 func (l *loop) leaseChanged(ctx context.Context, ev leaseEvent) {
 	if ev.seq == 0 {
 		l.led = 0
-		l.settlingOutage = false // a settle is the next leader's to judge
+		l.ride.settlingOutage = false // a settle is the next leader's to judge
 		for _, s := range l.p.states {
 			s.note = ""
 		}
 		l.p.leaderGauges()
 		return
 	}
-	if l.led != 0 {
-		l.led = ev.seq // led on all along (a lease resumed)
-		return
-	}
+	// Read again even when the loop led already: a lease lost and taken
+	// again since the last event read is one event (leaser.tell), and
+	// another planner may have led in between.
+	l.led = 0
 	cctx, done := l.p.op(ctx, "reading every plan's latest revision", l.p.storeTimeout(l.p.nodes()))
 	err := l.p.catchUpAll(cctx)
 	done()
@@ -360,12 +348,12 @@ func (l *loop) armCheck(after time.Duration) {
 // kick notes a change and arms the replan.
 func (l *loop) kick() {
 	if !l.dirty {
-		l.dirtySince = time.Now()
+		l.dirtySince = l.p.clock.Now()
 	}
 	l.dirty = true
 	haveSpec := len(l.p.planned()) > 0
 	if l.synced && l.specsIn && haveSpec && l.failures == 0 {
-		l.timer.Reset(max(0, min(l.p.cfg.Debounce, l.maxWait-time.Since(l.dirtySince))))
+		l.timer.Reset(max(0, min(l.p.cfg.Debounce, l.maxWait-l.p.since(l.dirtySince))))
 	}
 }
 
@@ -491,7 +479,7 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 	var age uint64
 	if fresh {
 		// New, or stored again after its removal: it is as old as this
-		// run of puts (read outside the lock: the lead's is the lease's).
+		// run of puts.
 		age = l.firstRevision(ctx, name, rev)
 	}
 	if fresh {
@@ -642,12 +630,12 @@ func (l *loop) measured(ctx context.Context) error {
 	for _, s := range l.p.planned() {
 		before[s] = l.p.revisionOf(s)
 	}
-	start := time.Now()
+	start := l.p.clock.Now()
 	err := l.p.replan(ctx)
 	if err != nil {
 		return err
 	}
-	took := time.Since(start)
+	took := l.p.since(start)
 	// A plan removed by this replan has no series any more: none begins
 	// again.
 	planned := map[*planState]bool{}
@@ -660,7 +648,7 @@ func (l *loop) measured(ctx context.Context) error {
 		}
 		var since time.Duration
 		if l.p.revisionOf(s) != rev {
-			since = time.Since(l.dirtySince)
+			since = l.p.since(l.dirtySince)
 		}
 		l.p.cfg.Metrics.Replanned(s.name, took, since)
 	}
@@ -668,16 +656,16 @@ func (l *loop) measured(ctx context.Context) error {
 	return nil
 }
 
-// settling is the longest any plan waits for its nodes (Planner.settling).
+// settling is the longest any plan waits for its nodes (planState.settling).
 func (l *loop) settling() time.Duration {
 	var wait time.Duration
 	for _, s := range l.p.states {
-		wait = max(wait, s.settling(l.p.cfg.Settle, l.started))
+		wait = max(wait, s.settling(l.p.cfg.Settle-l.p.since(l.started)))
 	}
 	return wait
 }
 
-// unreported is every plan's nodes not heard from (Planner.unreported).
+// unreported is every plan's nodes not heard from (planState.unreported).
 func (l *loop) unreported() []string {
 	var ids []string
 	for _, s := range l.p.states {
@@ -703,8 +691,8 @@ func (l *loop) replan(ctx context.Context) {
 	}
 	l.outage()
 	if wait := l.settling(); wait > 0 {
-		if !l.settleSaid {
-			l.settleSaid = true
+		if !l.ride.settleWaiting {
+			l.ride.settleWaiting = true
 			ids := l.unreported()
 			l.log.Info().Int("nodes", len(ids)).Strs("waiting_for", ids[:min(len(ids), 8)]).Str("at_most", dur(wait)).
 				Msg("waiting for the nodes of the plan found at start to report before replanning without them")
@@ -712,7 +700,7 @@ func (l *loop) replan(ctx context.Context) {
 		l.timer.Reset(wait)
 		return
 	}
-	l.settleSaid = false
+	l.ride.settleWaiting = false
 	l.dirty = false
 	err := l.measured(ctx)
 	l.prune()
@@ -725,10 +713,10 @@ func (l *loop) replan(ctx context.Context) {
 		l.armCheck(checkAfter) // it adopted another planner's revision
 	}
 	if err == nil {
-		if l.settlingOutage {
+		if l.ride.settlingOutage {
 			// Said in the revision, or nothing moved and nothing needs
 			// saying.
-			l.settlingOutage = false
+			l.ride.settlingOutage = false
 			for _, s := range l.p.states {
 				s.note = ""
 			}
@@ -781,7 +769,7 @@ func (l *loop) standDown(err error) {
 	why := fmt.Sprintf("%d replans in a row failed, the last with: %v", l.failures, err)
 	l.log.Error().Err(err).Int("failures", l.failures).Str("lead_again_in", dur(wait)).
 		Msg("standing down: replans keep failing against the store; giving the lease up so that another planner leads")
-	l.p.stoodDownFor(why, time.Now().Add(wait))
+	l.p.stoodDownFor(why, l.p.clock.Now().Add(wait))
 	l.lease.standDown("replans keep failing: "+why, wait)
 	l.failures, l.lastFailure = 0, ""
 	l.p.setFailures(0)

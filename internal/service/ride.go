@@ -12,6 +12,61 @@ import (
 	"github.com/poolplanner/poolplanner/internal/bus"
 )
 
+// rideGuard is what the loop keeps to ride out NATS trouble (guard,
+// outage): what it last saw of the connection and the streams, and
+// whether it waits for nodes that vanished in an outage. The loop's
+// goroutine alone uses it.
+type rideGuard struct {
+	// reconnects is the connection's count guard last saw.
+	reconnects uint64
+	// seen is the newest stream sequence the inventory watch delivered;
+	// seenAtGuard, what it was at the last guard; behind, how many guards
+	// in a row found the watch standing still behind the stream.
+	seen, seenAtGuard uint64
+	behind            int
+	// streamAtGuard is the inventory stream's last sequence at the last
+	// guard; plansCreated, when the plan stream was made, to notice it
+	// made anew.
+	streamAtGuard uint64
+	plansCreated  time.Time
+	// settlingOutage: nodes vanished in an outage, and the planner waits
+	// for them to report again; settleWaiting: replan waits for the nodes
+	// of a plan found at start or lost in an outage (and said so);
+	// outageReconnects and reconnectedAt, the reconnects outage last saw
+	// and when it saw the count change.
+	settlingOutage   bool
+	settleWaiting    bool
+	outageReconnects uint64
+	reconnectedAt    time.Time
+}
+
+// noteReconnect notes when the connection came back (its reconnects
+// now n), for outage.
+func (r *rideGuard) noteReconnect(n uint64, now time.Time) {
+	if n != r.outageReconnects {
+		r.outageReconnects, r.reconnectedAt = n, now
+	}
+}
+
+// stalled says whether the inventory watch (watching: one is open)
+// delivered nothing for a whole guard period while the stream moved
+// past it (its last sequence now streamLast): reporters heartbeat all
+// the time, so a watch that works never stands still behind it.
+func (r *rideGuard) stalled(streamLast uint64, watching bool) bool {
+	// The stream must have moved since the last look: its newest
+	// messages may have expired, which no watch delivers.
+	moved := streamLast > r.streamAtGuard
+	r.streamAtGuard = streamLast
+	behind := watching && moved && streamLast > r.seen && r.seen == r.seenAtGuard
+	r.seenAtGuard = r.seen
+	if !behind {
+		r.behind = 0
+		return false
+	}
+	r.behind++
+	return r.behind >= 2
+}
+
 // guardEvery is how often the planner checks that its connection did not
 // come back from a reconnect unnoticed and that NATS still keeps its
 // streams and buckets.
@@ -29,11 +84,11 @@ func (l *loop) guard(ctx context.Context) {
 		return
 	}
 	reconnected := false
-	if n := l.p.cfg.NC.Stats().Reconnects; n != l.reconnects {
-		l.reconnects, reconnected = n, true
-		l.noteReconnect()
+	if n := l.p.cfg.NC.Stats().Reconnects; n != l.ride.reconnects {
+		l.ride.reconnects, reconnected = n, true
+		l.ride.noteReconnect(n, l.p.clock.Now())
 	}
-	missing, invLast, err := l.p.missing(ctx, &l.plansCreated)
+	missing, invLast, err := l.p.missing(ctx, &l.ride.plansCreated)
 	if err != nil {
 		l.log.Debug().Err(err).Msg("cannot check the streams")
 		return
@@ -45,9 +100,9 @@ func (l *loop) guard(ctx context.Context) {
 			return
 		}
 	}
-	stalled := l.stalled(invLast)
+	stalled := l.ride.stalled(invLast, l.events != nil)
 	if stalled {
-		l.log.Warn().Uint64("stream", invLast).Uint64("watch", l.seen).Msg("the inventory watch is stuck behind the stream (its consumer went with a server?)")
+		l.log.Warn().Uint64("stream", invLast).Uint64("watch", l.ride.seen).Msg("the inventory watch is stuck behind the stream (its consumer went with a server?)")
 	}
 	l.specsStuck(ctx)
 	if reconnected || stalled || len(missing) > 0 {
@@ -74,10 +129,10 @@ func (l *loop) rewatch(ctx context.Context) {
 // made until it has, so it is an error, logged once and in Health, and
 // the watch is made again.
 func (l *loop) specsStuck(ctx context.Context) {
-	if l.specsIn || l.specWatched.IsZero() || time.Since(l.specWatched) < l.p.cfg.StoreTimeout {
+	if l.specsIn || l.specWatched.IsZero() || l.p.since(l.specWatched) < l.p.cfg.StoreTimeout {
 		return
 	}
-	why := fmt.Sprintf("the spec bucket has not delivered its contents in %s (a damaged bucket?): no plan is made until it does", time.Since(l.specWatched).Round(time.Second))
+	why := fmt.Sprintf("the spec bucket has not delivered its contents in %s (a damaged bucket?): no plan is made until it does", l.p.since(l.specWatched).Round(time.Second))
 	if !l.specsSaid {
 		l.log.Error().Msg(why + "; watching it again")
 	}
@@ -100,32 +155,6 @@ func (l *loop) prune() {
 			l.unfollow(s)
 		}
 	}
-}
-
-// noteReconnect notes when this planner's connection came back, for
-// outage.
-func (l *loop) noteReconnect() {
-	if n := l.p.cfg.NC.Stats().Reconnects; n != l.outageReconnects {
-		l.outageReconnects, l.reconnectedAt = n, time.Now()
-	}
-}
-
-// stalled says whether the inventory watch delivered nothing for a whole
-// guard period while the stream moved past it: reporters heartbeat all
-// the time, so a watch that works never stands still behind it.
-func (l *loop) stalled(streamLast uint64) bool {
-	// The stream must have moved since the last look: its newest
-	// messages may have expired, which no watch delivers.
-	moved := streamLast > l.streamAtGuard
-	l.streamAtGuard = streamLast
-	behind := l.events != nil && moved && streamLast > l.seen && l.seen == l.seenAtGuard
-	l.seenAtGuard = l.seen
-	if !behind {
-		l.behind = 0
-		return false
-	}
-	l.behind++
-	return l.behind >= 2
 }
 
 // stateStreams are the streams behind the planner's state.
@@ -255,7 +284,7 @@ func (l *loop) restartWatches(ctx context.Context) {
 	// removed meanwhile comes with the new watch, and planning the others
 	// until then gives nobody's GPUs away (a new plan holds none yet, a
 	// removed one still holds its own).
-	l.events, l.synced, l.seen, l.seenAtGuard, l.behind = nil, false, 0, 0, 0
+	l.events, l.synced, l.ride.seen, l.ride.seenAtGuard, l.ride.behind = nil, false, 0, 0, 0
 	l.watch(ctx)
 	_ = l.specW.Stop()
 	l.specW = stoppedWatch{} // watched again at once (or at the next guard)
@@ -271,7 +300,7 @@ func (l *loop) restartWatches(ctx context.Context) {
 // report, up to Settle, and the revision says so. It returns whether it
 // started settling.
 func (l *loop) outage() bool {
-	l.noteReconnect()
+	l.ride.noteReconnect(l.p.cfg.NC.Stats().Reconnects, l.p.clock.Now())
 	for _, s := range l.p.planned() {
 		if l.outageOf(s) {
 			return true
@@ -283,7 +312,7 @@ func (l *loop) outage() bool {
 // outageOf is outage for one plan's state.
 func (l *loop) outageOf(s *planState) bool {
 	p := l.p
-	if l.settlingOutage || s.latest == nil || !s.latest.Plan.Placed() || p.cfg.Settle < 0 {
+	if l.ride.settlingOutage || s.latest == nil || !s.latest.Plan.Placed() || p.cfg.Settle < 0 {
 		return false
 	}
 	nodes := map[string]bool{}
@@ -298,12 +327,12 @@ func (l *loop) outageOf(s *planState) bool {
 			lost++
 		}
 	}
-	reconnected := !l.reconnectedAt.IsZero() && time.Since(l.reconnectedAt) < p.cfg.Settle
+	reconnected := !l.ride.reconnectedAt.IsZero() && l.p.since(l.ride.reconnectedAt) < p.cfg.Settle
 	most := len(nodes) >= 2 && lost*2 > len(nodes)
 	if lost == 0 || !most && !reconnected {
 		return false
 	}
-	l.settlingOutage, l.started = true, time.Now()
+	l.ride.settlingOutage, l.started = true, l.p.clock.Now()
 	s.inherited, s.reported = s.latest.Plan, map[string]bool{}
 	for _, id := range p.live.present() {
 		s.reported[id] = true

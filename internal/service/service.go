@@ -123,8 +123,11 @@ type Config struct {
 	Log       zerolog.Logger
 	// Now is the clock for created_at; nil means time.Now.
 	Now func() time.Time
+	// Clock is the time the loop and the leaser go by (nil: the
+	// system's); tests may pass one they move by hand.
+	Clock Clock
 	// storeHook, in tests, is called at the start of each bounded store
-	// call of the loop (Planner.op), with its context: a hook that blocks
+	// call of the loop (Service.op), with its context: a hook that blocks
 	// is a store that hangs.
 	storeHook func(ctx context.Context, what string)
 }
@@ -157,6 +160,10 @@ type Service struct {
 	snap atomic.Pointer[snapshot]
 	// fence is the lease every publish is fenced by.
 	fence fence
+	// phase is the loop's (a phase), for Health; quiet says when it is
+	// idle with nothing pending, for Idle.
+	phase atomic.Int32
+	quiet quiet
 
 	// pulse is the loop's heartbeat (liveness.go); healthMu guards what
 	// Health reports: problems by key, the stand-down and the replans
@@ -169,6 +176,8 @@ type Service struct {
 	failures       int
 	// marks are the plans' revision high-water marks (revisions.go).
 	marks *marks
+	// clock is cfg.Clock.
+	clock Clock
 }
 
 // New returns a planner service; Run starts it.
@@ -178,6 +187,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
 	}
 	if cfg.Settle == 0 {
 		cfg.Settle = DefaultSettle
@@ -222,7 +234,8 @@ func New(cfg Config) *Service {
 		inv:    bus.NewInventoryStore(cfg.JS),
 		live:   newView(),
 		states: map[string]*planState{},
-		pulse:  newPulse(nil),
+		pulse:  newPulse(cfg.Clock.Now),
+		clock:  cfg.Clock,
 		marks:  newMarks(cfg.StateFile),
 	}
 	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
@@ -362,10 +375,12 @@ func (p *Service) startRetrying(ctx context.Context) (*bus.StoredPlan, bool, err
 		}
 		wait := bus.Backoff(attempt)
 		p.cfg.Log.Warn().Err(err).Str("retry_in", dur(wait)).Msg("cannot start (JetStream away, or the stream refuses); retrying")
+		c, stop := p.after(wait)
 		select {
 		case <-ctx.Done():
+			stop()
 			return nil, false, nil
-		case <-time.After(wait):
+		case <-c:
 		}
 	}
 }

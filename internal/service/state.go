@@ -121,9 +121,8 @@ func (s *planState) unreported() []string {
 // embedded server the inventory fills up as reporters reconnect;
 // planning on the first, partial view would move every worker. A node
 // that reported and then left is not waited for, nor is a plan this
-// planner made.
-func (s *planState) settling(settle time.Duration, started time.Time) time.Duration {
-	left := settle - time.Since(started)
+// planner made. left is how much of the settle time is left.
+func (s *planState) settling(left time.Duration) time.Duration {
 	if left <= 0 || s.inherited == nil {
 		return 0
 	}

@@ -1,0 +1,131 @@
+package service
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+// TestIdleAfterFirstPlan: once the first plan is out, the loop says it
+// leads and, with nothing pending, that it is idle; a node that holds
+// workers leaving makes a revision, after which it is idle again with
+// no other.
+func TestIdleAfterFirstPlan(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, id := range []string{"n1", "n2", "n3"} {
+		h.node(id)
+	}
+	p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(testSpec), Debounce: 20 * time.Millisecond, Settle: -1, NoService: true, Log: zerolog.Nop()})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	first := h.waitRevision(1)
+	ictx, icancel := context.WithTimeout(ctx, 10*time.Second)
+	defer icancel()
+	if err := p.Idle(ictx); err != nil {
+		t.Fatalf("not idle after the first plan: %v (health %+v)", err, p.Health())
+	}
+	if got := p.Health().Phase; got != "leading" {
+		t.Errorf("phase %q, want leading", got)
+	}
+	h.kill(first.Workers.At(0).NodeID)
+	h.waitRevision(2)
+	if err := p.Idle(ictx); err != nil {
+		t.Fatalf("not idle after revision 2: %v", err)
+	}
+	if got := h.history(); len(got) != 2 {
+		t.Errorf("revisions %v, want [1 2]", revisions(got))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakeClock is a Clock whose time moves only when told (advance): its
+// timers fire then.
+type fakeClock struct {
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	clock *fakeClock
+	c     chan time.Time
+	at    time.Time
+	live  bool
+}
+
+func (c *fakeClock) Now() time.Time { return c.now }
+
+func (c *fakeClock) NewTimer(d time.Duration) Timer {
+	t := &fakeTimer{clock: c, c: make(chan time.Time, 1), at: c.now.Add(d), live: true}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.c }
+func (t *fakeTimer) Stop() bool {
+	was := t.live
+	t.live = false
+	return was
+}
+
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	was := t.live
+	t.at, t.live = t.clock.now.Add(d), true
+	return was
+}
+
+// advance moves the clock by d, firing the timers due.
+func (c *fakeClock) advance(d time.Duration) {
+	c.now = c.now.Add(d)
+	for _, t := range c.timers {
+		if t.live && !t.at.After(c.now) {
+			t.live = false
+			t.c <- c.now
+		}
+	}
+}
+
+// TestSettleByClock: a plan found at start waits for its nodes by the
+// service's clock: settle time left runs out as the clock moves, not
+// as the wall clock does.
+func TestSettleByClock(t *testing.T) {
+	c := &fakeClock{now: time.Unix(1_000_000, 0)}
+	p := New(Config{Clock: c, Settle: time.Minute, Log: zerolog.Nop()})
+	s := p.addState("default")
+	s.inherited = planOn("n1")
+	started := c.Now()
+	for _, step := range []struct {
+		after time.Duration
+		want  time.Duration
+	}{{0, time.Minute}, {40 * time.Second, 20 * time.Second}, {20 * time.Second, 0}} {
+		c.advance(step.after)
+		if got := s.settling(p.cfg.Settle - p.since(started)); got != step.want {
+			t.Errorf("after %s more: settling %s, want %s", step.after, got, step.want)
+		}
+	}
+	c.now = started
+	s.reported["n1"] = true
+	if got := s.settling(p.cfg.Settle - p.since(started)); got != 0 {
+		t.Errorf("with its node reported: settling %s, want 0", got)
+	}
+}
+
+// planOn is a plan whose one pool has the nodes ids.
+func planOn(ids ...string) *planner.Plan {
+	pl := plan.Pool{Name: "p"}
+	for _, id := range ids {
+		pl.Nodes = append(pl.Nodes, plan.PoolNode{NodeID: id})
+	}
+	doc := &planner.Plan{}
+	doc.Pools = []plan.Pool{pl}
+	return doc
+}

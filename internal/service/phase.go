@@ -1,0 +1,136 @@
+package service
+
+import (
+	"context"
+	"sync"
+)
+
+// phase is where the planner's loop stands. The loop derives it in one
+// place (loop.phaseNow) from what it knows, each time it goes idle, and
+// says each change (loop.enter); Health reports it.
+type phase int32
+
+const (
+	// phaseSyncing: the inventory watch or the spec watch has not yet
+	// delivered all there is (at start, after a reconnect or a lost
+	// watch): no plan is made on part of it.
+	phaseSyncing phase = iota
+	// phaseStandingBy: another planner leads (or this one has not read
+	// the latest revisions since it took the lease); this one follows
+	// the revisions and the inventory.
+	phaseStandingBy
+	// phaseSettling: leading, it waits for the nodes of the plans found
+	// at start, or lost in an outage, to report before replanning
+	// without them (at most Settle).
+	phaseSettling
+	// phaseBackingOff: leading, replans failed; the next waits a backoff,
+	// and enough failures in a row stand it down.
+	phaseBackingOff
+	// phaseLeading: it replans and publishes as the inventory and the
+	// specs change.
+	phaseLeading
+)
+
+func (ph phase) String() string {
+	switch ph {
+	case phaseSyncing:
+		return "syncing"
+	case phaseStandingBy:
+		return "standing by"
+	case phaseSettling:
+		return "settling"
+	case phaseBackingOff:
+		return "backing off"
+	case phaseLeading:
+		return "leading"
+	}
+	return "unknown"
+}
+
+// phaseNow is the phase the loop is in.
+func (l *loop) phaseNow() phase {
+	switch {
+	case !l.synced || !l.specsIn:
+		return phaseSyncing
+	case !l.leads():
+		return phaseStandingBy
+	case l.failures > 0:
+		return phaseBackingOff
+	case l.ride.settleWaiting:
+		return phaseSettling
+	}
+	return phaseLeading
+}
+
+// work notes that the loop took up an event (what): it is busy.
+func (l *loop) work(what string) {
+	l.p.quiet.set(false)
+	l.p.pulse.work(what)
+}
+
+// quiet says whether the loop, going idle, has nothing pending: the
+// inventory and the specs are in, no replan and no check of assignments
+// is armed, and no event it has been sent waits to be read.
+func (l *loop) quiet() bool {
+	return l.phase != phaseSyncing && !l.dirty && !l.checking &&
+		len(l.followed) == 0 && len(l.events) == 0 && len(l.lease.events) == 0
+}
+
+// quiet is closed while the loop is idle with nothing pending
+// (loop.quiet), for Service.Idle. The loop's goroutine alone sets it.
+type quiet struct {
+	mu     sync.Mutex
+	ch     chan struct{}
+	closed bool
+}
+
+// set marks the loop quiet or not.
+func (q *quiet) set(on bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ch == nil {
+		q.ch = make(chan struct{})
+	}
+	switch {
+	case on && !q.closed:
+		close(q.ch)
+		q.closed = true
+	case !on && q.closed:
+		q.ch, q.closed = make(chan struct{}), false
+	}
+}
+
+// wait is a channel closed when the loop is quiet.
+func (q *quiet) wait() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ch == nil {
+		q.ch = make(chan struct{})
+	}
+	return q.ch
+}
+
+// Idle returns once the planner's loop is idle with nothing pending
+// (every watch delivered what there is, no replan and no check of
+// assignments armed, no event waiting to be read), or with ctx's error.
+// It knows nothing of events still on their way to the planner: a test
+// that caused one waits for its effect first (a revision, a metric),
+// then for Idle to say nothing more follows from it.
+func (p *Service) Idle(ctx context.Context) error {
+	select {
+	case <-p.quiet.wait():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// enter makes ph the loop's phase, saying a change.
+func (l *loop) enter(ph phase) {
+	if ph == l.phase {
+		return
+	}
+	l.log.Debug().Stringer("from", l.phase).Stringer("to", ph).Msg("phase")
+	l.phase = ph
+	l.p.phase.Store(int32(ph))
+}
