@@ -151,8 +151,8 @@ func (p *Service) reconcileAssignments(ctx context.Context, s *planState) error 
 // every node.
 func (p *Service) adopted(s *planState, sp *bus.StoredPlan) {
 	if p.adopt(s, sp) {
-		latest := s.latest
-		p.gauges(s, latest)
+		p.gauges(s, s.latest)
+		p.publishSnapshot(true)
 	}
 }
 

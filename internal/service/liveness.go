@@ -30,6 +30,7 @@ const storePerItem = 2 * time.Millisecond
 // a standby takes over within the lease's TTL. An idle loop (waiting
 // for events) is never stuck.
 type pulse struct {
+	// mu is innermost: nothing is locked while it is held.
 	mu    sync.Mutex
 	now   func() time.Time
 	busy  bool

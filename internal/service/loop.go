@@ -83,6 +83,11 @@ type loop struct {
 	stopWatch context.CancelFunc
 	// phase is where the loop stands (phase.go).
 	phase phase
+	// snapT fires when the snapshot's inventory, held back while the
+	// inventory changes fast (inventoryEvery), is to be published;
+	// snapArmed says it is armed.
+	snapT     Timer
+	snapArmed bool
 }
 
 func (p *Service) newLoop(ctx context.Context) (*loop, error) {
@@ -95,6 +100,8 @@ func (p *Service) newLoop(ctx context.Context) (*loop, error) {
 	l.lease = newLeaser(p, l.log)
 	l.tombs = newTombstones(p, l.log)
 	l.guardT = p.clock.NewTimer(guardEvery)
+	l.snapT = p.clock.NewTimer(time.Hour)
+	l.snapT.Stop()
 	l.ride.reconnects = p.cfg.NC.Stats().Reconnects
 	l.ride.outageReconnects = l.ride.reconnects
 	l.followed, l.following = make(chan followedPlan, 64), map[*planState]context.CancelFunc{}
@@ -195,6 +202,7 @@ func (l *loop) close() {
 	l.retry.Stop()
 	l.check.Stop()
 	l.guardT.Stop()
+	l.snapT.Stop()
 	if l.stopWatch != nil {
 		l.stopWatch()
 	}
@@ -206,7 +214,10 @@ func (l *loop) run(ctx context.Context) error {
 	go func() { defer close(l.tombsDone); l.tombs.run(ctx) }()
 	for {
 		l.enter(l.phaseNow())
-		l.p.publishSnapshot()
+		if l.p.publishSnapshot(false) && !l.snapArmed {
+			l.snapArmed = true
+			l.snapT.Reset(inventoryEvery)
+		}
 		l.p.pulse.idle()
 		l.p.quiet.set(l.quiet())
 		select {
@@ -217,6 +228,9 @@ func (l *loop) run(ctx context.Context) error {
 		case ev := <-l.lease.events:
 			l.work("lease")
 			l.leaseChanged(ctx, ev)
+		case <-l.snapT.C():
+			l.work("snapshot")
+			l.snapArmed = false // going idle, the loop publishes the inventory as it is
 		case <-l.guardT.C():
 			l.work("guard")
 			l.guard(ctx)
@@ -702,6 +716,9 @@ func (l *loop) replan(ctx context.Context) {
 	}
 	l.ride.settleWaiting = false
 	l.dirty = false
+	// Readers see at least the inventory a revision was planned on,
+	// once the stream has it.
+	l.p.publishSnapshot(true)
 	err := l.measured(ctx)
 	l.prune()
 	if errors.Is(err, bus.ErrLeaseLost) {

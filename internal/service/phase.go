@@ -72,13 +72,14 @@ func (l *loop) work(what string) {
 // inventory and the specs are in, no replan and no check of assignments
 // is armed, and no event it has been sent waits to be read.
 func (l *loop) quiet() bool {
-	return l.phase != phaseSyncing && !l.dirty && !l.checking &&
+	return l.phase != phaseSyncing && !l.dirty && !l.checking && !l.snapArmed &&
 		len(l.followed) == 0 && len(l.events) == 0 && len(l.lease.events) == 0
 }
 
 // quiet is closed while the loop is idle with nothing pending
 // (loop.quiet), for Service.Idle. The loop's goroutine alone sets it.
 type quiet struct {
+	// mu is innermost: nothing is locked while it is held.
 	mu     sync.Mutex
 	ch     chan struct{}
 	closed bool

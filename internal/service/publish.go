@@ -410,6 +410,9 @@ func (p *Service) published(s *planState, sp *bus.StoredPlan, note string) {
 		s.latest = sp
 	}
 	clear(s.basis)
+	// Readers (a lookup of the latest) see it as soon as the stream has
+	// it, not once the replan's other publishes are done.
+	p.publishSnapshot(true)
 }
 
 // event is how next travels, and what it will be as the latest: whole

@@ -28,8 +28,9 @@ import (
 // no file, in memory only.
 type marks struct {
 	path string
-	mu   sync.Mutex
-	m    map[string]int
+	// mu is innermost: nothing is locked while it is held.
+	mu sync.Mutex
+	m  map[string]int
 	// err is the last failure to read or write the file, said once.
 	err error
 	// instance is the planner instance (its publisher id) that runs on

@@ -156,8 +156,10 @@ type Service struct {
 	// The loop's goroutine alone uses them.
 	live   view
 	states map[string]*planState
-	// snap is the loop's state as others read it.
-	snap atomic.Pointer[snapshot]
+	// snap is the loop's state as others read it, published once Run
+	// runs (running).
+	snap    atomic.Pointer[snapshot]
+	running atomic.Bool
 	// fence is the lease every publish is fenced by.
 	fence fence
 	// phase is the loop's (a phase), for Health; quiet says when it is
@@ -167,7 +169,8 @@ type Service struct {
 
 	// pulse is the loop's heartbeat (liveness.go); healthMu guards what
 	// Health reports: problems by key, the stand-down and the replans
-	// failed in a row.
+	// failed in a row (written by the loop and the leaser; taken after
+	// fence.mu and leaser.mu, before the innermost locks).
 	pulse          *pulse
 	healthMu       sync.Mutex
 	problems       map[string]string
@@ -334,7 +337,8 @@ func (p *Service) Run(ctx context.Context) error {
 		own.inherited = latest.Plan
 	}
 	own.reconcile = latest != nil
-	p.publishSnapshot()
+	p.running.Store(true)
+	p.publishSnapshot(true)
 	// Its gauges say the latest at once, not at the next revision.
 	p.gauges(own, latest)
 	if !p.cfg.NoService {

@@ -3,6 +3,7 @@ package service
 import (
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
@@ -20,10 +21,12 @@ type snapshot struct {
 	plans map[string]planView
 	names []string
 	// nodes are the live inventory for planning, docs its documents;
-	// gen, the view's generation they are of.
+	// gen, the view's generation they are of, taken when (by the
+	// service's clock).
 	nodes []planner.Node
 	docs  []inventory.NodeInventory
 	gen   uint64
+	taken time.Time
 }
 
 // planView is one plan in a snapshot.
@@ -37,18 +40,23 @@ type planView struct {
 }
 
 // takeSnapshot is the loop's state now; prev (nil: none) lends the
-// inventory when it has not changed since. Only the loop's goroutine
-// calls it, or a test driving a Service without its loop.
-func (p *Service) takeSnapshot(prev *snapshot) *snapshot {
+// inventory when it has not changed since, or, unless fresh, when it
+// was taken less than inventoryEvery ago: copying a large inventory at
+// every change of a busy one (GPU processes come and go on every node)
+// would cost the loop in proportion to the cluster at every event. Only
+// the loop's goroutine calls it, or a test driving a Service without its
+// loop.
+func (p *Service) takeSnapshot(prev *snapshot, fresh bool) *snapshot {
 	sn := &snapshot{plans: make(map[string]planView, len(p.states)), names: slices.Sorted(maps.Keys(p.states))}
 	for name, s := range p.states {
 		sn.plans[name] = planView{name: name, latest: s.latest, spec: s.spec, removing: s.removing, planned: s.planned()}
 	}
-	if prev != nil && prev.gen == p.live.gen {
-		sn.nodes, sn.docs, sn.gen = prev.nodes, prev.docs, prev.gen
+	now := p.clock.Now()
+	if prev != nil && (prev.gen == p.live.gen || !fresh && now.Sub(prev.taken) < inventoryEvery) {
+		sn.nodes, sn.docs, sn.gen, sn.taken = prev.nodes, prev.docs, prev.gen, prev.taken
 		return sn
 	}
-	sn.nodes, sn.gen = p.live.planNodes(), p.live.gen
+	sn.nodes, sn.gen, sn.taken = p.live.planNodes(), p.live.gen, now
 	sn.docs = make([]inventory.NodeInventory, 0, len(p.live.docs))
 	for _, id := range slices.Sorted(maps.Keys(p.live.docs)) {
 		sn.docs = append(sn.docs, p.live.docs[id])
@@ -56,19 +64,32 @@ func (p *Service) takeSnapshot(prev *snapshot) *snapshot {
 	return sn
 }
 
-// publishSnapshot publishes the loop's state for the readers.
-func (p *Service) publishSnapshot() {
-	p.snap.Store(p.takeSnapshot(p.snap.Load()))
+// inventoryEvery bounds how often a busy loop copies the inventory into
+// its snapshot: readers see it at most this much behind, and at least
+// as of the last replan.
+const inventoryEvery = 250 * time.Millisecond
+
+// publishSnapshot publishes the loop's state for the readers, once Run
+// runs (snap is then never nil); fresh: the inventory as it is now (a
+// revision was published or adopted), whatever the last copy's age. It
+// reports whether the inventory published is behind the view's (the
+// loop publishes again inventoryEvery later).
+func (p *Service) publishSnapshot(fresh bool) (behind bool) {
+	if !p.running.Load() {
+		return false
+	}
+	sn := p.takeSnapshot(p.snap.Load(), fresh)
+	p.snap.Store(sn)
+	return sn.gen != p.live.gen
 }
 
-// view is the latest snapshot; before the loop publishes one (a Service
-// driven by hand, in tests: nothing else writes its state), the state
-// as it is.
+// view is the latest snapshot; before Run (a Service driven by hand, in
+// tests: nothing else writes its state), the state as it is.
 func (p *Service) view() *snapshot {
 	if sn := p.snap.Load(); sn != nil {
 		return sn
 	}
-	return p.takeSnapshot(nil)
+	return p.takeSnapshot(nil, true)
 }
 
 // planned are the snapshot's planned plans, by name.

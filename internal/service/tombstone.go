@@ -34,6 +34,8 @@ const DefaultTombstoneTTL = 15 * time.Second
 type tombstones struct {
 	p   *Service
 	log zerolog.Logger
+	// mu guards due (the loop adds, run's goroutine writes and drops);
+	// innermost: nothing is locked while it is held.
 	mu  sync.Mutex
 	due map[string]tomb
 	// keys is each live key's TTL and last revision as the watch
