@@ -8,6 +8,7 @@ package natstest
 import (
 	"fmt"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -23,13 +24,24 @@ type Server struct {
 	tb   testing.TB
 	dir  string
 	port int
+	opts []Option
 	ns   *server.Server
 }
 
+// An Option changes the server's options (a limit, say) before each
+// start; the host, port and store are the Server's own.
+type Option func(*server.Options)
+
+// MaxPayload makes the server refuse messages over n bytes (NATS's
+// default is 1 MB), for tests of what goes over a limit.
+func MaxPayload(n int32) Option {
+	return func(o *server.Options) { o.MaxPayload = n }
+}
+
 // Start starts a server on a free port, stopped when the test ends.
-func Start(tb testing.TB) *Server {
+func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
-	s := &Server{tb: tb, dir: tb.TempDir(), port: -1}
+	s := &Server{tb: tb, dir: tb.TempDir(), port: -1, opts: opts}
 	s.Start()
 	s.port = s.ns.Addr().(*net.TCPAddr).Port
 	tb.Cleanup(s.Stop)
@@ -46,6 +58,10 @@ func (s *Server) Start() {
 		Host: "127.0.0.1", Port: s.port, JetStream: true, StoreDir: s.dir,
 		NoLog: true, NoSigs: true,
 	}
+	for _, o := range s.opts {
+		o(opts)
+	}
+	opts.Host, opts.Port, opts.StoreDir = "127.0.0.1", s.port, s.dir
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		s.tb.Fatalf("natstest: new server: %v", err)
@@ -68,6 +84,20 @@ func (s *Server) Stop() {
 	s.ns.WaitForShutdown()
 	s.ns = nil
 }
+
+// Wipe restarts the server on its port with an empty store: a server
+// that lost its data.
+func (s *Server) Wipe() {
+	s.tb.Helper()
+	s.Stop()
+	if err := os.RemoveAll(s.dir); err != nil {
+		s.tb.Fatalf("natstest: wipe %s: %v", s.dir, err)
+	}
+	s.Start()
+}
+
+// Addr is the server's HOST:PORT.
+func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
 
 // URL is the server's client URL.
 func (s *Server) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.port) }

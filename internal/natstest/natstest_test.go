@@ -2,6 +2,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"testing"
@@ -59,4 +60,34 @@ func (f *fakeTB) Helper() {}
 func (f *fakeTB) Fatalf(format string, args ...any) {
 	f.msg = fmt.Sprintf(format, args...)
 	runtime.Goexit()
+}
+
+// TestWipe: after Wipe the server is back on its URL without the stream.
+func TestWipe(t *testing.T) {
+	s := Start(t)
+	js := s.JS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t"}}); err != nil {
+		t.Fatal(err)
+	}
+	s.Wipe()
+	WaitFor(t, 10*time.Second, "the stream gone", func() bool {
+		_, err := js.Stream(ctx, "T")
+		return errors.Is(err, jetstream.ErrStreamNotFound)
+	})
+	if s.URL() != "nats://"+s.Addr() {
+		t.Fatalf("URL %s, Addr %s", s.URL(), s.Addr())
+	}
+}
+
+// TestMaxPayload: the option reaches the server, and stays after a
+// restart.
+func TestMaxPayload(t *testing.T) {
+	s := Start(t, MaxPayload(1024))
+	s.Stop()
+	s.Start()
+	if got := s.Conn(t).MaxPayload(); got != 1024 {
+		t.Fatalf("max payload %d, want 1024", got)
+	}
 }

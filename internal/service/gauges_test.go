@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolplanner/poolplanner/internal/metrics"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
@@ -47,13 +48,11 @@ func scraped(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 func waitScraped(t *testing.T, reg *prometheus.Registry, what string, ok func(map[string]float64) bool) map[string]float64 {
 	t.Helper()
 	var got map[string]float64
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if got = scraped(t, reg); ok(got) {
-			return got
-		}
-	}
-	t.Fatalf("metrics never %s: %v", what, got)
-	return nil
+	natstest.WaitFor(t, 15*time.Second, "metrics "+what, func() bool {
+		got = scraped(t, reg)
+		return ok(got)
+	})
+	return got
 }
 
 // planGauges are the gauges a plan's latest revision sets.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
@@ -63,20 +64,20 @@ func (in *instance) stop() {
 func (h *harness) waitLeader(within time.Duration, ins ...*instance) *instance {
 	h.t.Helper()
 	store := bus.NewPlanStore(h.js)
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	var leader *instance
+	natstest.WaitFor(h.t, within, fmt.Sprintf("one of %d planners leading", len(ins)), func() bool {
 		l, err := store.ReadLease(context.Background(), "default")
-		if err == nil && l != nil {
-			for _, in := range ins {
-				if in.p.plans.Publisher == l.Holder && in.p.leading() == l.Seq {
-					return in
-				}
+		if err != nil || l == nil {
+			return false
+		}
+		for _, in := range ins {
+			if in.p.plans.Publisher == l.Holder && in.p.leading() == l.Seq {
+				leader = in
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	h.t.Fatalf("none of %d planners leads within %s", len(ins), within)
-	return nil
+		return leader != nil
+	})
+	return leader
 }
 
 // TestFailover: of two planners one leads and publishes; the other
@@ -135,17 +136,17 @@ func TestPausedLeaderCannotPublish(t *testing.T) {
 	take := func(p *Planner) {
 		t.Helper()
 		l := &bus.Lease{Holder: p.plans.Publisher, Since: time.Now(), Renewed: time.Now(), TTLSeconds: 1}
-		for deadline := time.Now().Add(5 * time.Second); ; {
+		natstest.WaitFor(t, 5*time.Second, "the lease taken", func() bool {
 			seq, err := p.plans.WriteLease(ctx, "default", l, 0)
 			if err == nil {
 				p.leaseSeq = seq
-				return
+				return true
 			}
-			if !errors.Is(err, bus.ErrLeaseHeld) || time.Now().After(deadline) {
+			if !errors.Is(err, bus.ErrLeaseHeld) {
 				t.Fatalf("take the lease: %v", err)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return false
+		})
 	}
 	a := offline(t, h, 4)
 	take(a)

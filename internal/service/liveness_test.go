@@ -18,18 +18,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
-
-// eventually waits (polling) for cond, failing after within.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(within); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not %s within %s", what, within)
-		}
-	}
-}
 
 // TestPulse: an idle loop is never stuck; a busy one is, once it made
 // no progress for the stall, unless it is inside an operation whose
@@ -140,7 +131,7 @@ func TestStuckLoopLosesLease(t *testing.T) {
 
 	stuck.armed.Store(true)
 	h.kill(first.Workers.At(0).NodeID) // a replans, and wedges
-	eventually(t, 10*time.Second, "wedged", func() bool { return stuck.hung.Load() > 0 })
+	natstest.WaitFor(t, 10*time.Second, "wedged", func() bool { return stuck.hung.Load() > 0 })
 	if h.waitLeader(10*time.Second, b) != b {
 		t.Fatal("the standby does not lead")
 	}
@@ -148,13 +139,13 @@ func TestStuckLoopLosesLease(t *testing.T) {
 	if sp, err := b.p.plans.Latest(context.Background(), "default"); err != nil || sp.Publisher != b.p.plans.Publisher {
 		t.Fatalf("revision 2 not published by the standby: %v", err)
 	}
-	eventually(t, 5*time.Second, "the stuck planner standing by, saying why", func() bool {
+	natstest.WaitFor(t, 5*time.Second, "the stuck planner standing by, saying why", func() bool {
 		health := a.p.Health()
 		return !health.Leading && health.Stuck != "" && slices.ContainsFunc(health.Problems, func(s string) bool { return strings.Contains(s, "no progress") })
 	})
 
 	stuck.free()
-	eventually(t, 5*time.Second, "the planner's loop moving again", func() bool { return a.p.Health().Stuck == "" })
+	natstest.WaitFor(t, 5*time.Second, "the planner's loop moving again", func() bool { return a.p.Health().Stuck == "" })
 	if a.p.leading() != 0 {
 		t.Fatal("the planner that was stuck leads again beside the standby")
 	}
@@ -189,7 +180,7 @@ func TestStoreCallDeadline(t *testing.T) {
 	if health := in.p.Health(); !problem(health.Problems) || !health.Leading {
 		t.Fatalf("health %+v", health)
 	}
-	eventually(t, 5*time.Second, "the problem in the lease", func() bool {
+	natstest.WaitFor(t, 5*time.Second, "the problem in the lease", func() bool {
 		l, err := bus.NewPlanStore(h.js).ReadLease(ctx, bus.LeaseName)
 		return err == nil && l != nil && problem(l.Problems)
 	})
@@ -234,7 +225,7 @@ func TestFailingWritesStandDown(t *testing.T) {
 	failing.armed.Store(false)
 	b.stop()
 	h.waitLeader(10*time.Second, a)
-	eventually(t, 10*time.Second, "the stand-down cleared", func() bool { return a.p.Health().StoodDown == "" })
+	natstest.WaitFor(t, 10*time.Second, "the stand-down cleared", func() bool { return a.p.Health().StoodDown == "" })
 	h.kill(second.Workers.At(0).NodeID)
 	if third := h.waitRevision(3); !third.Valid {
 		t.Fatalf("revision 3: %s", third.Error)
@@ -312,7 +303,7 @@ func TestSpecLostNotReplaced(t *testing.T) {
 	rctx, cancel = context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- New(cfg).Run(rctx) }()
-	eventually(t, 10*time.Second, "--spec stored with --replace-spec", func() bool {
+	natstest.WaitFor(t, 10*time.Second, "--spec stored with --replace-spec", func() bool {
 		spec, _, err := bus.NewSpecStore(js).Get(ctx, "default")
 		return err == nil && string(spec) == testSpec
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/plan"
 )
@@ -223,19 +224,13 @@ func TestRetain(t *testing.T) {
 	_ = c.Assignments(ctx, "default", func(*client.Assignment) bool { return true })
 	for _, stream := range []string{client.PlansStream, client.AssignmentsStream} {
 		st, _ := h.js.Stream(ctx, stream)
-		var left int
-		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		natstest.WaitFor(t, 3*time.Second, "no consumer left on "+stream, func() bool {
 			info, err := st.Info(ctx)
 			if err != nil {
 				t.Fatalf("stream %s: %v", stream, err)
 			}
-			if left = info.State.Consumers; left == 0 || time.Now().After(deadline) {
-				break
-			}
-		}
-		if left != 0 {
-			t.Errorf("stream %s: %d consumers left", stream, left)
-		}
+			return info.State.Consumers == 0
+		})
 	}
 }
 
@@ -277,7 +272,7 @@ func TestUnreadableLatest(t *testing.T) {
 // The client reads both as if they had come inline; the event is a
 // snapshot.
 func TestOversizedMessages(t *testing.T) {
-	h := newHarnessWith(t, bus.EmbeddedOptions{MaxPayload: 64 << 10})
+	h := newHarness(t, natstest.MaxPayload(64<<10))
 	ctx := context.Background()
 	p := New(Config{NC: h.nc, JS: h.js, Settle: -1, Log: zerolog.Nop()})
 	if _, err := p.start(ctx); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/reporter"
 )
@@ -112,6 +113,9 @@ func newRide(t *testing.T, nodes int, cfg Config) *ride {
 	r.stop = cancel
 	go func() { r.done <- New(cfg).Run(ctx) }()
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("planner log:\n%s", r.logs.String())
+		}
 		cancel()
 		r.mu.Lock()
 		for _, c := range r.reps {
@@ -152,18 +156,17 @@ func (r *ride) crashReporter(id string) {
 func (r *ride) waitPlan(within time.Duration, what string, ok func(*planner.Plan) bool) *planner.Plan {
 	r.t.Helper()
 	store := bus.NewPlanStore(r.js)
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	var p *planner.Plan
+	natstest.WaitFor(r.t, within, "a plan "+what, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		sp, err := store.Latest(ctx, "default")
-		cancel()
 		if err == nil && sp != nil && ok(sp.Plan) {
-			return sp.Plan
+			p = sp.Plan
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	r.t.Fatalf("no plan %s within %s; log:\n%s", what, within, r.logs.String())
-	return nil
+		return p != nil
+	})
+	return p
 }
 
 func revisionAtLeast(rev int) func(*planner.Plan) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,9 +19,23 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/plan"
 )
+
+// longTests names the environment variable that runs the scale tests,
+// a minute or two of CPU each: .ci/run sets it, so that CI runs them; a
+// developer's go test of the package does not.
+const longTests = "POOLPLANNER_LONG_TESTS"
+
+// long skips a scale test unless longTests is set (and in -short).
+func long(t *testing.T, what string) {
+	t.Helper()
+	if testing.Short() || os.Getenv(longTests) == "" {
+		t.Skipf("%s: a long test; set %s=1 (and no -short) to run it, as .ci/run does", what, longTests)
+	}
+}
 
 // scaleSpec fills fifteen sixteenths of n 8-GPU nodes: a quarter of the
 // GPUs to train, a quarter to eval (4 GPUs a worker), the rest to env at
@@ -126,9 +141,7 @@ func published(nc *nats.Conn) (msgs, bytes uint64) {
 // the nodes that take its workers get theirs, and no other assignment
 // subject is published on.
 func TestScaleNodeLeaves(t *testing.T) {
-	if testing.Short() {
-		t.Skip("20,000 nodes: not in -short")
-	}
+	long(t, "20,000 nodes")
 	const n = 20000
 	s := startScale(t, n)
 	c, ctx := s.c, context.Background()
@@ -309,19 +322,19 @@ func sortWorkers(ws []plan.Worker) {
 // when another revision comes first, or none in time.
 func waitPlan(t testing.TB, c *client.Client, rev int, within time.Duration) *client.Revision {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	var got *client.Revision
+	natstest.WaitFor(t, within, fmt.Sprintf("revision %d", rev), func() bool {
 		r, err := c.Plan(context.Background(), "default", 0)
-		if err == nil && r.Document.Revision >= rev {
-			if r.Document.Revision != rev {
-				t.Fatalf("latest revision %d, want %d", r.Document.Revision, rev)
-			}
-			return r
+		if err != nil || r.Document.Revision < rev {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("no revision %d in %v", rev, within)
-	return nil
+		if r.Document.Revision != rev {
+			t.Fatalf("latest revision %d, want %d", r.Document.Revision, rev)
+		}
+		got = r
+		return true
+	})
+	return got
 }
 
 // checkEveryWorkerOnce: every worker the spec asks for is on exactly one
@@ -452,9 +465,7 @@ func benchNodeLeaves(b *testing.B, n int) {
 // leaving costs a small change event. The inventory goes straight into
 // the planner's view: the bucket's part is TestScaleNodeLeaves's.
 func TestHundredThousandNodes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("100,000 nodes: not in -short")
-	}
+	long(t, "100,000 nodes")
 	const n = 100_000
 	h := newHarness(t)
 	largest := watchLargest(t, h.nc.ConnectedUrl())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
@@ -41,20 +42,22 @@ func (h *harness) waitFor(name string, what string, ok func(*planner.Plan) bool)
 	h.t.Helper()
 	store := bus.NewPlanStore(h.js)
 	var last *planner.Plan
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		sp, err := store.Latest(context.Background(), name)
-		if err == nil && sp != nil {
-			last = sp.Plan
-			if ok(sp.Plan) {
-				return sp.Plan
-			}
+	waited := false
+	defer func() { // also as WaitFor fails the test
+		if !waited && last != nil {
+			h.t.Logf("plan %s: last revision seen %d valid %v error %q reason %q", name, last.Revision, last.Valid, last.Error, last.Reason)
 		}
-	}
-	if last != nil {
-		h.t.Fatalf("plan %s: no revision %s; last: revision %d valid %v error %q reason %q", name, what, last.Revision, last.Valid, last.Error, last.Reason)
-	}
-	h.t.Fatalf("plan %s: no revision at all (waiting for %s)", name, what)
-	return nil
+	}()
+	natstest.WaitFor(h.t, 15*time.Second, fmt.Sprintf("plan %s: a revision %s", name, what), func() bool {
+		sp, err := store.Latest(context.Background(), name)
+		if err != nil || sp == nil {
+			return false
+		}
+		last = sp.Plan
+		return ok(last)
+	})
+	waited = true
+	return last
 }
 
 // checkShared fails when a GPU is in two plans' latest revisions.
@@ -231,7 +234,7 @@ func TestSeveralPlansFailover(t *testing.T) {
 // revision is stored. It reports the revisions published per op (only
 // the plan that lost workers should publish).
 func BenchmarkSeveralPlansNodeLeaves(b *testing.B) {
-	nc := connect(b, startServer(b, bus.EmbeddedOptions{}))
+	nc := natstest.Start(b).Conn(b)
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)

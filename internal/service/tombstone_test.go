@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
@@ -75,14 +76,10 @@ func TestTombstoneSparesNodeBack(t *testing.T) {
 		seen[id] = rev
 	}
 	for _, id := range []string{"back", "gone"} {
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if _, err := kv.Get(ctx, id); errors.Is(err, jetstream.ErrKeyNotFound) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("key %s never expired", id)
-			}
-		}
+		natstest.WaitFor(t, 10*time.Second, "key "+id+" expired", func() bool {
+			_, err := kv.Get(ctx, id)
+			return errors.Is(err, jetstream.ErrKeyNotFound)
+		})
 	}
 	back, err := p.inv.Put(ctx, "back", simDoc("back"), false, time.Minute)
 	if err != nil {
