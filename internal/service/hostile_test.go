@@ -16,6 +16,7 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
@@ -148,17 +149,10 @@ func TestAnotherPlannersAssignments(t *testing.T) {
 	if _, err := b.plans.PublishEvent(ctx, ev, b.digest, b.latest.Seq, 0); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	natstest.WaitFor(t, 10*time.Second, "the node that left without its assignment", func() bool {
 		a, err := b.plans.Client().Assignment(ctx, "default", victim)
-		if err == nil && a.Revision == 2 && len(a.Workers) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the node that left still has its assignment: %+v %v", a, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && a.Revision == 2 && len(a.Workers) == 0
+	})
 	checkAssignments(t, b.plans.Client(), next)
 }
 

@@ -5,16 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/poolplanner/poolplanner/internal/inventory"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
@@ -26,6 +28,8 @@ type instance struct {
 	nc     *nats.Conn
 	cancel context.CancelFunc
 	done   chan struct{}
+	// reg is its metrics, when the test gave it none of its own.
+	reg *prometheus.Registry
 }
 
 func (h *harness) instance(url string, cfg Config) *instance {
@@ -36,8 +40,13 @@ func (h *harness) instance(url string, cfg Config) *instance {
 	}
 	js, _ := jetstream.New(nc)
 	cfg.NC, cfg.JS, cfg.Log = nc, js, zerolog.Nop()
+	var reg *prometheus.Registry
+	if cfg.Metrics == nil {
+		reg = prometheus.NewRegistry()
+		cfg.Metrics = metrics.NewPlanner(reg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{p: New(cfg), nc: nc, cancel: cancel, done: make(chan struct{})}
+	in := &instance{p: New(cfg), nc: nc, cancel: cancel, done: make(chan struct{}), reg: reg}
 	go func() {
 		defer close(in.done)
 		if err := in.p.Run(ctx); err != nil {
@@ -58,6 +67,33 @@ func (in *instance) stop() {
 	in.cancel()
 	<-in.done
 	in.nc.Close()
+}
+
+// following waits until the planner holds the latest revision of each
+// plan named in want (a standby follows the leader's).
+func (in *instance) following(t *testing.T, want map[string]int) {
+	t.Helper()
+	natstest.WaitFor(t, 10*time.Second, fmt.Sprintf("a planner following revisions %v", want), func() bool {
+		got := map[string]int{}
+		for _, p := range in.p.Plans() {
+			got[p.Name] = p.Revision
+		}
+		for name, rev := range want {
+			if got[name] != rev {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// replanned waits until the planner finished a replan of plan (its
+// metrics): after it took the lease, one it made on taking it.
+func (in *instance) replanned(t *testing.T, plan string) {
+	t.Helper()
+	waitScraped(t, in.reg, "a replan of "+plan, func(m map[string]float64) bool {
+		return m[fmt.Sprintf("poolplanner_replan_duration_seconds{plan=%q}", plan)] >= 1
+	})
 }
 
 // waitLeader waits until one of ins holds the lease, and returns it.
@@ -98,7 +134,7 @@ func TestFailover(t *testing.T) {
 	if h.waitLeader(5*time.Second, a, b) != a {
 		t.Fatal("the first planner does not lead")
 	}
-	time.Sleep(300 * time.Millisecond)
+	b.following(t, map[string]int{"default": 1}) // it runs, and reads the lease
 	if b.p.leading() != 0 {
 		t.Fatal("the standby leads too")
 	}
@@ -107,7 +143,7 @@ func TestFailover(t *testing.T) {
 	crashed := time.Now()
 	h.waitLeader(5*time.Second, b)
 	t.Logf("standby took over %s after the leader died (lease TTL 1s)", time.Since(crashed).Round(10*time.Millisecond))
-	time.Sleep(500 * time.Millisecond)
+	b.replanned(t, "default") // on taking the lease
 	if got := h.history(); len(got) != 1 {
 		t.Fatalf("taking over published revisions %v with nothing changed", revisions(got))
 	}
@@ -121,7 +157,7 @@ func TestFailover(t *testing.T) {
 	// A clean stop gives the lease back: a new standby leads at its
 	// next look, not after the TTL.
 	c := h.instance(url, cfg)
-	time.Sleep(300 * time.Millisecond)
+	c.following(t, map[string]int{"default": 2})
 	b.stop()
 	h.waitLeader(2*time.Second, c)
 }

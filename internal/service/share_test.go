@@ -203,11 +203,11 @@ func TestSeveralPlansFailover(t *testing.T) {
 	if h.waitLeader(5*time.Second, leader, standby) != leader {
 		t.Fatal("the first planner does not lead")
 	}
-	time.Sleep(300 * time.Millisecond) // the standby reads the specs and follows the plans
+	standby.following(t, map[string]int{"a": a1.Revision, "b": b1.Revision})
 
 	leader.crash()
 	h.waitLeader(5*time.Second, standby)
-	time.Sleep(500 * time.Millisecond)
+	standby.replanned(t, "a") // on taking the lease, every plan at once
 	if a := h.waitFor("a", "any", valid); a.Revision != a1.Revision {
 		t.Fatalf("plan a republished on takeover: revision %d (%s)", a.Revision, a.Reason)
 	}
@@ -265,13 +265,13 @@ scheduling:
 	go func() { _ = p.Run(ctx) }()
 	plans := bus.NewPlanStore(js)
 	latest := func(name string) *bus.StoredPlan {
-		for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if sp, err := plans.Latest(ctx, name); err == nil && sp != nil {
-				return sp
-			}
-		}
-		b.Fatalf("no plan %s", name)
-		return nil
+		var sp *bus.StoredPlan
+		natstest.WaitFor(b, 5*time.Minute, "plan "+name, func() bool {
+			var err error
+			sp, err = plans.Latest(ctx, name)
+			return err == nil && sp != nil
+		})
+		return sp
 	}
 	var victims []string
 	for _, name := range names {
@@ -340,7 +340,8 @@ func TestSeveralPlansNodeLeaves(t *testing.T) {
 	if !b.Valid || !strings.Contains(b.Reason, "nodes left: "+victim) {
 		t.Fatalf("b's revision %d: valid %v, reason %q", b.Revision, b.Valid, b.Reason)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The replan that published b's revision planned a and c too.
+	h.waitPublished("b", 2)
 	for _, name := range []string{"a", "c"} {
 		p := h.waitFor(name, "any", func(*planner.Plan) bool { return true })
 		on := len(first[name].NodeIndex()(victim)) > 0

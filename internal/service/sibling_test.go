@@ -90,7 +90,7 @@ func TestSpeclessPlanHolds(t *testing.T) {
 	stop = h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()
 	y := h.waitFor("y", "any", func(p *planner.Plan) bool { return true })
-	time.Sleep(500 * time.Millisecond)
+	h.waitPublished("y", 1) // the replan of y planned x too
 	x2 := h.waitFor("x", "any", func(p *planner.Plan) bool { return true })
 	if x2.Revision != x.Revision || y.Valid {
 		t.Fatalf("x: revision %d valid %v (was %d); y: valid %v, %d GPUs, %q", x2.Revision, x2.Valid, x.Revision, y.Valid, y.GPUsHeld, y.Error)
