@@ -214,16 +214,7 @@ func TestRestartKeepsAssignments(t *testing.T) {
 	if _, err := h.js.PublishMsg(ctx, msg); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var emptied []string
-	sub, err := h.nc.Subscribe(client.AssignmentSubjectPrefix+"default.>", func(m *nats.Msg) {
-		var a client.Assignment
-		if json.Unmarshal(m.Data, &a) == nil && len(a.Workers) == 0 {
-			mu.Lock()
-			emptied = append(emptied, m.Subject)
-			mu.Unlock()
-		}
-	})
+	sub, err := h.nc.SubscribeSync(client.AssignmentSubjectPrefix + "default.>")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,10 +229,27 @@ func TestRestartKeepsAssignments(t *testing.T) {
 		t.Fatalf("revision %d: %s", q.latest.Plan.Revision, q.latest.Plan.Error)
 	}
 	checkAssignments(t, q.plans.Client(), q.latest.Plan)
-	_ = h.nc.Flush()
-	time.Sleep(100 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
+	// Every assignment was stored (acknowledged) before replan returned,
+	// so sent to the subscription before the flush's reply: all are
+	// pending on it now.
+	if err := h.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var emptied []string
+	for {
+		n, _, err := sub.Pending()
+		if err != nil || n == 0 {
+			break
+		}
+		m, err := sub.NextMsg(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a client.Assignment
+		if json.Unmarshal(m.Data, &a) == nil && len(a.Workers) == 0 {
+			emptied = append(emptied, m.Subject)
+		}
+	}
 	if len(emptied) != 1 || emptied[0] != client.AssignmentSubject("default", "bogus") {
 		t.Errorf("emptied %v; want only the damaged message of no node", emptied)
 	}
@@ -316,13 +324,11 @@ func TestHostileInventory(t *testing.T) {
 			if _, err := store.Put(ctx, "evil", c.doc, false, time.Minute); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for strings.Count(logs.String(), "inventory document rejected") == before {
-				if time.Now().After(deadline) {
-					t.Fatalf("no log line; logs:\n%s", logs.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			// The log line is what is tested: no document or metric
+			// says a document was rejected.
+			natstest.WaitFor(t, 5*time.Second, "a log line of the rejection", func() bool {
+				return strings.Count(logs.String(), "inventory document rejected") > before
+			})
 			if !strings.Contains(logs.String(), c.why) || !strings.Contains(logs.String(), `"node":"evil"`) {
 				t.Errorf("log does not say %q for key evil:\n%s", c.why, logs.String())
 			}

@@ -329,9 +329,9 @@ func TestRevisionsContinueAfterWipe(t *testing.T) {
 	if err := <-r.done; err != nil {
 		t.Fatal(err)
 	}
-	r.srv.wipe()
+	r.srv.Wipe()
 
-	nc, js := rideConn(t, r.srv.url())
+	nc, js := rideConn(t, r.srv.URL())
 	cfg.NC, cfg.JS, cfg.Log = nc, js, zerolog.New(&r.logs)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -2,75 +2,27 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
-	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/reporter"
 )
-
-// rideServer is an embedded server a test can stop, start again on the
-// same port, and wipe.
-type rideServer struct {
-	t      *testing.T
-	listen string
-	dir    string
-	ns     *server.Server
-}
-
-func newRideServer(t *testing.T) *rideServer {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &rideServer{t: t, listen: l.Addr().String(), dir: t.TempDir()}
-	l.Close()
-	s.start()
-	t.Cleanup(s.stop)
-	return s
-}
-
-func (s *rideServer) url() string { return "nats://" + s.listen }
-
-func (s *rideServer) start() {
-	s.t.Helper()
-	ns, _, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: s.listen, StoreDir: s.dir})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.ns = ns
-}
-
-func (s *rideServer) stop() {
-	if s.ns != nil {
-		s.ns.Shutdown()
-		s.ns.WaitForShutdown()
-		s.ns = nil
-	}
-}
-
-// wipe restarts the server with an empty store.
-func (s *rideServer) wipe() {
-	s.stop()
-	if err := os.RemoveAll(s.dir); err != nil {
-		s.t.Fatal(err)
-	}
-	s.start()
-}
 
 // rideConn connects as a long-lived client does: reconnecting for ever.
 func rideConn(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
@@ -88,7 +40,7 @@ func rideConn(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
 // against one server.
 type ride struct {
 	t    *testing.T
-	srv  *rideServer
+	srv  *natstest.Server
 	js   jetstream.JetStream // the test's own
 	logs syncBuffer
 	mu   sync.Mutex
@@ -97,18 +49,38 @@ type ride struct {
 	done chan error
 	// proxy stands between the planner and the server, to cut it off.
 	proxy *proxy
+	// reg is the planner's metrics, unless the test gave it its own.
+	reg *prometheus.Registry
+}
+
+// replans is how many replans of the default plan the planner finished,
+// and how many of them published.
+func (r *ride) replans() (done, published int) {
+	got := scraped(r.t, r.reg)
+	return int(got[`poolplanner_replan_duration_seconds{plan="default"}`]), int(got[`poolplanner_inventory_change_to_publish_seconds{plan="default"}`])
 }
 
 func newRide(t *testing.T, nodes int, cfg Config) *ride {
 	t.Helper()
-	r := &ride{t: t, srv: newRideServer(t), reps: map[string]context.CancelFunc{}, done: make(chan error, 1)}
-	_, r.js = rideConn(t, r.srv.url())
+	r := &ride{t: t, srv: natstest.Start(t), reps: map[string]context.CancelFunc{}, done: make(chan error, 1)}
+	_, r.js = rideConn(t, r.srv.URL())
 	for i := range nodes {
 		r.reporter(fmt.Sprintf("n%02d", i))
 	}
-	r.proxy = newProxy(t, r.srv.listen)
+	// The nodes are in before the planner starts: its first revision
+	// plans on all of them, and no other follows while nothing changes.
+	inv := bus.NewInventoryStore(r.js)
+	natstest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d nodes in the inventory", nodes), func() bool {
+		docs, err := inv.List(context.Background())
+		return err == nil && len(docs) == nodes
+	})
+	r.proxy = newProxy(t, r.srv.Addr())
 	nc, js := rideConn(t, "nats://"+r.proxy.addr)
 	cfg.NC, cfg.JS, cfg.Log = nc, js, zerolog.New(&r.logs)
+	if cfg.Metrics == nil {
+		r.reg = prometheus.NewRegistry()
+		cfg.Metrics = metrics.NewPlanner(r.reg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
 	go func() { r.done <- New(cfg).Run(ctx) }()
@@ -129,7 +101,7 @@ func newRide(t *testing.T, nodes int, cfg Config) *ride {
 // reporter runs a real reporter for node id (8 H100s; heartbeat 300ms,
 // TTL 1s) on a connection of its own.
 func (r *ride) reporter(id string) {
-	_, js := rideConn(r.t, r.srv.url())
+	_, js := rideConn(r.t, r.srv.URL())
 	sim, _ := inventory.ParseSimulation("8xH100")
 	src := inventory.NewSimulated(inventory.Facts{NodeID: id, Hostname: id, IP: "10.0.0.1", CPUs: 64}, sim)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -180,15 +152,30 @@ func revisionAtLeast(rev int) func(*planner.Plan) bool {
 func TestOutageLongerThanTTL(t *testing.T) {
 	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 5 * time.Second, LeaseTTL: time.Second})
 	r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
-	r.srv.stop()
-	time.Sleep(2500 * time.Millisecond) // > the 1s TTL: every key expires
-	r.srv.start()
-	time.Sleep(8 * time.Second) // the settle, and more
+	var before int
+	natstest.WaitFor(t, 10*time.Second, "revision 1's replan done", func() bool {
+		var published int
+		before, published = r.replans()
+		return published >= 1
+	})
+	r.srv.Stop()
+	// The outage is the scenario: a span of time with the server away,
+	// longer than the 1s TTL, so that every key expires; nothing can be
+	// watched meanwhile.
+	time.Sleep(2500 * time.Millisecond)
+	r.srv.Start()
+	// Back, the planner re-reads the inventory, waits (the settle) for
+	// its nodes to report again, and replans once they have.
+	waitScraped(t, r.reg, "a replan on the 4 nodes after the outage", func(m map[string]float64) bool {
+		return m[`poolplanner_replan_duration_seconds{plan="default"}`] > float64(before) && m["poolplanner_inventory_nodes"] == 4
+	})
 	for _, p := range revisionsOf(t, r.js) {
 		if p.Revision > 1 && (p.Moved > 0 || !p.Valid) {
 			t.Errorf("revision %d after an outage: valid %v, moved %d (%s)", p.Revision, p.Valid, p.Moved, p.Reason)
 		}
 	}
+	// No document says there was an outage when nothing moved: the log
+	// line does.
 	if !strings.Contains(r.logs.String(), "inventory outage") && !strings.Contains(r.logs.String(), "re-reading the whole inventory") {
 		t.Errorf("the outage is not in the log:\n%s", r.logs.String())
 	}
@@ -203,7 +190,14 @@ func TestCutOffMissesExpiry(t *testing.T) {
 	victim := first.Workers.At(0).NodeID
 	r.proxy.cut(true)
 	r.crashReporter(victim)
-	time.Sleep(3 * time.Second) // the key expires meanwhile
+	kv, err := bus.NewInventoryStore(r.js).KV(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, victim+"'s key expired", func() bool {
+		_, err := kv.Get(context.Background(), victim)
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
 	r.proxy.cut(false)
 	p := r.waitPlan(15*time.Second, "without the dead node", func(p *planner.Plan) bool {
 		return p.Revision >= 2 && !onNode(p, victim)
@@ -322,7 +316,7 @@ func TestWipedStore(t *testing.T) {
 	}
 	checkSpecBack(t, r.js)
 
-	r.srv.wipe()
+	r.srv.Wipe()
 	third := r.waitPlan(30*time.Second, "after the store was wiped", revisionAtLeast(1))
 	if third.Revision != 3 || !third.Valid || !planner.SamePlacement(first, third) {
 		t.Fatalf("after a wiped store: revision %d, valid %v, reason %q", third.Revision, third.Valid, third.Reason)
@@ -333,8 +327,8 @@ func TestWipedStore(t *testing.T) {
 		t.Fatalf("the planner stopped: %v", err)
 	default:
 	}
-	if n := strings.Count(r.logs.String(), "NATS lost the planner's state"); n < 2 {
-		t.Errorf("the losses are logged %d times, want 2:\n%s", n, r.logs.String())
+	if !strings.Contains(third.Reason, "history was lost") {
+		t.Errorf("revision 3 does not say the history was lost: %q", third.Reason)
 	}
 }
 
@@ -352,8 +346,8 @@ func checkSpecBack(t *testing.T, js jetstream.JetStream) {
 // the stored spec does not parse plans on the newest one that does,
 // says so, and takes the next good spec stored.
 func TestLastGoodSpec(t *testing.T) {
-	srv := newRideServer(t)
-	_, js := rideConn(t, srv.url())
+	srv := natstest.Start(t)
+	_, js := rideConn(t, srv.URL())
 	ctx := context.Background()
 	specs := bus.NewSpecStore(js)
 	if _, err := specs.Put(ctx, "default", []byte(testSpec)); err != nil {
@@ -372,7 +366,7 @@ func TestLastGoodSpec(t *testing.T) {
 	for i := range 4 {
 		r.reporter(fmt.Sprintf("n%02d", i))
 	}
-	nc, pjs := rideConn(t, srv.url())
+	nc, pjs := rideConn(t, srv.URL())
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -382,9 +376,11 @@ func TestLastGoodSpec(t *testing.T) {
 	if !first.Valid || first.Workers.Len() == 0 {
 		t.Fatalf("revision 1: valid %v, %d workers", first.Valid, first.Workers.Len())
 	}
-	if !strings.Contains(r.logs.String(), "planning on the last good one") {
-		t.Errorf("the bad spec is not in the log:\n%s", r.logs.String())
-	}
+	// The leader's lease says what it finds wrong: the stored spec.
+	natstest.WaitFor(t, 10*time.Second, "the lease naming the spec that does not parse", func() bool {
+		l, err := bus.NewPlanStore(js).ReadLease(ctx, "default")
+		return err == nil && l != nil && slices.ContainsFunc(l.Problems, func(p string) bool { return strings.Contains(p, "does not parse") })
+	})
 	smaller := strings.Replace(testSpec, "worker_num: 8", "worker_num: 4", 1)
 	if _, err := specs.Put(ctx, "default", []byte(smaller)); err != nil {
 		t.Fatal(err)
@@ -399,10 +395,9 @@ func TestSpecPrecedence(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	other := strings.Replace(testSpec, "worker_num: 8", "worker_num: 4", 1)
-	var logs syncBuffer
 	seed := func(replace bool) string {
 		t.Helper()
-		p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(testSpec), ReplaceSpec: replace, Log: zerolog.New(&logs)})
+		p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(testSpec), ReplaceSpec: replace, Log: zerolog.Nop()})
 		if _, err := p.start(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -418,8 +413,8 @@ func TestSpecPrecedence(t *testing.T) {
 	if _, err := bus.NewSpecStore(h.js).Put(ctx, "default", []byte(other)); err != nil { // planner spec set
 		t.Fatal(err)
 	}
-	if got := seed(false); got != other || !strings.Contains(logs.String(), "keeping the stored one") {
-		t.Fatalf("restart with --spec after spec set: stored %q, log %s", got, logs.String())
+	if got := seed(false); got != other {
+		t.Fatalf("restart with --spec after spec set: stored %q, want the one spec set stored", got)
 	}
 	if got := seed(true); got != testSpec {
 		t.Fatalf("--replace-spec: stored %q", got)
