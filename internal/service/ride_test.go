@@ -13,12 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
-	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/reporter"
@@ -49,15 +47,6 @@ type ride struct {
 	done chan error
 	// proxy stands between the planner and the server, to cut it off.
 	proxy *proxy
-	// reg is the planner's metrics, unless the test gave it its own.
-	reg *prometheus.Registry
-}
-
-// replans is how many replans of the default plan the planner finished,
-// and how many of them published.
-func (r *ride) replans() (done, published int) {
-	got := scraped(r.t, r.reg)
-	return int(got[`poolplanner_replan_duration_seconds{plan="default"}`]), int(got[`poolplanner_inventory_change_to_publish_seconds{plan="default"}`])
 }
 
 func newRide(t *testing.T, nodes int, cfg Config) *ride {
@@ -77,10 +66,6 @@ func newRide(t *testing.T, nodes int, cfg Config) *ride {
 	r.proxy = newProxy(t, r.srv.Addr())
 	nc, js := rideConn(t, "nats://"+r.proxy.addr)
 	cfg.NC, cfg.JS, cfg.Log = nc, js, zerolog.New(&r.logs)
-	if cfg.Metrics == nil {
-		r.reg = prometheus.NewRegistry()
-		cfg.Metrics = metrics.NewPlanner(r.reg)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
 	go func() { r.done <- New(cfg).Run(ctx) }()
@@ -152,23 +137,19 @@ func revisionAtLeast(rev int) func(*planner.Plan) bool {
 func TestOutageLongerThanTTL(t *testing.T) {
 	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 5 * time.Second, LeaseTTL: time.Second})
 	r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
-	var before int
-	natstest.WaitFor(t, 10*time.Second, "revision 1's replan done", func() bool {
-		var published int
-		before, published = r.replans()
-		return published >= 1
-	})
 	r.srv.Stop()
 	// The outage is the scenario: a span of time with the server away,
 	// longer than the 1s TTL, so that every key expires; nothing can be
 	// watched meanwhile.
 	time.Sleep(2500 * time.Millisecond)
 	r.srv.Start()
-	// Back, the planner re-reads the inventory, waits (the settle) for
-	// its nodes to report again, and replans once they have.
-	waitScraped(t, r.reg, "a replan on the 4 nodes after the outage", func(m map[string]float64) bool {
-		return m[`poolplanner_replan_duration_seconds{plan="default"}`] > float64(before) && m["poolplanner_inventory_nodes"] == 4
-	})
+	// Back, the planner notices the reconnect (its guard, every 2 s),
+	// re-reads the inventory, waits (the settle, 5 s at most) for its
+	// nodes to report again, and replans. Its replan metric does not
+	// tell that replan from the one it makes on retaking the lease
+	// before it noticed, and nothing else says it is done.
+	// TODO(idle): wait for the planner idle on 4 nodes instead.
+	time.Sleep(8 * time.Second)
 	for _, p := range revisionsOf(t, r.js) {
 		if p.Revision > 1 && (p.Moved > 0 || !p.Valid) {
 			t.Errorf("revision %d after an outage: valid %v, moved %d (%s)", p.Revision, p.Valid, p.Moved, p.Reason)
