@@ -332,7 +332,10 @@ func TestHostileInventory(t *testing.T) {
 			if !strings.Contains(logs.String(), c.why) || !strings.Contains(logs.String(), `"node":"evil"`) {
 				t.Errorf("log does not say %q for key evil:\n%s", c.why, logs.String())
 			}
-			time.Sleep(100 * time.Millisecond) // a replan would be published by now
+			// A rejected document should start no replan; were one
+			// started, it would publish within this (debounce 20 ms).
+			// TODO(idle): wait for the planner idle instead.
+			time.Sleep(100 * time.Millisecond)
 			if got := len(h.history()); got != 1 {
 				t.Fatalf("%d revisions; the hostile document changed the plan", got)
 			}
