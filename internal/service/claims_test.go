@@ -69,6 +69,7 @@ func oneNodePerUUID(t testing.TB, nodes []planner.Node, plans ...*planner.Plan) 
 // passes at once when the holder leaves; a resync of new nodes gives it
 // to the first by id.
 func TestClaimsInTheView(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	p := New(Config{Log: zerolog.New(&logs)})
 	s := p.sibling("exp")
@@ -206,6 +207,7 @@ func (staticSource) Changed() <-chan struct{}                                   
 // When the first leaves, the UUID passes at once to the second; back,
 // the first is refused it.
 func TestTwoReportersOneUUID(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -328,6 +330,7 @@ func TestTwoReportersOneUUID(t *testing.T) {
 // the server's 4 KB control line as a subject) is a 400 naming the
 // rule, and the planner's connection stays up to answer the next.
 func TestLongPlanNameLookup(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

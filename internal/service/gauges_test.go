@@ -82,6 +82,7 @@ func wantGauges(p *planner.Plan) map[string]float64 {
 // revision (its replans wait an hour here), and the leader gauge of
 // every plan; a standby has them too, its leader gauges 0.
 func TestGaugesAtStart(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	h.cluster(4, map[string]string{"default": shareSpec(8, 0), "exp": shareSpec(4, 2)})
@@ -133,6 +134,7 @@ func TestGaugesAtStart(t *testing.T) {
 // TestRemovedPlanSeriesEnd: a removed plan's series all end, its replan
 // time and leader gauge included, and no later replan brings one back.
 func TestRemovedPlanSeriesEnd(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	specs := h.cluster(2, map[string]string{"default": shareSpec(4, 0), "big": shareSpec(8, 5)})

@@ -56,6 +56,7 @@ func offline(t *testing.T, h *harness, nodes int) *Planner {
 // and publishes the next revision whole, rather than taking the plan for
 // new and failing to publish revision 1 for ever.
 func TestMissingSnapshot(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	p := offline(t, h, 4)
@@ -86,6 +87,7 @@ func TestMissingSnapshot(t *testing.T) {
 // revision, a change on a base that is not whole, worker_counts out of
 // range) are unreadable revisions, never a wrong document or a panic.
 func TestHostileEvents(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	p := offline(t, h, 4)
@@ -127,6 +129,7 @@ func TestHostileEvents(t *testing.T) {
 // died before its assignments. The running planner adopts the revision
 // and, a moment later, publishes the assignments of the nodes it changed.
 func TestAnotherPlannersAssignments(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	for i := range 4 {
@@ -160,6 +163,7 @@ func TestAnotherPlannersAssignments(t *testing.T) {
 // revision than the planner's (another planner's), and a damaged message
 // on a node of another planner's revision is repaired.
 func TestRepairsKeepNewer(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	p := offline(t, h, 4)
@@ -196,6 +200,7 @@ func TestRepairsKeepNewer(t *testing.T) {
 // damaged assignment message (on a node of the plan, or on no node's)
 // does not stop it: it replaces them.
 func TestRestartKeepsAssignments(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	p := offline(t, h, 4)
@@ -278,6 +283,7 @@ func (s *syncBuffer) String() string {
 // of their own, are each ignored with one log line naming the key and
 // why, and the plan of the other nodes does not change.
 func TestHostileInventory(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	for i := 1; i <= 4; i++ {

@@ -122,6 +122,7 @@ func (h *harness) waitLeader(within time.Duration, ins ...*instance) *instance {
 // the revision sequence when a node dies. A leader that stops cleanly
 // hands over at once.
 func TestFailover(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for i := range 4 {
 		h.node(fmt.Sprintf("n%02d", i))
@@ -167,6 +168,7 @@ func TestFailover(t *testing.T) {
 // publish: the stream refuses it (the publish checks the lease), and the
 // new leader's revisions continue the sequence.
 func TestPausedLeaderCannotPublish(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	take := func(p *Planner) {
@@ -232,6 +234,7 @@ func onNode(p *planner.Plan, node string) bool {
 // its assignments cannot overwrite the assignments the new leader wrote
 // since; it is refused, and left to reconcile.
 func TestDeposedLeaderAssignments(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	a := offline(t, h, 4)
@@ -273,6 +276,7 @@ func TestDeposedLeaderAssignments(t *testing.T) {
 // publish may read the lease), and once it stood down a planner with its
 // loop publishes nothing unfenced.
 func TestRenewalsDoNotRefusePublishes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	p := offline(t, h, 4)

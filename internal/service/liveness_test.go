@@ -27,6 +27,7 @@ import (
 // deadline (and a stall) has not passed; a beat or the operation's end
 // is progress.
 func TestPulse(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1000, 0)
 	pl := newPulse(func() time.Time { return now })
 	step := func(d time.Duration) { now = now.Add(d) }
@@ -112,6 +113,7 @@ func (h *hang) free() { h.once.Do(func() { close(h.release) }) }
 // health, and when the call returns it stands by: the history stays
 // linear.
 func TestStuckLoopLosesLease(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for i := range 4 {
 		h.node(fmt.Sprintf("n%02d", i))
@@ -159,6 +161,7 @@ func TestStuckLoopLosesLease(t *testing.T) {
 // spec anyway, keeps the lease, and says what it cannot read in its
 // health and in its lease, which planner status shows.
 func TestStoreCallDeadline(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	h.cluster(4, nil)
@@ -192,6 +195,7 @@ func TestStoreCallDeadline(t *testing.T) {
 // planner that stood down takes no lease for StandDownBackoff; alone and
 // writing again, it leads again and its health clears.
 func TestFailingWritesStandDown(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for i := range 4 {
 		h.node(fmt.Sprintf("n%02d", i))
@@ -261,6 +265,7 @@ func corruptSpecs(t *testing.T, dir string) {
 // as the plan's spec: it refuses to start, saying why; with
 // --replace-spec it stores it.
 func TestSpecLostNotReplaced(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	start := func() (func(), jetstream.JetStream, *nats.Conn) {
 		ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: dir})
@@ -318,6 +323,7 @@ func TestSpecLostNotReplaced(t *testing.T) {
 // state file, it publishes revision 3, saying the history was lost, not
 // revision 1 again.
 func TestRevisionsContinueAfterWipe(t *testing.T) {
+	t.Parallel()
 	state := filepath.Join(t.TempDir(), "revisions.json")
 	cfg := Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second, StateFile: state}
 	r := newRide(t, 4, cfg)
@@ -351,6 +357,7 @@ func TestRevisionsContinueAfterWipe(t *testing.T) {
 // and a file that cannot be read stops the planner rather than letting
 // it number revisions again.
 func TestMarks(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "sub", "revisions.json")
 	k := newMarks(path)
 	if err := k.load(); err != nil {

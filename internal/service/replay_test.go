@@ -87,6 +87,7 @@ func churn(t *testing.T, p *Planner, steps int) map[int]string {
 // default; every node's assignment subject holds its workers of the
 // latest revision.
 func TestReplayChurn(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -179,6 +180,7 @@ func checkAssignments(t *testing.T, c *client.Client, p *planner.Plan) {
 // kept is one its event carries or names whole, every revision kept can
 // be rebuilt, and the snapshots of revisions dropped are gone.
 func TestRetain(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	p := New(Config{NC: h.nc, JS: h.js, Plan: "default", SnapshotEvery: 3, InlineWorkers: -1, Settle: -1,
@@ -239,6 +241,7 @@ func TestRetain(t *testing.T) {
 // and publishes the next revision, whole, even when that places nothing
 // (no nodes), as the unreadable one may have.
 func TestUnreadableLatest(t *testing.T) {
+	t.Parallel()
 	for _, nodes := range []int{4, 0} {
 		t.Run(fmt.Sprintf("nodes=%d", nodes), func(t *testing.T) {
 			h := newHarness(t)
@@ -272,6 +275,7 @@ func TestUnreadableLatest(t *testing.T) {
 // The client reads both as if they had come inline; the event is a
 // snapshot.
 func TestOversizedMessages(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, natstest.MaxPayload(64<<10))
 	ctx := context.Background()
 	p := New(Config{NC: h.nc, JS: h.js, Settle: -1, Log: zerolog.Nop()})

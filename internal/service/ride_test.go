@@ -135,6 +135,7 @@ func revisionAtLeast(rev int) func(*planner.Plan) bool {
 // waits for the reporters to put their keys again, as after a restart,
 // and moves nobody.
 func TestOutageLongerThanTTL(t *testing.T) {
+	t.Parallel()
 	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 5 * time.Second, LeaseTTL: time.Second})
 	r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
 	r.srv.Stop()
@@ -166,6 +167,7 @@ func TestOutageLongerThanTTL(t *testing.T) {
 // dies and its key expires; after the reconnect it re-reads the
 // inventory and replans without the node.
 func TestCutOffMissesExpiry(t *testing.T) {
+	t.Parallel()
 	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second})
 	first := r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
 	victim := first.Workers.At(0).NodeID
@@ -283,6 +285,7 @@ func (p *proxy) cut(off bool) {
 // recreates the streams, puts its spec back, and publishes its plan as
 // the next revision, whole, continuing the sequence; it never stops.
 func TestWipedStore(t *testing.T) {
+	t.Parallel()
 	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 3 * time.Second, LeaseTTL: time.Second})
 	first := r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
 	ctx := context.Background()
@@ -327,6 +330,7 @@ func checkSpecBack(t *testing.T, js jetstream.JetStream) {
 // the stored spec does not parse plans on the newest one that does,
 // says so, and takes the next good spec stored.
 func TestLastGoodSpec(t *testing.T) {
+	t.Parallel()
 	srv := natstest.Start(t)
 	_, js := rideConn(t, srv.URL())
 	ctx := context.Background()
@@ -373,6 +377,7 @@ func TestLastGoodSpec(t *testing.T) {
 // set since wins over the file at the next start, said in a warning,
 // unless ReplaceSpec.
 func TestSpecPrecedence(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	other := strings.Replace(testSpec, "worker_num: 8", "worker_num: 4", 1)

@@ -22,6 +22,7 @@ import (
 // plans, a launcher looks up and follows its node, an admin changes the
 // spec and the planner replans.
 func TestSecureService(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, err := auth.Open(dir)
 	if err != nil {

@@ -228,6 +228,7 @@ func (h *harness) waitPublished(plan string, n int) int {
 }
 
 func TestServiceEndToEnd(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	for i := 1; i <= 4; i++ {
@@ -378,6 +379,7 @@ func revisions(ps []*planner.Plan) []int {
 // TestRestartSettles: a planner restarted while a node of the valid plan
 // has not reported yet waits for it, instead of replanning without it.
 func TestRestartSettles(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	for i := 1; i <= 3; i++ {
@@ -418,6 +420,7 @@ func TestRestartSettles(t *testing.T) {
 // after a fresh start (its plan made by this planner), or after a restart
 // once it had reported, is replanned at once, however long --settle is.
 func TestSettleOnlyForSilentNodes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	for i := 1; i <= 4; i++ {

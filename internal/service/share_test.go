@@ -82,6 +82,7 @@ func (h *harness) checkShared(plans ...*planner.Plan) {
 // is removed and the one that gave way comes back, in a new revision.
 // Lookups, assignments and validation answer per plan.
 func TestSeveralPlans(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	for i := 1; i <= 4; i++ { // 32 GPUs
@@ -171,6 +172,7 @@ func TestSeveralPlans(t *testing.T) {
 // TestSeveralPlansQuota: a plan over its max_gpus is invalid and says
 // so; its quota raised, it is placed.
 func TestSeveralPlansQuota(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	specs := h.cluster(2, map[string]string{"exp": "max_gpus: 4\n" + shareSpec(6, 0)})
@@ -191,6 +193,7 @@ func TestSeveralPlansQuota(t *testing.T) {
 // publishes nothing while nothing changed, and continues each plan's
 // sequence, never giving a GPU twice.
 func TestSeveralPlansFailover(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	specs := h.cluster(4, map[string]string{"a": shareSpec(12, 1), "b": shareSpec(12, 0)})
@@ -325,6 +328,7 @@ scheduling:
 // on it says so in its next revision (every plan keeps its own change
 // log), and a plan that had none publishes nothing.
 func TestSeveralPlansNodeLeaves(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	h.cluster(4, map[string]string{"a": shareSpec(8, 1), "b": shareSpec(8, 0), "c": shareSpec(4, 0)})

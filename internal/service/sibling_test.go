@@ -23,6 +23,7 @@ func bareEvent(name string, rev int) *plan.Event {
 // TestSiblingPublishFenced: after the lead stood down (lease 0, its loop
 // running), no plan's publish goes out, its own or another's.
 func TestSiblingPublishFenced(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	p := New(Config{NC: h.nc, JS: h.js, NoService: true, Log: zerolog.Nop()})
@@ -43,6 +44,7 @@ func TestSiblingPublishFenced(t *testing.T) {
 // lead's pubMu, so a renewal (which holds it) cannot change the lease
 // between the publish reading it and the stream checking it.
 func TestSiblingPublishWaitsForRenewal(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	p := New(Config{NC: h.nc, JS: h.js, NoService: true, Log: zerolog.Nop()})
@@ -68,6 +70,7 @@ func TestSiblingPublishWaitsForRenewal(t *testing.T) {
 // any before it) keeps its last valid revision, and no other plan is
 // given its GPUs.
 func TestSpeclessPlanHolds(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	specs := h.cluster(2, map[string]string{"x": shareSpec(8, 0)})

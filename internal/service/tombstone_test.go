@@ -19,6 +19,7 @@ import (
 // marker, and a plain KV watcher of the inventory bucket (as `nats kv
 // watch`) sees the node go.
 func TestExpiredNodeTombstone(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -57,6 +58,7 @@ func TestExpiredNodeTombstone(t *testing.T) {
 // it; one still gone gets its delete marker; a standby writes none, and
 // keeps them for when it leads.
 func TestTombstoneSparesNodeBack(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	p := New(Config{NC: h.nc, JS: h.js, NoService: true, Log: zerolog.Nop()})
