@@ -16,19 +16,16 @@ import (
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
 // startServer starts an embedded server on a free port with JetStream in
-// a temp dir, stopped when the test ends.
+// a temp dir (natstest's), stopped when the test ends.
 func startServer(t testing.TB) (*server.Server, string) {
 	t.Helper()
-	ns, url, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns, url
+	s := natstest.Start(t)
+	return s.NATS(), s.URL()
 }
 
 func connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
@@ -307,13 +304,7 @@ func TestConnectServerDownAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { ns2.Shutdown(); ns2.WaitForShutdown() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !nc.IsConnected() {
-		if time.Now().After(deadline) {
-			t.Fatal("did not connect once the server came up")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	natstest.WaitFor(t, 10*time.Second, "connected once the server came up", nc.IsConnected)
 	if !strings.Contains(nc.ConnectedUrl(), port) {
 		t.Errorf("connected to %s", nc.ConnectedUrl())
 	}
