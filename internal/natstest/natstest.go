@@ -38,10 +38,22 @@ func MaxPayload(n int32) Option {
 	return func(o *server.Options) { o.MaxPayload = n }
 }
 
-// Start starts a server on a free port, stopped when the test ends.
+// Port makes the server listen on port (of 127.0.0.1) rather than a
+// free one: for a test that has a client wait on an address before any
+// server is there.
+func Port(port int) Option {
+	return func(o *server.Options) { o.Port = port }
+}
+
+// Start starts a server on a free port (or Port's), stopped when the
+// test ends.
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
-	s := &Server{tb: tb, dir: tb.TempDir(), port: -1, opts: opts}
+	first := &server.Options{Port: -1}
+	for _, o := range opts {
+		o(first)
+	}
+	s := &Server{tb: tb, dir: tb.TempDir(), port: first.Port, opts: opts}
 	s.Start()
 	s.port = s.ns.Addr().(*net.TCPAddr).Port
 	tb.Cleanup(s.Stop)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"testing"
 	"time"
@@ -78,6 +79,24 @@ func TestWipe(t *testing.T) {
 	})
 	if s.URL() != "nats://"+s.Addr() {
 		t.Fatalf("URL %s, Addr %s", s.URL(), s.Addr())
+	}
+}
+
+// TestPort: a server on a port chosen before it starts, as a client
+// given that address waits for it.
+func TestPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s := Start(t, Port(port))
+	if want := fmt.Sprintf("127.0.0.1:%d", port); s.Addr() != want {
+		t.Fatalf("addr %s, want %s", s.Addr(), want)
+	}
+	if !s.Conn(t).IsConnected() {
+		t.Fatal("not connected")
 	}
 }
 
