@@ -146,11 +146,18 @@ const Poll = 10 * time.Millisecond
 // test, naming what it waited for, when within passes first.
 func WaitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
 	tb.Helper()
+	WaitEvery(tb, within, Poll, what, cond)
+}
+
+// WaitEvery is WaitFor checking every poll: for a condition that costs
+// (a command run, a connection made each time).
+func WaitEvery(tb testing.TB, within, poll time.Duration, what string, cond func() bool) {
+	tb.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
 			tb.Fatalf("not %s within %s", what, within)
 		}
-		time.Sleep(Poll)
+		time.Sleep(poll)
 	}
 }

@@ -38,6 +38,16 @@ func TestRestartKeepsStore(t *testing.T) {
 	})
 }
 
+// TestWaitEvery: the condition is checked every poll, until it holds.
+func TestWaitEvery(t *testing.T) {
+	calls := 0
+	start := time.Now()
+	WaitEvery(t, 10*time.Second, 20*time.Millisecond, "the third call", func() bool { calls++; return calls == 3 })
+	if took := time.Since(start); calls != 3 || took < 40*time.Millisecond {
+		t.Fatalf("%d calls in %s", calls, took)
+	}
+}
+
 // TestWaitForFails: a condition that never holds fails the test.
 func TestWaitForFails(t *testing.T) {
 	ft := &fakeTB{TB: t}
