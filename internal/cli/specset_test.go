@@ -33,15 +33,12 @@ func specRevisions(t *testing.T, server string) map[string]uint64 {
 // of its own (exit 2) forced or not.
 func TestSpecSetValidates(t *testing.T) {
 	server, serveErr := startQuickServe(t)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		code, _, errOut := run(t, "lookup", "train", "0", "--server", server)
-		if code == 0 {
-			break
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("serve: %s", serveErr.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no first plan: %s (serve: %s)", errOut, serveErr.String())
-		}
-	}
+	})
+	runUntil(t, 30*time.Second, succeeds, "lookup", "train", "0", "--server", server) // the first plan
 	before := specRevisions(t, server)["default"]
 
 	// Feasible as default's spec (its own GPUs not in its way).
