@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/natstest"
-	"github.com/rs/zerolog"
 )
 
 // TestServeClusterFlags: the cluster and replica flags that cannot work
