@@ -362,12 +362,7 @@ func TestSnapshotsOfOneRevision(t *testing.T) {
 // stored its old object goes; a message whose object is gone is
 // unreadable, not "no assignment".
 func TestAssignmentObjects(t *testing.T) {
-	ns, url, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir(), MaxPayload: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	_, js := connect(t, url)
+	_, js := connect(t, natstest.Start(t, natstest.MaxPayload(64<<10)).URL())
 	ctx := context.Background()
 	s := NewPlanStore(js)
 	if err := s.Ensure(ctx); err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 )
 
 // specRevisions is `planner spec ls --output json`: plan → spec revision.
@@ -103,11 +103,7 @@ func TestSpecSetValidates(t *testing.T) {
 // TestSpecSetWithoutPlanner: with no planner to validate, spec set says
 // so and stores nothing, unless --force.
 func TestSpecSetWithoutPlanner(t *testing.T) {
-	ns, server, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	server := natstest.Start(t).URL()
 
 	code, out, errOut := run(t, "spec", "set", "--plan", "exp", "../../examples/experiment.yaml", "--server", server)
 	if code != 1 || out != "" || !strings.Contains(errOut, "spec of plan exp not stored: no planner answers poolplanner.validate") {
