@@ -286,10 +286,9 @@ func TestPutRecreatesBucket(t *testing.T) {
 
 func TestConnectServerDownAtStart(t *testing.T) {
 	// A free port nobody listens on yet.
-	ns, url := startServer(t)
-	port := ns.Addr().String()
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	srv := natstest.Start(t)
+	url, port := srv.URL(), srv.Addr()
+	srv.Stop()
 
 	nc, err := Connect(url, "test", zerolog.Nop(), Security{})
 	if err != nil {
@@ -299,11 +298,7 @@ func TestConnectServerDownAtStart(t *testing.T) {
 	if nc.IsConnected() {
 		t.Fatal("connected to a server that is down")
 	}
-	ns2, _, err := StartEmbedded(EmbeddedOptions{Listen: port, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns2.Shutdown(); ns2.WaitForShutdown() }()
+	srv.Start()
 	natstest.WaitFor(t, 10*time.Second, "connected once the server came up", nc.IsConnected)
 	if !strings.Contains(nc.ConnectedUrl(), port) {
 		t.Errorf("connected to %s", nc.ConnectedUrl())
