@@ -16,19 +16,16 @@ import (
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
 // startServer starts an embedded server on a free port with JetStream in
-// a temp dir, stopped when the test ends.
+// a temp dir (natstest's), stopped when the test ends.
 func startServer(t testing.TB) (*server.Server, string) {
 	t.Helper()
-	ns, url, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns, url
+	s := natstest.Start(t)
+	return s.NATS(), s.URL()
 }
 
 func connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
@@ -289,10 +286,9 @@ func TestPutRecreatesBucket(t *testing.T) {
 
 func TestConnectServerDownAtStart(t *testing.T) {
 	// A free port nobody listens on yet.
-	ns, url := startServer(t)
-	port := ns.Addr().String()
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	srv := natstest.Start(t)
+	url, port := srv.URL(), srv.Addr()
+	srv.Stop()
 
 	nc, err := Connect(url, "test", zerolog.Nop(), Security{})
 	if err != nil {
@@ -302,18 +298,8 @@ func TestConnectServerDownAtStart(t *testing.T) {
 	if nc.IsConnected() {
 		t.Fatal("connected to a server that is down")
 	}
-	ns2, _, err := StartEmbedded(EmbeddedOptions{Listen: port, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns2.Shutdown(); ns2.WaitForShutdown() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !nc.IsConnected() {
-		if time.Now().After(deadline) {
-			t.Fatal("did not connect once the server came up")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	srv.Start()
+	natstest.WaitFor(t, 10*time.Second, "connected once the server came up", nc.IsConnected)
 	if !strings.Contains(nc.ConnectedUrl(), port) {
 		t.Errorf("connected to %s", nc.ConnectedUrl())
 	}
@@ -371,12 +357,7 @@ func TestSnapshotsOfOneRevision(t *testing.T) {
 // stored its old object goes; a message whose object is gone is
 // unreadable, not "no assignment".
 func TestAssignmentObjects(t *testing.T) {
-	ns, url, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir(), MaxPayload: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	_, js := connect(t, url)
+	_, js := connect(t, natstest.Start(t, natstest.MaxPayload(64<<10)).URL())
 	ctx := context.Background()
 	s := NewPlanStore(js)
 	if err := s.Ensure(ctx); err != nil {

@@ -98,11 +98,11 @@ func writeOther(t *testing.T, store *bus.InventoryStore, doc inventory.NodeInven
 // when it stops.
 func TestSecondReporterOfLiveNodeRefused(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.url)
-	a := startWith(t, srv.url, hostSource("gpu-07"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1001, pids(1001) })
+	store := client(t, srv.URL())
+	a := startWith(t, srv.URL(), hostSource("gpu-07"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1001, pids(1001) })
 	first := waitForKey(t, store, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.ReporterPID == 1001 })
 
-	b := startWith(t, srv.url, hostSource("gpu-07"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1002, pids(1001, 1002) })
+	b := startWith(t, srv.URL(), hostSource("gpu-07"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1002, pids(1001, 1002) })
 	err := ended(t, b, 5*time.Second)
 	if !errors.Is(err, ErrOtherReporter) {
 		t.Fatalf("second reporter: %v, want ErrOtherReporter", err)
@@ -133,16 +133,16 @@ func TestSecondReporterOfLiveNodeRefused(t *testing.T) {
 // not yet expired) takes the key over at once, without the node leaving.
 func TestPredecessorDiedTakesOver(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.url)
+	store := client(t, srv.URL())
 	events := watch(t, store)
-	a := startWith(t, srv.url, newFakeSource("n1"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID = 1001 })
+	a := startWith(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID = 1001 })
 	if ev := next(t, events, 5*time.Second); ev.Op != bus.Changed || ev.Inventory.ReporterPID != 1001 {
 		t.Fatalf("first event %+v", ev)
 	}
 	a.kill(t)
 
 	start := time.Now()
-	b := startWith(t, srv.url, newFakeSource("n1"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1002, pids(1002) })
+	b := startWith(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1002, pids(1002) })
 	ev := next(t, events, 5*time.Second)
 	if ev.Op != bus.Changed || ev.Inventory.ReporterPID != 1002 {
 		t.Fatalf("event %v %s (pid %d), want the new reporter's document", ev.Op, ev.Reason, ev.Inventory.ReporterPID)
@@ -158,11 +158,11 @@ func TestPredecessorDiedTakesOver(t *testing.T) {
 // container's reporter is pid 1 every time). It is taken over.
 func TestSamePIDOfAPreviousProcessTakesOver(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.url)
+	store := client(t, srv.URL())
 	old := newFakeSource("n1").inv
 	old.Reporter, old.ReporterPID = "previous-instance", os.Getpid()
 	writeOther(t, store, old, 30*time.Second)
-	startReporter(t, srv.url, newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
+	startReporter(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
 	waitForKey(t, store, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool {
 		return inv.Reporter != "previous-instance" && inv.ReporterPID == os.Getpid()
 	})
@@ -173,11 +173,11 @@ func TestSamePIDOfAPreviousProcessTakesOver(t *testing.T) {
 // expires.
 func TestNoPIDRefusedUntilTTL(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.url)
+	store := client(t, srv.URL())
 	old := newFakeSource("n1").inv
 	old.Reporter = "older-reporter"
 	rev := writeOther(t, store, old, 30*time.Second)
-	r := startReporter(t, srv.url, newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
+	r := startReporter(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
 	err := ended(t, r, 5*time.Second)
 	if !errors.Is(err, ErrOtherReporter) || !strings.Contains(err.Error(), "pid unknown") || !strings.Contains(err.Error(), "it wrote no pid") ||
 		!strings.Contains(err.Error(), "the key expires at ") {
@@ -192,8 +192,8 @@ func TestNoPIDRefusedUntilTTL(t *testing.T) {
 // naming it, and leaves that reporter's key alone.
 func TestOverwrittenReporterStopsWithoutDeleting(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.url)
-	r := startReporter(t, srv.url, newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
+	store := client(t, srv.URL())
+	r := startReporter(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
 	waitForKey(t, store, "n1", 5*time.Second, nil)
 	other := newFakeSource("n1").inv
 	other.Hostname, other.Reporter, other.ReporterPID = "h2", "other-instance", 77
@@ -211,10 +211,10 @@ func TestOverwrittenReporterStopsWithoutDeleting(t *testing.T) {
 // own: a key another writer wrote since (its revision moved) stays.
 func TestShutdownLeavesAnotherWritersKey(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.url)
+	store := client(t, srv.URL())
 	// No heartbeat before the stop: the reporter does not notice the
 	// overwrite until it shuts down.
-	r := startReporter(t, srv.url, newFakeSource("n1"), time.Minute, 2*time.Minute)
+	r := startReporter(t, srv.URL(), newFakeSource("n1"), time.Minute, 2*time.Minute)
 	waitForKey(t, store, "n1", 5*time.Second, nil)
 	other := newFakeSource("n1").inv
 	other.Hostname, other.Reporter, other.ReporterPID = "h2", "other-instance", 77
