@@ -156,10 +156,8 @@ type Service struct {
 	// The loop's goroutine alone uses them.
 	live   view
 	states map[string]*planState
-	// snap is the loop's state as others read it, published once Run
-	// runs (running).
-	snap    atomic.Pointer[snapshot]
-	running atomic.Bool
+	// snap is the loop's state as others read it.
+	snap atomic.Pointer[snapshot]
 	// fence is the lease every publish is fenced by.
 	fence fence
 	// phase is the loop's (a phase), for Health; quiet says when it is
@@ -243,6 +241,7 @@ func New(cfg Config) *Service {
 	}
 	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
 	p.live.changed = p.remember
+	p.publishSnapshot(true)
 	return p
 }
 
@@ -337,7 +336,6 @@ func (p *Service) Run(ctx context.Context) error {
 		own.inherited = latest.Plan
 	}
 	own.reconcile = latest != nil
-	p.running.Store(true)
 	p.publishSnapshot(true)
 	// Its gauges say the latest at once, not at the next revision.
 	p.gauges(own, latest)

@@ -69,28 +69,20 @@ func (p *Service) takeSnapshot(prev *snapshot, fresh bool) *snapshot {
 // as of the last replan.
 const inventoryEvery = 250 * time.Millisecond
 
-// publishSnapshot publishes the loop's state for the readers, once Run
-// runs (snap is then never nil); fresh: the inventory as it is now (a
-// revision was published or adopted), whatever the last copy's age. It
-// reports whether the inventory published is behind the view's (the
-// loop publishes again inventoryEvery later).
+// publishSnapshot publishes the loop's state for the readers; fresh:
+// the inventory as it is now (a revision was published or adopted),
+// whatever the last copy's age. It reports whether the inventory
+// published is behind the view's (the loop publishes again
+// inventoryEvery later). Only the loop's goroutine calls it (New, before
+// there is one; a test driving a Service without its loop, in its own).
 func (p *Service) publishSnapshot(fresh bool) (behind bool) {
-	if !p.running.Load() {
-		return false
-	}
 	sn := p.takeSnapshot(p.snap.Load(), fresh)
 	p.snap.Store(sn)
 	return sn.gen != p.live.gen
 }
 
-// view is the latest snapshot; before Run (a Service driven by hand, in
-// tests: nothing else writes its state), the state as it is.
-func (p *Service) view() *snapshot {
-	if sn := p.snap.Load(); sn != nil {
-		return sn
-	}
-	return p.takeSnapshot(nil, true)
-}
+// view is the latest snapshot (New publishes the first).
+func (p *Service) view() *snapshot { return p.snap.Load() }
 
 // planned are the snapshot's planned plans, by name.
 func (sn *snapshot) planned() []planView {

@@ -73,6 +73,7 @@ func TestValidateExplains(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			p.publishSnapshot(true) // as the loop does once it took them
 			reply, err := p.Validate(context.Background(), []byte(c.spec), "")
 			if err != nil {
 				t.Fatal(err)
@@ -136,6 +137,7 @@ func TestValidateBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	p.publishSnapshot(true) // as the loop does once it took them
 	svc, err := bus.AddService(h.nc, p)
 	if err != nil {
 		t.Fatal(err)
