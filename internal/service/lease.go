@@ -311,7 +311,7 @@ func (ls *leaser) body(since time.Time) *bus.Lease {
 // publish reads the lease while it changes: a renewal (expect not 0) is
 // recorded before any publish may read the lease again.
 func (ls *leaser) write(ctx context.Context, since time.Time, expect uint64) (uint64, error) {
-	// A publish holds pubMu for at most its deadline; one wedged past it
+	// A publish holds fence.mu for at most its deadline; one wedged past it
 	// (a stuck loop) must not wedge the lease's goroutine too.
 	if !lockWithin(ctx, &ls.p.fence.mu, ls.p.cfg.LeaseTTL/2) {
 		return 0, fmt.Errorf("write lease: a publish has held the lease lock for %s", ls.p.cfg.LeaseTTL/2)

@@ -371,7 +371,7 @@ func (p *Service) publishFenced(ctx context.Context, ev *plan.Event, digest stri
 		// Stood down since the replan began: no unfenced publish.
 		return 0, fmt.Errorf("publish %s revision %d: %w", ev.Name, ev.Revision, bus.ErrLeaseLost)
 	}
-	// Renewals wait while this holds pubMu: bound it well inside the TTL.
+	// Renewals wait while this holds fence.mu: bound it well inside the TTL.
 	ctx, done := p.op(ctx, fmt.Sprintf("publishing plan %s revision %d", ev.Name, ev.Revision), p.cfg.LeaseTTL/2)
 	defer done()
 	return p.plans.PublishEvent(ctx, ev, digest, expect, lease)

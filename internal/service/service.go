@@ -61,7 +61,7 @@ const DefaultInlineWorkers = 2048
 // another planner published first.
 const maxConflicts = 8
 
-// Config is what a Planner needs.
+// Config is what a Service needs.
 type Config struct {
 	NC *nats.Conn
 	JS jetstream.JetStream
