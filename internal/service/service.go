@@ -144,8 +144,8 @@ type Config struct {
 // follow goroutines read the snapshot the loop publishes (snap). The
 // leaser's goroutine (lease.go) owns the lease's timing and its
 // sequence (fence), and tells the loop what became of the lease. Locks,
-// outermost first: fence.mu, leaser.mu, healthMu; the pulse's and the
-// marks' are innermost.
+// outermost first: fence.mu, leaser.mu, healthMu; the pulse's, the
+// marks', the tombstones' and quiet's are innermost.
 type Service struct {
 	cfg   Config
 	plans *bus.PlanStore
