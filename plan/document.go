@@ -146,7 +146,31 @@ type Status struct {
 	// wait or a degradation comes down to (Error without what it says
 	// of other plans and unplaced workers).
 	Cause string `json:"cause,omitempty"`
+	// Fresh, when the placement was made afresh rather than from the
+	// previous revision's, says why (one of the Fresh kinds; Reason
+	// words it).
+	Fresh string `json:"fresh,omitempty"`
 }
+
+// Why a placement was made afresh (Status.Fresh).
+const (
+	// FreshFirst: the plan's first placement.
+	FreshFirst = "first"
+	// FreshAfterInvalid: the previous revision placed nothing.
+	FreshAfterInvalid = "after_invalid"
+	// FreshPlacementChanged: the spec's placement mode or strategies
+	// changed.
+	FreshPlacementChanged = "placement_changed"
+	// FreshShortfall: keeping the previous workers left too little room
+	// for the others.
+	FreshShortfall = "shortfall"
+	// FreshDomains: kept workers of an nvlink_domain strict group span
+	// several NVLink domains.
+	FreshDomains = "nvlink_domains"
+	// FreshQuota: keeping the previous workers needs more GPUs than
+	// max_gpus.
+	FreshQuota = "quota"
+)
 
 // Why a plan is not valid (Status.Reason).
 const (

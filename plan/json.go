@@ -226,6 +226,10 @@ func (p *Header) appendWhy(b []byte) []byte {
 			b = append(b, `,"cause":`...)
 			b = appendString(b, st.Cause)
 		}
+		if st.Fresh != "" {
+			b = append(b, `,"fresh":`...)
+			b = appendString(b, st.Fresh)
+		}
 		b = append(b, '}')
 	}
 	return b

@@ -15,9 +15,9 @@ type Change struct {
 	// the previous plan could not be its base.
 	Fresh    bool
 	FreshWhy string
-	// First: made afresh because there was no previous plan (FreshWhy
-	// then says only that).
-	First bool
+	// FreshKind says why as a value (a plan.Fresh kind); plan.FreshFirst:
+	// there was no previous plan (FreshWhy then says only that).
+	FreshKind string
 	// Displaced lists the workers placed again; only for an incremental
 	// plan. Unplaced lists, for a degraded plan, the displaced workers it
 	// could not place again (its Unplaced).

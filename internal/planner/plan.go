@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // PlanError is a reason no valid plan exists.
@@ -71,8 +73,8 @@ func Replan(prev *Plan, spec *Spec, nodes []Node) (*Plan, *Change, error) {
 // replan is Replan; keep says whether a plan that cannot place every
 // worker is degraded rather than released.
 func replan(prev *Plan, spec *Spec, nodes []Node, keep bool) (*Plan, *Change, error) {
-	if why := freshWhy(prev, spec); why != "" {
-		return fresh(prev, spec, nodes, why)
+	if why, kind := freshWhy(prev, spec); why != "" {
+		return fresh(prev, spec, nodes, why, kind)
 	}
 	e := newEngine(spec, Options{})
 	e.prev, e.prevState = prev, prev.state
@@ -80,14 +82,14 @@ func replan(prev *Plan, spec *Spec, nodes []Node, keep bool) (*Plan, *Change, er
 	err := e.run(nodes)
 	var short *shortfallError
 	if errors.As(err, &short) {
-		doc, ch, ferr := fresh(prev, spec, nodes, "the incremental plan could not place every worker: "+err.Error())
+		doc, ch, ferr := fresh(prev, spec, nodes, "the incremental plan could not place every worker: "+err.Error(), plan.FreshShortfall)
 		if ferr == nil || !keep {
 			return doc, ch, ferr
 		}
 		return degraded(e, prev, spec, nodes, &Outcome{doc, ch, ferr})
 	}
 	if comp := e.strictSpread(); err == nil && comp != "" {
-		return fresh(prev, spec, nodes, "nvlink_domain strict: the "+comp+" workers kept span several NVLink domains")
+		return fresh(prev, spec, nodes, "nvlink_domain strict: the "+comp+" workers kept span several NVLink domains", plan.FreshDomains)
 	}
 	doc, err := e.finish(err)
 	if err != nil {
@@ -105,7 +107,9 @@ func replan(prev *Plan, spec *Spec, nodes []Node, keep bool) (*Plan, *Change, er
 	return doc, ch, nil
 }
 
-func fresh(prev *Plan, spec *Spec, nodes []Node, why string) (*Plan, *Change, error) {
+// fresh plans spec on nodes afresh; why says why in words, kind as a
+// plan.Fresh kind.
+func fresh(prev *Plan, spec *Spec, nodes []Node, why, kind string) (*Plan, *Change, error) {
 	doc, err := Compute(spec, nodes)
 	if err == nil {
 		doc.Moved = CountMoved(prev, doc)
@@ -113,7 +117,7 @@ func fresh(prev *Plan, spec *Spec, nodes []Node, why string) (*Plan, *Change, er
 			explainFresh(prev, doc, why)
 		}
 	}
-	return doc, &Change{Fresh: true, FreshWhy: why, First: prev == nil}, err
+	return doc, &Change{Fresh: true, FreshWhy: why, FreshKind: kind}, err
 }
 
 // explainFresh adds to a plan made afresh, per component, how many of
@@ -145,20 +149,20 @@ func explainFresh(prev, doc *Plan, why string) {
 }
 
 // freshWhy says why prev cannot be the base of an incremental plan for
-// spec, or "" when it can.
-func freshWhy(prev *Plan, spec *Spec) string {
+// spec, in words and as a plan.Fresh kind, or "" when it can.
+func freshWhy(prev *Plan, spec *Spec) (why, kind string) {
 	sp := spec.Placement
 	switch {
 	case prev == nil:
-		return "first plan"
+		return "first plan", plan.FreshFirst
 	case !prev.Placed():
-		return "the previous plan was not valid"
+		return "the previous plan was not valid", plan.FreshAfterInvalid
 	case prev.Mode != sp.Mode:
-		return "placement changed"
+		return "placement changed", plan.FreshPlacementChanged
 	case sp.Mode != ModeManual && (prev.Strategy != sp.Strategy || prev.EnvStrategy != sp.EnvStrategy):
-		return "placement changed"
+		return "placement changed", plan.FreshPlacementChanged
 	}
-	return ""
+	return "", ""
 }
 
 // run places the spec: the arithmetic first, then (incremental) the

@@ -427,7 +427,7 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 		if o.Err != nil && err == nil && job.Prev != nil {
 			// Kept workers may hold more GPUs than a fresh packing.
 			why := fmt.Sprintf("max_gpus %d: the incremental plan needs %d GPUs", spec.MaxGPUs, HeldGPUs(doc))
-			if f := WithinQuota(outcome(fresh(job.Prev, spec, nodes, why)), spec); f.Err == nil {
+			if f := WithinQuota(outcome(fresh(job.Prev, spec, nodes, why, plan.FreshQuota)), spec); f.Err == nil {
 				return f
 			}
 		}

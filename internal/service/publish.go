@@ -315,6 +315,16 @@ func (p *Service) publish(ctx context.Context, s *planState, o planner.Outcome, 
 		next.Revision = prev.Revision + 1
 	}
 	next.CreatedAt = p.cfg.Now().UTC()
+	// Its status says whether this placement was made afresh, and why
+	// (a copy: the status may be the previous revision's, kept).
+	if next.Status != nil {
+		st := *next.Status
+		st.Fresh = ""
+		if ch != nil && ch.Fresh && next.Placed() {
+			st.Fresh = ch.FreshKind
+		}
+		next.Status = &st
+	}
 	next.Reason = join(lead, join(note, fullReason(prev, next, changes, specChanged, ch)))
 	switch {
 	case latest != nil && latest.Orphan && latest.Unreadable:
@@ -509,7 +519,7 @@ func reason(prev *planner.Plan, changes []string, specChanged bool, ch *planner.
 	if prev != nil {
 		parts = append(parts, changes...)
 	}
-	if s := ch.Summary(); s != "" && !ch.First {
+	if s := ch.Summary(); s != "" && ch.FreshKind != plan.FreshFirst {
 		parts = append(parts, s)
 	}
 	if len(parts) == 0 {
