@@ -17,9 +17,9 @@ func TestEncodeJSON(t *testing.T) {
 		t.Fatalf("small plan: %s %v %v", data, h, err)
 	}
 	big := &planner.Plan{Document: plan.Document{Header: plan.Header{Name: "p", Valid: true}}}
-	var ws []planner.Worker
+	var ws []plan.Worker
 	for i := 0; i < 5000; i++ {
-		ws = append(ws, planner.Worker{Component: planner.Env, Index: i, Pool: "rollout_pool", NodeID: "node-0001", GPUs: []int{i % 8}, GPUShare: 0.25, CPUs: 1})
+		ws = append(ws, plan.Worker{Component: plan.Env, Index: i, Pool: "rollout_pool", NodeID: "node-0001", GPUs: []int{i % 8}, GPUShare: 0.25, CPUs: 1})
 	}
 	big.Workers = plan.NewWorkers(ws)
 	data, h, err = EncodeJSON(big)
@@ -42,7 +42,7 @@ func TestEncodeJSON(t *testing.T) {
 }
 
 func TestPlacedWorkerJSON(t *testing.T) {
-	pw := Place(&planner.Plan{Document: plan.Document{Header: plan.Header{Name: "p\"1", Revision: 4}}}, planner.Worker{Component: planner.Eval, Index: 2, Pool: "rollout_pool",
+	pw := Place(&planner.Plan{Document: plan.Document{Header: plan.Header{Name: "p\"1", Revision: 4}}}, plan.Worker{Component: plan.Eval, Index: 2, Pool: "rollout_pool",
 		NodeID: "n1", IP: "10.0.0.1", GPUs: []int{0, 1}, GPUUUIDs: []string{"GPU-a", "GPU-b"}, GPUShare: 1, CPUs: 2.5})
 	fast, _, err := EncodeJSON(pw)
 	if err != nil {

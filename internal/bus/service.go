@@ -16,6 +16,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // The bus's error kinds, package client's: every error a handler returns
@@ -67,7 +68,7 @@ func errorReply(err error) (code, desc string) {
 }
 
 // Place returns w of plan p with its CUDA_VISIBLE_DEVICES value.
-func Place(p *planner.Plan, w planner.Worker) PlacedWorker {
+func Place(p *planner.Plan, w plan.Worker) PlacedWorker {
 	return client.Place(p.Name, p.Revision, w)
 }
 
@@ -281,7 +282,7 @@ func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
 		return nil, fmt.Errorf("%w: give component and index, or node_id", ErrBadRequest)
 	case byWorker && *req.Index < 0:
 		return nil, fmt.Errorf("%w: index %d: must be >= 0", ErrBadRequest, *req.Index)
-	case byWorker && planner.Component(req.Component).Rank() < 0:
+	case byWorker && plan.Component(req.Component).Rank() < 0:
 		return nil, fmt.Errorf("%w: component %q: want train, eval, env or buffer", ErrBadRequest, req.Component)
 	}
 	if byNode {
@@ -303,7 +304,7 @@ func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
 		}
 		return out, nil
 	}
-	if w := p.Workers.Find(planner.Component(req.Component), *req.Index); w != nil {
+	if w := p.Workers.Find(plan.Component(req.Component), *req.Index); w != nil {
 		return Place(p, *w), nil
 	}
 	for _, u := range p.Unplaced {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // Why a worker of the previous plan cannot keep its place. Tests assert on
@@ -34,7 +36,7 @@ const (
 // Displaced is a worker of the previous plan that had to be placed again,
 // or a worker new to the spec.
 type Displaced struct {
-	Component Component
+	Component plan.Component
 	Index     int
 	// NodeID is where it was; empty for a new worker.
 	NodeID string
@@ -209,7 +211,7 @@ func (e *engine) displaceAll(ns *nodeState, why string) {
 	}
 }
 
-func (e *engine) displace(w *Worker, why, where string) {
+func (e *engine) displace(w *plan.Worker, why, where string) {
 	if holder, ok := strings.CutPrefix(why, WhyPreempted); ok && !slices.Contains(e.takenBy, holder) {
 		e.takenBy = append(e.takenBy, holder)
 	}
@@ -231,7 +233,7 @@ func (e *engine) displacedOf(ci comp) []int {
 // keepOne gives worker w of the previous plan its place on node at if
 // every check a new placement meets still holds there; else it says why
 // not, and where.
-func (e *engine) keepOne(at int32, w *Worker) (why, where string) {
+func (e *engine) keepOne(at int32, w *plan.Worker) (why, where string) {
 	ci := compOf(w.Component)
 	gi, g := e.demands[ci].groupAt(w.Index)
 	ns := e.table[at]
@@ -284,7 +286,7 @@ func (e *engine) keepAllowed(ns *nodeState, g group, gpus []int) bool {
 
 // keepGPU checks the i-th GPU of w on ns: it exists, is healthy, is the
 // same GPU (by UUID), lies in the pool's allocation, and fits.
-func (e *engine) keepGPU(ns *nodeState, tg target, ci comp, w *Worker, i int, frac float64) string {
+func (e *engine) keepGPU(ns *nodeState, tg target, ci comp, w *plan.Worker, i int, frac float64) string {
 	x, n := w.GPUs[i], ns.node
 	switch {
 	case x < 0 || x >= n.GPUs:
@@ -309,7 +311,7 @@ func (e *engine) keepGPU(ns *nodeState, tg target, ci comp, w *Worker, i int, fr
 
 // targetOf is the pool w belongs in on node at: its component's auto
 // pool, or the manual pool it names if that pool still lists the node.
-func (e *engine) targetOf(w *Worker, ci comp, at int32) (target, bool) {
+func (e *engine) targetOf(w *plan.Worker, ci comp, at int32) (target, bool) {
 	if !e.rules.manual {
 		p := e.pools[e.rules.pool[ci]]
 		return target{pool: p}, w.Pool == p.name
@@ -391,8 +393,8 @@ func (e *engine) adoptSlow() {
 // prevByNode groups the previous plan's train, eval and env workers by
 // node, once per component and index the spec still asks for; workers on
 // nodes that left are displaced, and buffers remembered by node.
-func (e *engine) prevByNode() ([][]*Worker, [nComp][]bool) {
-	byNode := make([][]*Worker, len(e.table))
+func (e *engine) prevByNode() ([][]*plan.Worker, [nComp][]bool) {
+	byNode := make([][]*plan.Worker, len(e.table))
 	var seen [nComp][]bool
 	for _, d := range e.demands {
 		ci := d.ci
@@ -400,7 +402,7 @@ func (e *engine) prevByNode() ([][]*Worker, [nComp][]bool) {
 	}
 	nbuf := 0
 	for _, w := range e.prev.Workers.All() {
-		if w.Component == Buffer {
+		if w.Component == plan.Buffer {
 			nbuf++
 		}
 	}
@@ -409,7 +411,7 @@ func (e *engine) prevByNode() ([][]*Worker, [nComp][]bool) {
 	for _, w := range e.prev.Workers.All() {
 		ci := w.Component.Rank()
 		at := e.find(w.NodeID)
-		if w.Component == Buffer {
+		if w.Component == plan.Buffer {
 			if w.Index >= 0 && w.Index < nbuf {
 				e.prevBufferIDs[w.Index] = w.NodeID
 				if at >= 0 {
@@ -434,7 +436,7 @@ func (e *engine) prevByNode() ([][]*Worker, [nComp][]bool) {
 // keepPrevReserve keeps the GPUs the previous plan reserved for a buffer
 // that uses CUDA (train allocation GPUs no train worker of it held) where
 // they still can be, and owes the rest.
-func (e *engine) keepPrevReserve(byNode [][]*Worker) {
+func (e *engine) keepPrevReserve(byNode [][]*plan.Worker) {
 	if e.reserve == 0 || e.rules.manual {
 		return
 	}
@@ -452,13 +454,13 @@ func (e *engine) keepPrevReserve(byNode [][]*Worker) {
 			seen[at] = true
 			held := map[int]bool{}
 			for _, w := range byNode[at] {
-				if w.Component == Train {
+				if w.Component == plan.Train {
 					for _, g := range w.GPUs {
 						held[g] = true
 					}
 				}
 			}
-			for _, r := range pn.Allocations[Train] {
+			for _, r := range pn.Allocations[plan.Train] {
 				// The document may be anyone's: bound the walk by the node.
 				for g := max(r.First, 0); g <= min(r.Last, e.table[at].node.GPUs-1) && e.reserve > 0; g++ {
 					if !held[g] && e.keepReserve(at, g) {

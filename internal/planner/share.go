@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // Job is one of several plans sharing a cluster.
@@ -310,7 +312,7 @@ func (a *allocator) pass(cur []holding) []Outcome {
 		job := &a.jobs[j]
 		if job.Spec == nil {
 			out[j] = Outcome{Plan: job.Prev, Change: &Change{}}
-			if p := job.Prev; p != nil && p.PlanState() == StateDegraded {
+			if p := job.Prev; p != nil && p.PlanState() == plan.StateDegraded {
 				out[j].Err = &DegradedError{Msg: p.Error, Unplaced: len(p.Unplaced)}
 			}
 			if job.Prev == nil || !job.Prev.Placed() {
@@ -388,7 +390,7 @@ func (a *allocator) placeJob(j int, own holding, placed, same, lower []blocker) 
 		return o // nothing left to keep: the new spec's error
 	}
 	a.pending[j], a.kept[j] = &o, old
-	k.Plan.PendingSpec = &PendingSpec{Reason: o.Plan.Error}
+	k.Plan.PendingSpec = &plan.PendingSpec{Reason: o.Plan.Error}
 	return k
 }
 
@@ -397,7 +399,7 @@ func (a *allocator) placeJob(j int, own holding, placed, same, lower []blocker) 
 // a fresh plan's on what is left); only faults degrade.
 func (a *allocator) unlessPreempted(j int, spec *Spec, o Outcome) Outcome {
 	job := &a.jobs[j]
-	if o.Plan.PlanState() != StateDegraded || o.Plan.afresh == nil {
+	if o.Plan.PlanState() != plan.StateDegraded || o.Plan.afresh == nil {
 		return o
 	}
 	for _, name := range o.Plan.takenBy {
@@ -492,12 +494,12 @@ func (a *allocator) explain(out []Outcome, prev, final []holding) {
 		}
 		if p := a.pending[j]; p != nil {
 			// The new spec's reason: no job took anything for it.
-			o.Plan.PendingSpec = &PendingSpec{Reason: a.reason(job.Spec, p.Plan.Error, p.Err, holders, nil, final)}
+			o.Plan.PendingSpec = &plan.PendingSpec{Reason: a.reason(job.Spec, p.Plan.Error, p.Err, holders, nil, final)}
 		}
 		switch o.Plan.PlanState() {
-		case StateValid:
+		case plan.StateValid:
 			continue
-		case StateDegraded:
+		case plan.StateDegraded:
 			if a.kept[j] == nil {
 				continue // held as it was
 			}
@@ -516,7 +518,7 @@ func (a *allocator) explain(out []Outcome, prev, final []holding) {
 			o.Plan.Error, o.Err = msg, &DegradedError{Msg: msg, Unplaced: len(o.Plan.Unplaced)}
 			continue
 		}
-		if p := job.Prev; p != nil && p.PlanState() == StateInvalid && waiting(p.Error) && samePlacing(p, o.Plan) &&
+		if p := job.Prev; p != nil && p.PlanState() == plan.StateInvalid && waiting(p.Error) && samePlacing(p, o.Plan) &&
 			p.Priority == job.Spec.Priority && allIn(p.PreemptedBy, names) && allIn(namedIn(p.Error), names) {
 			o.Plan.Error, o.Plan.PreemptedBy, o.Err = p.Error, p.PreemptedBy, &PlanError{Msg: p.Error}
 			continue
@@ -531,7 +533,7 @@ func (a *allocator) explain(out []Outcome, prev, final []holding) {
 // degraded plan o, says why as o would: the same unplaced workers, the
 // same cause, and any plans it says hold the room among names.
 func keepsReason(p, o *Plan, names []string) bool {
-	if p.PlanState() != StateDegraded || p.Priority != o.Priority || !slices.EqualFunc(p.Unplaced, o.Unplaced, sameUnplaced) {
+	if p.PlanState() != plan.StateDegraded || p.Priority != o.Priority || !slices.EqualFunc(p.Unplaced, o.Unplaced, sameUnplaced) {
 		return false
 	}
 	why, ok := strings.CutPrefix(p.Error, degradedMsg(o.Unplaced, ""))
@@ -655,7 +657,7 @@ func outcome(p *Plan, ch *Change, err error) Outcome { return Outcome{p, ch, err
 // WithinQuota makes a valid plan that holds more GPUs than spec's
 // max_gpus invalid, saying so.
 func WithinQuota(o Outcome, spec *Spec) Outcome {
-	if o.Plan.PlanState() == StateDegraded {
+	if o.Plan.PlanState() == plan.StateDegraded {
 		// Kept within its quota as it was made (degraded).
 		o.Plan.GPUsHeld = HeldGPUs(o.Plan)
 		return o
@@ -712,16 +714,16 @@ func EachHeldGPU(p *Plan, fn func(node string, g int)) {
 			fn(w.NodeID, g)
 		}
 	}
-	EachAllocated(p, func(_, node string, _ Component, g int) { fn(node, g) })
+	EachAllocated(p, func(_, node string, _ plan.Component, g int) { fn(node, g) })
 }
 
 // EachAllocated calls fn for every GPU p's pools allocate to a
 // component, with or without a worker on it: pool, node, component (in
 // the order train, eval, env), node-local index.
-func EachAllocated(p *Plan, fn func(pool, node string, c Component, g int)) {
+func EachAllocated(p *Plan, fn func(pool, node string, c plan.Component, g int)) {
 	for _, pl := range p.Pools {
 		for _, n := range pl.Nodes {
-			for _, c := range gpuComponents {
+			for _, c := range plan.GPUComponents {
 				for _, r := range n.Allocations[c] {
 					for g := r.First; g <= r.Last; g++ {
 						fn(pl.Name, n.NodeID, c, g)
@@ -737,9 +739,9 @@ func invalidDoc(doc *Plan, msg string) *Plan {
 	out := &Plan{}
 	out.Header = doc.Header
 	out.Valid, out.Error, out.Moved, out.GPUsHeld = false, msg, 0, 0
-	out.State, out.Unplaced, out.PendingSpec = StateInvalid, nil, nil
-	out.Placement.ResourcePool = []PoolExport{}
-	out.Placement.Pools = []Pool{}
+	out.State, out.Unplaced, out.PendingSpec = plan.StateInvalid, nil, nil
+	out.Placement.ResourcePool = []plan.PoolExport{}
+	out.Placement.Pools = []plan.Pool{}
 	out.Placement.StorageToTrainWorkers = map[string][]int{}
 	return out
 }

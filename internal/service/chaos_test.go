@@ -19,6 +19,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/reporter"
 	"github.com/poolplanner/poolplanner/internal/testcluster"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 const chaosSpec = `
@@ -419,8 +420,8 @@ func lightInvariants(spec *planner.Spec, p *planner.Plan) []string {
 	if !p.Valid {
 		return []string{"invalid: " + p.Error}
 	}
-	want := map[planner.Component]int{planner.Train: spec.Scheduling.Train.WorkerNum, planner.Eval: spec.Scheduling.Eval.WorkerNum, planner.Env: spec.Scheduling.Env[0].WorkerNum}
-	idx := map[planner.Component][]int{}
+	want := map[plan.Component]int{plan.Train: spec.Scheduling.Train.WorkerNum, plan.Eval: spec.Scheduling.Eval.WorkerNum, plan.Env: spec.Scheduling.Env[0].WorkerNum}
+	idx := map[plan.Component][]int{}
 	share := map[string]float64{}
 	node := map[string]string{}
 	for _, w := range p.Workers.All() {

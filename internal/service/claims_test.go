@@ -17,6 +17,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/reporter"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // claimant is node id's document of 8 simulated H100s, with GPU i of
@@ -280,7 +281,7 @@ func TestTwoReportersOneUUID(t *testing.T) {
 		}
 	}
 	uses := func(pl *planner.Plan, node string, uuid string) bool {
-		return slices.ContainsFunc(pl.OnNode(node), func(w planner.Worker) bool { return slices.Contains(w.GPUUUIDs, uuid) })
+		return slices.ContainsFunc(pl.OnNode(node), func(w plan.Worker) bool { return slices.Contains(w.GPUUUIDs, uuid) })
 	}
 
 	stopFirst := report(first)

@@ -14,7 +14,7 @@ import (
 )
 
 // place is where a worker runs: its node and GPUs.
-func place(w planner.Worker) string { return fmt.Sprintf("%s %v", w.NodeID, w.GPUs) }
+func place(w plan.Worker) string { return fmt.Sprintf("%s %v", w.NodeID, w.GPUs) }
 
 // TestNodeFlapMovesOnlyItsWorkers: one node of four, whose 8 GPUs a
 // plan of all 32 uses, leaves (its key expires) and comes back. The

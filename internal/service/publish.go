@@ -240,7 +240,7 @@ func (p *Planner) publishRemoved(ctx context.Context) error {
 		doc.Valid, doc.Error, doc.Removed, doc.Moved, doc.GPUsHeld, doc.PreemptedBy = false, "spec removed (planner spec rm): workers released", true, 0, 0, nil
 		doc.State, doc.Unplaced, doc.PendingSpec = plan.StateInvalid, nil, nil
 		doc.Explanations, doc.Warnings = nil, nil
-		doc.Placement = plan.Placement{ResourcePool: []planner.PoolExport{}, Pools: []planner.Pool{}, StorageToTrainWorkers: map[string][]int{}}
+		doc.Placement = plan.Placement{ResourcePool: []plan.PoolExport{}, Pools: []plan.Pool{}, StorageToTrainWorkers: map[string][]int{}}
 		if err := p.publishNext(ctx, planner.Outcome{Plan: doc, Change: &planner.Change{}, Err: errors.New(doc.Error)}, nil); err != nil {
 			return err
 		}

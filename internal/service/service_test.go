@@ -17,6 +17,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 const testSpec = `
@@ -199,13 +200,13 @@ func TestServiceEndToEnd(t *testing.T) {
 			lost[fmt.Sprint(w.Component, w.Index)] = true
 		}
 	}
-	old := map[string]planner.Worker{}
+	old := map[string]plan.Worker{}
 	for _, w := range first.Workers.Slice() {
 		old[fmt.Sprint(w.Component, w.Index)] = w
 	}
 	for _, w := range second.Workers.Slice() {
 		k := fmt.Sprint(w.Component, w.Index)
-		if o := old[k]; w.Component != planner.Buffer && !lost[k] && o.NodeID != w.NodeID {
+		if o := old[k]; w.Component != plan.Buffer && !lost[k] && o.NodeID != w.NodeID {
 			t.Errorf("%s moved from %s to %s", k, o.NodeID, w.NodeID)
 		}
 		if w.NodeID == victim {
