@@ -22,6 +22,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/reporter"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 func runMain(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -135,7 +136,7 @@ func TestSIGTERMDeletesKey(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	store := bus.NewInventoryStore(js)
+	store := store.NewInventoryStore(js)
 	ctx := context.Background()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -211,7 +212,7 @@ func TestOneReporterPerNode(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	store := bus.NewInventoryStore(js)
+	store := store.NewInventoryStore(js)
 	ctx := context.Background()
 	waitKey := func(what string, ok func(inventory.NodeInventory, uint64) bool) (inventory.NodeInventory, uint64) {
 		t.Helper()

@@ -7,8 +7,8 @@ import (
 	"slices"
 
 	"github.com/poolplanner/poolplanner/client"
-	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -69,7 +69,7 @@ func (p *Planner) noteAssignment(a *client.Assignment) {
 func assignment(p *planner.Plan, node string, ws []plan.Worker) client.Assignment {
 	a := client.Assignment{Plan: p.Name, Revision: p.Revision, NodeID: node, Workers: make([]client.PlacedWorker, len(ws))}
 	for i, w := range ws {
-		a.Workers[i] = client.Place(p.Name, p.Revision, w)
+		a.Workers[i] = store.Place(p.Name, p.Revision, w)
 	}
 	return a
 }
@@ -159,7 +159,7 @@ func (p *Planner) reconcileAssignments(ctx context.Context) error {
 // and notes what to check of its assignments (verifyAssignments): the
 // nodes its event says changed, or, when it does not say (or sp is nil),
 // every node.
-func (p *Planner) adopted(sp *bus.StoredPlan) {
+func (p *Planner) adopted(sp *store.StoredPlan) {
 	if p.adopt(sp) {
 		// Outside p.mu: the gauges' lock comes first (leaderGauges).
 		p.mu.Lock()
@@ -171,7 +171,7 @@ func (p *Planner) adopted(sp *bus.StoredPlan) {
 
 // adopt is adopted but for the gauges; it reports whether sp became the
 // latest.
-func (p *Planner) adopt(sp *bus.StoredPlan) bool {
+func (p *Planner) adopt(sp *store.StoredPlan) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if sp != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/reporter"
+	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/internal/testcluster"
 	"github.com/poolplanner/poolplanner/plan"
 )
@@ -106,7 +107,7 @@ func (x *chaos) join() string {
 	ctx, cancel := context.WithCancel(context.Background())
 	x.nodes[id], x.stops[id] = src, cancel
 	go func() {
-		_ = reporter.Run(ctx, reporter.Config{Source: src, Store: bus.NewInventoryStore(js), Heartbeat: chaosBeat, TTL: chaosTTL, Log: zerolog.Nop()})
+		_ = reporter.Run(ctx, reporter.Config{Source: src, Store: store.NewInventoryStore(js), Heartbeat: chaosBeat, TTL: chaosTTL, Log: zerolog.Nop()})
 	}()
 	return id
 }
@@ -144,7 +145,7 @@ func (x *chaos) planner() *instance {
 func (x *chaos) latest() *planner.Plan {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	sp, err := bus.NewPlanStore(x.js).Latest(ctx, "default")
+	sp, err := store.NewPlanStore(x.js).Latest(ctx, "default")
 	if err != nil || sp == nil {
 		return nil
 	}
@@ -235,7 +236,7 @@ func TestChaos(t *testing.T) {
 	// plans on all of them: a planner that saw only the first to report
 	// would publish an invalid revision 1 (true, but not this test's
 	// subject), depending on how fast a loaded machine starts reporters.
-	inv := bus.NewInventoryStore(x.js)
+	inv := store.NewInventoryStore(x.js)
 	inv.Replicas = 3
 	ictx, icancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer icancel()
@@ -290,11 +291,11 @@ func TestChaos(t *testing.T) {
 	// The leading planner dies without a word.
 	// The leader is the lease's holder (a planner that lost its lease
 	// believes it leads until its next renewal).
-	store := bus.NewPlanStore(x.js)
+	plans := store.NewPlanStore(x.js)
 	holder := func() string {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if l, err := store.ReadLease(ctx, "default"); err == nil && l != nil {
+		if l, err := plans.ReadLease(ctx, "default"); err == nil && l != nil {
 			return l.Holder
 		}
 		return ""
@@ -341,7 +342,7 @@ func TestChaos(t *testing.T) {
 	x.checkInventory()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, name := range []string{bus.PlansStream, bus.InventoryStream, "KV_" + bus.SpecBucket, client.AssignmentsStream} {
+	for _, name := range []string{client.PlansStream, bus.InventoryStream, "KV_" + client.SpecBucket, client.AssignmentsStream} {
 		testcluster.WaitCurrent(ctx, t, x.js, name)
 	}
 	if strings.Contains(x.logs.String(), `"level":"error"`) {
@@ -377,8 +378,8 @@ func (x *chaos) standby() {
 func (x *chaos) checkHistory() {
 	x.t.Helper()
 	var revs []int
-	store := bus.NewPlanStore(x.js)
-	err := store.Client().History(context.Background(), "default", func(i client.Info) bool {
+	plans := store.NewPlanStore(x.js)
+	err := plans.Client().History(context.Background(), "default", func(i client.Info) bool {
 		revs = append(revs, i.Revision)
 		// A node no test step stopped must never leave: its key outlives
 		// any one server (its reporter heartbeats through the others).
@@ -402,7 +403,7 @@ func (x *chaos) checkHistory() {
 	}
 	spec, _ := planner.ParseSpec([]byte(chaosSpec))
 	for _, r := range revs {
-		sp, err := store.Revision(context.Background(), "default", r)
+		sp, err := plans.Revision(context.Background(), "default", r)
 		if err != nil {
 			x.t.Fatalf("revision %d: %v", r, err)
 		}
@@ -460,7 +461,7 @@ func (x *chaos) checkInventory() {
 	x.t.Helper()
 	deadline := time.Now().Add(chaosTTL + 5*time.Second)
 	for {
-		kv, err := x.js.KeyValue(context.Background(), bus.InventoryBucket)
+		kv, err := x.js.KeyValue(context.Background(), client.InventoryBucket)
 		var keys []string
 		if err == nil {
 			var lister jetstream.KeyLister
@@ -479,7 +480,7 @@ func (x *chaos) checkInventory() {
 		sort.Strings(keys)
 		sort.Strings(want)
 		if err == nil && fmt.Sprint(keys) == fmt.Sprint(want) {
-			spec, _, err := bus.NewSpecStore(x.js).Get(context.Background(), "default")
+			spec, _, err := store.NewSpecStore(x.js).Get(context.Background(), "default")
 			if err != nil || string(spec) != chaosSpec {
 				x.t.Errorf("spec lost: %v", err)
 			}

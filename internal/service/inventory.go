@@ -7,9 +7,9 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // view is the live inventory as the planner plans on it: each node's
@@ -290,11 +290,11 @@ func ellipsis(ids []string, n int) string {
 // apply folds one inventory event into the live inventory and reports
 // whether it changed anything a plan could depend on. Every event but a
 // removal is the node reporting.
-func (p *Planner) apply(ev bus.Event) bool {
+func (p *Planner) apply(ev store.Event) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch ev.Op {
-	case bus.Changed:
+	case store.Changed:
 		p.reported[ev.NodeID] = true
 		delete(p.expired, ev.NodeID)
 		changed, err := p.live.put(ev.NodeID, ev.Inventory)
@@ -303,20 +303,20 @@ func (p *Planner) apply(ev bus.Event) bool {
 		}
 		p.logClaims()
 		return changed
-	case bus.Heartbeat:
+	case store.Heartbeat:
 		p.reported[ev.NodeID] = true
 		delete(p.expired, ev.NodeID)
-	case bus.Removed:
+	case store.Removed:
 		// Only a key that ran out may be an outage's (outage); one its
 		// reporter deleted is a node leaving.
-		if ev.Reason == bus.ReasonDeleted {
+		if ev.Reason == store.ReasonDeleted {
 			delete(p.expired, ev.NodeID)
 		} else {
 			p.expired[ev.NodeID] = true
 		}
 		defer p.logClaims()
 		return p.live.remove(ev.NodeID)
-	case bus.Rejected:
+	case store.Rejected:
 		p.reported[ev.NodeID] = true
 		if p.lead == nil {
 			p.rejected(ev)
@@ -346,7 +346,7 @@ func (p *Planner) logClaims() {
 
 // rejected logs a document the watch would not take: once per key and
 // change, since the watch delivers each change once.
-func (p *Planner) rejected(ev bus.Event) {
+func (p *Planner) rejected(ev store.Event) {
 	p.cfg.Log.Warn().Str("node", ev.NodeID).Uint64("revision", ev.Revision).Str("reason", ev.Reason).
 		Msg("inventory document rejected; the node is out of the plan until it reports a valid one")
 }

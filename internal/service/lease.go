@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 )
 
@@ -359,7 +360,7 @@ func (ls *leaser) catchUp(ctx context.Context) error {
 
 // catchUp is leaser.catchUp for one plan.
 func catchUp(ctx context.Context, p *Planner) error {
-	last, err := p.plans.LastSeq(ctx, bus.PlanVersionSubject(p.cfg.Plan))
+	last, err := p.plans.LastSeq(ctx, client.PlanEventSubject(p.cfg.Plan))
 	if err != nil || last == 0 {
 		return err
 	}

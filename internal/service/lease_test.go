@@ -16,6 +16,7 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // instance is a planner on a connection of its own, so that a test can
@@ -62,10 +63,10 @@ func (in *instance) stop() {
 // waitLeader waits until one of ins holds the lease, and returns it.
 func (h *harness) waitLeader(within time.Duration, ins ...*instance) *instance {
 	h.t.Helper()
-	store := bus.NewPlanStore(h.js)
+	plans := store.NewPlanStore(h.js)
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
-		l, err := store.ReadLease(context.Background(), "default")
+		l, err := plans.ReadLease(context.Background(), "default")
 		if err == nil && l != nil {
 			for _, in := range ins {
 				if in.p.plans.Publisher == l.Holder && in.p.leading() == l.Seq {

@@ -14,6 +14,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // loop is the planner's one goroutine: it folds inventory, spec and
@@ -27,7 +28,7 @@ type loop struct {
 	followed  chan followedPlan
 	following map[*Planner]context.CancelFunc
 	specW     jetstream.KeyWatcher
-	events    <-chan bus.Event
+	events    <-chan store.Event
 	// synced: the watch has delivered the bucket's contents; the first
 	// plan waits for it, so no plan is made on part of the inventory.
 	synced     bool
@@ -142,7 +143,7 @@ func (l *loop) watchSpecs(ctx context.Context) error {
 // when the follow ended.
 type followedPlan struct {
 	s  *Planner
-	sp *bus.StoredPlan
+	sp *store.StoredPlan
 }
 
 // follow follows s's plan into l.followed until unfollow.
@@ -183,7 +184,7 @@ func (l *loop) unfollow(s *Planner) {
 
 // followPlans follows the plan's revisions, skipping this planner's own
 // and those it has.
-func (p *Planner) followPlans(ctx context.Context) (<-chan *bus.StoredPlan, error) {
+func (p *Planner) followPlans(ctx context.Context) (<-chan *store.StoredPlan, error) {
 	return p.plans.Follow(ctx, p.cfg.Plan, func(i client.Info) bool {
 		if i.Publisher == p.plans.Publisher {
 			return true // ours: replan stored it as latest already
@@ -360,7 +361,7 @@ func (l *loop) watchClosed(ctx context.Context) {
 }
 
 // inventory folds one watch event in.
-func (l *loop) inventory(ev bus.Event) {
+func (l *loop) inventory(ev store.Event) {
 	l.tombs.event(ev)
 	if l.resync == nil {
 		// The other plans' views read the lead's documents as they were:
@@ -374,9 +375,9 @@ func (l *loop) inventory(ev bus.Event) {
 		return
 	}
 	switch ev.Op {
-	case bus.Changed:
+	case store.Changed:
 		l.resync[ev.NodeID] = ev.Inventory
-	case bus.Heartbeat:
+	case store.Heartbeat:
 		// A heartbeat of a key this watch has not shown: what we knew is
 		// all there is. Never overwrite the fresher value this watch
 		// delivered.
@@ -385,14 +386,14 @@ func (l *loop) inventory(ev bus.Event) {
 				l.resync[ev.NodeID] = old
 			}
 		}
-	case bus.Removed:
+	case store.Removed:
 		delete(l.resync, ev.NodeID)
-	case bus.Rejected:
+	case store.Rejected:
 		delete(l.resync, ev.NodeID)
 		l.p.mu.Lock()
 		l.p.rejected(ev)
 		l.p.mu.Unlock()
-	case bus.Synced:
+	case store.Synced:
 		defer l.p.allow("applying the whole inventory", l.p.storeTimeout(len(l.resync)))()
 		l.tombs.vanished(l.vanished())
 		for _, s := range l.p.siblings() {
@@ -435,7 +436,7 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 		return
 	}
 	name := e.Key()
-	if bus.ValidatePlanName(name) != nil {
+	if store.ValidatePlanName(name) != nil {
 		l.log.Warn().Str("key", name).Msg("a spec key that is no plan name; ignored")
 		return
 	}

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -177,7 +178,7 @@ func releaseRemoved(ctx context.Context, states []*Planner) ([]planner.Job, []*P
 
 // conflicted wraps a conflict for replan to re-read s's latest.
 func conflicted(s *Planner, err error) error {
-	if errors.Is(err, bus.ErrConflict) {
+	if errors.Is(err, store.ErrConflict) {
 		return &conflict{state: s, err: err}
 	}
 	return err
@@ -350,7 +351,7 @@ func (p *Planner) publish(ctx context.Context, o planner.Outcome, changes []stri
 		return err
 	}
 	seq, err := p.publishFenced(ctx, ev, digest, expect)
-	if (errors.Is(err, bus.ErrConflict) || errors.Is(err, bus.ErrLeaseLost)) && ev.Snapshot != "" {
+	if (errors.Is(err, store.ErrConflict) || errors.Is(err, bus.ErrLeaseLost)) && ev.Snapshot != "" {
 		// Refused for sure, so no event names this snapshot. (After other
 		// errors, a timeout, the event may have been stored.)
 		dctx, done := p.op(context.WithoutCancel(ctx), "dropping a snapshot", p.cfg.StoreTimeout)
@@ -403,7 +404,7 @@ func (p *Planner) publishFenced(ctx context.Context, ev *plan.Event, digest stri
 
 // adoptSpec takes a new spec that plans as the old one did, so that the
 // next inventory change replans from the plan's state again.
-func (p *Planner) adoptSpec(latest *bus.StoredPlan, specChanged bool, digest string) {
+func (p *Planner) adoptSpec(latest *store.StoredPlan, specChanged bool, digest string) {
 	if !specChanged {
 		return
 	}
@@ -418,7 +419,7 @@ func (p *Planner) adoptSpec(latest *bus.StoredPlan, specChanged bool, digest str
 
 // published makes sp the latest plan and starts a new change log; note,
 // said in its reason, is said.
-func (p *Planner) published(sp *bus.StoredPlan, note string) {
+func (p *Planner) published(sp *store.StoredPlan, note string) {
 	p.mark(sp.Plan.Revision)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -446,12 +447,12 @@ func (p *Planner) published(sp *bus.StoredPlan, note string) {
 // less than its base and the change fits a message, else stored whole as
 // a snapshot object the event names. A snapshot event carries the change
 // too when it fits, so that followers apply it without the object.
-func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *planner.Plan, change *plan.Change) (*plan.Event, *bus.StoredPlan, error) {
-	stored := &bus.StoredPlan{Plan: next, Base: next.Revision}
+func (p *Planner) event(ctx context.Context, latest *store.StoredPlan, next *planner.Plan, change *plan.Change) (*plan.Event, *store.StoredPlan, error) {
+	stored := &store.StoredPlan{Plan: next, Base: next.Revision}
 	limit := min(maxChange, bus.BodyLimit(p.cfg.NC))
 	if next.Workers.Len() <= p.cfg.InlineWorkers {
 		ev := &plan.Event{Header: next.Header, Base: next.Revision, Placement: &next.Placement}
-		if data, _, err := client.Encode(ev); err == nil && len(data) <= limit {
+		if data, _, err := wire.Encode(ev); err == nil && len(data) <= limit {
 			stored.BaseBytes = len(data)
 			return ev, stored, nil
 		}
@@ -462,7 +463,7 @@ func (p *Planner) event(ctx context.Context, latest *bus.StoredPlan, next *plann
 	if latest != nil && !latest.Unreadable && !latest.Orphan {
 		ev.Change = change
 		var err error
-		if data, _, err = client.Encode(ev); err != nil || len(data) > limit {
+		if data, _, err = wire.Encode(ev); err != nil || len(data) > limit {
 			ev.Change = nil
 		}
 	}

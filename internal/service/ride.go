@@ -129,7 +129,7 @@ func (l *loop) stalled(streamLast uint64) bool {
 }
 
 // stateStreams are the streams behind the planner's state.
-var stateStreams = []string{bus.PlansStream, client.AssignmentsStream, bus.InventoryStream, "KV_" + bus.SpecBucket,
+var stateStreams = []string{client.PlansStream, client.AssignmentsStream, bus.InventoryStream, "KV_" + client.SpecBucket,
 	"OBJ_" + client.PlansBucket}
 
 // missing lists the streams of the planner's state that NATS no longer
@@ -152,7 +152,7 @@ func (p *Planner) missing(ctx context.Context, plansCreated *time.Time) ([]strin
 			return nil, 0, err
 		case name == bus.InventoryStream:
 			invLast = st.CachedInfo().State.LastSeq
-		case name == bus.PlansStream:
+		case name == client.PlansStream:
 			created := st.CachedInfo().Created
 			if !plansCreated.IsZero() && !created.Equal(*plansCreated) {
 				out = append(out, name)
@@ -182,13 +182,13 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 	}
 	for _, name := range missing {
 		switch name {
-		case "KV_" + bus.SpecBucket:
+		case "KV_" + client.SpecBucket:
 			for _, s := range p.states() {
 				if err := s.restoreSpec(ctx); err != nil {
 					return err
 				}
 			}
-		case bus.PlansStream:
+		case client.PlansStream:
 			for _, s := range p.everyState() {
 				s.orphaned()
 			}

@@ -15,10 +15,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/reporter"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // rideServer is an embedded server a test can stop, start again on the
@@ -133,7 +135,7 @@ func (r *ride) reporter(id string) {
 	r.reps[id] = cancel
 	r.mu.Unlock()
 	go func() {
-		_ = reporter.Run(ctx, reporter.Config{Source: src, Store: bus.NewInventoryStore(js), Heartbeat: 300 * time.Millisecond,
+		_ = reporter.Run(ctx, reporter.Config{Source: src, Store: store.NewInventoryStore(js), Heartbeat: 300 * time.Millisecond,
 			TTL: time.Second, Log: zerolog.Nop()})
 	}()
 }
@@ -151,11 +153,11 @@ func (r *ride) crashReporter(id string) {
 // waitPlan waits for a revision of at least rev that satisfies ok.
 func (r *ride) waitPlan(within time.Duration, what string, ok func(*planner.Plan) bool) *planner.Plan {
 	r.t.Helper()
-	store := bus.NewPlanStore(r.js)
+	plans := store.NewPlanStore(r.js)
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		sp, err := store.Latest(ctx, "default")
+		sp, err := plans.Latest(ctx, "default")
 		cancel()
 		if err == nil && sp != nil && ok(sp.Plan) {
 			return sp.Plan
@@ -308,7 +310,7 @@ func TestWipedStore(t *testing.T) {
 	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 3 * time.Second, LeaseTTL: time.Second})
 	first := r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
 	ctx := context.Background()
-	for _, name := range []string{bus.PlansStream, bus.InventoryStream, "KV_" + bus.SpecBucket, "POOLPLANNER_ASSIGNMENTS"} {
+	for _, name := range []string{client.PlansStream, bus.InventoryStream, "KV_" + client.SpecBucket, "POOLPLANNER_ASSIGNMENTS"} {
 		if err := r.js.DeleteStream(ctx, name); err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +341,7 @@ func checkSpecBack(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	spec, _, err := bus.NewSpecStore(js).Get(ctx, "default")
+	spec, _, err := store.NewSpecStore(js).Get(ctx, "default")
 	if err != nil || string(spec) != testSpec {
 		t.Errorf("spec not put back: %q %v", spec, err)
 	}
@@ -352,7 +354,7 @@ func TestLastGoodSpec(t *testing.T) {
 	srv := newRideServer(t)
 	_, js := rideConn(t, srv.url())
 	ctx := context.Background()
-	specs := bus.NewSpecStore(js)
+	specs := store.NewSpecStore(js)
 	if _, err := specs.Put(ctx, "default", []byte(testSpec)); err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +405,7 @@ func TestSpecPrecedence(t *testing.T) {
 		if _, err := p.start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		got, _, err := bus.NewSpecStore(h.js).Get(ctx, "default")
+		got, _, err := store.NewSpecStore(h.js).Get(ctx, "default")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -412,7 +414,7 @@ func TestSpecPrecedence(t *testing.T) {
 	if got := seed(false); got != testSpec {
 		t.Fatalf("a plan without a spec: got %q", got)
 	}
-	if _, err := bus.NewSpecStore(h.js).Put(ctx, "default", []byte(other)); err != nil { // planner spec set
+	if _, err := store.NewSpecStore(h.js).Put(ctx, "default", []byte(other)); err != nil { // planner spec set
 		t.Fatal(err)
 	}
 	if got := seed(false); got != other || !strings.Contains(logs.String(), "keeping the stored one") {

@@ -19,6 +19,8 @@ import (
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -46,7 +48,7 @@ func scaleNode(i int) string { return fmt.Sprintf("node-%06d", i) }
 func fillBucket(tb testing.TB, js jetstream.JetStream, n int) {
 	tb.Helper()
 	ctx := context.Background()
-	if _, err := bus.NewInventoryStore(js).Ensure(ctx); err != nil {
+	if _, err := store.NewInventoryStore(js).Ensure(ctx); err != nil {
 		tb.Fatal(err)
 	}
 	acks := make([]jetstream.PubAckFuture, 0, n)
@@ -151,7 +153,7 @@ func TestScaleNodeLeaves(t *testing.T) {
 	info, _ := st.Info(ctx)
 	since := info.State.LastSeq
 	msgs, bytes = published(s.planner)
-	if err := bus.NewInventoryStore(s.js).Delete(ctx, victim, time.Minute); err != nil {
+	if err := store.NewInventoryStore(s.js).Delete(ctx, victim, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	second := waitPlan(t, c, 2, time.Minute)
@@ -196,7 +198,7 @@ func TestScaleNodeLeaves(t *testing.T) {
 	m2, b2 := published(s.planner)
 	t.Logf("node %s left with %d workers: %d nodes' assignments published; the planner published %d messages, %d bytes; largest message on the server %d bytes",
 		victim, len(before[victim]), len(got), m2-msgs, b2-bytes, s.largest.n.Load())
-	if s.largest.n.Load() > client.MaxMessage {
+	if s.largest.n.Load() > wire.MaxMessage {
 		t.Errorf("a message of %d bytes: over 1 MB", s.largest.n.Load())
 	}
 }
@@ -272,7 +274,7 @@ func assignmentsSince(t *testing.T, st jetstream.Stream, since uint64, want int)
 			t.Fatal(err)
 		}
 		var a client.Assignment
-		if err := client.Decode(m.Data, m.Header, &a); err != nil {
+		if err := wire.Decode(m.Data, m.Header, &a); err != nil {
 			t.Fatalf("assignment at %d: %v", seq, err)
 		}
 		node := client.AssignmentNode("default", m.Subject)
@@ -390,7 +392,7 @@ func benchNodeLeaves(b *testing.B, n int) {
 	}
 	defer func() { _ = asub.Unsubscribe() }()
 	_ = nc.Flush()
-	store := bus.NewInventoryStore(s.js)
+	invs := store.NewInventoryStore(s.js)
 	rev := cur.Document.Revision
 	var sent uint64
 	var took, slowest time.Duration
@@ -400,7 +402,7 @@ func benchNodeLeaves(b *testing.B, n int) {
 		k++
 		_, before := published(s.planner)
 		t0 := time.Now()
-		if err := store.Delete(ctx, victim, time.Minute); err != nil {
+		if err := invs.Delete(ctx, victim, time.Minute); err != nil {
 			b.Fatal(err)
 		}
 		rev++
@@ -429,7 +431,7 @@ func benchNodeLeaves(b *testing.B, n int) {
 		if cur.Document.Revision != rev {
 			b.Fatalf("followed revision %d, want %d", cur.Document.Revision, rev)
 		}
-		if _, err := store.Put(ctx, victim, simDoc(victim), false, time.Hour); err != nil {
+		if _, err := invs.Put(ctx, victim, simDoc(victim), false, time.Hour); err != nil {
 			b.Fatal(err)
 		}
 		time.Sleep(50 * time.Millisecond) // the node is back: no revision
@@ -516,7 +518,7 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 	}
 	_ = h.nc.Flush()
 	time.Sleep(100 * time.Millisecond)
-	if largest.n.Load() > client.MaxMessage {
+	if largest.n.Load() > wire.MaxMessage {
 		t.Errorf("a message of %d bytes: over 1 MB", largest.n.Load())
 	}
 	t.Logf("revision 2: a %s event of %d bytes; largest message on the server %d bytes", m.Header.Get(client.KindHeader), len(m.Data), largest.n.Load())

@@ -14,6 +14,7 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // TestSecureService: on a server that requires credentials, each role
@@ -57,10 +58,10 @@ func TestSecureService(t *testing.T) {
 
 	for _, id := range []string{"n1", "n2", "n3"} {
 		_, js := connect(auth.Reporter, id)
-		store := bus.NewInventoryStore(js)
-		store.NoCreate = true
+		invs := store.NewInventoryStore(js)
+		invs.NoCreate = true
 		for {
-			_, err := store.Put(ctx, id, simDoc(id), false, time.Minute)
+			_, err := invs.Put(ctx, id, simDoc(id), false, time.Minute)
 			if err == nil {
 				break
 			}
@@ -95,7 +96,7 @@ func TestSecureService(t *testing.T) {
 	}
 	_, ajs := connect(auth.Admin, "")
 	changed := "scheduling:\n  train: {worker_num: 12, num_cpus: 1, num_gpus: 1}\n"
-	if _, err := bus.NewSpecStore(ajs).Put(ctx, "default", []byte(changed)); err != nil {
+	if _, err := store.NewSpecStore(ajs).Put(ctx, "default", []byte(changed)); err != nil {
 		t.Fatalf("admin sets the spec: %v", err)
 	}
 	for {

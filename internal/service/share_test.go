@@ -13,6 +13,7 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // shareSpec asks for train workers of one GPU.
@@ -22,27 +23,27 @@ func shareSpec(workers, priority int) string {
 
 // cluster starts simulated nodes n1..nN and stores specs (plan name →
 // spec); it returns the spec store.
-func (h *harness) cluster(n int, specs map[string]string) *bus.SpecStore {
+func (h *harness) cluster(n int, specs map[string]string) *store.SpecStore {
 	h.t.Helper()
 	for i := 1; i <= n; i++ {
 		h.node(fmt.Sprintf("n%d", i))
 	}
-	store := bus.NewSpecStore(h.js)
+	ss := store.NewSpecStore(h.js)
 	for name, spec := range specs {
-		if _, err := store.Put(context.Background(), name, []byte(spec)); err != nil {
+		if _, err := ss.Put(context.Background(), name, []byte(spec)); err != nil {
 			h.t.Fatal(err)
 		}
 	}
-	return store
+	return ss
 }
 
 // waitFor waits for plan name's latest revision to satisfy ok.
 func (h *harness) waitFor(name string, what string, ok func(*planner.Plan) bool) *planner.Plan {
 	h.t.Helper()
-	store := bus.NewPlanStore(h.js)
+	plans := store.NewPlanStore(h.js)
 	var last *planner.Plan
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		sp, err := store.Latest(context.Background(), name)
+		sp, err := plans.Latest(context.Background(), name)
 		if err == nil && sp != nil {
 			last = sp.Plan
 			if ok(sp.Plan) {
@@ -84,7 +85,7 @@ func TestSeveralPlans(t *testing.T) {
 	for i := 1; i <= 4; i++ { // 32 GPUs
 		h.node(fmt.Sprintf("n%d", i))
 	}
-	specs := bus.NewSpecStore(h.js)
+	specs := store.NewSpecStore(h.js)
 	put := func(name, spec string) {
 		t.Helper()
 		if _, err := specs.Put(ctx, name, []byte(spec)); err != nil {
@@ -235,14 +236,14 @@ func BenchmarkSeveralPlansNodeLeaves(b *testing.B) {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	inv := bus.NewInventoryStore(js)
+	inv := store.NewInventoryStore(js)
 	for i := range 5000 {
 		id := fmt.Sprintf("n%04d", i)
 		if _, err := inv.Put(ctx, id, simDoc(id), false, time.Hour); err != nil {
 			b.Fatal(err)
 		}
 	}
-	specs := bus.NewSpecStore(js)
+	specs := store.NewSpecStore(js)
 	names := make([]string, 20)
 	for i := range names {
 		names[i] = fmt.Sprintf("plan-%02d", i)
@@ -260,8 +261,8 @@ scheduling:
 	}
 	p := New(Config{NC: nc, JS: js, Settle: -1, Log: zerolog.Nop()})
 	go func() { _ = p.Run(ctx) }()
-	plans := bus.NewPlanStore(js)
-	latest := func(name string) *bus.StoredPlan {
+	plans := store.NewPlanStore(js)
+	latest := func(name string) *store.StoredPlan {
 		for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 			if sp, err := plans.Latest(ctx, name); err == nil && sp != nil {
 				return sp
@@ -278,7 +279,7 @@ scheduling:
 		}
 		victims = append(victims, sp.Plan.Workers.At(0).NodeID)
 	}
-	st, err := js.Stream(ctx, bus.PlansStream)
+	st, err := js.Stream(ctx, client.PlansStream)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -297,7 +298,7 @@ scheduling:
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		name := names[i%len(names)]
-		subject := bus.PlanVersionSubject(name)
+		subject := client.PlanEventSubject(name)
 		was, err := plans.LastSeq(ctx, subject)
 		if err != nil {
 			b.Fatal(err)

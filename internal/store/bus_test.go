@@ -1,4 +1,4 @@
-package bus
+package store
 
 import (
 	"context"
@@ -15,7 +15,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -23,7 +25,7 @@ import (
 // a temp dir, stopped when the test ends.
 func startServer(t testing.TB) (*server.Server, string) {
 	t.Helper()
-	ns, url, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir()})
+	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +35,7 @@ func startServer(t testing.TB) (*server.Server, string) {
 
 func connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := Connect(url, "test", zerolog.Nop(), Security{})
+	nc, err := bus.Connect(url, "test", zerolog.Nop(), bus.Security{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,12 +61,12 @@ func testDoc(t testing.TB, nodeID string) []byte {
 
 func TestValidateNodeID(t *testing.T) {
 	for _, ok := range []string{"n1", "gpu-node-07.cluster.local", "a_b=c/d"} {
-		if err := ValidateNodeID(ok); err != nil {
+		if err := inventory.ValidateNodeID(ok); err != nil {
 			t.Errorf("ValidateNodeID(%q): %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"", "a b", ".n1", "n1.", "n*", "n>", "ü"} {
-		if err := ValidateNodeID(bad); !errors.Is(err, ErrInvalidNodeID) {
+		if err := inventory.ValidateNodeID(bad); !errors.Is(err, inventory.ErrInvalidNodeID) {
 			t.Errorf("ValidateNodeID(%q) = %v, want ErrInvalidNodeID", bad, err)
 		}
 	}
@@ -78,7 +80,7 @@ func TestKeyTTL(t *testing.T) {
 		{15 * time.Second, 15 * time.Second},
 	}
 	for _, tt := range tests {
-		if got := KeyTTL(tt.in); got != tt.want {
+		if got := bus.KeyTTL(tt.in); got != tt.want {
 			t.Errorf("KeyTTL(%s) = %s, want %s", tt.in, got, tt.want)
 		}
 	}
@@ -86,33 +88,33 @@ func TestKeyTTL(t *testing.T) {
 
 func TestBackoff(t *testing.T) {
 	for attempt, want := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
-		got := Backoff(attempt)
+		got := bus.Backoff(attempt)
 		if got < want*8/10 || got > want*12/10 {
 			t.Errorf("Backoff(%d) = %s, want %s ±20%%", attempt, got, want)
 		}
 	}
 	for _, attempt := range []int{10, 100, 1 << 20} {
-		_ = Backoff(-attempt) // never panics
-		if got := Backoff(attempt); got > BackoffMax*12/10 || got < BackoffMax*8/10 {
-			t.Errorf("Backoff(%d) = %s, want about %s", attempt, got, BackoffMax)
+		_ = bus.Backoff(-attempt) // never panics
+		if got := bus.Backoff(attempt); got > bus.BackoffMax*12/10 || got < bus.BackoffMax*8/10 {
+			t.Errorf("Backoff(%d) = %s, want about %s", attempt, got, bus.BackoffMax)
 		}
 	}
 }
 
 func TestPlanVersionSubject(t *testing.T) {
-	if got := PlanVersionSubject("default"); got != "poolplanner.plans.default" {
+	if got := client.PlanEventSubject("default"); got != "poolplanner.plans.default" {
 		t.Errorf("got %q", got)
 	}
 }
 
 func TestStartEmbeddedErrors(t *testing.T) {
-	tests := []EmbeddedOptions{
+	tests := []bus.EmbeddedOptions{
 		{},
 		{StoreDir: t.TempDir(), Listen: "nonsense"},
 		{StoreDir: t.TempDir(), Listen: "127.0.0.1:http"},
 	}
 	for _, opts := range tests {
-		if _, _, err := StartEmbedded(opts); err == nil {
+		if _, _, err := bus.StartEmbedded(opts); err == nil {
 			t.Errorf("StartEmbedded(%+v): no error", opts)
 		}
 	}
@@ -125,8 +127,8 @@ func TestBucketSettings(t *testing.T) {
 	_, url := startServer(t)
 	_, js := connect(t, url)
 	ctx := context.Background()
-	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: InventoryBucket, History: InventoryHistory,
-		Storage: jetstream.FileStorage, LimitMarkerTTL: MinKeyTTL}); err != nil {
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: client.InventoryBucket, History: bus.InventoryHistory,
+		Storage: jetstream.FileStorage, LimitMarkerTTL: bus.MinKeyTTL}); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -134,13 +136,13 @@ func TestBucketSettings(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st, err := js.Stream(ctx, InventoryStream)
+	st, err := js.Stream(ctx, bus.InventoryStream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := st.CachedInfo().Config
-	if cfg.MaxMsgsPerSubject != InventoryHistory || !cfg.AllowMsgTTL || cfg.SubjectDeleteMarkerTTL != 0 || cfg.MaxAge != 0 || cfg.Storage != jetstream.FileStorage ||
-		cfg.AllowRollup || !cfg.DenyPurge || cfg.MaxMsgSize != InventoryMaxDoc {
+	if cfg.MaxMsgsPerSubject != bus.InventoryHistory || !cfg.AllowMsgTTL || cfg.SubjectDeleteMarkerTTL != 0 || cfg.MaxAge != 0 || cfg.Storage != jetstream.FileStorage ||
+		cfg.AllowRollup || !cfg.DenyPurge || cfg.MaxMsgSize != bus.InventoryMaxDoc {
 		t.Errorf("stream config = %+v", cfg)
 	}
 }
@@ -176,7 +178,7 @@ func TestPutGetDeleteList(t *testing.T) {
 	if _, _, err := s.Get(ctx, "n1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("Get after delete: %v, want ErrKeyNotFound", err)
 	}
-	if _, err := s.Put(ctx, "bad key", doc, false, time.Minute); !errors.Is(err, ErrInvalidNodeID) {
+	if _, err := s.Put(ctx, "bad key", doc, false, time.Minute); !errors.Is(err, inventory.ErrInvalidNodeID) {
 		t.Errorf("Put with a bad key: %v", err)
 	}
 }
@@ -276,7 +278,7 @@ func TestPutRecreatesBucket(t *testing.T) {
 	if _, err := s.Put(ctx, "n1", testDoc(t, "n1"), false, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := js.DeleteKeyValue(ctx, InventoryBucket); err != nil {
+	if err := js.DeleteKeyValue(ctx, client.InventoryBucket); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Put(ctx, "n1", testDoc(t, "n1"), true, time.Minute); err != nil {
@@ -294,7 +296,7 @@ func TestConnectServerDownAtStart(t *testing.T) {
 	ns.Shutdown()
 	ns.WaitForShutdown()
 
-	nc, err := Connect(url, "test", zerolog.Nop(), Security{})
+	nc, err := bus.Connect(url, "test", zerolog.Nop(), bus.Security{})
 	if err != nil {
 		t.Fatalf("Connect with the server down: %v", err)
 	}
@@ -302,7 +304,7 @@ func TestConnectServerDownAtStart(t *testing.T) {
 	if nc.IsConnected() {
 		t.Fatal("connected to a server that is down")
 	}
-	ns2, _, err := StartEmbedded(EmbeddedOptions{Listen: port, StoreDir: t.TempDir()})
+	ns2, _, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: port, StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +351,7 @@ func TestSnapshotsOfOneRevision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := client.Gunzip(z, 1<<20)
+	raw, _ := wire.Gunzip(z, 1<<20)
 	if !strings.Contains(string(raw), `"reason":"a"`) {
 		t.Fatalf("snapshot %s holds %s", na, raw)
 	}
@@ -358,7 +360,7 @@ func TestSnapshotsOfOneRevision(t *testing.T) {
 		t.Errorf("dropped snapshot %s: %v", nb, err)
 	}
 	for name, want := range map[string]int{na: 7, "default/snapshots/12/x": 12, "other/snapshots/3/x": -1, "default/assignments/n1": -1} {
-		rev, ok := client.SnapshotRevision("default", name)
+		rev, ok := wire.SnapshotRevision("default", name)
 		if want < 0 && ok || want >= 0 && rev != want {
 			t.Errorf("SnapshotRevision(%s) = %d %v, want %d", name, rev, ok, want)
 		}
@@ -371,7 +373,7 @@ func TestSnapshotsOfOneRevision(t *testing.T) {
 // stored its old object goes; a message whose object is gone is
 // unreadable, not "no assignment".
 func TestAssignmentObjects(t *testing.T) {
-	ns, url, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir(), MaxPayload: 64 << 10})
+	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), MaxPayload: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +388,7 @@ func TestAssignmentObjects(t *testing.T) {
 		a := client.Assignment{Plan: "default", Revision: rev, NodeID: node}
 		for i := range n {
 			w := plan.Worker{Component: plan.Env, Index: i, NodeID: node, GPUs: []int{0}, GPUUUIDs: []string{rand.Text()}, GPUShare: 0.001}
-			a.Workers = append(a.Workers, client.Place("default", rev, w))
+			a.Workers = append(a.Workers, Place("default", rev, w))
 		}
 		return a
 	}
@@ -407,7 +409,7 @@ func TestAssignmentObjects(t *testing.T) {
 	count := map[string]int{}
 	for _, o := range objs {
 		for _, node := range []string{"x", "x/y"} {
-			if strings.HasPrefix(o.Name, client.AssignmentObjectPrefix("default", node)) {
+			if strings.HasPrefix(o.Name, wire.AssignmentObjectPrefix("default", node)) {
 				count[node]++
 			}
 		}
@@ -416,7 +418,7 @@ func TestAssignmentObjects(t *testing.T) {
 		t.Fatalf("objects per node %v, want one each", count)
 	}
 	for _, o := range objs {
-		if strings.HasPrefix(o.Name, client.AssignmentObjectPrefix("default", "x/y")) {
+		if strings.HasPrefix(o.Name, wire.AssignmentObjectPrefix("default", "x/y")) {
 			_ = obs.Delete(ctx, o.Name)
 		}
 	}
@@ -470,12 +472,12 @@ func TestReleaseLease(t *testing.T) {
 	if err := s.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l := &Lease{Holder: "a", TTLSeconds: 60}
+	l := &bus.Lease{Holder: "a", TTLSeconds: 60}
 	seq, err := s.WriteLease(ctx, "default", l, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.WriteLease(ctx, "default", &Lease{Holder: "b", TTLSeconds: 60}, 0); !errors.Is(err, ErrLeaseHeld) {
+	if _, err := s.WriteLease(ctx, "default", &bus.Lease{Holder: "b", TTLSeconds: 60}, 0); !errors.Is(err, bus.ErrLeaseHeld) {
 		t.Fatalf("a second holder: %v", err)
 	}
 	if seq, err = s.WriteLease(ctx, "default", l, seq); err != nil {
@@ -493,7 +495,7 @@ func TestReleaseLease(t *testing.T) {
 	if cur, err := s.ReadLease(ctx, "default"); err != nil || cur != nil {
 		t.Fatalf("after release: %+v %v", cur, err)
 	}
-	if _, err := s.WriteLease(ctx, "default", &Lease{Holder: "b", TTLSeconds: 60}, 0); err != nil {
+	if _, err := s.WriteLease(ctx, "default", &bus.Lease{Holder: "b", TTLSeconds: 60}, 0); err != nil {
 		t.Fatalf("taking the released lease: %v", err)
 	}
 }
