@@ -150,3 +150,10 @@ func StoreGzipped(ctx context.Context, js jetstream.JetStream, bucket, name stri
 
 // objectChunk is the object store's usual chunk size.
 const objectChunk = 128 << 10
+
+// StateStreams are the streams behind the planner's state, KV buckets'
+// and object stores' included, in the order `planner status` lists them:
+// what the service watches for loss and the status reports on.
+func StateStreams() []string {
+	return []string{InventoryStream, "KV_" + client.SpecBucket, client.PlansStream, client.AssignmentsStream, "OBJ_" + client.PlansBucket}
+}

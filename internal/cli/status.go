@@ -114,9 +114,6 @@ type followerStatus struct {
 	Seen time.Duration `json:"last_seen_ns"`
 }
 
-// statusStreams are the streams and buckets the planner keeps.
-var statusStreams = []string{bus.InventoryStream, "KV_" + client.SpecBucket, client.PlansStream, client.AssignmentsStream, "OBJ_" + client.PlansBucket}
-
 func newStatusCmd() *cobra.Command {
 	var cf connFlags
 	var plan, output string
@@ -167,8 +164,9 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 		defer cancel()
 		r.readLeader(pctx, js, ps)
 	})
-	r.Streams = make([]streamStatus, len(statusStreams))
-	for i, name := range statusStreams {
+	streams := bus.StateStreams()
+	r.Streams = make([]streamStatus, len(streams))
+	for i, name := range streams {
 		wg.Go(func() {
 			pctx, cancel := part()
 			defer cancel()

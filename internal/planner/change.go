@@ -177,7 +177,7 @@ func SamePlacement(a, b *Plan) bool {
 			continue
 		}
 		for i := range ca {
-			if !sameWorker(&ca[i], &cb[i]) {
+			if !SameWorker(ca[i], cb[i]) {
 				return false
 			}
 		}
@@ -194,9 +194,9 @@ func SamePlacement(a, b *Plan) bool {
 	return true
 }
 
-// sameWorker compares two workers field by field, a nil and an empty list
+// SameWorker compares two workers field by field, a nil and an empty list
 // alike (plans read back from the stream have been through JSON).
-func sameWorker(a, b *plan.Worker) bool {
+func SameWorker(a, b plan.Worker) bool {
 	return a.Component == b.Component && a.Index == b.Index && a.Pool == b.Pool && a.NodeID == b.NodeID &&
 		a.IP == b.IP && a.GPUShare == b.GPUShare && a.CPUs == b.CPUs &&
 		slices.Equal(a.GPUs, b.GPUs) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs)

@@ -164,7 +164,7 @@ func sameNode(a, b *plan.NodeChange) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	if !slices.EqualFunc(a.Workers, b.Workers, func(x, y plan.Worker) bool { return sameWorker(&x, &y) }) ||
+	if !slices.EqualFunc(a.Workers, b.Workers, SameWorker) ||
 		!slices.Equal(a.Notes, b.Notes) || len(a.Pools) != len(b.Pools) {
 		return false
 	}

@@ -25,7 +25,7 @@ func (p *Planner) publishAssignments(ctx context.Context, prev, next *planner.Pl
 	}
 	var as []client.Assignment
 	for _, nc := range change.Nodes {
-		if old := was(nc.NodeID); len(old) == 0 && len(nc.Workers) == 0 || slices.EqualFunc(old, nc.Workers, sameWorker) {
+		if old := was(nc.NodeID); len(old) == 0 && len(nc.Workers) == 0 || slices.EqualFunc(old, nc.Workers, planner.SameWorker) {
 			continue
 		}
 		as = append(as, assignment(next, nc.NodeID, nc.Workers))
@@ -74,12 +74,6 @@ func assignment(p *planner.Plan, node string, ws []plan.Worker) client.Assignmen
 	return a
 }
 
-func sameWorker(a, b plan.Worker) bool {
-	return a.Component == b.Component && a.Index == b.Index && a.Pool == b.Pool && a.NodeID == b.NodeID &&
-		a.IP == b.IP && a.GPUShare == b.GPUShare && a.CPUs == b.CPUs &&
-		slices.Equal(a.GPUs, b.GPUs) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs)
-}
-
 // stale is the assignment to publish for node when what its subject
 // holds (have, nil when nothing) is not its workers in latest: nil when
 // it is. It replaces only that message (Seq), so a newer one published
@@ -95,7 +89,7 @@ func stale(latest *planner.Plan, node string, want []plan.Worker, have *client.A
 		for i, pw := range have.Workers {
 			ws[i] = pw.Worker
 		}
-		if have.Err == nil && slices.EqualFunc(ws, want, sameWorker) {
+		if have.Err == nil && slices.EqualFunc(ws, want, planner.SameWorker) {
 			return nil
 		}
 	} else if len(want) == 0 {

@@ -159,7 +159,7 @@ func checkAssignments(t *testing.T, c *client.Client, p *planner.Plan) {
 		for i, pw := range a.Workers {
 			have[i] = pw.Worker
 		}
-		if !slices.EqualFunc(have, want[a.NodeID], sameWorker) {
+		if !slices.EqualFunc(have, want[a.NodeID], planner.SameWorker) {
 			t.Errorf("node %s: assignment of revision %d has %d workers, the plan %d", a.NodeID, a.Revision, len(have), len(want[a.NodeID]))
 		}
 		delete(want, a.NodeID)

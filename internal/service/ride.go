@@ -128,10 +128,6 @@ func (l *loop) stalled(streamLast uint64) bool {
 	return l.behind >= 2
 }
 
-// stateStreams are the streams behind the planner's state.
-var stateStreams = []string{client.PlansStream, client.AssignmentsStream, bus.InventoryStream, "KV_" + client.SpecBucket,
-	"OBJ_" + client.PlansBucket}
-
 // missing lists the streams of the planner's state that NATS no longer
 // has.
 // It also returns the inventory stream's last sequence. A plan stream
@@ -143,7 +139,7 @@ func (p *Planner) missing(ctx context.Context, plansCreated *time.Time) ([]strin
 	defer done()
 	var out []string
 	var invLast uint64
-	for _, name := range stateStreams {
+	for _, name := range bus.StateStreams() {
 		st, err := p.cfg.JS.Stream(ctx, name)
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):

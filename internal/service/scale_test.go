@@ -165,7 +165,7 @@ func TestScaleNodeLeaves(t *testing.T) {
 	want := map[string][]plan.Worker{victim: nil}
 	after := byNode(second.Document)
 	for node, is := range after {
-		if !slices.EqualFunc(before[node], is, sameWorker) {
+		if !slices.EqualFunc(before[node], is, planner.SameWorker) {
 			want[node] = is
 		}
 	}
@@ -191,7 +191,7 @@ func TestScaleNodeLeaves(t *testing.T) {
 			have[i] = pw.Worker
 		}
 		sortWorkers(have)
-		if a.Revision != 2 || !slices.EqualFunc(have, ws, sameWorker) {
+		if a.Revision != 2 || !slices.EqualFunc(have, ws, planner.SameWorker) {
 			t.Errorf("node %s: assignment of revision %d has %d workers, want %d of revision 2", node, a.Revision, len(have), len(ws))
 		}
 	}
