@@ -59,3 +59,9 @@ func TestFewNames(t *testing.T) {
 		t.Errorf("package client shows %d names, over %d: %s", len(lines), maxNames, strings.Join(lines, " "))
 	}
 }
+
+func TestPlanEventSubject(t *testing.T) {
+	if got := PlanEventSubject("default"); got != "poolplanner.plans.default" {
+		t.Errorf("got %q", got)
+	}
+}

@@ -59,67 +59,6 @@ func testDoc(t testing.TB, nodeID string) []byte {
 	return b
 }
 
-func TestValidateNodeID(t *testing.T) {
-	for _, ok := range []string{"n1", "gpu-node-07.cluster.local", "a_b=c/d"} {
-		if err := inventory.ValidateNodeID(ok); err != nil {
-			t.Errorf("ValidateNodeID(%q): %v", ok, err)
-		}
-	}
-	for _, bad := range []string{"", "a b", ".n1", "n1.", "n*", "n>", "ü"} {
-		if err := inventory.ValidateNodeID(bad); !errors.Is(err, inventory.ErrInvalidNodeID) {
-			t.Errorf("ValidateNodeID(%q) = %v, want ErrInvalidNodeID", bad, err)
-		}
-	}
-}
-
-func TestKeyTTL(t *testing.T) {
-	tests := []struct{ in, want time.Duration }{
-		{0, time.Second},
-		{200 * time.Millisecond, time.Second},
-		{1500 * time.Millisecond, 2 * time.Second},
-		{15 * time.Second, 15 * time.Second},
-	}
-	for _, tt := range tests {
-		if got := bus.KeyTTL(tt.in); got != tt.want {
-			t.Errorf("KeyTTL(%s) = %s, want %s", tt.in, got, tt.want)
-		}
-	}
-}
-
-func TestBackoff(t *testing.T) {
-	for attempt, want := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
-		got := bus.Backoff(attempt)
-		if got < want*8/10 || got > want*12/10 {
-			t.Errorf("Backoff(%d) = %s, want %s ±20%%", attempt, got, want)
-		}
-	}
-	for _, attempt := range []int{10, 100, 1 << 20} {
-		_ = bus.Backoff(-attempt) // never panics
-		if got := bus.Backoff(attempt); got > bus.BackoffMax*12/10 || got < bus.BackoffMax*8/10 {
-			t.Errorf("Backoff(%d) = %s, want about %s", attempt, got, bus.BackoffMax)
-		}
-	}
-}
-
-func TestPlanVersionSubject(t *testing.T) {
-	if got := client.PlanEventSubject("default"); got != "poolplanner.plans.default" {
-		t.Errorf("got %q", got)
-	}
-}
-
-func TestStartEmbeddedErrors(t *testing.T) {
-	tests := []bus.EmbeddedOptions{
-		{},
-		{StoreDir: t.TempDir(), Listen: "nonsense"},
-		{StoreDir: t.TempDir(), Listen: "127.0.0.1:http"},
-	}
-	for _, opts := range tests {
-		if _, _, err := bus.StartEmbedded(opts); err == nil {
-			t.Errorf("StartEmbedded(%+v): no error", opts)
-		}
-	}
-}
-
 // The bucket gets the same settings whoever creates it, and a second
 // create-or-update is a no-op; a bucket made by an earlier version (as
 // nats.go makes KV buckets, rollups allowed) is brought to them.
@@ -286,38 +225,6 @@ func TestPutRecreatesBucket(t *testing.T) {
 	}
 	if _, _, err := s.Get(ctx, "n1"); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestConnectServerDownAtStart(t *testing.T) {
-	// A free port nobody listens on yet.
-	ns, url := startServer(t)
-	port := ns.Addr().String()
-	ns.Shutdown()
-	ns.WaitForShutdown()
-
-	nc, err := bus.Connect(url, "test", zerolog.Nop(), bus.Security{})
-	if err != nil {
-		t.Fatalf("Connect with the server down: %v", err)
-	}
-	defer nc.Close()
-	if nc.IsConnected() {
-		t.Fatal("connected to a server that is down")
-	}
-	ns2, _, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: port, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns2.Shutdown(); ns2.WaitForShutdown() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !nc.IsConnected() {
-		if time.Now().After(deadline) {
-			t.Fatal("did not connect once the server came up")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !strings.Contains(nc.ConnectedUrl(), port) {
-		t.Errorf("connected to %s", nc.ConnectedUrl())
 	}
 }
 
