@@ -1,3 +1,8 @@
+// Package store is the service's JetStream stores, typed over the plan
+// and inventory documents: the plan stream and its objects (revisions,
+// snapshots, assignments, retention, the lease), the spec bucket, the
+// inventory bucket and its watch; and the answers of the micro service
+// read off them (lookups, plan names).
 package store
 
 import (
