@@ -81,7 +81,7 @@ type Config struct {
 func (c Config) Validate() error {
 	switch {
 	case c.Source == nil || c.Store == nil:
-		return errors.New("reporter: no source or kvs")
+		return errors.New("reporter: no source or store")
 	case c.Heartbeat <= 0:
 		return fmt.Errorf("heartbeat %s: must be positive", c.Heartbeat)
 	case c.TTL < time.Second:
@@ -132,7 +132,7 @@ type run struct {
 
 	last    inventory.NodeInventory
 	doc     []byte // last as JSON; nil until the source first answers
-	stored  bool   // doc is in the kvs as of the last put
+	stored  bool   // doc is in the store as of the last put
 	ever    bool   // some put was sent: there may be a key to delete
 	fails   int    // consecutive failed puts or reads
 	retry   *time.Timer
