@@ -21,6 +21,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/reporter"
 	"github.com/poolplanner/poolplanner/internal/store"
 )
@@ -114,11 +115,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestSIGTERMDeletesKey(t *testing.T) {
-	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	url := natstest.Start(t).URL()
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "REPORTER_TEST_CHILD=1",
@@ -138,17 +135,17 @@ func TestSIGTERMDeletesKey(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	store := store.NewInventoryStore(js)
 	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waited := false
+	defer func() { // also as WaitFor fails the test
+		if !waited {
+			t.Logf("the reporter's stderr:\n%s", stderr.String())
+		}
+	}()
+	natstest.WaitFor(t, 10*time.Second, "the key of 4 GPUs", func() bool {
 		inv, _, err := store.Get(ctx, "n1")
-		if err == nil && len(inv.GPUs) == 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key never appeared: %v\n%s", err, stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && len(inv.GPUs) == 4
+	})
+	waited = true
 
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
@@ -201,11 +198,7 @@ func (s *syncBuffer) String() string {
 // reporting; once the first is killed (its key still live for 30s), a
 // new one takes the key over at once; on SIGTERM that one deletes it.
 func TestOneReporterPerNode(t *testing.T) {
-	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	url := natstest.Start(t).URL()
 	nc, err := bus.Connect(url, "test", zerolog.Nop(), bus.Security{})
 	if err != nil {
 		t.Fatal(err)
@@ -216,17 +209,14 @@ func TestOneReporterPerNode(t *testing.T) {
 	ctx := context.Background()
 	waitKey := func(what string, ok func(inventory.NodeInventory, uint64) bool) (inventory.NodeInventory, uint64) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			inv, rev, err := store.Get(ctx, "n1")
-			if err == nil && ok(inv, rev) {
-				return inv, rev
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the key never held %s: %+v, %v", what, inv, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		var inv inventory.NodeInventory
+		var rev uint64
+		natstest.WaitFor(t, 10*time.Second, "the key holding "+what, func() bool {
+			var err error
+			inv, rev, err = store.Get(ctx, "n1")
+			return err == nil && ok(inv, rev)
+		})
+		return inv, rev
 	}
 	args := "--server " + url + " --node-id n1 --simulate 4xA100 --heartbeat 200ms --ttl 30s"
 	host, _ := os.Hostname()

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/natstest"
 )
 
 func TestKeyTTL(t *testing.T) {
@@ -52,13 +54,9 @@ func TestStartEmbeddedErrors(t *testing.T) {
 
 func TestConnectServerDownAtStart(t *testing.T) {
 	// A free port nobody listens on yet.
-	ns, url, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ns.Addr().String()
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	srv := natstest.Start(t)
+	url, port := srv.URL(), srv.Addr()
+	srv.Stop()
 
 	nc, err := Connect(url, "test", zerolog.Nop(), Security{})
 	if err != nil {
@@ -68,18 +66,8 @@ func TestConnectServerDownAtStart(t *testing.T) {
 	if nc.IsConnected() {
 		t.Fatal("connected to a server that is down")
 	}
-	ns2, _, err := StartEmbedded(EmbeddedOptions{Listen: port, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns2.Shutdown(); ns2.WaitForShutdown() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !nc.IsConnected() {
-		if time.Now().After(deadline) {
-			t.Fatal("did not connect once the server came up")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	srv.Start()
+	natstest.WaitFor(t, 10*time.Second, "connected once the server came up", nc.IsConnected)
 	if !strings.Contains(nc.ConnectedUrl(), port) {
 		t.Errorf("connected to %s", nc.ConnectedUrl())
 	}

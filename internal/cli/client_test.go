@@ -51,17 +51,15 @@ func startQuickServe(t *testing.T, extra ...string) (string, *syncWriter) {
 func TestServeAndClients(t *testing.T) {
 	server, serveErr := startQuickServe(t)
 
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("serve: %s", serveErr.String())
+		}
+	})
 	// The first plan arrives once the simulated nodes reported.
 	var code int
-	var out, errOut string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if code, out, errOut = run(t, "lookup", "train", "0", "--server", server); code == 0 {
-			break
-		}
-	}
-	if code != 0 {
-		t.Fatalf("lookup train 0: exit %d: %s (serve: %s)", code, errOut, serveErr.String())
-	}
+	var errOut string
+	out := runUntil(t, 30*time.Second, succeeds, "lookup", "train", "0", "--server", server)
 	var w struct {
 		NodeID   string `json:"node_id"`
 		CUDA     string `json:"cuda_visible_devices"`
@@ -114,13 +112,10 @@ func TestServeAndClients(t *testing.T) {
 		Revision int    `json:"revision"`
 		Reason   string `json:"reason"`
 	}
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		code, out, _ = run(t, "history", "--output", "json", "--server", server)
+	out = runUntil(t, 20*time.Second, func(code int, out string) bool {
 		revs = nil
-		if code == 0 && json.Unmarshal([]byte(out), &revs) == nil && len(revs) >= 2 {
-			break
-		}
-	}
+		return code == 0 && json.Unmarshal([]byte(out), &revs) == nil && len(revs) >= 2
+	}, "history", "--output", "json", "--server", server)
 	if len(revs) != 2 || revs[1].Revision != 2 || !strings.Contains(revs[1].Reason, "spec changed") {
 		t.Fatalf("history after spec set: %+v\n%s", revs, out)
 	}

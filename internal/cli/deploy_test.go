@@ -64,16 +64,16 @@ func TestDeployNATSConfig(t *testing.T) {
 	}()
 	defer func() { cancel(); <-done }()
 	launcher := filepath.Join(secrets, "creds", "launcher.creds")
-	var code int
-	var out, errOut string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if code, out, errOut = run(t, "lookup", "train", "0", "--server", url, "--creds", launcher); code == 0 {
-			break
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("serve: %s", serveErr.String())
 		}
+	})
+	if out := runUntil(t, 30*time.Second, succeeds, "lookup", "train", "0", "--server", url, "--creds", launcher); !strings.Contains(out, `"cuda_visible_devices"`) {
+		t.Fatalf("lookup as launcher: %s", out)
 	}
-	if code != 0 || !strings.Contains(out, `"cuda_visible_devices"`) {
-		t.Fatalf("lookup as launcher: exit %d: %s (serve: %s)", code, errOut, serveErr.String())
-	}
+	var code int
+	var errOut string
 	if code, _, errOut = run(t, "lookup", "train", "0", "--server", url); code == 0 || !strings.Contains(errOut, "requires credentials") {
 		t.Errorf("without credentials: exit %d: %s", code, errOut)
 	}
@@ -151,15 +151,7 @@ func TestDeployNATSCluster(t *testing.T) {
 	admin := filepath.Join(secrets, "creds", "admin.creds")
 	waitFor := func(what string, args ...string) string {
 		t.Helper()
-		var out, errOut string
-		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
-			var code int
-			if code, out, errOut = run(t, args...); code == 0 && strings.Contains(out, what) {
-				return out
-			}
-		}
-		t.Fatalf("planner %s: no %q: %s%s", strings.Join(args, " "), what, out, errOut)
-		return ""
+		return runUntil(t, 60*time.Second, func(code int, out string) bool { return code == 0 && strings.Contains(out, what) }, args...)
 	}
 	waitFor(`"cuda_visible_devices"`, "lookup", "train", "0", "--server", url, "--creds", admin)
 	status := waitFor("leader: planner", "status", "--server", url, "--creds", admin)

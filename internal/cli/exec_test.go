@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 )
 
 // TestExec: planner exec runs the command as the worker, with its GPUs
@@ -28,15 +29,8 @@ func TestExec(t *testing.T) {
 			"--simulate", "4x8xH100", "--spec", "../../examples/disaggregate.yaml", "--settle", "-1s", "--log-level", "error"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
 	}()
 	defer func() { cancel(); <-done }()
-	var where string
-	for deadline := time.Now().Add(30 * time.Second); where == ""; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no plan")
-		}
-		if code, out, _ := run(t, "lookup", "train", "0", "--server", url); code == 0 {
-			where = strings.Split(strings.Split(out, `"node_id": "`)[1], `"`)[0]
-		}
-	}
+	looked := runUntil(t, 30*time.Second, succeeds, "lookup", "train", "0", "--server", url)
+	where := strings.Split(strings.Split(looked, `"node_id": "`)[1], `"`)[0]
 
 	var argv, env []string
 	fake := func(argv0 string, a, e []string) error { argv, env = a, e; return nil }
@@ -95,14 +89,7 @@ func TestExecWaitsForFreeGPU(t *testing.T) {
 	url, _ := serveInProcess(t, "--no-local-reporter", "--spec", specFile, "--settle", "-1s")
 	// The node's reporter, whose GPUs' processes the test sets.
 	src := simulatedNode(t, url, "gpu-1", []int{0})
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if code, _, _ := run(t, "lookup", "train", "0", "--server", url); code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no plan")
-		}
-	}
+	runUntil(t, 30*time.Second, succeeds, "lookup", "train", "0", "--server", url)
 
 	started := make(chan []string, 1)
 	fake := func(argv0 string, a, e []string) error { started <- a; return nil }
@@ -126,11 +113,9 @@ func TestExecWaitsForFreeGPU(t *testing.T) {
 	go func() {
 		result <- execAs(&errOut, "exec", "train", "0", "--server", url, "--node-id", "gpu-1", "--wait-free", "1m", "--", "true")
 	}()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errOut.String(), "runs pid 0 (simulated)"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("exec said nothing of what it waits for: %q", errOut.String())
-		}
-	}
+	natstest.WaitFor(t, 30*time.Second, "exec saying what it waits for", func() bool {
+		return strings.Contains(errOut.String(), "runs pid 0 (simulated)")
+	})
 	select {
 	case err := <-result:
 		t.Fatalf("exec went ahead on a busy GPU: %v", err)
@@ -162,17 +147,9 @@ func TestStatusUnplannedUse(t *testing.T) {
 	url, _ := serveInProcess(t, "--no-local-reporter", "--spec", specFile, "--settle", "-1s")
 	// Train takes GPUs 0-3; GPU 0 runs its worker, GPU 7 something else.
 	simulatedNode(t, url, "gpu-1", []int{0, 7})
-	var out string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		var code int
-		code, out, _ = run(t, "status", "--server", url)
-		if code == 0 && strings.Contains(out, "UNPLANNED USE") && strings.Contains(out, "revision 1") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status never showed unplanned use:\n%s", out)
-		}
-	}
+	out := runUntil(t, 30*time.Second, func(code int, out string) bool {
+		return code == 0 && strings.Contains(out, "UNPLANNED USE") && strings.Contains(out, "revision 1")
+	}, "status", "--server", url)
 	if !strings.Contains(out, "gpu-1 GPU 7 (") || strings.Contains(out, "gpu-1 GPU 0 (") || !strings.Contains(out, "pid 0 (simulated)") {
 		t.Errorf("status:\n%s", out)
 	}
@@ -192,14 +169,7 @@ func TestExecSharedGPUNoWait(t *testing.T) {
 	url, _ := serveInProcess(t, "--no-local-reporter", "--spec", specFile, "--settle", "-1s")
 	// All four sit on GPU 0, which runs a process (one of them).
 	simulatedNode(t, url, "gpu-1", []int{0})
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if code, _, _ := run(t, "lookup", "env", "0", "--server", url); code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no plan")
-		}
-	}
+	runUntil(t, 30*time.Second, succeeds, "lookup", "env", "0", "--server", url)
 	root := newRootWith(nil, &bytes.Buffer{}, &bytes.Buffer{}, func(string, []string, []string) error { return nil })
 	root.SetArgs([]string{"exec", "env", "1", "--server", url, "--node-id", "gpu-1", "--wait-free", "300ms", "--", "true"})
 	if err := root.ExecuteContext(context.Background()); err != nil {

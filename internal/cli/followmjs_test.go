@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 )
 
 // bigSpec places about 2,800 workers: over 2,048, so its first revision
@@ -68,22 +70,28 @@ func TestFollowMJS(t *testing.T) {
 	}
 	plan := func(rev int) map[string]any {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		var m map[string]any
+		var err error
+		waited := false
+		defer func() { // also as WaitEvery fails the test
+			if !waited {
+				t.Logf("revision %d: %v\n%s", rev, err, serveErr)
+			}
+		}()
+		// Every 100 ms: each try is a request to the planner.
+		natstest.WaitEvery(t, 60*time.Second, 100*time.Millisecond, fmt.Sprintf("a valid revision %d", rev), func() bool {
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			d, err := c.RequestPlan(rctx, "default", rev)
-			cancel()
-			if err == nil && d.Valid {
-				b, _ := json.Marshal(d)
-				var m map[string]any
-				_ = json.Unmarshal(b, &m)
-				return m
+			defer cancel()
+			d, rerr := c.RequestPlan(rctx, "default", rev)
+			if err = rerr; err != nil || !d.Valid {
+				return false
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("revision %d: %v\n%s", rev, err, serveErr)
-			}
-			time.Sleep(100 * time.Millisecond) // the planner's first plan; nothing to wait on from here
-		}
+			b, _ := json.Marshal(d)
+			_ = json.Unmarshal(b, &m)
+			return true
+		})
+		waited = true
+		return m
 	}
 	same := func(rev int, line []byte) {
 		t.Helper()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 )
 
 // workerScript is the CMD the launcher runs: it notes its pid and
@@ -107,18 +108,20 @@ func TestLauncherPy(t *testing.T) {
 	}
 	waitRuns := func(rev int) map[string]string {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			w := want(rev)
-			got := liveWorkers(t, pids)
-			if len(w) > 0 && fmt.Sprint(w) == fmt.Sprint(got) {
-				return w
+		var w, got map[string]string
+		waited := false
+		defer func() { // also as WaitEvery fails the test
+			if !waited {
+				t.Logf("revision %d: the launcher runs\n%v\nthe plan places\n%v\n%s", rev, got, w, serveErr)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("revision %d: the launcher runs\n%v\nthe plan places\n%v\n%s", rev, got, w, serveErr)
-			}
-			time.Sleep(100 * time.Millisecond) // processes come and go; nothing to wait on
-		}
+		}()
+		// Every 100 ms: processes come and go, read from /proc.
+		natstest.WaitEvery(t, 60*time.Second, 100*time.Millisecond, fmt.Sprintf("the launcher running revision %d's workers", rev), func() bool {
+			w, got = want(rev), liveWorkers(t, pids)
+			return len(w) > 0 && fmt.Sprint(w) == fmt.Sprint(got)
+		})
+		waited = true
+		return w
 	}
 
 	launcher := exec.Command("python3", "../../examples/launcher.py", "--server", url, "--node-id", node, "--plan", "default",
@@ -148,17 +151,17 @@ func TestLauncherPy(t *testing.T) {
 	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	restarted := false
+	defer func() { // also as WaitEvery fails the test
+		if !restarted {
+			t.Logf("the killed worker (pid %d) not started again: %v\n%s", victim, liveWorkers(t, pids), launcherErr.String())
+		}
+	}()
+	natstest.WaitEvery(t, 30*time.Second, 100*time.Millisecond, "the killed worker started again", func() bool {
 		_, err := os.Stat(filepath.Join("/proc", fmt.Sprint(victim)))
-		if got := liveWorkers(t, pids); err != nil && fmt.Sprint(got) == fmt.Sprint(before) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the killed worker (pid %d) was not started again: %v\n%s", victim, liveWorkers(t, pids), launcherErr.String())
-		}
-		time.Sleep(100 * time.Millisecond) // processes come and go; nothing to wait on
-	}
+		return err != nil && fmt.Sprint(liveWorkers(t, pids)) == fmt.Sprint(before)
+	})
+	restarted = true
 
 	if code, _, errOut := run(t, "spec", "set", "--server", url, second); code != 0 {
 		t.Fatalf("spec set: %s", errOut)

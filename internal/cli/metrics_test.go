@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"github.com/poolplanner/poolplanner/internal/natstest"
 )
 
 // scrape reads url's metrics and fails on lint problems.
@@ -69,14 +71,13 @@ func TestMetrics(t *testing.T) {
 			cancel()
 			<-done
 			// The metrics listener closes a moment after serve returns.
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			natstest.WaitFor(t, 10*time.Second, "the metrics listener closed after serve returned", func() bool {
 				resp, err := http.Get(murl)
-				if err != nil {
-					return
+				if err == nil {
+					resp.Body.Close()
 				}
-				resp.Body.Close()
-			}
-			t.Fatal("the metrics listener stays open after serve returned")
+				return err != nil
+			})
 		}
 	}
 	stop := serve()
@@ -84,16 +85,16 @@ func TestMetrics(t *testing.T) {
 	wait := func(name string, want float64) string {
 		t.Helper()
 		var text string
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-			if _, err := http.Get(murl); err != nil {
-				continue
+		natstest.WaitEvery(t, 30*time.Second, 200*time.Millisecond, fmt.Sprintf("%s at %v", name, want), func() bool {
+			resp, err := http.Get(murl)
+			if err != nil {
+				return false
 			}
-			if text = scrape(t, murl); metricValue(text, name) == want {
-				return text
-			}
-		}
-		t.Fatalf("%s never %v:\n%s", name, want, text)
-		return ""
+			resp.Body.Close()
+			text = scrape(t, murl)
+			return metricValue(text, name) == want
+		})
+		return text
 	}
 	text := wait(`poolplanner_plan_revision{plan="default"}`, 1)
 	for name, want := range map[string]float64{`poolplanner_plan_valid{plan="default"}`: 1, `poolplanner_plan_leader{plan="default"}`: 1,
@@ -117,12 +118,10 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("workers moved %v after a revision that moved some, was %v", got, moved)
 	}
 	// A replan is counted once it is over, after its revision is out.
-	for deadline := time.Now().Add(10 * time.Second); metricValue(text, `poolplanner_replan_duration_seconds_count{plan="default"}`) < 2 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	natstest.WaitFor(t, 10*time.Second, "2 replans counted", func() bool {
 		text = scrape(t, murl)
-	}
-	if got := metricValue(text, `poolplanner_replan_duration_seconds_count{plan="default"}`); got < 2 {
-		t.Errorf("replans counted %v, want 2 or more", got)
-	}
+		return metricValue(text, `poolplanner_replan_duration_seconds_count{plan="default"}`) >= 2
+	})
 	for _, want := range []string{`poolplanner_requests_total{code="200",endpoint="lookup"} 1`, `poolplanner_requests_total{code="400",endpoint="lookup"} 1`,
 		`poolplanner_reporter_puts_total{kind="change"} 4`, "\npoolplanner_gpus_unplanned_use 0\n", "\npoolplanner_planner_stood_down 0\n", "\npoolplanner_loop_stuck 0\n", "\npoolplanner_replan_failures 0\n"} {
 		if !strings.Contains(text, want) {
@@ -146,9 +145,10 @@ func TestMetrics(t *testing.T) {
 	wait(`poolplanner_plan_priority{plan="big"}`, -1)
 	// Once the replan that removed it is counted (default's), no series
 	// of big remains, nor comes back.
-	for deadline := time.Now().Add(10 * time.Second); metricValue(text, `poolplanner_replan_duration_seconds_count{plan="default"}`) <= replans && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	natstest.WaitFor(t, 10*time.Second, "the replan that removed big counted", func() bool {
 		text = scrape(t, murl)
-	}
+		return metricValue(text, `poolplanner_replan_duration_seconds_count{plan="default"}`) > replans
+	})
 	if got := grep(text, `plan="big"`); got != "" {
 		t.Errorf("series of a removed plan remain:\n%s", got)
 	}

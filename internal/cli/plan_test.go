@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
@@ -20,6 +22,30 @@ func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	code = Main(context.Background(), args, nil, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
+
+// runUntil runs the command until ok holds of its exit code and
+// stdout, every 200 ms (each run connects anew), and returns its last
+// stdout; after within it fails the test, logging the last run.
+func runUntil(t *testing.T, within time.Duration, ok func(code int, out string) bool, args ...string) string {
+	t.Helper()
+	var code int
+	var out, errOut string
+	done := false
+	defer func() { // also as WaitEvery fails the test
+		if !done {
+			t.Logf("%s: last exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errOut)
+		}
+	}()
+	natstest.WaitEvery(t, within, 200*time.Millisecond, strings.Join(args, " ")+" as wanted", func() bool {
+		code, out, errOut = run(t, args...)
+		return ok(code, out)
+	})
+	done = true
+	return out
+}
+
+// succeeds is runUntil's ok for a command that exits 0.
+func succeeds(code int, _ string) bool { return code == 0 }
 
 func writeFile(t *testing.T, name, body string) string {
 	t.Helper()

@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/natstest"
 )
 
 // TestServeClusterFlags: the cluster and replica flags that cannot work
@@ -54,17 +56,13 @@ func TestServeDataDirAndPort(t *testing.T) {
 		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", dir, "--no-local-reporter", "--log-level", "error"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
 	}()
 	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c, err := net.Dial("tcp", addr); err == nil {
+	natstest.WaitFor(t, 10*time.Second, "the first serve up", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("first serve not up")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	})
 	start := time.Now()
 	code, _, errOut := run(t, "serve", "--listen", freeAddr(t), "--data-dir", dir, "--no-local-reporter")
 	if code == 0 || !strings.Contains(errOut, "--data-dir "+dir+" is held by process") || time.Since(start) > 8*time.Second {
@@ -88,13 +86,8 @@ func TestServeCleanShutdown(t *testing.T) {
 		done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", t.TempDir(), "--no-local-reporter",
 			"--simulate", "4x8xH100", "--spec", "../../examples/disaggregate.yaml", "--settle", "-1s"}, nil, &bytes.Buffer{}, &stderr)
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(stderr.String(), "plan published") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no plan: %s", stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	// What serve logs is this test's subject: it waits on its line too.
+	natstest.WaitFor(t, 20*time.Second, "a plan published", func() bool { return strings.Contains(stderr.String(), "plan published") })
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d", code)
@@ -166,18 +159,11 @@ func TestQuickStartWithReporters(t *testing.T) {
 			<-done
 		}
 	}()
-	var out, errOut string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		var code int
-		if code, out, errOut = run(t, "lookup", "train", "0", "--server", url); code == 0 {
-			// The reporter's metrics: its first put, a change.
-			if text := scrape(t, "http://"+maddr+"/metrics"); metricValue(text, `poolplanner_reporter_puts_total{kind="change"}`) != 1 {
-				t.Errorf("reporter metrics:\n%s", grep(text, "poolplanner_"))
-			}
-			return
-		}
+	runUntil(t, 30*time.Second, succeeds, "lookup", "train", "0", "--server", url) // a valid plan on the four reporters
+	// The reporter's metrics: its first put, a change.
+	if text := scrape(t, "http://"+maddr+"/metrics"); metricValue(text, `poolplanner_reporter_puts_total{kind="change"}`) != 1 {
+		t.Errorf("reporter metrics:\n%s", grep(text, "poolplanner_"))
 	}
-	t.Fatalf("no valid plan on four simulated reporters: %s%s", out, errOut)
 }
 
 // TestServeExitsWhenConnectionClosed: a connection the server will not

@@ -11,15 +11,18 @@ import (
 // serve, and status printing them with their GPUs and nodes.
 func TestSeveralPlansCommands(t *testing.T) {
 	server, serveErr := startQuickServe(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("serve: %s", serveErr.String())
+		}
+	})
 	// status -o json until the plans are as want says.
 	status := func(want func(map[string]statusPlan) bool) map[string]statusPlan {
 		t.Helper()
-		var last string
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			code, out, errOut := run(t, "status", "-o", "json", "--server", server)
+		var by map[string]statusPlan
+		runUntil(t, 30*time.Second, func(code int, out string) bool {
 			if code != 0 {
-				last = errOut
-				continue
+				return false
 			}
 			var r struct {
 				Plans []statusPlan `json:"plans"`
@@ -27,17 +30,13 @@ func TestSeveralPlansCommands(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &r); err != nil {
 				t.Fatal(err)
 			}
-			by := map[string]statusPlan{}
+			by = map[string]statusPlan{}
 			for _, p := range r.Plans {
 				by[p.Name] = p
 			}
-			if want(by) {
-				return by
-			}
-			last = out
-		}
-		t.Fatalf("status never as wanted; last: %s (serve: %s)", last, serveErr.String())
-		return nil
+			return want(by)
+		}, "status", "-o", "json", "--server", server)
+		return by
 	}
 	status(func(m map[string]statusPlan) bool { return m["default"].Valid })
 

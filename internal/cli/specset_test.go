@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 )
 
 // specRevisions is `planner spec ls --output json`: plan → spec revision.
@@ -33,15 +33,12 @@ func specRevisions(t *testing.T, server string) map[string]uint64 {
 // of its own (exit 2) forced or not.
 func TestSpecSetValidates(t *testing.T) {
 	server, serveErr := startQuickServe(t)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		code, _, errOut := run(t, "lookup", "train", "0", "--server", server)
-		if code == 0 {
-			break
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("serve: %s", serveErr.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no first plan: %s (serve: %s)", errOut, serveErr.String())
-		}
-	}
+	})
+	runUntil(t, 30*time.Second, succeeds, "lookup", "train", "0", "--server", server) // the first plan
 	before := specRevisions(t, server)["default"]
 
 	// Feasible as default's spec (its own GPUs not in its way).
@@ -106,11 +103,7 @@ func TestSpecSetValidates(t *testing.T) {
 // TestSpecSetWithoutPlanner: with no planner to validate, spec set says
 // so and stores nothing, unless --force.
 func TestSpecSetWithoutPlanner(t *testing.T) {
-	ns, server, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	server := natstest.Start(t).URL()
 
 	code, out, errOut := run(t, "spec", "set", "--plan", "exp", "../../examples/experiment.yaml", "--server", server)
 	if code != 1 || out != "" || !strings.Contains(errOut, "spec of plan exp not stored: no planner answers poolplanner.validate") {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/testcluster"
 )
 
@@ -31,17 +32,20 @@ func TestStatusInOutage(t *testing.T) {
 	}
 	waitForOut := func(what string, cond func(string) bool) string {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			out, _ := status()
-			if cond(out) {
-				return out
+		var out string
+		waited := false
+		defer func() { // also as WaitEvery fails the test
+			if !waited {
+				t.Logf("the last status:\n%s\n%s", out, c.State())
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("status never showed %s:\n%s\n%s", what, out, c.State())
-			}
-			time.Sleep(200 * time.Millisecond) // status is a new connection each time; nothing to wait on
-		}
+		}()
+		// Every 200 ms: status is a new connection each time.
+		natstest.WaitEvery(t, 60*time.Second, 200*time.Millisecond, "status showing "+what, func() bool {
+			out, _ = status()
+			return cond(out)
+		})
+		waited = true
+		return out
 	}
 	waitForOut("a valid plan and a leader", func(out string) bool {
 		return strings.Contains(out, "plan default: revision 1, valid") && strings.Contains(out, "leader: planner")
@@ -83,20 +87,17 @@ func TestServeOnModestServers(t *testing.T) {
 	c := testcluster.StartLimited(t, 3, nil, 1<<30)
 	serveErr, done := runServe(t, "--server", c.URLs(), "--replicas", "3", "--spec", "../../examples/disaggregate.yaml",
 		"--simulate", "4x8xH100", "--no-local-reporter", "--debounce", "50ms", "--settle", "-1s")
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		code, out, _ := run(t, "lookup", "train", "0", "--server", c.URL(0))
-		if code == 0 && strings.Contains(out, "sim-h100-") {
-			return
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("serve: %s", serveErr)
 		}
+	})
+	runUntil(t, 60*time.Second, func(code int, out string) bool {
 		select {
 		case code := <-done:
-			t.Fatalf("serve exited %d: %s", code, serveErr)
+			t.Fatalf("serve exited %d", code)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no plan on 1 GiB servers: %s\n%s", out, serveErr)
-		}
-		time.Sleep(200 * time.Millisecond) // a new client each time; nothing to wait on
-	}
+		return code == 0 && strings.Contains(out, "sim-h100-")
+	}, "lookup", "train", "0", "--server", c.URL(0))
 }

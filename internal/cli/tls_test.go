@@ -68,16 +68,15 @@ func TestServeTLS(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	server := "nats://" + addr
 	launcher := filepath.Join(dataDir, "creds", "launcher.creds")
-	var code int
-	var out, errOut string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if code, out, errOut = run(t, "history", "--server", server, "--creds", launcher, "--tls-ca", caFile); code == 0 && strings.Contains(out, "first plan") {
-			break
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("serve: %s", serveErr.String())
 		}
-	}
-	if code != 0 {
-		t.Fatalf("history over TLS: exit %d: %s (serve: %s)", code, errOut, serveErr.String())
-	}
+	})
+	runUntil(t, 30*time.Second, func(code int, out string) bool { return code == 0 && strings.Contains(out, "first plan") },
+		"history", "--server", server, "--creds", launcher, "--tls-ca", caFile)
+	var code int
+	var errOut string
 	code, _, errOut = run(t, "history", "--server", server, "--creds", launcher)
 	if code == 0 || !strings.Contains(errOut, "pass --tls-ca") {
 		t.Errorf("without --tls-ca: exit %d, stderr %q", code, errOut)

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
@@ -160,12 +161,13 @@ func TestMapAtScale(t *testing.T) {
 			if c.name == "distinct" {
 				want = rows + 400
 			}
-			for deadline := time.Now().Add(45 * time.Second); page.Count(`#rows .row`) < want; time.Sleep(50 * time.Millisecond) {
-				js[bool](page, `(window.scrollTo(0, document.body.scrollHeight), true)`)
-				if time.Now().After(deadline) {
-					t.Fatalf("scrolling to the end drew %d rows of %d", page.Count(`#rows .row`), want)
+			natstest.WaitEvery(t, 45*time.Second, 50*time.Millisecond, fmt.Sprintf("scrolling to the end drawing %d rows", want), func() bool {
+				if page.Count(`#rows .row`) >= want {
+					return true
 				}
-			}
+				js[bool](page, `(window.scrollTo(0, document.body.scrollHeight), true)`)
+				return false
+			})
 			total = js[int](page, `(() => { const r = [...document.querySelectorAll("#rows .row")]; return r.reduce((s, x) => s + Number(x.dataset.count), 0) })()`)
 			if c.name == "folded" && total != 20000 {
 				t.Fatalf("the rows hold %d nodes", total)

@@ -8,6 +8,7 @@ package natstest
 import (
 	"fmt"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -23,13 +24,36 @@ type Server struct {
 	tb   testing.TB
 	dir  string
 	port int
+	opts []Option
 	ns   *server.Server
 }
 
-// Start starts a server on a free port, stopped when the test ends.
-func Start(tb testing.TB) *Server {
+// An Option changes the server's options (a limit, say) before each
+// start; the host, port and store are the Server's own.
+type Option func(*server.Options)
+
+// MaxPayload makes the server refuse messages over n bytes (NATS's
+// default is 1 MB), for tests of what goes over a limit.
+func MaxPayload(n int32) Option {
+	return func(o *server.Options) { o.MaxPayload = n }
+}
+
+// Port makes the server listen on port (of 127.0.0.1) rather than a
+// free one: for a test that has a client wait on an address before any
+// server is there.
+func Port(port int) Option {
+	return func(o *server.Options) { o.Port = port }
+}
+
+// Start starts a server on a free port (or Port's), stopped when the
+// test ends.
+func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
-	s := &Server{tb: tb, dir: tb.TempDir(), port: -1}
+	first := &server.Options{Port: -1}
+	for _, o := range opts {
+		o(first)
+	}
+	s := &Server{tb: tb, dir: tb.TempDir(), port: first.Port, opts: opts}
 	s.Start()
 	s.port = s.ns.Addr().(*net.TCPAddr).Port
 	tb.Cleanup(s.Stop)
@@ -46,6 +70,10 @@ func (s *Server) Start() {
 		Host: "127.0.0.1", Port: s.port, JetStream: true, StoreDir: s.dir,
 		NoLog: true, NoSigs: true,
 	}
+	for _, o := range s.opts {
+		o(opts)
+	}
+	opts.Host, opts.Port, opts.StoreDir = "127.0.0.1", s.port, s.dir
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		s.tb.Fatalf("natstest: new server: %v", err)
@@ -68,6 +96,20 @@ func (s *Server) Stop() {
 	s.ns.WaitForShutdown()
 	s.ns = nil
 }
+
+// Wipe restarts the server on its port with an empty store: a server
+// that lost its data.
+func (s *Server) Wipe() {
+	s.tb.Helper()
+	s.Stop()
+	if err := os.RemoveAll(s.dir); err != nil {
+		s.tb.Fatalf("natstest: wipe %s: %v", s.dir, err)
+	}
+	s.Start()
+}
+
+// Addr is the server's HOST:PORT.
+func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
 
 // URL is the server's client URL.
 func (s *Server) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.port) }
@@ -104,11 +146,18 @@ const Poll = 10 * time.Millisecond
 // test, naming what it waited for, when within passes first.
 func WaitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
 	tb.Helper()
+	WaitEvery(tb, within, Poll, what, cond)
+}
+
+// WaitEvery is WaitFor checking every poll: for a condition that costs
+// (a command run, a connection made each time).
+func WaitEvery(tb testing.TB, within, poll time.Duration, what string, cond func() bool) {
+	tb.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
 			tb.Fatalf("not %s within %s", what, within)
 		}
-		time.Sleep(Poll)
+		time.Sleep(poll)
 	}
 }

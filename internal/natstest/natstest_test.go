@@ -2,7 +2,9 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"testing"
 	"time"
@@ -36,6 +38,16 @@ func TestRestartKeepsStore(t *testing.T) {
 	})
 }
 
+// TestWaitEvery: the condition is checked every poll, until it holds.
+func TestWaitEvery(t *testing.T) {
+	calls := 0
+	start := time.Now()
+	WaitEvery(t, 10*time.Second, 20*time.Millisecond, "the third call", func() bool { calls++; return calls == 3 })
+	if took := time.Since(start); calls != 3 || took < 40*time.Millisecond {
+		t.Fatalf("%d calls in %s", calls, took)
+	}
+}
+
 // TestWaitForFails: a condition that never holds fails the test.
 func TestWaitForFails(t *testing.T) {
 	ft := &fakeTB{TB: t}
@@ -59,4 +71,52 @@ func (f *fakeTB) Helper() {}
 func (f *fakeTB) Fatalf(format string, args ...any) {
 	f.msg = fmt.Sprintf(format, args...)
 	runtime.Goexit()
+}
+
+// TestWipe: after Wipe the server is back on its URL without the stream.
+func TestWipe(t *testing.T) {
+	s := Start(t)
+	js := s.JS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t"}}); err != nil {
+		t.Fatal(err)
+	}
+	s.Wipe()
+	WaitFor(t, 10*time.Second, "the stream gone", func() bool {
+		_, err := js.Stream(ctx, "T")
+		return errors.Is(err, jetstream.ErrStreamNotFound)
+	})
+	if s.URL() != "nats://"+s.Addr() {
+		t.Fatalf("URL %s, Addr %s", s.URL(), s.Addr())
+	}
+}
+
+// TestPort: a server on a port chosen before it starts, as a client
+// given that address waits for it.
+func TestPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s := Start(t, Port(port))
+	if want := fmt.Sprintf("127.0.0.1:%d", port); s.Addr() != want {
+		t.Fatalf("addr %s, want %s", s.Addr(), want)
+	}
+	if !s.Conn(t).IsConnected() {
+		t.Fatal("not connected")
+	}
+}
+
+// TestMaxPayload: the option reaches the server, and stays after a
+// restart.
+func TestMaxPayload(t *testing.T) {
+	s := Start(t, MaxPayload(1024))
+	s.Stop()
+	s.Start()
+	if got := s.Conn(t).MaxPayload(); got != 1024 {
+		t.Fatalf("max payload %d, want 1024", got)
+	}
 }

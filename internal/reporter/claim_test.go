@@ -99,11 +99,11 @@ func writeOther(t *testing.T, kvs *store.InventoryStore, doc inventory.NodeInven
 // when it stops.
 func TestSecondReporterOfLiveNodeRefused(t *testing.T) {
 	srv := startServer(t)
-	kvs := client(t, srv.url)
-	a := startWith(t, srv.url, hostSource("gpu-07"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1001, pids(1001) })
+	kvs := client(t, srv.URL())
+	a := startWith(t, srv.URL(), hostSource("gpu-07"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1001, pids(1001) })
 	first := waitForKey(t, kvs, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.ReporterPID == 1001 })
 
-	b := startWith(t, srv.url, hostSource("gpu-07"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1002, pids(1001, 1002) })
+	b := startWith(t, srv.URL(), hostSource("gpu-07"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1002, pids(1001, 1002) })
 	err := ended(t, b, 5*time.Second)
 	if !errors.Is(err, ErrOtherReporter) {
 		t.Fatalf("second reporter: %v, want ErrOtherReporter", err)
@@ -134,16 +134,16 @@ func TestSecondReporterOfLiveNodeRefused(t *testing.T) {
 // not yet expired) takes the key over at once, without the node leaving.
 func TestPredecessorDiedTakesOver(t *testing.T) {
 	srv := startServer(t)
-	kvs := client(t, srv.url)
+	kvs := client(t, srv.URL())
 	events := watch(t, kvs)
-	a := startWith(t, srv.url, newFakeSource("n1"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID = 1001 })
+	a := startWith(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID = 1001 })
 	if ev := next(t, events, 5*time.Second); ev.Op != store.Changed || ev.Inventory.ReporterPID != 1001 {
 		t.Fatalf("first event %+v", ev)
 	}
 	a.kill(t)
 
 	start := time.Now()
-	b := startWith(t, srv.url, newFakeSource("n1"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1002, pids(1002) })
+	b := startWith(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1002, pids(1002) })
 	ev := next(t, events, 5*time.Second)
 	if ev.Op != store.Changed || ev.Inventory.ReporterPID != 1002 {
 		t.Fatalf("event %v %s (pid %d), want the new reporter's document", ev.Op, ev.Reason, ev.Inventory.ReporterPID)
@@ -159,11 +159,11 @@ func TestPredecessorDiedTakesOver(t *testing.T) {
 // container's reporter is pid 1 every time). It is taken over.
 func TestSamePIDOfAPreviousProcessTakesOver(t *testing.T) {
 	srv := startServer(t)
-	kvs := client(t, srv.url)
+	kvs := client(t, srv.URL())
 	old := newFakeSource("n1").inv
 	old.Reporter, old.ReporterPID = "previous-instance", os.Getpid()
 	writeOther(t, kvs, old, 30*time.Second)
-	startReporter(t, srv.url, newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
+	startReporter(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
 	waitForKey(t, kvs, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool {
 		return inv.Reporter != "previous-instance" && inv.ReporterPID == os.Getpid()
 	})
@@ -174,11 +174,11 @@ func TestSamePIDOfAPreviousProcessTakesOver(t *testing.T) {
 // expires.
 func TestNoPIDRefusedUntilTTL(t *testing.T) {
 	srv := startServer(t)
-	kvs := client(t, srv.url)
+	kvs := client(t, srv.URL())
 	old := newFakeSource("n1").inv
 	old.Reporter = "older-reporter"
 	rev := writeOther(t, kvs, old, 30*time.Second)
-	r := startReporter(t, srv.url, newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
+	r := startReporter(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
 	err := ended(t, r, 5*time.Second)
 	if !errors.Is(err, ErrOtherReporter) || !strings.Contains(err.Error(), "pid unknown") || !strings.Contains(err.Error(), "it wrote no pid") ||
 		!strings.Contains(err.Error(), "the key expires at ") {
@@ -193,8 +193,8 @@ func TestNoPIDRefusedUntilTTL(t *testing.T) {
 // naming it, and leaves that reporter's key alone.
 func TestOverwrittenReporterStopsWithoutDeleting(t *testing.T) {
 	srv := startServer(t)
-	kvs := client(t, srv.url)
-	r := startReporter(t, srv.url, newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
+	kvs := client(t, srv.URL())
+	r := startReporter(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
 	waitForKey(t, kvs, "n1", 5*time.Second, nil)
 	other := newFakeSource("n1").inv
 	other.Hostname, other.Reporter, other.ReporterPID = "h2", "other-instance", 77
@@ -212,10 +212,10 @@ func TestOverwrittenReporterStopsWithoutDeleting(t *testing.T) {
 // own: a key another writer wrote since (its revision moved) stays.
 func TestShutdownLeavesAnotherWritersKey(t *testing.T) {
 	srv := startServer(t)
-	kvs := client(t, srv.url)
+	kvs := client(t, srv.URL())
 	// No heartbeat before the stop: the reporter does not notice the
 	// overwrite until it shuts down.
-	r := startReporter(t, srv.url, newFakeSource("n1"), time.Minute, 2*time.Minute)
+	r := startReporter(t, srv.URL(), newFakeSource("n1"), time.Minute, 2*time.Minute)
 	waitForKey(t, kvs, "n1", 5*time.Second, nil)
 	other := newFakeSource("n1").inv
 	other.Hostname, other.Reporter, other.ReporterPID = "h2", "other-instance", 77

@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/store"
 )
 
@@ -57,35 +57,9 @@ func (f *fakeSource) breakGPU(i int) {
 	f.changed <- struct{}{}
 }
 
-type testServer struct {
-	t    *testing.T
-	ns   *server.Server
-	url  string
-	addr string
-	dir  string
-}
-
-func startServer(t *testing.T) *testServer {
+func startServer(t *testing.T) *natstest.Server {
 	t.Helper()
-	s := &testServer{t: t, dir: t.TempDir(), addr: "127.0.0.1:0"}
-	s.start()
-	s.addr = s.ns.Addr().String()
-	t.Cleanup(s.stop)
-	return s
-}
-
-func (s *testServer) start() {
-	s.t.Helper()
-	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: s.addr, StoreDir: s.dir})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.ns, s.url = ns, url
-}
-
-func (s *testServer) stop() {
-	s.ns.Shutdown()
-	s.ns.WaitForShutdown()
+	return natstest.Start(t)
 }
 
 // client is a test's own view of the bucket.
@@ -177,17 +151,13 @@ func next(t *testing.T, events <-chan store.Event, within time.Duration) store.E
 
 func waitForKey(t *testing.T, s *store.InventoryStore, nodeID string, within time.Duration, ok func(inventory.NodeInventory) bool) inventory.NodeInventory {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		inv, _, err := s.Get(context.Background(), nodeID)
-		if err == nil && (ok == nil || ok(inv)) {
-			return inv
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key %s not as wanted within %s (last error %v)", nodeID, within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var inv inventory.NodeInventory
+	natstest.WaitFor(t, within, "key "+nodeID+" as wanted", func() bool {
+		var err error
+		inv, _, err = s.Get(context.Background(), nodeID)
+		return err == nil && (ok == nil || ok(inv))
+	})
+	return inv
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -214,9 +184,9 @@ func TestConfigValidate(t *testing.T) {
 // heartbeats reach a watcher as heartbeats, not changes.
 func TestKeyAppearsAndSurvivesTTL(t *testing.T) {
 	srv := startServer(t)
-	kvs := client(t, srv.url)
+	kvs := client(t, srv.URL())
 	events := watch(t, kvs)
-	startReporter(t, srv.url, newFakeSource("n1"), 200*time.Millisecond, time.Second)
+	startReporter(t, srv.URL(), newFakeSource("n1"), 200*time.Millisecond, time.Second)
 
 	ev := next(t, events, 5*time.Second)
 	if ev.Op != store.Changed || ev.NodeID != "n1" || len(ev.Inventory.GPUs) != 8 {
@@ -245,9 +215,9 @@ func TestKeyAppearsAndSurvivesTTL(t *testing.T) {
 // watchers, plain KV ones included, see the purge.
 func TestKilledReporterIsPurged(t *testing.T) {
 	srv := startServer(t)
-	kvs := client(t, srv.url)
+	kvs := client(t, srv.URL())
 	events := watch(t, kvs)
-	r := startReporter(t, srv.url, newFakeSource("n1"), 200*time.Millisecond, time.Second)
+	r := startReporter(t, srv.URL(), newFakeSource("n1"), 200*time.Millisecond, time.Second)
 	if ev := next(t, events, 5*time.Second); ev.Op != store.Changed {
 		t.Fatalf("first event %+v", ev)
 	}
@@ -269,9 +239,9 @@ func TestKilledReporterIsPurged(t *testing.T) {
 // On shutdown (what SIGTERM triggers in the command) the key goes at once.
 func TestShutdownDeletesKey(t *testing.T) {
 	srv := startServer(t)
-	kvs := client(t, srv.url)
+	kvs := client(t, srv.URL())
 	events := watch(t, kvs)
-	r := startReporter(t, srv.url, newFakeSource("n1"), 5*time.Second, 15*time.Second)
+	r := startReporter(t, srv.URL(), newFakeSource("n1"), 5*time.Second, 15*time.Second)
 	if ev := next(t, events, 5*time.Second); ev.Op != store.Changed {
 		t.Fatalf("first event %+v", ev)
 	}
@@ -287,10 +257,10 @@ func TestShutdownDeletesKey(t *testing.T) {
 // A GPU turning unhealthy is published at once, not at the next heartbeat.
 func TestChangePublishedAtOnce(t *testing.T) {
 	srv := startServer(t)
-	kvs := client(t, srv.url)
+	kvs := client(t, srv.URL())
 	events := watch(t, kvs)
 	src := newFakeSource("n1")
-	startReporter(t, srv.url, src, 30*time.Second, time.Minute)
+	startReporter(t, srv.URL(), src, 30*time.Second, time.Minute)
 	first := next(t, events, 5*time.Second)
 	if first.Op != store.Changed {
 		t.Fatalf("first event %+v", first)
@@ -323,17 +293,20 @@ func TestServerRestartLosesNothing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			srv := startServer(t)
 			src := newFakeSource("n1")
-			startReporter(t, srv.url, src, 200*time.Millisecond, 2*time.Second)
-			waitForKey(t, client(t, srv.url), "n1", 5*time.Second, nil)
+			startReporter(t, srv.URL(), src, 200*time.Millisecond, 2*time.Second)
+			waitForKey(t, client(t, srv.URL()), "n1", 5*time.Second, nil)
 
-			srv.stop()
+			srv.Stop()
 			src.breakGPU(5)
+			// The outage is the scenario: a span with the server away
+			// while the GPU breaks and the reporter tries to report it.
 			time.Sleep(500 * time.Millisecond)
 			if lose {
-				srv.dir = t.TempDir()
+				srv.Wipe()
+			} else {
+				srv.Start()
 			}
-			srv.start()
-			inv := waitForKey(t, client(t, srv.url), "n1", 10*time.Second, func(inv inventory.NodeInventory) bool {
+			inv := waitForKey(t, client(t, srv.URL()), "n1", 10*time.Second, func(inv inventory.NodeInventory) bool {
 				return !inv.GPUs[5].Healthy
 			})
 			if len(inv.GPUs) != 8 || len(inv.HealthyGPUs()) != 7 {
@@ -350,17 +323,19 @@ func TestNATSDownAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
+	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	src := newFakeSource("n1")
 	src.failing = 2
-	startReporter(t, "nats://"+addr, src, 200*time.Millisecond, time.Second)
-	time.Sleep(700 * time.Millisecond)
+	startReporter(t, fmt.Sprintf("nats://127.0.0.1:%d", port), src, 200*time.Millisecond, time.Second)
+	natstest.WaitFor(t, 10*time.Second, "the source's failing reads tried", func() bool {
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		return src.failing == 0
+	})
 
-	srv := &testServer{t: t, dir: t.TempDir(), addr: addr}
-	srv.start()
-	t.Cleanup(srv.stop)
-	waitForKey(t, client(t, srv.url), "n1", 10*time.Second, nil)
+	srv := natstest.Start(t, natstest.Port(port))
+	waitForKey(t, client(t, srv.URL()), "n1", 10*time.Second, nil)
 }
 
 // TestTwoReportersOneNode: two reporters given one node id do not
@@ -387,25 +362,34 @@ func TestTwoReportersOneNode(t *testing.T) {
 	}
 	t.Run("another host", func(t *testing.T) {
 		srv := startServer(t)
-		kvs := client(t, srv.url)
-		startReporter(t, srv.url, on("h1"), 100*time.Millisecond, time.Second)
+		kvs := client(t, srv.URL())
+		startReporter(t, srv.URL(), on("h1"), 100*time.Millisecond, time.Second)
 		waitForKey(t, kvs, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.Hostname == "h1" })
-		b := startReporter(t, srv.url, on("h2"), 100*time.Millisecond, time.Second)
+		b := startReporter(t, srv.URL(), on("h2"), 100*time.Millisecond, time.Second)
 		err := wait(b)
 		if !errors.Is(err, ErrOtherReporter) || !strings.Contains(err.Error(), "host h1") || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
 			t.Fatalf("second reporter: %v", err)
 		}
-		time.Sleep(300 * time.Millisecond)
-		if inv, _, err := kvs.Get(context.Background(), "n1"); err != nil || inv.Hostname != "h1" {
-			t.Errorf("the key: %v, host %q", err, inv.Hostname)
+		// The first reporter keeps the key: a heartbeat of its own
+		// after the second stopped.
+		_, rev, err := kvs.Get(context.Background(), "n1")
+		if err != nil {
+			t.Fatal(err)
 		}
+		natstest.WaitFor(t, 5*time.Second, "a heartbeat of the first reporter", func() bool {
+			inv, now, err := kvs.Get(context.Background(), "n1")
+			if err == nil && now > rev && inv.Hostname != "h1" {
+				t.Fatalf("the key is host %q's", inv.Hostname)
+			}
+			return err == nil && now > rev
+		})
 	})
 	t.Run("same host", func(t *testing.T) {
 		srv := startServer(t)
-		kvs := client(t, srv.url)
-		a := startReporter(t, srv.url, on("h1"), 100*time.Millisecond, time.Second)
+		kvs := client(t, srv.URL())
+		a := startReporter(t, srv.URL(), on("h1"), 100*time.Millisecond, time.Second)
 		first := waitForKey(t, kvs, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.Reporter != "" })
-		b := startReporter(t, srv.url, on("h1"), 100*time.Millisecond, time.Second)
+		b := startReporter(t, srv.URL(), on("h1"), 100*time.Millisecond, time.Second)
 		err := wait(b)
 		if !errors.Is(err, ErrOtherReporter) || !strings.Contains(err.Error(), "running in this process") {
 			t.Fatalf("second reporter: %v", err)

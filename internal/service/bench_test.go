@@ -14,7 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
-	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/internal/wire"
@@ -36,8 +36,8 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 // planner with no debounce, and waits for the first plan.
 func benchSetup(b *testing.B, n int) (serverNC, clientNC *nats.Conn, js jetstream.JetStream, first *store.StoredPlan, follow <-chan *store.StoredPlan, stopFollow context.CancelFunc) {
 	b.Helper()
-	url := startServer(b, bus.EmbeddedOptions{})
-	serverNC, clientNC = connect(b, url), connect(b, url)
+	srv := natstest.Start(b)
+	serverNC, clientNC = srv.Conn(b), srv.Conn(b)
 	js, _ = jetstream.New(serverNC)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)

@@ -26,6 +26,7 @@ func place(w plan.Worker) string { return fmt.Sprintf("%s %v", w.NodeID, w.GPUs)
 // their GPUs, and nobody else moves. Lookups answer for the placed
 // workers throughout.
 func TestNodeFlapMovesOnlyItsWorkers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for _, id := range []string{"n1", "n2", "n3", "n4"} {
 		h.node(id)
@@ -100,6 +101,7 @@ func TestNodeFlapMovesOnlyItsWorkers(t *testing.T) {
 // revision keeps every worker where it was and says the spec is
 // pending and why; a spec that fits again is planned on at once.
 func TestForcedInfeasibleSpecKeepsPlacement(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	specs := h.cluster(4, map[string]string{"default": "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"})
 	stop := h.plannerWith(context.Background(), Config{Debounce: 50 * time.Millisecond, Settle: -1})
@@ -132,6 +134,7 @@ func TestForcedInfeasibleSpecKeepsPlacement(t *testing.T) {
 // first whether the spec could fit the cluster at all, then which plans
 // hold the room it lacks.
 func TestValidateSaysWhatIsInTheWay(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.cluster(2, map[string]string{"default": "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"})
 	stop := h.plannerWith(context.Background(), Config{Debounce: 50 * time.Millisecond, Settle: -1})

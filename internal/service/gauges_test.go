@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolplanner/poolplanner/internal/metrics"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
@@ -47,13 +48,11 @@ func scraped(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 func waitScraped(t *testing.T, reg *prometheus.Registry, what string, ok func(map[string]float64) bool) map[string]float64 {
 	t.Helper()
 	var got map[string]float64
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if got = scraped(t, reg); ok(got) {
-			return got
-		}
-	}
-	t.Fatalf("metrics never %s: %v", what, got)
-	return nil
+	natstest.WaitFor(t, 15*time.Second, "metrics "+what, func() bool {
+		got = scraped(t, reg)
+		return ok(got)
+	})
+	return got
 }
 
 // planGauges are the gauges a plan's latest revision sets.
@@ -83,6 +82,7 @@ func wantGauges(p *planner.Plan) map[string]float64 {
 // revision (its replans wait an hour here), and the leader gauge of
 // every plan; a standby has them too, its leader gauges 0.
 func TestGaugesAtStart(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	h.cluster(4, map[string]string{"default": shareSpec(8, 0), "exp": shareSpec(4, 2)})
@@ -134,6 +134,7 @@ func TestGaugesAtStart(t *testing.T) {
 // TestRemovedPlanSeriesEnd: a removed plan's series all end, its replan
 // time and leader gauge included, and no later replan brings one back.
 func TestRemovedPlanSeriesEnd(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	specs := h.cluster(2, map[string]string{"default": shareSpec(4, 0), "big": shareSpec(8, 5)})

@@ -5,16 +5,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/poolplanner/poolplanner/internal/inventory"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/metrics"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 )
@@ -26,6 +29,8 @@ type instance struct {
 	nc     *nats.Conn
 	cancel context.CancelFunc
 	done   chan struct{}
+	// reg is its metrics, when the test gave it none of its own.
+	reg *prometheus.Registry
 }
 
 func (h *harness) instance(url string, cfg Config) *instance {
@@ -36,8 +41,13 @@ func (h *harness) instance(url string, cfg Config) *instance {
 	}
 	js, _ := jetstream.New(nc)
 	cfg.NC, cfg.JS, cfg.Log = nc, js, zerolog.Nop()
+	var reg *prometheus.Registry
+	if cfg.Metrics == nil {
+		reg = prometheus.NewRegistry()
+		cfg.Metrics = metrics.NewPlanner(reg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{p: New(cfg), nc: nc, cancel: cancel, done: make(chan struct{})}
+	in := &instance{p: New(cfg), nc: nc, cancel: cancel, done: make(chan struct{}), reg: reg}
 	go func() {
 		defer close(in.done)
 		if err := in.p.Run(ctx); err != nil {
@@ -60,24 +70,51 @@ func (in *instance) stop() {
 	in.nc.Close()
 }
 
+// following waits until the planner holds the latest revision of each
+// plan named in want (a standby follows the leader's).
+func (in *instance) following(t *testing.T, want map[string]int) {
+	t.Helper()
+	natstest.WaitFor(t, 10*time.Second, fmt.Sprintf("a planner following revisions %v", want), func() bool {
+		got := map[string]int{}
+		for _, p := range in.p.Plans() {
+			got[p.Name] = p.Revision
+		}
+		for name, rev := range want {
+			if got[name] != rev {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// replanned waits until the planner finished a replan of plan (its
+// metrics): after it took the lease, one it made on taking it.
+func (in *instance) replanned(t *testing.T, plan string) {
+	t.Helper()
+	waitScraped(t, in.reg, "a replan of "+plan, func(m map[string]float64) bool {
+		return m[fmt.Sprintf("poolplanner_replan_duration_seconds{plan=%q}", plan)] >= 1
+	})
+}
+
 // waitLeader waits until one of ins holds the lease, and returns it.
 func (h *harness) waitLeader(within time.Duration, ins ...*instance) *instance {
 	h.t.Helper()
 	plans := store.NewPlanStore(h.js)
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	var leader *instance
+	natstest.WaitFor(h.t, within, fmt.Sprintf("one of %d planners leading", len(ins)), func() bool {
 		l, err := plans.ReadLease(context.Background(), "default")
-		if err == nil && l != nil {
-			for _, in := range ins {
-				if in.p.plans.Publisher == l.Holder && in.p.leading() == l.Seq {
-					return in
-				}
+		if err != nil || l == nil {
+			return false
+		}
+		for _, in := range ins {
+			if in.p.plans.Publisher == l.Holder && in.p.leading() == l.Seq {
+				leader = in
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	h.t.Fatalf("none of %d planners leads within %s", len(ins), within)
-	return nil
+		return leader != nil
+	})
+	return leader
 }
 
 // TestFailover: of two planners one leads and publishes; the other
@@ -86,6 +123,7 @@ func (h *harness) waitLeader(within time.Duration, ins ...*instance) *instance {
 // the revision sequence when a node dies. A leader that stops cleanly
 // hands over at once.
 func TestFailover(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for i := range 4 {
 		h.node(fmt.Sprintf("n%02d", i))
@@ -98,7 +136,7 @@ func TestFailover(t *testing.T) {
 	if h.waitLeader(5*time.Second, a, b) != a {
 		t.Fatal("the first planner does not lead")
 	}
-	time.Sleep(300 * time.Millisecond)
+	b.following(t, map[string]int{"default": 1}) // it runs, and reads the lease
 	if b.p.leading() != 0 {
 		t.Fatal("the standby leads too")
 	}
@@ -107,7 +145,7 @@ func TestFailover(t *testing.T) {
 	crashed := time.Now()
 	h.waitLeader(5*time.Second, b)
 	t.Logf("standby took over %s after the leader died (lease TTL 1s)", time.Since(crashed).Round(10*time.Millisecond))
-	time.Sleep(500 * time.Millisecond)
+	b.replanned(t, "default") // on taking the lease
 	if got := h.history(); len(got) != 1 {
 		t.Fatalf("taking over published revisions %v with nothing changed", revisions(got))
 	}
@@ -121,7 +159,7 @@ func TestFailover(t *testing.T) {
 	// A clean stop gives the lease back: a new standby leads at its
 	// next look, not after the TTL.
 	c := h.instance(url, cfg)
-	time.Sleep(300 * time.Millisecond)
+	c.following(t, map[string]int{"default": 2})
 	b.stop()
 	h.waitLeader(2*time.Second, c)
 }
@@ -131,22 +169,23 @@ func TestFailover(t *testing.T) {
 // publish: the stream refuses it (the publish checks the lease), and the
 // new leader's revisions continue the sequence.
 func TestPausedLeaderCannotPublish(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	take := func(p *Planner) {
 		t.Helper()
 		l := &bus.Lease{Holder: p.plans.Publisher, Since: time.Now(), Renewed: time.Now(), TTLSeconds: 1}
-		for deadline := time.Now().Add(5 * time.Second); ; {
+		natstest.WaitFor(t, 5*time.Second, "the lease taken", func() bool {
 			seq, err := p.plans.WriteLease(ctx, "default", l, 0)
 			if err == nil {
 				p.leaseSeq = seq
-				return
+				return true
 			}
-			if !errors.Is(err, bus.ErrLeaseHeld) || time.Now().After(deadline) {
+			if !errors.Is(err, bus.ErrLeaseHeld) {
 				t.Fatalf("take the lease: %v", err)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return false
+		})
 	}
 	a := offline(t, h, 4)
 	take(a)
@@ -196,6 +235,7 @@ func onNode(p *planner.Plan, node string) bool {
 // its assignments cannot overwrite the assignments the new leader wrote
 // since; it is refused, and left to reconcile.
 func TestDeposedLeaderAssignments(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	a := offline(t, h, 4)
@@ -237,6 +277,7 @@ func TestDeposedLeaderAssignments(t *testing.T) {
 // publish may read the lease), and once it stood down a planner with its
 // loop publishes nothing unfenced.
 func TestRenewalsDoNotRefusePublishes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	p := offline(t, h, 4)

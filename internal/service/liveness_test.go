@@ -19,25 +19,17 @@ import (
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 )
-
-// eventually waits (polling) for cond, failing after within.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(within); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not %s within %s", what, within)
-		}
-	}
-}
 
 // TestPulse: an idle loop is never stuck; a busy one is, once it made
 // no progress for the stall, unless it is inside an operation whose
 // deadline (and a stall) has not passed; a beat or the operation's end
 // is progress.
 func TestPulse(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1000, 0)
 	pl := newPulse(func() time.Time { return now })
 	step := func(d time.Duration) { now = now.Add(d) }
@@ -123,6 +115,7 @@ func (h *hang) free() { h.once.Do(func() { close(h.release) }) }
 // health, and when the call returns it stands by: the history stays
 // linear.
 func TestStuckLoopLosesLease(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for i := range 4 {
 		h.node(fmt.Sprintf("n%02d", i))
@@ -142,7 +135,7 @@ func TestStuckLoopLosesLease(t *testing.T) {
 
 	stuck.armed.Store(true)
 	h.kill(first.Workers.At(0).NodeID) // a replans, and wedges
-	eventually(t, 10*time.Second, "wedged", func() bool { return stuck.hung.Load() > 0 })
+	natstest.WaitFor(t, 10*time.Second, "wedged", func() bool { return stuck.hung.Load() > 0 })
 	if h.waitLeader(10*time.Second, b) != b {
 		t.Fatal("the standby does not lead")
 	}
@@ -150,13 +143,13 @@ func TestStuckLoopLosesLease(t *testing.T) {
 	if sp, err := b.p.plans.Latest(context.Background(), "default"); err != nil || sp.Publisher != b.p.plans.Publisher {
 		t.Fatalf("revision 2 not published by the standby: %v", err)
 	}
-	eventually(t, 5*time.Second, "the stuck planner standing by, saying why", func() bool {
+	natstest.WaitFor(t, 5*time.Second, "the stuck planner standing by, saying why", func() bool {
 		health := a.p.Health()
 		return !health.Leading && health.Stuck != "" && slices.ContainsFunc(health.Problems, func(s string) bool { return strings.Contains(s, "no progress") })
 	})
 
 	stuck.free()
-	eventually(t, 5*time.Second, "the planner's loop moving again", func() bool { return a.p.Health().Stuck == "" })
+	natstest.WaitFor(t, 5*time.Second, "the planner's loop moving again", func() bool { return a.p.Health().Stuck == "" })
 	if a.p.leading() != 0 {
 		t.Fatal("the planner that was stuck leads again beside the standby")
 	}
@@ -170,6 +163,7 @@ func TestStuckLoopLosesLease(t *testing.T) {
 // spec anyway, keeps the lease, and says what it cannot read in its
 // health and in its lease, which planner status shows.
 func TestStoreCallDeadline(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	h.cluster(4, nil)
@@ -191,7 +185,7 @@ func TestStoreCallDeadline(t *testing.T) {
 	if health := in.p.Health(); !problem(health.Problems) || !health.Leading {
 		t.Fatalf("health %+v", health)
 	}
-	eventually(t, 5*time.Second, "the problem in the lease", func() bool {
+	natstest.WaitFor(t, 5*time.Second, "the problem in the lease", func() bool {
 		l, err := store.NewPlanStore(h.js).ReadLease(ctx, bus.LeaseName)
 		return err == nil && l != nil && problem(l.Problems)
 	})
@@ -203,6 +197,7 @@ func TestStoreCallDeadline(t *testing.T) {
 // planner that stood down takes no lease for StandDownBackoff; alone and
 // writing again, it leads again and its health clears.
 func TestFailingWritesStandDown(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for i := range 4 {
 		h.node(fmt.Sprintf("n%02d", i))
@@ -236,7 +231,7 @@ func TestFailingWritesStandDown(t *testing.T) {
 	failing.armed.Store(false)
 	b.stop()
 	h.waitLeader(10*time.Second, a)
-	eventually(t, 10*time.Second, "the stand-down cleared", func() bool { return a.p.Health().StoodDown == "" })
+	natstest.WaitFor(t, 10*time.Second, "the stand-down cleared", func() bool { return a.p.Health().StoodDown == "" })
 	h.kill(second.Workers.At(0).NodeID)
 	if third := h.waitRevision(3); !third.Valid {
 		t.Fatalf("revision 3: %s", third.Error)
@@ -272,6 +267,7 @@ func corruptSpecs(t *testing.T, dir string) {
 // as the plan's spec: it refuses to start, saying why; with
 // --replace-spec it stores it.
 func TestSpecLostNotReplaced(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	start := func() (func(), jetstream.JetStream, *nats.Conn) {
 		ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: dir})
@@ -314,7 +310,7 @@ func TestSpecLostNotReplaced(t *testing.T) {
 	rctx, cancel = context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- New(cfg).Run(rctx) }()
-	eventually(t, 10*time.Second, "--spec stored with --replace-spec", func() bool {
+	natstest.WaitFor(t, 10*time.Second, "--spec stored with --replace-spec", func() bool {
 		spec, _, err := store.NewSpecStore(js).Get(ctx, "default")
 		return err == nil && string(spec) == testSpec
 	})
@@ -329,6 +325,7 @@ func TestSpecLostNotReplaced(t *testing.T) {
 // state file, it publishes revision 3, saying the history was lost, not
 // revision 1 again.
 func TestRevisionsContinueAfterWipe(t *testing.T) {
+	t.Parallel()
 	state := filepath.Join(t.TempDir(), "revisions.json")
 	cfg := Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second, StateFile: state}
 	r := newRide(t, 4, cfg)
@@ -340,9 +337,9 @@ func TestRevisionsContinueAfterWipe(t *testing.T) {
 	if err := <-r.done; err != nil {
 		t.Fatal(err)
 	}
-	r.srv.wipe()
+	r.srv.Wipe()
 
-	nc, js := rideConn(t, r.srv.url())
+	nc, js := rideConn(t, r.srv.URL())
 	cfg.NC, cfg.JS, cfg.Log = nc, js, zerolog.New(&r.logs)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -362,6 +359,7 @@ func TestRevisionsContinueAfterWipe(t *testing.T) {
 // and a file that cannot be read stops the planner rather than letting
 // it number revisions again.
 func TestMarks(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "sub", "revisions.json")
 	k := newMarks(path)
 	if err := k.load(); err != nil {

@@ -21,6 +21,7 @@ import (
 // TestDur: durations in log lines carry their unit, rounded to the
 // millisecond.
 func TestDur(t *testing.T) {
+	t.Parallel()
 	for d, want := range map[time.Duration]string{
 		92349994 * time.Nanosecond: "92ms",
 		1500 * time.Millisecond:    "1.5s",
@@ -63,6 +64,7 @@ func keysOnce(t *testing.T, line string) {
 // does not parse, one removed, revisions published), no JSON log line
 // of the planner has a key twice ("plan" above all).
 func TestLogLinesNamePlanOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	specs := h.cluster(2, map[string]string{"default": shareSpec(4, 0), "exp": shareSpec(2, 1)})
@@ -104,6 +106,7 @@ func TestLogLinesNamePlanOnce(t *testing.T) {
 // plan whose last revision says it was removed has nothing to release:
 // no state is kept for it, and nothing is said.
 func TestRemovedLongAgo(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	specs := h.cluster(2, map[string]string{"old": shareSpec(2, 0), "held": shareSpec(2, 0)})
@@ -148,6 +151,7 @@ func TestRemovedLongAgo(t *testing.T) {
 // TestPredecessor: whose lease a starting planner takes for its own
 // predecessor's, and when it may take it over at once.
 func TestPredecessor(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	stale, fresh := now.Add(-10*time.Second), now
 	dead := func(int) bool { return false }
@@ -177,6 +181,7 @@ func TestPredecessor(t *testing.T) {
 // TestMarksNameInstance: the state file names the planner that runs on
 // it, and the next one reads it as its predecessor.
 func TestMarksNameInstance(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "revisions.json")
 	k := newMarks(path)
 	if err := k.load(); err != nil || k.predecessor() != "" {
@@ -199,6 +204,7 @@ func TestMarksNameInstance(t *testing.T) {
 // planner started after it takes the lease over at once rather than
 // standing by for another planner (the lease here lasts an hour).
 func TestDeadPredecessorLeaseTakenOver(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	h.node("n1")

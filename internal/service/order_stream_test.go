@@ -138,6 +138,7 @@ var runs atomic.Int64
 // Replaying the plan stream, rebuilding every revision from it, no
 // position shows two plans' latest revisions holding one GPU.
 func TestPublishOrderOnStream(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	var events, releases int
@@ -204,6 +205,7 @@ func TestPublishOrderOnStream(t *testing.T) {
 // nor the other: one of them publishes a release step first, and the
 // stream never shows a GPU in both plans' latest revisions.
 func TestSwapPublishesReleaseStep(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	specs := h.cluster(2, map[string]string{"a": pinnedSpec(4, 1, "n1"), "b": pinnedSpec(4, 0, "n2")})

@@ -84,6 +84,7 @@ func describe(steps []step) string {
 // TestPublishOrder: releases before takes, a chain from its end, a
 // cycle broken by one release step, plans that change nothing anywhere.
 func TestPublishOrder(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		held, next []map[string]bool
@@ -174,6 +175,7 @@ func cyclic(held, next []map[string]bool) bool {
 // one release step; a plan that only gives publishes no release step;
 // and without a cycle there is none at all.
 func TestPublishOrderProperties(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 6).Draw(t, "plans")
 		held, next := drawHoldings(t, n)
@@ -238,6 +240,7 @@ func swapPlans(t *testing.T) (aPrev, aNext, bPrev, bNext *planner.Plan) {
 // keeps of its new placement, takes nothing, and is a consistent
 // document: pools, export, buffers and counts of what it keeps.
 func TestReleaseStep(t *testing.T) {
+	t.Parallel()
 	aPrev, aNext, bPrev, bNext := swapPlans(t)
 	held := []map[string]bool{gpuKeys(aPrev), gpuKeys(bPrev)}
 	next := []map[string]bool{gpuKeys(aNext), gpuKeys(bNext)}

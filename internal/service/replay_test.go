@@ -17,6 +17,7 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/internal/wire"
@@ -88,6 +89,7 @@ func churn(t *testing.T, p *Planner, steps int) map[int]string {
 // default; every node's assignment subject holds its workers of the
 // latest revision.
 func TestReplayChurn(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -180,6 +182,7 @@ func checkAssignments(t *testing.T, c *client.Client, p *planner.Plan) {
 // kept is one its event carries or names whole, every revision kept can
 // be rebuilt, and the snapshots of revisions dropped are gone.
 func TestRetain(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	p := New(Config{NC: h.nc, JS: h.js, Plan: "default", SnapshotEvery: 3, InlineWorkers: -1, Settle: -1,
@@ -225,19 +228,13 @@ func TestRetain(t *testing.T) {
 	_ = c.Assignments(ctx, "default", func(*client.Assignment) bool { return true })
 	for _, stream := range []string{client.PlansStream, client.AssignmentsStream} {
 		st, _ := h.js.Stream(ctx, stream)
-		var left int
-		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		natstest.WaitFor(t, 3*time.Second, "no consumer left on "+stream, func() bool {
 			info, err := st.Info(ctx)
 			if err != nil {
 				t.Fatalf("stream %s: %v", stream, err)
 			}
-			if left = info.State.Consumers; left == 0 || time.Now().After(deadline) {
-				break
-			}
-		}
-		if left != 0 {
-			t.Errorf("stream %s: %d consumers left", stream, left)
-		}
+			return info.State.Consumers == 0
+		})
 	}
 }
 
@@ -246,6 +243,7 @@ func TestRetain(t *testing.T) {
 // and publishes the next revision, whole, even when that places nothing
 // (no nodes), as the unreadable one may have.
 func TestUnreadableLatest(t *testing.T) {
+	t.Parallel()
 	for _, nodes := range []int{4, 0} {
 		t.Run(fmt.Sprintf("nodes=%d", nodes), func(t *testing.T) {
 			h := newHarness(t)
@@ -279,7 +277,9 @@ func TestUnreadableLatest(t *testing.T) {
 // The client reads both as if they had come inline; the event is a
 // snapshot.
 func TestOversizedMessages(t *testing.T) {
-	h := newHarnessWith(t, bus.EmbeddedOptions{MaxPayload: 64 << 10})
+	// Not parallel: planning 60,000 workers under the race detector
+	// beside other tests runs past the planner's store deadlines.
+	h := newHarness(t, natstest.MaxPayload(64<<10))
 	ctx := context.Background()
 	p := New(Config{NC: h.nc, JS: h.js, Settle: -1, Log: zerolog.Nop()})
 	if _, err := p.start(ctx); err != nil {

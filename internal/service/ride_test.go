@@ -2,15 +2,15 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
-	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -18,60 +18,11 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/reporter"
 	"github.com/poolplanner/poolplanner/internal/store"
 )
-
-// rideServer is an embedded server a test can stop, start again on the
-// same port, and wipe.
-type rideServer struct {
-	t      *testing.T
-	listen string
-	dir    string
-	ns     *server.Server
-}
-
-func newRideServer(t *testing.T) *rideServer {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &rideServer{t: t, listen: l.Addr().String(), dir: t.TempDir()}
-	l.Close()
-	s.start()
-	t.Cleanup(s.stop)
-	return s
-}
-
-func (s *rideServer) url() string { return "nats://" + s.listen }
-
-func (s *rideServer) start() {
-	s.t.Helper()
-	ns, _, err := bus.StartEmbedded(bus.EmbeddedOptions{Listen: s.listen, StoreDir: s.dir})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.ns = ns
-}
-
-func (s *rideServer) stop() {
-	if s.ns != nil {
-		s.ns.Shutdown()
-		s.ns.WaitForShutdown()
-		s.ns = nil
-	}
-}
-
-// wipe restarts the server with an empty store.
-func (s *rideServer) wipe() {
-	s.stop()
-	if err := os.RemoveAll(s.dir); err != nil {
-		s.t.Fatal(err)
-	}
-	s.start()
-}
 
 // rideConn connects as a long-lived client does: reconnecting for ever.
 func rideConn(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
@@ -89,7 +40,7 @@ func rideConn(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
 // against one server.
 type ride struct {
 	t    *testing.T
-	srv  *rideServer
+	srv  *natstest.Server
 	js   jetstream.JetStream // the test's own
 	logs syncBuffer
 	mu   sync.Mutex
@@ -102,18 +53,28 @@ type ride struct {
 
 func newRide(t *testing.T, nodes int, cfg Config) *ride {
 	t.Helper()
-	r := &ride{t: t, srv: newRideServer(t), reps: map[string]context.CancelFunc{}, done: make(chan error, 1)}
-	_, r.js = rideConn(t, r.srv.url())
+	r := &ride{t: t, srv: natstest.Start(t), reps: map[string]context.CancelFunc{}, done: make(chan error, 1)}
+	_, r.js = rideConn(t, r.srv.URL())
 	for i := range nodes {
 		r.reporter(fmt.Sprintf("n%02d", i))
 	}
-	r.proxy = newProxy(t, r.srv.listen)
+	// The nodes are in before the planner starts: its first revision
+	// plans on all of them, and no other follows while nothing changes.
+	inv := store.NewInventoryStore(r.js)
+	natstest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d nodes in the inventory", nodes), func() bool {
+		docs, err := inv.List(context.Background())
+		return err == nil && len(docs) == nodes
+	})
+	r.proxy = newProxy(t, r.srv.Addr())
 	nc, js := rideConn(t, "nats://"+r.proxy.addr)
 	cfg.NC, cfg.JS, cfg.Log = nc, js, zerolog.New(&r.logs)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
 	go func() { r.done <- New(cfg).Run(ctx) }()
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("planner log:\n%s", r.logs.String())
+		}
 		cancel()
 		r.mu.Lock()
 		for _, c := range r.reps {
@@ -127,7 +88,7 @@ func newRide(t *testing.T, nodes int, cfg Config) *ride {
 // reporter runs a real reporter for node id (8 H100s; heartbeat 300ms,
 // TTL 1s) on a connection of its own.
 func (r *ride) reporter(id string) {
-	_, js := rideConn(r.t, r.srv.url())
+	_, js := rideConn(r.t, r.srv.URL())
 	sim, _ := inventory.ParseSimulation("8xH100")
 	src := inventory.NewSimulated(inventory.Facts{NodeID: id, Hostname: id, IP: "10.0.0.1", CPUs: 64}, sim)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -154,18 +115,17 @@ func (r *ride) crashReporter(id string) {
 func (r *ride) waitPlan(within time.Duration, what string, ok func(*planner.Plan) bool) *planner.Plan {
 	r.t.Helper()
 	plans := store.NewPlanStore(r.js)
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	var p *planner.Plan
+	natstest.WaitFor(r.t, within, "a plan "+what, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		sp, err := plans.Latest(ctx, "default")
-		cancel()
 		if err == nil && sp != nil && ok(sp.Plan) {
-			return sp.Plan
+			p = sp.Plan
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	r.t.Fatalf("no plan %s within %s; log:\n%s", what, within, r.logs.String())
-	return nil
+		return p != nil
+	})
+	return p
 }
 
 func revisionAtLeast(rev int) func(*planner.Plan) bool {
@@ -177,17 +137,29 @@ func revisionAtLeast(rev int) func(*planner.Plan) bool {
 // waits for the reporters to put their keys again, as after a restart,
 // and moves nobody.
 func TestOutageLongerThanTTL(t *testing.T) {
+	t.Parallel()
 	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 5 * time.Second, LeaseTTL: time.Second})
 	r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
-	r.srv.stop()
-	time.Sleep(2500 * time.Millisecond) // > the 1s TTL: every key expires
-	r.srv.start()
-	time.Sleep(8 * time.Second) // the settle, and more
+	r.srv.Stop()
+	// The outage is the scenario: a span of time with the server away,
+	// longer than the 1s TTL, so that every key expires; nothing can be
+	// watched meanwhile.
+	time.Sleep(2500 * time.Millisecond)
+	r.srv.Start()
+	// Back, the planner notices the reconnect (its guard, every 2 s),
+	// re-reads the inventory, waits (the settle, 5 s at most) for its
+	// nodes to report again, and replans. Its replan metric does not
+	// tell that replan from the one it makes on retaking the lease
+	// before it noticed, and nothing else says it is done.
+	// TODO(idle): wait for the planner idle on 4 nodes instead.
+	time.Sleep(8 * time.Second)
 	for _, p := range revisionsOf(t, r.js) {
 		if p.Revision > 1 && (p.Moved > 0 || !p.Valid) {
 			t.Errorf("revision %d after an outage: valid %v, moved %d (%s)", p.Revision, p.Valid, p.Moved, p.Reason)
 		}
 	}
+	// No document says there was an outage when nothing moved: the log
+	// line does.
 	if !strings.Contains(r.logs.String(), "inventory outage") && !strings.Contains(r.logs.String(), "re-reading the whole inventory") {
 		t.Errorf("the outage is not in the log:\n%s", r.logs.String())
 	}
@@ -197,12 +169,20 @@ func TestOutageLongerThanTTL(t *testing.T) {
 // dies and its key expires; after the reconnect it re-reads the
 // inventory and replans without the node.
 func TestCutOffMissesExpiry(t *testing.T) {
+	t.Parallel()
 	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second})
 	first := r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
 	victim := first.Workers.At(0).NodeID
 	r.proxy.cut(true)
 	r.crashReporter(victim)
-	time.Sleep(3 * time.Second) // the key expires meanwhile
+	kv, err := store.NewInventoryStore(r.js).KV(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, victim+"'s key expired", func() bool {
+		_, err := kv.Get(context.Background(), victim)
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
 	r.proxy.cut(false)
 	p := r.waitPlan(15*time.Second, "without the dead node", func(p *planner.Plan) bool {
 		return p.Revision >= 2 && !onNode(p, victim)
@@ -307,6 +287,7 @@ func (p *proxy) cut(off bool) {
 // recreates the streams, puts its spec back, and publishes its plan as
 // the next revision, whole, continuing the sequence; it never stops.
 func TestWipedStore(t *testing.T) {
+	t.Parallel()
 	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 3 * time.Second, LeaseTTL: time.Second})
 	first := r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
 	ctx := context.Background()
@@ -321,7 +302,7 @@ func TestWipedStore(t *testing.T) {
 	}
 	checkSpecBack(t, r.js)
 
-	r.srv.wipe()
+	r.srv.Wipe()
 	third := r.waitPlan(30*time.Second, "after the store was wiped", revisionAtLeast(1))
 	if third.Revision != 3 || !third.Valid || !planner.SamePlacement(first, third) {
 		t.Fatalf("after a wiped store: revision %d, valid %v, reason %q", third.Revision, third.Valid, third.Reason)
@@ -332,8 +313,8 @@ func TestWipedStore(t *testing.T) {
 		t.Fatalf("the planner stopped: %v", err)
 	default:
 	}
-	if n := strings.Count(r.logs.String(), "NATS lost the planner's state"); n < 2 {
-		t.Errorf("the losses are logged %d times, want 2:\n%s", n, r.logs.String())
+	if !strings.Contains(third.Reason, "history was lost") {
+		t.Errorf("revision 3 does not say the history was lost: %q", third.Reason)
 	}
 }
 
@@ -351,8 +332,9 @@ func checkSpecBack(t *testing.T, js jetstream.JetStream) {
 // the stored spec does not parse plans on the newest one that does,
 // says so, and takes the next good spec stored.
 func TestLastGoodSpec(t *testing.T) {
-	srv := newRideServer(t)
-	_, js := rideConn(t, srv.url())
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := rideConn(t, srv.URL())
 	ctx := context.Background()
 	specs := store.NewSpecStore(js)
 	if _, err := specs.Put(ctx, "default", []byte(testSpec)); err != nil {
@@ -371,7 +353,7 @@ func TestLastGoodSpec(t *testing.T) {
 	for i := range 4 {
 		r.reporter(fmt.Sprintf("n%02d", i))
 	}
-	nc, pjs := rideConn(t, srv.url())
+	nc, pjs := rideConn(t, srv.URL())
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -381,9 +363,11 @@ func TestLastGoodSpec(t *testing.T) {
 	if !first.Valid || first.Workers.Len() == 0 {
 		t.Fatalf("revision 1: valid %v, %d workers", first.Valid, first.Workers.Len())
 	}
-	if !strings.Contains(r.logs.String(), "planning on the last good one") {
-		t.Errorf("the bad spec is not in the log:\n%s", r.logs.String())
-	}
+	// The leader's lease says what it finds wrong: the stored spec.
+	natstest.WaitFor(t, 10*time.Second, "the lease naming the spec that does not parse", func() bool {
+		l, err := store.NewPlanStore(js).ReadLease(ctx, "default")
+		return err == nil && l != nil && slices.ContainsFunc(l.Problems, func(p string) bool { return strings.Contains(p, "does not parse") })
+	})
 	smaller := strings.Replace(testSpec, "worker_num: 8", "worker_num: 4", 1)
 	if _, err := specs.Put(ctx, "default", []byte(smaller)); err != nil {
 		t.Fatal(err)
@@ -395,13 +379,13 @@ func TestLastGoodSpec(t *testing.T) {
 // set since wins over the file at the next start, said in a warning,
 // unless ReplaceSpec.
 func TestSpecPrecedence(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	other := strings.Replace(testSpec, "worker_num: 8", "worker_num: 4", 1)
-	var logs syncBuffer
 	seed := func(replace bool) string {
 		t.Helper()
-		p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(testSpec), ReplaceSpec: replace, Log: zerolog.New(&logs)})
+		p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(testSpec), ReplaceSpec: replace, Log: zerolog.Nop()})
 		if _, err := p.start(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -417,8 +401,8 @@ func TestSpecPrecedence(t *testing.T) {
 	if _, err := store.NewSpecStore(h.js).Put(ctx, "default", []byte(other)); err != nil { // planner spec set
 		t.Fatal(err)
 	}
-	if got := seed(false); got != other || !strings.Contains(logs.String(), "keeping the stored one") {
-		t.Fatalf("restart with --spec after spec set: stored %q, log %s", got, logs.String())
+	if got := seed(false); got != other {
+		t.Fatalf("restart with --spec after spec set: stored %q, want the one spec set stored", got)
 	}
 	if got := seed(true); got != testSpec {
 		t.Fatalf("--replace-spec: stored %q", got)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,16 +14,32 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/metrics"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
 )
+
+// longTests names the environment variable that runs the scale tests,
+// a minute or two of CPU each: .ci/run sets it, so that CI runs them; a
+// developer's go test of the package does not.
+const longTests = "POOLPLANNER_LONG_TESTS"
+
+// long skips a scale test unless longTests is set (and in -short).
+func long(t *testing.T, what string) {
+	t.Helper()
+	if testing.Short() || os.Getenv(longTests) == "" {
+		t.Skipf("%s: a long test; set %s=1 (and no -short) to run it, as .ci/run does", what, longTests)
+	}
+}
 
 // scaleSpec fills fifteen sixteenths of n 8-GPU nodes: a quarter of the
 // GPUs to train, a quarter to eval (4 GPUs a worker), the rest to env at
@@ -83,7 +100,22 @@ func waitAcks(tb testing.TB, acks []jetstream.PubAckFuture) {
 
 // largest is the size of the largest message (subject, headers and
 // body) a server carries while it watches.
-type largest struct{ n atomic.Int64 }
+type largest struct{ n, synced atomic.Int64 }
+
+// sync waits until the watcher has seen every message nc published so
+// far: a server delivers one connection's messages in order, so a marker
+// published last arrives last.
+func (l *largest) sync(tb testing.TB, nc *nats.Conn) {
+	tb.Helper()
+	n := l.synced.Load() + 1
+	if err := nc.Publish(fmt.Sprintf("%s.%d", syncSubject, n), nil); err != nil {
+		tb.Fatal(err)
+	}
+	natstest.WaitFor(tb, 10*time.Second, "the largest message watcher caught up", func() bool { return l.synced.Load() >= n })
+}
+
+// syncSubject is the prefix of largest.sync's markers.
+const syncSubject = "poolplanner-test.sync"
 
 // watchLargest subscribes to every subject on its own connection.
 func watchLargest(tb testing.TB, url string) *largest {
@@ -95,6 +127,12 @@ func watchLargest(tb testing.TB, url string) *largest {
 	tb.Cleanup(nc.Close)
 	l := &largest{}
 	sub, err := nc.Subscribe(">", func(m *nats.Msg) {
+		if seq, ok := strings.CutPrefix(m.Subject, syncSubject+"."); ok {
+			if n, err := strconv.ParseInt(seq, 10, 64); err == nil {
+				l.synced.Store(n)
+			}
+			return
+		}
 		n := len(m.Subject) + len(m.Data)
 		for k, vs := range m.Header {
 			for _, v := range vs {
@@ -128,9 +166,7 @@ func published(nc *nats.Conn) (msgs, bytes uint64) {
 // the nodes that take its workers get theirs, and no other assignment
 // subject is published on.
 func TestScaleNodeLeaves(t *testing.T) {
-	if testing.Short() {
-		t.Skip("20,000 nodes: not in -short")
-	}
+	long(t, "20,000 nodes")
 	const n = 20000
 	s := startScale(t, n)
 	c, ctx := s.c, context.Background()
@@ -172,11 +208,10 @@ func TestScaleNodeLeaves(t *testing.T) {
 	if len(after[victim]) != 0 {
 		t.Fatalf("revision 2 still has workers on %s, which left", victim)
 	}
+	// The replan that published revision 2 sent its assignments before
+	// it was done: all of them are stored by then.
+	s.waitPublished(t, 2)
 	got := assignmentsSince(t, st, since, len(want))
-	time.Sleep(200 * time.Millisecond) // anything more would be stored by now
-	if more := assignmentsSince(t, st, since, 0); len(more) != len(got) {
-		got = more
-	}
 	if len(got) != len(want) {
 		t.Errorf("%d assignment messages for revision 2, want %d (one per node whose workers changed)", len(got), len(want))
 	}
@@ -212,23 +247,52 @@ type scale struct {
 	planner *nats.Conn
 	largest *largest
 	url     string
+	// reg is the planner's metrics.
+	reg *prometheus.Registry
+}
+
+// replans is how many replans the planner finished, and how many of
+// them published a revision.
+func (s *scale) replans(tb testing.TB) (done, published int) {
+	tb.Helper()
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "poolplanner_replan_duration_seconds":
+				done = int(m.GetHistogram().GetSampleCount())
+			case "poolplanner_inventory_change_to_publish_seconds":
+				published = int(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return done, published
+}
+
+// waitPublished waits until the planner finished the replan that
+// published its nth revision, and returns how many replans it finished.
+func (s *scale) waitPublished(tb testing.TB, n int) int {
+	tb.Helper()
+	var done int
+	natstest.WaitFor(tb, time.Minute, fmt.Sprintf("the replan of revision %d done", n), func() bool {
+		var published int
+		done, published = s.replans(tb)
+		return published >= n
+	})
+	return done
 }
 
 // startScale fills the inventory bucket with n nodes, then starts a
 // planner with no debounce on its own connection.
 func startScale(t testing.TB, n int) *scale {
 	t.Helper()
-	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	s := &scale{url: url}
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv := natstest.Start(t)
+	url := srv.URL()
+	s := &scale{url: url, reg: prometheus.NewRegistry()}
+	nc := srv.Conn(t)
 	if nc.MaxPayload() != 1<<20 {
 		t.Fatalf("server max_payload %d: the test is for NATS's default, 1 MB", nc.MaxPayload())
 	}
@@ -236,13 +300,10 @@ func startScale(t testing.TB, n int) *scale {
 	s.c, _ = client.New(nc)
 	fillBucket(t, s.js, n)
 	s.largest = watchLargest(t, url)
-	if s.planner, err = nats.Connect(url); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.planner.Close)
+	s.planner = srv.Conn(t)
 	pjs, _ := jetstream.New(s.planner)
 	ctx, cancel := context.WithCancel(context.Background())
-	p := New(Config{NC: s.planner, JS: pjs, Spec: []byte(scaleSpec(n)), Log: zerolog.Nop()})
+	p := New(Config{NC: s.planner, JS: pjs, Spec: []byte(scaleSpec(n)), Log: zerolog.Nop(), Metrics: metrics.NewPlanner(s.reg)})
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	t.Cleanup(func() {
@@ -260,30 +321,29 @@ func assignmentsSince(t *testing.T, st jetstream.Stream, since uint64, want int)
 	t.Helper()
 	ctx := context.Background()
 	out := map[string]*client.Assignment{}
-	deadline := time.Now().Add(10 * time.Second)
-	for seq := since + 1; ; {
-		m, err := st.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			if len(out) >= want || time.Now().After(deadline) {
-				return out
+	seq := since + 1
+	natstest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d assignments stored after sequence %d", want, since), func() bool {
+		for {
+			m, err := st.GetMsg(ctx, seq)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return len(out) >= want
 			}
-			time.Sleep(20 * time.Millisecond)
-			continue
+			if err != nil {
+				t.Fatal(err)
+			}
+			var a client.Assignment
+			if err := wire.Decode(m.Data, m.Header, &a); err != nil {
+				t.Fatalf("assignment at %d: %v", seq, err)
+			}
+			node := client.AssignmentNode("default", m.Subject)
+			if _, dup := out[node]; dup {
+				t.Errorf("node %s: two assignments for one revision", node)
+			}
+			out[node] = &a
+			seq++
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var a client.Assignment
-		if err := wire.Decode(m.Data, m.Header, &a); err != nil {
-			t.Fatalf("assignment at %d: %v", seq, err)
-		}
-		node := client.AssignmentNode("default", m.Subject)
-		if _, dup := out[node]; dup {
-			t.Errorf("node %s: two assignments for one revision", node)
-		}
-		out[node] = &a
-		seq++
-	}
+	})
+	return out
 }
 
 // byNode is each node's workers in doc, by component and index.
@@ -311,19 +371,19 @@ func sortWorkers(ws []plan.Worker) {
 // when another revision comes first, or none in time.
 func waitPlan(t testing.TB, c *client.Client, rev int, within time.Duration) *client.Revision {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	var got *client.Revision
+	natstest.WaitFor(t, within, fmt.Sprintf("revision %d", rev), func() bool {
 		r, err := c.Plan(context.Background(), "default", 0)
-		if err == nil && r.Document.Revision >= rev {
-			if r.Document.Revision != rev {
-				t.Fatalf("latest revision %d, want %d", r.Document.Revision, rev)
-			}
-			return r
+		if err != nil || r.Document.Revision < rev {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("no revision %d in %v", rev, within)
-	return nil
+		if r.Document.Revision != rev {
+			t.Fatalf("latest revision %d, want %d", r.Document.Revision, rev)
+		}
+		got = r
+		return true
+	})
+	return got
 }
 
 // checkEveryWorkerOnce: every worker the spec asks for is on exactly one
@@ -431,10 +491,15 @@ func benchNodeLeaves(b *testing.B, n int) {
 		if cur.Document.Revision != rev {
 			b.Fatalf("followed revision %d, want %d", cur.Document.Revision, rev)
 		}
+		done := s.waitPublished(b, rev)
 		if _, err := invs.Put(ctx, victim, simDoc(victim), false, time.Hour); err != nil {
 			b.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond) // the node is back: no revision
+		// The node is back: a replan, and no revision.
+		natstest.WaitFor(b, time.Minute, "a replan on the node back", func() bool {
+			n, _ := s.replans(b)
+			return n > done
+		})
 		_, after := published(s.planner)
 		sent += after - before
 		for len(arrived) > 0 {
@@ -454,9 +519,7 @@ func benchNodeLeaves(b *testing.B, n int) {
 // leaving costs a small change event. The inventory goes straight into
 // the planner's view: the bucket's part is TestScaleNodeLeaves's.
 func TestHundredThousandNodes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("100,000 nodes: not in -short")
-	}
+	long(t, "100,000 nodes")
 	const n = 100_000
 	h := newHarness(t)
 	largest := watchLargest(t, h.nc.ConnectedUrl())
@@ -516,8 +579,7 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 	if kind := m.Header.Get(client.KindHeader); kind != "change" || len(m.Data) > 64<<10 {
 		t.Errorf("revision 2 after one node left: a %s event of %d bytes", kind, len(m.Data))
 	}
-	_ = h.nc.Flush()
-	time.Sleep(100 * time.Millisecond)
+	largest.sync(t, h.nc)
 	if largest.n.Load() > wire.MaxMessage {
 		t.Errorf("a message of %d bytes: over 1 MB", largest.n.Load())
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/store"
 )
 
@@ -22,6 +23,7 @@ import (
 // plans, a launcher looks up and follows its node, an admin changes the
 // spec and the planner replans.
 func TestSecureService(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, err := auth.Open(dir)
 	if err != nil {
@@ -60,28 +62,20 @@ func TestSecureService(t *testing.T) {
 		_, js := connect(auth.Reporter, id)
 		invs := store.NewInventoryStore(js)
 		invs.NoCreate = true
-		for {
+		// The planner makes the bucket; a reporter may not.
+		natstest.WaitFor(t, 20*time.Second, "reporter "+id+" put its node", func() bool {
 			_, err := invs.Put(ctx, id, simDoc(id), false, time.Minute)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("reporter %s: %v", id, err)
-			}
-			time.Sleep(50 * time.Millisecond) // the planner makes the bucket
-		}
+			return err == nil
+		})
 	}
 
 	lnc, _ := connect(auth.Launcher, "")
 	c, _ := client.New(lnc)
 	var w *client.PlacedWorker
-	for w == nil {
+	natstest.WaitFor(t, 20*time.Second, "the launcher looking up train 0", func() bool {
 		w, err = c.Lookup(ctx, "default", "train", 0)
-		if ctx.Err() != nil {
-			t.Fatalf("launcher lookup: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return w != nil
+	})
 	follow, err := c.FollowNode(ctx, "default", w.NodeID)
 	if err != nil {
 		t.Fatal(err)
@@ -99,16 +93,10 @@ func TestSecureService(t *testing.T) {
 	if _, err := store.NewSpecStore(ajs).Put(ctx, "default", []byte(changed)); err != nil {
 		t.Fatalf("admin sets the spec: %v", err)
 	}
-	for {
+	natstest.WaitFor(t, 20*time.Second, "a replan after the admin's spec", func() bool {
 		r, err := c.Plan(ctx, "default", 0)
 		// The admin's spec: 12 train workers, no eval.
-		if err == nil && r.Document.Revision > before.Document.Revision &&
-			r.Document.Workers.Find("train", 11) != nil && r.Document.Workers.Find("eval", 0) == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("no replan after the admin's spec: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && r.Document.Revision > before.Document.Revision &&
+			r.Document.Workers.Find("train", 11) != nil && r.Document.Workers.Find("eval", 0) == nil
+	})
 }

@@ -11,11 +11,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/metrics"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/internal/wire"
@@ -33,26 +36,25 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 `
 
 type harness struct {
-	t  *testing.T
-	nc *nats.Conn
-	js jetstream.JetStream
+	t   *testing.T
+	srv *natstest.Server
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	// reg is the metrics of the newest planner plannerWith started
+	// (replans and waitReplans read it).
+	reg *prometheus.Registry
 	// beats keeps simulated nodes alive; cancel one to let it expire.
 	mu    sync.Mutex
 	beats map[string]context.CancelFunc
 }
 
-func newHarness(t *testing.T) *harness {
+// newHarness starts the harness's server (natstest's, with opts).
+func newHarness(t *testing.T, opts ...natstest.Option) *harness {
 	t.Helper()
-	return newHarnessWith(t, bus.EmbeddedOptions{})
-}
-
-// newHarnessWith starts the harness's server with opts (its store in a
-// temp dir).
-func newHarnessWith(t *testing.T, opts bus.EmbeddedOptions) *harness {
-	t.Helper()
-	nc := connect(t, startServer(t, opts))
+	srv := natstest.Start(t, opts...)
+	nc := srv.Conn(t)
 	js, _ := jetstream.New(nc)
-	h := &harness{t: t, nc: nc, js: js, beats: map[string]context.CancelFunc{}}
+	h := &harness{t: t, srv: srv, nc: nc, js: js, beats: map[string]context.CancelFunc{}}
 	t.Cleanup(func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -61,30 +63,6 @@ func newHarnessWith(t *testing.T, opts bus.EmbeddedOptions) *harness {
 		}
 	})
 	return h
-}
-
-// startServer starts an embedded server (its store in a temp dir) for
-// the test, and returns its URL.
-func startServer(tb testing.TB, opts bus.EmbeddedOptions) string {
-	tb.Helper()
-	opts.StoreDir = tb.TempDir()
-	ns, url, err := bus.StartEmbedded(opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return url
-}
-
-// connect connects to url for the test.
-func connect(tb testing.TB, url string) *nats.Conn {
-	tb.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(nc.Close)
-	return nc
 }
 
 // node starts a simulated reporter for id: 8 H100s, a 1s TTL, a
@@ -114,6 +92,37 @@ func (h *harness) node(id string) {
 	}()
 }
 
+// heartbeats waits until every live simulated node has put its key
+// again (a heartbeat since the call).
+func (h *harness) heartbeats() {
+	h.t.Helper()
+	ctx := context.Background()
+	kv, err := store.NewInventoryStore(h.js).KV(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.mu.Lock()
+	var ids []string
+	for id := range h.beats {
+		ids = append(ids, id)
+	}
+	h.mu.Unlock()
+	was := map[string]uint64{}
+	for _, id := range ids {
+		if e, err := kv.Get(ctx, id); err == nil {
+			was[id] = e.Revision()
+		}
+	}
+	natstest.WaitFor(h.t, 5*time.Second, "every live node's heartbeat", func() bool {
+		for id, rev := range was {
+			if e, err := kv.Get(ctx, id); err != nil || e.Revision() <= rev {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // kill stops id's heartbeats without deleting its key: it expires.
 func (h *harness) kill(id string) {
 	h.mu.Lock()
@@ -129,6 +138,10 @@ func (h *harness) plannerWith(ctx context.Context, cfg Config) context.CancelFun
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	cfg.NC, cfg.JS, cfg.Log = h.nc, h.js, zerolog.Nop()
+	if cfg.Metrics == nil {
+		h.reg = prometheus.NewRegistry()
+		cfg.Metrics = metrics.NewPlanner(h.reg)
+	}
 	p := New(cfg)
 	go func() {
 		defer close(done)
@@ -162,25 +175,63 @@ func (h *harness) history() []*planner.Plan {
 	return out
 }
 
-// waitRevision waits for revision rev of the default plan.
+// waitRevision waits for revision rev of the default plan; it fails
+// when a later one comes first.
 func (h *harness) waitRevision(rev int) *planner.Plan {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var p *planner.Plan
+	natstest.WaitFor(h.t, 10*time.Second, fmt.Sprintf("revision %d", rev), func() bool {
 		sp, err := store.NewPlanStore(h.js).Latest(context.Background(), "default")
-		if err == nil && sp != nil && sp.Plan.Revision >= rev {
-			if sp.Plan.Revision != rev {
-				h.t.Fatalf("revision %d, want %d", sp.Plan.Revision, rev)
-			}
-			return sp.Plan
+		if err != nil || sp == nil || sp.Plan.Revision < rev {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	h.t.Fatalf("no revision %d", rev)
-	return nil
+		if sp.Plan.Revision != rev {
+			h.t.Fatalf("revision %d, want %d", sp.Plan.Revision, rev)
+		}
+		p = sp.Plan
+		return true
+	})
+	return p
+}
+
+// replans is how many replans of plan the newest planner finished, and
+// how many of those published a revision (its replan and
+// change-to-publish histograms' counts). A replan that found nothing to
+// publish counts too: after one that began after a change, anything the
+// change would publish is published.
+func (h *harness) replans(plan string) (done, published int) {
+	h.t.Helper()
+	got := scraped(h.t, h.reg)
+	return int(got[fmt.Sprintf("poolplanner_replan_duration_seconds{plan=%q}", plan)]),
+		int(got[fmt.Sprintf("poolplanner_inventory_change_to_publish_seconds{plan=%q}", plan)])
+}
+
+// waitReplans waits until the newest planner finished at least n
+// replans of plan.
+func (h *harness) waitReplans(plan string, n int) {
+	h.t.Helper()
+	natstest.WaitFor(h.t, 10*time.Second, fmt.Sprintf("%d replans of %s", n, plan), func() bool {
+		done, _ := h.replans(plan)
+		return done >= n
+	})
+}
+
+// waitPublished waits until the newest planner finished the replan
+// that published its nth revision of plan, and returns how many replans
+// of plan it finished by then.
+func (h *harness) waitPublished(plan string, n int) int {
+	h.t.Helper()
+	var done int
+	natstest.WaitFor(h.t, 10*time.Second, fmt.Sprintf("%d revisions of %s published", n, plan), func() bool {
+		var published int
+		done, published = h.replans(plan)
+		return published >= n
+	})
+	return done
 }
 
 func TestServiceEndToEnd(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	for i := 1; i <= 4; i++ {
@@ -221,8 +272,9 @@ func TestServiceEndToEnd(t *testing.T) {
 	t.Logf("revision 2: %s", second.Reason)
 
 	// The node comes back: nothing moves, nothing is published.
+	done := h.waitPublished("default", 2)
 	h.node(victim)
-	time.Sleep(500 * time.Millisecond)
+	h.waitReplans("default", done+1)
 	if got := len(h.history()); got != 2 {
 		t.Fatalf("%d revisions after the node came back, want 2", got)
 	}
@@ -231,7 +283,8 @@ func TestServiceEndToEnd(t *testing.T) {
 	stopA()
 	stopB := h.planner(ctx, testSpec)
 	defer stopB()
-	time.Sleep(500 * time.Millisecond)
+	regB := h.reg
+	h.waitReplans("default", 1)
 	if got := len(h.history()); got != 2 {
 		t.Fatalf("%d revisions after restart, want 2", got)
 	}
@@ -239,7 +292,9 @@ func TestServiceEndToEnd(t *testing.T) {
 	// Two planners at once, and a spec change: one linear history.
 	stopC := h.planner(ctx, "")
 	defer stopC()
-	time.Sleep(200 * time.Millisecond)
+	regC := h.reg
+	revisionGauge := `poolplanner_plan_revision{plan="default"}`
+	waitScraped(t, regC, "the second planner following revision 2", func(m map[string]float64) bool { return m[revisionGauge] == 2 })
 	changed := testSpec + "\n# more train\n"
 	changed = changed[:0] + `
 scheduling:
@@ -254,7 +309,11 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 	if third.Reason == "" || !third.Valid {
 		t.Fatalf("revision 3: valid %v reason %q", third.Valid, third.Reason)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The leader's replan done, the standby following: a second
+	// revision 3 would be in the history.
+	h.reg = regB
+	h.waitPublished("default", 1)
+	waitScraped(t, regC, "the second planner following revision 3", func(m map[string]float64) bool { return m[revisionGauge] == 3 })
 	hist := h.history()
 	for i, p := range hist {
 		if p.Revision != i+1 {
@@ -323,6 +382,7 @@ func revisions(ps []*planner.Plan) []int {
 // TestRestartSettles: a planner restarted while a node of the valid plan
 // has not reported yet waits for it, instead of replanning without it.
 func TestRestartSettles(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	for i := 1; i <= 3; i++ {
@@ -339,19 +399,20 @@ func TestRestartSettles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := kv.Get(ctx, victim); err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not expire", victim)
-		}
-	}
-	stopB := h.plannerWith(ctx, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 3 * time.Second})
+	natstest.WaitFor(t, 5*time.Second, victim+" expired", func() bool {
+		_, err := kv.Get(ctx, victim)
+		return err != nil
+	})
+	stopB := h.plannerWith(ctx, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: time.Minute})
 	defer stopB()
-	time.Sleep(time.Second)
+	// The restarted planner leads and holds the inventory without the
+	// victim (its inventory gauge, set every guard round).
+	waitScraped(t, h.reg, "the restarted planner leading on 2 nodes", func(m map[string]float64) bool {
+		return m[`poolplanner_plan_leader{plan="default"}`] == 1 && m["poolplanner_inventory_nodes"] == 2
+	})
 	h.node(victim) // back within the settle period
-	time.Sleep(3 * time.Second)
+	// Its nodes all back, it replans at once, well within the minute.
+	h.waitReplans("default", 1)
 	if got := h.history(); len(got) != 1 {
 		t.Fatalf("%d revisions, want 1 (revision 2: %s)", len(got), got[len(got)-1].Reason)
 	}
@@ -362,6 +423,7 @@ func TestRestartSettles(t *testing.T) {
 // after a fresh start (its plan made by this planner), or after a restart
 // once it had reported, is replanned at once, however long --settle is.
 func TestSettleOnlyForSilentNodes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	for i := 1; i <= 4; i++ {
@@ -376,7 +438,10 @@ func TestSettleOnlyForSilentNodes(t *testing.T) {
 
 	stopB := h.plannerWith(ctx, cfg)
 	defer stopB()
-	time.Sleep(500 * time.Millisecond) // every live node heartbeats meanwhile
+	waitScraped(t, h.reg, "the restarted planner leading", func(m map[string]float64) bool {
+		return m[`poolplanner_plan_leader{plan="default"}`] == 1
+	})
+	h.heartbeats() // every live node reports to it
 	h.kill(second.Workers.At(0).NodeID)
 	if third := h.waitRevision(3); third.Moved == 0 {
 		t.Errorf("revision 3 moved nothing: %s", third.Reason)

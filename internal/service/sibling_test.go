@@ -23,6 +23,7 @@ func bareEvent(name string, rev int) *plan.Event {
 // TestSiblingPublishFenced: after the lead stood down (lease 0, its loop
 // running), no plan's publish goes out, its own or another's.
 func TestSiblingPublishFenced(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	p := New(Config{NC: h.nc, JS: h.js, NoService: true, Log: zerolog.Nop()})
@@ -43,6 +44,7 @@ func TestSiblingPublishFenced(t *testing.T) {
 // lead's pubMu, so a renewal (which holds it) cannot change the lease
 // between the publish reading it and the stream checking it.
 func TestSiblingPublishWaitsForRenewal(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	p := New(Config{NC: h.nc, JS: h.js, NoService: true, Log: zerolog.Nop()})
@@ -68,6 +70,7 @@ func TestSiblingPublishWaitsForRenewal(t *testing.T) {
 // any before it) keeps its last valid revision, and no other plan is
 // given its GPUs.
 func TestSpeclessPlanHolds(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	specs := h.cluster(2, map[string]string{"x": shareSpec(8, 0)})
@@ -90,7 +93,7 @@ func TestSpeclessPlanHolds(t *testing.T) {
 	stop = h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()
 	y := h.waitFor("y", "any", func(p *planner.Plan) bool { return true })
-	time.Sleep(500 * time.Millisecond)
+	h.waitPublished("y", 1) // the replan of y planned x too
 	x2 := h.waitFor("x", "any", func(p *planner.Plan) bool { return true })
 	if x2.Revision != x.Revision || y.Valid {
 		t.Fatalf("x: revision %d valid %v (was %d); y: valid %v, %d GPUs, %q", x2.Revision, x2.Valid, x.Revision, y.Valid, y.GPUsHeld, y.Error)

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 )
@@ -19,6 +20,7 @@ import (
 // marker, and a plain KV watcher of the inventory bucket (as `nats kv
 // watch`) sees the node go.
 func TestExpiredNodeTombstone(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -57,6 +59,7 @@ func TestExpiredNodeTombstone(t *testing.T) {
 // it; one still gone gets its delete marker; a standby writes none, and
 // keeps them for when it leads.
 func TestTombstoneSparesNodeBack(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	p := New(Config{NC: h.nc, JS: h.js, NoService: true, Log: zerolog.Nop()})
@@ -76,14 +79,10 @@ func TestTombstoneSparesNodeBack(t *testing.T) {
 		seen[id] = rev
 	}
 	for _, id := range []string{"back", "gone"} {
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if _, err := kv.Get(ctx, id); errors.Is(err, jetstream.ErrKeyNotFound) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("key %s never expired", id)
-			}
-		}
+		natstest.WaitFor(t, 10*time.Second, "key "+id+" expired", func() bool {
+			_, err := kv.Get(ctx, id)
+			return errors.Is(err, jetstream.ErrKeyNotFound)
+		})
 	}
 	back, err := p.inv.Put(ctx, "back", simDoc("back"), false, time.Minute)
 	if err != nil {

@@ -32,6 +32,7 @@ func inv(id string, gpus, cpus int, sick ...int) inventory.NodeInventory {
 // TestValidateExplains: a validate reply carries, as structured JSON on the
 // wire, each kind of reason with its node count and ids.
 func TestValidateExplains(t *testing.T) {
+	t.Parallel()
 	nodes := func(ns ...inventory.NodeInventory) map[string]inventory.NodeInventory {
 		out := map[string]inventory.NodeInventory{}
 		for _, n := range ns {
@@ -128,6 +129,7 @@ func TestValidateExplains(t *testing.T) {
 // validated whole, but the reply leaves out workers and pools and says
 // so, staying small; a request over bus.MaxRequest is refused unread.
 func TestValidateBounded(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	p := New(Config{NC: h.nc, JS: h.js, Settle: -1, Log: zerolog.Nop()})
 	for i := range 4 {

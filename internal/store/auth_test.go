@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 )
 
 // secureServer starts an embedded server that requires credentials
@@ -96,19 +98,11 @@ func (s *session) refused(t *testing.T, err error, subject string) {
 	if strings.HasPrefix(subject, "sub ") {
 		want = `Permissions Violation for Subscription to "` + strings.TrimPrefix(subject, "sub ") + `"`
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for {
+	natstest.WaitFor(t, 3*time.Second, fmt.Sprintf("the server saying %q (the request: %v)", want, err), func() bool {
 		s.mu.Lock()
-		errs := strings.Join(s.errs, "\n")
-		s.mu.Unlock()
-		if strings.Contains(errs, want) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q; the server said:\n%s\nthe request: %v", want, errs, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer s.mu.Unlock()
+		return strings.Contains(strings.Join(s.errs, "\n"), want)
+	})
 	if msg := bus.Explain(err, s.nc, s.sec).Error(); !strings.Contains(msg, "permissions violation") || !strings.Contains(msg, subject) && !strings.HasPrefix(subject, "sub ") {
 		t.Errorf("explained as %q", msg)
 	}

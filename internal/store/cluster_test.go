@@ -12,6 +12,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/internal/testcluster"
 )
@@ -58,18 +59,21 @@ func TestReplicatedState(t *testing.T) {
 	// The server this client is on goes; the client moves on, the key
 	// stays, writes go on.
 	c.StopServer(c.Index(nc.ConnectedUrl()))
-	for {
+	var werr error
+	waited := false
+	defer func() { // also as WaitFor fails the test
+		if !waited {
+			t.Logf("the last write: %v (connected %v to %s)\n%s", werr, nc.IsConnected(), nc.ConnectedUrl(), c.State())
+		}
+	}()
+	deadline, _ := ctx.Deadline()
+	natstest.WaitFor(t, time.Until(deadline), "a write after a server was lost", func() bool {
 		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := inv.Put(pctx, "n2", doc, false, time.Hour)
-		pcancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("no write after a server was lost: %v (connected %v to %s)\n%s", err, nc.IsConnected(), nc.ConnectedUrl(), c.State())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		defer pcancel()
+		_, werr = inv.Put(pctx, "n2", doc, false, time.Hour)
+		return werr == nil
+	})
+	waited = true
 	if _, _, err := inv.Get(ctx, "n1"); err != nil {
 		t.Errorf("n1 after a server was lost: %v", err)
 	}

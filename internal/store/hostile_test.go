@@ -17,6 +17,7 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/wire"
 )
@@ -240,13 +241,7 @@ func TestHostileReplies(t *testing.T) {
 // waitFor waits for cond, failing the test after 10 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	natstest.WaitFor(t, 10*time.Second, "the condition met", cond)
 }
 
 // countingAnswerer is a refusingAnswerer that counts, as the planner's

@@ -17,20 +17,17 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
 // startServer starts an embedded server on a free port with JetStream in
-// a temp dir, stopped when the test ends.
+// a temp dir (natstest's), stopped when the test ends.
 func startServer(t testing.TB) (*server.Server, string) {
 	t.Helper()
-	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns, url
+	s := natstest.Start(t)
+	return s.NATS(), s.URL()
 }
 
 func connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
@@ -280,12 +277,7 @@ func TestSnapshotsOfOneRevision(t *testing.T) {
 // stored its old object goes; a message whose object is gone is
 // unreadable, not "no assignment".
 func TestAssignmentObjects(t *testing.T) {
-	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), MaxPayload: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	_, js := connect(t, url)
+	_, js := connect(t, natstest.Start(t, natstest.MaxPayload(64<<10)).URL())
 	ctx := context.Background()
 	s := NewPlanStore(js)
 	if err := s.Ensure(ctx); err != nil {
