@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/poolplanner/poolplanner/internal/wire"
 )
 
 // readAssignment decodes node's assignment message of plan name,
@@ -15,7 +17,7 @@ import (
 // when it was too large for one.
 func (c *Client) readAssignment(ctx context.Context, name, node string, seq uint64, data []byte, h nats.Header) (*Assignment, error) {
 	a := Assignment{Seq: seq}
-	rule := objectRule{bucket: PlansBucket, prefix: AssignmentObjectPrefix(name, node), limit: MaxDecoded}
+	rule := objectRule{bucket: PlansBucket, prefix: wire.AssignmentObjectPrefix(name, node), limit: wire.MaxDecoded}
 	if err := c.decodeBody(ctx, data, h, &a, rule); err != nil {
 		return nil, fmt.Errorf("assignment of plan %s node %s at %d: %w", name, node, seq, err)
 	}
@@ -58,7 +60,7 @@ func (c *Client) FollowNode(ctx context.Context, name, node string) (<-chan *Ass
 	if err != nil {
 		return nil, fmt.Errorf("follow plan %s node %s: %w", name, node, err)
 	}
-	it, err := cons.Messages(FollowHeartbeat()...)
+	it, err := cons.Messages(wire.FollowHeartbeat()...)
 	if err != nil {
 		c.dropConsumer(AssignmentsStream, cons)
 		return nil, fmt.Errorf("follow plan %s node %s: %w", name, node, err)

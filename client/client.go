@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -66,9 +66,9 @@ func (c *Client) requestMsg(ctx context.Context, m *nats.Msg, reply any) error {
 		if json.Unmarshal(msg.Data, &body) == nil && body.Error != "" {
 			desc = body.Error
 		}
-		return fmt.Errorf("%w: %s", CodeErr(code), strings.TrimPrefix(desc, CodeErr(code).Error()+": "))
+		return fmt.Errorf("%w: %s", codeErr(code), strings.TrimPrefix(desc, codeErr(code).Error()+": "))
 	}
-	if err := c.decodeBody(ctx, msg.Data, msg.Header, reply, objectRule{bucket: RepliesBucket, prefix: ReplyObjectPrefix, limit: MaxObject}); err != nil {
+	if err := c.decodeBody(ctx, msg.Data, msg.Header, reply, objectRule{bucket: RepliesBucket, prefix: wire.ReplyObjectPrefix, limit: wire.MaxObject}); err != nil {
 		return fmt.Errorf("%s: reply: %w", subject, err)
 	}
 	return nil
@@ -86,14 +86,14 @@ type objectRule struct {
 // decodeBody decodes a message body into v, fetching it from its object
 // when the message says it is stored as one, as far as rule allows.
 func (c *Client) decodeBody(ctx context.Context, data []byte, h nats.Header, v any, rule objectRule) error {
-	if h.Get(ObjectHeader) == "" {
-		if err := Decode(data, h, v); err != nil {
+	if h.Get(wire.ObjectHeader) == "" {
+		if err := wire.Decode(data, h, v); err != nil {
 			return fmt.Errorf("%w: %w", ErrUnreadable, err)
 		}
 		return nil
 	}
-	var ref ObjectRef
-	if err := Decode(data, h, &ref); err != nil {
+	var ref wire.ObjectRef
+	if err := wire.Decode(data, h, &ref); err != nil {
 		return fmt.Errorf("object reference: %w: %w", ErrUnreadable, err)
 	}
 	if ref.Bucket != rule.bucket || !strings.HasPrefix(ref.Object, rule.prefix) || strings.Contains(ref.Object[len(rule.prefix):], "/") {
@@ -102,10 +102,6 @@ func (c *Client) decodeBody(ctx context.Context, data []byte, h nats.Header, v a
 	// The message exists, so its object missing makes it unreadable.
 	return unreadable(c.getObject(ctx, ref.Bucket, ref.Object, rule.limit, v))
 }
-
-// MaxObject bounds what a snapshot or reply object may expand to: a plan
-// of 100,000 nodes and 1.8 million workers is about 400 MB of JSON.
-const MaxObject = 2 << 30
 
 // getObject reads an object of gzipped JSON, expanding to at most limit
 // bytes, into v.
@@ -131,7 +127,7 @@ func (c *Client) getObject(ctx context.Context, bucket, name string, limit int64
 	if err != nil {
 		return fmt.Errorf("object %s/%s: %w", bucket, name, err)
 	}
-	if data, err = Gunzip(data, limit); err != nil {
+	if data, err = wire.Gunzip(data, limit); err != nil {
 		return fmt.Errorf("object %s/%s: %w: %w", bucket, name, ErrUnreadable, err)
 	}
 	if err := json.Unmarshal(data, v); err != nil {
@@ -144,7 +140,7 @@ func (c *Client) getObject(ctx context.Context, bucket, name string, limit int64
 // revision of plan name.
 func (c *Client) Lookup(ctx context.Context, name, component string, index int) (*PlacedWorker, error) {
 	var w PlacedWorker
-	if err := c.Request(ctx, LookupSubject, LookupRequest{Plan: name, Component: component, Index: &index}, &w); err != nil {
+	if err := c.Request(ctx, LookupSubject, wire.LookupRequest{Plan: name, Component: component, Index: &index}, &w); err != nil {
 		return nil, err
 	}
 	return &w, nil
@@ -153,7 +149,7 @@ func (c *Client) Lookup(ctx context.Context, name, component string, index int) 
 // LookupNode asks for node's workers in the latest revision of plan name.
 func (c *Client) LookupNode(ctx context.Context, name, node string) (*Assignment, error) {
 	var a Assignment
-	if err := c.Request(ctx, LookupSubject, LookupRequest{Plan: name, NodeID: node}, &a); err != nil {
+	if err := c.Request(ctx, LookupSubject, wire.LookupRequest{Plan: name, NodeID: node}, &a); err != nil {
 		return nil, err
 	}
 	return &a, nil
@@ -190,17 +186,8 @@ func (c *Client) Validate(ctx context.Context, spec []byte) (*ValidateReply, err
 // latest). Plan reads the same from the stream, without a service.
 func (c *Client) RequestPlan(ctx context.Context, name string, rev int) (*plan.Document, error) {
 	var d plan.Document
-	if err := c.Request(ctx, PlanSubject, PlanRequest{Plan: name, Revision: rev}, &d); err != nil {
+	if err := c.Request(ctx, PlanSubject, wire.PlanRequest{Plan: name, Revision: rev}, &d); err != nil {
 		return nil, err
 	}
 	return &d, nil
-}
-
-// FollowHeartbeat is how the followers (Follow, FollowNode, the
-// planner's inventory watch) pull: with a heartbeat every second and
-// requests that expire in five, so that a follower whose consumer went
-// with a server notices within two seconds and makes it again on
-// another, rather than after the library's default of a minute.
-func FollowHeartbeat() []jetstream.PullMessagesOpt {
-	return []jetstream.PullMessagesOpt{jetstream.PullExpiry(5 * time.Second), jetstream.PullHeartbeat(time.Second)}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/service"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // A launcher on node gpu-0 follows its own node's workers: the latest
@@ -79,7 +80,7 @@ func exampleCluster() (url string, stop func()) {
 		inv := inventory.Facts{NodeID: id, Hostname: id, IP: "10.0.0.1", CPUs: 64}.Inventory()
 		inv.GPUs = inventory.SimulatedGPUs(id, sim)
 		doc, _ := json.Marshal(inv)
-		if _, err := bus.NewInventoryStore(js).Put(ctx, id, doc, false, time.Hour); err != nil {
+		if _, err := store.NewInventoryStore(js).Put(ctx, id, doc, false, time.Hour); err != nil {
 			log.Fatal(err)
 		}
 	}

@@ -5,10 +5,7 @@
 // documents for any NATS client.
 package client
 
-import (
-	"strconv"
-	"strings"
-)
+import "strings"
 
 // Names fixed by the outside contract (docs/contract.md).
 const (
@@ -75,17 +72,7 @@ const (
 	SpecDigestHeader = "Poolplanner-Spec-Digest"
 	// PlannerHeader names the planner instance that published an event.
 	PlannerHeader = "Poolplanner-Planner"
-	// EncodingHeader marks a gzipped JSON body (EncodingGzip).
-	EncodingHeader = "Poolplanner-Encoding"
-	EncodingGzip   = "gzip"
-	// ObjectHeader marks a reply or assignment whose body is an ObjectRef:
-	// the message itself was too large.
-	ObjectHeader = "Poolplanner-Object"
 )
-
-// MaxMessage bounds every message poolplanner sends: NATS's default
-// max_payload, so that a stock server carries them at any cluster size.
-const MaxMessage = 1 << 20
 
 // PlanEventSubject is the subject plan name's revisions are published on.
 func PlanEventSubject(name string) string { return PlanSubjectPrefix + name }
@@ -104,43 +91,3 @@ func AssignmentNode(name, subject string) string {
 	}
 	return node
 }
-
-// SnapshotObject names an object holding revision rev of plan name
-// whole, in PlansBucket; id tells apart the snapshots two planners racing
-// to publish rev store (only one's event names its own). Readers take
-// the name from the event.
-func SnapshotObject(name string, rev int, id string) string {
-	return SnapshotPrefix(name) + strconv.Itoa(rev) + "/" + id
-}
-
-// SnapshotPrefix begins the name of every snapshot object of plan name.
-func SnapshotPrefix(name string) string { return name + "/snapshots/" }
-
-// SnapshotRevision is the revision a snapshot object of plan name holds;
-// false when object is not one.
-func SnapshotRevision(name, object string) (int, bool) {
-	rest, ok := strings.CutPrefix(object, SnapshotPrefix(name))
-	if !ok {
-		return 0, false
-	}
-	rev, _, _ := strings.Cut(rest, "/")
-	n, err := strconv.Atoi(rev)
-	return n, err == nil
-}
-
-// AssignmentObject names an object holding node's workers of plan name
-// when they are too many for one message, in PlansBucket; id makes each
-// one's name new, so that a message never points at another's object.
-func AssignmentObject(name, node, id string) string {
-	return AssignmentObjectPrefix(name, node) + id
-}
-
-// AssignmentObjectPrefix begins the names of node's assignment objects of
-// plan name. "@" cannot be in a node id, so no node's prefix begins
-// another's (node ids may hold "/").
-func AssignmentObjectPrefix(name, node string) string {
-	return name + "/assignments/" + node + "@"
-}
-
-// ReplyObjectPrefix begins the names of reply objects in RepliesBucket.
-const ReplyObjectPrefix = "reply/"

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -145,7 +146,7 @@ func eventAt(ctx context.Context, st jetstream.Stream, name string, rev int) (*j
 
 func decodeEvent(m *jetstream.RawStreamMsg) (*plan.Event, error) {
 	var ev plan.Event
-	if err := Decode(m.Data, m.Header, &ev); err != nil {
+	if err := wire.Decode(m.Data, m.Header, &ev); err != nil {
 		return nil, fmt.Errorf("event at sequence %d: %w: %w", m.Sequence, ErrUnreadable, err)
 	}
 	if h := m.Header.Get(RevisionHeader); h != strconv.Itoa(ev.Revision) || PlanEventSubject(ev.Name) != m.Subject {
@@ -226,11 +227,11 @@ func (c *Client) whole(ctx context.Context, ev *plan.Event) (*plan.Document, err
 	if ev.Snapshot == "" || ev.Base != ev.Revision {
 		return nil, fmt.Errorf("revision %d: %w: neither whole nor a snapshot", ev.Revision, ErrUnreadable)
 	}
-	if rev, ok := SnapshotRevision(ev.Name, ev.Snapshot); !ok || rev != ev.Revision {
+	if rev, ok := wire.SnapshotRevision(ev.Name, ev.Snapshot); !ok || rev != ev.Revision {
 		return nil, fmt.Errorf("revision %d: %w: snapshot %q is not one of its", ev.Revision, ErrUnreadable, ev.Snapshot)
 	}
 	var d plan.Document
-	if err := c.getObject(ctx, PlansBucket, ev.Snapshot, MaxObject, &d); err != nil {
+	if err := c.getObject(ctx, PlansBucket, ev.Snapshot, wire.MaxObject, &d); err != nil {
 		return nil, fmt.Errorf("snapshot of revision %d: %w", ev.Revision, err)
 	}
 	if d.Revision != ev.Revision || d.Name != ev.Name {
@@ -333,7 +334,7 @@ func (c *Client) Follow(ctx context.Context, name string, opts FollowOptions) (<
 	if err != nil {
 		return nil, fmt.Errorf("follow plan %s: %w", name, err)
 	}
-	it, err := cons.Messages(FollowHeartbeat()...)
+	it, err := cons.Messages(wire.FollowHeartbeat()...)
 	if err != nil {
 		c.dropConsumer(PlansStream, cons)
 		return nil, fmt.Errorf("follow plan %s: %w", name, err)

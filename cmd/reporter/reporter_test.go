@@ -23,6 +23,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/reporter"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 func runMain(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -132,7 +133,7 @@ func TestSIGTERMDeletesKey(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	store := bus.NewInventoryStore(js)
+	store := store.NewInventoryStore(js)
 	ctx := context.Background()
 	waited := false
 	defer func() { // also as WaitFor fails the test
@@ -204,7 +205,7 @@ func TestOneReporterPerNode(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	store := bus.NewInventoryStore(js)
+	store := store.NewInventoryStore(js)
 	ctx := context.Background()
 	waitKey := func(what string, ok func(inventory.NodeInventory, uint64) bool) (inventory.NodeInventory, uint64) {
 		t.Helper()

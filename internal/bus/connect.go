@@ -93,10 +93,10 @@ func Connect(url, name string, log zerolog.Logger, sec Security, extra ...nats.O
 	return nc, nil
 }
 
-// stopOnDone calls stop when ctx is done or when the returned channel is
+// StopOnDone calls stop when ctx is done or when the returned channel is
 // closed, whichever comes first: a reader closes it when its iterator
 // ended on its own (a closed consumer), so no goroutine outlives it.
-func stopOnDone(ctx context.Context, stop func()) chan<- struct{} {
+func StopOnDone(ctx context.Context, stop func()) chan<- struct{} {
 	ended := make(chan struct{})
 	go func() {
 		select {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/poolplanner/poolplanner/client"
 )
 
 // ErrDataDirInUse is LockDataDir's answer when another process holds the
@@ -50,7 +52,7 @@ const OpenAccount = "$G"
 // history the server will not show in this account.
 func HistoryElsewhere(dir, account string) []string {
 	has := func(acc string) bool {
-		_, err := os.Stat(filepath.Join(dir, "jetstream", acc, "streams", PlansStream))
+		_, err := os.Stat(filepath.Join(dir, "jetstream", acc, "streams", client.PlansStream))
 		return err == nil
 	}
 	if has(account) {

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/poolplanner/poolplanner/client"
 )
 
 // TestHistoryElsewhere: a data directory whose plan history sits under
@@ -12,7 +14,7 @@ import (
 // account has history, or none at all, is not.
 func TestHistoryElsewhere(t *testing.T) {
 	stream := func(dir, acc string) {
-		if err := os.MkdirAll(filepath.Join(dir, "jetstream", acc, "streams", PlansStream), 0o700); err != nil {
+		if err := os.MkdirAll(filepath.Join(dir, "jetstream", acc, "streams", client.PlansStream), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,83 +15,61 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/poolplanner/poolplanner/client"
-	"github.com/poolplanner/poolplanner/internal/planner"
-)
-
-// The bus's error kinds, package client's: every error a handler returns
-// is one of these on the wire (errorReply decides which, in one place),
-// and the client turns the code back into the same sentinel, so callers
-// branch with errors.Is on either side.
-var (
-	ErrBadRequest = client.ErrBadRequest
-	ErrNotFound   = client.ErrNotFound
-	ErrInfeasible = client.ErrInfeasible
-	ErrInternal   = client.ErrInternal
-)
-
-// Wire codes of the error kinds.
-const (
-	CodeBadRequest = client.CodeBadRequest
-	CodeNotFound   = client.CodeNotFound
-	CodeInfeasible = client.CodeInfeasible
-	CodeInternal   = client.CodeInternal
-)
-
-// The service's requests and replies, package client's.
-type (
-	LookupRequest = client.LookupRequest
-	PlanRequest   = client.PlanRequest
-	PlacedWorker  = client.PlacedWorker
-	NodeWorkers   = client.Assignment
-	ValidateReply = client.ValidateReply
+	"github.com/poolplanner/poolplanner/internal/wire"
 )
 
 // ServiceVersion is the micro service's version.
 const ServiceVersion = "0.1.0"
 
 // errorReply maps a Go error to its wire code: the one place that decides
-// how an error looks on the bus.
+// how an error looks on the bus. Handlers mark errors with one of
+// client's error kinds (client.ErrBadRequest...), by wrapping or with Kind.
 func errorReply(err error) (code, desc string) {
-	var fe *planner.FieldError
-	var pe *planner.PlanError
 	switch {
-	case errors.Is(err, ErrBadRequest), errors.As(err, &fe):
-		return CodeBadRequest, err.Error()
-	case errors.Is(err, ErrNotFound):
-		return CodeNotFound, err.Error()
-	case errors.Is(err, ErrInfeasible), errors.As(err, &pe):
-		return CodeInfeasible, err.Error()
+	case errors.Is(err, client.ErrBadRequest):
+		return wire.CodeBadRequest, err.Error()
+	case errors.Is(err, client.ErrNotFound):
+		return wire.CodeNotFound, err.Error()
+	case errors.Is(err, client.ErrInfeasible):
+		return wire.CodeInfeasible, err.Error()
 	default:
-		return CodeInternal, err.Error()
+		return wire.CodeInternal, err.Error()
 	}
 }
 
-// Place returns w of plan p with its CUDA_VISIBLE_DEVICES value.
-func Place(p *planner.Plan, w planner.Worker) PlacedWorker {
-	return client.Place(p.Name, p.Revision, w)
-}
+// Kind marks err as kind, one of client's error kinds, without changing
+// its text: what the requester reads is err's own words.
+func Kind(kind, err error) error { return kindError{kind: kind, err: err} }
 
-// Answerer is what the service asks; the planner service implements it.
-type Answerer interface {
+type kindError struct{ kind, err error }
+
+func (e kindError) Error() string   { return e.err.Error() }
+func (e kindError) Unwrap() []error { return []error{e.kind, e.err} }
+
+// Handlers answer the service's endpoints, each with the value to send
+// as JSON (a json.RawMessage as it is) or an error marked with one of
+// client's error kinds.
+type Handlers interface {
 	// Validate plans spec as plan would be (its own GPUs not in the way;
 	// "" for a plan not yet stored).
-	Validate(ctx context.Context, spec []byte, plan string) (*ValidateReply, error)
-	Plan(ctx context.Context, req PlanRequest) (*planner.Plan, error)
+	Validate(ctx context.Context, spec []byte, plan string) (any, error)
+	Lookup(ctx context.Context, req wire.LookupRequest) (any, error)
+	Plan(ctx context.Context, req wire.PlanRequest) (any, error)
 }
 
 // HandlerTimeout bounds one request's work.
 const HandlerTimeout = 10 * time.Second
 
 // AddService registers the poolplanner micro service on nc, answering
-// from a. Stop it with Stop(), which drains.
-func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
+// with a's handlers. Stop it with Stop(), which drains.
+func AddService(nc *nats.Conn, a Handlers) (micro.Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:        ServiceName,
+		Name:        client.ServiceName,
 		Version:     ServiceVersion,
 		Description: "poolplanner: validate specs, look up workers, read plans",
 	})
 	if err != nil {
-		return nil, fmt.Errorf("add service %s: %w", ServiceName, err)
+		return nil, fmt.Errorf("add service %s: %w", client.ServiceName, err)
 	}
 	obs, _ := a.(RequestObserver)
 	add := func(name, subject string, h func(context.Context, []byte, micro.Headers) (any, error)) error {
@@ -122,18 +100,18 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 		}), micro.WithEndpointSubject(subject))
 	}
 	err = errors.Join(
-		add("validate", ValidateSubject, func(ctx context.Context, data []byte, hdr micro.Headers) (any, error) {
+		add("validate", client.ValidateSubject, func(ctx context.Context, data []byte, hdr micro.Headers) (any, error) {
 			return validate(ctx, a, data, hdr)
 		}),
-		add("lookup", LookupSubject, func(ctx context.Context, data []byte, _ micro.Headers) (any, error) {
-			var req LookupRequest
+		add("lookup", client.LookupSubject, func(ctx context.Context, data []byte, _ micro.Headers) (any, error) {
+			var req wire.LookupRequest
 			if err := decodeStrict(data, &req); err != nil {
 				return nil, err
 			}
-			return Lookup(ctx, a, req)
+			return a.Lookup(ctx, req)
 		}),
-		add("plan", PlanSubject, func(ctx context.Context, data []byte, _ micro.Headers) (any, error) {
-			var req PlanRequest
+		add("plan", client.PlanSubject, func(ctx context.Context, data []byte, _ micro.Headers) (any, error) {
+			var req wire.PlanRequest
 			if err := decodeStrict(data, &req); err != nil {
 				return nil, err
 			}
@@ -142,24 +120,18 @@ func AddService(nc *nats.Conn, a Answerer) (micro.Service, error) {
 	)
 	if err != nil {
 		_ = svc.Stop()
-		return nil, fmt.Errorf("add service %s: %w", ServiceName, err)
+		return nil, fmt.Errorf("add service %s: %w", client.ServiceName, err)
 	}
 	return svc, nil
 }
 
 // validate answers a validate request: a spec, and the plan it is for
 // in PlanHeader (none: a new plan).
-func validate(ctx context.Context, a Answerer, data []byte, hdr micro.Headers) (any, error) {
+func validate(ctx context.Context, a Handlers, data []byte, hdr micro.Headers) (any, error) {
 	if len(strings.TrimSpace(string(data))) == 0 {
-		return nil, fmt.Errorf("%w: empty request; send a job spec as JSON", ErrBadRequest)
+		return nil, fmt.Errorf("%w: empty request; send a job spec as JSON", client.ErrBadRequest)
 	}
-	plan := headerFold(hdr, client.PlanHeader)
-	if plan != "" {
-		if err := ValidatePlanName(plan); err != nil {
-			return nil, fmt.Errorf("%s header: %w", client.PlanHeader, err)
-		}
-	}
-	return a.Validate(ctx, data, plan)
+	return a.Validate(ctx, data, headerFold(hdr, client.PlanHeader))
 }
 
 // headerFold is header key's first value, the key's case aside (a
@@ -173,7 +145,7 @@ func headerFold(h micro.Headers, key string) string {
 	return ""
 }
 
-// RequestObserver, when the Answerer is one too, hears of every answered
+// RequestObserver, when the Handlers are one too, hears of every answered
 // request: its endpoint, its code (200, or the error's) and how long it
 // took.
 type RequestObserver interface {
@@ -195,7 +167,7 @@ func ReplyAllowed(reply string) bool {
 
 // ErrBusy answers a request that found its endpoint still at work on
 // an earlier one past its deadline.
-var ErrBusy = fmt.Errorf("%w: busy with an earlier request; try again", ErrInternal)
+var ErrBusy = fmt.Errorf("%w: busy with an earlier request; try again", client.ErrInternal)
 
 // answer answers r with h's reply; the error is what to answer instead.
 // h runs under the request's deadline, holding slot; a request whose
@@ -205,21 +177,21 @@ func answer(nc *nats.Conn, r micro.Request, slot chan struct{}, h func(context.C
 	ctx, cancel := context.WithTimeout(context.Background(), HandlerTimeout)
 	defer cancel()
 	if n := len(r.Data()); n > MaxRequest {
-		return fmt.Errorf("%w: a request of %d bytes; at most %d", ErrBadRequest, n, MaxRequest)
+		return fmt.Errorf("%w: a request of %d bytes; at most %d", client.ErrBadRequest, n, MaxRequest)
 	}
 	v, err := within(ctx, slot, func() (any, error) { return h(ctx, r.Data(), r.Headers()) })
 	if err != nil {
 		return err
 	}
-	data, hdr, err := EncodeJSON(v)
+	data, hdr, err := wire.Encode(v)
 	if err == nil && len(data) > BodyLimit(nc) {
 		data, hdr, err = replyObject(ctx, nc, data, hdr)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: encode reply: %w", ErrInternal, err)
+		return fmt.Errorf("%w: encode reply: %w", client.ErrInternal, err)
 	}
 	if err := r.Respond(data, micro.WithHeaders(micro.Headers(hdr))); err != nil {
-		return fmt.Errorf("%w: send reply: %w", ErrInternal, err)
+		return fmt.Errorf("%w: send reply: %w", client.ErrInternal, err)
 	}
 	return nil
 }
@@ -247,7 +219,7 @@ func within(ctx context.Context, slot chan struct{}, work func() (any, error)) (
 	case res := <-done:
 		return res.v, res.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: the request took longer than %s", ErrInternal, HandlerTimeout)
+		return nil, fmt.Errorf("%w: the request took longer than %s", client.ErrInternal, HandlerTimeout)
 	}
 }
 
@@ -262,60 +234,12 @@ func decodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: request is not the expected JSON: %w", ErrBadRequest, err)
+		return fmt.Errorf("%w: request is not the expected JSON: %w", client.ErrBadRequest, err)
 	}
 	if dec.More() {
-		return fmt.Errorf("%w: request has more after its JSON object", ErrBadRequest)
+		return fmt.Errorf("%w: request has more after its JSON object", client.ErrBadRequest)
 	}
 	return nil
-}
-
-// Lookup answers a lookup request from the plan a gives.
-func Lookup(ctx context.Context, a Answerer, req LookupRequest) (any, error) {
-	byNode := req.NodeID != ""
-	byWorker := req.Component != "" || req.Index != nil
-	switch {
-	case byNode && byWorker:
-		return nil, fmt.Errorf("%w: give component and index, or node_id, not both", ErrBadRequest)
-	case !byNode && (req.Component == "" || req.Index == nil):
-		return nil, fmt.Errorf("%w: give component and index, or node_id", ErrBadRequest)
-	case byWorker && *req.Index < 0:
-		return nil, fmt.Errorf("%w: index %d: must be >= 0", ErrBadRequest, *req.Index)
-	case byWorker && planner.Component(req.Component).Rank() < 0:
-		return nil, fmt.Errorf("%w: component %q: want train, eval, env or buffer", ErrBadRequest, req.Component)
-	}
-	if byNode {
-		if err := ValidateNodeID(req.NodeID); err != nil {
-			return nil, fmt.Errorf("%w: node_id: %w", ErrBadRequest, err)
-		}
-	}
-	p, err := a.Plan(ctx, PlanRequest{Plan: req.Plan, Revision: req.Revision})
-	if err != nil {
-		return nil, err
-	}
-	if !p.Placed() {
-		return nil, fmt.Errorf("%w: plan %s revision %d is not valid: %s", ErrInfeasible, p.Name, p.Revision, p.Error)
-	}
-	if byNode {
-		out := NodeWorkers{Plan: p.Name, Revision: p.Revision, NodeID: req.NodeID, Workers: []PlacedWorker{}}
-		for _, w := range p.OnNode(req.NodeID) {
-			out.Workers = append(out.Workers, Place(p, w))
-		}
-		return out, nil
-	}
-	if w := p.Workers.Find(planner.Component(req.Component), *req.Index); w != nil {
-		return Place(p, *w), nil
-	}
-	for _, u := range p.Unplaced {
-		if string(u.Component) == req.Component && u.Index == *req.Index {
-			where := ""
-			if u.NodeID != "" {
-				where = fmt.Sprintf("; it returns to node %s GPUs %v when they hold again", u.NodeID, u.GPUs)
-			}
-			return nil, fmt.Errorf("%w: plan %s revision %d is degraded: %s worker %d is unplaced: %s%s", ErrInfeasible, p.Name, p.Revision, req.Component, *req.Index, u.Reason, where)
-		}
-	}
-	return nil, fmt.Errorf("%w: plan %s revision %d has no %s worker %d", ErrNotFound, p.Name, p.Revision, req.Component, *req.Index)
 }
 
 // Request sends req to subject and decodes the reply into reply, as
@@ -339,16 +263,16 @@ func replyObject(ctx context.Context, nc *nats.Conn, data []byte, h nats.Header)
 	if err != nil {
 		return nil, nil, err
 	}
-	if h.Get(client.EncodingHeader) == "" {
-		if data, err = client.Gzip(data); err != nil {
+	if h.Get(wire.EncodingHeader) == "" {
+		if data, err = wire.Gzip(data); err != nil {
 			return nil, nil, err
 		}
 	}
-	name := client.ReplyObjectPrefix + nuid.Next()
-	size, err := storeGzipped(ctx, js, client.RepliesBucket, name, data)
+	name := wire.ReplyObjectPrefix + nuid.Next()
+	size, err := StoreGzipped(ctx, js, client.RepliesBucket, name, data)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store reply: %w", err)
 	}
-	ref, _ := json.Marshal(client.ObjectRef{Bucket: client.RepliesBucket, Object: name, Size: uint64(size)})
-	return ref, nats.Header{client.ObjectHeader: []string{"1"}}, nil
+	ref, _ := json.Marshal(wire.ObjectRef{Bucket: client.RepliesBucket, Object: name, Size: uint64(size)})
+	return ref, nats.Header{wire.ObjectHeader: []string{"1"}}, nil
 }

@@ -19,7 +19,10 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/internal/wire"
 )
 
 // requestTimeout bounds one request of a client command.
@@ -34,7 +37,7 @@ func defaultServer() string { return "nats://" + DefaultListen }
 
 // busErr turns a bad-request reply into a usage error (exit 2).
 func busErr(err error) error {
-	if errors.Is(err, bus.ErrBadRequest) {
+	if errors.Is(err, client.ErrBadRequest) {
 		return usageError{err}
 	}
 	return err
@@ -93,7 +96,7 @@ func validateRequest(specPath, output, plan string) ([]byte, error) {
 		return nil, usagef("--output: %q is not allowed; want text, json or yaml", output)
 	}
 	if plan != "" {
-		if err := bus.ValidatePlanName(plan); err != nil {
+		if err := store.ValidatePlanName(plan); err != nil {
 			return nil, usagef("--plan: %v", err)
 		}
 	}
@@ -140,7 +143,7 @@ func newLookupCmd() *cobra.Command {
 		Short: "Where a worker runs: node, GPUs, GPU UUIDs and CUDA_VISIBLE_DEVICES",
 		Args:  cobra.MaximumNArgs(2),
 		RunE: cf.wrap("lookup", nil, func(cmd *cobra.Command, args []string) error {
-			req := bus.LookupRequest{Plan: plan, NodeID: node, Revision: revision}
+			req := wire.LookupRequest{Plan: plan, NodeID: node, Revision: revision}
 			switch {
 			case node != "" && len(args) > 0:
 				return usagef("lookup takes COMPONENT INDEX or --node ID, not both")
@@ -161,14 +164,14 @@ func newLookupCmd() *cobra.Command {
 			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
 			defer cancel()
 			if node != "" {
-				var reply bus.NodeWorkers
-				if err := bus.Request(ctx, nc, bus.LookupSubject, req, &reply); err != nil {
+				var reply client.Assignment
+				if err := bus.Request(ctx, nc, client.LookupSubject, req, &reply); err != nil {
 					return busErr(err)
 				}
 				return writeJSON(cmd.OutOrStdout(), reply)
 			}
-			var reply bus.PlacedWorker
-			if err := bus.Request(ctx, nc, bus.LookupSubject, req, &reply); err != nil {
+			var reply client.PlacedWorker
+			if err := bus.Request(ctx, nc, client.LookupSubject, req, &reply); err != nil {
 				return busErr(err)
 			}
 			return writeJSON(cmd.OutOrStdout(), reply)
@@ -193,12 +196,12 @@ func newWatchCmd() *cobra.Command {
 				return usagef("--output: %q is not allowed; want text, json or yaml", output)
 			}
 			if node != "" {
-				if err := bus.ValidateNodeID(node); err != nil {
+				if err := inventory.ValidateNodeID(node); err != nil {
 					return usagef("--node: %v", err)
 				}
 			}
 			if plan != "" {
-				if err := bus.ValidatePlanName(plan); err != nil {
+				if err := store.ValidatePlanName(plan); err != nil {
 					return usagef("--plan: %v", err)
 				}
 			}
@@ -239,7 +242,7 @@ func newWatchCmd() *cobra.Command {
 // watchNode prints a node's assignment as it is now and at every change:
 // in text a line per worker, else the assignment message.
 func watchNode(cmd *cobra.Command, c *client.Client, plan, node, output string) error {
-	if err := bus.ValidateNodeID(node); err != nil {
+	if err := inventory.ValidateNodeID(node); err != nil {
 		return usageError{fmt.Errorf("--node: %w", err)}
 	}
 	if _, err := c.Assignment(cmd.Context(), plan, node); errors.Is(err, client.ErrNotFound) {
@@ -376,7 +379,7 @@ validates (none is serving). --force stores it anyway, and says so.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
 			defer cancel()
-			rev, err := bus.NewSpecStore(js).Put(ctx, plan, data)
+			rev, err := store.NewSpecStore(js).Put(ctx, plan, data)
 			if err != nil {
 				return busErr(err)
 			}
@@ -465,8 +468,8 @@ func newSpecRmCmd() *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
 			defer cancel()
-			if err := bus.NewSpecStore(js).Delete(ctx, plan); err != nil {
-				if errors.Is(err, bus.ErrNotFound) {
+			if err := store.NewSpecStore(js).Delete(ctx, plan); err != nil {
+				if errors.Is(err, client.ErrNotFound) {
 					return fmt.Errorf("plan %s has no spec (planner spec ls lists the plans)", plan)
 				}
 				return busErr(err)
@@ -505,7 +508,7 @@ func newSpecLsCmd() *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
 			defer cancel()
-			specs, err := bus.NewSpecStore(js).List(ctx)
+			specs, err := store.NewSpecStore(js).List(ctx)
 			if err != nil {
 				return busErr(err)
 			}

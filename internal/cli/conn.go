@@ -12,6 +12,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // connFlags are a client command's connection: --server, --creds and
@@ -64,7 +65,7 @@ func (c *connFlags) dial() (*nats.Conn, jetstream.JetStream, error) {
 // dialPlan checks --plan, then dials: the commands that read or write
 // one plan's stream or spec refuse a bad name before touching NATS.
 func (c *connFlags) dialPlan(plan string) (*nats.Conn, jetstream.JetStream, error) {
-	if err := bus.ValidatePlanName(plan); err != nil {
+	if err := store.ValidatePlanName(plan); err != nil {
 		return nil, nil, usagef("--plan: %v", err)
 	}
 	return c.dial()

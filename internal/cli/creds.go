@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/poolplanner/poolplanner/internal/auth"
-	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/inventory"
 )
 
 // defaultDataDir is where serve keeps its state, and so its keys.
@@ -110,7 +110,7 @@ func checkCredsNode(role auth.Role, node string) error {
 	case role != auth.Reporter && node != "":
 		return usagef("--node-id is for a reporter's credentials only")
 	case node != "":
-		if err := bus.ValidateNodeID(node); err != nil {
+		if err := inventory.ValidateNodeID(node); err != nil {
 			return usagef("--node-id: %v", err)
 		}
 	}

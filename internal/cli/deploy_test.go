@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
 )
 
 // TestDeployNATSConfig: deploy/nats.conf, with the files `planner auth
@@ -158,7 +160,7 @@ func TestDeployNATSCluster(t *testing.T) {
 	}
 	code, out, _ := run(t, "status", "--server", url, "--creds", admin, "-o", "json")
 	var st statusReport
-	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Leader == nil || st.Leader.Holder == "" || st.Revision < 1 || len(st.Streams) != len(statusStreams) {
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Leader == nil || st.Leader.Holder == "" || st.Revision < 1 || len(st.Streams) != len(bus.StateStreams()) {
 		t.Errorf("status -o json: exit %d, %v: %s", code, err, out)
 	}
 	if code, _, errOut := run(t, "status", "--server", url, "-o", "yaml"); code != ExitUsage || !strings.Contains(errOut, "--output") {

@@ -17,6 +17,8 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/internal/wire"
 )
 
 // execFunc replaces this process with argv0 (a path) run with argv and
@@ -102,14 +104,14 @@ const freePoll = 500 * time.Millisecond
 // waitGPUsFree waits until none of w's GPUs runs a process but this
 // one, as the node's inventory says, for at most within; it says once
 // on stderr what it waits for.
-func waitGPUsFree(ctx context.Context, cf *connFlags, w bus.PlacedWorker, within time.Duration, stderr io.Writer) error {
+func waitGPUsFree(ctx context.Context, cf *connFlags, w client.PlacedWorker, within time.Duration, stderr io.Writer) error {
 	nc, js, err := cf.dialPlan(w.Plan)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	store := bus.NewInventoryStore(js)
-	store.NoCreate = true
+	invs := store.NewInventoryStore(js)
+	invs.NoCreate = true
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	shared, err := sharedGPUs(ctx, nc, w)
@@ -118,7 +120,7 @@ func waitGPUsFree(ctx context.Context, cf *connFlags, w bus.PlacedWorker, within
 	}
 	said := false
 	for {
-		busy, err := busyGPUs(ctx, store, w, shared)
+		busy, err := busyGPUs(ctx, invs, w, shared)
 		switch {
 		case err == nil && len(busy) == 0:
 			return nil
@@ -148,7 +150,7 @@ type busyGPU struct {
 // revision use too (fractional env workers, colocated components):
 // their processes are those workers', not a previous holder's, so exec
 // does not wait on them.
-func sharedGPUs(ctx context.Context, nc *nats.Conn, w bus.PlacedWorker) (map[string]bool, error) {
+func sharedGPUs(ctx context.Context, nc *nats.Conn, w client.PlacedWorker) (map[string]bool, error) {
 	c, err := client.New(nc)
 	if err != nil {
 		return nil, err
@@ -180,7 +182,7 @@ func sharedGPUs(ctx context.Context, nc *nats.Conn, w bus.PlacedWorker) (map[str
 // busyGPUs reads w's node's inventory: its GPUs (but those it shares
 // with other workers of its revision) that run a process other than
 // this one.
-func busyGPUs(ctx context.Context, store *bus.InventoryStore, w bus.PlacedWorker, shared map[string]bool) ([]busyGPU, error) {
+func busyGPUs(ctx context.Context, store *store.InventoryStore, w client.PlacedWorker, shared map[string]bool) ([]busyGPU, error) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	inv, _, err := store.Get(rctx, w.NodeID)
@@ -212,7 +214,7 @@ func busyGPUs(ctx context.Context, store *bus.InventoryStore, w bus.PlacedWorker
 
 // describeBusy says, a line per GPU, what runs on it and which worker
 // held it in the plan's revision before w's.
-func describeBusy(ctx context.Context, nc *nats.Conn, w bus.PlacedWorker, busy []busyGPU) string {
+func describeBusy(ctx context.Context, nc *nats.Conn, w client.PlacedWorker, busy []busyGPU) string {
 	held := map[string]string{}
 	if w.Revision > 1 {
 		if c, err := client.New(nc); err == nil {
@@ -239,7 +241,7 @@ func describeBusy(ctx context.Context, nc *nats.Conn, w bus.PlacedWorker, busy [
 }
 
 // lookupWorker asks the live plan where worker index of component runs.
-func lookupWorker(ctx context.Context, cf *connFlags, plan, component string, index int) (*bus.PlacedWorker, error) {
+func lookupWorker(ctx context.Context, cf *connFlags, plan, component string, index int) (*client.PlacedWorker, error) {
 	nc, _, err := cf.dialPlan(plan)
 	if err != nil {
 		return nil, err
@@ -247,8 +249,8 @@ func lookupWorker(ctx context.Context, cf *connFlags, plan, component string, in
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	var w bus.PlacedWorker
-	if err := bus.Request(ctx, nc, bus.LookupSubject, bus.LookupRequest{Plan: plan, Component: component, Index: &index}, &w); err != nil {
+	var w client.PlacedWorker
+	if err := bus.Request(ctx, nc, client.LookupSubject, wire.LookupRequest{Plan: plan, Component: component, Index: &index}, &w); err != nil {
 		return nil, busErr(err)
 	}
 	return &w, nil
@@ -256,7 +258,7 @@ func lookupWorker(ctx context.Context, cf *connFlags, plan, component string, in
 
 // workerEnv is env with the worker's variables set, replacing any of
 // the same names.
-func workerEnv(env []string, w bus.PlacedWorker) []string {
+func workerEnv(env []string, w client.PlacedWorker) []string {
 	set := map[string]string{
 		"CUDA_VISIBLE_DEVICES":  w.CUDAVisibleDevices,
 		"POOLPLANNER_PLAN":      w.Plan,

@@ -22,6 +22,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -260,10 +261,10 @@ func waitStream(b *testing.B, js jetstream.JetStream, name string, servers int) 
 // waitPlan waits for a valid plan and returns its revision.
 func waitPlan(b *testing.B, js jetstream.JetStream, name string) int {
 	b.Helper()
-	store := bus.NewPlanStore(js)
+	plans := store.NewPlanStore(js)
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		sp, err := store.Latest(ctx, name)
+		sp, err := plans.Latest(ctx, name)
 		cancel()
 		if err == nil && sp != nil && sp.Plan.Valid {
 			return sp.Plan.Revision
@@ -276,7 +277,7 @@ func waitPlan(b *testing.B, js jetstream.JetStream, name string) int {
 // leaderIndex is the index of the process that leads the plan.
 func leaderIndex(b *testing.B, js jetstream.JetStream, procs []*serveProc) int {
 	b.Helper()
-	l, err := bus.NewPlanStore(js).ReadLease(context.Background(), "default")
+	l, err := store.NewPlanStore(js).ReadLease(context.Background(), "default")
 	if err != nil || l == nil {
 		b.Fatalf("no leader: %v", err)
 	}
@@ -295,8 +296,8 @@ func leaderIndex(b *testing.B, js jetstream.JetStream, procs []*serveProc) int {
 // TTL.
 func deathToRevision(b *testing.B, js jetstream.JetStream, docs [][]byte) time.Duration {
 	b.Helper()
-	store := bus.NewPlanStore(js)
-	sp, err := store.Latest(context.Background(), "default")
+	plans := store.NewPlanStore(js)
+	sp, err := plans.Latest(context.Background(), "default")
 	if err != nil || sp == nil {
 		b.Fatalf("latest: %v", err)
 	}
@@ -324,7 +325,7 @@ func deathToRevision(b *testing.B, js jetstream.JetStream, docs [][]byte) time.D
 	defer func() { close(done); <-stopped }()
 	for time.Since(last) < 3*loadTTL {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		sp, err := store.Latest(ctx, "default")
+		sp, err := plans.Latest(ctx, "default")
 		cancel()
 		if err == nil && sp != nil && sp.Plan.Valid && !onNode(sp.Plan.Workers.Slice(), victim) {
 			return time.Since(last) - loadTTL

@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/wire"
 )
 
 // planFlags are the flags of planner plan.
@@ -155,8 +155,8 @@ func loadPlan(path string) (*planner.Plan, error) {
 
 // objectRef reads keys as the reply that points at an object, if it is
 // one: exactly bucket, object and size.
-func objectRef(keys map[string]json.RawMessage) (client.ObjectRef, bool) {
-	var ref client.ObjectRef
+func objectRef(keys map[string]json.RawMessage) (wire.ObjectRef, bool) {
+	var ref wire.ObjectRef
 	if len(keys) != 3 || keys["bucket"] == nil || keys["object"] == nil || keys["size"] == nil {
 		return ref, false
 	}

@@ -18,11 +18,13 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/reporter"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // reporterOptions are the command's flags, as the contract names them.
@@ -64,7 +66,7 @@ func ReporterMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		Use:   "reporter",
 		Short: "Keep this node's GPU inventory in the poolplanner inventory bucket",
 		Long: `reporter publishes this node's inventory (GPUs from NVML, or simulated with
---simulate) into the NATS KV bucket ` + bus.InventoryBucket + `, again every --heartbeat
+--simulate) into the NATS KV bucket ` + client.InventoryBucket + `, again every --heartbeat
 and at once when it changes. The key vanishes --ttl after the reporter stops
 without a word; on SIGTERM or SIGINT the reporter deletes it first (only if
 its own write is the last). A reporter that finds the node's key held by
@@ -268,10 +270,10 @@ func runReporter(ctx context.Context, c reporterConfig, stdout, stderr io.Writer
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	log.Info().Str("server", c.server).Str("heartbeat", c.heartbeat.String()).Str("ttl", c.ttl.String()).Msg("reporter starting")
-	store := bus.NewInventoryStore(js)
+	invs := store.NewInventoryStore(js)
 	// A reporter's credentials cannot create the bucket: it waits for the
 	// planner to.
-	store.NoCreate = id.Role == auth.Reporter
+	invs.NoCreate = id.Role == auth.Reporter
 	var m *metrics.Reporter
 	if c.metrics != "" {
 		reg := metrics.NewRegistry()
@@ -283,7 +285,7 @@ func runReporter(ctx context.Context, c reporterConfig, stdout, stderr io.Writer
 	return reporter.Run(ctx, reporter.Config{
 		Metrics:   m,
 		Source:    src,
-		Store:     store,
+		Store:     invs,
 		Heartbeat: c.heartbeat,
 		TTL:       c.ttl,
 		Log:       log,

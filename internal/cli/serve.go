@@ -28,6 +28,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/reporter"
 	"github.com/poolplanner/poolplanner/internal/service"
+	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -202,7 +203,7 @@ func (o *serveOptions) check() ([]simNodes, []byte, error) {
 		}
 		sims = append(sims, sn)
 	}
-	if err := bus.ValidatePlanName(o.plan); err != nil {
+	if err := store.ValidatePlanName(o.plan); err != nil {
 		return nil, nil, usagef("--plan: %v", err)
 	}
 	var spec []byte
@@ -318,12 +319,12 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	store := bus.NewInventoryStore(js)
-	reporters, done := o.startReporters(ctx, store, sims, log, rm)
+	invs := store.NewInventoryStore(js)
+	reporters, done := o.startReporters(ctx, invs, sims, log, rm)
 	// The first plan waits for the bucket's contents: let the in-process
 	// reporters put theirs first, so that a cold start plans on every
 	// simulated node, not on the first few.
-	waitReported(ctx, store, reporters, 30*time.Second, log)
+	waitReported(ctx, invs, reporters, 30*time.Second, log)
 	if o.stateFile == "" && o.server == "" {
 		o.stateFile = filepath.Join(o.dataDir, "planner-revisions.json")
 	}
@@ -417,7 +418,7 @@ func (o *serveOptions) connect(log zerolog.Logger, lost context.CancelCauseFunc)
 // startReporters runs the in-process reporters (this machine's unless
 // --no-local-reporter, and the simulated nodes); each sends on done when
 // it ends.
-func (o *serveOptions) startReporters(ctx context.Context, store *bus.InventoryStore, sims []simNodes, log zerolog.Logger, m *metrics.Reporter) (int, <-chan struct{}) {
+func (o *serveOptions) startReporters(ctx context.Context, store *store.InventoryStore, sims []simNodes, log zerolog.Logger, m *metrics.Reporter) (int, <-chan struct{}) {
 	done := make(chan struct{})
 	reporters := 0
 	start := func(src inventory.Source, id string) {
@@ -518,7 +519,7 @@ func localSource(ctx context.Context, facts inventory.Facts, log zerolog.Logger)
 
 // waitReported waits until the inventory bucket holds n keys (the
 // in-process reporters' first puts), at most timeout.
-func waitReported(ctx context.Context, store *bus.InventoryStore, n int, timeout time.Duration, log zerolog.Logger) {
+func waitReported(ctx context.Context, store *store.InventoryStore, n int, timeout time.Duration, log zerolog.Logger) {
 	if n == 0 {
 		return
 	}

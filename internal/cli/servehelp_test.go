@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/reporter"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // serveInProcess runs `planner serve` in this process on a free port,
@@ -79,7 +79,7 @@ func simulatedNode(t *testing.T, url, id string, busy []int) *inventory.Simulate
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = reporter.Run(ctx, reporter.Config{Source: src, Store: bus.NewInventoryStore(js), Heartbeat: time.Second, TTL: 5 * time.Second, Log: zerolog.Nop()})
+		_ = reporter.Run(ctx, reporter.Config{Source: src, Store: store.NewInventoryStore(js), Heartbeat: time.Second, TTL: 5 * time.Second, Log: zerolog.Nop()})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return src

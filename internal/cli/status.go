@@ -20,6 +20,7 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -115,9 +116,6 @@ type followerStatus struct {
 	Seen time.Duration `json:"last_seen_ns"`
 }
 
-// statusStreams are the streams and buckets the planner keeps.
-var statusStreams = []string{bus.InventoryStream, "KV_" + bus.SpecBucket, bus.PlansStream, client.AssignmentsStream, "OBJ_" + client.PlansBucket}
-
 func newStatusCmd() *cobra.Command {
 	var cf connFlags
 	var plan, output string
@@ -159,17 +157,18 @@ func newStatusCmd() *cobra.Command {
 // it.
 func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, plan string) (*statusReport, error) {
 	r := &statusReport{Plan: plan}
-	store := bus.NewPlanStore(js)
+	ps := store.NewPlanStore(js)
 	part := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, statusPartTimeout) }
 	var wg sync.WaitGroup
-	wg.Go(func() { r.readLatest(ctx, store.Client(), c) })
+	wg.Go(func() { r.readLatest(ctx, ps.Client(), c) })
 	wg.Go(func() {
 		pctx, cancel := part()
 		defer cancel()
-		r.readLeader(pctx, js, store)
+		r.readLeader(pctx, js, ps)
 	})
-	r.Streams = make([]streamStatus, len(statusStreams))
-	for i, name := range statusStreams {
+	streams := bus.StateStreams()
+	r.Streams = make([]streamStatus, len(streams))
+	for i, name := range streams {
 		wg.Go(func() {
 			pctx, cancel := part()
 			defer cancel()
@@ -180,7 +179,7 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 	wg.Go(func() {
 		pctx, cancel := part()
 		defer cancel()
-		if err := r.readPlans(pctx, js, store.Client()); err != nil {
+		if err := r.readPlans(pctx, js, ps.Client()); err != nil {
 			r.unavailable("the other plans: %v", err)
 			return
 		}
@@ -190,10 +189,10 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 	wg.Go(func() {
 		pctx, cancel := part()
 		defer cancel()
-		inv := bus.NewInventoryStore(js)
+		inv := store.NewInventoryStore(js)
 		inv.NoCreate = true
 		var err error
-		if nodes, err = inv.List(pctx); err != nil && !errors.Is(err, bus.ErrNoBucket) {
+		if nodes, err = inv.List(pctx); err != nil && !errors.Is(err, store.ErrNoBucket) {
 			r.unavailable("the inventory (for unplanned use): %v", err)
 			nodes = nil
 		}
@@ -249,13 +248,13 @@ func (r *statusReport) readLatest(ctx context.Context, stream, planner *client.C
 
 // readLeader reads the lease: none without a plan stream, unknown when
 // it cannot be read.
-func (r *statusReport) readLeader(ctx context.Context, js jetstream.JetStream, store *bus.PlanStore) {
-	_, err := js.Stream(ctx, bus.PlansStream)
+func (r *statusReport) readLeader(ctx context.Context, js jetstream.JetStream, ps *store.PlanStore) {
+	_, err := js.Stream(ctx, client.PlansStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return
 	}
 	if err == nil {
-		if r.Leader, err = store.ReadLease(ctx, bus.LeaseName); err == nil {
+		if r.Leader, err = ps.ReadLease(ctx, bus.LeaseName); err == nil {
 			return
 		}
 	}
@@ -273,7 +272,7 @@ func (r *statusReport) judgeStreams() {
 			r.unavailable("stream %s: %s", s.Name, s.Error)
 		case s.Replicas > 1 && s.Leader == "":
 			r.unavailable("stream %s: no leader (no quorum): nothing is written to it until servers return", s.Name)
-			if s.Name == bus.PlansStream {
+			if s.Name == client.PlansStream {
 				r.LeaderUnknown, r.Leader = true, nil
 			}
 		}
@@ -284,7 +283,7 @@ func (r *statusReport) judgeStreams() {
 // who holds each node's GPUs.
 func (r *statusReport) readPlans(ctx context.Context, js jetstream.JetStream, c *client.Client) error {
 	r.Plans, r.Nodes = []planStatus{}, []nodeStatus{}
-	st, err := js.Stream(ctx, bus.PlansStream)
+	st, err := js.Stream(ctx, client.PlansStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil
 	}

@@ -184,7 +184,7 @@ func emptyCells(n inventory.NodeInventory) []Cell {
 // reserve marks the GPUs plan p (index i) holds in its pools with no
 // worker of its own on them.
 func reserve(p *planner.Plan, i int, cells map[string][]Cell) {
-	planner.EachAllocated(p, func(_, node string, c planner.Component, g int) {
+	planner.EachAllocated(p, func(_, node string, c plan.Component, g int) {
 		cs := cells[node]
 		if g >= 0 && g < len(cs) && !slices.ContainsFunc(cs[g].Held, func(h Holding) bool { return h.Plan == i }) {
 			cs[g].Held = append(cs[g].Held, Holding{Plan: i, Component: string(c)})
@@ -228,7 +228,7 @@ type GPUInfo struct {
 type WorkerInfo struct {
 	Plan     string `json:"plan"`
 	Revision int    `json:"revision"`
-	planner.Worker
+	plan.Worker
 	// Why: its pool, the reasons recorded against the node for its
 	// component, and how its component was placed.
 	Why []string `json:"why"`
@@ -268,7 +268,7 @@ func Inspect(plans []*planner.Plan, nodes []inventory.NodeInventory, node string
 // reservedBy says for what p's pools hold a GPU of node, if they do.
 func reservedBy(p *planner.Plan, node string, gpu int) []string {
 	var out []string
-	planner.EachAllocated(p, func(pool, n string, c planner.Component, g int) {
+	planner.EachAllocated(p, func(pool, n string, c plan.Component, g int) {
 		if n == node && g == gpu {
 			out = append(out, fmt.Sprintf("held by plan %s (revision %d), pool %s, for %s, with no worker on it (a buffer's reserve, or a manual pool's range)", p.Name, p.Revision, pool, c))
 		}
@@ -277,7 +277,7 @@ func reservedBy(p *planner.Plan, node string, gpu int) []string {
 }
 
 // why says why w is where it is, from its plan's document.
-func why(p *planner.Plan, w planner.Worker) []string {
+func why(p *planner.Plan, w plan.Worker) []string {
 	out := []string{fmt.Sprintf("in pool %s of plan %s (priority %d), revision %d", w.Pool, p.Name, p.Priority, p.Revision)}
 	for _, n := range p.Notes {
 		if n.NodeID == w.NodeID && (n.Component == "" || n.Component == w.Component) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // TestBuildFoldsAlikeOnly: a run folds only nodes of one GPU model that
@@ -182,7 +183,7 @@ func TestBuildUnplannedUse(t *testing.T) {
 	idleNode, idle := -1, -1
 	for i := range docs {
 		for g := range 8 {
-			if idle < 0 && !slices.ContainsFunc(p.OnNode(docs[i].NodeID), func(x planner.Worker) bool { return slices.Contains(x.GPUs, g) }) {
+			if idle < 0 && !slices.ContainsFunc(p.OnNode(docs[i].NodeID), func(x plan.Worker) bool { return slices.Contains(x.GPUs, g) }) {
 				idleNode, idle = i, g
 			}
 		}

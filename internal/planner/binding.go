@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // A plan that cannot place every worker names what binds: the constraint
@@ -20,7 +22,7 @@ import (
 // and the reason, with the nodes it concerns.
 type binding struct {
 	g  group
-	rc ReasonCount
+	rc plan.ReasonCount
 }
 
 // describe is c as a spec writes it, in short: "gpu_model [A100],
@@ -117,7 +119,7 @@ func (e *engine) bindingOf(g group, n int) *binding {
 		if byDomain[best] >= n {
 			return nil
 		}
-		b.rc = ReasonCount{Reason: fmt.Sprintf("nvlink_domain strict: no NVLink domain has room for all %d %s workers (the largest, %s, has room for %d)",
+		b.rc = plan.ReasonCount{Reason: fmt.Sprintf("nvlink_domain strict: no NVLink domain has room for all %d %s workers (the largest, %s, has room for %d)",
 			n, g.c.Component(), strings.TrimPrefix(best, "node:"), byDomain[best])}
 	default:
 		return nil
@@ -128,23 +130,23 @@ func (e *engine) bindingOf(g group, n int) *binding {
 // shortOf is the reason a layer's constraint binds: none of the nodes
 // before it (was) match it (reason, on the nodes it rules out), or those
 // that do have room for fewer workers than asked.
-func (e *engine) shortOf(reason string, was, is []int32, room, n int) ReasonCount {
+func (e *engine) shortOf(reason string, was, is []int32, room, n int) plan.ReasonCount {
 	if len(is) == 0 {
-		rc := ReasonCount{Reason: reason, Nodes: len(was)}
+		rc := plan.ReasonCount{Reason: reason, Nodes: len(was)}
 		for _, at := range was[:min(len(was), maxExamples)] {
 			rc.NodeIDs = append(rc.NodeIDs, e.table[at].node.ID)
 		}
 		return rc
 	}
 	what := strings.TrimSuffix(strings.TrimSuffix(reason, " matches no healthy GPU"), " does not match the node's labels")
-	return ReasonCount{Reason: fmt.Sprintf("%s: the %d %s it allows %s room for %d of the %d workers",
+	return plan.ReasonCount{Reason: fmt.Sprintf("%s: the %d %s it allows %s room for %d of the %d workers",
 		what, len(is), plural(len(is), "node", "nodes"), plural(len(is), "has", "have"), room, n)}
 }
 
 // linkShort is the reason gpu_link binds: the nodes of the models the
 // group may use have no count GPUs so linked, or room for too few
 // workers so linked.
-func (e *engine) linkShort(c *Constraints, nodes []int32, room, n, count int) ReasonCount {
+func (e *engine) linkShort(c *Constraints, nodes []int32, room, n, count int) plan.ReasonCount {
 	var models []string
 	for _, at := range nodes {
 		if m := shortModel(modelOf(e.table[at].node)); m != "" && !slices.Contains(models, m) {
@@ -161,9 +163,9 @@ func (e *engine) linkShort(c *Constraints, nodes []int32, room, n, count int) Re
 		linked = fmt.Sprintf("%d NVLink-peer GPUs", count)
 	}
 	if room == 0 {
-		return ReasonCount{Reason: fmt.Sprintf("gpu_link %s: %s has %s", c.GPULink, of, linked)}
+		return plan.ReasonCount{Reason: fmt.Sprintf("gpu_link %s: %s has %s", c.GPULink, of, linked)}
 	}
-	return ReasonCount{Reason: fmt.Sprintf("gpu_link %s: the nodes %s have room for %d of the %d workers of %s",
+	return plan.ReasonCount{Reason: fmt.Sprintf("gpu_link %s: the nodes %s have room for %d of the %d workers of %s",
 		c.GPULink, strings.TrimPrefix(of, "no node "), room, n, linked)}
 }
 
@@ -212,7 +214,7 @@ func (e *engine) contention() *binding {
 		subject = "without constraints"
 	}
 	need := gpusNeeded([]WorkerGroup{e.groupSpec(g)})
-	return &binding{g: g, rc: ReasonCount{Reason: fmt.Sprintf("%s: the %d %s it may use hold %d GPUs, too few for %s's %d beside %s",
+	return &binding{g: g, rc: plan.ReasonCount{Reason: fmt.Sprintf("%s: the %d %s it may use hold %d GPUs, too few for %s's %d beside %s",
 		subject, len(mine), plural(len(mine), "node", "nodes"), gpus, e.groupName(g), need, strings.Join(others, ", "))}}
 }
 

@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // placeBuffers puts one buffer worker on every node that hosts train
@@ -54,7 +56,7 @@ func (e *engine) placeBuffers() (map[string][]int, int) {
 			} else if k < prevB {
 				from = e.prev.Workers.At(e.slots + k).NodeID
 			}
-			e.displaced = append(e.displaced, Displaced{Component: Buffer, Index: k, NodeID: from, Why: WhyBuffer})
+			e.displaced = append(e.displaced, Displaced{Component: plan.Buffer, Index: k, NodeID: from, Why: WhyBuffer})
 		}
 		e.store.set(e.slots+k, w)
 		e.rebuffered = append(e.rebuffered, at)
@@ -116,11 +118,11 @@ func (e *engine) bufferIndex() []int32 {
 // bufferWorker is buffer k on node at. A buffer that uses CUDA gets the
 // GPUs reserved for it in its node's train range: those no train worker
 // holds.
-func (e *engine) bufferWorker(k int, at int32) Worker {
+func (e *engine) bufferWorker(k int, at int32) plan.Worker {
 	ns := e.table[at]
 	bf := e.spec.Scheduling.Buffer
 	first := e.store.at(e.base[compTrain] + ns.firstTrain)
-	w := Worker{Component: Buffer, Index: k, Pool: first.Pool, NodeID: ns.node.ID, IP: ns.node.IP, CPUs: bf.NumCPUs}
+	w := plan.Worker{Component: plan.Buffer, Index: k, Pool: first.Pool, NodeID: ns.node.ID, IP: ns.node.IP, CPUs: bf.NumCPUs}
 	if bf.NumGPUs <= 0 {
 		return w
 	}

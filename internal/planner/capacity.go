@@ -3,26 +3,28 @@ package planner
 import (
 	"fmt"
 	"math"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // demandsDoc lists the spec's scheduling entries, in component order.
-func (e *engine) demandsDoc() []Demand { return demandsOf(e.spec) }
+func (e *engine) demandsDoc() []plan.Demand { return demandsOf(e.spec) }
 
 // demandsOf lists spec's scheduling entries, in component order.
-func demandsOf(spec *Spec) []Demand {
+func demandsOf(spec *Spec) []plan.Demand {
 	sc := spec.Scheduling
-	var out []Demand
-	add := func(c Component, g *WorkerGroup) {
+	var out []plan.Demand
+	add := func(c plan.Component, g *WorkerGroup) {
 		if g != nil {
-			out = append(out, Demand{Component: c, Workers: g.WorkerNum, Auto: g.Auto, NumGPUs: g.NumGPUs, NumCPUs: g.NumCPUs})
+			out = append(out, plan.Demand{Component: c, Workers: g.WorkerNum, Auto: g.Auto, NumGPUs: g.NumGPUs, NumCPUs: g.NumCPUs})
 		}
 	}
-	add(Train, sc.Train)
-	add(Eval, sc.Eval)
+	add(plan.Train, sc.Train)
+	add(plan.Eval, sc.Eval)
 	for i := range sc.Env {
-		add(Env, &sc.Env[i])
+		add(plan.Env, &sc.Env[i])
 	}
-	add(Buffer, sc.Buffer)
+	add(plan.Buffer, sc.Buffer)
 	return out
 }
 

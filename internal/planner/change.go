@@ -50,7 +50,7 @@ func (c *Change) Summary() string {
 // first-seen order: "train 0-1: node left n2; eval 0: GPU unhealthy n1:3".
 func groupDisplaced(ds []Displaced) string {
 	type group struct {
-		comp Component
+		comp plan.Component
 		why  string
 		idx  []int
 	}
@@ -100,15 +100,15 @@ func CountMoved(prev, next *Plan) int {
 }
 
 // samePlace reports whether two workers sit on the same node and GPUs.
-func samePlace(a, b *Worker) bool {
+func samePlace(a, b *plan.Worker) bool {
 	return a.NodeID == b.NodeID && slices.Equal(a.GPUs, b.GPUs)
 }
 
 // workerIndex finds a plan's workers by component and index without
 // hashing a string for each.
-type workerIndex [4][]*Worker
+type workerIndex [4][]*plan.Worker
 
-func indexWorkers(ws Workers) *workerIndex {
+func indexWorkers(ws plan.Workers) *workerIndex {
 	var x workerIndex
 	for _, w := range ws.All() {
 		k := w.Component.Rank()
@@ -125,7 +125,7 @@ func indexWorkers(ws Workers) *workerIndex {
 	return &x
 }
 
-func (x *workerIndex) get(c Component, i int) *Worker {
+func (x *workerIndex) get(c plan.Component, i int) *plan.Worker {
 	k := c.Rank()
 	if x == nil || k < 0 || i < 0 || i >= len(x[k]) {
 		return nil
@@ -180,7 +180,7 @@ func SamePlacement(a, b *Plan) bool {
 			continue
 		}
 		for i := range ca {
-			if !sameWorker(&ca[i], &cb[i]) {
+			if !SameWorker(ca[i], cb[i]) {
 				return false
 			}
 		}
@@ -197,9 +197,9 @@ func SamePlacement(a, b *Plan) bool {
 	return true
 }
 
-// sameWorker compares two workers field by field, a nil and an empty list
+// SameWorker compares two workers field by field, a nil and an empty list
 // alike (plans read back from the stream have been through JSON).
-func sameWorker(a, b *Worker) bool {
+func SameWorker(a, b plan.Worker) bool {
 	return a.Component == b.Component && a.Index == b.Index && a.Pool == b.Pool && a.NodeID == b.NodeID &&
 		a.IP == b.IP && a.GPUShare == b.GPUShare && a.CPUs == b.CPUs &&
 		slices.Equal(a.GPUs, b.GPUs) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs)
@@ -207,12 +207,12 @@ func sameWorker(a, b *Worker) bool {
 
 // sameUnplaced compares two unplaced workers field by field, a nil and
 // an empty list alike.
-func sameUnplaced(a, b Unplaced) bool {
+func sameUnplaced(a, b plan.Unplaced) bool {
 	return a.Component == b.Component && a.Index == b.Index && a.Reason == b.Reason && a.Pool == b.Pool &&
 		a.NodeID == b.NodeID && slices.Equal(a.GPUs, b.GPUs) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs)
 }
 
-func samePoolNode(a, b PoolNode) bool {
+func samePoolNode(a, b plan.PoolNode) bool {
 	return a.NodeID == b.NodeID && a.IP == b.IP && a.TotalGPUs == b.TotalGPUs && a.TotalCPUs == b.TotalCPUs &&
 		maps.EqualFunc(a.Allocations, b.Allocations, slices.Equal) &&
 		slices.Equal(a.UnhealthyGPUs, b.UnhealthyGPUs) && slices.Equal(a.WorkerCounts.Train, b.WorkerCounts.Train) &&

@@ -199,7 +199,7 @@ func checkExact(t *testing.T, c *confCase, p *Plan) {
 	byComp := map[string][]string{}
 	for _, w := range p.Workers.Slice() {
 		var first any
-		if w.Component != Buffer && len(w.GPUs) > 0 {
+		if w.Component != plan.Buffer && len(w.GPUs) > 0 {
 			first = float64(w.GPUs[0])
 		}
 		byComp[string(w.Component)] = append(byComp[string(w.Component)], fmt.Sprint([3]any{w.Pool, w.NodeID, first}))

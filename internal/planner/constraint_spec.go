@@ -22,7 +22,7 @@ type NameRule struct {
 	Max   int
 	Punct string
 	Dots  bool
-	// Err, when set, is wrapped by Check's errors (bus.ErrBadRequest,
+	// Err, when set, is wrapped by Check's errors (client.ErrBadRequest,
 	// inventory.ErrInvalidNodeID), so that callers can tell them apart.
 	Err error
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // modelNode is a node of gpus GPUs of the given models (cycled), with
@@ -100,12 +102,12 @@ func TestConstraintsReplan(t *testing.T) {
 	nodes := []Node{modelNode("n0", 8, map[string]string{"zone": "a"}, l40s), modelNode("n1", 8, map[string]string{"zone": "a"}, h100)}
 	free := mustSpec(t, "scheduling: {train: {worker_num: 4, num_cpus: 1, num_gpus: 1}, eval: {worker_num: 2, num_cpus: 1, num_gpus: 1}}\n")
 	first, _ := Compute(free, nodes)
-	if !first.Valid || !onNodeOf(first, Train, "n0") {
+	if !first.Valid || !onNodeOf(first, plan.Train, "n0") {
 		t.Fatalf("first plan: valid %v; train must start on n0 for the test to mean anything", first.Valid)
 	}
 	pinned := mustSpec(t, "scheduling: {train: {worker_num: 4, num_cpus: 1, num_gpus: 1, gpu_model: H100}, eval: {worker_num: 2, num_cpus: 1, num_gpus: 1}}\n")
 	next, ch, _ := Replan(first, pinned, nodes)
-	if !next.Valid || onNodeOf(next, Train, "n0") {
+	if !next.Valid || onNodeOf(next, plan.Train, "n0") {
 		t.Fatalf("after gpu_model H100: valid %v (%s), train still on n0", next.Valid, next.Error)
 	}
 	if !strings.Contains(ch.Summary(), WhyConstraint) {
@@ -121,13 +123,13 @@ func TestConstraintsReplan(t *testing.T) {
 	relabelled[0].Labels = map[string]string{"zone": "a"}
 	fourth, _, _ := Replan(third, sel, relabelled)
 	for _, w := range fourth.Workers.Slice() {
-		if w.Component == Eval && w.NodeID == "n1" {
+		if w.Component == plan.Eval && w.NodeID == "n1" {
 			t.Errorf("eval %d stays on n1 whose zone is now b", w.Index)
 		}
 	}
 }
 
-func onNodeOf(p *Plan, c Component, node string) bool {
+func onNodeOf(p *Plan, c plan.Component, node string) bool {
 	for _, w := range p.Workers.Slice() {
 		if w.Component == c && w.NodeID == node {
 			return true
@@ -412,7 +414,7 @@ func nvlNodes(sizes ...int) []Node {
 
 // domainsOf lists the domains component c's workers use, in rank order,
 // each once, and whether each domain's ranks are contiguous.
-func domainsOf(p *Plan, nodes []Node, c Component) ([]string, bool) {
+func domainsOf(p *Plan, nodes []Node, c plan.Component) ([]string, bool) {
 	dom := map[string]string{}
 	for _, n := range nodes {
 		dom[n.ID] = n.Domain
@@ -470,12 +472,12 @@ func TestNVLinkDomain(t *testing.T) {
 			if !p.Valid {
 				t.Fatal(p.Error)
 			}
-			seq, contiguous := domainsOf(p, nodes, Train)
+			seq, contiguous := domainsOf(p, nodes, plan.Train)
 			if len(seq) != c.domains || !contiguous {
 				t.Errorf("domains %v (contiguous %v), want %d", seq, contiguous, c.domains)
 			}
 			free, _ := Compute(mustSpec(t, fmt.Sprintf("scheduling: {train: {worker_num: %d, num_cpus: 1, num_gpus: 1}}\n", c.workers)), nodes)
-			if seq, _ := domainsOf(free, nodes, Train); len(seq) <= c.domains {
+			if seq, _ := domainsOf(free, nodes, plan.Train); len(seq) <= c.domains {
 				t.Errorf("without nvlink_domain the job uses %v too; the case proves nothing", seq)
 			}
 		})
@@ -484,7 +486,7 @@ func TestNVLinkDomain(t *testing.T) {
 	// its domain.
 	mixed := append(nvlNodes(2, 2), modelNode("pcie-1", 8, nil, l40s))
 	p, _ := Compute(mustSpec(t, "scheduling: {eval: {worker_num: 2, num_cpus: 1, num_gpus: 2, gpu_model: L40S}, env: [{worker_num: 8, num_cpus: 1, num_gpus: 0.25, nvlink_domain: strict}]}\n"), mixed)
-	if !p.Valid || !onNodeOf(p, Eval, "pcie-1") {
+	if !p.Valid || !onNodeOf(p, plan.Eval, "pcie-1") {
 		t.Errorf("eval on L40S with env strict elsewhere: valid %v: %s", p.Valid, p.Error)
 	}
 	if _, err := ParseSpec([]byte("scheduling: {env: [{worker_num: 1, num_gpus: 0, nvlink_domain: pack}]}")); err == nil || !strings.Contains(err.Error(), "nvlink_domain: pack places GPU workers among NVLink domains: it needs num_gpus > 0") {
@@ -552,7 +554,7 @@ func TestNVLinkDomainProperties(t *testing.T) {
 			if !p.Valid {
 				return
 			}
-			if seq, _ := domainsOf(p, nodes, Train); len(seq) != 1 {
+			if seq, _ := domainsOf(p, nodes, plan.Train); len(seq) != 1 {
 				t.Fatalf("strict: domains %v", seq)
 			}
 			// A node changes domain or loses a GPU: the replan keeps the
@@ -568,7 +570,7 @@ func TestNVLinkDomainProperties(t *testing.T) {
 			if fresh, _ := Compute(spec, next); r.Valid != fresh.Valid {
 				t.Fatalf("replan valid %v (%s), fresh valid %v", r.Valid, r.Error, fresh.Valid)
 			}
-			if seq, _ := domainsOf(r, next, Train); r.Valid && len(seq) != 1 {
+			if seq, _ := domainsOf(r, next, plan.Train); r.Valid && len(seq) != 1 {
 				t.Fatalf("strict after a replan: domains %v", seq)
 			}
 			return
@@ -576,7 +578,7 @@ func TestNVLinkDomainProperties(t *testing.T) {
 		if !p.Valid {
 			t.Fatalf("pack: invalid (%s) where the domains hold %d of %d", p.Error, sum, workers)
 		}
-		seq, contiguous := domainsOf(p, nodes, Train)
+		seq, contiguous := domainsOf(p, nodes, plan.Train)
 		if len(seq) != fewest || !contiguous {
 			t.Fatalf("pack: domains %v (contiguous %v), want %d", seq, contiguous, fewest)
 		}
@@ -684,7 +686,7 @@ func TestStrictReplans(t *testing.T) {
 	nodes := nvlNodes(3, 3) // 12 GPUs a domain
 	spec := mustSpec(t, "scheduling: {train: {worker_num: 12, num_cpus: 1, num_gpus: 1, nvlink_domain: strict}}\n")
 	first, _ := Compute(spec, nodes)
-	if seq, _ := domainsOf(first, nodes, Train); !first.Valid || len(seq) != 1 {
+	if seq, _ := domainsOf(first, nodes, plan.Train); !first.Valid || len(seq) != 1 {
 		t.Fatalf("first: %v %s", seq, first.Error)
 	}
 	used := first.Workers.At(0).NodeID
@@ -700,7 +702,7 @@ func TestStrictReplans(t *testing.T) {
 			}
 		}
 		p, _, _ := Replan(first, spec, next)
-		seq, _ := domainsOf(p, next, Train)
+		seq, _ := domainsOf(p, next, plan.Train)
 		if !p.Valid || len(seq) != 1 {
 			t.Errorf("%s: valid %v (%s), domains %v", change, p.Valid, p.Error, seq)
 		}

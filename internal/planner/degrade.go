@@ -82,7 +82,7 @@ func (e *engine) returnUnplaced(seen [nComp][]bool) {
 			continue
 		}
 		_, g := e.demands[ci].groupAt(u.Index)
-		w := Worker{Component: u.Component, Index: u.Index, Pool: u.Pool, NodeID: u.NodeID, IP: e.table[at].node.IP,
+		w := plan.Worker{Component: u.Component, Index: u.Index, Pool: u.Pool, NodeID: u.NodeID, IP: e.table[at].node.IP,
 			GPUs: u.GPUs, GPUUUIDs: u.GPUUUIDs, CPUs: g.NumCPUs}
 		if len(u.GPUs) > 0 {
 			_, w.GPUShare = gpuCount(g)
@@ -147,7 +147,7 @@ func (e *engine) finishDegraded(cause string, afresh *Outcome) (*Plan, error) {
 	slices.Sort(slots)
 	if len(slots) > 0 {
 		all := doc.Workers.Slice()
-		kept := make([]Worker, 0, len(all)-len(slots))
+		kept := make([]plan.Worker, 0, len(all)-len(slots))
 		k := 0
 		for i := range all {
 			if k < len(slots) && slots[k] == i {
@@ -174,7 +174,7 @@ func (e *engine) finishDegraded(cause string, afresh *Outcome) (*Plan, error) {
 	last := e.lastPlaces()
 	for _, s := range slots {
 		d := e.unseated[s]
-		u := Unplaced{Component: d.Component, Index: d.Index, Reason: d.Why}
+		u := plan.Unplaced{Component: d.Component, Index: d.Index, Reason: d.Why}
 		if d.Where != "" {
 			u.Reason += " " + d.Where
 		}
@@ -183,27 +183,27 @@ func (e *engine) finishDegraded(cause string, afresh *Outcome) (*Plan, error) {
 		}
 		doc.Unplaced = append(doc.Unplaced, u)
 	}
-	doc.Valid, doc.State = false, StateDegraded
+	doc.Valid, doc.State = false, plan.StateDegraded
 	doc.cause, doc.afresh = cause, afresh
 	doc.Error = degradedMsg(doc.Unplaced, cause)
-	doc.Status = &plan.Status{State: StateDegraded, Reason: plan.ReasonSpec, Cause: cause}
+	doc.Status = &plan.Status{State: plan.StateDegraded, Reason: plan.ReasonSpec, Cause: cause}
 	doc.takenBy = e.takenBy
 	return doc, &DegradedError{Msg: doc.Error, Unplaced: len(doc.Unplaced)}
 }
 
 // lastPlaces finds where a worker of the previous plan ran last: its
 // place there, or, unplaced there, the place it ran before.
-func (e *engine) lastPlaces() func(c Component, i int) *Unplaced {
-	var unplaced map[[2]int]*Unplaced
-	return func(c Component, i int) *Unplaced {
+func (e *engine) lastPlaces() func(c plan.Component, i int) *plan.Unplaced {
+	var unplaced map[[2]int]*plan.Unplaced
+	return func(c plan.Component, i int) *plan.Unplaced {
 		if e.prev == nil {
 			return nil
 		}
 		if w := e.prev.Workers.Find(c, i); w != nil {
-			return &Unplaced{Pool: w.Pool, NodeID: w.NodeID, GPUs: w.GPUs, GPUUUIDs: w.GPUUUIDs}
+			return &plan.Unplaced{Pool: w.Pool, NodeID: w.NodeID, GPUs: w.GPUs, GPUUUIDs: w.GPUUUIDs}
 		}
 		if unplaced == nil {
-			unplaced = map[[2]int]*Unplaced{}
+			unplaced = map[[2]int]*plan.Unplaced{}
 			for k := range e.prev.Unplaced {
 				u := &e.prev.Unplaced[k]
 				unplaced[[2]int{u.Component.Rank(), u.Index}] = u
@@ -221,9 +221,9 @@ const maxUnplacedGroups = 4
 
 // degradedMsg is a degraded plan's error: how many workers are unplaced,
 // by component and reason, and why the spec cannot be placed whole.
-func degradedMsg(us []Unplaced, cause string) string {
+func degradedMsg(us []plan.Unplaced, cause string) string {
 	type group struct {
-		comp   Component
+		comp   plan.Component
 		reason string
 		idx    []int
 	}

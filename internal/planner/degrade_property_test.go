@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // churnWorld is a cluster whose nodes leave and return and whose GPUs
@@ -18,7 +20,7 @@ type churnWorld struct {
 	stats map[string]int
 	log   []string // each step, for a failure to show
 	// left holds, per node away, each job's workers on it when it left.
-	left map[string]map[string][]Worker
+	left map[string]map[string][]plan.Worker
 }
 
 // present is the inventory: the nodes not away, in id order.
@@ -54,7 +56,7 @@ func churnSpec(t *rapid.T, name string) *Spec {
 // node is there with the same facts, its GPUs healthy. (Its CPUs do not
 // change here, nor do other jobs take a GPU a job holds, bar a job of
 // higher priority.)
-func placeHolds(wk *Worker, nodes []Node) bool {
+func placeHolds(wk *plan.Worker, nodes []Node) bool {
 	i := slices.IndexFunc(nodes, func(n Node) bool { return n.ID == wk.NodeID })
 	if i < 0 {
 		return false
@@ -121,15 +123,15 @@ func (w *churnWorld) churn(t *rapid.T, step int) string {
 			return n.ID
 		}
 		if w.left == nil {
-			w.left = map[string]map[string][]Worker{}
+			w.left = map[string]map[string][]plan.Worker{}
 		}
-		w.left[n.ID] = map[string][]Worker{}
+		w.left[n.ID] = map[string][]plan.Worker{}
 		for _, job := range w.jobs {
 			if job.Prev == nil {
 				continue
 			}
 			for _, wk := range job.Prev.Workers.All() {
-				if wk.NodeID == n.ID && wk.Component != Buffer {
+				if wk.NodeID == n.ID && wk.Component != plan.Buffer {
 					w.left[n.ID][job.Name] = append(w.left[n.ID][job.Name], *wk)
 				}
 			}
@@ -206,7 +208,7 @@ func (w *churnWorld) check(t *rapid.T, nodes []Node, out []Outcome, returned str
 			continue
 		}
 		for _, wk := range prev.Workers.All() {
-			if wk.Component == Buffer || !placeHolds(wk, nodes) {
+			if wk.Component == plan.Buffer || !placeHolds(wk, nodes) {
 				continue
 			}
 			if now := p.Workers.Find(wk.Component, wk.Index); now == nil || !samePlace(wk, now) {
@@ -261,7 +263,7 @@ func TestDegradedChurnHappens(t *testing.T) {
 			w.check(rt, nodes, out, returned)
 		}
 	})
-	if stats[StateDegraded] == 0 || stats["returned"] == 0 {
+	if stats[plan.StateDegraded] == 0 || stats["returned"] == 0 {
 		t.Fatalf("the churn reached no degraded plan, or no return: %v", stats)
 	}
 	t.Logf("outcomes: %v", stats)
@@ -279,7 +281,7 @@ func (w *churnWorld) dump(t *rapid.T, out []Outcome) {
 	}
 }
 
-func unplacedOfPlan(p *Plan) []Unplaced {
+func unplacedOfPlan(p *Plan) []plan.Unplaced {
 	if p == nil {
 		return nil
 	}

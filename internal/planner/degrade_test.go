@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // exampleSpec reads a spec of examples/.
@@ -34,7 +36,7 @@ func replanAll(t *testing.T, jobs []Job, prev map[string]Outcome, nodes []Node) 
 	for _, j := range jobs {
 		o := out[j.Name]
 		var degraded *DegradedError
-		if o.Plan.State != o.Plan.PlanState() || (o.Plan.State == StateDegraded) != errors.As(o.Err, &degraded) {
+		if o.Plan.State != o.Plan.PlanState() || (o.Plan.State == plan.StateDegraded) != errors.As(o.Err, &degraded) {
 			t.Fatalf("%s: state %q, valid %v, error %v", j.Name, o.Plan.State, o.Plan.Valid, o.Err)
 		}
 		if o.Plan.Placed() && o.Plan.spec != nil { // nil: held as it was read
@@ -77,7 +79,7 @@ func TestDegradedNodeFlap(t *testing.T) {
 				on := workersOn(first["default"].Plan, gone) // buffers too
 				ran := 0
 				for k := range on {
-					if k.comp != Buffer {
+					if k.comp != plan.Buffer {
 						ran++
 					}
 				}
@@ -89,7 +91,7 @@ func TestDegradedNodeFlap(t *testing.T) {
 				}
 				out := replanAll(t, jobs, first, without(nodes, gone))
 				d := out["default"].Plan
-				if d.Valid || d.State != StateDegraded || !d.Placed() {
+				if d.Valid || d.State != plan.StateDegraded || !d.Placed() {
 					t.Fatalf("default after %s left: valid %v, state %q: %s", gone, d.Valid, d.State, d.Error)
 				}
 				if !strings.HasPrefix(d.Error, "degraded: ") || !strings.Contains(d.Error, "node left "+gone) {
@@ -102,7 +104,7 @@ func TestDegradedNodeFlap(t *testing.T) {
 				for _, w := range first["default"].Plan.Workers.All() {
 					now := d.Workers.Find(w.Component, w.Index)
 					switch {
-					case w.Component == Buffer:
+					case w.Component == plan.Buffer:
 					case w.NodeID != gone && (now == nil || !samePlace(w, now)):
 						t.Fatalf("%s %d moved from %s", w.Component, w.Index, w.NodeID)
 					case w.NodeID == gone:
@@ -158,7 +160,7 @@ func TestDegradedKeepsItsGPUs(t *testing.T) {
 	first := replanAll(t, []Job{a}, nil, nodes)
 	gone := without(nodes, "n2")
 	deg := replanAll(t, []Job{a}, first, gone)
-	if deg["a"].Plan.State != StateDegraded || deg["a"].Plan.Workers.Len() != 8 || len(deg["a"].Plan.Unplaced) != 8 {
+	if deg["a"].Plan.State != plan.StateDegraded || deg["a"].Plan.Workers.Len() != 8 || len(deg["a"].Plan.Unplaced) != 8 {
 		t.Fatalf("a: %s, %d workers", deg["a"].Plan.State, deg["a"].Plan.Workers.Len())
 	}
 	for _, age := range []uint64{1, 9} { // older and younger
@@ -189,7 +191,7 @@ func TestDegradedPreempted(t *testing.T) {
 	a := Job{Name: "a", Spec: trainSpec(t, 16, 0, 0), Age: 1}
 	first := replanAll(t, []Job{a}, nil, nodes[:2])
 	deg := replanAll(t, []Job{a}, first, nodes[:1])
-	if deg["a"].Plan.State != StateDegraded {
+	if deg["a"].Plan.State != plan.StateDegraded {
 		t.Fatalf("a: %s", deg["a"].Plan.State)
 	}
 	high := Job{Name: "high", Spec: trainSpec(t, 6, 5, 0), Age: 2}
@@ -202,7 +204,7 @@ func TestDegradedPreempted(t *testing.T) {
 	// With room elsewhere (n3 joins) high takes that: a keeps its workers
 	// and places two of the unplaced on what high leaves.
 	out = replanAll(t, []Job{a, high}, deg, []Node{nodes[0], nodes[2]})
-	if p := out["a"].Plan; p.State != StateDegraded || !keptWorkers(deg["a"].Plan, p) || p.Workers.Len() != 10 || len(p.PreemptedBy) != 0 {
+	if p := out["a"].Plan; p.State != plan.StateDegraded || !keptWorkers(deg["a"].Plan, p) || p.Workers.Len() != 10 || len(p.PreemptedBy) != 0 {
 		t.Fatalf("a beside high: %s, %d workers: %s", p.State, p.Workers.Len(), p.Error)
 	}
 }
@@ -231,7 +233,7 @@ func TestDegradedFaults(t *testing.T) {
 			faulty := withNode(nodes, "n2", c.fault)
 			p, ch, err := Replan(first, spec, faulty)
 			var degraded *DegradedError
-			if !errors.As(err, &degraded) || p.State != StateDegraded || len(p.Unplaced) != c.count || degraded.Unplaced != c.count {
+			if !errors.As(err, &degraded) || p.State != plan.StateDegraded || len(p.Unplaced) != c.count || degraded.Unplaced != c.count {
 				t.Fatalf("err %v, state %q, %d unplaced", err, p.State, len(p.Unplaced))
 			}
 			for _, u := range p.Unplaced {
@@ -273,7 +275,7 @@ resource_pool:
 		t.Fatal(err)
 	}
 	p, _, err := Replan(first, spec, without(nodes, "n2"))
-	if p.State != StateDegraded || p.Workers.Len() != 4 || len(p.Unplaced) != 8 {
+	if p.State != plan.StateDegraded || p.Workers.Len() != 4 || len(p.Unplaced) != 8 {
 		t.Fatalf("%v: %s, %d workers, %d unplaced", err, p.State, p.Workers.Len(), len(p.Unplaced))
 	}
 	if errs := checkPlan(spec, without(nodes, "n2"), p); len(errs) > 0 {
@@ -410,7 +412,7 @@ func TestReasonsYouCanAct(t *testing.T) {
 	wide := Job{Name: "wide", Spec: mustSpec(t, "scheduling: {eval: {worker_num: 1, num_cpus: 1, num_gpus: 4}}\n"), Age: 3}
 	out := replanAll(t, []Job{big, small, wide}, placed, nodes)
 	p := out["wide"].Plan
-	x := explanationOf(p, Eval)
+	x := explanationOf(p, plan.Eval)
 	if x == nil {
 		t.Fatalf("no explanation: %s", p.Error)
 	}
@@ -431,7 +433,7 @@ func TestDegradedText(t *testing.T) {
 	spec := mustSpec(t, "scheduling: {train: {worker_num: 8, num_cpus: 1, num_gpus: 1}}\n")
 	first, _ := Compute(spec, nodes)
 	p, _, _ := Replan(first, spec, without(nodes, "n2"))
-	p.PendingSpec = &PendingSpec{Reason: "Insufficient GPUs: required 12.0, available 8"}
+	p.PendingSpec = &plan.PendingSpec{Reason: "Insufficient GPUs: required 12.0, available 8"}
 	var b strings.Builder
 	if err := WriteText(&b, p); err != nil {
 		t.Fatal(err)

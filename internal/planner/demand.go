@@ -3,13 +3,15 @@ package planner
 import (
 	"math"
 	"sort"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // demand walks the workers of one component that a run must place, in
 // index order: every worker for a fresh plan, the displaced ones for an
 // incremental plan. Env groups follow one another.
 type demand struct {
-	comp   Component
+	comp   plan.Component
 	ci     comp
 	groups []WorkerGroup
 	// ends[g] is the first index after group g.

@@ -70,13 +70,13 @@ func (st *planState) nodeContent(p *Plan) func(id string) plan.NodeChange {
 		for a, name := range st.names {
 			if pn := ns.doc[a]; pn != nil {
 				if nc.Pools == nil {
-					nc.Pools = map[string]PoolNode{}
+					nc.Pools = map[string]plan.PoolNode{}
 				}
 				nc.Pools[name] = *pn
 			}
 		}
 		for _, n := range ns.notes {
-			nc.Notes = append(nc.Notes, Note{NodeID: id, Component: n.comp, Reason: n.reason})
+			nc.Notes = append(nc.Notes, plan.Note{NodeID: id, Component: n.comp, Reason: n.reason})
 		}
 		return nc
 	}
@@ -122,7 +122,7 @@ func indexNodes(p *Plan) nodeIndex {
 		for _, pn := range pl.Nodes {
 			n := node(pn.NodeID)
 			if n.Pools == nil {
-				n.Pools = map[string]PoolNode{}
+				n.Pools = map[string]plan.PoolNode{}
 			}
 			n.Pools[pl.Name] = pn
 		}
@@ -164,7 +164,7 @@ func sameNode(a, b *plan.NodeChange) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	if !slices.EqualFunc(a.Workers, b.Workers, func(x, y Worker) bool { return sameWorker(&x, &y) }) ||
+	if !slices.EqualFunc(a.Workers, b.Workers, SameWorker) ||
 		!slices.Equal(a.Notes, b.Notes) || len(a.Pools) != len(b.Pools) {
 		return false
 	}
@@ -180,7 +180,7 @@ func sameNode(a, b *plan.NodeChange) bool {
 // changed from prev's pool of that name: nodes dropped and nodes added at
 // the end, as an incremental plan changes it; or the order whole.
 func poolOrders(prev, next *Plan) []plan.PoolOrder {
-	before := map[string][]PoolNode{}
+	before := map[string][]plan.PoolNode{}
 	if prev != nil {
 		for _, pl := range prev.Pools {
 			before[pl.Name] = pl.Nodes
@@ -193,7 +193,7 @@ func poolOrders(prev, next *Plan) []plan.PoolOrder {
 	return out
 }
 
-func poolOrder(name string, was, now []PoolNode) plan.PoolOrder {
+func poolOrder(name string, was, now []plan.PoolNode) plan.PoolOrder {
 	po := plan.PoolOrder{Name: name}
 	in := make(map[string]bool, len(now))
 	for _, n := range now {
@@ -221,7 +221,7 @@ func poolOrder(name string, was, now []PoolNode) plan.PoolOrder {
 	return po
 }
 
-func wholeOrder(name string, now []PoolNode) plan.PoolOrder {
+func wholeOrder(name string, now []plan.PoolNode) plan.PoolOrder {
 	po := plan.PoolOrder{Name: name, Nodes: make([]string, len(now))}
 	for i, n := range now {
 		po.Nodes[i] = n.NodeID
@@ -231,25 +231,25 @@ func wholeOrder(name string, now []PoolNode) plan.PoolOrder {
 
 // NodeIndex returns OnNode for many nodes: from the run's state when p
 // has one, else from an index of every worker built once.
-func (p *Plan) NodeIndex() func(id string) []Worker {
+func (p *Plan) NodeIndex() func(id string) []plan.Worker {
 	if p.state != nil {
 		content := p.state.nodeContent(p)
-		return func(id string) []Worker { return content(id).Workers }
+		return func(id string) []plan.Worker { return content(id).Workers }
 	}
-	byNode := map[string][]Worker{} // workers sit by component, buffers last
+	byNode := map[string][]plan.Worker{} // workers sit by component, buffers last
 	for _, w := range p.Workers.All() {
 		byNode[w.NodeID] = append(byNode[w.NodeID], *w)
 	}
-	return func(id string) []Worker { return byNode[id] }
+	return func(id string) []plan.Worker { return byNode[id] }
 }
 
 // OnNode lists the workers p places on node id, buffers last: from the
 // run's state when p has one, else by reading every worker.
-func (p *Plan) OnNode(id string) []Worker {
+func (p *Plan) OnNode(id string) []plan.Worker {
 	if p.state != nil {
 		return p.state.nodeContent(p)(id).Workers
 	}
-	var out []Worker
+	var out []plan.Worker
 	for _, w := range p.Workers.All() {
 		if w.NodeID == id {
 			out = append(out, *w)

@@ -27,8 +27,8 @@ func (e *engine) finish(err error) (*Plan, error) {
 			Capacity:    e.cap,
 		},
 		Placement: plan.Placement{
-			ResourcePool:          []PoolExport{},
-			Pools:                 []Pool{},
+			ResourcePool:          []plan.PoolExport{},
+			Pools:                 []plan.Pool{},
 			StorageToTrainWorkers: map[string][]int{},
 		},
 	}}
@@ -38,14 +38,14 @@ func (e *engine) finish(err error) (*Plan, error) {
 	doc.spec = e.spec
 	if err != nil {
 		e.invalid = true
-		doc.State = StateInvalid
+		doc.State = plan.StateInvalid
 		doc.Error = err.Error()
-		doc.Status = &plan.Status{State: StateInvalid, Reason: plan.ReasonSpec, Cause: doc.Error}
+		doc.Status = &plan.Status{State: plan.StateInvalid, Reason: plan.ReasonSpec, Cause: doc.Error}
 		doc.Explanations = e.explain()
 		doc.Notes = e.notesDoc()
 		return doc, err
 	}
-	doc.Valid, doc.State, doc.Status = true, StateValid, &plan.Status{State: StateValid}
+	doc.Valid, doc.State, doc.Status = true, plan.StateValid, &plan.Status{State: plan.StateValid}
 	doc.StorageToTrainWorkers, e.bufferMoves = e.placeBuffers()
 	if e.store != nil {
 		doc.Workers = e.store.workers()
@@ -67,11 +67,11 @@ func (e *engine) finish(err error) (*Plan, error) {
 // GPUs its components hold (and train's reserve); a manual pool's nodes
 // as the spec lists them, with the ranges it gives. It returns each
 // listed pool's node positions too.
-func (e *engine) poolsDoc() ([]Pool, [][]int32) {
-	pools := []Pool{}
+func (e *engine) poolsDoc() ([]plan.Pool, [][]int32) {
+	pools := []plan.Pool{}
 	var order [][]int32
 	for _, p := range e.pools {
-		var nodes []PoolNode
+		var nodes []plan.PoolNode
 		if p.auto < 0 {
 			for _, en := range p.entries {
 				p.final = append(p.final, en.at)
@@ -79,7 +79,7 @@ func (e *engine) poolsDoc() ([]Pool, [][]int32) {
 			}
 		} else {
 			p.final = e.poolOrder(p)
-			nodes = make([]PoolNode, len(p.final))
+			nodes = make([]plan.PoolNode, len(p.final))
 			// The entries this run makes are kept on their nodes in a slab
 			// of their own: pointing into nodes would keep this whole
 			// document alive while one of its nodes stays untouched.
@@ -89,14 +89,14 @@ func (e *engine) poolsDoc() ([]Pool, [][]int32) {
 					made++
 				}
 			}
-			kept := make([]PoolNode, 0, made)
-			var slab []Range
+			kept := make([]plan.PoolNode, 0, made)
+			var slab []plan.Range
 			for i, at := range p.final {
 				slab = e.autoNode(at, p.auto, &nodes[i], slab, &kept)
 			}
 		}
 		if len(nodes) > 0 {
-			pools = append(pools, Pool{Name: p.name, Nodes: nodes})
+			pools = append(pools, plan.Pool{Name: p.name, Nodes: nodes})
 			order = append(order, p.final)
 		}
 	}
@@ -129,21 +129,21 @@ func (e *engine) poolOrder(p *poolRun) []int32 {
 // (in kept, which has room for it) on the node: a node no run has touched
 // since keeps the entry of the plan that made it. Ranges come from slab,
 // which it returns grown.
-func (e *engine) autoNode(at int32, p int, dst *PoolNode, slab []Range, kept *[]PoolNode) []Range {
+func (e *engine) autoNode(at int32, p int, dst *plan.PoolNode, slab []plan.Range, kept *[]plan.PoolNode) []plan.Range {
 	ns := e.table[at]
 	if pn := ns.doc[p]; pn != nil {
 		*dst = *pn
 		return slab
 	}
 	n := ns.node
-	*dst = PoolNode{NodeID: n.ID, IP: n.IP, TotalGPUs: n.GPUs, TotalCPUs: n.CPUs, Allocations: make(map[Component][]Range, 2)}
+	*dst = plan.PoolNode{NodeID: n.ID, IP: n.IP, TotalGPUs: n.GPUs, TotalCPUs: n.CPUs, Allocations: make(map[plan.Component][]plan.Range, 2)}
 	for ci := range comp(nComp) {
 		c := ci.Component()
 		if e.rules.pool[ci] != p {
 			continue
 		}
 		if cap(slab)-len(slab) < len(ns.usable) {
-			slab = make([]Range, 0, max(256, len(ns.usable)))
+			slab = make([]plan.Range, 0, max(256, len(ns.usable)))
 		}
 		start := len(slab)
 		for _, g := range ns.usable {
@@ -151,7 +151,7 @@ func (e *engine) autoNode(at int32, p int, dst *PoolNode, slab []Range, kept *[]
 				if k := len(slab); k > start && slab[k-1].Last+1 == g {
 					slab[k-1].Last = g
 				} else {
-					slab = append(slab, Range{First: g, Last: g})
+					slab = append(slab, plan.Range{First: g, Last: g})
 				}
 			}
 		}
@@ -176,11 +176,11 @@ func (e *engine) autoNode(at int32, p int, dst *PoolNode, slab []Range, kept *[]
 }
 
 // manualNode is a manual pool entry as the document shows it.
-func (e *engine) manualNode(en *poolEntry) PoolNode {
+func (e *engine) manualNode(en *poolEntry) plan.PoolNode {
 	n := e.table[en.at].node
-	pn := PoolNode{NodeID: n.ID, IP: n.IP, TotalGPUs: n.GPUs, TotalCPUs: n.CPUs, Allocations: make(map[Component][]Range, 3),
+	pn := plan.PoolNode{NodeID: n.ID, IP: n.IP, TotalGPUs: n.GPUs, TotalCPUs: n.CPUs, Allocations: make(map[plan.Component][]plan.Range, 3),
 		GPUModel: modelOf(n), NVLinkDomain: n.Domain}
-	for ci, c := range gpuComponents {
+	for ci, c := range plan.GPUComponents {
 		if len(en.alloc[ci]) > 0 {
 			pn.Allocations[c] = plan.RangesOf(en.alloc[ci])
 		}

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // nvlink_domain values: where a component's workers go among NVLink
@@ -83,7 +85,7 @@ func (e *engine) domainOrder(src []int32, ci comp, gi int) []int32 {
 }
 
 // strictReason is why a node is not offered to a strict group.
-func strictReason(c Component) string {
+func strictReason(c plan.Component) string {
 	return fmt.Sprintf("nvlink_domain strict: in another NVLink domain than %s's", c)
 }
 

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // rules are what a placement allows, written once: which components may
@@ -134,7 +136,7 @@ type engine struct {
 	touched    []int32
 	rebuffered []int32
 	gone       []string
-	cap        Capacity
+	cap        plan.Capacity
 	attempted  bool // placing began: the arithmetic passed
 	invalid    bool // the run failed: its plan places nothing
 	warnings   []string
@@ -612,7 +614,7 @@ func (e *engine) record(tg target, at int32, ns *nodeState, s seat) {
 	}
 	ns.addSlot(slot)
 	name := tg.pool.name
-	w := Worker{Component: gpuComponents[ci], Index: index, Pool: name, NodeID: ns.node.ID, IP: ns.node.IP, CPUs: g.NumCPUs}
+	w := plan.Worker{Component: plan.GPUComponents[ci], Index: index, Pool: name, NodeID: ns.node.ID, IP: ns.node.IP, CPUs: g.NumCPUs}
 	if len(gpus) > 0 {
 		w.GPUs, w.GPUShare = gpus, frac
 		switch {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // Reasons a node was excluded for a component, or took it only in part.
@@ -124,11 +126,11 @@ func (e *engine) noteTallies() *tallies {
 }
 
 // notesDoc lists every node's notes, in node order.
-func (e *engine) notesDoc() []Note {
-	var out []Note
+func (e *engine) notesDoc() []plan.Note {
+	var out []plan.Note
 	for _, ns := range e.table {
 		for _, n := range ns.notes {
-			out = append(out, Note{NodeID: ns.node.ID, Component: n.comp, Reason: n.reason})
+			out = append(out, plan.Note{NodeID: ns.node.ID, Component: n.comp, Reason: n.reason})
 		}
 	}
 	return out
@@ -136,12 +138,12 @@ func (e *engine) notesDoc() []Note {
 
 // explainComp is component ci's explanation: its notes, the nodes passed
 // by, the node-wide notes if it needs GPUs, and its displaced workers.
-func (e *engine) explainComp(ci comp, ts *tallies) Explanation {
+func (e *engine) explainComp(ci comp, ts *tallies) plan.Explanation {
 	d := e.demands[ci]
-	x := Explanation{Component: d.comp, Asked: d.asked, Placed: d.asked - d.left()}
+	x := plan.Explanation{Component: d.comp, Asked: d.asked, Placed: d.asked - d.left()}
 	needsGPUs := gpusNeeded(d.groups) > 0
 	for reason, t := range ts[ci] {
-		rc := ReasonCount{Reason: reason, Nodes: t.nodes, NodeIDs: t.ids}
+		rc := plan.ReasonCount{Reason: reason, Nodes: t.nodes, NodeIDs: t.ids}
 		if reason == ReasonPoolShared || reason == ReasonPreferNVLink {
 			x.Compromises = append(x.Compromises, rc)
 		} else {
@@ -150,11 +152,11 @@ func (e *engine) explainComp(ci comp, ts *tallies) Explanation {
 	}
 	if needsGPUs {
 		for reason, t := range ts[nComp] {
-			x.Excluded = append(x.Excluded, ReasonCount{Reason: reason, Nodes: t.nodes, NodeIDs: t.ids})
+			x.Excluded = append(x.Excluded, plan.ReasonCount{Reason: reason, Nodes: t.nodes, NodeIDs: t.ids})
 		}
 	}
 	for reason, t := range e.why.exhausted[ci] {
-		x.Excluded = append(x.Excluded, ReasonCount{Reason: reason, Nodes: t.nodes, NodeIDs: t.ids})
+		x.Excluded = append(x.Excluded, plan.ReasonCount{Reason: reason, Nodes: t.nodes, NodeIDs: t.ids})
 	}
 	if !e.invalid {
 		x.Displaced = e.displacedCounts(d.comp)
@@ -162,24 +164,24 @@ func (e *engine) explainComp(ci comp, ts *tallies) Explanation {
 	sortCounts(x.Excluded)
 	sortCounts(x.Compromises)
 	if b := e.why.bound; b != nil && b.g.c == ci {
-		x.Excluded = append([]ReasonCount{b.rc}, x.Excluded...)
+		x.Excluded = append([]plan.ReasonCount{b.rc}, x.Excluded...)
 	}
 	return x
 }
 
 // displacedCounts groups the component's displaced workers by why, with
 // the nodes they were on.
-func (e *engine) displacedCounts(c Component) []ReasonCount {
-	byWhy := map[string]*ReasonCount{}
+func (e *engine) displacedCounts(c plan.Component) []plan.ReasonCount {
+	byWhy := map[string]*plan.ReasonCount{}
 	nodes := map[string]map[string]bool{}
-	var out []*ReasonCount
+	var out []*plan.ReasonCount
 	for _, d := range e.displaced {
 		if d.Component != c || e.isUnseated(d) {
 			continue
 		}
 		rc := byWhy[d.Why]
 		if rc == nil {
-			rc = &ReasonCount{Reason: d.Why}
+			rc = &plan.ReasonCount{Reason: d.Why}
 			byWhy[d.Why], nodes[d.Why] = rc, map[string]bool{}
 			out = append(out, rc)
 		}
@@ -192,18 +194,18 @@ func (e *engine) displacedCounts(c Component) []ReasonCount {
 			}
 		}
 	}
-	list := make([]ReasonCount, len(out))
+	list := make([]plan.ReasonCount, len(out))
 	for i, rc := range out {
 		list[i] = *rc
 	}
-	slices.SortFunc(list, func(a, b ReasonCount) int {
+	slices.SortFunc(list, func(a, b plan.ReasonCount) int {
 		return cmp.Or(cmp.Compare(b.Workers, a.Workers), strings.Compare(a.Reason, b.Reason))
 	})
 	return list
 }
 
-func sortCounts(rs []ReasonCount) {
-	slices.SortFunc(rs, func(a, b ReasonCount) int {
+func sortCounts(rs []plan.ReasonCount) {
+	slices.SortFunc(rs, func(a, b plan.ReasonCount) int {
 		return cmp.Or(cmp.Compare(b.Nodes, a.Nodes), strings.Compare(a.Reason, b.Reason))
 	})
 }
@@ -212,9 +214,9 @@ func sortCounts(rs []ReasonCount) {
 // not placed in full (when placing was tried: a plan refused by the
 // arithmetic says so in its capacity), something excluded nodes for it,
 // it was placed against a preference, or workers of it moved.
-func (e *engine) explain() []Explanation {
+func (e *engine) explain() []plan.Explanation {
 	ts := e.noteTallies()
-	var out []Explanation
+	var out []plan.Explanation
 	for _, d := range e.demands {
 		ci := d.ci
 		if d.asked == 0 {
@@ -226,8 +228,8 @@ func (e *engine) explain() []Explanation {
 			out = append(out, x)
 		}
 	}
-	if moved := e.displacedCounts(Buffer); len(moved) > 0 && !e.invalid {
-		out = append(out, Explanation{Component: Buffer, Asked: len(e.buffers), Placed: len(e.buffers), Displaced: moved})
+	if moved := e.displacedCounts(plan.Buffer); len(moved) > 0 && !e.invalid {
+		out = append(out, plan.Explanation{Component: plan.Buffer, Asked: len(e.buffers), Placed: len(e.buffers), Displaced: moved})
 	}
 	return out
 }

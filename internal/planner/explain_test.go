@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // explainCase is a cluster and spec where one kind of reason shapes a
@@ -13,11 +15,11 @@ type explainCase struct {
 	name  string
 	nodes []Node
 	spec  string
-	comp  Component
+	comp  plan.Component
 	// list is "excluded" or "compromises"; want the reason, its node count
 	// and its first node ids.
 	list  string
-	want  ReasonCount
+	want  plan.ReasonCount
 	valid bool
 	// err is part of the error of an invalid plan.
 	err string
@@ -40,31 +42,31 @@ func explainCases() []explainCase {
 	sick[6].Unhealthy = []int{3}
 	return []explainCase{
 		{
-			name: "CPUs", nodes: cpus, comp: Eval, list: "excluded", valid: true,
+			name: "CPUs", nodes: cpus, comp: plan.Eval, list: "excluded", valid: true,
 			spec: "scheduling: {eval: {worker_num: 8, num_cpus: 2, num_gpus: 1}}\n",
-			want: ReasonCount{Reason: ReasonCPUsExhausted, Nodes: 3, NodeIDs: []string{"n1", "n2", "n3"}},
+			want: plan.ReasonCount{Reason: ReasonCPUsExhausted, Nodes: 3, NodeIDs: []string{"n1", "n2", "n3"}},
 		},
 		{
-			name: "too few GPUs for a multi-GPU worker", nodes: append(uniformNodes(2, 8, 64), small...), comp: Eval, list: "excluded",
+			name: "too few GPUs for a multi-GPU worker", nodes: append(uniformNodes(2, 8, 64), small...), comp: plan.Eval, list: "excluded",
 			spec:      "scheduling: {eval: {worker_num: 5, num_cpus: 1, num_gpus: 4}}\n",
-			want:      ReasonCount{Reason: TooFewGPUs(4), Nodes: 30, NodeIDs: []string{"s00", "s01", "s02", "s03", "s04", "s05", "s06", "s07"}},
+			want:      plan.ReasonCount{Reason: TooFewGPUs(4), Nodes: 30, NodeIDs: []string{"s00", "s01", "s02", "s03", "s04", "s05", "s06", "s07"}},
 			err:       "Cannot place eval: 4 of 5 workers placed; the next needs 4 GPU and 1 CPU; fewer than 4 healthy GPUs on 30 nodes (s00,",
 			joinedToo: true,
 		},
 		{
-			name: "unhealthy GPU", nodes: sick, comp: Train, list: "excluded", valid: true,
+			name: "unhealthy GPU", nodes: sick, comp: plan.Train, list: "excluded", valid: true,
 			spec: "scheduling: {train: {worker_num: 60, num_cpus: 1, num_gpus: 1}}\n",
-			want: ReasonCount{Reason: ReasonUnhealthyGPU, Nodes: 1, NodeIDs: []string{"node-07"}},
+			want: plan.ReasonCount{Reason: ReasonUnhealthyGPU, Nodes: 1, NodeIDs: []string{"node-07"}},
 		},
 		{
-			name: "pool purity gives way", nodes: uniformNodes(2, 8, 64), comp: Eval, list: "compromises", valid: true,
+			name: "pool purity gives way", nodes: uniformNodes(2, 8, 64), comp: plan.Eval, list: "compromises", valid: true,
 			spec: "scheduling: {train: {worker_num: 12, num_gpus: 1}, eval: {worker_num: 4, num_gpus: 1}}\n",
-			want: ReasonCount{Reason: ReasonPoolShared, Nodes: 1, NodeIDs: []string{"n2"}},
+			want: plan.ReasonCount{Reason: ReasonPoolShared, Nodes: 1, NodeIDs: []string{"n2"}},
 		},
 		{
-			name: "manual pool without GPUs", nodes: uniformNodes(2, 8, 64), comp: Eval, list: "excluded",
+			name: "manual pool without GPUs", nodes: uniformNodes(2, 8, 64), comp: plan.Eval, list: "excluded",
 			spec: "scheduling: {train: {worker_num: 8, num_gpus: 1}, eval: {worker_num: 4, num_gpus: 1}}\nplacement: {mode: manual}\nresource_pool: [{name: p, num_node: 1, num_gpus: 8, train: \"0-7\"}]\n",
-			want: ReasonCount{Reason: ReasonNoPoolGPUs},
+			want: plan.ReasonCount{Reason: ReasonNoPoolGPUs},
 			err:  "Cannot place eval: 4 workers, but no resource pool gives eval any GPUs",
 		},
 	}
@@ -114,7 +116,7 @@ func checkExplanation(t *testing.T, which string, c explainCase, p *Plan) {
 	if c.list == "compromises" {
 		list = x.Compromises
 	}
-	i := slices.IndexFunc(list, func(r ReasonCount) bool { return r.Reason == c.want.Reason })
+	i := slices.IndexFunc(list, func(r plan.ReasonCount) bool { return r.Reason == c.want.Reason })
 	if i < 0 {
 		t.Fatalf("%s: %s %s lacks %q: %+v", which, c.comp, c.list, c.want.Reason, list)
 	}

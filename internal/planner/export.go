@@ -10,7 +10,7 @@ import "github.com/poolplanner/poolplanner/plan"
 // which is sorted by node id. exact (a spec with constraints, which
 // rlightning's format cannot say) lists node_ids on every pool, so that
 // the export names the very nodes the constraints chose.
-func exportPools(pools []Pool, order [][]int32, table []*nodeState, counts [nComp]int, exact bool) []PoolExport {
+func exportPools(pools []plan.Pool, order [][]int32, table []*nodeState, counts [nComp]int, exact bool) []plan.PoolExport {
 	mixed := exact
 	for _, ns := range table {
 		mixed = mixed || ns.node.GPUs != table[0].node.GPUs

@@ -3,6 +3,8 @@ package planner
 import (
 	"math"
 	"slices"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // comp is a component that holds GPUs, as the engine counts them: train,
@@ -16,11 +18,11 @@ const (
 )
 
 // Component is the component's name in documents and messages.
-func (c comp) Component() Component { return gpuComponents[c] }
+func (c comp) Component() plan.Component { return plan.GPUComponents[c] }
 
 // compOf is component c as the engine counts it; buffers and unknown
 // components are out of range (nComp and more, or negative).
-func compOf(c Component) comp { return comp(c.Rank()) }
+func compOf(c plan.Component) comp { return comp(c.Rank()) }
 
 // bit is the component in a mask of components.
 func (c comp) bit() uint8 { return 1 << c }

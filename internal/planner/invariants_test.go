@@ -23,8 +23,8 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 		byID[nodes[i].ID] = &nodes[i]
 	}
 	type dem struct{ gpus, cpus float64 }
-	demands := map[Component][]dem{}
-	add := func(c Component, g *WorkerGroup) {
+	demands := map[plan.Component][]dem{}
+	add := func(c plan.Component, g *WorkerGroup) {
 		if g == nil {
 			return
 		}
@@ -32,20 +32,20 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 			demands[c] = append(demands[c], dem{g.NumGPUs, g.NumCPUs})
 		}
 	}
-	add(Train, spec.Scheduling.Train)
-	add(Eval, spec.Scheduling.Eval)
+	add(plan.Train, spec.Scheduling.Train)
+	add(plan.Eval, spec.Scheduling.Eval)
 	for i := range spec.Scheduling.Env {
-		add(Env, &spec.Scheduling.Env[i])
+		add(plan.Env, &spec.Scheduling.Env[i])
 	}
-	byComp := map[Component][]Worker{}
+	byComp := map[plan.Component][]plan.Worker{}
 	for _, w := range p.Workers.Slice() {
 		byComp[w.Component] = append(byComp[w.Component], w)
 	}
-	unplaced := map[Component][]int{}
+	unplaced := map[plan.Component][]int{}
 	switch st := p.PlanState(); {
-	case st == StateDegraded && len(p.Unplaced) == 0:
+	case st == plan.StateDegraded && len(p.Unplaced) == 0:
 		bad("degraded without unplaced workers")
-	case st != StateDegraded && len(p.Unplaced) > 0:
+	case st != plan.StateDegraded && len(p.Unplaced) > 0:
 		bad("%s with %d unplaced workers", st, len(p.Unplaced))
 	}
 	for _, u := range p.Unplaced {
@@ -74,14 +74,14 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 		}
 	}
 	trainOn := map[string][]int{}
-	for _, w := range byComp[Train] {
+	for _, w := range byComp[plan.Train] {
 		trainOn[w.NodeID] = append(trainOn[w.NodeID], w.Index)
 	}
-	if spec.Scheduling.Buffer != nil && len(byComp[Train]) > 0 {
-		if len(byComp[Buffer]) != len(trainOn) {
-			bad("buffer: %d workers, want one per train node (%d)", len(byComp[Buffer]), len(trainOn))
+	if spec.Scheduling.Buffer != nil && len(byComp[plan.Train]) > 0 {
+		if len(byComp[plan.Buffer]) != len(trainOn) {
+			bad("buffer: %d workers, want one per train node (%d)", len(byComp[plan.Buffer]), len(trainOn))
 		}
-		for _, w := range byComp[Buffer] {
+		for _, w := range byComp[plan.Buffer] {
 			got := append([]int(nil), p.StorageToTrainWorkers[fmt.Sprint(w.Index)]...)
 			want := append([]int(nil), trainOn[w.NodeID]...)
 			sort.Ints(got)
@@ -93,7 +93,7 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 	}
 	// GPU shares by sharing group; CPU load by node.
 	groups, forbidden := shareGroups(spec.Placement)
-	load := map[string]map[int]map[Component]float64{}
+	load := map[string]map[int]map[plan.Component]float64{}
 	cpu := map[string]float64{}
 	for _, w := range p.Workers.Slice() {
 		n := byID[w.NodeID]
@@ -102,7 +102,7 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 			continue
 		}
 		cpu[w.NodeID] += w.CPUs
-		if w.Component == Buffer {
+		if w.Component == plan.Buffer {
 			continue
 		}
 		d := demands[w.Component][w.Index]
@@ -128,10 +128,10 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 				continue
 			}
 			if load[n.ID] == nil {
-				load[n.ID] = map[int]map[Component]float64{}
+				load[n.ID] = map[int]map[plan.Component]float64{}
 			}
 			if load[n.ID][g] == nil {
-				load[n.ID][g] = map[Component]float64{}
+				load[n.ID][g] = map[plan.Component]float64{}
 			}
 			load[n.ID][g][w.Component] += min(d.gpus, 1)
 		}
@@ -160,16 +160,16 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 		}
 	}
 	// Pools: purity, and every worker inside its component's allocation.
-	pools := map[string]Pool{}
+	pools := map[string]plan.Pool{}
 	for _, pl := range p.Pools {
 		pools[pl.Name] = pl
 	}
-	home := map[Component]string{}
+	home := map[plan.Component]string{}
 	if p.Mode != ModeManual {
 		if p.Strategy == StrategyDisaggregate {
-			home = map[Component]string{Train: TrainPool, Buffer: TrainPool, Eval: RolloutPool, Env: RolloutPool}
+			home = map[plan.Component]string{plan.Train: TrainPool, plan.Buffer: TrainPool, plan.Eval: RolloutPool, plan.Env: RolloutPool}
 		} else {
-			home = map[Component]string{Train: GlobalPool, Buffer: GlobalPool, Eval: GlobalPool, Env: GlobalPool}
+			home = map[plan.Component]string{plan.Train: GlobalPool, plan.Buffer: GlobalPool, plan.Eval: GlobalPool, plan.Env: GlobalPool}
 		}
 	}
 	for _, w := range p.Workers.Slice() {
@@ -181,10 +181,10 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 			bad("%s[%d] names pool %q, which pools lacks", w.Component, w.Index, w.Pool)
 			continue
 		}
-		if w.Component == Buffer {
+		if w.Component == plan.Buffer {
 			continue
 		}
-		var alloc []Range
+		var alloc []plan.Range
 		found := false
 		for _, n := range pl.Nodes {
 			if n.NodeID == w.NodeID {
@@ -219,7 +219,7 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 				for c, rs := range n.Allocations {
 					for _, r := range rs {
 						for g := r.First; g <= r.Last; g++ {
-							if !held[fmt.Sprint(pl.Name, n.NodeID, c, g)] && !(reserve && c == Train) {
+							if !held[fmt.Sprint(pl.Name, n.NodeID, c, g)] && !(reserve && c == plan.Train) {
 								bad("%s/%s %s allocation holds GPU %d, which no %s worker uses", pl.Name, n.NodeID, c, g, c)
 							}
 						}
@@ -235,24 +235,24 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 	return errs
 }
 
-func shareGroups(pl Placement) (groups [][]Component, forbidden [][2]Component) {
-	sep := [][]Component{{Train}, {Eval}, {Env}}
+func shareGroups(pl Placement) (groups [][]plan.Component, forbidden [][2]plan.Component) {
+	sep := [][]plan.Component{{plan.Train}, {plan.Eval}, {plan.Env}}
 	switch {
 	case pl.Mode == ModeManual:
 		return sep, nil
 	case pl.Strategy == StrategyDisaggregate && pl.EnvStrategy == EnvStrategyDefault:
-		return [][]Component{{Train, Eval, Env}}, nil
+		return [][]plan.Component{{plan.Train, plan.Eval, plan.Env}}, nil
 	case pl.Strategy == StrategyDisaggregate:
-		return sep, [][2]Component{{Train, Eval}, {Train, Env}}
+		return sep, [][2]plan.Component{{plan.Train, plan.Eval}, {plan.Train, plan.Env}}
 	case pl.EnvStrategy == EnvStrategyDefault:
-		return [][]Component{{Train}, {Eval, Env}}, nil
+		return [][]plan.Component{{plan.Train}, {plan.Eval, plan.Env}}, nil
 	}
 	return sep, nil
 }
 
 type assignment struct {
 	pool string
-	comp Component
+	comp plan.Component
 	node string
 	gpu  int
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // TestAppendJSONMatchesEncodingJSON: the hand-written encoder writes the
@@ -40,7 +42,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 			p, _, _ = Replan(p, spec, append(nodes[:i:i], nodes[i+1:]...))
 		}
 		if rapid.Bool().Draw(t, "pending") {
-			p.PendingSpec = &PendingSpec{Reason: rapid.String().Draw(t, "pendingReason")}
+			p.PendingSpec = &plan.PendingSpec{Reason: rapid.String().Draw(t, "pendingReason")}
 		}
 		p.Name = rapid.String().Draw(t, "name")
 		p.Reason = rapid.String().Draw(t, "reason")

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"sync"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // Why a worker of the previous plan cannot keep its place. Tests assert on
@@ -33,7 +35,7 @@ const (
 // Displaced is a worker of the previous plan that had to be placed again,
 // or a worker new to the spec.
 type Displaced struct {
-	Component Component
+	Component plan.Component
 	Index     int
 	// NodeID is where it was; empty for a new worker.
 	NodeID string
@@ -211,7 +213,7 @@ func (e *engine) displaceAll(ns *nodeState, why string) {
 
 // displace notes that w of the previous plan must be placed again; by,
 // when not empty, is the plan that took its GPU.
-func (e *engine) displace(w *Worker, why, where, by string) {
+func (e *engine) displace(w *plan.Worker, why, where, by string) {
 	if by != "" && !slices.Contains(e.takenBy, by) {
 		e.takenBy = append(e.takenBy, by)
 	}
@@ -233,7 +235,7 @@ func (e *engine) displacedOf(ci comp) []int {
 // keepOne gives worker w of the previous plan its place on node at if
 // every check a new placement meets still holds there; else it says why
 // not, and where (and by, the plan that holds its GPU, when that is why).
-func (e *engine) keepOne(at int32, w *Worker) (why, where, by string) {
+func (e *engine) keepOne(at int32, w *plan.Worker) (why, where, by string) {
 	ci := compOf(w.Component)
 	gi, g := e.demands[ci].groupAt(w.Index)
 	ns := e.table[at]
@@ -291,7 +293,7 @@ func (e *engine) keepAllowed(ns *nodeState, g group, gpus []int) bool {
 // keepGPU checks the i-th GPU of w on ns: it exists, is healthy, is the
 // same GPU (by UUID), lies in the pool's allocation, and fits.
 // WhyPreempted: another plan holds it (keepOne names which).
-func (e *engine) keepGPU(ns *nodeState, tg target, ci comp, w *Worker, i int, frac float64) string {
+func (e *engine) keepGPU(ns *nodeState, tg target, ci comp, w *plan.Worker, i int, frac float64) string {
 	x, n := w.GPUs[i], ns.node
 	switch {
 	case x < 0 || x >= n.GPUs:
@@ -316,7 +318,7 @@ func (e *engine) keepGPU(ns *nodeState, tg target, ci comp, w *Worker, i int, fr
 
 // targetOf is the pool w belongs in on node at: its component's auto
 // pool, or the manual pool it names if that pool still lists the node.
-func (e *engine) targetOf(w *Worker, ci comp, at int32) (target, bool) {
+func (e *engine) targetOf(w *plan.Worker, ci comp, at int32) (target, bool) {
 	if !e.rules.manual {
 		p := e.pools[e.rules.pool[ci]]
 		return target{pool: p}, w.Pool == p.name
@@ -398,8 +400,8 @@ func (e *engine) adoptSlow() {
 // prevByNode groups the previous plan's train, eval and env workers by
 // node, once per component and index the spec still asks for; workers on
 // nodes that left are displaced, and buffers remembered by node.
-func (e *engine) prevByNode() ([][]*Worker, [nComp][]bool) {
-	byNode := make([][]*Worker, len(e.table))
+func (e *engine) prevByNode() ([][]*plan.Worker, [nComp][]bool) {
+	byNode := make([][]*plan.Worker, len(e.table))
 	var seen [nComp][]bool
 	for _, d := range e.demands {
 		ci := d.ci
@@ -407,7 +409,7 @@ func (e *engine) prevByNode() ([][]*Worker, [nComp][]bool) {
 	}
 	nbuf := 0
 	for _, w := range e.prev.Workers.All() {
-		if w.Component == Buffer {
+		if w.Component == plan.Buffer {
 			nbuf++
 		}
 	}
@@ -416,7 +418,7 @@ func (e *engine) prevByNode() ([][]*Worker, [nComp][]bool) {
 	for _, w := range e.prev.Workers.All() {
 		ci := w.Component.Rank()
 		at := e.find(w.NodeID)
-		if w.Component == Buffer {
+		if w.Component == plan.Buffer {
 			if w.Index >= 0 && w.Index < nbuf {
 				e.prevBufferIDs[w.Index] = w.NodeID
 				if at >= 0 {
@@ -441,7 +443,7 @@ func (e *engine) prevByNode() ([][]*Worker, [nComp][]bool) {
 // keepPrevReserve keeps the GPUs the previous plan reserved for a buffer
 // that uses CUDA (train allocation GPUs no train worker of it held) where
 // they still can be, and owes the rest.
-func (e *engine) keepPrevReserve(byNode [][]*Worker) {
+func (e *engine) keepPrevReserve(byNode [][]*plan.Worker) {
 	if e.reserve == 0 || e.rules.manual {
 		return
 	}
@@ -459,13 +461,13 @@ func (e *engine) keepPrevReserve(byNode [][]*Worker) {
 			seen[at] = true
 			held := map[int]bool{}
 			for _, w := range byNode[at] {
-				if w.Component == Train {
+				if w.Component == plan.Train {
 					for _, g := range w.GPUs {
 						held[g] = true
 					}
 				}
 			}
-			for _, r := range pn.Allocations[Train] {
+			for _, r := range pn.Allocations[plan.Train] {
 				// The document may be anyone's: bound the walk by the node.
 				for g := max(r.First, 0); g <= min(r.Last, e.table[at].node.GPUs-1) && e.reserve > 0; g++ {
 					if !held[g] && e.keepReserve(at, g) {

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // ErrMixedNodesNeedIDs is rlightning's message for a manual pool without
@@ -152,7 +154,7 @@ func (e *engine) placeOne(tg target, en *poolEntry, d *demand, gi int, g WorkerG
 func (e *engine) exactCounts() [nComp]bool {
 	var out [nComp]bool
 	for _, pc := range e.spec.ResourcePool {
-		for ci, c := range gpuComponents {
+		for ci, c := range plan.GPUComponents {
 			out[ci] = out[ci] || pc.WorkerCounts[c] != nil
 		}
 	}
@@ -203,8 +205,8 @@ func (e *engine) checkManual() error {
 }
 
 // groupName names group gi of component c as the spec does.
-func groupName(c Component, gi int) string {
-	if c == Env {
+func groupName(c plan.Component, gi int) string {
+	if c == plan.Env {
 		return fmt.Sprintf("scheduling.env[%d]", gi)
 	}
 	return "scheduling." + string(c)
@@ -239,7 +241,7 @@ func (e *engine) loadPools() error {
 				n := e.table[at].node
 				return fieldErr(field+".num_gpus", "says %d GPUs for node %s, which has %d", want, n.ID, n.GPUs)
 			}
-			for ci, c := range gpuComponents {
+			for ci, c := range plan.GPUComponents {
 				if counts := pc.WorkerCounts[c]; counts != nil && len(counts[j]) != len(e.demands[ci].groups) {
 					return fieldErr(fmt.Sprintf("%s.worker_counts.%s[%d]", field, c, j), "gives %d counts; want one per scheduling group of %s (%d)", len(counts[j]), c, len(e.demands[ci].groups))
 				}
@@ -253,7 +255,7 @@ func (e *engine) loadPools() error {
 			}
 			used[at] = true
 			en := &poolEntry{at: at, pool: len(e.pools)}
-			for ci, c := range gpuComponents {
+			for ci, c := range plan.GPUComponents {
 				en.placed[ci] = make([]int, len(e.demands[ci].groups))
 				if counts := pc.WorkerCounts[c]; counts != nil {
 					en.counts[ci] = counts[j]
@@ -277,7 +279,7 @@ func (e *engine) loadPools() error {
 // run (it left, or its GPUs changed): the worker_counts it would have
 // had still count towards the spec's sums.
 func (e *engine) skipPoolNode(pc PoolConfig, j int) {
-	for ci, c := range gpuComponents {
+	for ci, c := range plan.GPUComponents {
 		if counts := pc.WorkerCounts[c]; counts != nil {
 			if e.skippedCounts[ci] == nil {
 				e.skippedCounts[ci] = make([]int, len(e.demands[ci].groups))
@@ -327,7 +329,7 @@ func (e *engine) poolNodes(field string, pc PoolConfig, mixed bool, used []bool)
 // (entry k is node pos[k] of the pool, whose GPUs begin at offsets[pos[k]]).
 func (e *engine) loadRanges(field string, pc PoolConfig, p *poolRun, offsets, pos []int) error {
 	last := offsets[len(offsets)-1]
-	for ci, c := range gpuComponents {
+	for ci, c := range plan.GPUComponents {
 		for _, r := range pc.Ranges[c] {
 			if r.Last >= last {
 				return fieldErr(field+"."+string(c), "index %d is beyond the pool's %d GPUs (0-%d)", r.Last, last, last-1)

@@ -3,13 +3,15 @@ package planner
 import (
 	"maps"
 	"slices"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // eps absorbs float error when fractional shares are summed (0.1 * 10).
 const eps = 1e-9
 
 // nComp is the number of components that hold GPUs: train, eval, env.
-const nComp = len(gpuComponents)
+const nComp = len(plan.GPUComponents)
 
 // Node is what the planner knows of one machine. The planner keeps
 // references to its slices: do not change them after planning.
@@ -88,7 +90,7 @@ type slotRange struct{ first, n int32 }
 // nodeNote is a reason recorded against a node, for one component or
 // (comp "") the node as a whole.
 type nodeNote struct {
-	comp   Component
+	comp   plan.Component
 	reason string
 }
 
@@ -121,7 +123,7 @@ type nodeState struct {
 	slots      []slotRange
 	notes      []nodeNote
 	// doc caches the node's entry in each auto pool of the plan document.
-	doc [2]*PoolNode
+	doc [2]*plan.PoolNode
 }
 
 // newStates sets up states for nodes from a few shared slabs: at ten
@@ -186,7 +188,7 @@ func (ns *nodeState) clone(owner *runToken) *nodeState {
 	}
 	c.slots = slices.Clone(ns.slots)
 	c.notes = slices.Clone(ns.notes)
-	c.doc = [2]*PoolNode{}
+	c.doc = [2]*plan.PoolNode{}
 	return &c
 }
 
@@ -227,7 +229,7 @@ func (ns *nodeState) reserved() []int {
 }
 
 // note records reason against the node once.
-func (ns *nodeState) note(c Component, reason string) {
+func (ns *nodeState) note(c plan.Component, reason string) {
 	k := nodeNote{c, reason}
 	if !slices.Contains(ns.notes, k) {
 		ns.notes = append(ns.notes, k)
@@ -235,7 +237,7 @@ func (ns *nodeState) note(c Component, reason string) {
 }
 
 // noted reports whether the node has reason for c already.
-func (ns *nodeState) noted(c Component, reason string) bool {
+func (ns *nodeState) noted(c plan.Component, reason string) bool {
 	return slices.Contains(ns.notes, nodeNote{c, reason})
 }
 

@@ -99,7 +99,7 @@ func replan(prev *Plan, spec *Spec, nodes []Node, keep bool) (*Plan, *Change, er
 	ch := &Change{Displaced: e.displaced}
 	// The fast count indexes the previous plan's workers densely, which a
 	// degraded plan's (some unplaced) are not.
-	if e.fast && prev.PlanState() != StateDegraded {
+	if e.fast && prev.PlanState() != plan.StateDegraded {
 		doc.Moved = e.moved() + e.bufferMoves
 	} else {
 		doc.Moved = CountMoved(prev, doc)
@@ -124,24 +124,24 @@ func fresh(prev *Plan, spec *Spec, nodes []Node, why, kind string) (*Plan, *Chan
 // the previous plan's workers it moved, and why it did not keep them.
 func explainFresh(prev, doc *Plan, why string) {
 	old := indexWorkers(prev.Workers)
-	moved := map[Component]int{}
+	moved := map[plan.Component]int{}
 	for _, w := range doc.Workers.All() {
 		if o := old.get(w.Component, w.Index); o == nil || !samePlace(o, w) {
 			moved[w.Component]++
 		}
 	}
-	asked := map[Component]int{}
+	asked := map[plan.Component]int{}
 	for _, w := range doc.Workers.All() {
 		asked[w.Component]++
 	}
-	for _, c := range []Component{Train, Eval, Env, Buffer} {
+	for _, c := range []plan.Component{plan.Train, plan.Eval, plan.Env, plan.Buffer} {
 		if moved[c] == 0 {
 			continue
 		}
-		rc := ReasonCount{Reason: "planned afresh: " + why, Workers: moved[c]}
-		i := slices.IndexFunc(doc.Explanations, func(x Explanation) bool { return x.Component == c })
+		rc := plan.ReasonCount{Reason: "planned afresh: " + why, Workers: moved[c]}
+		i := slices.IndexFunc(doc.Explanations, func(x plan.Explanation) bool { return x.Component == c })
 		if i < 0 {
-			doc.Explanations = append(doc.Explanations, Explanation{Component: c, Asked: asked[c], Placed: asked[c]})
+			doc.Explanations = append(doc.Explanations, plan.Explanation{Component: c, Asked: asked[c], Placed: asked[c]})
 			i = len(doc.Explanations) - 1
 		}
 		doc.Explanations[i].Displaced = append(doc.Explanations[i].Displaced, rc)

@@ -16,15 +16,15 @@ import (
 func TestParseIndexString(t *testing.T) {
 	cases := []struct {
 		in   string
-		want []Range
+		want []plan.Range
 		err  bool
 	}{
-		{"0-7", []Range{{First: 0, Last: 7}}, false},
-		{"0-3, 8-11", []Range{{First: 0, Last: 3}, {First: 8, Last: 11}}, false},
-		{"5", []Range{{First: 5, Last: 5}}, false},
+		{"0-7", []plan.Range{{First: 0, Last: 7}}, false},
+		{"0-3, 8-11", []plan.Range{{First: 0, Last: 3}, {First: 8, Last: 11}}, false},
+		{"5", []plan.Range{{First: 5, Last: 5}}, false},
 		{"", nil, false},
-		{"7-0", []Range{{First: 0, Last: 7}}, false},
-		{" 1 , 2-3 ", []Range{{First: 1, Last: 1}, {First: 2, Last: 3}}, false},
+		{"7-0", []plan.Range{{First: 0, Last: 7}}, false},
+		{" 1 , 2-3 ", []plan.Range{{First: 1, Last: 1}, {First: 2, Last: 3}}, false},
 		{"a", nil, true},
 		{"1-", nil, true},
 		{"-1", nil, true},
@@ -36,7 +36,7 @@ func TestParseIndexString(t *testing.T) {
 			t.Errorf("plan.ParseIndexString(%q) = %v, %v; want %v, err=%v", c.in, got, err, c.want, c.err)
 		}
 	}
-	if got := plan.FormatRanges([]Range{{First: 0, Last: 7}, {First: 8, Last: 8}}); got != "0-7, 8" {
+	if got := plan.FormatRanges([]plan.Range{{First: 0, Last: 7}, {First: 8, Last: 8}}); got != "0-7, 8" {
 		t.Errorf("FormatRanges = %q", got)
 	}
 }

@@ -57,7 +57,7 @@ func without(nodes []Node, id string) []Node {
 
 // workerKey names a worker in tests.
 type workerKey struct {
-	comp  Component
+	comp  plan.Component
 	index int
 }
 
@@ -99,7 +99,7 @@ func TestReplanNodeLeftMovesOnlyItsWorkers(t *testing.T) {
 	}
 	checkStrict(t, spec, rest, next)
 	for _, d := range ch.Displaced {
-		if d.Component == Buffer {
+		if d.Component == plan.Buffer {
 			continue // buffers follow their train workers
 		}
 		if !lost[workerKey{d.Component, d.Index}] || d.Why != WhyNodeLeft || d.NodeID != victim {
@@ -108,7 +108,7 @@ func TestReplanNodeLeftMovesOnlyItsWorkers(t *testing.T) {
 	}
 	for _, w := range next.Workers.All() {
 		k := workerKey{w.Component, w.Index}
-		if o := first.Workers.Find(w.Component, w.Index); !lost[k] && w.Component != Buffer && !samePlace(o, w) {
+		if o := first.Workers.Find(w.Component, w.Index); !lost[k] && w.Component != plan.Buffer && !samePlace(o, w) {
 			t.Errorf("%s %d moved from %s%v to %s%v", w.Component, w.Index, o.NodeID, o.GPUs, w.NodeID, w.GPUs)
 		}
 	}
@@ -118,7 +118,7 @@ func TestReplanNodeLeftMovesOnlyItsWorkers(t *testing.T) {
 	if got := ch.Summary(); !strings.Contains(got, WhyNodeLeft+" "+victim) {
 		t.Errorf("summary %q does not name %s", got, victim)
 	}
-	x := explanationOf(next, Train)
+	x := explanationOf(next, plan.Train)
 	if x == nil || len(x.Displaced) != 1 || x.Displaced[0].Reason != WhyNodeLeft || x.Displaced[0].NodeIDs[0] != victim {
 		t.Errorf("train explanation %+v, want displaced by %s leaving", x, victim)
 	}
@@ -130,7 +130,7 @@ func TestReplanNodeLeftMovesOnlyItsWorkers(t *testing.T) {
 	}
 }
 
-func explanationOf(p *Plan, c Component) *Explanation {
+func explanationOf(p *Plan, c plan.Component) *plan.Explanation {
 	for i := range p.Explanations {
 		if p.Explanations[i].Component == c {
 			return &p.Explanations[i]
@@ -151,7 +151,7 @@ func TestReplanUnhealthyGPU(t *testing.T) {
 	}
 	checkStrict(t, spec, sick, next)
 	want := Displaced{Component: w.Component, Index: w.Index, NodeID: w.NodeID, Why: WhyUnhealthy, Where: fmt.Sprintf("%s:%d", w.NodeID, w.GPUs[0])}
-	if len(ch.Displaced) < 1 || ch.Displaced[0] != want || len(ch.Displaced) > 1 && ch.Displaced[1].Component != Buffer {
+	if len(ch.Displaced) < 1 || ch.Displaced[0] != want || len(ch.Displaced) > 1 && ch.Displaced[1].Component != plan.Buffer {
 		t.Errorf("displaced %+v, want only %+v", ch.Displaced, want)
 	}
 	// The worker may land on a node new to train, which then gets a
@@ -197,13 +197,13 @@ func TestReplanFallsBack(t *testing.T) {
 		state string
 		err   string
 	}{
-		{"invalid previous", &Plan{Document: plan.Document{Header: plan.Header{Valid: false}}}, spec, nodes, "the previous plan was not valid", StateValid, ""},
-		{"placement changed", first, colo, nodes, "placement changed", StateValid, ""},
+		{"invalid previous", &Plan{Document: plan.Document{Header: plan.Header{Valid: false}}}, spec, nodes, "the previous plan was not valid", plan.StateValid, ""},
+		{"placement changed", first, colo, nodes, "placement changed", plan.StateValid, ""},
 		// The same spec on too little: degraded, not released.
-		{"arithmetic refuses", first, spec, nodes[:2], "", StateDegraded, "Insufficient GPUs"},
+		{"arithmetic refuses", first, spec, nodes[:2], "", plan.StateDegraded, "Insufficient GPUs"},
 		// Another spec on too little: nothing to keep it for.
-		{"arithmetic refuses a new spec", first, mustSpec(t, strings.Replace(replanSpec, "worker_num: 16", "worker_num: 15", 1)), nodes[:2], "", StateInvalid, "Insufficient GPUs"},
-		{"fragmented", fragPrev, frag, grown, "the incremental plan could not place every worker: Cannot place eval", StateValid, ""},
+		{"arithmetic refuses a new spec", first, mustSpec(t, strings.Replace(replanSpec, "worker_num: 16", "worker_num: 15", 1)), nodes[:2], "", plan.StateInvalid, "Insufficient GPUs"},
+		{"fragmented", fragPrev, frag, grown, "the incremental plan could not place every worker: Cannot place eval", plan.StateValid, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,14 +211,14 @@ func TestReplanFallsBack(t *testing.T) {
 			if ch.Fresh != (tt.fresh != "") || !strings.HasPrefix(ch.FreshWhy, tt.fresh) {
 				t.Errorf("change %+v, want fresh %q", ch, tt.fresh)
 			}
-			valid := tt.state == StateValid
+			valid := tt.state == plan.StateValid
 			if p.Valid != valid || p.State != tt.state || (err == nil) != valid || !strings.Contains(p.Error, tt.err) {
 				t.Errorf("valid %v state %q err %v, want state %q, error %q", p.Valid, p.State, err, tt.state, tt.err)
 			}
 			switch tt.state {
-			case StateValid:
+			case plan.StateValid:
 				checkStrict(t, tt.spec, tt.nodes, p)
-			case StateDegraded:
+			case plan.StateDegraded:
 				if errs := checkPlan(tt.spec, tt.nodes, p); len(errs) > 0 || p.Workers.Len() == 0 || len(p.Unplaced) == 0 {
 					t.Errorf("degraded plan: %d workers, %d unplaced: %v", p.Workers.Len(), len(p.Unplaced), errs)
 				}
@@ -247,7 +247,7 @@ scheduling:
 	}
 	reserveNode := ""
 	for _, w := range first.Workers.All() {
-		if w.Component == Buffer && len(w.GPUs) > 0 {
+		if w.Component == plan.Buffer && len(w.GPUs) > 0 {
 			reserveNode = w.NodeID
 		}
 	}
@@ -270,7 +270,7 @@ scheduling:
 	checkStrict(t, spec, sick, next)
 	holds := 0
 	for _, w := range next.Workers.All() {
-		if w.Component == Buffer && len(w.GPUs) > 0 {
+		if w.Component == plan.Buffer && len(w.GPUs) > 0 {
 			holds++
 		}
 	}
@@ -487,14 +487,14 @@ func checkReplan(t *rapid.T, spec *Spec, prev *Plan, after []Node, next *Plan, c
 	var degraded *DegradedError
 	switch {
 	case err != nil && !errors.As(err, &degraded):
-		if next.Workers.Len() != 0 || len(next.Pools) != 0 || next.Error == "" || next.State != StateInvalid {
+		if next.Workers.Len() != 0 || len(next.Pools) != 0 || next.Error == "" || next.State != plan.StateInvalid {
 			t.Fatalf("invalid plan carries a placement")
 		}
 		return
 	case err != nil:
 		// Degraded: the previous plan placed workers for this spec, and
 		// neither an incremental plan nor a fresh one places them all.
-		if next.State != StateDegraded || next.Valid || degraded.Unplaced != len(next.Unplaced) || ch.Fresh || !prev.Placed() {
+		if next.State != plan.StateDegraded || next.Valid || degraded.Unplaced != len(next.Unplaced) || ch.Fresh || !prev.Placed() {
 			t.Fatalf("degraded: state %q valid %v, %d unplaced (error says %d), fresh %v", next.State, next.Valid, len(next.Unplaced), degraded.Unplaced, ch.Fresh)
 		}
 		if errs := checkPlan(spec, after, next); len(errs) > 0 {
@@ -516,7 +516,7 @@ func checkReplan(t *rapid.T, spec *Spec, prev *Plan, after []Node, next *Plan, c
 		}
 	default:
 		checkStrict(t, spec, after, next)
-		if next.State != StateValid || len(next.Unplaced) != 0 {
+		if next.State != plan.StateValid || len(next.Unplaced) != 0 {
 			t.Fatalf("valid plan in state %q with %d unplaced", next.State, len(next.Unplaced))
 		}
 	}
@@ -539,7 +539,7 @@ func checkReplan(t *rapid.T, spec *Spec, prev *Plan, after []Node, next *Plan, c
 		displaced[workerKey{d.Component, d.Index}] = d
 	}
 	for _, w := range next.Workers.All() {
-		if w.Component == Buffer {
+		if w.Component == plan.Buffer {
 			continue
 		}
 		o := prev.Workers.Find(w.Component, w.Index)
@@ -564,12 +564,12 @@ func checkReplan(t *rapid.T, spec *Spec, prev *Plan, after []Node, next *Plan, c
 }
 
 // lastWorker is unplaced worker u as it ran last (nil: it never ran).
-func lastWorker(spec *Spec, u *Unplaced) *Worker {
+func lastWorker(spec *Spec, u *plan.Unplaced) *plan.Worker {
 	if u == nil || u.NodeID == "" {
 		return nil
 	}
 	_, g := newEngine(spec, Options{}).demands[u.Component.Rank()].groupAt(u.Index)
-	w := &Worker{Component: u.Component, Index: u.Index, Pool: u.Pool, NodeID: u.NodeID, GPUs: u.GPUs, GPUUUIDs: u.GPUUUIDs, CPUs: g.NumCPUs}
+	w := &plan.Worker{Component: u.Component, Index: u.Index, Pool: u.Pool, NodeID: u.NodeID, GPUs: u.GPUs, GPUUUIDs: u.GPUUUIDs, CPUs: g.NumCPUs}
 	if len(u.GPUs) > 0 {
 		_, w.GPUShare = gpuCount(g)
 	}
@@ -577,7 +577,7 @@ func lastWorker(spec *Spec, u *Unplaced) *Worker {
 }
 
 // unplacedOf is worker i of component c among p's unplaced, or nil.
-func unplacedOf(p *Plan, c Component, i int) *Unplaced {
+func unplacedOf(p *Plan, c plan.Component, i int) *plan.Unplaced {
 	for k := range p.Unplaced {
 		if u := &p.Unplaced[k]; u.Component == c && u.Index == i {
 			return u
@@ -588,7 +588,7 @@ func unplacedOf(p *Plan, c Component, i int) *Unplaced {
 
 // unjustified says why displacement d of worker o (now w) does not hold on
 // nodes and plan p, or "" when it does.
-func unjustified(spec *Spec, o, w *Worker, d Displaced, nodes []Node, p *Plan) string {
+func unjustified(spec *Spec, o, w *plan.Worker, d Displaced, nodes []Node, p *Plan) string {
 	var n *Node
 	for i := range nodes {
 		if nodes[i].ID == d.NodeID {
@@ -637,11 +637,11 @@ func unjustified(spec *Spec, o, w *Worker, d Displaced, nodes []Node, p *Plan) s
 		for _, x := range p.Workers.All() {
 			if x.NodeID == n.ID {
 				load += x.CPUs
-				train = train || x.Component == Train
+				train = train || x.Component == plan.Train
 			}
 		}
 		extra := o.CPUs
-		if o.Component == Train && !train && spec.Scheduling.Buffer != nil {
+		if o.Component == plan.Train && !train && spec.Scheduling.Buffer != nil {
 			extra += spec.Scheduling.Buffer.NumCPUs
 		}
 		if load+extra <= n.CPUs+eps {
@@ -658,7 +658,7 @@ func unjustified(spec *Spec, o, w *Worker, d Displaced, nodes []Node, p *Plan) s
 }
 
 // taken reports whether GPU g of node holds what worker o may not join.
-func taken(spec *Spec, p *Plan, o *Worker, node string, g int) bool {
+func taken(spec *Spec, p *Plan, o *plan.Worker, node string, g int) bool {
 	if k := slices.Index(o.GPUs, g); k >= 0 && slices.Contains(o.GPUs[k+1:], g) {
 		return true
 	}
@@ -669,10 +669,10 @@ func taken(spec *Spec, p *Plan, o *Worker, node string, g int) bool {
 			continue
 		}
 		cj := x.Component.Rank()
-		if x.Component == Buffer {
+		if x.Component == plan.Buffer {
 			cj = 0 // a buffer's GPU is train's reserve
 		}
-		if cj == ci && x.GPUShare+o.GPUShare > 1+eps || r.conflict[ci][cj] || x.Component == Buffer && ci == 0 {
+		if cj == ci && x.GPUShare+o.GPUShare > 1+eps || r.conflict[ci][cj] || x.Component == plan.Buffer && ci == 0 {
 			return true
 		}
 	}
@@ -889,7 +889,7 @@ type stateSnap struct {
 	firstTrain int
 	slots      []slotRange
 	notes      []nodeNote
-	doc        [2]*PoolNode
+	doc        [2]*plan.PoolNode
 }
 
 // snapshot copies what a replan must leave alone: the plan's node states,

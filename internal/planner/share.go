@@ -312,7 +312,7 @@ func (a *allocator) pass(cur []holding) []Outcome {
 		job := &a.jobs[j]
 		if job.Spec == nil {
 			out[j] = Outcome{Plan: job.Prev, Change: &Change{}}
-			if p := job.Prev; p != nil && p.PlanState() == StateDegraded {
+			if p := job.Prev; p != nil && p.PlanState() == plan.StateDegraded {
 				out[j].Err = &DegradedError{Msg: p.Error, Unplaced: len(p.Unplaced)}
 			}
 			if job.Prev == nil || !job.Prev.Placed() {
@@ -390,7 +390,7 @@ func (a *allocator) placeJob(j int, own holding, placed, same, lower []blocker) 
 		return o // nothing left to keep: the new spec's error
 	}
 	a.pending[j], a.kept[j] = &o, old
-	k.Plan.PendingSpec = &PendingSpec{Reason: o.Plan.Error}
+	k.Plan.PendingSpec = &plan.PendingSpec{Reason: o.Plan.Error}
 	return k
 }
 
@@ -399,7 +399,7 @@ func (a *allocator) placeJob(j int, own holding, placed, same, lower []blocker) 
 // a fresh plan's on what is left); only faults degrade.
 func (a *allocator) unlessPreempted(j int, spec *Spec, o Outcome) Outcome {
 	job := &a.jobs[j]
-	if o.Plan.PlanState() != StateDegraded || o.Plan.afresh == nil {
+	if o.Plan.PlanState() != plan.StateDegraded || o.Plan.afresh == nil {
 		return o
 	}
 	for _, name := range o.Plan.takenBy {
@@ -495,12 +495,12 @@ func (a *allocator) explain(out []Outcome, prev, final []holding) {
 		if p := a.pending[j]; p != nil {
 			// The new spec's reason: no job took anything for it.
 			w := a.reason(job.Spec, p.Plan, p.Err, holders, nil, final)
-			o.Plan.PendingSpec = &PendingSpec{Reason: w.msg}
+			o.Plan.PendingSpec = &plan.PendingSpec{Reason: w.msg}
 		}
 		switch o.Plan.PlanState() {
-		case StateValid:
+		case plan.StateValid:
 			continue
-		case StateDegraded:
+		case plan.StateDegraded:
 			if a.kept[j] == nil {
 				continue // held as it was
 			}
@@ -519,19 +519,19 @@ func (a *allocator) explain(out []Outcome, prev, final []holding) {
 				}
 				w := a.reason(a.kept[j], afresh, err, holders, nil, final)
 				o.Plan.Error = degradedMsg(o.Plan.Unplaced, w.msg)
-				o.Plan.Status = &plan.Status{State: StateDegraded, Reason: w.kind, By: w.by, Cause: o.Plan.cause}
+				o.Plan.Status = &plan.Status{State: plan.StateDegraded, Reason: w.kind, By: w.by, Cause: o.Plan.cause}
 			}
 			o.Err = &DegradedError{Msg: o.Plan.Error, Unplaced: len(o.Plan.Unplaced)}
 			continue
 		}
-		if p := job.Prev; p != nil && p.PlanState() == StateInvalid && p.Status != nil && waiting(p.Status.Reason) && samePlacing(p, o.Plan) &&
+		if p := job.Prev; p != nil && p.PlanState() == plan.StateInvalid && p.Status != nil && waiting(p.Status.Reason) && samePlacing(p, o.Plan) &&
 			p.Priority == job.Spec.Priority && allIn(p.PreemptedBy, names) && allIn(p.Status.By, names) {
 			o.Plan.Error, o.Plan.PreemptedBy, o.Plan.Status, o.Err = p.Error, p.PreemptedBy, p.Status, &PlanError{Msg: p.Error}
 			continue
 		}
 		if w := a.reason(job.Spec, o.Plan, o.Err, holders, by, final); w.kind != plan.ReasonSpec && w.kind != plan.ReasonQuota {
 			o.Plan.Error, o.Err = w.msg, &PlanError{Msg: w.msg}
-			o.Plan.Status = &plan.Status{State: StateInvalid, Reason: w.kind, By: w.by, Cause: w.cause}
+			o.Plan.Status = &plan.Status{State: plan.StateInvalid, Reason: w.kind, By: w.by, Cause: w.cause}
 		}
 	}
 }
@@ -540,11 +540,11 @@ func (a *allocator) explain(out []Outcome, prev, final []holding) {
 // degraded plan o, says why as o would: the same unplaced workers, the
 // same cause, and any plans it says hold the room among names.
 func keepsReason(p, o *Plan, names []string) bool {
-	if p.PlanState() != StateDegraded || p.Priority != o.Priority || !slices.EqualFunc(p.Unplaced, o.Unplaced, sameUnplaced) {
+	if p.PlanState() != plan.StateDegraded || p.Priority != o.Priority || !slices.EqualFunc(p.Unplaced, o.Unplaced, sameUnplaced) {
 		return false
 	}
 	st := p.Status
-	return st != nil && st.State == StateDegraded && st.Cause == o.cause && allIn(st.By, names)
+	return st != nil && st.State == plan.StateDegraded && st.Cause == o.cause && allIn(st.By, names)
 }
 
 // verdict is reason's answer: why, in words (msg) and as a value (kind,
@@ -678,7 +678,7 @@ func outcome(p *Plan, ch *Change, err error) Outcome { return Outcome{p, ch, err
 // WithinQuota makes a valid plan that holds more GPUs than spec's
 // max_gpus invalid, saying so.
 func WithinQuota(o Outcome, spec *Spec) Outcome {
-	if o.Plan.PlanState() == StateDegraded {
+	if o.Plan.PlanState() == plan.StateDegraded {
 		// Kept within its quota as it was made (degraded).
 		o.Plan.GPUsHeld = HeldGPUs(o.Plan)
 		return o
@@ -737,16 +737,16 @@ func EachHeldGPU(p *Plan, fn func(node string, g int)) {
 			fn(w.NodeID, g)
 		}
 	}
-	EachAllocated(p, func(_, node string, _ Component, g int) { fn(node, g) })
+	EachAllocated(p, func(_, node string, _ plan.Component, g int) { fn(node, g) })
 }
 
 // EachAllocated calls fn for every GPU p's pools allocate to a
 // component, with or without a worker on it: pool, node, component (in
 // the order train, eval, env), node-local index.
-func EachAllocated(p *Plan, fn func(pool, node string, c Component, g int)) {
+func EachAllocated(p *Plan, fn func(pool, node string, c plan.Component, g int)) {
 	for _, pl := range p.Pools {
 		for _, n := range pl.Nodes {
-			for _, c := range gpuComponents {
+			for _, c := range plan.GPUComponents {
 				for _, r := range n.Allocations[c] {
 					for g := r.First; g <= r.Last; g++ {
 						fn(pl.Name, n.NodeID, c, g)
@@ -762,10 +762,10 @@ func invalidDoc(doc *Plan, msg string) *Plan {
 	out := &Plan{}
 	out.Header = doc.Header
 	out.Valid, out.Error, out.Moved, out.GPUsHeld = false, msg, 0, 0
-	out.State, out.Unplaced, out.PendingSpec = StateInvalid, nil, nil
-	out.Status = &plan.Status{State: StateInvalid, Reason: plan.ReasonSpec, Cause: msg}
-	out.Placement.ResourcePool = []PoolExport{}
-	out.Placement.Pools = []Pool{}
+	out.State, out.Unplaced, out.PendingSpec = plan.StateInvalid, nil, nil
+	out.Status = &plan.Status{State: plan.StateInvalid, Reason: plan.ReasonSpec, Cause: msg}
+	out.Placement.ResourcePool = []plan.PoolExport{}
+	out.Placement.Pools = []plan.Pool{}
 	out.Placement.StorageToTrainWorkers = map[string][]int{}
 	return out
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // shareWorld is a cluster and the jobs on it, as a sequence of changes
@@ -116,8 +118,8 @@ func checkShared(t *rapid.T, nodes []Node, jobs []Job, out []Outcome) {
 	cpus := map[string]float64{}
 	for j, o := range out {
 		var degraded *DegradedError
-		if o.Err == nil != o.Plan.Valid || o.Plan.Valid != (o.Plan.State == StateValid) ||
-			(o.Plan.State == StateDegraded) != errors.As(o.Err, &degraded) {
+		if o.Err == nil != o.Plan.Valid || o.Plan.Valid != (o.Plan.State == plan.StateValid) ||
+			(o.Plan.State == plan.StateDegraded) != errors.As(o.Err, &degraded) {
 			t.Fatalf("%s: error %v, valid %v, state %q", jobs[j].Name, o.Err, o.Plan.Valid, o.Plan.State)
 		}
 		if !o.Plan.Placed() {
@@ -236,7 +238,7 @@ func placementOf(p *Plan) string {
 // of a where a has it (b may place more).
 func keptWorkers(a, b *Plan) bool {
 	for _, w := range a.Workers.All() {
-		if w.Component == Buffer {
+		if w.Component == plan.Buffer {
 			continue
 		}
 		if o := b.Workers.Find(w.Component, w.Index); o == nil || !samePlace(w, o) {
@@ -253,7 +255,7 @@ func sameWorkers(a, b *Plan) bool {
 		return false
 	}
 	for _, w := range a.Workers.All() {
-		if w.Component == Buffer {
+		if w.Component == plan.Buffer {
 			continue
 		}
 		if o := b.Workers.Find(w.Component, w.Index); o == nil || !samePlace(w, o) {

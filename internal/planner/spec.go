@@ -57,12 +57,12 @@ type PoolConfig struct {
 	NumGPUsList bool
 	NodeIDs     []string
 	// Ranges are pool-global GPU index ranges per component.
-	Ranges map[Component][]Range
+	Ranges map[plan.Component][]plan.Range
 	// WorkerCounts, poolplanner's addition to rlightning's format, says per
 	// component how many of its workers go on each node of the pool, per
 	// scheduling group ([node][group]); a component it names is placed by
 	// these counts instead of rlightning's packing.
-	WorkerCounts map[Component][][]int
+	WorkerCounts map[plan.Component][][]int
 }
 
 // Spec is a job spec: its scheduling, its placement and, in manual mode,
@@ -201,7 +201,7 @@ func checkCounts(s *Spec) error {
 	}
 	counted := [nComp]bool{}
 	for i, pc := range s.ResourcePool {
-		for ci, c := range gpuComponents {
+		for ci, c := range plan.GPUComponents {
 			counts := pc.WorkerCounts[c]
 			if counts == nil {
 				continue
@@ -221,7 +221,7 @@ func checkCounts(s *Spec) error {
 			}
 		}
 	}
-	for ci, c := range gpuComponents {
+	for ci, c := range plan.GPUComponents {
 		for gi, g := range groups[ci] {
 			if counted[ci] && sums[ci][gi] != g.WorkerNum {
 				return fieldErr("resource_pool", "worker_counts place %d %s of %s; it asks for %d", sums[ci][gi], plural(sums[ci][gi], "worker", "workers"), groupName(c, gi), g.WorkerNum)
@@ -242,21 +242,21 @@ func parseScheduling(v any, out *Scheduling) error {
 	if err := onlyKeys("scheduling", m, "train", "eval", "buffer", "env"); err != nil {
 		return err
 	}
-	for _, c := range []Component{Train, Eval, Buffer} {
+	for _, c := range []plan.Component{plan.Train, plan.Eval, plan.Buffer} {
 		raw, ok := m[string(c)]
 		if !ok || raw == nil {
 			continue
 		}
-		g, err := parseGroup("scheduling."+string(c), raw, c == Buffer)
+		g, err := parseGroup("scheduling."+string(c), raw, c == plan.Buffer)
 		if err != nil {
 			return err
 		}
 		switch c {
-		case Train:
+		case plan.Train:
 			out.Train = &g
-		case Eval:
+		case plan.Eval:
 			out.Eval = &g
-		case Buffer:
+		case plan.Buffer:
 			out.Buffer = &g
 		}
 	}
@@ -402,7 +402,7 @@ func parsePools(v any) ([]PoolConfig, error) {
 }
 
 func parsePool(field string, v any) (PoolConfig, error) {
-	p := PoolConfig{Ranges: map[Component][]Range{}}
+	p := PoolConfig{Ranges: map[plan.Component][]plan.Range{}}
 	m, ok := v.(map[string]any)
 	if !ok {
 		return p, fieldErr(field, "want a mapping with name, num_node, num_gpus and index strings, got %s", kindOf(v))
@@ -481,7 +481,7 @@ func parseNodeIDs(field string, m map[string]any, p *PoolConfig) error {
 
 // parseIndices reads each component's pool-global index string.
 func parseIndices(field string, m map[string]any, p *PoolConfig) error {
-	for _, c := range []Component{Train, Eval, Env, Buffer} {
+	for _, c := range []plan.Component{plan.Train, plan.Eval, plan.Env, plan.Buffer} {
 		raw, ok := m[string(c)]
 		if !ok || raw == nil {
 			continue
@@ -499,7 +499,7 @@ func parseIndices(field string, m map[string]any, p *PoolConfig) error {
 		if err != nil {
 			return fieldErr(field+"."+string(c), "%v", err)
 		}
-		if c == Buffer {
+		if c == plan.Buffer {
 			// rlightning places buffers beside train workers; a buffer range
 			// carries no meaning, so only an empty one is accepted.
 			if len(rs) > 0 {
@@ -528,8 +528,8 @@ func parseWorkerCounts(field string, v any, p *PoolConfig) error {
 	if err := onlyKeys(field, m, "train", "eval", "env"); err != nil {
 		return err
 	}
-	p.WorkerCounts = map[Component][][]int{}
-	for _, c := range gpuComponents {
+	p.WorkerCounts = map[plan.Component][][]int{}
+	for _, c := range plan.GPUComponents {
 		raw, ok := m[string(c)]
 		if !ok {
 			continue

@@ -12,7 +12,7 @@ import (
 )
 
 // glyphs of the GPU map, one per GPU.
-var glyph = map[Component]byte{Train: 'T', Eval: 'E', Env: 'V', Buffer: 'B'}
+var glyph = map[plan.Component]byte{plan.Train: 'T', plan.Eval: 'E', plan.Env: 'V', plan.Buffer: 'B'}
 
 const mapLegend = "T train, E eval, V env, B buffer; lowercase: part of a GPU; * shared; - reserved; . free; x unhealthy"
 
@@ -40,9 +40,9 @@ func WriteText(w io.Writer, p *Plan) error {
 	}
 	fmt.Fprintf(bw, " (%s): ", mode)
 	switch p.PlanState() {
-	case StateValid:
+	case plan.StateValid:
 		bw.WriteString("valid\n")
-	case StateDegraded:
+	case plan.StateDegraded:
 		fmt.Fprintf(bw, "DEGRADED (%d %s unplaced)\n  %s\n", len(p.Unplaced), plural(len(p.Unplaced), "worker", "workers"), p.Error)
 	default:
 		fmt.Fprintf(bw, "INVALID\n  %s\n", p.Error)
@@ -86,12 +86,12 @@ func WriteText(w io.Writer, p *Plan) error {
 }
 
 func writeCounts(bw *bufio.Writer, p *Plan) {
-	count := map[Component]int{}
+	count := map[plan.Component]int{}
 	for _, w := range p.Workers.All() {
 		count[w.Component]++
 	}
 	var parts []string
-	for _, c := range []Component{Train, Buffer, Eval, Env} {
+	for _, c := range []plan.Component{plan.Train, plan.Buffer, plan.Eval, plan.Env} {
 		if count[c] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", c, count[c]))
 		}
@@ -102,7 +102,7 @@ func writeCounts(bw *bufio.Writer, p *Plan) {
 }
 
 type gpuUse struct {
-	share map[Component]float64
+	share map[plan.Component]float64
 }
 
 // mapRow is one node's line of the GPU map.
@@ -114,7 +114,7 @@ type mapRow struct {
 // it is in, the GPUs allocated there, what workers hold of each GPU and
 // their CPUs.
 type mapNode struct {
-	pn    PoolNode
+	pn    plan.PoolNode
 	pools []string
 	alloc map[int]bool
 	use   []gpuUse
@@ -169,7 +169,7 @@ func mapNodes(p *Plan) ([]string, map[string]*mapNode) {
 				continue
 			}
 			if ni.use[g].share == nil {
-				ni.use[g].share = map[Component]float64{}
+				ni.use[g].share = map[plan.Component]float64{}
 			}
 			ni.use[g].share[w.Component] += w.GPUShare
 		}
@@ -311,7 +311,7 @@ func writeUnplaced(bw *bufio.Writer, p *Plan) {
 		return
 	}
 	type group struct {
-		comp       Component
+		comp       plan.Component
 		why, where string
 		idx        []int
 	}
@@ -362,7 +362,7 @@ func writeDemands(bw *bufio.Writer, p *Plan) {
 
 // writeWhy prints the explanations: per component, what excluded nodes,
 // which compromises were made, what moved.
-func writeWhy(bw *bufio.Writer, xs []Explanation) {
+func writeWhy(bw *bufio.Writer, xs []plan.Explanation) {
 	if len(xs) == 0 {
 		return
 	}

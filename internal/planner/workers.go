@@ -10,7 +10,7 @@ const (
 // workerStore is one run's workers: chunks of a previous plan, copied on
 // the first write, and chunks of its own.
 type workerStore struct {
-	chunks [][]Worker
+	chunks [][]plan.Worker
 	own    []bool
 	n      int
 }
@@ -18,19 +18,19 @@ type workerStore struct {
 // newStore holds n empty worker slots, in one allocation.
 func newStore(n int) *workerStore {
 	s := &workerStore{}
-	s.adopt(plan.NewWorkers(make([]Worker, n)), true)
+	s.adopt(plan.NewWorkers(make([]plan.Worker, n)), true)
 	return s
 }
 
 // storeFrom starts from prev's workers, sharing every chunk until written.
-func storeFrom(prev Workers) *workerStore {
+func storeFrom(prev plan.Workers) *workerStore {
 	s := &workerStore{}
 	s.adopt(prev, false)
 	return s
 }
 
-func (s *workerStore) adopt(ws Workers, own bool) {
-	s.chunks = append([][]Worker(nil), ws.Chunks()...)
+func (s *workerStore) adopt(ws plan.Workers, own bool) {
+	s.chunks = append([][]plan.Worker(nil), ws.Chunks()...)
 	s.own = make([]bool, len(s.chunks))
 	for i := range s.own {
 		s.own[i] = own
@@ -56,25 +56,25 @@ func (s *workerStore) resize(n int) {
 		if len(s.chunks[k]) == size {
 			continue
 		}
-		c := make([]Worker, size)
+		c := make([]plan.Worker, size)
 		copy(c, s.chunks[k])
 		s.chunks[k], s.own[k] = c, true
 	}
 	s.n = n
 }
 
-func (s *workerStore) at(i int) *Worker { return &s.chunks[i>>chunkShift][i&(chunkLen-1)] }
+func (s *workerStore) at(i int) *plan.Worker { return &s.chunks[i>>chunkShift][i&(chunkLen-1)] }
 
 // set writes slot i, copying its chunk first if a previous plan owns it.
-func (s *workerStore) set(i int, w Worker) {
+func (s *workerStore) set(i int, w plan.Worker) {
 	k := i >> chunkShift
 	if !s.own[k] {
-		s.chunks[k] = append([]Worker(nil), s.chunks[k]...)
+		s.chunks[k] = append([]plan.Worker(nil), s.chunks[k]...)
 		s.own[k] = true
 	}
 	s.chunks[k][i&(chunkLen-1)] = w
 }
 
-func (s *workerStore) workers() Workers {
-	return plan.FromChunks(append([][]Worker(nil), s.chunks...), s.n)
+func (s *workerStore) workers() plan.Workers {
+	return plan.FromChunks(append([][]plan.Worker(nil), s.chunks...), s.n)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // startWith runs a reporter as startReporter does, with edit applied to
@@ -26,7 +27,7 @@ func startWith(t *testing.T, url string, src inventory.Source, heartbeat, ttl ti
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
-	cfg := Config{Source: src, Store: bus.NewInventoryStore(js), Heartbeat: heartbeat, TTL: ttl, Log: log}
+	cfg := Config{Source: src, Store: store.NewInventoryStore(js), Heartbeat: heartbeat, TTL: ttl, Log: log}
 	edit(&cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{nc: nc, cancel: cancel, done: make(chan error, 1)}
@@ -79,13 +80,13 @@ func pids(alive ...int) func(int) bool {
 
 // writeOther stores doc under its node's key as another writer would,
 // over whatever the key holds, and returns the revision.
-func writeOther(t *testing.T, store *bus.InventoryStore, doc inventory.NodeInventory, ttl time.Duration) uint64 {
+func writeOther(t *testing.T, kvs *store.InventoryStore, doc inventory.NodeInventory, ttl time.Duration) uint64 {
 	t.Helper()
 	data, err := json.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rev, err := store.Put(context.Background(), doc.NodeID, data, false, ttl)
+	rev, err := kvs.Put(context.Background(), doc.NodeID, data, false, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,9 +99,9 @@ func writeOther(t *testing.T, store *bus.InventoryStore, doc inventory.NodeInven
 // when it stops.
 func TestSecondReporterOfLiveNodeRefused(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.URL())
+	kvs := client(t, srv.URL())
 	a := startWith(t, srv.URL(), hostSource("gpu-07"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1001, pids(1001) })
-	first := waitForKey(t, store, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.ReporterPID == 1001 })
+	first := waitForKey(t, kvs, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.ReporterPID == 1001 })
 
 	b := startWith(t, srv.URL(), hostSource("gpu-07"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1002, pids(1001, 1002) })
 	err := ended(t, b, 5*time.Second)
@@ -112,11 +113,11 @@ func TestSecondReporterOfLiveNodeRefused(t *testing.T) {
 			t.Errorf("the error lacks %q: %v", want, err)
 		}
 	}
-	_, refused, _ := store.Get(context.Background(), "n1")
+	_, refused, _ := kvs.Get(context.Background(), "n1")
 	// The first keeps reporting: its heartbeats move the key on, and the
 	// key stays its.
-	inv := waitForKey(t, store, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool {
-		_, rev, _ := store.Get(context.Background(), "n1")
+	inv := waitForKey(t, kvs, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool {
+		_, rev, _ := kvs.Get(context.Background(), "n1")
 		return rev > refused+2
 	})
 	if inv.Reporter != first.Reporter || inv.ReporterPID != 1001 {
@@ -124,7 +125,7 @@ func TestSecondReporterOfLiveNodeRefused(t *testing.T) {
 	}
 	stillRunning(t, a, "the first reporter")
 	a.stop(t)
-	if _, _, err := store.Get(context.Background(), "n1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, _, err := kvs.Get(context.Background(), "n1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("after the first reporter stopped: %v, want the key deleted", err)
 	}
 }
@@ -133,10 +134,10 @@ func TestSecondReporterOfLiveNodeRefused(t *testing.T) {
 // not yet expired) takes the key over at once, without the node leaving.
 func TestPredecessorDiedTakesOver(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.URL())
-	events := watch(t, store)
+	kvs := client(t, srv.URL())
+	events := watch(t, kvs)
 	a := startWith(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID = 1001 })
-	if ev := next(t, events, 5*time.Second); ev.Op != bus.Changed || ev.Inventory.ReporterPID != 1001 {
+	if ev := next(t, events, 5*time.Second); ev.Op != store.Changed || ev.Inventory.ReporterPID != 1001 {
 		t.Fatalf("first event %+v", ev)
 	}
 	a.kill(t)
@@ -144,7 +145,7 @@ func TestPredecessorDiedTakesOver(t *testing.T) {
 	start := time.Now()
 	b := startWith(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second, func(c *Config) { c.PID, c.Alive = 1002, pids(1002) })
 	ev := next(t, events, 5*time.Second)
-	if ev.Op != bus.Changed || ev.Inventory.ReporterPID != 1002 {
+	if ev.Op != store.Changed || ev.Inventory.ReporterPID != 1002 {
 		t.Fatalf("event %v %s (pid %d), want the new reporter's document", ev.Op, ev.Reason, ev.Inventory.ReporterPID)
 	}
 	if time.Since(start) > 10*time.Second {
@@ -158,12 +159,12 @@ func TestPredecessorDiedTakesOver(t *testing.T) {
 // container's reporter is pid 1 every time). It is taken over.
 func TestSamePIDOfAPreviousProcessTakesOver(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.URL())
+	kvs := client(t, srv.URL())
 	old := newFakeSource("n1").inv
 	old.Reporter, old.ReporterPID = "previous-instance", os.Getpid()
-	writeOther(t, store, old, 30*time.Second)
+	writeOther(t, kvs, old, 30*time.Second)
 	startReporter(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
-	waitForKey(t, store, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool {
+	waitForKey(t, kvs, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool {
 		return inv.Reporter != "previous-instance" && inv.ReporterPID == os.Getpid()
 	})
 }
@@ -173,17 +174,17 @@ func TestSamePIDOfAPreviousProcessTakesOver(t *testing.T) {
 // expires.
 func TestNoPIDRefusedUntilTTL(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.URL())
+	kvs := client(t, srv.URL())
 	old := newFakeSource("n1").inv
 	old.Reporter = "older-reporter"
-	rev := writeOther(t, store, old, 30*time.Second)
+	rev := writeOther(t, kvs, old, 30*time.Second)
 	r := startReporter(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
 	err := ended(t, r, 5*time.Second)
 	if !errors.Is(err, ErrOtherReporter) || !strings.Contains(err.Error(), "pid unknown") || !strings.Contains(err.Error(), "it wrote no pid") ||
 		!strings.Contains(err.Error(), "the key expires at ") {
 		t.Fatalf("reporter: %v", err)
 	}
-	if inv, now, err := store.Get(context.Background(), "n1"); err != nil || now != rev || inv.Reporter != "older-reporter" {
+	if inv, now, err := kvs.Get(context.Background(), "n1"); err != nil || now != rev || inv.Reporter != "older-reporter" {
 		t.Errorf("the key: %v, revision %d (was %d), reporter %q", err, now, rev, inv.Reporter)
 	}
 }
@@ -192,17 +193,17 @@ func TestNoPIDRefusedUntilTTL(t *testing.T) {
 // naming it, and leaves that reporter's key alone.
 func TestOverwrittenReporterStopsWithoutDeleting(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.URL())
+	kvs := client(t, srv.URL())
 	r := startReporter(t, srv.URL(), newFakeSource("n1"), 100*time.Millisecond, 30*time.Second)
-	waitForKey(t, store, "n1", 5*time.Second, nil)
+	waitForKey(t, kvs, "n1", 5*time.Second, nil)
 	other := newFakeSource("n1").inv
 	other.Hostname, other.Reporter, other.ReporterPID = "h2", "other-instance", 77
-	rev := writeOther(t, store, other, 30*time.Second)
+	rev := writeOther(t, kvs, other, 30*time.Second)
 	err := ended(t, r, 5*time.Second)
 	if !errors.Is(err, ErrOtherReporter) || !strings.Contains(err.Error(), "host h2") || !strings.Contains(err.Error(), "pid 77") {
 		t.Fatalf("reporter: %v", err)
 	}
-	if inv, now, err := store.Get(context.Background(), "n1"); err != nil || now != rev || inv.Reporter != "other-instance" {
+	if inv, now, err := kvs.Get(context.Background(), "n1"); err != nil || now != rev || inv.Reporter != "other-instance" {
 		t.Errorf("the key after the reporter stopped: %v, revision %d (was %d), reporter %q", err, now, rev, inv.Reporter)
 	}
 }
@@ -211,16 +212,16 @@ func TestOverwrittenReporterStopsWithoutDeleting(t *testing.T) {
 // own: a key another writer wrote since (its revision moved) stays.
 func TestShutdownLeavesAnotherWritersKey(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.URL())
+	kvs := client(t, srv.URL())
 	// No heartbeat before the stop: the reporter does not notice the
 	// overwrite until it shuts down.
 	r := startReporter(t, srv.URL(), newFakeSource("n1"), time.Minute, 2*time.Minute)
-	waitForKey(t, store, "n1", 5*time.Second, nil)
+	waitForKey(t, kvs, "n1", 5*time.Second, nil)
 	other := newFakeSource("n1").inv
 	other.Hostname, other.Reporter, other.ReporterPID = "h2", "other-instance", 77
-	rev := writeOther(t, store, other, 30*time.Second)
+	rev := writeOther(t, kvs, other, 30*time.Second)
 	r.stop(t)
-	if inv, now, err := store.Get(context.Background(), "n1"); err != nil || now != rev || inv.Reporter != "other-instance" {
+	if inv, now, err := kvs.Get(context.Background(), "n1"); err != nil || now != rev || inv.Reporter != "other-instance" {
 		t.Errorf("the key after shutdown: %v, revision %d (was %d), reporter %q; want it left alone", err, now, rev, inv.Reporter)
 	}
 }

@@ -21,11 +21,12 @@ import (
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/metrics"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
-// Store is where the reporter keeps the inventory; *bus.InventoryStore is
+// Store is where the reporter keeps the inventory; *store.InventoryStore is
 // the real one. Writes name the revision they replace, so that a key
-// someone else wrote meanwhile is noticed (bus.ErrKeyMoved).
+// someone else wrote meanwhile is noticed (store.ErrKeyMoved).
 type Store interface {
 	// PutIf stores doc under nodeID for ttl if the key is at revision
 	// last. heartbeat marks a put whose bytes equal the previous put's.
@@ -34,7 +35,7 @@ type Store interface {
 	DeleteIf(ctx context.Context, nodeID string, ttl time.Duration, last uint64) error
 	// State is the key as it stands: its document (nil when deleted),
 	// revision (0 when it holds nothing) and when it expires.
-	State(ctx context.Context, nodeID string) (bus.KeyState, error)
+	State(ctx context.Context, nodeID string) (store.KeyState, error)
 }
 
 // ErrOtherReporter is Run's error when another reporter, still running,
@@ -45,7 +46,7 @@ type Store interface {
 // other's host and pid.
 var ErrOtherReporter = errors.New("another reporter writes this node's key")
 
-var _ Store = (*bus.InventoryStore)(nil)
+var _ Store = (*store.InventoryStore)(nil)
 
 // Defaults of the reporter's timing, as the contract's flags document.
 const (
@@ -217,7 +218,7 @@ func (r *run) put(ctx context.Context, heartbeat bool) bool {
 		}
 	}
 	rev, err := r.Store.PutIf(pctx, r.last.NodeID, r.doc, heartbeat, r.TTL, r.rev)
-	if errors.Is(err, bus.ErrKeyMoved) {
+	if errors.Is(err, store.ErrKeyMoved) {
 		// Written by someone else since our last put, or gone (expired
 		// while NATS was away, deleted by hand): claim it again, unless
 		// another reporter holds it.
@@ -317,7 +318,7 @@ func (r *run) holder(other inventory.NodeInventory) (why string, alive bool) {
 // otherErr is the error Run stops with when another reporter holds the
 // key: that reporter's host, ip and pid, and when the key expires if it
 // has stopped renewing it.
-func (r *run) otherErr(other inventory.NodeInventory, st bus.KeyState, why string) error {
+func (r *run) otherErr(other inventory.NodeInventory, st store.KeyState, why string) error {
 	pid := "pid unknown"
 	if other.ReporterPID > 0 {
 		pid = fmt.Sprintf("pid %d", other.ReporterPID)
@@ -373,7 +374,7 @@ func (r *run) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err := r.Store.DeleteIf(ctx, r.last.NodeID, r.TTL, r.rev)
-	if errors.Is(err, bus.ErrKeyMoved) {
+	if errors.Is(err, store.ErrKeyMoved) {
 		// A put whose answer had not come back yet (stopped right after
 		// it) leaves the key at a revision this run does not know: the
 		// key is still its own if the document names this run.
@@ -381,7 +382,7 @@ func (r *run) shutdown() {
 			err = r.Store.DeleteIf(ctx, r.last.NodeID, r.TTL, rev)
 		}
 	}
-	if errors.Is(err, bus.ErrKeyMoved) {
+	if errors.Is(err, store.ErrKeyMoved) {
 		r.Log.Warn().Msg("the inventory key was written by something else since; leaving it")
 		return
 	}

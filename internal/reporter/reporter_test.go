@@ -18,6 +18,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/natstest"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // fakeSource is a simulated node whose GPUs can be made unhealthy, and
@@ -62,7 +63,7 @@ func startServer(t *testing.T) *natstest.Server {
 }
 
 // client is a test's own view of the bucket.
-func client(t *testing.T, url string) *bus.InventoryStore {
+func client(t *testing.T, url string) *store.InventoryStore {
 	t.Helper()
 	nc, err := bus.Connect(url, "test-watcher", zerolog.Nop(), bus.Security{})
 	if err != nil {
@@ -70,7 +71,7 @@ func client(t *testing.T, url string) *bus.InventoryStore {
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	return bus.NewInventoryStore(js)
+	return store.NewInventoryStore(js)
 }
 
 type running struct {
@@ -94,7 +95,7 @@ func startReporter(t *testing.T, url string, src inventory.Source, heartbeat, tt
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{nc: nc, cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		r.done <- Run(ctx, Config{Source: src, Store: bus.NewInventoryStore(js), Heartbeat: heartbeat, TTL: ttl, Log: log})
+		r.done <- Run(ctx, Config{Source: src, Store: store.NewInventoryStore(js), Heartbeat: heartbeat, TTL: ttl, Log: log})
 	}()
 	t.Cleanup(func() { r.stop(t); nc.Close() })
 	return r
@@ -120,7 +121,7 @@ func (r *running) kill(t *testing.T) {
 	r.stop(t)
 }
 
-func watch(t *testing.T, s *bus.InventoryStore) <-chan bus.Event {
+func watch(t *testing.T, s *store.InventoryStore) <-chan store.Event {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -132,13 +133,13 @@ func watch(t *testing.T, s *bus.InventoryStore) <-chan bus.Event {
 }
 
 // next returns the next event that is not a heartbeat or sync.
-func next(t *testing.T, events <-chan bus.Event, within time.Duration) bus.Event {
+func next(t *testing.T, events <-chan store.Event, within time.Duration) store.Event {
 	t.Helper()
 	deadline := time.After(within)
 	for {
 		select {
 		case ev := <-events:
-			if ev.Op == bus.Heartbeat || ev.Op == bus.Synced {
+			if ev.Op == store.Heartbeat || ev.Op == store.Synced {
 				continue
 			}
 			return ev
@@ -148,7 +149,7 @@ func next(t *testing.T, events <-chan bus.Event, within time.Duration) bus.Event
 	}
 }
 
-func waitForKey(t *testing.T, s *bus.InventoryStore, nodeID string, within time.Duration, ok func(inventory.NodeInventory) bool) inventory.NodeInventory {
+func waitForKey(t *testing.T, s *store.InventoryStore, nodeID string, within time.Duration, ok func(inventory.NodeInventory) bool) inventory.NodeInventory {
 	t.Helper()
 	var inv inventory.NodeInventory
 	natstest.WaitFor(t, within, "key "+nodeID+" as wanted", func() bool {
@@ -160,7 +161,7 @@ func waitForKey(t *testing.T, s *bus.InventoryStore, nodeID string, within time.
 }
 
 func TestConfigValidate(t *testing.T) {
-	src, store := newFakeSource("n1"), bus.NewInventoryStore(nil)
+	src, kvs := newFakeSource("n1"), store.NewInventoryStore(nil)
 	tests := []struct {
 		heartbeat, ttl time.Duration
 		wantErr        string
@@ -172,7 +173,7 @@ func TestConfigValidate(t *testing.T) {
 		{heartbeat: 5 * time.Second, ttl: 5 * time.Second, wantErr: "longer than the heartbeat"},
 	}
 	for _, tt := range tests {
-		err := Config{Source: src, Store: store, Heartbeat: tt.heartbeat, TTL: tt.ttl}.Validate()
+		err := Config{Source: src, Store: kvs, Heartbeat: tt.heartbeat, TTL: tt.ttl}.Validate()
 		if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 			t.Errorf("heartbeat %s ttl %s: error %v, want %q", tt.heartbeat, tt.ttl, err, tt.wantErr)
 		}
@@ -183,12 +184,12 @@ func TestConfigValidate(t *testing.T) {
 // heartbeats reach a watcher as heartbeats, not changes.
 func TestKeyAppearsAndSurvivesTTL(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.URL())
-	events := watch(t, store)
+	kvs := client(t, srv.URL())
+	events := watch(t, kvs)
 	startReporter(t, srv.URL(), newFakeSource("n1"), 200*time.Millisecond, time.Second)
 
 	ev := next(t, events, 5*time.Second)
-	if ev.Op != bus.Changed || ev.NodeID != "n1" || len(ev.Inventory.GPUs) != 8 {
+	if ev.Op != store.Changed || ev.NodeID != "n1" || len(ev.Inventory.GPUs) != 8 {
 		t.Fatalf("first event %+v", ev)
 	}
 	var beats int
@@ -196,7 +197,7 @@ func TestKeyAppearsAndSurvivesTTL(t *testing.T) {
 	for done := false; !done; {
 		select {
 		case ev := <-events:
-			if ev.Op != bus.Heartbeat {
+			if ev.Op != store.Heartbeat {
 				t.Fatalf("event %v %s while heartbeats flow, want only heartbeats", ev.Op, ev.Reason)
 			}
 			beats++
@@ -207,17 +208,17 @@ func TestKeyAppearsAndSurvivesTTL(t *testing.T) {
 	if beats < 5 {
 		t.Errorf("%d heartbeats in 3s at 200ms", beats)
 	}
-	waitForKey(t, store, "n1", 0, nil)
+	waitForKey(t, kvs, "n1", 0, nil)
 }
 
 // A reporter killed without a word: its key is purged within the TTL and
 // watchers, plain KV ones included, see the purge.
 func TestKilledReporterIsPurged(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.URL())
-	events := watch(t, store)
+	kvs := client(t, srv.URL())
+	events := watch(t, kvs)
 	r := startReporter(t, srv.URL(), newFakeSource("n1"), 200*time.Millisecond, time.Second)
-	if ev := next(t, events, 5*time.Second); ev.Op != bus.Changed {
+	if ev := next(t, events, 5*time.Second); ev.Op != store.Changed {
 		t.Fatalf("first event %+v", ev)
 	}
 	r.kill(t)
@@ -225,11 +226,11 @@ func TestKilledReporterIsPurged(t *testing.T) {
 	// TTL 1s, plus up to one heartbeat already in flight, plus the
 	// server's expiry tick.
 	ev := next(t, events, 3*time.Second)
-	if ev.Op != bus.Removed || ev.Reason != bus.ReasonExpired {
+	if ev.Op != store.Removed || ev.Reason != store.ReasonExpired {
 		t.Fatalf("event %+v, want removed/expired", ev)
 	}
 	t.Logf("expired %s after the kill (TTL 1s)", time.Since(killed).Round(10*time.Millisecond))
-	kv, _ := store.KV(context.Background())
+	kv, _ := kvs.KV(context.Background())
 	if _, err := kv.Get(context.Background(), "n1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("the dead node's key is still there: %v", err)
 	}
@@ -238,17 +239,17 @@ func TestKilledReporterIsPurged(t *testing.T) {
 // On shutdown (what SIGTERM triggers in the command) the key goes at once.
 func TestShutdownDeletesKey(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.URL())
-	events := watch(t, store)
+	kvs := client(t, srv.URL())
+	events := watch(t, kvs)
 	r := startReporter(t, srv.URL(), newFakeSource("n1"), 5*time.Second, 15*time.Second)
-	if ev := next(t, events, 5*time.Second); ev.Op != bus.Changed {
+	if ev := next(t, events, 5*time.Second); ev.Op != store.Changed {
 		t.Fatalf("first event %+v", ev)
 	}
 	r.stop(t)
-	if _, _, err := store.Get(context.Background(), "n1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, _, err := kvs.Get(context.Background(), "n1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("Get after shutdown: %v, want ErrKeyNotFound", err)
 	}
-	if ev := next(t, events, time.Second); ev.Op != bus.Removed || ev.Reason != bus.ReasonDeleted {
+	if ev := next(t, events, time.Second); ev.Op != store.Removed || ev.Reason != store.ReasonDeleted {
 		t.Errorf("event %+v, want removed/deleted", ev)
 	}
 }
@@ -256,17 +257,17 @@ func TestShutdownDeletesKey(t *testing.T) {
 // A GPU turning unhealthy is published at once, not at the next heartbeat.
 func TestChangePublishedAtOnce(t *testing.T) {
 	srv := startServer(t)
-	store := client(t, srv.URL())
-	events := watch(t, store)
+	kvs := client(t, srv.URL())
+	events := watch(t, kvs)
 	src := newFakeSource("n1")
 	startReporter(t, srv.URL(), src, 30*time.Second, time.Minute)
 	first := next(t, events, 5*time.Second)
-	if first.Op != bus.Changed {
+	if first.Op != store.Changed {
 		t.Fatalf("first event %+v", first)
 	}
 	src.breakGPU(3)
 	ev := next(t, events, time.Second)
-	if ev.Op != bus.Changed || ev.Inventory.GPUs[3].Healthy || ev.Inventory.GPUs[3].UnhealthyReason != "XID 79" {
+	if ev.Op != store.Changed || ev.Inventory.GPUs[3].Healthy || ev.Inventory.GPUs[3].UnhealthyReason != "XID 79" {
 		t.Fatalf("event %+v, want GPU 3 unhealthy", ev)
 	}
 	if len(ev.Inventory.HealthyGPUs()) != 7 || !ev.Inventory.ReportedAt.After(first.Inventory.ReportedAt) {
@@ -361,9 +362,9 @@ func TestTwoReportersOneNode(t *testing.T) {
 	}
 	t.Run("another host", func(t *testing.T) {
 		srv := startServer(t)
-		store := client(t, srv.URL())
+		kvs := client(t, srv.URL())
 		startReporter(t, srv.URL(), on("h1"), 100*time.Millisecond, time.Second)
-		waitForKey(t, store, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.Hostname == "h1" })
+		waitForKey(t, kvs, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.Hostname == "h1" })
 		b := startReporter(t, srv.URL(), on("h2"), 100*time.Millisecond, time.Second)
 		err := wait(b)
 		if !errors.Is(err, ErrOtherReporter) || !strings.Contains(err.Error(), "host h1") || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
@@ -371,12 +372,12 @@ func TestTwoReportersOneNode(t *testing.T) {
 		}
 		// The first reporter keeps the key: a heartbeat of its own
 		// after the second stopped.
-		_, rev, err := store.Get(context.Background(), "n1")
+		_, rev, err := kvs.Get(context.Background(), "n1")
 		if err != nil {
 			t.Fatal(err)
 		}
 		natstest.WaitFor(t, 5*time.Second, "a heartbeat of the first reporter", func() bool {
-			inv, now, err := store.Get(context.Background(), "n1")
+			inv, now, err := kvs.Get(context.Background(), "n1")
 			if err == nil && now > rev && inv.Hostname != "h1" {
 				t.Fatalf("the key is host %q's", inv.Hostname)
 			}
@@ -385,9 +386,9 @@ func TestTwoReportersOneNode(t *testing.T) {
 	})
 	t.Run("same host", func(t *testing.T) {
 		srv := startServer(t)
-		store := client(t, srv.URL())
+		kvs := client(t, srv.URL())
 		a := startReporter(t, srv.URL(), on("h1"), 100*time.Millisecond, time.Second)
-		first := waitForKey(t, store, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.Reporter != "" })
+		first := waitForKey(t, kvs, "n1", 5*time.Second, func(inv inventory.NodeInventory) bool { return inv.Reporter != "" })
 		b := startReporter(t, srv.URL(), on("h1"), 100*time.Millisecond, time.Second)
 		err := wait(b)
 		if !errors.Is(err, ErrOtherReporter) || !strings.Contains(err.Error(), "running in this process") {
@@ -398,7 +399,7 @@ func TestTwoReportersOneNode(t *testing.T) {
 			t.Fatalf("the first reporter stopped: %v", err)
 		default:
 		}
-		if inv := waitForKey(t, store, "n1", 0, nil); inv.Reporter != first.Reporter {
+		if inv := waitForKey(t, kvs, "n1", 0, nil); inv.Reporter != first.Reporter {
 			t.Errorf("the key is reporter %s's, want the first's, %s", inv.Reporter, first.Reporter)
 		}
 	})

@@ -9,9 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -22,14 +24,14 @@ import (
 // stay.
 const ValidateMaxWorkers = 100_000
 
-// Validate implements bus.Answerer: spec planned afresh on what the
+// Validate implements store.Answerer: spec planned afresh on what the
 // plans of its priority or higher leave of the live inventory (lower
 // ones would give way), nothing published. (The service runs one
 // validation at a time: a micro endpoint handles its requests in turn.)
-func (p *Service) Validate(_ context.Context, data []byte, as string) (*bus.ValidateReply, error) {
+func (p *Service) Validate(_ context.Context, data []byte, as string) (*client.ValidateReply, error) {
 	spec, err := planner.ParseSpec(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: spec: %w", bus.ErrBadRequest, err)
+		return nil, fmt.Errorf("%w: spec: %w", client.ErrBadRequest, err)
 	}
 	sn := p.view()
 	nodes := sn.nodes
@@ -55,7 +57,7 @@ func (p *Service) Validate(_ context.Context, data []byte, as string) (*bus.Vali
 		// memory back rather than keep it for the next large request.
 		time.AfterFunc(time.Second, debug.FreeOSMemory)
 	}
-	return &bus.ValidateReply{Document: &reply, Nodes: len(nodes)}, nil
+	return &client.ValidateReply{Document: &reply, Nodes: len(nodes)}, nil
 }
 
 // whyNotBeside says first whether spec could fit the cluster at all,
@@ -77,20 +79,20 @@ func whyNotBeside(spec *planner.Spec, nodes []planner.Node, others []planner.Job
 	return fmt.Sprintf("it would fit the cluster, but plans of its priority or higher hold the room it lacks: %s: %s", strings.Join(holders, ", "), beside)
 }
 
-// Plan implements bus.Answerer: the latest revision from memory, other
+// Plan implements store.Answerer: the latest revision from memory, other
 // plans and older revisions rebuilt from the stream.
-func (p *Service) Plan(ctx context.Context, req bus.PlanRequest) (*planner.Plan, error) {
+func (p *Service) Plan(ctx context.Context, req wire.PlanRequest) (*planner.Plan, error) {
 	name := req.Plan
 	if name == "" {
 		name = p.cfg.Plan
 	}
-	if err := bus.ValidatePlanName(name); err != nil {
+	if err := store.ValidatePlanName(name); err != nil {
 		return nil, err
 	}
 	if req.Revision < 0 {
-		return nil, fmt.Errorf("%w: revision %d: must be >= 1", bus.ErrBadRequest, req.Revision)
+		return nil, fmt.Errorf("%w: revision %d: must be >= 1", client.ErrBadRequest, req.Revision)
 	}
-	var sp *bus.StoredPlan
+	var sp *store.StoredPlan
 	if s, ok := p.view().plans[name]; ok && s.latest != nil && (req.Revision == 0 || req.Revision == s.latest.Plan.Revision) {
 		sp = s.latest
 	}
@@ -100,7 +102,7 @@ func (p *Service) Plan(ctx context.Context, req bus.PlanRequest) (*planner.Plan,
 	case req.Revision == 0:
 		sp, err = p.plans.Latest(ctx, name)
 		if err == nil && sp == nil {
-			err = fmt.Errorf("plan %s: %w (no revision published yet)", name, bus.ErrNotFound)
+			err = fmt.Errorf("plan %s: %w (no revision published yet)", name, client.ErrNotFound)
 		}
 	default:
 		sp, err = p.plans.Revision(ctx, name, req.Revision)

@@ -7,8 +7,8 @@ import (
 	"slices"
 
 	"github.com/poolplanner/poolplanner/client"
-	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -25,7 +25,7 @@ func (p *Service) publishAssignments(ctx context.Context, s *planState, prev, ne
 	}
 	var as []client.Assignment
 	for _, nc := range change.Nodes {
-		if old := was(nc.NodeID); len(old) == 0 && len(nc.Workers) == 0 || slices.EqualFunc(old, nc.Workers, sameWorker) {
+		if old := was(nc.NodeID); len(old) == 0 && len(nc.Workers) == 0 || slices.EqualFunc(old, nc.Workers, planner.SameWorker) {
 			continue
 		}
 		as = append(as, assignment(next, nc.NodeID, nc.Workers))
@@ -63,15 +63,9 @@ func (p *Service) noteAssignment(s *planState, a *client.Assignment) {
 func assignment(p *planner.Plan, node string, ws []plan.Worker) client.Assignment {
 	a := client.Assignment{Plan: p.Name, Revision: p.Revision, NodeID: node, Workers: make([]client.PlacedWorker, len(ws))}
 	for i, w := range ws {
-		a.Workers[i] = client.Place(p.Name, p.Revision, w)
+		a.Workers[i] = store.Place(p.Name, p.Revision, w)
 	}
 	return a
-}
-
-func sameWorker(a, b plan.Worker) bool {
-	return a.Component == b.Component && a.Index == b.Index && a.Pool == b.Pool && a.NodeID == b.NodeID &&
-		a.IP == b.IP && a.GPUShare == b.GPUShare && a.CPUs == b.CPUs &&
-		slices.Equal(a.GPUs, b.GPUs) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs)
 }
 
 // stale is the assignment to publish for node when what its subject
@@ -89,7 +83,7 @@ func stale(latest *planner.Plan, node string, want []plan.Worker, have *client.A
 		for i, pw := range have.Workers {
 			ws[i] = pw.Worker
 		}
-		if have.Err == nil && slices.EqualFunc(ws, want, sameWorker) {
+		if have.Err == nil && slices.EqualFunc(ws, want, planner.SameWorker) {
 			return nil
 		}
 	} else if len(want) == 0 {
@@ -149,7 +143,7 @@ func (p *Service) reconcileAssignments(ctx context.Context, s *planState) error 
 // and notes what to check of its assignments (verifyAssignments): the
 // nodes its event says changed, or, when it does not say (or sp is nil),
 // every node.
-func (p *Service) adopted(s *planState, sp *bus.StoredPlan) {
+func (p *Service) adopted(s *planState, sp *store.StoredPlan) {
 	if p.adopt(s, sp) {
 		p.gauges(s, s.latest)
 		p.publishSnapshot(true)
@@ -158,7 +152,7 @@ func (p *Service) adopted(s *planState, sp *bus.StoredPlan) {
 
 // adopt is adopted but for the gauges; it reports whether sp became the
 // latest.
-func (p *Service) adopt(s *planState, sp *bus.StoredPlan) bool {
+func (p *Service) adopt(s *planState, sp *store.StoredPlan) bool {
 	if sp != nil {
 		if s.latest != nil && sp.Plan.Revision <= s.latest.Plan.Revision {
 			return false

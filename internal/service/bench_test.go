@@ -13,9 +13,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -32,23 +34,23 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 
 // benchSetup starts an embedded server, n nodes in the inventory and a
 // planner with no debounce, and waits for the first plan.
-func benchSetup(b *testing.B, n int) (serverNC, clientNC *nats.Conn, js jetstream.JetStream, first *bus.StoredPlan, follow <-chan *bus.StoredPlan, stopFollow context.CancelFunc) {
+func benchSetup(b *testing.B, n int) (serverNC, clientNC *nats.Conn, js jetstream.JetStream, first *store.StoredPlan, follow <-chan *store.StoredPlan, stopFollow context.CancelFunc) {
 	b.Helper()
 	srv := natstest.Start(b)
 	serverNC, clientNC = srv.Conn(b), srv.Conn(b)
 	js, _ = jetstream.New(serverNC)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	store := bus.NewInventoryStore(js)
+	invs := store.NewInventoryStore(js)
 	for i := range n {
 		id := fmt.Sprintf("n%04d", i)
-		if _, err := store.Put(ctx, id, simDoc(id), false, time.Hour); err != nil {
+		if _, err := invs.Put(ctx, id, simDoc(id), false, time.Hour); err != nil {
 			b.Fatal(err)
 		}
 	}
 	p := New(Config{NC: serverNC, JS: js, Spec: []byte(benchSpec), Log: zerolog.Nop()})
 	go func() { _ = p.Run(ctx) }()
-	plans := bus.NewPlanStore(js)
+	plans := store.NewPlanStore(js)
 	if err := plans.Ensure(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -84,10 +86,10 @@ func benchChangeToPlan(b *testing.B, decoded bool) {
 	_, clientNC, js, first, follow, stopFollow := benchSetup(b, 1000)
 	if !decoded {
 		stopFollow()
-		raw := make(chan *bus.StoredPlan, 16)
-		sub, err := clientNC.Subscribe(bus.PlanVersionSubject("default"), func(m *nats.Msg) {
-			rev, _ := strconv.Atoi(m.Header.Get(bus.RevisionHeader))
-			raw <- &bus.StoredPlan{Plan: &planner.Plan{Document: plan.Document{Header: plan.Header{Revision: rev}}}}
+		raw := make(chan *store.StoredPlan, 16)
+		sub, err := clientNC.Subscribe(client.PlanEventSubject("default"), func(m *nats.Msg) {
+			rev, _ := strconv.Atoi(m.Header.Get(client.RevisionHeader))
+			raw <- &store.StoredPlan{Plan: &planner.Plan{Document: plan.Document{Header: plan.Header{Revision: rev}}}}
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -96,7 +98,7 @@ func benchChangeToPlan(b *testing.B, decoded bool) {
 		_ = clientNC.Flush()
 		follow = raw
 	}
-	store := bus.NewInventoryStore(js)
+	invs := store.NewInventoryStore(js)
 	// Train nodes are full, so each GPU failing there displaces a worker:
 	// fail them one by one, 7 down to 0, then the next train node's.
 	var victims []string
@@ -117,7 +119,7 @@ func benchChangeToPlan(b *testing.B, decoded bool) {
 		for g := 7; g >= 7-i%8; g-- {
 			sick = append(sick, g)
 		}
-		if _, err := store.Put(ctx, victim, simDoc(victim, sick...), false, time.Hour); err != nil {
+		if _, err := invs.Put(ctx, victim, simDoc(victim, sick...), false, time.Hour); err != nil {
 			b.Fatal(err)
 		}
 		i++
@@ -154,7 +156,7 @@ func BenchmarkLookup(b *testing.B) {
 	reqs := make([][]byte, 1024)
 	for k := range reqs {
 		w := ws[(k*7919)%len(ws)]
-		reqs[k], _ = json.Marshal(bus.LookupRequest{Plan: "default", Component: string(w.Component), Index: &w.Index})
+		reqs[k], _ = json.Marshal(wire.LookupRequest{Plan: "default", Component: string(w.Component), Index: &w.Index})
 	}
 	var inService, inEcho time.Duration
 	i := 0
@@ -162,7 +164,7 @@ func BenchmarkLookup(b *testing.B) {
 		req := reqs[i%len(reqs)]
 		i++
 		t0 := time.Now()
-		m, err := clientNC.Request(bus.LookupSubject, req, 5*time.Second)
+		m, err := clientNC.Request(client.LookupSubject, req, 5*time.Second)
 		if err != nil || m.Header.Get("Nats-Service-Error-Code") != "" || !bytes.Contains(m.Data, []byte(`"cuda_visible_devices"`)) {
 			b.Fatalf("lookup %s: %v %s", req, err, m.Data)
 		}

@@ -20,7 +20,9 @@ import (
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/reporter"
+	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/internal/testcluster"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 const chaosSpec = `
@@ -118,7 +120,7 @@ func (x *chaos) join() string {
 	ctx, cancel := context.WithCancel(context.Background())
 	x.nodes[id], x.stops[id] = src, cancel
 	go func() {
-		_ = reporter.Run(ctx, reporter.Config{Source: src, Store: bus.NewInventoryStore(js), Heartbeat: chaosBeat, TTL: chaosTTL, Log: zerolog.Nop()})
+		_ = reporter.Run(ctx, reporter.Config{Source: src, Store: store.NewInventoryStore(js), Heartbeat: chaosBeat, TTL: chaosTTL, Log: zerolog.Nop()})
 	}()
 	return id
 }
@@ -156,7 +158,7 @@ func (x *chaos) planner() *instance {
 func (x *chaos) latest() *planner.Plan {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	sp, err := bus.NewPlanStore(x.js).Latest(ctx, "default")
+	sp, err := store.NewPlanStore(x.js).Latest(ctx, "default")
 	if err != nil || sp == nil {
 		return nil
 	}
@@ -248,7 +250,7 @@ func TestChaos(t *testing.T) {
 	// plans on all of them: a planner that saw only the first to report
 	// would publish an invalid revision 1 (true, but not this test's
 	// subject), depending on how fast a loaded machine starts reporters.
-	inv := bus.NewInventoryStore(x.js)
+	inv := store.NewInventoryStore(x.js)
 	inv.Replicas = 3
 	ictx, icancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer icancel()
@@ -303,11 +305,11 @@ func TestChaos(t *testing.T) {
 	// The leading planner dies without a word.
 	// The leader is the lease's holder (a planner that lost its lease
 	// believes it leads until its next renewal).
-	store := bus.NewPlanStore(x.js)
+	plans := store.NewPlanStore(x.js)
 	lease := func() *bus.Lease {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if l, err := store.ReadLease(ctx, "default"); err == nil && l != nil {
+		if l, err := plans.ReadLease(ctx, "default"); err == nil && l != nil {
 			return l
 		}
 		return &bus.Lease{}
@@ -350,7 +352,7 @@ func TestChaos(t *testing.T) {
 	x.checkInventory()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, name := range []string{bus.PlansStream, bus.InventoryStream, "KV_" + bus.SpecBucket, client.AssignmentsStream} {
+	for _, name := range []string{client.PlansStream, bus.InventoryStream, "KV_" + client.SpecBucket, client.AssignmentsStream} {
 		testcluster.WaitCurrent(ctx, t, x.js, name)
 	}
 	if strings.Contains(x.logs.String(), `"level":"error"`) {
@@ -382,8 +384,8 @@ var andMore = regexp.MustCompile(` and \d+ more$`)
 func (x *chaos) checkHistory() {
 	x.t.Helper()
 	var revs []int
-	store := bus.NewPlanStore(x.js)
-	err := store.Client().History(context.Background(), "default", func(i client.Info) bool {
+	plans := store.NewPlanStore(x.js)
+	err := plans.Client().History(context.Background(), "default", func(i client.Info) bool {
 		revs = append(revs, i.Revision)
 		// A node no test step stopped must never leave: its key outlives
 		// any one server (its reporter heartbeats through the others).
@@ -410,7 +412,7 @@ func (x *chaos) checkHistory() {
 	}
 	spec, _ := planner.ParseSpec([]byte(chaosSpec))
 	for _, r := range revs {
-		sp, err := store.Revision(context.Background(), "default", r)
+		sp, err := plans.Revision(context.Background(), "default", r)
 		if err != nil {
 			x.t.Fatalf("revision %d: %v", r, err)
 		}
@@ -428,8 +430,8 @@ func lightInvariants(spec *planner.Spec, p *planner.Plan) []string {
 	if !p.Valid {
 		return []string{"invalid: " + p.Error}
 	}
-	want := map[planner.Component]int{planner.Train: spec.Scheduling.Train.WorkerNum, planner.Eval: spec.Scheduling.Eval.WorkerNum, planner.Env: spec.Scheduling.Env[0].WorkerNum}
-	idx := map[planner.Component][]int{}
+	want := map[plan.Component]int{plan.Train: spec.Scheduling.Train.WorkerNum, plan.Eval: spec.Scheduling.Eval.WorkerNum, plan.Env: spec.Scheduling.Env[0].WorkerNum}
+	idx := map[plan.Component][]int{}
 	share := map[string]float64{}
 	node := map[string]string{}
 	for _, w := range p.Workers.All() {
@@ -467,7 +469,7 @@ func lightInvariants(spec *planner.Spec, p *planner.Plan) []string {
 func (x *chaos) checkInventory() {
 	x.t.Helper()
 	natstest.WaitFor(x.t, chaosTTL+5*time.Second, "the inventory keys the running reporters'", func() bool {
-		kv, err := x.js.KeyValue(context.Background(), bus.InventoryBucket)
+		kv, err := x.js.KeyValue(context.Background(), client.InventoryBucket)
 		var keys, want []string
 		if err == nil {
 			var lister jetstream.KeyLister
@@ -486,7 +488,7 @@ func (x *chaos) checkInventory() {
 		sort.Strings(want)
 		return err == nil && fmt.Sprint(keys) == fmt.Sprint(want)
 	})
-	spec, _, err := bus.NewSpecStore(x.js).Get(context.Background(), "default")
+	spec, _, err := store.NewSpecStore(x.js).Get(context.Background(), "default")
 	if err != nil || string(spec) != chaosSpec {
 		x.t.Errorf("spec lost: %v", err)
 	}

@@ -13,10 +13,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
-	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/reporter"
+	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/internal/wire"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // claimant is node id's document of 8 simulated H100s, with GPU i of
@@ -75,11 +77,13 @@ func TestClaimsInTheView(t *testing.T) {
 	own, s := p.addState("default"), p.addState("exp")
 	stolen := inventory.SimulatedUUID("a", 0)
 	a, b, c := claimant("a", nil), claimant("b", map[int]string{3: "a:0"}), claimant("c", map[int]string{5: "a:0"})
-	changed := func(d inventory.NodeInventory) bus.Event {
-		return bus.Event{Op: bus.Changed, NodeID: d.NodeID, Inventory: d}
+	changed := func(d inventory.NodeInventory) store.Event {
+		return store.Event{Op: store.Changed, NodeID: d.NodeID, Inventory: d}
 	}
-	left := func(id string) bus.Event { return bus.Event{Op: bus.Removed, NodeID: id, Reason: bus.ReasonDeleted} }
-	rejected := func(id string) bus.Event { return bus.Event{Op: bus.Rejected, NodeID: id, Reason: "bad"} }
+	left := func(id string) store.Event {
+		return store.Event{Op: store.Removed, NodeID: id, Reason: store.ReasonDeleted}
+	}
+	rejected := func(id string) store.Event { return store.Event{Op: store.Rejected, NodeID: id, Reason: "bad"} }
 	type want struct {
 		holder  string   // of the stolen UUID
 		refused []string // "NODE:GPU" unhealthy for it
@@ -87,28 +91,28 @@ func TestClaimsInTheView(t *testing.T) {
 		log     string
 	}
 	for i, st := range []struct {
-		events []bus.Event
+		events []store.Event
 		resync []inventory.NodeInventory // else events
 		// rebeat: a resync that saw only heartbeats (the loop takes
 		// each node's document from Planner.node)
 		rebeat bool
 		want   want
 	}{
-		{events: []bus.Event{changed(a)}, want: want{holder: "a", changes: "nodes joined: a"}},
-		{events: []bus.Event{changed(b)}, want: want{holder: "a", refused: []string{"b:3"}, changes: "nodes joined: b",
+		{events: []store.Event{changed(a)}, want: want{holder: "a", changes: "nodes joined: a"}},
+		{events: []store.Event{changed(b)}, want: want{holder: "a", refused: []string{"b:3"}, changes: "nodes joined: b",
 			log: `"node":"b","gpu_index":3,"gpu_uuid":"` + stolen + `","holder":"a"`}},
 		// A change of nothing is no change; nor a resync of heartbeats.
-		{events: []bus.Event{changed(b)}, want: want{holder: "a", refused: []string{"b:3"}}},
+		{events: []store.Event{changed(b)}, want: want{holder: "a", refused: []string{"b:3"}}},
 		{rebeat: true, want: want{holder: "a", refused: []string{"b:3"}}},
-		{events: []bus.Event{left("a")}, want: want{holder: "b", changes: "nodes left: a; nodes changed: b",
+		{events: []store.Event{left("a")}, want: want{holder: "b", changes: "nodes left: a; nodes changed: b",
 			log: `"gpu_uuid":"` + stolen + `","from":"a","node":"b"`}},
-		{events: []bus.Event{changed(a)}, want: want{holder: "b", refused: []string{"a:0"}, changes: "nodes joined: a",
+		{events: []store.Event{changed(a)}, want: want{holder: "b", refused: []string{"a:0"}, changes: "nodes joined: a",
 			log: `"node":"a","gpu_index":0,"gpu_uuid":"` + stolen + `","holder":"b"`}},
 		// A resync: b's document is gone; c is new. a (known) holds.
 		{resync: []inventory.NodeInventory{a, c}, want: want{holder: "a", refused: []string{"c:5"}, changes: "nodes joined: c; nodes left: b; nodes changed: a",
 			log: `"gpu_uuid":"` + stolen + `","from":"b","node":"a"`}},
 		// A rejected document is the node leaving.
-		{events: []bus.Event{rejected("a")}, want: want{holder: "c", changes: "nodes left: a; nodes changed: c",
+		{events: []store.Event{rejected("a")}, want: want{holder: "c", changes: "nodes left: a; nodes changed: c",
 			log: `"gpu_uuid":"` + stolen + `","from":"a","node":"c"`}},
 	} {
 		before := len(logs.String())
@@ -201,7 +205,7 @@ func TestTwoReportersOneUUID(t *testing.T) {
 	// event, not the first id.
 	first, second := claimant("z1", nil), claimant("a2", map[int]string{3: "z1:0"})
 	stolen := first.GPUs[0].UUID
-	plans := bus.NewPlanStore(h.js)
+	plans := store.NewPlanStore(h.js)
 	if err := plans.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +240,7 @@ func TestTwoReportersOneUUID(t *testing.T) {
 	}
 	next("1", func(*planner.Plan) bool { return true }) // read the (empty) bucket: events follow in order
 
-	inv := bus.NewInventoryStore(h.js)
+	inv := store.NewInventoryStore(h.js)
 	report := func(doc inventory.NodeInventory) (stop func()) {
 		t.Helper()
 		rctx, cancel := context.WithCancel(ctx)
@@ -266,7 +270,7 @@ func TestTwoReportersOneUUID(t *testing.T) {
 		}
 	}
 	uses := func(pl *planner.Plan, node string, uuid string) bool {
-		return slices.ContainsFunc(pl.OnNode(node), func(w planner.Worker) bool { return slices.Contains(w.GPUUUIDs, uuid) })
+		return slices.ContainsFunc(pl.OnNode(node), func(w plan.Worker) bool { return slices.Contains(w.GPUUUIDs, uuid) })
 	}
 
 	stopFirst := report(first)
@@ -324,7 +328,7 @@ func TestLongPlanNameLookup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	h.node("n1")
-	plans := bus.NewPlanStore(h.js)
+	plans := store.NewPlanStore(h.js)
 	if err := plans.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -348,13 +352,13 @@ func TestLongPlanNameLookup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if code := reply.Header.Get(micro.ErrorCodeHeader); code != bus.CodeBadRequest || !strings.Contains(string(reply.Data), "invalid plan name") ||
+		if code := reply.Header.Get(micro.ErrorCodeHeader); code != wire.CodeBadRequest || !strings.Contains(string(reply.Data), "invalid plan name") ||
 			!strings.Contains(string(reply.Data), "4100 bytes is too long; want 1 to 64 bytes") {
 			t.Errorf("lookup: code %q, %s", code, reply.Data)
 		}
 	}
 	reply, err := h.nc.RequestWithContext(ctx, client.PlanSubject, []byte(fmt.Sprintf(`{"plan": %q}`, long)))
-	if err != nil || reply.Header.Get(micro.ErrorCodeHeader) != bus.CodeBadRequest {
+	if err != nil || reply.Header.Get(micro.ErrorCodeHeader) != wire.CodeBadRequest {
 		t.Errorf("plan: %v", err)
 	}
 	c, err := client.New(h.nc)

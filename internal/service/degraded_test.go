@@ -8,13 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
 // place is where a worker runs: its node and GPUs.
-func place(w planner.Worker) string { return fmt.Sprintf("%s %v", w.NodeID, w.GPUs) }
+func place(w plan.Worker) string { return fmt.Sprintf("%s %v", w.NodeID, w.GPUs) }
 
 // TestNodeFlapMovesOnlyItsWorkers: one node of four, whose 8 GPUs a
 // plan of all 32 uses, leaves (its key expires) and comes back. The
@@ -64,12 +66,12 @@ func TestNodeFlapMovesOnlyItsWorkers(t *testing.T) {
 	placed := second.Workers.At(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var got bus.PlacedWorker
-	if err := bus.Request(ctx, h.nc, bus.LookupSubject, bus.LookupRequest{Plan: "default", Component: string(placed.Component), Index: &placed.Index}, &got); err != nil || got.NodeID != placed.NodeID {
+	var got client.PlacedWorker
+	if err := bus.Request(ctx, h.nc, client.LookupSubject, wire.LookupRequest{Plan: "default", Component: string(placed.Component), Index: &placed.Index}, &got); err != nil || got.NodeID != placed.NodeID {
 		t.Errorf("lookup of a placed worker in a degraded plan: %v %+v", err, got)
 	}
 	u := second.Unplaced[0]
-	if err := bus.Request(ctx, h.nc, bus.LookupSubject, bus.LookupRequest{Plan: "default", Component: string(u.Component), Index: &u.Index}, &got); err == nil ||
+	if err := bus.Request(ctx, h.nc, client.LookupSubject, wire.LookupRequest{Plan: "default", Component: string(u.Component), Index: &u.Index}, &got); err == nil ||
 		!strings.Contains(err.Error(), "is unplaced: ") || !strings.Contains(err.Error(), "returns to node n3") {
 		t.Errorf("lookup of an unplaced worker: %v", err)
 	}
@@ -144,9 +146,9 @@ func TestValidateSaysWhatIsInTheWay(t *testing.T) {
 		{"8", "it would fit the cluster, but plans of its priority or higher hold the room it lacks: default (priority 0, 16 GPUs)"},
 		{"64", "it cannot fit this cluster at all, whatever other plans hold: Insufficient GPUs: required 64.0, available 16"},
 	} {
-		var r bus.ValidateReply
+		var r client.ValidateReply
 		body := []byte(`{"scheduling": {"train": {"worker_num": ` + c.workers + `, "num_cpus": 1, "num_gpus": 1}}}`)
-		if err := bus.Request(ctx, h.nc, bus.ValidateSubject, body, &r); err != nil {
+		if err := bus.Request(ctx, h.nc, client.ValidateSubject, body, &r); err != nil {
 			t.Fatal(err)
 		}
 		if r.Valid || !strings.Contains(r.Error, c.want) {

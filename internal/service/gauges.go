@@ -1,6 +1,6 @@
 package service
 
-import "github.com/poolplanner/poolplanner/internal/bus"
+import "github.com/poolplanner/poolplanner/internal/store"
 
 // A plan's gauges (revision, valid, workers, GPUs, priority, preempted)
 // say its latest revision, whoever published it: set when this planner
@@ -13,7 +13,7 @@ import "github.com/poolplanner/poolplanner/internal/bus"
 // gauges sets the plan's gauges from sp, its latest revision: nothing
 // for none, or for a stand-in whose placement is not known (aboveMark);
 // a revision that says the plan was removed ends its series.
-func (p *Service) gauges(s *planState, sp *bus.StoredPlan) {
+func (p *Service) gauges(s *planState, sp *store.StoredPlan) {
 	if sp == nil || sp.Unreadable || sp.Plan == nil {
 		return
 	}

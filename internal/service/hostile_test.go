@@ -14,10 +14,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
-	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // bigSpec has more workers than the tests' InlineWorkers, so events are
@@ -308,7 +308,7 @@ func TestHostileInventory(t *testing.T) {
 		b, _ := json.Marshal(doc)
 		return b
 	}
-	store := bus.NewInventoryStore(h.js)
+	invs := store.NewInventoryStore(h.js)
 	for _, c := range []struct {
 		name, why string
 		doc       []byte
@@ -327,7 +327,7 @@ func TestHostileInventory(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := strings.Count(logs.String(), "inventory document rejected")
-			if _, err := store.Put(ctx, "evil", c.doc, false, time.Minute); err != nil {
+			if _, err := invs.Put(ctx, "evil", c.doc, false, time.Minute); err != nil {
 				t.Fatal(err)
 			}
 			// The log line is what is tested: no document or metric

@@ -7,9 +7,9 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // view is the live inventory as the planner plans on it: each node's
@@ -215,21 +215,21 @@ func ellipsis(ids []string, n int) string {
 // apply folds one inventory event into the live inventory and reports
 // whether it changed anything a plan could depend on. Every event but a
 // removal is the node reporting.
-func (p *Service) apply(ev bus.Event) bool {
+func (p *Service) apply(ev store.Event) bool {
 	defer p.logClaims()
 	for _, s := range p.states {
 		s.heard(ev)
 	}
 	switch ev.Op {
-	case bus.Changed:
+	case store.Changed:
 		changed, err := p.live.put(ev.NodeID, ev.Inventory)
 		if err != nil {
 			p.cfg.Log.Warn().Err(err).Msg("skipping a node whose inventory is malformed")
 		}
 		return changed
-	case bus.Removed:
+	case store.Removed:
 		return p.live.remove(ev.NodeID)
-	case bus.Rejected:
+	case store.Rejected:
 		p.rejected(ev)
 		return p.live.remove(ev.NodeID)
 	}
@@ -239,15 +239,15 @@ func (p *Service) apply(ev bus.Event) bool {
 // heard notes what an inventory event says of its node: it reported,
 // or its key ran out (only a key that ran out may be an outage's; one
 // its reporter deleted is a node leaving).
-func (s *planState) heard(ev bus.Event) {
+func (s *planState) heard(ev store.Event) {
 	switch ev.Op {
-	case bus.Changed, bus.Heartbeat, bus.Rejected:
+	case store.Changed, store.Heartbeat, store.Rejected:
 		s.reported[ev.NodeID] = true
-		if ev.Op != bus.Rejected {
+		if ev.Op != store.Rejected {
 			delete(s.expired, ev.NodeID)
 		}
-	case bus.Removed:
-		if ev.Reason == bus.ReasonDeleted {
+	case store.Removed:
+		if ev.Reason == store.ReasonDeleted {
 			delete(s.expired, ev.NodeID)
 		} else {
 			s.expired[ev.NodeID] = true
@@ -274,7 +274,7 @@ func (p *Service) logClaims() {
 
 // rejected logs a document the watch would not take: once per key and
 // change, since the watch delivers each change once.
-func (p *Service) rejected(ev bus.Event) {
+func (p *Service) rejected(ev store.Event) {
 	p.cfg.Log.Warn().Str("node", ev.NodeID).Uint64("revision", ev.Revision).Str("reason", ev.Reason).
 		Msg("inventory document rejected; the node is out of the plan until it reports a valid one")
 }

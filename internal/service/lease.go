@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 )
 
@@ -382,7 +383,7 @@ func (p *Service) catchUpAll(ctx context.Context) error {
 // last (a direct get may be answered by a replica that lags; a standby's
 // follow may be behind), waiting a moment for one not readable yet.
 func (p *Service) catchUp(ctx context.Context, s *planState) error {
-	last, err := p.plans.LastSeq(ctx, bus.PlanVersionSubject(s.name))
+	last, err := p.plans.LastSeq(ctx, client.PlanEventSubject(s.name))
 	if err != nil || last == 0 {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // instance is a planner on a connection of its own, so that a test can
@@ -99,10 +100,10 @@ func (in *instance) replanned(t *testing.T, plan string) {
 // waitLeader waits until one of ins holds the lease, and returns it.
 func (h *harness) waitLeader(within time.Duration, ins ...*instance) *instance {
 	h.t.Helper()
-	store := bus.NewPlanStore(h.js)
+	plans := store.NewPlanStore(h.js)
 	var leader *instance
 	natstest.WaitFor(h.t, within, fmt.Sprintf("one of %d planners leading", len(ins)), func() bool {
-		l, err := store.ReadLease(context.Background(), "default")
+		l, err := plans.ReadLease(context.Background(), "default")
 		if err != nil || l == nil {
 			return false
 		}

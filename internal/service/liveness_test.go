@@ -17,9 +17,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // TestPulse: an idle loop is never stuck; a busy one is, once it made
@@ -170,7 +172,7 @@ func TestStoreCallDeadline(t *testing.T) {
 	in := h.instance(h.nc.ConnectedUrl(), Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1,
 		LeaseTTL: time.Second, StoreTimeout: time.Second, storeHook: slow.hook})
 	h.waitRevision(1)
-	if _, err := bus.NewSpecStore(h.js).Put(ctx, "exp", []byte(shareSpec(4, 0))); err != nil {
+	if _, err := store.NewSpecStore(h.js).Put(ctx, "exp", []byte(shareSpec(4, 0))); err != nil {
 		t.Fatal(err)
 	}
 	h.waitFor("exp", "valid", func(p *planner.Plan) bool { return p.Valid })
@@ -184,7 +186,7 @@ func TestStoreCallDeadline(t *testing.T) {
 		t.Fatalf("health %+v", health)
 	}
 	natstest.WaitFor(t, 5*time.Second, "the problem in the lease", func() bool {
-		l, err := bus.NewPlanStore(h.js).ReadLease(ctx, bus.LeaseName)
+		l, err := store.NewPlanStore(h.js).ReadLease(ctx, bus.LeaseName)
 		return err == nil && l != nil && problem(l.Problems)
 	})
 }
@@ -241,7 +243,7 @@ func TestFailingWritesStandDown(t *testing.T) {
 // starts again.
 func corruptSpecs(t *testing.T, dir string) {
 	t.Helper()
-	blocks, _ := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", "KV_"+bus.SpecBucket, "msgs", "*.blk"))
+	blocks, _ := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", "KV_"+client.SpecBucket, "msgs", "*.blk"))
 	if len(blocks) == 0 {
 		t.Fatal("no spec bucket blocks")
 	}
@@ -281,7 +283,7 @@ func TestSpecLostNotReplaced(t *testing.T) {
 	}
 	ctx := context.Background()
 	stop, js, _ := start()
-	specs := bus.NewSpecStore(js)
+	specs := store.NewSpecStore(js)
 	if _, err := specs.Put(ctx, "default", []byte(shareSpec(8, 3))); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +291,7 @@ func TestSpecLostNotReplaced(t *testing.T) {
 	corruptSpecs(t, dir)
 	stop, js, nc := start()
 	defer stop()
-	if _, _, err := bus.NewSpecStore(js).Get(ctx, "default"); !errors.Is(err, bus.ErrNotFound) {
+	if _, _, err := store.NewSpecStore(js).Get(ctx, "default"); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("the damaged spec reads: %v", err)
 	}
 
@@ -300,7 +302,7 @@ func TestSpecLostNotReplaced(t *testing.T) {
 	if !errors.Is(err, errSpecLost) || !strings.Contains(err.Error(), "--replace-spec") {
 		t.Fatalf("planner started on a lost spec: %v", err)
 	}
-	if _, _, err := bus.NewSpecStore(js).Get(ctx, "default"); !errors.Is(err, bus.ErrNotFound) {
+	if _, _, err := store.NewSpecStore(js).Get(ctx, "default"); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("--spec stored over the lost spec: %v", err)
 	}
 
@@ -309,7 +311,7 @@ func TestSpecLostNotReplaced(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- New(cfg).Run(rctx) }()
 	natstest.WaitFor(t, 10*time.Second, "--spec stored with --replace-spec", func() bool {
-		spec, _, err := bus.NewSpecStore(js).Get(ctx, "default")
+		spec, _, err := store.NewSpecStore(js).Get(ctx, "default")
 		return err == nil && string(spec) == testSpec
 	})
 	cancel()

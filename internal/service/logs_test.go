@@ -15,6 +15,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // TestDur: durations in log lines carry their unit, rounded to the
@@ -207,14 +208,14 @@ func TestDeadPredecessorLeaseTakenOver(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	h.node("n1")
-	store := bus.NewPlanStore(h.js)
-	if err := store.Ensure(ctx); err != nil {
+	plans := store.NewPlanStore(h.js)
+	if err := plans.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
 	host, _ := os.Hostname()
 	// Renewed long before: an hour's lease renewed every 20 minutes.
 	left := time.Now().Add(-2 * time.Hour)
-	if _, err := store.WriteLease(ctx, bus.LeaseName, &bus.Lease{Holder: "killed", Host: host, PID: deadPID(t), Since: left, Renewed: left,
+	if _, err := plans.WriteLease(ctx, bus.LeaseName, &bus.Lease{Holder: "killed", Host: host, PID: deadPID(t), Since: left, Renewed: left,
 		TTLSeconds: time.Hour.Seconds()}, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestDeadPredecessorLeaseTakenOver(t *testing.T) {
 	if p := h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid }); p.Revision != 1 {
 		t.Fatalf("revision %d", p.Revision)
 	}
-	if l, err := store.ReadLease(ctx, bus.LeaseName); err != nil || l == nil || l.Holder == "killed" {
+	if l, err := plans.ReadLease(ctx, bus.LeaseName); err != nil || l == nil || l.Holder == "killed" {
 		t.Fatalf("the lease: %+v, %v", l, err)
 	}
 }

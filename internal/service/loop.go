@@ -14,6 +14,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // loop is the planner's one goroutine: it folds inventory, spec and
@@ -27,7 +28,7 @@ type loop struct {
 	followed  chan followedPlan
 	following map[*planState]context.CancelFunc
 	specW     jetstream.KeyWatcher
-	events    <-chan bus.Event
+	events    <-chan store.Event
 	// synced: the watch has delivered the bucket's contents; the first
 	// plan waits for it, so no plan is made on part of the inventory.
 	synced     bool
@@ -138,7 +139,7 @@ func (l *loop) watchSpecs(ctx context.Context) error {
 // when the follow ended.
 type followedPlan struct {
 	s  *planState
-	sp *bus.StoredPlan
+	sp *store.StoredPlan
 }
 
 // follow follows s's plan into l.followed until unfollow.
@@ -179,7 +180,7 @@ func (l *loop) unfollow(s *planState) {
 
 // followPlans follows the plan's revisions, skipping this planner's own
 // and those it has.
-func (p *Service) followPlans(ctx context.Context, s *planState) (<-chan *bus.StoredPlan, error) {
+func (p *Service) followPlans(ctx context.Context, s *planState) (<-chan *store.StoredPlan, error) {
 	return p.plans.Follow(ctx, s.name, func(i client.Info) bool {
 		if i.Publisher == p.plans.Publisher {
 			return true // ours: replan stored it as latest already
@@ -409,7 +410,7 @@ func (l *loop) watchClosed(ctx context.Context) {
 }
 
 // inventory folds one watch event in.
-func (l *loop) inventory(ev bus.Event) {
+func (l *loop) inventory(ev store.Event) {
 	l.tombs.event(ev)
 	if l.resync == nil {
 		if l.p.apply(ev) {
@@ -418,9 +419,9 @@ func (l *loop) inventory(ev bus.Event) {
 		return
 	}
 	switch ev.Op {
-	case bus.Changed:
+	case store.Changed:
 		l.resync[ev.NodeID] = ev.Inventory
-	case bus.Heartbeat:
+	case store.Heartbeat:
 		// A heartbeat of a key this watch has not shown: what we knew is
 		// all there is. Never overwrite the fresher value this watch
 		// delivered.
@@ -429,12 +430,12 @@ func (l *loop) inventory(ev bus.Event) {
 				l.resync[ev.NodeID] = old
 			}
 		}
-	case bus.Removed:
+	case store.Removed:
 		delete(l.resync, ev.NodeID)
-	case bus.Rejected:
+	case store.Rejected:
 		delete(l.resync, ev.NodeID)
 		l.p.rejected(ev)
-	case bus.Synced:
+	case store.Synced:
 		defer l.p.allow("applying the whole inventory", l.p.storeTimeout(len(l.resync)))()
 		l.tombs.vanished(l.vanished())
 		l.p.replaceNodes(l.resync)
@@ -472,7 +473,7 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 		return
 	}
 	name := e.Key()
-	if bus.ValidatePlanName(name) != nil {
+	if store.ValidatePlanName(name) != nil {
 		l.log.Warn().Str("key", name).Msg("a spec key that is no plan name; ignored")
 		return
 	}

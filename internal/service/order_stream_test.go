@@ -16,9 +16,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/poolplanner/poolplanner/client"
-	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -76,7 +76,7 @@ func heldOf(d *plan.Document) map[string]bool {
 func streamCheck(t fatal, js jetstream.JetStream, c *client.Client, from uint64, names []string) (events, releases int) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := js.Stream(ctx, bus.PlansStream)
+	st, err := js.Stream(ctx, client.PlansStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func streamCheck(t fatal, js jetstream.JetStream, c *client.Client, from uint64,
 			continue
 		}
 		var rev int
-		_, _ = fmt.Sscan(m.Header.Get(bus.RevisionHeader), &rev)
+		_, _ = fmt.Sscan(m.Header.Get(client.RevisionHeader), &rev)
 		r, err := c.Plan(ctx, name, rev)
 		if err != nil {
 			t.Fatalf("plan %s revision %d at %d: %v", name, rev, seq, err)
@@ -141,7 +141,7 @@ func TestPublishOrderOnStream(t *testing.T) {
 		if _, err := p.start(ctx); err != nil {
 			rt.Fatal(err)
 		}
-		st, _ := h.js.Stream(ctx, bus.PlansStream)
+		st, _ := h.js.Stream(ctx, client.PlansStream)
 		info, _ := st.Info(ctx)
 		from := info.State.LastSeq + 1
 		docs := map[string]inventory.NodeInventory{}
@@ -224,7 +224,7 @@ func TestSwapPublishesReleaseStep(t *testing.T) {
 	if a2.Revision+b2.Revision != a1.Revision+b1.Revision+3 {
 		t.Errorf("revisions a %d→%d, b %d→%d: want one release step and two new revisions", a1.Revision, a2.Revision, b1.Revision, b2.Revision)
 	}
-	events, releases := streamCheck(t, h.js, bus.NewPlanStore(h.js).Client(), 1, []string{"a", "b"})
+	events, releases := streamCheck(t, h.js, store.NewPlanStore(h.js).Client(), 1, []string{"a", "b"})
 	if releases != 1 {
 		t.Errorf("%d events, %d release steps; want 1", events, releases)
 	}

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -169,7 +170,7 @@ func (p *Service) releaseRemoved(ctx context.Context, states []*planState) ([]pl
 
 // conflicted wraps a conflict for replan to re-read s's latest.
 func conflicted(s *planState, err error) error {
-	if errors.Is(err, bus.ErrConflict) {
+	if errors.Is(err, store.ErrConflict) {
 		return &conflict{state: s, err: err}
 	}
 	return err
@@ -227,7 +228,7 @@ func (p *Service) publishRemoved(ctx context.Context, s *planState) error {
 		doc.State, doc.Unplaced, doc.PendingSpec = plan.StateInvalid, nil, nil
 		doc.Status = &plan.Status{State: plan.StateInvalid, Reason: plan.ReasonRemoved}
 		doc.Explanations, doc.Warnings = nil, nil
-		doc.Placement = plan.Placement{ResourcePool: []planner.PoolExport{}, Pools: []planner.Pool{}, StorageToTrainWorkers: map[string][]int{}}
+		doc.Placement = plan.Placement{ResourcePool: []plan.PoolExport{}, Pools: []plan.Pool{}, StorageToTrainWorkers: map[string][]int{}}
 		if err := p.publishNext(ctx, s, planner.Outcome{Plan: doc, Change: &planner.Change{}, Err: errors.New(doc.Error)}, nil); err != nil {
 			return err
 		}
@@ -339,7 +340,7 @@ func (p *Service) publish(ctx context.Context, s *planState, o planner.Outcome, 
 		return err
 	}
 	seq, err := p.publishFenced(ctx, ev, digest, expect)
-	if (errors.Is(err, bus.ErrConflict) || errors.Is(err, bus.ErrLeaseLost)) && ev.Snapshot != "" {
+	if (errors.Is(err, store.ErrConflict) || errors.Is(err, bus.ErrLeaseLost)) && ev.Snapshot != "" {
 		// Refused for sure, so no event names this snapshot. (After other
 		// errors, a timeout, the event may have been stored.)
 		dctx, done := p.op(context.WithoutCancel(ctx), "dropping a snapshot", p.cfg.StoreTimeout)
@@ -389,7 +390,7 @@ func (p *Service) publishFenced(ctx context.Context, ev *plan.Event, digest stri
 
 // adoptSpec takes a new spec that plans as the old one did, so that the
 // next inventory change replans from the plan's state again.
-func (p *Service) adoptSpec(s *planState, latest *bus.StoredPlan, specChanged bool, digest string) {
+func (p *Service) adoptSpec(s *planState, latest *store.StoredPlan, specChanged bool, digest string) {
 	if !specChanged {
 		return
 	}
@@ -402,7 +403,7 @@ func (p *Service) adoptSpec(s *planState, latest *bus.StoredPlan, specChanged bo
 
 // published makes sp the latest plan and starts a new change log; note,
 // said in its reason, is said.
-func (p *Service) published(s *planState, sp *bus.StoredPlan, note string) {
+func (p *Service) published(s *planState, sp *store.StoredPlan, note string) {
 	p.mark(s, sp.Plan.Revision)
 	if s.note == note {
 		s.note = ""
@@ -431,12 +432,12 @@ func (p *Service) published(s *planState, sp *bus.StoredPlan, note string) {
 // less than its base and the change fits a message, else stored whole as
 // a snapshot object the event names. A snapshot event carries the change
 // too when it fits, so that followers apply it without the object.
-func (p *Service) event(ctx context.Context, latest *bus.StoredPlan, next *planner.Plan, change *plan.Change) (*plan.Event, *bus.StoredPlan, error) {
-	stored := &bus.StoredPlan{Plan: next, Base: next.Revision}
+func (p *Service) event(ctx context.Context, latest *store.StoredPlan, next *planner.Plan, change *plan.Change) (*plan.Event, *store.StoredPlan, error) {
+	stored := &store.StoredPlan{Plan: next, Base: next.Revision}
 	limit := min(maxChange, bus.BodyLimit(p.cfg.NC))
 	if next.Workers.Len() <= p.cfg.InlineWorkers {
 		ev := &plan.Event{Header: next.Header, Base: next.Revision, Placement: &next.Placement}
-		if data, _, err := client.Encode(ev); err == nil && len(data) <= limit {
+		if data, _, err := wire.Encode(ev); err == nil && len(data) <= limit {
 			stored.BaseBytes = len(data)
 			return ev, stored, nil
 		}
@@ -447,7 +448,7 @@ func (p *Service) event(ctx context.Context, latest *bus.StoredPlan, next *plann
 	if latest != nil && !latest.Unreadable && !latest.Orphan {
 		ev.Change = change
 		var err error
-		if data, _, err = client.Encode(ev); err != nil || len(data) > limit {
+		if data, _, err = wire.Encode(ev); err != nil || len(data) > limit {
 			ev.Change = nil
 		}
 	}

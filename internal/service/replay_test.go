@@ -19,6 +19,8 @@ import (
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -137,7 +139,7 @@ func TestReplayChurn(t *testing.T) {
 		if err != nil {
 			break
 		}
-		if len(m.Data) > client.MaxMessage {
+		if len(m.Data) > wire.MaxMessage {
 			t.Errorf("event at %d is %d bytes", seq, len(m.Data))
 		}
 	}
@@ -159,7 +161,7 @@ func checkAssignments(t *testing.T, c *client.Client, p *planner.Plan) {
 		for i, pw := range a.Workers {
 			have[i] = pw.Worker
 		}
-		if !slices.EqualFunc(have, want[a.NodeID], sameWorker) {
+		if !slices.EqualFunc(have, want[a.NodeID], planner.SameWorker) {
 			t.Errorf("node %s: assignment of revision %d has %d workers, the plan %d", a.NodeID, a.Revision, len(have), len(want[a.NodeID]))
 		}
 		delete(want, a.NodeID)
@@ -249,7 +251,7 @@ func TestUnreadableLatest(t *testing.T) {
 			for i := 1; i <= nodes; i++ {
 				h.node(fmt.Sprintf("n%d", i))
 			}
-			if err := bus.NewPlanStore(h.js).Ensure(ctx); err != nil {
+			if err := store.NewPlanStore(h.js).Ensure(ctx); err != nil {
 				t.Fatal(err)
 			}
 			msg := nats.NewMsg(client.PlanEventSubject("default"))
@@ -296,7 +298,7 @@ func TestOversizedMessages(t *testing.T) {
 	if ev, err := lastEvent(ctx, h.js); err != nil || ev.Header.Get(client.KindHeader) != "snapshot" {
 		t.Fatalf("event: %v", err)
 	}
-	svc, err := bus.AddService(h.nc, p)
+	svc, err := bus.AddService(h.nc, store.Endpoints(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,8 +310,8 @@ func TestOversizedMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Header.Get(client.ObjectHeader) != "1" || len(m.Data) > 1024 {
-		t.Fatalf("assignment of 60,000 workers: %d bytes, object header %q", len(m.Data), m.Header.Get(client.ObjectHeader))
+	if m.Header.Get(wire.ObjectHeader) != "1" || len(m.Data) > 1024 {
+		t.Fatalf("assignment of 60,000 workers: %d bytes, object header %q", len(m.Data), m.Header.Get(wire.ObjectHeader))
 	}
 	a, err := c.Assignment(ctx, "default", "big")
 	if err != nil || len(a.Workers) != 60000 || a.Workers[59999].CPUs != 1 {
@@ -320,8 +322,8 @@ func TestOversizedMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ref client.ObjectRef
-	if reply.Header.Get(client.ObjectHeader) != "1" || json.Unmarshal(reply.Data, &ref) != nil || ref.Bucket != client.RepliesBucket || ref.Size == 0 {
+	var ref wire.ObjectRef
+	if reply.Header.Get(wire.ObjectHeader) != "1" || json.Unmarshal(reply.Data, &ref) != nil || ref.Bucket != client.RepliesBucket || ref.Size == 0 {
 		t.Fatalf("poolplanner.plan of 60,000 workers: header %v, body %.200s", reply.Header, reply.Data)
 	}
 	doc, err := c.RequestPlan(ctx, "default", 0)
@@ -344,7 +346,7 @@ func TestOversizedMessages(t *testing.T) {
 	obs, _ := h.js.ObjectStore(ctx, client.PlansBucket)
 	objs, _ := obs.List(ctx)
 	for _, o := range objs {
-		if strings.HasPrefix(o.Name, client.AssignmentObjectPrefix("default", "big")) {
+		if strings.HasPrefix(o.Name, wire.AssignmentObjectPrefix("default", "big")) {
 			t.Errorf("object %s left behind", o.Name)
 		}
 	}

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -154,7 +154,7 @@ func (p *Service) mark(s *planState, rev int) {
 // (its mark), a stand-in for that revision: unreadable (its placement
 // is not known) and orphaned (its event is gone), so that the next
 // revision is the one after the mark, published whole.
-func (p *Service) aboveMark(s *planState, sp *bus.StoredPlan) *bus.StoredPlan {
+func (p *Service) aboveMark(s *planState, sp *store.StoredPlan) *store.StoredPlan {
 	mark := p.marks.get(s.name)
 	have := 0
 	if sp != nil {
@@ -173,7 +173,7 @@ func (p *Service) aboveMark(s *planState, sp *bus.StoredPlan) *bus.StoredPlan {
 	s.log.Error().Int("stream_revision", have).Int("high_water", mark).
 		Msg(why + "; the next revision continues after it")
 	doc := plan.Document{Header: plan.Header{Name: s.name, Revision: mark, Error: why}}
-	stand := &bus.StoredPlan{Plan: &planner.Plan{Document: doc}, Base: mark, Unreadable: true, Orphan: true}
+	stand := &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Base: mark, Unreadable: true, Orphan: true}
 	if sp != nil {
 		stand.Seq = sp.Seq // what a publish without the lease expects
 	}

@@ -157,10 +157,6 @@ func (l *loop) prune() {
 	}
 }
 
-// stateStreams are the streams behind the planner's state.
-var stateStreams = []string{bus.PlansStream, client.AssignmentsStream, bus.InventoryStream, "KV_" + bus.SpecBucket,
-	"OBJ_" + client.PlansBucket}
-
 // missing lists the streams of the planner's state that NATS no longer
 // has.
 // It also returns the inventory stream's last sequence. A plan stream
@@ -172,7 +168,7 @@ func (p *Service) missing(ctx context.Context, plansCreated *time.Time) ([]strin
 	defer done()
 	var out []string
 	var invLast uint64
-	for _, name := range stateStreams {
+	for _, name := range bus.StateStreams() {
 		st, err := p.cfg.JS.Stream(ctx, name)
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -181,7 +177,7 @@ func (p *Service) missing(ctx context.Context, plansCreated *time.Time) ([]strin
 			return nil, 0, err
 		case name == bus.InventoryStream:
 			invLast = st.CachedInfo().State.LastSeq
-		case name == bus.PlansStream:
+		case name == client.PlansStream:
 			created := st.CachedInfo().Created
 			if !plansCreated.IsZero() && !created.Equal(*plansCreated) {
 				out = append(out, name)
@@ -211,13 +207,13 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 	}
 	for _, name := range missing {
 		switch name {
-		case "KV_" + bus.SpecBucket:
+		case "KV_" + client.SpecBucket:
 			for _, s := range p.planned() {
 				if err := p.restoreSpec(ctx, s); err != nil {
 					return err
 				}
 			}
-		case bus.PlansStream:
+		case client.PlansStream:
 			for _, s := range p.states {
 				s.orphaned()
 			}

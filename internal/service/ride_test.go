@@ -15,11 +15,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/reporter"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // rideConn connects as a long-lived client does: reconnecting for ever.
@@ -58,7 +60,7 @@ func newRide(t *testing.T, nodes int, cfg Config) *ride {
 	}
 	// The nodes are in before the planner starts: its first revision
 	// plans on all of them, and no other follows while nothing changes.
-	inv := bus.NewInventoryStore(r.js)
+	inv := store.NewInventoryStore(r.js)
 	natstest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d nodes in the inventory", nodes), func() bool {
 		docs, err := inv.List(context.Background())
 		return err == nil && len(docs) == nodes
@@ -94,7 +96,7 @@ func (r *ride) reporter(id string) {
 	r.reps[id] = cancel
 	r.mu.Unlock()
 	go func() {
-		_ = reporter.Run(ctx, reporter.Config{Source: src, Store: bus.NewInventoryStore(js), Heartbeat: 300 * time.Millisecond,
+		_ = reporter.Run(ctx, reporter.Config{Source: src, Store: store.NewInventoryStore(js), Heartbeat: 300 * time.Millisecond,
 			TTL: time.Second, Log: zerolog.Nop()})
 	}()
 }
@@ -112,12 +114,12 @@ func (r *ride) crashReporter(id string) {
 // waitPlan waits for a revision of at least rev that satisfies ok.
 func (r *ride) waitPlan(within time.Duration, what string, ok func(*planner.Plan) bool) *planner.Plan {
 	r.t.Helper()
-	store := bus.NewPlanStore(r.js)
+	plans := store.NewPlanStore(r.js)
 	var p *planner.Plan
 	natstest.WaitFor(r.t, within, "a plan "+what, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		sp, err := store.Latest(ctx, "default")
+		sp, err := plans.Latest(ctx, "default")
 		if err == nil && sp != nil && ok(sp.Plan) {
 			p = sp.Plan
 		}
@@ -173,7 +175,7 @@ func TestCutOffMissesExpiry(t *testing.T) {
 	victim := first.Workers.At(0).NodeID
 	r.proxy.cut(true)
 	r.crashReporter(victim)
-	kv, err := bus.NewInventoryStore(r.js).KV(context.Background())
+	kv, err := store.NewInventoryStore(r.js).KV(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +291,7 @@ func TestWipedStore(t *testing.T) {
 	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 3 * time.Second, LeaseTTL: time.Second})
 	first := r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
 	ctx := context.Background()
-	for _, name := range []string{bus.PlansStream, bus.InventoryStream, "KV_" + bus.SpecBucket, "POOLPLANNER_ASSIGNMENTS"} {
+	for _, name := range []string{client.PlansStream, bus.InventoryStream, "KV_" + client.SpecBucket, "POOLPLANNER_ASSIGNMENTS"} {
 		if err := r.js.DeleteStream(ctx, name); err != nil {
 			t.Fatal(err)
 		}
@@ -320,7 +322,7 @@ func checkSpecBack(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	spec, _, err := bus.NewSpecStore(js).Get(ctx, "default")
+	spec, _, err := store.NewSpecStore(js).Get(ctx, "default")
 	if err != nil || string(spec) != testSpec {
 		t.Errorf("spec not put back: %q %v", spec, err)
 	}
@@ -334,7 +336,7 @@ func TestLastGoodSpec(t *testing.T) {
 	srv := natstest.Start(t)
 	_, js := rideConn(t, srv.URL())
 	ctx := context.Background()
-	specs := bus.NewSpecStore(js)
+	specs := store.NewSpecStore(js)
 	if _, err := specs.Put(ctx, "default", []byte(testSpec)); err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +365,7 @@ func TestLastGoodSpec(t *testing.T) {
 	}
 	// The leader's lease says what it finds wrong: the stored spec.
 	natstest.WaitFor(t, 10*time.Second, "the lease naming the spec that does not parse", func() bool {
-		l, err := bus.NewPlanStore(js).ReadLease(ctx, "default")
+		l, err := store.NewPlanStore(js).ReadLease(ctx, "default")
 		return err == nil && l != nil && slices.ContainsFunc(l.Problems, func(p string) bool { return strings.Contains(p, "does not parse") })
 	})
 	smaller := strings.Replace(testSpec, "worker_num: 8", "worker_num: 4", 1)
@@ -387,7 +389,7 @@ func TestSpecPrecedence(t *testing.T) {
 		if _, err := p.start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		got, _, err := bus.NewSpecStore(h.js).Get(ctx, "default")
+		got, _, err := store.NewSpecStore(h.js).Get(ctx, "default")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -396,7 +398,7 @@ func TestSpecPrecedence(t *testing.T) {
 	if got := seed(false); got != testSpec {
 		t.Fatalf("a plan without a spec: got %q", got)
 	}
-	if _, err := bus.NewSpecStore(h.js).Put(ctx, "default", []byte(other)); err != nil { // planner spec set
+	if _, err := store.NewSpecStore(h.js).Put(ctx, "default", []byte(other)); err != nil { // planner spec set
 		t.Fatal(err)
 	}
 	if got := seed(false); got != other {

@@ -23,6 +23,8 @@ import (
 	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -63,7 +65,7 @@ func scaleNode(i int) string { return fmt.Sprintf("node-%06d", i) }
 func fillBucket(tb testing.TB, js jetstream.JetStream, n int) {
 	tb.Helper()
 	ctx := context.Background()
-	if _, err := bus.NewInventoryStore(js).Ensure(ctx); err != nil {
+	if _, err := store.NewInventoryStore(js).Ensure(ctx); err != nil {
 		tb.Fatal(err)
 	}
 	acks := make([]jetstream.PubAckFuture, 0, n)
@@ -187,7 +189,7 @@ func TestScaleNodeLeaves(t *testing.T) {
 	info, _ := st.Info(ctx)
 	since := info.State.LastSeq
 	msgs, bytes = published(s.planner)
-	if err := bus.NewInventoryStore(s.js).Delete(ctx, victim, time.Minute); err != nil {
+	if err := store.NewInventoryStore(s.js).Delete(ctx, victim, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	second := waitPlan(t, c, 2, time.Minute)
@@ -199,7 +201,7 @@ func TestScaleNodeLeaves(t *testing.T) {
 	want := map[string][]plan.Worker{victim: nil}
 	after := byNode(second.Document)
 	for node, is := range after {
-		if !slices.EqualFunc(before[node], is, sameWorker) {
+		if !slices.EqualFunc(before[node], is, planner.SameWorker) {
 			want[node] = is
 		}
 	}
@@ -224,14 +226,14 @@ func TestScaleNodeLeaves(t *testing.T) {
 			have[i] = pw.Worker
 		}
 		sortWorkers(have)
-		if a.Revision != 2 || !slices.EqualFunc(have, ws, sameWorker) {
+		if a.Revision != 2 || !slices.EqualFunc(have, ws, planner.SameWorker) {
 			t.Errorf("node %s: assignment of revision %d has %d workers, want %d of revision 2", node, a.Revision, len(have), len(ws))
 		}
 	}
 	m2, b2 := published(s.planner)
 	t.Logf("node %s left with %d workers: %d nodes' assignments published; the planner published %d messages, %d bytes; largest message on the server %d bytes",
 		victim, len(before[victim]), len(got), m2-msgs, b2-bytes, s.largest.n.Load())
-	if s.largest.n.Load() > client.MaxMessage {
+	if s.largest.n.Load() > wire.MaxMessage {
 		t.Errorf("a message of %d bytes: over 1 MB", s.largest.n.Load())
 	}
 }
@@ -330,7 +332,7 @@ func assignmentsSince(t *testing.T, st jetstream.Stream, since uint64, want int)
 				t.Fatal(err)
 			}
 			var a client.Assignment
-			if err := client.Decode(m.Data, m.Header, &a); err != nil {
+			if err := wire.Decode(m.Data, m.Header, &a); err != nil {
 				t.Fatalf("assignment at %d: %v", seq, err)
 			}
 			node := client.AssignmentNode("default", m.Subject)
@@ -450,7 +452,7 @@ func benchNodeLeaves(b *testing.B, n int) {
 	}
 	defer func() { _ = asub.Unsubscribe() }()
 	_ = nc.Flush()
-	store := bus.NewInventoryStore(s.js)
+	invs := store.NewInventoryStore(s.js)
 	rev := cur.Document.Revision
 	var sent uint64
 	var took, slowest time.Duration
@@ -460,7 +462,7 @@ func benchNodeLeaves(b *testing.B, n int) {
 		k++
 		_, before := published(s.planner)
 		t0 := time.Now()
-		if err := store.Delete(ctx, victim, time.Minute); err != nil {
+		if err := invs.Delete(ctx, victim, time.Minute); err != nil {
 			b.Fatal(err)
 		}
 		rev++
@@ -490,7 +492,7 @@ func benchNodeLeaves(b *testing.B, n int) {
 			b.Fatalf("followed revision %d, want %d", cur.Document.Revision, rev)
 		}
 		done := s.waitPublished(b, rev)
-		if _, err := store.Put(ctx, victim, simDoc(victim), false, time.Hour); err != nil {
+		if _, err := invs.Put(ctx, victim, simDoc(victim), false, time.Hour); err != nil {
 			b.Fatal(err)
 		}
 		// The node is back: a replan, and no revision.
@@ -578,7 +580,7 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 		t.Errorf("revision 2 after one node left: a %s event of %d bytes", kind, len(m.Data))
 	}
 	largest.sync(t, h.nc)
-	if largest.n.Load() > client.MaxMessage {
+	if largest.n.Load() > wire.MaxMessage {
 		t.Errorf("a message of %d bytes: over 1 MB", largest.n.Load())
 	}
 	t.Logf("revision 2: a %s event of %d bytes; largest message on the server %d bytes", m.Header.Get(client.KindHeader), len(m.Data), largest.n.Load())

@@ -15,6 +15,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/natstest"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // TestSecureService: on a server that requires credentials, each role
@@ -59,11 +60,11 @@ func TestSecureService(t *testing.T) {
 
 	for _, id := range []string{"n1", "n2", "n3"} {
 		_, js := connect(auth.Reporter, id)
-		store := bus.NewInventoryStore(js)
-		store.NoCreate = true
+		invs := store.NewInventoryStore(js)
+		invs.NoCreate = true
 		// The planner makes the bucket; a reporter may not.
 		natstest.WaitFor(t, 20*time.Second, "reporter "+id+" put its node", func() bool {
-			_, err := store.Put(ctx, id, simDoc(id), false, time.Minute)
+			_, err := invs.Put(ctx, id, simDoc(id), false, time.Minute)
 			return err == nil
 		})
 	}
@@ -89,7 +90,7 @@ func TestSecureService(t *testing.T) {
 	}
 	_, ajs := connect(auth.Admin, "")
 	changed := "scheduling:\n  train: {worker_num: 12, num_cpus: 1, num_gpus: 1}\n"
-	if _, err := bus.NewSpecStore(ajs).Put(ctx, "default", []byte(changed)); err != nil {
+	if _, err := store.NewSpecStore(ajs).Put(ctx, "default", []byte(changed)); err != nil {
 		t.Fatalf("admin sets the spec: %v", err)
 	}
 	natstest.WaitFor(t, 20*time.Second, "a replan after the admin's spec", func() bool {

@@ -23,10 +23,12 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // DefaultDebounce coalesces a burst of inventory changes (a rack
@@ -148,9 +150,9 @@ type Config struct {
 // marks', the tombstones' and quiet's are innermost.
 type Service struct {
 	cfg   Config
-	plans *bus.PlanStore
-	specs *bus.SpecStore
-	inv   *bus.InventoryStore
+	plans *store.PlanStore
+	specs *store.SpecStore
+	inv   *store.InventoryStore
 
 	// live is the live inventory; states, every plan's state by name.
 	// The loop's goroutine alone uses them.
@@ -221,9 +223,9 @@ func New(cfg Config) *Service {
 	if cfg.StandDownBackoff <= 0 {
 		cfg.StandDownBackoff = DefaultStandDownBackoff
 	}
-	var plans *bus.PlanStore
+	var plans *store.PlanStore
 	if cfg.JS != nil {
-		plans = bus.NewPlanStore(cfg.JS)
+		plans = store.NewPlanStore(cfg.JS)
 		plans.Publisher = nuid.Next()
 		plans.Replicas = cfg.Replicas
 		plans.LeaseName = bus.LeaseName
@@ -231,8 +233,8 @@ func New(cfg Config) *Service {
 	p := &Service{
 		cfg:    cfg,
 		plans:  plans,
-		specs:  bus.NewSpecStore(cfg.JS),
-		inv:    bus.NewInventoryStore(cfg.JS),
+		specs:  store.NewSpecStore(cfg.JS),
+		inv:    store.NewInventoryStore(cfg.JS),
 		live:   newView(),
 		states: map[string]*planState{},
 		pulse:  newPulse(cfg.Clock.Now),
@@ -306,7 +308,7 @@ func SpecDigest(spec *planner.Spec) string {
 // cannot mend (a bad plan name or spec); JetStream not answering at start,
 // and outages later, are logged and ridden out.
 func (p *Service) Run(ctx context.Context) error {
-	if err := bus.ValidatePlanName(p.cfg.Plan); err != nil {
+	if err := store.ValidatePlanName(p.cfg.Plan); err != nil {
 		return err
 	}
 	if len(p.cfg.Spec) > 0 {
@@ -340,7 +342,7 @@ func (p *Service) Run(ctx context.Context) error {
 	// Its gauges say the latest at once, not at the next revision.
 	p.gauges(own, latest)
 	if !p.cfg.NoService {
-		svc, err := bus.AddService(p.cfg.NC, p)
+		svc, err := bus.AddService(p.cfg.NC, store.Endpoints(p))
 		if err != nil {
 			return err
 		}
@@ -363,7 +365,7 @@ func (p *Service) Run(ctx context.Context) error {
 // waiting for JetStream as long as it takes: NATS may not be up yet (a
 // compose file starting everything at once). false means ctx ended; an
 // error, that waiting cannot mend it (too few servers for --replicas).
-func (p *Service) startRetrying(ctx context.Context) (*bus.StoredPlan, bool, error) {
+func (p *Service) startRetrying(ctx context.Context) (*store.StoredPlan, bool, error) {
 	for attempt := 0; ; attempt++ {
 		latest, err := p.start(ctx)
 		if err == nil {
@@ -389,7 +391,7 @@ func (p *Service) startRetrying(ctx context.Context) (*bus.StoredPlan, bool, err
 
 // start makes sure the plan stream exists, stores the configured spec if
 // it differs from the stored one, and reads the latest plan.
-func (p *Service) start(ctx context.Context) (*bus.StoredPlan, error) {
+func (p *Service) start(ctx context.Context) (*store.StoredPlan, error) {
 	// Each request below is bounded by the client's own timeout; reading
 	// the latest (a large plan's snapshot, by a consumer) by ours, so
 	// that a store that does not answer is said and retried, not waited
@@ -439,13 +441,13 @@ func (p *Service) seedSpec(ctx context.Context) error {
 		return nil
 	}
 	cur, rev, err := p.specs.Get(ctx, p.cfg.Plan)
-	if errors.Is(err, bus.ErrNotFound) && !p.cfg.ReplaceSpec {
+	if errors.Is(err, client.ErrNotFound) && !p.cfg.ReplaceSpec {
 		if lost := p.specLost(ctx); lost != nil {
 			return lost
 		}
 	}
 	switch {
-	case err != nil && !errors.Is(err, bus.ErrNotFound):
+	case err != nil && !errors.Is(err, client.ErrNotFound):
 		return err
 	case err == nil && sameSpec(cur, p.cfg.Spec):
 		return nil
@@ -484,7 +486,7 @@ var errSpecLost = errors.New("the spec bucket lost its contents")
 // when the bucket is whole, as far as it can tell (a bucket made anew,
 // a spec never stored, or one removed, whose delete marker stays).
 func (p *Service) specLost(ctx context.Context) error {
-	st, err := p.cfg.JS.Stream(ctx, "KV_"+bus.SpecBucket)
+	st, err := p.cfg.JS.Stream(ctx, "KV_"+client.SpecBucket)
 	if err != nil {
 		return nil // Get read the bucket: an error here is an outage's
 	}
@@ -502,5 +504,5 @@ func (p *Service) specLost(ctx context.Context) error {
 	}
 	return fmt.Errorf("%w: plan %s has no readable spec in bucket %s, which has stored %d messages and holds %d (%d reported lost): "+
 		"its spec may have been lost (a damaged store); not replacing it with --spec unasked: store it again (planner spec set), "+
-		"or start with --replace-spec to store --spec", errSpecLost, p.cfg.Plan, bus.SpecBucket, s.LastSeq, s.Msgs, lost)
+		"or start with --replace-spec to store --spec", errSpecLost, p.cfg.Plan, client.SpecBucket, s.LastSeq, s.Msgs, lost)
 }

@@ -20,6 +20,9 @@ import (
 	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/internal/wire"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 const testSpec = `
@@ -67,9 +70,9 @@ func newHarness(t *testing.T, opts ...natstest.Option) *harness {
 func (h *harness) node(id string) {
 	h.t.Helper()
 	doc := simDoc(id)
-	store := bus.NewInventoryStore(h.js)
+	invs := store.NewInventoryStore(h.js)
 	ctx, cancel := context.WithCancel(context.Background())
-	if _, err := store.Put(ctx, id, doc, false, time.Second); err != nil {
+	if _, err := invs.Put(ctx, id, doc, false, time.Second); err != nil {
 		h.t.Fatal(err)
 	}
 	h.mu.Lock()
@@ -83,7 +86,7 @@ func (h *harness) node(id string) {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				_, _ = store.Put(ctx, id, doc, true, time.Second)
+				_, _ = invs.Put(ctx, id, doc, true, time.Second)
 			}
 		}
 	}()
@@ -94,7 +97,7 @@ func (h *harness) node(id string) {
 func (h *harness) heartbeats() {
 	h.t.Helper()
 	ctx := context.Background()
-	kv, err := bus.NewInventoryStore(h.js).KV(ctx)
+	kv, err := store.NewInventoryStore(h.js).KV(ctx)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -152,9 +155,9 @@ func (h *harness) plannerWith(ctx context.Context, cfg Config) context.CancelFun
 // history is every revision of the default plan, each rebuilt whole.
 func (h *harness) history() []*planner.Plan {
 	h.t.Helper()
-	store := bus.NewPlanStore(h.js)
+	plans := store.NewPlanStore(h.js)
 	var revs []int
-	err := store.Client().History(context.Background(), "default", func(i client.Info) bool {
+	err := plans.Client().History(context.Background(), "default", func(i client.Info) bool {
 		revs = append(revs, i.Revision)
 		return true
 	})
@@ -163,7 +166,7 @@ func (h *harness) history() []*planner.Plan {
 	}
 	var out []*planner.Plan
 	for _, rev := range revs {
-		sp, err := store.Revision(context.Background(), "default", rev)
+		sp, err := plans.Revision(context.Background(), "default", rev)
 		if err != nil {
 			h.t.Fatal(err)
 		}
@@ -178,7 +181,7 @@ func (h *harness) waitRevision(rev int) *planner.Plan {
 	h.t.Helper()
 	var p *planner.Plan
 	natstest.WaitFor(h.t, 10*time.Second, fmt.Sprintf("revision %d", rev), func() bool {
-		sp, err := bus.NewPlanStore(h.js).Latest(context.Background(), "default")
+		sp, err := store.NewPlanStore(h.js).Latest(context.Background(), "default")
 		if err != nil || sp == nil || sp.Plan.Revision < rev {
 			return false
 		}
@@ -250,13 +253,13 @@ func TestServiceEndToEnd(t *testing.T) {
 			lost[fmt.Sprint(w.Component, w.Index)] = true
 		}
 	}
-	old := map[string]planner.Worker{}
+	old := map[string]plan.Worker{}
 	for _, w := range first.Workers.Slice() {
 		old[fmt.Sprint(w.Component, w.Index)] = w
 	}
 	for _, w := range second.Workers.Slice() {
 		k := fmt.Sprint(w.Component, w.Index)
-		if o := old[k]; w.Component != planner.Buffer && !lost[k] && o.NodeID != w.NodeID {
+		if o := old[k]; w.Component != plan.Buffer && !lost[k] && o.NodeID != w.NodeID {
 			t.Errorf("%s moved from %s to %s", k, o.NodeID, w.NodeID)
 		}
 		if w.NodeID == victim {
@@ -299,7 +302,7 @@ scheduling:
   eval:   {worker_num: 1, num_cpus: 1, num_gpus: 4}
 placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 `
-	if _, err := bus.NewSpecStore(h.js).Put(ctx, "default", []byte(changed)); err != nil {
+	if _, err := store.NewSpecStore(h.js).Put(ctx, "default", []byte(changed)); err != nil {
 		t.Fatal(err)
 	}
 	third := h.waitRevision(3)
@@ -323,27 +326,27 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 
 	// The service answers lookups, validations and plans, and bad requests
 	// with errors.
-	var w bus.PlacedWorker
+	var w client.PlacedWorker
 	idx := 3
-	if err := bus.Request(ctx, h.nc, bus.LookupSubject, bus.LookupRequest{Plan: "default", Component: "train", Index: &idx}, &w); err != nil {
+	if err := bus.Request(ctx, h.nc, client.LookupSubject, wire.LookupRequest{Plan: "default", Component: "train", Index: &idx}, &w); err != nil {
 		t.Fatal(err)
 	}
 	if w.Index != 3 || w.CUDAVisibleDevices == "" || w.Revision != 3 {
 		t.Errorf("lookup train 3: %+v", w)
 	}
-	var nw bus.NodeWorkers
-	if err := bus.Request(ctx, h.nc, bus.LookupSubject, bus.LookupRequest{Plan: "default", NodeID: w.NodeID}, &nw); err != nil || len(nw.Workers) == 0 {
+	var nw client.Assignment
+	if err := bus.Request(ctx, h.nc, client.LookupSubject, wire.LookupRequest{Plan: "default", NodeID: w.NodeID}, &nw); err != nil || len(nw.Workers) == 0 {
 		t.Errorf("lookup node %s: %v %+v", w.NodeID, err, nw)
 	}
-	var vr bus.ValidateReply
-	if err := bus.Request(ctx, h.nc, bus.ValidateSubject, []byte(`{"scheduling": {"train": {"worker_num": 500, "num_cpus": 1, "num_gpus": 1}}, "placement": {"mode": "auto"}}`), &vr); err != nil {
+	var vr client.ValidateReply
+	if err := bus.Request(ctx, h.nc, client.ValidateSubject, []byte(`{"scheduling": {"train": {"worker_num": 500, "num_cpus": 1, "num_gpus": 1}}, "placement": {"mode": "auto"}}`), &vr); err != nil {
 		t.Fatal(err)
 	}
 	if vr.Valid || vr.Error == "" || vr.Nodes != 4 {
 		t.Errorf("validate 500 train: valid %v error %q nodes %d", vr.Valid, vr.Error, vr.Nodes)
 	}
 	var p1 planner.Plan
-	if err := bus.Request(ctx, h.nc, bus.PlanSubject, bus.PlanRequest{Plan: "default", Revision: 1}, &p1); err != nil || p1.Revision != 1 {
+	if err := bus.Request(ctx, h.nc, client.PlanSubject, wire.PlanRequest{Plan: "default", Revision: 1}, &p1); err != nil || p1.Revision != 1 {
 		t.Errorf("plan revision 1: %v, got %d", err, p1.Revision)
 	}
 	bad := []struct {
@@ -351,13 +354,13 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 		req     any
 		want    error
 	}{
-		{bus.LookupSubject, []byte(`{not json`), bus.ErrBadRequest},
-		{bus.LookupSubject, bus.LookupRequest{Plan: "default"}, bus.ErrBadRequest},
-		{bus.LookupSubject, bus.LookupRequest{Plan: "default", Component: "train", Index: new(99)}, bus.ErrNotFound},
-		{bus.PlanSubject, bus.PlanRequest{Plan: "default", Revision: 99}, bus.ErrNotFound},
-		{bus.PlanSubject, bus.PlanRequest{Plan: "no.such"}, bus.ErrBadRequest},
-		{bus.ValidateSubject, []byte(`{"scheduling": 3}`), bus.ErrBadRequest},
-		{bus.ValidateSubject, []byte(``), bus.ErrBadRequest},
+		{client.LookupSubject, []byte(`{not json`), client.ErrBadRequest},
+		{client.LookupSubject, wire.LookupRequest{Plan: "default"}, client.ErrBadRequest},
+		{client.LookupSubject, wire.LookupRequest{Plan: "default", Component: "train", Index: new(99)}, client.ErrNotFound},
+		{client.PlanSubject, wire.PlanRequest{Plan: "default", Revision: 99}, client.ErrNotFound},
+		{client.PlanSubject, wire.PlanRequest{Plan: "no.such"}, client.ErrBadRequest},
+		{client.ValidateSubject, []byte(`{"scheduling": 3}`), client.ErrBadRequest},
+		{client.ValidateSubject, []byte(``), client.ErrBadRequest},
 	}
 	for _, b := range bad {
 		var out json.RawMessage
@@ -392,7 +395,7 @@ func TestRestartSettles(t *testing.T) {
 	// The node's key expires while no planner runs.
 	victim := first.Workers.At(0).NodeID
 	h.kill(victim)
-	kv, err := bus.NewInventoryStore(h.js).KV(ctx)
+	kv, err := store.NewInventoryStore(h.js).KV(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
-	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // shareSpec asks for train workers of one GPU.
@@ -23,24 +23,24 @@ func shareSpec(workers, priority int) string {
 
 // cluster starts simulated nodes n1..nN and stores specs (plan name →
 // spec); it returns the spec store.
-func (h *harness) cluster(n int, specs map[string]string) *bus.SpecStore {
+func (h *harness) cluster(n int, specs map[string]string) *store.SpecStore {
 	h.t.Helper()
 	for i := 1; i <= n; i++ {
 		h.node(fmt.Sprintf("n%d", i))
 	}
-	store := bus.NewSpecStore(h.js)
+	ss := store.NewSpecStore(h.js)
 	for name, spec := range specs {
-		if _, err := store.Put(context.Background(), name, []byte(spec)); err != nil {
+		if _, err := ss.Put(context.Background(), name, []byte(spec)); err != nil {
 			h.t.Fatal(err)
 		}
 	}
-	return store
+	return ss
 }
 
 // waitFor waits for plan name's latest revision to satisfy ok.
 func (h *harness) waitFor(name string, what string, ok func(*planner.Plan) bool) *planner.Plan {
 	h.t.Helper()
-	store := bus.NewPlanStore(h.js)
+	plans := store.NewPlanStore(h.js)
 	var last *planner.Plan
 	waited := false
 	defer func() { // also as WaitFor fails the test
@@ -49,7 +49,7 @@ func (h *harness) waitFor(name string, what string, ok func(*planner.Plan) bool)
 		}
 	}()
 	natstest.WaitFor(h.t, 15*time.Second, fmt.Sprintf("plan %s: a revision %s", name, what), func() bool {
-		sp, err := store.Latest(context.Background(), name)
+		sp, err := plans.Latest(context.Background(), name)
 		if err != nil || sp == nil {
 			return false
 		}
@@ -88,7 +88,7 @@ func TestSeveralPlans(t *testing.T) {
 	for i := 1; i <= 4; i++ { // 32 GPUs
 		h.node(fmt.Sprintf("n%d", i))
 	}
-	specs := bus.NewSpecStore(h.js)
+	specs := store.NewSpecStore(h.js)
 	put := func(name, spec string) {
 		t.Helper()
 		if _, err := specs.Put(ctx, name, []byte(spec)); err != nil {
@@ -241,14 +241,14 @@ func BenchmarkSeveralPlansNodeLeaves(b *testing.B) {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	inv := bus.NewInventoryStore(js)
+	inv := store.NewInventoryStore(js)
 	for i := range 5000 {
 		id := fmt.Sprintf("n%04d", i)
 		if _, err := inv.Put(ctx, id, simDoc(id), false, time.Hour); err != nil {
 			b.Fatal(err)
 		}
 	}
-	specs := bus.NewSpecStore(js)
+	specs := store.NewSpecStore(js)
 	names := make([]string, 20)
 	for i := range names {
 		names[i] = fmt.Sprintf("plan-%02d", i)
@@ -266,9 +266,9 @@ scheduling:
 	}
 	p := New(Config{NC: nc, JS: js, Settle: -1, Log: zerolog.Nop()})
 	go func() { _ = p.Run(ctx) }()
-	plans := bus.NewPlanStore(js)
-	latest := func(name string) *bus.StoredPlan {
-		var sp *bus.StoredPlan
+	plans := store.NewPlanStore(js)
+	latest := func(name string) *store.StoredPlan {
+		var sp *store.StoredPlan
 		natstest.WaitFor(b, 5*time.Minute, "plan "+name, func() bool {
 			var err error
 			sp, err = plans.Latest(ctx, name)
@@ -284,7 +284,7 @@ scheduling:
 		}
 		victims = append(victims, sp.Plan.Workers.At(0).NodeID)
 	}
-	st, err := js.Stream(ctx, bus.PlansStream)
+	st, err := js.Stream(ctx, client.PlansStream)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -303,7 +303,7 @@ scheduling:
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		name := names[i%len(names)]
-		subject := bus.PlanVersionSubject(name)
+		subject := client.PlanEventSubject(name)
 		was, err := plans.LastSeq(ctx, subject)
 		if err != nil {
 			b.Fatal(err)

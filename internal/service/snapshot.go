@@ -5,9 +5,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // snapshot is the loop's state as request handlers, the GPU map and the
@@ -32,7 +32,7 @@ type snapshot struct {
 // planView is one plan in a snapshot.
 type planView struct {
 	name     string
-	latest   *bus.StoredPlan
+	latest   *store.StoredPlan
 	spec     *planner.Spec
 	removing bool
 	// planned: the loop plans it (planState.planned).

@@ -6,9 +6,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // planState is one plan as the service plans it: its spec, its latest
@@ -21,7 +21,7 @@ type planState struct {
 	// (The loop's own lines, about every plan, name none.)
 	log zerolog.Logger
 	// latest is the newest stored revision of the plan.
-	latest *bus.StoredPlan
+	latest *store.StoredPlan
 	spec   *planner.Spec
 	digest string
 	// specBytes is the spec planned on, as stored, to put back should

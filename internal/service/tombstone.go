@@ -10,7 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // An inventory key whose TTL runs out leaves nothing in the stream: the
@@ -19,7 +19,7 @@ import (
 // kv watch`, a dashboard) would show the node alive for ever. The
 // planner's own watch notices expiries (bus.Watch notes each key's TTL),
 // and the leading planner then writes the key's delete marker, a
-// tombstone (bus.InventoryStore.Tombstone), so that every watcher sees
+// tombstone (store.InventoryStore.Tombstone), so that every watcher sees
 // the node go. It is written only if the key still holds nothing (its
 // subject's expected last sequence is 0, as the planner found it): a
 // reporter that came back meanwhile keeps its key. A standby keeps the
@@ -60,15 +60,15 @@ func newTombstones(p *Service, log zerolog.Logger) *tombstones {
 // event takes an inventory event: a key that is alive, or gone by a
 // message in the stream, needs no tombstone; one whose TTL the watch
 // saw run out does.
-func (t *tombstones) event(ev bus.Event) {
+func (t *tombstones) event(ev store.Event) {
 	switch {
-	case ev.Op == bus.Changed || ev.Op == bus.Heartbeat || ev.Op == bus.Rejected:
+	case ev.Op == store.Changed || ev.Op == store.Heartbeat || ev.Op == store.Rejected:
 		t.keys[ev.NodeID] = tomb{ttl: ev.TTL, seen: ev.Revision}
 		t.settled(ev.NodeID)
-	case ev.Op == bus.Removed && ev.Marker:
+	case ev.Op == store.Removed && ev.Marker:
 		delete(t.keys, ev.NodeID)
 		t.settled(ev.NodeID)
-	case ev.Op == bus.Removed:
+	case ev.Op == store.Removed:
 		k := tomb{ttl: ev.TTL, seen: ev.Revision}
 		if k.ttl == 0 {
 			k.ttl = t.keys[ev.NodeID].ttl
@@ -156,7 +156,7 @@ func (t *tombstones) write(ctx context.Context) bool {
 		case err == nil:
 			t.log.Debug().Str("node", id).Uint64("revision", rev).Uint64("last_seen", k.seen).
 				Msg("the node's inventory key expired: wrote its delete marker, so that every watcher sees it go")
-		case errors.Is(err, bus.ErrKeyMoved):
+		case errors.Is(err, store.ErrKeyMoved):
 			t.log.Debug().Str("node", id).Msg("the node's inventory key was written again since it expired: no delete marker")
 		case ctx.Err() != nil:
 			return true

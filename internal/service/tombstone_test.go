@@ -9,9 +9,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // TestExpiredNodeTombstone: a node's key runs out (its reporter died
@@ -27,7 +28,7 @@ func TestExpiredNodeTombstone(t *testing.T) {
 	h.node("n2")
 	defer h.planner(context.Background(), shareSpec(8, 0))()
 	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid })
-	kv, err := h.js.KeyValue(ctx, bus.InventoryBucket)
+	kv, err := h.js.KeyValue(ctx, client.InventoryBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestTombstoneSparesNodeBack(t *testing.T) {
 	if _, err := p.start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := h.js.KeyValue(ctx, bus.InventoryBucket)
+	kv, err := h.js.KeyValue(ctx, client.InventoryBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestTombstoneSparesNodeBack(t *testing.T) {
 
 	ts := newTombstones(p, zerolog.Nop())
 	for _, id := range []string{"back", "gone"} {
-		ts.event(bus.Event{Op: bus.Removed, NodeID: id, Reason: bus.ReasonExpired, Revision: seen[id], TTL: time.Second})
+		ts.event(store.Event{Op: store.Removed, NodeID: id, Reason: store.ReasonExpired, Revision: seen[id], TTL: time.Second})
 	}
 	if !ts.write(ctx) || len(ts.pending()) != 2 {
 		t.Fatalf("a standby's writes: pending %v", ts.pending())

@@ -14,6 +14,8 @@ import (
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/internal/wire"
 )
 
 // inv is a simulated node of gpus H100s and cpus CPUs, with sick GPUs.
@@ -78,11 +80,11 @@ func TestValidateExplains(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			data, h, err := bus.EncodeJSON(reply)
+			data, h, err := wire.Encode(reply)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var wire struct {
+			var got struct {
 				Valid        bool `json:"valid"`
 				Explanations []struct {
 					Component string `json:"component"`
@@ -93,13 +95,13 @@ func TestValidateExplains(t *testing.T) {
 			var raw struct {
 				Explanations []map[string]json.RawMessage `json:"explanations"`
 			}
-			if err := bus.DecodeJSON(data, h, &wire); err != nil || bus.DecodeJSON(data, h, &raw) != nil {
+			if err := wire.Decode(data, h, &got); err != nil || wire.Decode(data, h, &raw) != nil {
 				t.Fatal(err)
 			}
-			if wire.Valid != c.valid {
-				t.Fatalf("valid %v, want %v", wire.Valid, c.valid)
+			if got.Valid != c.valid {
+				t.Fatalf("valid %v, want %v", got.Valid, c.valid)
 			}
-			for i, x := range wire.Explanations {
+			for i, x := range got.Explanations {
 				if x.Component != c.comp {
 					continue
 				}
@@ -138,7 +140,7 @@ func TestValidateBounded(t *testing.T) {
 		}
 	}
 	p.publishSnapshot(true) // as the loop does once it took them
-	svc, err := bus.AddService(h.nc, p)
+	svc, err := bus.AddService(h.nc, store.Endpoints(p))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,11 @@
-package bus
+// Package store is the service's JetStream stores, typed over the plan
+// and inventory documents: the plan stream and its objects (revisions,
+// snapshots, assignments, retention, the lease), the spec bucket, the
+// inventory bucket and its watch; and the answers of the micro service
+// read off them (lookups, plan names).
+package store
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -18,80 +22,15 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
-)
-
-// Names of the plan stream and spec bucket that the contract leaves to us;
-// subjects.md documents them.
-const (
-	// SpecBucket is the KV bucket of job specs, key = plan name. A spec
-	// change is a new revision of its key.
-	SpecBucket = client.SpecBucket
-	// SpecHistory is how many specs per plan name the spec bucket keeps.
-	SpecHistory = 64
-	// PlanDuplicateWindow is how long JetStream remembers message ids, so
-	// that a retried publish of the same revision is stored once.
-	PlanDuplicateWindow = 2 * time.Minute
-	// RepliesTTL is how long a reply too large for a message is kept,
-	// and RepliesMaxBytes how many bytes of them at most: past that, large
-	// replies fail (error 500) until older ones expire, rather than fill
-	// the disk. JetStream reserves a bucket's bytes on each of its
-	// servers, so a server with less room gets a smaller bucket, down to
-	// RepliesMinBytes.
-	RepliesTTL      = 15 * time.Minute
-	RepliesMaxBytes = 1 << 30
-	RepliesMinBytes = 16 << 20
 )
 
 // ErrConflict is returned by PlanStore.PublishEvent when another planner
 // published to the plan first: re-read the latest and recompute.
 var ErrConflict = errors.New("plan history moved on")
-
-// PlansStreamConfig is the plan stream's settings: every revision kept on
-// file, for audit, until the planner drops the oldest (Retain), always
-// from a whole document on, so every revision kept can be rebuilt. Direct
-// gets read it without consumers.
-func PlansStreamConfig(replicas int) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:              PlansStream,
-		Description:       "poolplanner plan revisions, subject = poolplanner.plans.NAME",
-		Subjects:          []string{PlanSubjectPrefix + ">", LeaseSubjectPrefix + ">"},
-		Storage:           jetstream.FileStorage,
-		Replicas:          replicas,
-		MaxMsgsPerSubject: -1,
-		Duplicates:        PlanDuplicateWindow,
-		AllowDirect:       true,
-		// Leases lapse by their own TTL.
-		AllowMsgTTL: true,
-	}
-}
-
-// AssignmentsStreamConfig is the assignment stream's settings: the last
-// message of every poolplanner.assignments.NAME.NODE_ID, so a launcher
-// that starts late reads its node's workers at once.
-func AssignmentsStreamConfig(replicas int) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:              client.AssignmentsStream,
-		Description:       "poolplanner: each node's workers of each plan, last per subject",
-		Subjects:          []string{client.AssignmentSubjectPrefix + ">"},
-		Storage:           jetstream.FileStorage,
-		Replicas:          replicas,
-		MaxMsgsPerSubject: 1,
-		AllowDirect:       true,
-	}
-}
-
-// SpecBucketConfig is the spec bucket's settings.
-func SpecBucketConfig(replicas int) jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{
-		Bucket:      SpecBucket,
-		Description: "poolplanner job specs, key = plan name",
-		History:     SpecHistory,
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(replicas, 1),
-	}
-}
 
 // StoredPlan is a plan revision as the stream holds it.
 type StoredPlan struct {
@@ -169,75 +108,28 @@ func (s *PlanStore) Client() *client.Client { return s.client }
 // they are missing.
 func (s *PlanStore) Ensure(ctx context.Context) error {
 	r := max(s.Replicas, 1)
-	for _, cfg := range []jetstream.StreamConfig{PlansStreamConfig(r), AssignmentsStreamConfig(r)} {
+	for _, cfg := range []jetstream.StreamConfig{bus.PlansStreamConfig(r), bus.AssignmentsStreamConfig(r)} {
 		if _, err := s.js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("ensure stream %s: %w", cfg.Name, ReplicasErr(err, r))
+			return fmt.Errorf("ensure stream %s: %w", cfg.Name, bus.ReplicasErr(err, r))
 		}
 	}
 	snapshots := jetstream.ObjectStoreConfig{Bucket: client.PlansBucket, Description: "poolplanner: plan snapshots, oversized assignments", Storage: jetstream.FileStorage, Replicas: r}
 	if _, err := s.js.CreateOrUpdateObjectStore(ctx, snapshots); err != nil {
-		return fmt.Errorf("ensure object store %s: %w", snapshots.Bucket, ReplicasErr(err, r))
+		return fmt.Errorf("ensure object store %s: %w", snapshots.Bucket, bus.ReplicasErr(err, r))
 	}
-	replies := jetstream.ObjectStoreConfig{Bucket: client.RepliesBucket, Description: "poolplanner: replies too large for a message", Storage: jetstream.FileStorage, TTL: RepliesTTL, Replicas: r}
-	for size := int64(RepliesMaxBytes); ; size /= 2 {
+	replies := jetstream.ObjectStoreConfig{Bucket: client.RepliesBucket, Description: "poolplanner: replies too large for a message", Storage: jetstream.FileStorage, TTL: bus.RepliesTTL, Replicas: r}
+	for size := int64(bus.RepliesMaxBytes); ; size /= 2 {
 		replies.MaxBytes = size
 		_, err := s.js.CreateOrUpdateObjectStore(ctx, replies)
 		if err == nil {
 			s.RepliesBytes = size
 			return nil
 		}
-		if !isInsufficient(err) || size/2 < RepliesMinBytes {
-			return fmt.Errorf("ensure object store %s: %w", replies.Bucket, StorageErr(err, r, size))
+		if !bus.IsInsufficient(err) || size/2 < bus.RepliesMinBytes {
+			return fmt.Errorf("ensure object store %s: %w", replies.Bucket, bus.StorageErr(err, r, size))
 		}
 	}
 }
-
-// isInsufficient says whether JetStream refused for want of storage:
-// 10023 (insufficient resources, a cluster's placement) or 10047
-// (insufficient storage, one server's).
-func isInsufficient(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == 10023 || apiErr.ErrorCode == 10047)
-}
-
-// ReplicasErr says, when JetStream refuses a stream for want of servers,
-// how many it was asked for; a refusal for want of storage is said as
-// such.
-func ReplicasErr(err error, replicas int) error {
-	var apiErr *jetstream.APIError
-	if isInsufficient(err) {
-		return StorageErr(err, replicas, 0)
-	}
-	// 10005: no peers, 10074: replicas on a server that is not
-	// clustered.
-	if replicas > 1 && errors.As(err, &apiErr) && (apiErr.ErrorCode == 10005 || apiErr.ErrorCode == 10074) {
-		return fmt.Errorf("%w: --replicas %d: the NATS cluster has not that many JetStream servers: %w", ErrReplicas, replicas, err)
-	}
-	return err
-}
-
-// StorageErr says what a stream or bucket refused for want of storage
-// asked for: bytes reserved (0: none, only room for what it holds) on
-// each of replicas servers.
-func StorageErr(err error, replicas int, bytes int64) error {
-	if !isInsufficient(err) {
-		return ReplicasErr(err, replicas)
-	}
-	asked := "room for what it holds"
-	if bytes > 0 {
-		asked = fmt.Sprintf("%d MiB reserved", bytes>>20)
-	}
-	return fmt.Errorf("%w: it asked %s on each of %d servers, and the servers' JetStream storage (max_file_store, or the account's limit) has not that much left: %w",
-		ErrStorage, asked, max(replicas, 1), err)
-}
-
-// ErrReplicas is a stream or bucket refused for want of servers: a
-// setting to change, not an outage to wait out.
-var ErrReplicas = errors.New("not enough servers")
-
-// ErrStorage is a stream or bucket refused for want of storage: a
-// setting to change too.
-var ErrStorage = errors.New("insufficient storage")
 
 // Latest returns the newest revision of plan name, rebuilt whole; nil and
 // no error when the plan has none yet.
@@ -246,7 +138,7 @@ var ErrStorage = errors.New("insufficient storage")
 // program) must not stop planning: it comes back as an invalid plan of
 // its revision, which the next plan follows as it would any invalid one.
 func (s *PlanStore) Latest(ctx context.Context, name string) (*StoredPlan, error) {
-	st, err := s.js.Stream(ctx, PlansStream)
+	st, err := s.js.Stream(ctx, client.PlansStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, nil
 	}
@@ -255,14 +147,14 @@ func (s *PlanStore) Latest(ctx context.Context, name string) (*StoredPlan, error
 	}
 	// Read the last event once, and rebuild that one: a newer event
 	// stored meanwhile must not be blamed for this one's damage.
-	m, err := st.GetLastMsgForSubject(ctx, PlanVersionSubject(name))
+	m, err := st.GetLastMsgForSubject(ctx, client.PlanEventSubject(name))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("latest plan %s: %w", name, err)
 	}
-	rev, _ := strconv.Atoi(m.Header.Get(RevisionHeader))
+	rev, _ := strconv.Atoi(m.Header.Get(client.RevisionHeader))
 	r, err := s.client.Plan(ctx, name, rev)
 	switch {
 	case rev < 1:
@@ -304,18 +196,18 @@ func (s *PlanStore) Revision(ctx context.Context, name string, rev int) (*Stored
 // of one revision in the duplicate window either way.
 func (s *PlanStore) PublishEvent(ctx context.Context, ev *plan.Event, specDigest string, expect, lease uint64) (uint64, error) {
 	what := fmt.Sprintf("plan %s revision %d", ev.Name, ev.Revision)
-	data, h, err := client.Encode(ev)
+	data, h, err := wire.Encode(ev)
 	if err != nil {
 		return 0, fmt.Errorf("publish %s: %w", what, err)
 	}
-	if err := checkPayload(s.js.Conn(), what, len(data)); err != nil {
+	if err := bus.CheckPayload(s.js.Conn(), what, len(data)); err != nil {
 		return 0, fmt.Errorf("publish %s: %w", what, err)
 	}
 	if h == nil {
 		h = nats.Header{}
 	}
-	msg := &nats.Msg{Subject: PlanVersionSubject(ev.Name), Header: h, Data: data}
-	msg.Header.Set(RevisionHeader, strconv.Itoa(ev.Revision))
+	msg := &nats.Msg{Subject: client.PlanEventSubject(ev.Name), Header: h, Data: data}
+	msg.Header.Set(client.RevisionHeader, strconv.Itoa(ev.Revision))
 	msg.Header.Set(client.BaseHeader, strconv.Itoa(ev.Base))
 	msg.Header.Set(client.KindHeader, ev.Kind())
 	msg.Header.Set(client.ValidHeader, strconv.FormatBool(ev.Valid))
@@ -325,19 +217,19 @@ func (s *PlanStore) PublishEvent(ctx context.Context, ev *plan.Event, specDigest
 	if ev.Error != "" {
 		msg.Header.Set(client.ErrorHeader, oneLine(ev.Error, 1024))
 	}
-	msg.Header.Set(SpecDigestHeader, specDigest)
+	msg.Header.Set(client.SpecDigestHeader, specDigest)
 	if s.Publisher != "" {
-		msg.Header.Set(PlannerHeader, s.Publisher)
+		msg.Header.Set(client.PlannerHeader, s.Publisher)
 	}
 	check := jetstream.WithExpectLastSequencePerSubject(expect)
 	if lease != 0 {
-		check = jetstream.WithExpectLastSequenceForSubject(lease, LeaseSubject(cmp.Or(s.LeaseName, ev.Name)))
+		check = jetstream.WithExpectLastSequenceForSubject(lease, bus.LeaseSubject(cmp.Or(s.LeaseName, ev.Name)))
 	}
 	ack, err := s.js.PublishMsg(ctx, msg, check, jetstream.WithMsgID(ev.Name+":"+strconv.Itoa(ev.Revision)))
-	if isWrongLast(err) && lease != 0 {
-		return 0, fmt.Errorf("publish %s: %w", what, ErrLeaseLost)
+	if bus.IsWrongLast(err) && lease != 0 {
+		return 0, fmt.Errorf("publish %s: %w", what, bus.ErrLeaseLost)
 	}
-	if isWrongLast(err) {
+	if bus.IsWrongLast(err) {
 		return 0, fmt.Errorf("publish %s: %w", what, ErrConflict)
 	}
 	if err != nil {
@@ -362,7 +254,7 @@ func oneLine(s string, n int) string {
 // PutSnapshot stores doc whole, gzipped JSON, as its revision's snapshot
 // object, and returns the object's name.
 func (s *PlanStore) PutSnapshot(ctx context.Context, doc *plan.Document) (name string, size int, err error) {
-	name = client.SnapshotObject(doc.Name, doc.Revision, nuid.Next())
+	name = wire.SnapshotObject(doc.Name, doc.Revision, nuid.Next())
 	if size, err = s.putObject(ctx, client.PlansBucket, name, doc.AppendJSON(nil)); err != nil {
 		return "", 0, fmt.Errorf("snapshot of plan %s revision %d: %w", doc.Name, doc.Revision, err)
 	}
@@ -375,35 +267,8 @@ func (s *PlanStore) DropSnapshot(ctx context.Context, name string) { s.dropObjec
 
 // putObject stores data gzipped; size is the bytes stored.
 func (s *PlanStore) putObject(ctx context.Context, bucket, name string, data []byte) (int, error) {
-	return storeObject(ctx, s.js, bucket, name, data)
+	return bus.StoreObject(ctx, s.js, bucket, name, data)
 }
-
-// storeObject stores data gzipped in bucket as name, in chunks a message
-// can carry on this server; size is the bytes stored.
-func storeObject(ctx context.Context, js jetstream.JetStream, bucket, name string, data []byte) (int, error) {
-	z, err := client.Gzip(data)
-	if err != nil {
-		return 0, err
-	}
-	return storeGzipped(ctx, js, bucket, name, z)
-}
-
-// storeGzipped stores z, gzipped already.
-func storeGzipped(ctx context.Context, js jetstream.JetStream, bucket, name string, z []byte) (int, error) {
-	obs, err := js.ObjectStore(ctx, bucket)
-	if err != nil {
-		return 0, fmt.Errorf("object store %s: %w", bucket, err)
-	}
-	chunk := uint32(min(objectChunk, BodyLimit(js.Conn())))
-	meta := jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: chunk}}
-	if _, err := obs.Put(ctx, meta, bytes.NewReader(z)); err != nil {
-		return 0, fmt.Errorf("store object %s/%s: %w", bucket, name, err)
-	}
-	return len(z), nil
-}
-
-// objectChunk is the object store's usual chunk size.
-const objectChunk = 128 << 10
 
 // PublishAssignments publishes each node's workers on its assignment
 // subject and waits for JetStream to store them. A node's workers too
@@ -426,7 +291,7 @@ func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignme
 			s.assignmentStored(ctx, &as[i], objects[i])
 			return nil
 		case err := <-acks[i].Err():
-			if expect && isWrongLast(err) {
+			if expect && bus.IsWrongLast(err) {
 				s.dropObject(ctx, objects[i])
 				as[i].Seq = 0
 				refused++
@@ -470,7 +335,7 @@ const assignmentWindow = 512
 // assignmentMsg is a's message, and the object that holds a when it is
 // too large for one ("" when it is not).
 func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment) (*nats.Msg, string, error) {
-	data, h, err := client.Encode(a)
+	data, h, err := wire.Encode(a)
 	if err != nil {
 		return nil, "", err
 	}
@@ -478,17 +343,17 @@ func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment) (*n
 		h = nats.Header{}
 	}
 	var object string
-	if len(data) > BodyLimit(s.js.Conn()) {
-		object = client.AssignmentObject(a.Plan, a.NodeID, nuid.Next())
+	if len(data) > bus.BodyLimit(s.js.Conn()) {
+		object = wire.AssignmentObject(a.Plan, a.NodeID, nuid.Next())
 		raw, _ := json.Marshal(a)
 		size, err := s.putObject(ctx, client.PlansBucket, object, raw)
 		if err != nil {
 			return nil, "", fmt.Errorf("assignment of %s: %w", a.NodeID, err)
 		}
-		data, _ = json.Marshal(client.ObjectRef{Bucket: client.PlansBucket, Object: object, Size: uint64(size)})
-		h = nats.Header{client.ObjectHeader: []string{"1"}}
+		data, _ = json.Marshal(wire.ObjectRef{Bucket: client.PlansBucket, Object: object, Size: uint64(size)})
+		h = nats.Header{wire.ObjectHeader: []string{"1"}}
 	}
-	h.Set(RevisionHeader, strconv.Itoa(a.Revision))
+	h.Set(client.RevisionHeader, strconv.Itoa(a.Revision))
 	return &nats.Msg{Subject: client.AssignmentSubject(a.Plan, a.NodeID), Header: h, Data: data}, object, nil
 }
 
@@ -496,7 +361,7 @@ func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment) (*n
 // one its message, just stored, names (object; "" for none). The objects
 // there are are listed once per store, then tracked.
 func (s *PlanStore) assignmentStored(ctx context.Context, a *client.Assignment, object string) {
-	prefix := client.AssignmentObjectPrefix(a.Plan, a.NodeID)
+	prefix := wire.AssignmentObjectPrefix(a.Plan, a.NodeID)
 	s.objMu.Lock()
 	if s.objs == nil {
 		s.objs = map[string]bool{}
@@ -571,12 +436,12 @@ func NewSpecStore(js jetstream.JetStream) *SpecStore { return &SpecStore{js: js}
 func (s *SpecStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 	// Bind first: an admin may write specs but not make or change the
 	// bucket, which the planner does.
-	kv, err := s.js.KeyValue(ctx, SpecBucket)
+	kv, err := s.js.KeyValue(ctx, client.SpecBucket)
 	if err == nil {
 		return kv, nil
 	}
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("bucket %s: %w", SpecBucket, err)
+		return nil, fmt.Errorf("bucket %s: %w", client.SpecBucket, err)
 	}
 	return s.Ensure(ctx)
 }
@@ -584,9 +449,9 @@ func (s *SpecStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 // Ensure creates the spec bucket, or brings its settings (replicas) to
 // SpecBucketConfig.
 func (s *SpecStore) Ensure(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := s.js.CreateOrUpdateKeyValue(ctx, SpecBucketConfig(s.Replicas))
+	kv, err := s.js.CreateOrUpdateKeyValue(ctx, bus.SpecBucketConfig(s.Replicas))
 	if err != nil {
-		return nil, fmt.Errorf("ensure bucket %s: %w", SpecBucket, ReplicasErr(err, s.Replicas))
+		return nil, fmt.Errorf("ensure bucket %s: %w", client.SpecBucket, bus.ReplicasErr(err, s.Replicas))
 	}
 	return kv, nil
 }
@@ -595,7 +460,7 @@ func (s *SpecStore) Ensure(ctx context.Context) (jetstream.KeyValue, error) {
 // it parses; it returns the key's revision.
 func (s *SpecStore) Put(ctx context.Context, name string, spec []byte) (uint64, error) {
 	if _, err := planner.ParseSpec(spec); err != nil {
-		return 0, fmt.Errorf("%w: spec: %w", ErrBadRequest, err)
+		return 0, fmt.Errorf("%w: spec: %w", client.ErrBadRequest, err)
 	}
 	if err := ValidatePlanName(name); err != nil {
 		return 0, err
@@ -619,7 +484,7 @@ func (s *SpecStore) Get(ctx context.Context, name string) ([]byte, uint64, error
 	}
 	e, err := kv.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, 0, fmt.Errorf("spec %s: %w", name, ErrNotFound)
+		return nil, 0, fmt.Errorf("spec %s: %w", name, client.ErrNotFound)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("get spec %s: %w", name, err)
@@ -687,7 +552,7 @@ func (s *SpecStore) List(ctx context.Context) ([]StoredSpec, error) {
 // dot, slash, wildcard or space; 64 bytes keeps every subject it makes
 // far below the server's control-line limit (4 KB), whatever its node
 // ids. A name breaking it is a bad request (400).
-var PlanNameRule = planner.NameRule{Kind: "plan name", Max: 64, Punct: "-_=", Err: ErrBadRequest}
+var PlanNameRule = planner.NameRule{Kind: "plan name", Max: 64, Punct: "-_=", Err: client.ErrBadRequest}
 
 // ValidatePlanName checks name against PlanNameRule; its error is
 // ErrBadRequest and names the length or the character that is wrong.

@@ -1,4 +1,4 @@
-package bus
+package store
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/bus"
 )
 
 // BenchmarkHeartbeatRound10k measures one heartbeat round of 10,000
@@ -42,11 +45,11 @@ func BenchmarkHeartbeatRound10k(b *testing.B) {
 	}
 	publish := func(heartbeat bool) {
 		for i, doc := range docs {
-			msg := &nats.Msg{Subject: InventorySubject(fmt.Sprintf("node-%05d", i)), Header: nats.Header{}, Data: doc}
+			msg := &nats.Msg{Subject: bus.InventorySubject(fmt.Sprintf("node-%05d", i)), Header: nats.Header{}, Data: doc}
 			if heartbeat {
-				msg.Header.Set(HeartbeatHeader, "1")
+				msg.Header.Set(bus.HeartbeatHeader, "1")
 			}
-			if _, err := js.PublishMsgAsync(msg, jetstream.WithMsgTTL(KeyTTL(time.Minute))); err != nil {
+			if _, err := js.PublishMsgAsync(msg, jetstream.WithMsgTTL(bus.KeyTTL(time.Minute))); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -62,7 +65,7 @@ func BenchmarkHeartbeatRound10k(b *testing.B) {
 	// (protocol lines included) are counted.
 	var kvWire, hdrWire atomic.Int64
 	kvConn, kvJS := countingConnect(b, url, &kvWire)
-	kv, err := kvJS.KeyValue(ctx, InventoryBucket)
+	kv, err := kvJS.KeyValue(ctx, client.InventoryBucket)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package bus
+package store
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/wire"
 )
 
 // TestValidatePlanName: plan names are 1 to 64 bytes of letters, digits
@@ -40,12 +42,8 @@ func TestValidatePlanName(t *testing.T) {
 		case c.want == "":
 		case err == nil || !strings.Contains(err.Error(), c.want):
 			t.Errorf("%.70q: %v, want %q", c.name, err, c.want)
-		case !errors.Is(err, ErrBadRequest):
+		case !errors.Is(err, client.ErrBadRequest):
 			t.Errorf("%.70q: %v is not a bad request", c.name, err)
-		default:
-			if code, _ := errorReply(err); code != CodeBadRequest {
-				t.Errorf("%.70q: code %s, want %s", c.name, code, CodeBadRequest)
-			}
 			if len(err.Error()) > 200 {
 				t.Errorf("%.70q: an error of %d bytes", c.name, len(err.Error()))
 			}
@@ -63,26 +61,26 @@ func TestPlanNamesAtTheBus(t *testing.T) {
 	long := strings.Repeat("p", 4100)
 	specs := NewSpecStore(js)
 	spec := []byte("scheduling:\n  train: {worker_num: 1, num_cpus: 1, num_gpus: 1}\n")
-	if _, err := specs.Put(ctx, long, spec); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "4100 bytes is too long") {
+	if _, err := specs.Put(ctx, long, spec); !errors.Is(err, client.ErrBadRequest) || !strings.Contains(err.Error(), "4100 bytes is too long") {
 		t.Errorf("spec set: %v, want a 400 saying the length", err)
 	}
-	if err := specs.Delete(ctx, long); !errors.Is(err, ErrBadRequest) {
+	if err := specs.Delete(ctx, long); !errors.Is(err, client.ErrBadRequest) {
 		t.Errorf("spec rm: %v, want a 400", err)
 	}
-	svc, err := AddService(nc, stubAnswerer{})
+	svc, err := bus.AddService(nc, Endpoints(stubAnswerer{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = svc.Stop() }()
 	for _, name := range []string{long, "a.b"} {
-		msg := nats.NewMsg(ValidateSubject)
+		msg := nats.NewMsg(client.ValidateSubject)
 		msg.Header.Set(client.PlanHeader, name)
 		msg.Data = spec
-		reply, err := nc.RequestMsg(msg, HandlerTimeout)
+		reply, err := nc.RequestMsg(msg, bus.HandlerTimeout)
 		if err != nil {
 			t.Fatalf("validate: %v", err)
 		}
-		if code := reply.Header.Get(micro.ErrorCodeHeader); code != CodeBadRequest || !strings.Contains(string(reply.Data), "invalid plan name") {
+		if code := reply.Header.Get(micro.ErrorCodeHeader); code != wire.CodeBadRequest || !strings.Contains(string(reply.Data), "invalid plan name") {
 			t.Errorf("validate as %.20q: code %q body %s", name, code, reply.Data)
 		}
 	}
@@ -94,10 +92,10 @@ func TestPlanNamesAtTheBus(t *testing.T) {
 // stubAnswerer answers nothing; the bus refuses these requests first.
 type stubAnswerer struct{}
 
-func (stubAnswerer) Validate(context.Context, []byte, string) (*ValidateReply, error) {
+func (stubAnswerer) Validate(context.Context, []byte, string) (*client.ValidateReply, error) {
 	return nil, errors.New("not reached")
 }
 
-func (stubAnswerer) Plan(context.Context, PlanRequest) (*planner.Plan, error) {
+func (stubAnswerer) Plan(context.Context, wire.PlanRequest) (*planner.Plan, error) {
 	return nil, errors.New("not reached")
 }

@@ -1,4 +1,4 @@
-package bus
+package store
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
 )
 
 // TestEnsureFitsStorage: the replies bucket asks what the server has room
@@ -18,13 +20,13 @@ func TestEnsureFitsStorage(t *testing.T) {
 		want     int64
 		err      string
 	}{
-		{"plenty", 4 << 30, RepliesMaxBytes, ""},
-		{"one GiB", 1 << 30, RepliesMaxBytes, ""},
+		{"plenty", 4 << 30, bus.RepliesMaxBytes, ""},
+		{"one GiB", 1 << 30, bus.RepliesMaxBytes, ""},
 		{"300 MiB", 300 << 20, 256 << 20, ""},
 		{"8 MiB", 8 << 20, 0, "insufficient storage: it asked 16 MiB reserved on each of 1 servers"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ns, url, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir(), MaxFileStore: c.maxStore})
+			ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), MaxFileStore: c.maxStore})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -35,7 +37,7 @@ func TestEnsureFitsStorage(t *testing.T) {
 			store := NewPlanStore(js)
 			err = store.Ensure(ctx)
 			if c.err != "" {
-				if !errors.Is(err, ErrStorage) || !strings.Contains(err.Error(), c.err) {
+				if !errors.Is(err, bus.ErrStorage) || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("Ensure: %v, want %q", err, c.err)
 				}
 				return

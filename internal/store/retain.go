@@ -1,4 +1,4 @@
-package bus
+package store
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/wire"
 )
 
 // Retain drops the oldest revisions of plan name past the history limits:
@@ -20,11 +21,11 @@ import (
 // never past the newest such revision, so that every revision kept can be
 // rebuilt; then it deletes the snapshots no revision kept needs.
 func (s *PlanStore) Retain(ctx context.Context, name string, maxAge time.Duration, maxBytes int64, now time.Time) error {
-	st, err := s.js.Stream(ctx, PlansStream)
+	st, err := s.js.Stream(ctx, client.PlansStream)
 	if err != nil {
 		return fmt.Errorf("retain plan %s: %w", name, err)
 	}
-	subject := PlanVersionSubject(name)
+	subject := client.PlanEventSubject(name)
 	keep := 0
 	if maxAge >= 0 {
 		if keep, err = s.keepByAge(ctx, st, subject, now.Add(-maxAge)); err != nil {
@@ -76,7 +77,7 @@ func event(ctx context.Context, st jetstream.Stream, subject string, seq uint64)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	rev, _ := strconv.Atoi(m.Header.Get(RevisionHeader))
+	rev, _ := strconv.Atoi(m.Header.Get(client.RevisionHeader))
 	base, _ := strconv.Atoi(m.Header.Get(client.BaseHeader))
 	return m, rev, base, nil
 }
@@ -143,7 +144,7 @@ func (s *PlanStore) cut(ctx context.Context, st jetstream.Stream, name string, k
 	if err != nil {
 		return fmt.Errorf("retain plan %s: %w", name, err)
 	}
-	if err := st.Purge(ctx, jetstream.WithPurgeSubject(PlanVersionSubject(name)), jetstream.WithPurgeSequence(seq)); err != nil {
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(client.PlanEventSubject(name)), jetstream.WithPurgeSequence(seq)); err != nil {
 		return fmt.Errorf("retain plan %s: purge: %w", name, err)
 	}
 	obs, err := s.js.ObjectStore(ctx, client.PlansBucket)
@@ -158,7 +159,7 @@ func (s *PlanStore) cut(ctx context.Context, st jetstream.Stream, name string, k
 		return fmt.Errorf("retain plan %s: list snapshots: %w", name, err)
 	}
 	for _, info := range infos {
-		if rev, ok := client.SnapshotRevision(name, info.Name); ok && rev < keep {
+		if rev, ok := wire.SnapshotRevision(name, info.Name); ok && rev < keep {
 			_ = obs.Delete(ctx, info.Name)
 		}
 	}

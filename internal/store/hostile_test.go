@@ -1,4 +1,4 @@
-package bus
+package store
 
 import (
 	"bytes"
@@ -16,20 +16,22 @@ import (
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/auth"
+	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/wire"
 )
 
 // refusingAnswerer answers every request with an error: an error reply
 // is a message too, and would land in a stream as well as any answer.
 type refusingAnswerer struct{}
 
-func (refusingAnswerer) Validate(context.Context, []byte, string) (*ValidateReply, error) {
-	return nil, fmt.Errorf("%w: no", ErrBadRequest)
+func (refusingAnswerer) Validate(context.Context, []byte, string) (*client.ValidateReply, error) {
+	return nil, fmt.Errorf("%w: no", client.ErrBadRequest)
 }
 
-func (refusingAnswerer) Plan(context.Context, PlanRequest) (*planner.Plan, error) {
-	return nil, fmt.Errorf("%w: no plan", ErrNotFound)
+func (refusingAnswerer) Plan(context.Context, wire.PlanRequest) (*planner.Plan, error) {
+	return nil, fmt.Errorf("%w: no plan", client.ErrNotFound)
 }
 
 // streamState is every stream's message count per subject.
@@ -65,7 +67,7 @@ func TestHostileReplies(t *testing.T) {
 	a, url := secureServer(t)
 	ctx := context.Background()
 	p := as(t, a, url, auth.Planner, "")
-	svc, err := AddService(p.nc, refusingAnswerer{})
+	svc, err := bus.AddService(p.nc, Endpoints(refusingAnswerer{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,9 +90,9 @@ func TestHostileReplies(t *testing.T) {
 	targets := []string{
 		client.AssignmentSubject("default", "n2"),
 		client.PlanEventSubject("default"),
-		LeaseSubject("default"),
-		InventorySubject("n3"),
-		"$KV." + SpecBucket + ".default",
+		bus.LeaseSubject("default"),
+		bus.InventorySubject("n3"),
+		"$KV." + client.SpecBucket + ".default",
 		"$O." + client.PlansBucket + ".M.x",
 	}
 	lookup := []byte(`{"plan":"default","node_id":"n1"}`)
@@ -108,13 +110,13 @@ func TestHostileReplies(t *testing.T) {
 		{client.ValidateSubject, []byte(`{}`)},
 		{"$SRV.PING", nil},
 		{"$JS.API.STREAM.INFO." + client.PlansStream, nil},
-		{"$JS.API.DIRECT.GET." + InventoryStream, []byte(`{"last_by_subj":"` + InventorySubject("n1") + `"}`)},
-		{"$JS.API.DIRECT.GET." + InventoryStream + "." + InventorySubject("n1"), nil},
+		{"$JS.API.DIRECT.GET." + bus.InventoryStream, []byte(`{"last_by_subj":"` + bus.InventorySubject("n1") + `"}`)},
+		{"$JS.API.DIRECT.GET." + bus.InventoryStream + "." + bus.InventorySubject("n1"), nil},
 	}
 	reporterReqs := []request{
-		{"$JS.API.STREAM.INFO." + InventoryStream, nil},
-		{"$JS.API.DIRECT.GET." + InventoryStream + "." + InventorySubject("n1"), nil},
-		{InventorySubject("n1"), testDoc(t, "n1")},
+		{"$JS.API.STREAM.INFO." + bus.InventoryStream, nil},
+		{"$JS.API.DIRECT.GET." + bus.InventoryStream + "." + bus.InventorySubject("n1"), nil},
+		{bus.InventorySubject("n1"), testDoc(t, "n1")},
 	}
 	roles := []struct {
 		role auth.Role
@@ -158,14 +160,14 @@ func TestHostileReplies(t *testing.T) {
 			if r.role == auth.Reporter {
 				// Its own puts, the probe's and the hostile ones: its
 				// own key, nothing else.
-				own := InventoryStream + " " + InventorySubject("n1")
+				own := bus.InventoryStream + " " + bus.InventorySubject("n1")
 				if after[own] <= before[own] {
 					t.Errorf("the reporter's own puts were not stored")
 				}
 				delete(before, own)
 				delete(after, own)
-				delete(before, InventoryStream+" (last sequence)")
-				delete(after, InventoryStream+" (last sequence)")
+				delete(before, bus.InventoryStream+" (last sequence)")
+				delete(after, bus.InventoryStream+" (last sequence)")
 			}
 			if !maps.Equal(before, after) {
 				t.Errorf("streams changed:\nbefore %v\nafter  %v", before, after)
@@ -179,8 +181,8 @@ func TestHostileReplies(t *testing.T) {
 		var names []string
 		for i, target := range targets {
 			stream := client.PlansStream
-			if target == client.PlanEventSubject("default") || target == LeaseSubject("default") {
-				stream = InventoryStream
+			if target == client.PlanEventSubject("default") || target == bus.LeaseSubject("default") {
+				stream = bus.InventoryStream
 			}
 			cfg, _ := json.Marshal(map[string]any{"stream_name": stream, "config": map[string]any{
 				"name": fmt.Sprintf("push%d", i), "deliver_subject": target, "ack_policy": "none", "deliver_policy": "all"}})
@@ -273,7 +275,7 @@ func TestReplyOnlyToInboxes(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &countingAnswerer{codes: map[string]int{}}
-	svc, err := AddService(nc, a)
+	svc, err := bus.AddService(nc, Endpoints(a))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +287,7 @@ func TestReplyOnlyToInboxes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, func() bool { return a.count(CodeForbiddenReply) == 3 })
+	waitFor(t, func() bool { return a.count(bus.CodeForbiddenReply) == 3 })
 	if _, err := nc.Request(client.PlanSubject, []byte(`{"plan":"default"}`), 5*time.Second); err != nil {
 		t.Fatalf("a request with an inbox: %v", err)
 	}
@@ -294,7 +296,7 @@ func TestReplyOnlyToInboxes(t *testing.T) {
 	}
 	for _, r := range []string{"_INBOX.abc", "_R_.x.y", "_INBOX_other", "poolplanner.plans.x", "$JS.ACK.x", ""} {
 		want := r == "_INBOX.abc" || r == "_R_.x.y"
-		if got := ReplyAllowed(r); got != want {
+		if got := bus.ReplyAllowed(r); got != want {
 			t.Errorf("ReplyAllowed(%q) = %v, want %v", r, got, want)
 		}
 	}

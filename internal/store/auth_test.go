@@ -1,4 +1,4 @@
-package bus
+package store
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/auth"
+	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 )
 
@@ -29,7 +30,7 @@ func secureServer(t *testing.T) (*auth.Authority, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, url, err := StartEmbedded(EmbeddedOptions{StoreDir: dir, Auth: a})
+	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: dir, Auth: a})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func secureServer(t *testing.T) (*auth.Authority, string) {
 type session struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
-	sec  Security
+	sec  bus.Security
 	mu   sync.Mutex
 	errs []string
 }
@@ -68,7 +69,7 @@ func as(t *testing.T, a *auth.Authority, url string, role auth.Role, node string
 	if err := os.WriteFile(path, creds, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := &session{sec: Security{Creds: path}}
+	s := &session{sec: bus.Security{Creds: path}}
 	opts, err := s.sec.Options()
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +103,7 @@ func (s *session) refused(t *testing.T, err error, subject string) {
 		defer s.mu.Unlock()
 		return strings.Contains(strings.Join(s.errs, "\n"), want)
 	})
-	if msg := Explain(err, s.nc, s.sec).Error(); !strings.Contains(msg, "permissions violation") || !strings.Contains(msg, subject) && !strings.HasPrefix(subject, "sub ") {
+	if msg := bus.Explain(err, s.nc, s.sec).Error(); !strings.Contains(msg, "permissions violation") || !strings.Contains(msg, subject) && !strings.HasPrefix(subject, "sub ") {
 		t.Errorf("explained as %q", msg)
 	}
 }
@@ -123,18 +124,18 @@ func TestAuthDenials(t *testing.T) {
 		if !errors.Is(err, nats.ErrAuthorization) {
 			t.Fatalf("anonymous connect: %v", err)
 		}
-		if msg := Explain(err, nil, Security{}).Error(); !strings.Contains(msg, "pass --creds") {
+		if msg := bus.Explain(err, nil, bus.Security{}).Error(); !strings.Contains(msg, "pass --creds") {
 			t.Errorf("explained as %q", msg)
 		}
 	})
 	t.Run("reporter writes another node's key", func(t *testing.T) {
 		r := as(t, a, url, auth.Reporter, "n1")
-		_, err := r.js.Publish(short(), InventorySubject("n2"), testDoc(t, "n2"))
-		r.refused(t, err, InventorySubject("n2"))
+		_, err := r.js.Publish(short(), bus.InventorySubject("n2"), testDoc(t, "n2"))
+		r.refused(t, err, bus.InventorySubject("n2"))
 	})
 	t.Run("reporter rolls up the bucket", func(t *testing.T) {
 		r := as(t, a, url, auth.Reporter, "n1")
-		msg := nats.NewMsg(InventorySubject("n1"))
+		msg := nats.NewMsg(bus.InventorySubject("n1"))
 		msg.Header.Set("Nats-Rollup", "all")
 		msg.Data = doc
 		_, err := r.js.PublishMsg(short(), msg)
@@ -145,10 +146,10 @@ func TestAuthDenials(t *testing.T) {
 	})
 	t.Run("reporter purges the bucket", func(t *testing.T) {
 		r := as(t, a, url, auth.Reporter, "n1")
-		err := r.js.DeleteStream(short(), InventoryStream)
-		r.refused(t, err, "$JS.API.STREAM.DELETE."+InventoryStream)
-		_, err = r.nc.Request("$JS.API.STREAM.PURGE."+InventoryStream, nil, 500*time.Millisecond)
-		r.refused(t, err, "$JS.API.STREAM.PURGE."+InventoryStream)
+		err := r.js.DeleteStream(short(), bus.InventoryStream)
+		r.refused(t, err, "$JS.API.STREAM.DELETE."+bus.InventoryStream)
+		_, err = r.nc.Request("$JS.API.STREAM.PURGE."+bus.InventoryStream, nil, 500*time.Millisecond)
+		r.refused(t, err, "$JS.API.STREAM.PURGE."+bus.InventoryStream)
 	})
 	t.Run("reporter deletes the plans stream", func(t *testing.T) {
 		r := as(t, a, url, auth.Reporter, "n1")
@@ -163,7 +164,7 @@ func TestAuthDenials(t *testing.T) {
 	t.Run("launcher sets a spec", func(t *testing.T) {
 		l := as(t, a, url, auth.Launcher, "")
 		_, err := NewSpecStore(l.js).Put(short(), "default", []byte("scheduling: {train: {worker_num: 1, num_cpus: 1, num_gpus: 1}}"))
-		l.refused(t, err, "$KV."+SpecBucket+".default")
+		l.refused(t, err, "$KV."+client.SpecBucket+".default")
 	})
 	t.Run("launcher answers lookups", func(t *testing.T) {
 		l := as(t, a, url, auth.Launcher, "")

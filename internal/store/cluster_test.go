@@ -1,4 +1,4 @@
-package bus_test
+package store_test
 
 import (
 	"context"
@@ -10,8 +10,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/natstest"
+	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/internal/testcluster"
 )
 
@@ -30,7 +32,7 @@ func TestReplicatedState(t *testing.T) {
 	defer cancel()
 
 	// A bucket made with one replica is brought to three.
-	inv := bus.NewInventoryStore(js)
+	inv := store.NewInventoryStore(js)
 	if _, err := inv.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -38,12 +40,12 @@ func TestReplicatedState(t *testing.T) {
 	if _, err := inv.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	plans := bus.NewPlanStore(js)
+	plans := store.NewPlanStore(js)
 	plans.Replicas = 3
 	if err := plans.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{bus.InventoryStream, bus.PlansStream, "OBJ_poolplanner-plans"} {
+	for _, name := range []string{bus.InventoryStream, client.PlansStream, "OBJ_poolplanner-plans"} {
 		st, err := js.Stream(ctx, name)
 		if err != nil || st.CachedInfo().Config.Replicas != 3 {
 			t.Fatalf("%s: %v, replicas %d", name, err, st.CachedInfo().Config.Replicas)
@@ -91,7 +93,7 @@ func TestReplicasTooMany(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	plans := bus.NewPlanStore(js)
+	plans := store.NewPlanStore(js)
 	plans.Replicas = 3
 	err = plans.Ensure(context.Background())
 	if !errors.Is(err, bus.ErrReplicas) {

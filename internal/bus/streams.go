@@ -1,0 +1,159 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/wire"
+)
+
+// Settings of the plan stream, the spec bucket and the replies bucket
+// that the contract leaves to us; subjects.md documents them.
+const (
+	// SpecHistory is how many specs per plan name the spec bucket keeps.
+	SpecHistory = 64
+	// PlanDuplicateWindow is how long JetStream remembers message ids, so
+	// that a retried publish of the same revision is stored once.
+	PlanDuplicateWindow = 2 * time.Minute
+	// RepliesTTL is how long a reply too large for a message is kept,
+	// and RepliesMaxBytes how many bytes of them at most: past that, large
+	// replies fail (error 500) until older ones expire, rather than fill
+	// the disk. JetStream reserves a bucket's bytes on each of its
+	// servers, so a server with less room gets a smaller bucket, down to
+	// RepliesMinBytes.
+	RepliesTTL      = 15 * time.Minute
+	RepliesMaxBytes = 1 << 30
+	RepliesMinBytes = 16 << 20
+)
+
+// PlansStreamConfig is the plan stream's settings: every revision kept on
+// file, for audit, until the planner drops the oldest (store.PlanStore.Retain), always
+// from a whole document on, so every revision kept can be rebuilt. Direct
+// gets read it without consumers.
+func PlansStreamConfig(replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              client.PlansStream,
+		Description:       "poolplanner plan revisions, subject = poolplanner.plans.NAME",
+		Subjects:          []string{client.PlanSubjectPrefix + ">", LeaseSubjectPrefix + ">"},
+		Storage:           jetstream.FileStorage,
+		Replicas:          replicas,
+		MaxMsgsPerSubject: -1,
+		Duplicates:        PlanDuplicateWindow,
+		AllowDirect:       true,
+		// Leases lapse by their own TTL.
+		AllowMsgTTL: true,
+	}
+}
+
+// AssignmentsStreamConfig is the assignment stream's settings: the last
+// message of every poolplanner.assignments.NAME.NODE_ID, so a launcher
+// that starts late reads its node's workers at once.
+func AssignmentsStreamConfig(replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              client.AssignmentsStream,
+		Description:       "poolplanner: each node's workers of each plan, last per subject",
+		Subjects:          []string{client.AssignmentSubjectPrefix + ">"},
+		Storage:           jetstream.FileStorage,
+		Replicas:          replicas,
+		MaxMsgsPerSubject: 1,
+		AllowDirect:       true,
+	}
+}
+
+// SpecBucketConfig is the spec bucket's settings.
+func SpecBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      client.SpecBucket,
+		Description: "poolplanner job specs, key = plan name",
+		History:     SpecHistory,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	}
+}
+
+// IsInsufficient says whether JetStream refused for want of storage:
+// 10023 (insufficient resources, a cluster's placement) or 10047
+// (insufficient storage, one server's).
+func IsInsufficient(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == 10023 || apiErr.ErrorCode == 10047)
+}
+
+// ReplicasErr says, when JetStream refuses a stream for want of servers,
+// how many it was asked for; a refusal for want of storage is said as
+// such.
+func ReplicasErr(err error, replicas int) error {
+	var apiErr *jetstream.APIError
+	if IsInsufficient(err) {
+		return StorageErr(err, replicas, 0)
+	}
+	// 10005: no peers, 10074: replicas on a server that is not
+	// clustered.
+	if replicas > 1 && errors.As(err, &apiErr) && (apiErr.ErrorCode == 10005 || apiErr.ErrorCode == 10074) {
+		return fmt.Errorf("%w: --replicas %d: the NATS cluster has not that many JetStream servers: %w", ErrReplicas, replicas, err)
+	}
+	return err
+}
+
+// StorageErr says what a stream or bucket refused for want of storage
+// asked for: bytes reserved (0: none, only room for what it holds) on
+// each of replicas servers.
+func StorageErr(err error, replicas int, bytes int64) error {
+	if !IsInsufficient(err) {
+		return ReplicasErr(err, replicas)
+	}
+	asked := "room for what it holds"
+	if bytes > 0 {
+		asked = fmt.Sprintf("%d MiB reserved", bytes>>20)
+	}
+	return fmt.Errorf("%w: it asked %s on each of %d servers, and the servers' JetStream storage (max_file_store, or the account's limit) has not that much left: %w",
+		ErrStorage, asked, max(replicas, 1), err)
+}
+
+// ErrReplicas is a stream or bucket refused for want of servers: a
+// setting to change, not an outage to wait out.
+var ErrReplicas = errors.New("not enough servers")
+
+// ErrStorage is a stream or bucket refused for want of storage: a
+// setting to change too.
+var ErrStorage = errors.New("insufficient storage")
+
+// StoreObject stores data gzipped in bucket as name, in chunks a message
+// can carry on this server; size is the bytes stored.
+func StoreObject(ctx context.Context, js jetstream.JetStream, bucket, name string, data []byte) (int, error) {
+	z, err := wire.Gzip(data)
+	if err != nil {
+		return 0, err
+	}
+	return StoreGzipped(ctx, js, bucket, name, z)
+}
+
+// StoreGzipped stores z, gzipped already.
+func StoreGzipped(ctx context.Context, js jetstream.JetStream, bucket, name string, z []byte) (int, error) {
+	obs, err := js.ObjectStore(ctx, bucket)
+	if err != nil {
+		return 0, fmt.Errorf("object store %s: %w", bucket, err)
+	}
+	chunk := uint32(min(objectChunk, BodyLimit(js.Conn())))
+	meta := jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: chunk}}
+	if _, err := obs.Put(ctx, meta, bytes.NewReader(z)); err != nil {
+		return 0, fmt.Errorf("store object %s/%s: %w", bucket, name, err)
+	}
+	return len(z), nil
+}
+
+// objectChunk is the object store's usual chunk size.
+const objectChunk = 128 << 10
+
+// StateStreams are the streams behind the planner's state, KV buckets'
+// and object stores' included, in the order `planner status` lists them:
+// what the service watches for loss and the status reports on.
+func StateStreams() []string {
+	return []string{InventoryStream, "KV_" + client.SpecBucket, client.PlansStream, client.AssignmentsStream, "OBJ_" + client.PlansBucket}
+}

@@ -1,0 +1,24 @@
+package planner
+
+import "github.com/poolplanner/poolplanner/plan"
+
+// Plan is a plan document and what the run that made it keeps for the
+// next incremental run.
+type Plan struct {
+	plan.Document
+	// state is nil for a plan read back from JSON, and for a degraded
+	// plan (its workers are not its run's slots).
+	state *planState
+	// spec is the spec the run that made the plan placed (nil: read back
+	// from JSON): a degraded plan's, or a kept placement's whose new spec
+	// is pending, is what the next run re-checks it against.
+	spec *Spec
+	// A degraded plan's cause is why its spec cannot be placed whole,
+	// before Error words it as degraded; afresh is the plan made afresh
+	// on the same room, which failed: what it is released as when a plan
+	// of higher priority takes its GPUs; takenBy names the plans holding
+	// GPUs of the workers its run could not keep (WhyPreempted).
+	cause   string
+	afresh  *Outcome
+	takenBy []string
+}
