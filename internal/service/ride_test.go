@@ -49,6 +49,8 @@ type ride struct {
 	done chan error
 	// proxy stands between the planner and the server, to cut it off.
 	proxy *proxy
+	// p is the planner.
+	p *Service
 }
 
 func newRide(t *testing.T, nodes int, cfg Config) *ride {
@@ -70,7 +72,8 @@ func newRide(t *testing.T, nodes int, cfg Config) *ride {
 	cfg.NC, cfg.JS, cfg.Log = nc, js, zerolog.New(&r.logs)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
-	go func() { r.done <- New(cfg).Run(ctx) }()
+	r.p = New(cfg)
+	go func() { r.done <- r.p.Run(ctx) }()
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("planner log:\n%s", r.logs.String())
@@ -146,13 +149,18 @@ func TestOutageLongerThanTTL(t *testing.T) {
 	// watched meanwhile.
 	time.Sleep(2500 * time.Millisecond)
 	r.srv.Start()
-	// Back, the planner notices the reconnect (its guard, every 2 s),
-	// re-reads the inventory, waits (the settle, 5 s at most) for its
-	// nodes to report again, and replans. Its replan metric does not
-	// tell that replan from the one it makes on retaking the lease
-	// before it noticed, and nothing else says it is done.
-	// TODO(idle): wait for the planner idle on 4 nodes instead.
-	time.Sleep(8 * time.Second)
+	// Back, the planner notices the reconnect (its guard, every 2 s) and
+	// re-reads the inventory (its log says so: no document or metric
+	// does), waits (the settle, 5 s at most) for its nodes to report
+	// again, and replans; then it is idle.
+	natstest.WaitFor(t, 10*time.Second, "the planner re-reading the inventory", func() bool {
+		return strings.Contains(r.logs.String(), "re-reading the whole inventory")
+	})
+	ictx, icancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer icancel()
+	if err := r.p.Idle(ictx); err != nil {
+		t.Fatalf("the planner not idle after the outage: %v (health %+v)", err, r.p.Health())
+	}
 	for _, p := range revisionsOf(t, r.js) {
 		if p.Revision > 1 && (p.Moved > 0 || !p.Valid) {
 			t.Errorf("revision %d after an outage: valid %v, moved %d (%s)", p.Revision, p.Valid, p.Moved, p.Reason)
