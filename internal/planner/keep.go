@@ -82,6 +82,11 @@ func (st *planState) reusable(spec *Spec) bool {
 
 func (st *planState) rulesManual() bool { return st.spec.Placement.Mode == ModeManual }
 
+// adoptFast and adoptSlow are one rule at two costs (TestAdoptPathsAgree
+// holds them to the same placements): a planner that restarted reads its
+// plan back and takes the slow path, and must move no worker that one
+// still running would keep.
+//
 // adoptFast starts from prev's run: nodes whose facts did not change keep
 // their state untouched; the workers of changed nodes are checked again,
 // those of departed nodes displaced. It costs a walk over the node ids and
