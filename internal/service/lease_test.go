@@ -286,6 +286,7 @@ func TestRenewalsDoNotRefusePublishes(t *testing.T) {
 		t.Fatal("no lease")
 	}
 	p.fence.elected.Store(true)
+	p.led.Store(p.fence.epoch.Load()) // as the loop does, caught up
 	stop := make(chan struct{})
 	renewed := make(chan int)
 	go func() {

@@ -70,9 +70,12 @@ func (l *loop) work(what string) {
 
 // quiet says whether the loop, going idle, has nothing pending: the
 // inventory and the specs are in, no replan and no check of assignments
-// is armed, and no event it has been sent waits to be read.
+// is armed, and no event it has been sent waits to be read. A change a
+// standby (or a planner without a spec) cannot replan on leaves it
+// dirty, and quiet: no replan is armed. (Requests to the leaser it has
+// not done yet are the leaser's: their events count once sent.)
 func (l *loop) quiet() bool {
-	return l.phase != phaseSyncing && !l.dirty && !l.checking && !l.snapArmed &&
+	return l.phase != phaseSyncing && !l.armed && !l.checking && !l.snapArmed &&
 		len(l.followed) == 0 && len(l.events) == 0 && len(l.lease.events) == 0
 }
 
