@@ -79,9 +79,9 @@ func (s *Server) Start() {
 		s.tb.Fatalf("natstest: new server: %v", err)
 	}
 	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
+	if !ns.ReadyForConnections(30 * time.Second) {
 		ns.Shutdown()
-		s.tb.Fatalf("natstest: server on port %d not ready within 10s", s.port)
+		s.tb.Fatalf("natstest: server on port %d not ready within 30s", s.port)
 	}
 	s.ns = ns
 }

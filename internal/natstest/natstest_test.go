@@ -17,7 +17,7 @@ import (
 func TestRestartKeepsStore(t *testing.T) {
 	s := Start(t)
 	js := s.JS(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t"}}); err != nil {
 		t.Fatal(err)
@@ -28,7 +28,7 @@ func TestRestartKeepsStore(t *testing.T) {
 	s.Stop()
 	s.Stop() // a no-op
 	s.Start()
-	WaitFor(t, 10*time.Second, "the stream back with its message", func() bool {
+	WaitFor(t, 30*time.Second, "the stream back with its message", func() bool {
 		st, err := js.Stream(ctx, "T")
 		if err != nil {
 			return false
@@ -42,7 +42,7 @@ func TestRestartKeepsStore(t *testing.T) {
 func TestWaitEvery(t *testing.T) {
 	calls := 0
 	start := time.Now()
-	WaitEvery(t, 10*time.Second, 20*time.Millisecond, "the third call", func() bool { calls++; return calls == 3 })
+	WaitEvery(t, 30*time.Second, 20*time.Millisecond, "the third call", func() bool { calls++; return calls == 3 })
 	if took := time.Since(start); calls != 3 || took < 40*time.Millisecond {
 		t.Fatalf("%d calls in %s", calls, took)
 	}
@@ -77,13 +77,13 @@ func (f *fakeTB) Fatalf(format string, args ...any) {
 func TestWipe(t *testing.T) {
 	s := Start(t)
 	js := s.JS(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t"}}); err != nil {
 		t.Fatal(err)
 	}
 	s.Wipe()
-	WaitFor(t, 10*time.Second, "the stream gone", func() bool {
+	WaitFor(t, 30*time.Second, "the stream gone", func() bool {
 		_, err := js.Stream(ctx, "T")
 		return errors.Is(err, jetstream.ErrStreamNotFound)
 	})

@@ -167,7 +167,8 @@ func SamePlacement(a, b *Plan) bool {
 		return false
 	}
 	if a.PlanState() != b.PlanState() || !slices.EqualFunc(a.Unplaced, b.Unplaced, sameUnplaced) ||
-		(a.PendingSpec == nil) != (b.PendingSpec == nil) || a.PendingSpec != nil && *a.PendingSpec != *b.PendingSpec {
+		(a.PendingSpec == nil) != (b.PendingSpec == nil) || a.PendingSpec != nil && *a.PendingSpec != *b.PendingSpec ||
+		!sameStatus(a.StatusOf(), b.StatusOf()) {
 		return false
 	}
 	chunks := b.Workers.Chunks()
@@ -195,6 +196,16 @@ func SamePlacement(a, b *Plan) bool {
 		}
 	}
 	return true
+}
+
+// sameStatus compares what a status says of the plan (state, reason and
+// the plans named), not its words (Cause) nor why a placement was made
+// afresh: a revision from before typed statuses (reason unknown) differs
+// from its successor that knows the reason, so that the next revision
+// carries it once, and the rules that keep a waiting or degraded plan as
+// it was read it from then on.
+func sameStatus(a, b plan.Status) bool {
+	return a.State == b.State && a.Reason == b.Reason && slices.Equal(a.By, b.By)
 }
 
 // SameWorker compares two workers field by field, a nil and an empty list

@@ -445,3 +445,41 @@ func TestDegradedText(t *testing.T) {
 		}
 	}
 }
+
+// TestDegradedUpgraded: a degraded revision from before typed statuses
+// (no status, the same words) is news once, so that its successor
+// carries why; from then on the plan stays put.
+func TestDegradedUpgraded(t *testing.T) {
+	nodes, jobs := flapJobs(t)
+	first := replanAll(t, jobs, nil, nodes)
+	var gone string
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if len(workersOn(first["default"].Plan, n)) > 0 && len(workersOn(first["exp"].Plan, n)) == 0 {
+			gone = n
+			break
+		}
+	}
+	if gone == "" {
+		t.Skip("default shares every node with exp")
+	}
+	left := without(nodes, gone)
+	out := replanAll(t, jobs, first, left)
+	d := out["default"].Plan
+	if d.State != plan.StateDegraded || d.Status == nil {
+		t.Fatalf("setup: state %q, status %+v", d.State, d.Status)
+	}
+	if again := replanAll(t, jobs, out, left)["default"].Plan; !SamePlacement(d, again) {
+		t.Fatalf("degraded plan not put: %q then %q", d.Error, again.Error)
+	}
+	old := *d
+	old.Status = nil // as an older planner wrote it
+	out["default"] = Outcome{Plan: &old}
+	next := replanAll(t, jobs, out, left)
+	got := next["default"].Plan
+	if got.Status == nil || got.Status.Reason == "" || SamePlacement(&old, got) {
+		t.Fatalf("after the upgrade: status %+v, no news %v", got.Status, SamePlacement(&old, got))
+	}
+	if again := replanAll(t, jobs, next, left)["default"].Plan; !SamePlacement(got, again) {
+		t.Fatalf("not put after the upgrade: %+v then %+v", got.Status, again.Status)
+	}
+}
