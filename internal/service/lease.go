@@ -50,12 +50,15 @@ type leaser struct {
 	// events tell the loop that the lease was taken or lost, never
 	// blocking: a newer event replaces one the loop has not read.
 	events chan leaseEvent
-	// reqs are the loop's requests not yet done, under reqMu (taken
+	// reqs are the loop's requests not yet taken up, under reqMu (taken
 	// before nothing else); asked cues the leaser's goroutine, their only
-	// doer, to do them.
-	reqMu sync.Mutex
-	reqs  []leaseRequest
-	asked chan struct{}
+	// doer, to do them; pending counts those asked and not yet done, and
+	// done cues the loop as they are (Idle waits for them).
+	reqMu   sync.Mutex
+	reqs    []leaseRequest
+	asked   chan struct{}
+	pending atomic.Int32
+	done    chan struct{}
 	// holdUntil: a planner that stood down (its writes failing) takes
 	// no lease before then. stuckSaid: the loop being stuck was logged.
 	holdUntil time.Time
@@ -63,7 +66,8 @@ type leaser struct {
 }
 
 func newLeaser(p *Service, log zerolog.Logger) *leaser {
-	return &leaser{p: p, log: log, timer: p.clock.NewTimer(0), events: make(chan leaseEvent, 1), asked: make(chan struct{}, 1)}
+	return &leaser{p: p, log: log, timer: p.clock.NewTimer(0), events: make(chan leaseEvent, 1),
+		asked: make(chan struct{}, 1), done: make(chan struct{}, 1)}
 }
 
 // leaseEvent is what became of the lease: taken at stream sequence seq,
@@ -94,15 +98,21 @@ func (ls *leaser) ask(r leaseRequest) {
 	ls.reqMu.Lock()
 	ls.reqs = append(ls.reqs, r)
 	ls.reqMu.Unlock()
+	ls.pending.Add(1)
 	cue(ls.asked)
 }
 
-// requests does the loop's requests, in the order asked.
+// requests does the loop's requests, in the order asked: their events
+// told before they count as done.
 func (ls *leaser) requests(ctx context.Context) {
 	ls.reqMu.Lock()
 	reqs := ls.reqs
 	ls.reqs = nil
 	ls.reqMu.Unlock()
+	defer func() {
+		ls.pending.Add(-int32(len(reqs)))
+		cue(ls.done)
+	}()
 	for _, r := range reqs {
 		seq, epoch := ls.p.fence.held()
 		if seq != 0 && (r.epoch == 0 || r.epoch == epoch) {

@@ -232,6 +232,8 @@ func (l *loop) run(ctx context.Context) error {
 		case ev := <-l.lease.events:
 			l.work("lease")
 			l.leaseChanged(ctx, ev)
+		case <-l.lease.done:
+			l.work("lease request done") // for quiet: nothing else to do
 		case <-l.snapT.C():
 			l.work("snapshot")
 			l.snapArmed = false // going idle, the loop publishes the inventory as it is
