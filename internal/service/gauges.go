@@ -27,13 +27,26 @@ func (p *Service) gauges(s *planState, sp *store.StoredPlan) {
 }
 
 // leaderGauges sets the leader gauge of every plan the loop plans: 1
-// while this planner holds the lease, else 0.
+// while this planner leads (Service.leads), else 0. The loop's
+// goroutine calls it.
 func (p *Service) leaderGauges() {
 	if p.cfg.Metrics == nil {
 		return
 	}
-	leading := p.leading() != 0
+	leading := p.leads()
 	for _, s := range p.planned() {
 		p.cfg.Metrics.Leading(s.name, leading)
+	}
+}
+
+// notLeadingGauges sets the leader gauge of every plan the loop's
+// snapshot says it plans to 0: the leaser calls it as it steps down,
+// whatever the loop is doing (the gauges are safe from any goroutine).
+func (p *Service) notLeadingGauges() {
+	if p.cfg.Metrics == nil {
+		return
+	}
+	for _, v := range p.view().planned() {
+		p.cfg.Metrics.Leading(v.name, false)
 	}
 }

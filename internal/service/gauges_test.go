@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/natstest"
@@ -164,5 +165,36 @@ func TestRemovedPlanSeriesEnd(t *testing.T) {
 		if strings.Contains(k, `plan="big"`) {
 			t.Errorf("a removed plan's series remains: %s", k)
 		}
+	}
+}
+
+// TestStepDownClearsLeaderGauge: the leaser stepping down says so in
+// the leader gauge at once, not when the loop (maybe stuck) reads the
+// event; Health says leading only while the loop leads on the lease
+// held.
+func TestStepDownClearsLeaderGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	p := New(Config{Metrics: metrics.NewPlanner(reg), Log: zerolog.Nop()})
+	s := p.addState("default")
+	s.spec = &planner.Spec{}
+	p.publishSnapshot(true)
+	ls := newLeaser(p, zerolog.Nop())
+	gauge := `poolplanner_plan_leader{plan="default"}`
+	p.fence.set(5, 1)
+	p.led.Store(1)
+	p.leaderGauges()
+	if got := scraped(t, reg)[gauge]; got != 1 || !p.Health().Leading {
+		t.Fatalf("leading: gauge %v, health leading %v", got, p.Health().Leading)
+	}
+	ls.stepDown("test")
+	if got := scraped(t, reg)[gauge]; got != 0 {
+		t.Errorf("stepped down, the loop not told yet: leader gauge %v, want 0", got)
+	}
+	if p.Health().Leading {
+		t.Error("stepped down: health says leading")
+	}
+	p.fence.set(7, 3) // taken again, the loop not caught up
+	if p.Health().Leading {
+		t.Error("health says leading on a lease the loop has not caught up on")
 	}
 }

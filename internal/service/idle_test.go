@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/plan"
 )
@@ -131,4 +132,40 @@ func planOn(ids ...string) *planner.Plan {
 	doc := &planner.Plan{}
 	doc.Pools = []plan.Pool{pl}
 	return doc
+}
+
+// TestIdleOnStandby: a standby, which replans nothing, is idle after an
+// inventory event: the change it cannot plan on is nothing pending.
+func TestIdleOnStandby(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, id := range []string{"n1", "n2", "n3"} {
+		h.node(id)
+	}
+	url := h.nc.ConnectedUrl()
+	cfg := Config{Spec: []byte(testSpec), Debounce: 20 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
+	a := h.instance(url, cfg)
+	h.waitRevision(1)
+	b := h.instance(url, cfg)
+	if h.waitLeader(5*time.Second, a, b) != a {
+		t.Fatal("the first planner does not lead")
+	}
+	b.following(t, map[string]int{"default": 1})
+	h.node("n4")
+	natstest.WaitFor(t, 10*time.Second, "the standby seeing n4", func() bool {
+		for _, d := range b.p.view().docs {
+			if d.NodeID == "n4" {
+				return true
+			}
+		}
+		return false
+	})
+	ictx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.p.Idle(ictx); err != nil {
+		t.Fatalf("the standby not idle after an inventory event: %v (health %+v)", err, b.p.Health())
+	}
+	if got := b.p.Health().Phase; got != "standing by" {
+		t.Errorf("phase %q, want standing by", got)
+	}
 }

@@ -25,16 +25,14 @@ const DefaultLeaseTTL = 5 * time.Second
 // its own: a leader busy for longer than the TTL (publishing the first
 // plan of a large cluster) still renews, and only a planner that stops
 // altogether (dead, paused, cut off) loses the lease. It owns the
-// lease's timing and Service.fence's sequence, and tells the loop what
-// became of the lease (events): the loop, not the leaser, acts on it.
+// lease's timing and every field below, and alone writes Service.fence's
+// sequence and epoch. It tells the loop what became of the lease
+// (events), and the loop acts on it; the loop asks it to step down,
+// give the lease back or stand down (requests), which it does in its
+// own goroutine.
 type leaser struct {
 	p   *Service
 	log zerolog.Logger
-	// mu guards the fence's sequence against a renewal and a step-down
-	// crossing (the loop steps down too), and since, renewed and
-	// holdUntil, which the loop's stand-down writes. Taken after
-	// fence.mu, before healthMu.
-	mu sync.Mutex
 	// since is when this planner took the lease; renewed, when the
 	// stream last confirmed it (this host's clock).
 	since, renewed time.Time
@@ -52,9 +50,15 @@ type leaser struct {
 	// events tell the loop that the lease was taken or lost, never
 	// blocking: a newer event replaces one the loop has not read.
 	events chan leaseEvent
-	// delays asks the leaser's goroutine, which alone owns timer, to look
-	// at the lease next only after a while.
-	delays chan time.Duration
+	// reqs are the loop's requests not yet taken up, under reqMu (taken
+	// before nothing else); asked cues the leaser's goroutine, their only
+	// doer, to do them; pending counts those asked and not yet done, and
+	// done cues the loop as they are (Idle waits for them).
+	reqMu   sync.Mutex
+	reqs    []leaseRequest
+	asked   chan struct{}
+	pending atomic.Int32
+	done    chan struct{}
 	// holdUntil: a planner that stood down (its writes failing) takes
 	// no lease before then. stuckSaid: the loop being stuck was logged.
 	holdUntil time.Time
@@ -62,14 +66,72 @@ type leaser struct {
 }
 
 func newLeaser(p *Service, log zerolog.Logger) *leaser {
-	return &leaser{p: p, log: log, timer: p.clock.NewTimer(0), events: make(chan leaseEvent, 1), delays: make(chan time.Duration, 1)}
+	return &leaser{p: p, log: log, timer: p.clock.NewTimer(0), events: make(chan leaseEvent, 1),
+		asked: make(chan struct{}, 1), done: make(chan struct{}, 1)}
 }
 
 // leaseEvent is what became of the lease: taken at stream sequence seq,
-// or, seq 0, lost (given up, taken over, lapsed).
+// or, seq 0, lost (given up, taken over, lapsed); epoch is the fence's
+// epoch it made (fence).
 type leaseEvent struct {
-	seq uint64
-	why string
+	seq, epoch uint64
+	why        string
+}
+
+// leaseRequest is what the loop asks of the leaser: to stop leading on
+// lease epoch (0: whatever lease it holds; another epoch than the one
+// held: nothing, that lease is gone already) for why; release: give the
+// lease back (else it lapses, or is lost already); hold: take none for
+// that long (a stand-down); look: look at the lease next after next.
+type leaseRequest struct {
+	epoch   uint64
+	why     string
+	release bool
+	hold    time.Duration
+	look    bool
+	next    time.Duration
+}
+
+// ask asks the leaser's goroutine to do r, without waiting for it: the
+// loop must not wait on a renewal in flight.
+func (ls *leaser) ask(r leaseRequest) {
+	ls.reqMu.Lock()
+	ls.reqs = append(ls.reqs, r)
+	ls.reqMu.Unlock()
+	ls.pending.Add(1)
+	cue(ls.asked)
+}
+
+// requests does the loop's requests, in the order asked: their events
+// told before they count as done.
+func (ls *leaser) requests(ctx context.Context) {
+	ls.reqMu.Lock()
+	reqs := ls.reqs
+	ls.reqs = nil
+	ls.reqMu.Unlock()
+	defer func() {
+		ls.pending.Add(-int32(len(reqs)))
+		cue(ls.done)
+	}()
+	for _, r := range reqs {
+		seq, epoch := ls.p.fence.held()
+		if seq != 0 && (r.epoch == 0 || r.epoch == epoch) {
+			ls.stepDown(r.why)
+			if r.release {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.p.cfg.LeaseTTL/2)
+				if err := ls.p.plans.ReleaseLease(rctx, bus.LeaseName, seq); err != nil {
+					ls.log.Warn().Err(err).Msg("cannot give the lease up; it lapses unrenewed")
+				}
+				cancel()
+			}
+		}
+		if r.hold > 0 {
+			ls.holdUntil = ls.p.clock.Now().Add(r.hold)
+		}
+		if r.look {
+			ls.timer.Reset(r.next)
+		}
+	}
 }
 
 // tell tells the loop ev, replacing an event it has not read: what the
@@ -89,16 +151,63 @@ func (ls *leaser) tell(ev leaseEvent) {
 }
 
 // fence is the lease every publish is fenced by. seq is the lease
-// message's stream sequence (0: none held); the leaser alone writes it
-// (under leaser.mu), a renewal's only while holding mu, which a publish
-// holds from reading seq to the stream's answer, so that no renewal
-// changes the lease in between. elected: the planner's loop runs, so a
-// publish without the lease is refused (a Service driven without its
-// loop, in tests, publishes unfenced). Lock order: mu, then leaser.mu.
+// message's stream sequence (0: none held); epoch counts the leases
+// this planner took (taken, resumed, stepped down from; a renewal is
+// the same lease), so that the loop, which leads on the epoch it caught
+// up on (Service.led), never publishes on a lease it has not caught up
+// on. The leaser's goroutine alone writes both (set), a renewal's seq
+// only while holding mu, which a publish holds from reading the lease
+// to the stream's answer, so that no renewal changes the lease in
+// between. elected: the planner's loop runs, so a publish without the
+// lease it leads on is refused (a Service driven without its loop, in
+// tests, publishes unfenced). mu is outermost.
 type fence struct {
-	mu      sync.Mutex
+	mu      chanMutex
 	seq     atomic.Uint64
+	epoch   atomic.Uint64
 	elected atomic.Bool
+}
+
+// set makes the lease seq at epoch: the epoch first, so that a reader
+// (held) that sees the new seq sees the new epoch too.
+func (f *fence) set(seq, epoch uint64) {
+	f.epoch.Store(epoch)
+	f.seq.Store(seq)
+}
+
+// held is the lease held (seq 0: none) and its epoch; an epoch newer
+// than seq's may be read while the lease changes, never an older one.
+func (f *fence) held() (seq, epoch uint64) {
+	seq = f.seq.Load()
+	return seq, f.epoch.Load()
+}
+
+// chanMutex is a mutex whose Lock can give up (lockWithin).
+type chanMutex struct{ ch chan struct{} }
+
+func newChanMutex() chanMutex { return chanMutex{make(chan struct{}, 1)} }
+
+func (m *chanMutex) Lock()   { m.ch <- struct{}{} }
+func (m *chanMutex) Unlock() { <-m.ch }
+
+// lockWithin locks m, waiting at most d by clock (or until ctx ends);
+// false when it could not.
+func (m *chanMutex) lockWithin(ctx context.Context, clock Clock, d time.Duration) bool {
+	select {
+	case m.ch <- struct{}{}:
+		return true
+	default:
+	}
+	deadline := clock.NewTimer(d)
+	defer deadline.Stop()
+	select {
+	case m.ch <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-deadline.C():
+		return false
+	}
 }
 
 // run tends the lease until ctx ends, then gives it back.
@@ -109,22 +218,16 @@ func (ls *leaser) run(ctx context.Context) {
 		case <-ctx.Done():
 			ls.release(ctx)
 			return
-		case d := <-ls.delays:
-			ls.timer.Reset(d)
+		case <-ls.asked:
+			ls.requests(ctx)
 		case <-ls.timer.C():
-			ls.tend(ctx)
-			ls.timer.Reset(ls.every())
+			next := ls.tend(ctx)
+			if next <= 0 {
+				next = ls.every()
+			}
+			ls.timer.Reset(next)
 		}
 	}
-}
-
-// delay makes the next look at the lease wait d.
-func (ls *leaser) delay(d time.Duration) {
-	select {
-	case <-ls.delays:
-	default:
-	}
-	ls.delays <- d
 }
 
 // every is how often a leader renews and a standby looks.
@@ -139,38 +242,36 @@ func (ls *leaser) current() uint64 { return ls.p.fence.seq.Load() }
 
 // tend renews the lease while this planner leads, and otherwise looks
 // whether it is free and takes it; neither while the planner's loop is
-// stuck (liveness.go), nor, after it stood down, before holdUntil.
-func (ls *leaser) tend(ctx context.Context) {
+// stuck (liveness.go), nor, after it stood down, before holdUntil. It
+// returns how long until the next look (0: as usual, every).
+func (ls *leaser) tend(ctx context.Context) time.Duration {
 	if ls.stuck() {
-		return
+		return 0
 	}
 	if ls.current() != 0 {
 		ls.renew(ctx)
-		return
+		return 0
 	}
-	ls.mu.Lock()
-	hold := ls.p.until(ls.holdUntil)
-	ls.mu.Unlock()
-	if hold > 0 {
-		ls.delay(hold)
-		return
+	if hold := ls.p.until(ls.holdUntil); hold > 0 {
+		return hold
 	}
 	rctx, cancel := context.WithTimeout(ctx, ls.p.cfg.StoreTimeout)
 	defer cancel()
 	cur, err := ls.p.plans.ReadLease(rctx, bus.LeaseName)
 	if err != nil {
 		ls.log.Debug().Err(err).Msg("cannot read the plan's lease")
-		return
+		return 0
 	}
 	if cur != nil && cur.Holder == ls.p.plans.Publisher {
 		ls.resume(cur) // stood down while its lease stood: it leads still
-		return
+		return 0
 	}
 	if cur != nil {
 		ls.held(ctx, cur)
-		return
+		return 0
 	}
 	ls.take(ctx, 0)
+	return 0
 }
 
 // held looks at the lease another planner holds: one renewed since the
@@ -262,43 +363,20 @@ func (ls *leaser) stuck() bool {
 			ls.log.Error().Str("stuck_for", dur(d)).Str("in", what).Msg("the planner's loop is stuck: taking no lease while it is")
 		}
 	}
-	ls.mu.Lock()
-	renewed := ls.renewed
-	ls.mu.Unlock()
-	if ls.current() != 0 && ls.p.since(renewed) >= ls.p.cfg.LeaseTTL {
+	if ls.current() != 0 && ls.p.since(ls.renewed) >= ls.p.cfg.LeaseTTL {
 		ls.stepDown(why + ": the lease lapsed unrenewed")
 	}
 	return true
 }
 
-// standDown gives the lease up (writes failing: the release may fail
-// too, and the lease then lapses unrenewed) and takes none for wait.
-func (ls *leaser) standDown(why string, wait time.Duration) {
-	seq := ls.current()
-	ls.mu.Lock()
-	ls.holdUntil = ls.p.clock.Now().Add(wait)
-	ls.mu.Unlock()
-	ls.stepDown(why)
-	ls.delay(wait)
-	if seq == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), ls.p.cfg.LeaseTTL/2)
-	defer cancel()
-	if err := ls.p.plans.ReleaseLease(ctx, bus.LeaseName, seq); err != nil {
-		ls.log.Warn().Err(err).Msg("cannot give the lease up; it lapses unrenewed")
-	}
-}
-
 // resume leads again on this planner's own lease, still the plan's: it
 // stood down (a refused publish) while nobody took the lease.
 func (ls *leaser) resume(cur *bus.Lease) {
-	ls.mu.Lock()
-	ls.p.fence.seq.Store(cur.Seq)
+	epoch := ls.p.fence.epoch.Load() + 1
+	ls.p.fence.set(cur.Seq, epoch)
 	ls.since, ls.renewed, ls.holder = cur.Since, ls.p.clock.Now(), ""
-	ls.mu.Unlock()
 	ls.log.Info().Uint64("lease", cur.Seq).Msg("leading again: the lease was still this planner's")
-	ls.tell(leaseEvent{seq: cur.Seq})
+	ls.tell(leaseEvent{seq: cur.Seq, epoch: epoch})
 }
 
 // body is this planner's lease body.
@@ -314,7 +392,7 @@ func (ls *leaser) body(since time.Time) *bus.Lease {
 func (ls *leaser) write(ctx context.Context, since time.Time, expect uint64) (uint64, error) {
 	// A publish holds fence.mu for at most its deadline; one wedged past it
 	// (a stuck loop) must not wedge the lease's goroutine too.
-	if !lockWithin(ctx, &ls.p.fence.mu, ls.p.cfg.LeaseTTL/2) {
+	if !ls.p.fence.mu.lockWithin(ctx, ls.p.clock, ls.p.cfg.LeaseTTL/2) {
 		return 0, fmt.Errorf("write lease: a publish has held the lease lock for %s", ls.p.cfg.LeaseTTL/2)
 	}
 	defer ls.p.fence.mu.Unlock()
@@ -338,7 +416,7 @@ func (ls *leaser) write(ctx context.Context, since time.Time, expect uint64) (ui
 
 // take takes the lease, free (expect 0) or lapsed (expect: the lease
 // message no one renewed), and tells the loop, which reads every plan's
-// latest revision before it leads (loop.lead).
+// latest revision before it leads (loop.leaseChanged).
 func (ls *leaser) take(ctx context.Context, expect uint64) {
 	now := ls.p.clock.Now()
 	seq, err := ls.write(ctx, now, expect)
@@ -348,25 +426,11 @@ func (ls *leaser) take(ctx context.Context, expect uint64) {
 		}
 		return
 	}
-	ls.mu.Lock()
-	ls.p.fence.seq.Store(seq)
+	epoch := ls.p.fence.epoch.Load() + 1
+	ls.p.fence.set(seq, epoch)
 	ls.since, ls.renewed, ls.holder = now, now, ""
-	ls.mu.Unlock()
 	ls.log.Info().Uint64("lease", seq).Msg("leading: this planner replans and publishes every plan")
-	ls.tell(leaseEvent{seq: seq})
-}
-
-// giveBack gives back the lease, taken but not to be led on (the latest
-// revisions could not be read), so that it is tried again.
-func (ls *leaser) giveBack(ctx context.Context, why string) {
-	seq := ls.current()
-	ls.stepDown(why)
-	if seq == 0 {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.p.cfg.LeaseTTL/2)
-	defer cancel()
-	_ = ls.p.plans.ReleaseLease(rctx, bus.LeaseName, seq)
+	ls.tell(leaseEvent{seq: seq, epoch: epoch})
 }
 
 // catchUpAll is catchUp for every plan.
@@ -412,9 +476,7 @@ func (p *Service) catchUp(ctx context.Context, s *planState) error {
 // renew renews the lease; when another planner holds it now, or it
 // lapsed unrenewed, this planner stands by.
 func (ls *leaser) renew(ctx context.Context) {
-	ls.mu.Lock()
 	seq0, since, renewed := ls.p.fence.seq.Load(), ls.since, ls.renewed
-	ls.mu.Unlock()
 	_, err := ls.write(ctx, since, seq0)
 	if err == nil || ctx.Err() != nil {
 		return
@@ -430,11 +492,9 @@ func (ls *leaser) renew(ctx context.Context) {
 	ls.log.Warn().Err(err).Msg("cannot renew the plan's lease; retrying")
 }
 
-// set records the renewal of the lease at was as seq, unless this
-// planner stood down meanwhile.
+// set records the renewal of the lease at was as seq (the same epoch),
+// unless this planner stood down meanwhile.
 func (ls *leaser) set(was, seq uint64) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
 	if ls.p.fence.seq.Load() != was {
 		return
 	}
@@ -442,18 +502,19 @@ func (ls *leaser) set(was, seq uint64) {
 	ls.renewed = ls.p.clock.Now()
 }
 
-// stepDown makes this planner a standby; wait, when not negative, is how
-// long until it looks at the lease again.
+// stepDown makes this planner a standby, and says so in the leader
+// gauges at once: a loop that is stuck, and so reads no event, must not
+// leave two planners leading in the metrics.
 func (ls *leaser) stepDown(why string) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
 	if ls.p.fence.seq.Load() == 0 {
 		return
 	}
 	ls.log.Warn().Str("why", why).Msg("no longer leading; standing by")
-	ls.p.fence.seq.Store(0)
+	epoch := ls.p.fence.epoch.Load() + 1
+	ls.p.fence.set(0, epoch)
 	ls.holder = ""
-	ls.tell(leaseEvent{why: why})
+	ls.p.notLeadingGauges()
+	ls.tell(leaseEvent{epoch: epoch, why: why})
 }
 
 // release gives the lease up at a clean shutdown, so that a standby
@@ -470,30 +531,6 @@ func (ls *leaser) release(ctx context.Context) {
 	}
 }
 
-// lockWithin locks mu, waiting at most d (or until ctx ends); false
-// when it could not.
-func lockWithin(ctx context.Context, mu *sync.Mutex, d time.Duration) bool {
-	if mu.TryLock() {
-		return true
-	}
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-deadline.C:
-			return false
-		case <-tick.C:
-			if mu.TryLock() {
-				return true
-			}
-		}
-	}
-}
-
 // cue signals ch without blocking: one pending cue is enough.
 func cue(ch chan struct{}) {
 	select {
@@ -502,5 +539,15 @@ func cue(ch chan struct{}) {
 	}
 }
 
-// leading is the lease this planner holds (0: none).
+// leading is the lease this planner holds (0: none), caught up on by
+// the loop or not.
 func (p *Service) leading() uint64 { return p.fence.seq.Load() }
+
+// leads says whether this planner leads: it holds the lease, and the
+// loop caught up on every plan's latest revision since it took that
+// very lease (the same epoch). Safe from any goroutine.
+func (p *Service) leads() bool {
+	seq, epoch := p.fence.held()
+	led := p.led.Load()
+	return seq != 0 && led != 0 && led == epoch
+}

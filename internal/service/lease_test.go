@@ -286,6 +286,7 @@ func TestRenewalsDoNotRefusePublishes(t *testing.T) {
 		t.Fatal("no lease")
 	}
 	p.fence.elected.Store(true)
+	p.led.Store(p.fence.epoch.Load()) // as the loop does, caught up
 	stop := make(chan struct{})
 	renewed := make(chan int)
 	go func() {
@@ -322,5 +323,122 @@ func TestRenewalsDoNotRefusePublishes(t *testing.T) {
 	p.live.remove(p.own().latest.Plan.Workers.At(0).NodeID)
 	if err := p.replan(ctx); !errors.Is(err, bus.ErrLeaseLost) {
 		t.Fatalf("a planner that stood down published: %v", err)
+	}
+}
+
+// TestPublishFencedByLeadEpoch: the loop publishes only on the lease it
+// caught up on. A lease lost and taken again before the loop read the
+// events reaches it as one event (taken, the new lease): until the loop
+// has caught up on it, the planner does not lead, and a publish (a
+// replan timer that fired first) is refused as the lease lost, not
+// fenced by the new lease.
+func TestPublishFencedByLeadEpoch(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	p := New(Config{NC: h.nc, JS: h.js, NoService: true, Log: zerolog.Nop()})
+	if _, err := p.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.fence.elected.Store(true)
+	ls := newLeaser(p, zerolog.Nop())
+	ls.take(ctx, 0)
+	first := <-ls.events
+	if first.seq == 0 || first.epoch == 0 {
+		t.Fatalf("taking the lease told %+v", first)
+	}
+	p.led.Store(first.epoch) // the loop caught up on it
+	if !p.leads() || !p.Health().Leading {
+		t.Fatal("caught up on the lease it holds, the planner does not lead")
+	}
+	if _, err := p.publishFenced(ctx, bareEvent("default", 1), "d", 0); err != nil {
+		t.Fatalf("a publish on the lease led on: %v", err)
+	}
+
+	// Lost, then taken again, the loop reading neither yet.
+	ls.ask(leaseRequest{epoch: first.epoch, why: "test", release: true})
+	ls.requests(ctx)
+	if p.leading() != 0 || p.leads() {
+		t.Fatal("not stepped down on request")
+	}
+	ls.take(ctx, 0)
+	if p.leading() == 0 {
+		t.Fatal("the lease not taken again")
+	}
+	ev := <-ls.events
+	if ev.seq != p.leading() || ev.epoch == first.epoch {
+		t.Fatalf("the loop is told %+v, want the new lease at a new epoch (was %+v)", ev, first)
+	}
+	if p.leads() || p.Health().Leading {
+		t.Error("the planner leads on a lease its loop has not caught up on")
+	}
+	if _, err := p.publishFenced(ctx, bareEvent("default", 2), "d", 0); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Fatalf("a publish on a lease the loop has not caught up on: %v, want the lease lost", err)
+	}
+
+	// A request about the stale lease leaves the new one be; one about
+	// the new lease gives it back.
+	ls.ask(leaseRequest{epoch: first.epoch, why: "stale", release: true})
+	ls.requests(ctx)
+	if p.leading() != ev.seq {
+		t.Fatalf("a request about the old lease stepped down from the new one")
+	}
+	ls.ask(leaseRequest{epoch: ev.epoch, why: "give back", release: true})
+	ls.requests(ctx)
+	if p.leading() != 0 {
+		t.Fatal("not stepped down on request")
+	}
+	if cur, err := p.plans.ReadLease(ctx, bus.LeaseName); err != nil || cur != nil {
+		t.Fatalf("the lease after giving it back: %+v, %v", cur, err)
+	}
+	if lost := <-ls.events; lost.seq != 0 || lost.epoch <= ev.epoch {
+		t.Errorf("the loop is told %+v, want the lease lost at a newer epoch", lost)
+	}
+}
+
+// TestStandDownHoldsInTend: a stand-down's hold makes the leaser look
+// again when it ends (tend answers how long), and take nothing before.
+func TestStandDownHoldsInTend(t *testing.T) {
+	c := &fakeClock{now: time.Unix(1_000_000, 0)}
+	p := New(Config{Clock: c, Log: zerolog.Nop()})
+	ls := newLeaser(p, zerolog.Nop())
+	ls.ask(leaseRequest{why: "test", hold: time.Minute, look: true, next: time.Minute})
+	ls.requests(context.Background())
+	if got := ls.tend(context.Background()); got != time.Minute {
+		t.Errorf("standing down for a minute: next look in %s, want 1m", got)
+	}
+	c.advance(40 * time.Second)
+	if got := ls.tend(context.Background()); got != 20*time.Second {
+		t.Errorf("40s later: next look in %s, want 20s", got)
+	}
+	if p.leading() != 0 {
+		t.Error("took a lease while holding off")
+	}
+}
+
+// dueClock is a fakeClock whose timers are due as soon as made.
+type dueClock struct{ *fakeClock }
+
+func (c dueClock) NewTimer(d time.Duration) Timer {
+	t := c.fakeClock.NewTimer(d)
+	c.advance(d)
+	return t
+}
+
+// TestLeaseGoesByClock: the lease's wait for the fence's lock, and
+// created_at, go by the service's clock, not the system's.
+func TestLeaseGoesByClock(t *testing.T) {
+	c := dueClock{&fakeClock{now: time.Unix(1_000_000, 0)}}
+	p := New(Config{Clock: c, Log: zerolog.Nop()})
+	if got := p.cfg.Now(); !got.Equal(c.now) {
+		t.Errorf("created_at's clock says %v, want the service's %v", got, c.now)
+	}
+	p.fence.mu.Lock() // a publish in flight
+	if p.fence.mu.lockWithin(context.Background(), p.clock, time.Hour) {
+		t.Fatal("locked the fence twice")
+	}
+	p.fence.mu.Unlock()
+	if !p.fence.mu.lockWithin(context.Background(), p.clock, time.Hour) {
+		t.Fatal("could not lock the free fence")
 	}
 }

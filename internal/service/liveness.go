@@ -176,7 +176,7 @@ type Health struct {
 // Health reports the planner's health.
 func (p *Service) Health() Health {
 	t := p
-	h := Health{Leading: t.leading() != 0, Phase: phase(t.phase.Load()).String()}
+	h := Health{Leading: t.leads(), Phase: phase(t.phase.Load()).String()}
 	if d, what, ok := t.pulse.stuck(t.stall()); ok {
 		h.Stuck = what + " for " + d.Round(time.Millisecond).String()
 	}

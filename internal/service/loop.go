@@ -51,7 +51,11 @@ type loop struct {
 	// it is armed, so that a busy other planner cannot postpone it.
 	check    Timer
 	checking bool
-	dirty    bool
+	// dirty: the inventory or a spec changed since the last replan;
+	// armed: the replan's timer is armed (a standby's or a planner's
+	// without a spec stays dirty, unarmed, until it may replan).
+	dirty bool
+	armed bool
 	// A steady stream of changes (a rolling start of thousands of
 	// reporters, a flapping GPU) must not postpone the replan for ever:
 	// it waits for a quiet Debounce, but at most maxWait since the first
@@ -67,10 +71,9 @@ type loop struct {
 	// standDowns counts the stand-downs since the last good replan.
 	standDowns int
 	// lease tends the plan's lease in a goroutine of its own; leaseDone
-	// closes when it has given the lease back. led is the lease the loop
-	// leads on (0: it stands by).
+	// closes when it has given the lease back. (Service.led is the lease
+	// the loop leads on.)
 	lease     *leaser
-	led       uint64
 	leaseDone chan struct{}
 	// tombs writes, while this planner leads, the delete markers of
 	// inventory keys that expired (tombstone.go), in a goroutine of its
@@ -229,6 +232,8 @@ func (l *loop) run(ctx context.Context) error {
 		case ev := <-l.lease.events:
 			l.work("lease")
 			l.leaseChanged(ctx, ev)
+		case <-l.lease.done:
+			l.work("lease request done") // for quiet: nothing else to do
 		case <-l.snapT.C():
 			l.work("snapshot")
 			l.snapArmed = false // going idle, the loop publishes the inventory as it is
@@ -278,14 +283,30 @@ func (l *loop) run(ctx context.Context) error {
 			l.spec(ctx, e)
 		case <-l.timer.C():
 			l.work("replan")
+			l.armed = false
 			l.replan(ctx)
 		}
 	}
 }
 
 // leads says whether this planner leads: it holds the lease, and the
-// loop has read every plan's latest revision since it took it.
-func (l *loop) leads() bool { return l.led != 0 && l.p.leading() != 0 }
+// loop has read every plan's latest revision since it took that very
+// lease (Service.leads).
+func (l *loop) leads() bool { return l.p.leads() }
+
+// armReplan arms the replan's timer to fire after d.
+func (l *loop) armReplan(d time.Duration) {
+	l.armed = true
+	l.timer.Reset(d)
+}
+
+// unlead stops the loop leading, at once, and asks the leaser to stop
+// holding the lease (r): the loop never waits on the leaser, which may
+// be in a renewal.
+func (l *loop) unlead(r leaseRequest) {
+	l.p.led.Store(0)
+	l.lease.ask(r)
+}
 
 // leaseChanged acts on what became of the lease. A lease taken is led on
 // once every plan's latest revision is read as the stream's leader has
@@ -293,7 +314,7 @@ func (l *loop) leads() bool { return l.led != 0 && l.p.leading() != 0 }
 // revision whoever led before published; a lease lost ends leading.
 func (l *loop) leaseChanged(ctx context.Context, ev leaseEvent) {
 	if ev.seq == 0 {
-		l.led = 0
+		l.p.led.Store(0)
 		l.ride.settlingOutage = false // a settle is the next leader's to judge
 		for _, s := range l.p.states {
 			s.note = ""
@@ -304,7 +325,7 @@ func (l *loop) leaseChanged(ctx context.Context, ev leaseEvent) {
 	// Read again even when the loop led already: a lease lost and taken
 	// again since the last event read is one event (leaser.tell), and
 	// another planner may have led in between.
-	l.led = 0
+	l.p.led.Store(0)
 	cctx, done := l.p.op(ctx, "reading every plan's latest revision", l.p.storeTimeout(l.p.nodes()))
 	err := l.p.catchUpAll(cctx)
 	done()
@@ -315,10 +336,13 @@ func (l *loop) leaseChanged(ctx context.Context, ev leaseEvent) {
 		// Leading on a stale latest would fork the history (the message
 		// id check aside): give the lease back and try again.
 		l.log.Warn().Err(err).Msg("took the lease but cannot read the latest revision; giving it back")
-		l.lease.giveBack(ctx, "took the lease but cannot read the latest revision")
+		l.unlead(leaseRequest{epoch: ev.epoch, why: "took the lease but cannot read the latest revision", release: true})
 		return
 	}
-	l.led = ev.seq
+	// Led on this epoch only: should the lease have changed since the
+	// event, the fence refuses to publish on it (Service.leads) until
+	// the loop catches up on the next event.
+	l.p.led.Store(ev.epoch)
 	// Whoever led may have died between a revision and its assignments.
 	for _, s := range l.p.states {
 		s.reconcile = s.latest != nil
@@ -368,7 +392,7 @@ func (l *loop) kick() {
 	l.dirty = true
 	haveSpec := len(l.p.planned()) > 0
 	if l.synced && l.specsIn && haveSpec && l.failures == 0 {
-		l.timer.Reset(max(0, min(l.p.cfg.Debounce, l.maxWait-l.p.since(l.dirtySince))))
+		l.armReplan(max(0, min(l.p.cfg.Debounce, l.maxWait-l.p.since(l.dirtySince))))
 	}
 }
 
@@ -712,7 +736,7 @@ func (l *loop) replan(ctx context.Context) {
 			l.log.Info().Int("nodes", len(ids)).Strs("waiting_for", ids[:min(len(ids), 8)]).Str("at_most", dur(wait)).
 				Msg("waiting for the nodes of the plan found at start to report before replanning without them")
 		}
-		l.timer.Reset(wait)
+		l.armReplan(wait)
 		return
 	}
 	l.ride.settleWaiting = false
@@ -724,7 +748,9 @@ func (l *loop) replan(ctx context.Context) {
 	l.prune()
 	if errors.Is(err, bus.ErrLeaseLost) {
 		l.dirty = true
-		l.lease.stepDown(err.Error())
+		// The lease this loop led on, if the leaser holds it still; one
+		// taken since is led on once the loop catches up on it.
+		l.unlead(leaseRequest{epoch: l.p.led.Load(), why: err.Error()})
 		return
 	}
 	if l.p.checkPending() {
@@ -762,7 +788,7 @@ func (l *loop) replan(ctx context.Context) {
 		l.log.Error().Err(err).Str("retry_in", dur(wait)).Msg("replan failed; retrying, serving the last plan meanwhile")
 		l.lastFailure = cause
 	}
-	l.timer.Reset(wait)
+	l.armReplan(wait)
 }
 
 // DefaultStandDownAfter is how many replans in a row may fail before a
@@ -788,7 +814,9 @@ func (l *loop) standDown(err error) {
 	l.log.Error().Err(err).Int("failures", l.failures).Str("lead_again_in", dur(wait)).
 		Msg("standing down: replans keep failing against the store; giving the lease up so that another planner leads")
 	l.p.stoodDownFor(why, l.p.clock.Now().Add(wait))
-	l.lease.standDown("replans keep failing: "+why, wait)
+	// Given up (writes failing: the release may fail too, and the lease
+	// then lapses unrenewed), and none taken for wait.
+	l.unlead(leaseRequest{why: "replans keep failing: " + why, release: true, hold: wait, look: true, next: wait})
 	l.failures, l.lastFailure = 0, ""
 	l.p.setFailures(0)
 }

@@ -70,9 +70,15 @@ func (l *loop) work(what string) {
 
 // quiet says whether the loop, going idle, has nothing pending: the
 // inventory and the specs are in, no replan and no check of assignments
-// is armed, and no event it has been sent waits to be read.
+// is armed, no request to the leaser is being done, and no event it
+// has been sent waits to be read. A change a standby (or a planner
+// without a spec) cannot replan on leaves it dirty, and quiet: no replan
+// is armed.
 func (l *loop) quiet() bool {
-	return l.phase != phaseSyncing && !l.dirty && !l.checking && !l.snapArmed &&
+	// The requests first: the leaser tells their events before it counts
+	// them done, so that none is missed below.
+	asked := l.lease.pending.Load() != 0
+	return !asked && l.phase != phaseSyncing && !l.armed && !l.checking && !l.snapArmed &&
 		len(l.followed) == 0 && len(l.events) == 0 && len(l.lease.events) == 0
 }
 
@@ -113,7 +119,9 @@ func (q *quiet) wait() <-chan struct{} {
 
 // Idle returns once the planner's loop is idle with nothing pending
 // (every watch delivered what there is, no replan and no check of
-// assignments armed, no event waiting to be read), or with ctx's error.
+// assignments armed, no request to the leaser being done, no event
+// waiting to be read), or with ctx's error. A standby, or a planner
+// without a spec, that saw a change it does not replan on is idle.
 // It knows nothing of events still on their way to the planner: a test
 // that caused one waits for its effect first (a revision, a metric),
 // then for Idle to say nothing more follows from it.

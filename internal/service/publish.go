@@ -372,14 +372,17 @@ func (p *Service) publish(ctx context.Context, s *planState, o planner.Outcome, 
 
 // publishFenced publishes ev checked against this planner's lease as
 // it is now (no renewal in between), or, with none (a planner used
-// without its loop), against the plan's last event.
+// without its loop), against the plan's last event. A planner with its
+// loop publishes only on the lease the loop caught up on (Service.led):
+// one taken since, the loop not caught up on it, is refused as lost.
 func (p *Service) publishFenced(ctx context.Context, ev *plan.Event, digest string, expect uint64) (uint64, error) {
 	// Every plan's publish is fenced by the one lease.
 	p.fence.mu.Lock()
 	defer p.fence.mu.Unlock()
-	lease := p.fence.seq.Load()
-	if lease == 0 && p.fence.elected.Load() {
-		// Stood down since the replan began: no unfenced publish.
+	lease, epoch := p.fence.held()
+	if p.fence.elected.Load() && (lease == 0 || epoch != p.led.Load()) {
+		// Stood down since the replan began, or the lease changed: no
+		// publish but on the lease the loop leads on.
 		return 0, fmt.Errorf("publish %s revision %d: %w", ev.Name, ev.Revision, bus.ErrLeaseLost)
 	}
 	// Renewals wait while this holds fence.mu: bound it well inside the TTL.

@@ -225,8 +225,7 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 			if p.leading() != 0 {
 				wait = 0
 			}
-			l.lease.stepDown("the plan stream, and the lease with it, was lost")
-			l.lease.delay(wait)
+			l.unlead(leaseRequest{why: "the plan stream, and the lease with it, was lost", look: true, next: wait})
 			l.kick()
 		case client.AssignmentsStream, "OBJ_" + client.PlansBucket:
 			for _, s := range p.states {
@@ -259,7 +258,7 @@ func (p *Service) restoreSpec(ctx context.Context, s *planState) error {
 
 // orphaned notes that the plan stream was lost: the latest revision
 // is republished whole as the next, and every assignment reconciled.
-// Service.mu is held.
+// The loop's goroutine calls it.
 func (s *planState) orphaned() {
 	if s.latest != nil {
 		orphan := *s.latest

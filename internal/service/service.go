@@ -123,7 +123,7 @@ type Config struct {
 	// NoService skips registering the micro service.
 	NoService bool
 	Log       zerolog.Logger
-	// Now is the clock for created_at; nil means time.Now.
+	// Now is the clock for created_at; nil means Clock's.
 	Now func() time.Time
 	// Clock is the time the loop and the leaser go by (nil: the
 	// system's); tests may pass one they move by hand.
@@ -144,10 +144,14 @@ type Config struct {
 // states (states, each a planState) and the inventory view (live), and
 // takes no lock to: the request handlers, the GPU map and the plans'
 // follow goroutines read the snapshot the loop publishes (snap). The
-// leaser's goroutine (lease.go) owns the lease's timing and its
-// sequence (fence), and tells the loop what became of the lease. Locks,
-// outermost first: fence.mu, leaser.mu, healthMu; the pulse's, the
-// marks', the tombstones' and quiet's are innermost.
+// leaser's goroutine (lease.go) owns the lease: its timing, its state
+// and the fence's sequence and epoch, which it alone writes; it tells
+// the loop what became of the lease (events), and the loop asks it to
+// step down, give the lease back or stand down (requests), never
+// writing the leaser's state itself. The loop alone writes led, the
+// lease it leads on. Locks, outermost first: fence.mu, healthMu; the
+// leaser's reqMu, the pulse's, the marks', the tombstones' and quiet's
+// are innermost.
 type Service struct {
 	cfg   Config
 	plans *store.PlanStore
@@ -160,8 +164,12 @@ type Service struct {
 	states map[string]*planState
 	// snap is the loop's state as others read it.
 	snap atomic.Pointer[snapshot]
-	// fence is the lease every publish is fenced by.
+	// fence is the lease every publish is fenced by; led, the lease
+	// epoch (fence) the loop leads on, caught up on every plan's latest
+	// revision since it was taken (0: it stands by): the loop's
+	// goroutine alone writes it.
 	fence fence
+	led   atomic.Uint64
 	// phase is the loop's (a phase), for Health; quiet says when it is
 	// idle with nothing pending, for Idle.
 	phase atomic.Int32
@@ -170,7 +178,7 @@ type Service struct {
 	// pulse is the loop's heartbeat (liveness.go); healthMu guards what
 	// Health reports: problems by key, the stand-down and the replans
 	// failed in a row (written by the loop and the leaser; taken after
-	// fence.mu and leaser.mu, before the innermost locks).
+	// fence.mu, before the innermost locks).
 	pulse          *pulse
 	healthMu       sync.Mutex
 	problems       map[string]string
@@ -188,11 +196,11 @@ func New(cfg Config) *Service {
 	if cfg.Plan == "" {
 		cfg.Plan = "default"
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.Clock == nil {
 		cfg.Clock = systemClock{}
+	}
+	if cfg.Now == nil {
+		cfg.Now = cfg.Clock.Now
 	}
 	if cfg.Settle == 0 {
 		cfg.Settle = DefaultSettle
@@ -240,6 +248,7 @@ func New(cfg Config) *Service {
 		pulse:  newPulse(cfg.Clock.Now),
 		clock:  cfg.Clock,
 		marks:  newMarks(cfg.StateFile),
+		fence:  fence{mu: newChanMutex()},
 	}
 	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
 	p.live.changed = p.remember

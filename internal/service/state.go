@@ -13,8 +13,8 @@ import (
 
 // planState is one plan as the service plans it: its spec, its latest
 // revision, its assignments and what changed since that revision. The
-// loop's goroutine alone writes it, holding Service.mu; others read it
-// under Service.mu.
+// loop's goroutine alone reads and writes it, and takes no lock to;
+// other goroutines read the snapshot the loop publishes (planView).
 type planState struct {
 	name string
 	// log names the plan: each line about this plan says which, once.

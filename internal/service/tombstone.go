@@ -115,7 +115,7 @@ func (t *tombstones) pending() []string {
 // run writes the tombstones due while this planner leads, until ctx
 // ends; a write that fails (NATS away) is tried again a second later.
 func (t *tombstones) run(ctx context.Context) {
-	retry := time.NewTimer(time.Hour)
+	retry := t.p.clock.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
 	for {
@@ -123,7 +123,7 @@ func (t *tombstones) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.wake:
-		case <-retry.C:
+		case <-retry.C():
 		}
 		if !t.write(ctx) {
 			retry.Reset(time.Second)
