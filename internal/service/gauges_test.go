@@ -198,3 +198,28 @@ func TestStepDownClearsLeaderGauge(t *testing.T) {
 		t.Error("health says leading on a lease the loop has not caught up on")
 	}
 }
+
+// TestStepDownAfterRemovalKeepsSeriesEnded: a plan removed, its series
+// ended, while the snapshot still lists it; the leaser then steps down:
+// no leader gauge of the removed plan begins again.
+func TestStepDownAfterRemovalKeepsSeriesEnded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	p := New(Config{Metrics: metrics.NewPlanner(reg), Log: zerolog.Nop()})
+	for _, name := range []string{"default", "gone"} {
+		p.addState(name).spec = &planner.Spec{}
+	}
+	p.publishSnapshot(true)
+	ls := newLeaser(p, zerolog.Nop())
+	p.fence.set(5, 1)
+	p.led.Store(1)
+	p.leaderGauges()
+	p.drop(p.states["gone"]) // the snapshot still lists it
+	ls.stepDown("test")
+	got := scraped(t, reg)
+	if v, ok := got[`poolplanner_plan_leader{plan="gone"}`]; ok {
+		t.Errorf("the removed plan's leader gauge begins again: %v", v)
+	}
+	if v, ok := got[`poolplanner_plan_leader{plan="default"}`]; !ok || v != 0 {
+		t.Errorf("default's leader gauge after stepping down: %v (present %v), want 0", v, ok)
+	}
+}

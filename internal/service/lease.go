@@ -79,17 +79,20 @@ type leaseEvent struct {
 }
 
 // leaseRequest is what the loop asks of the leaser: to stop leading on
-// lease epoch (0: whatever lease it holds; another epoch than the one
-// held: nothing, that lease is gone already) for why; release: give the
-// lease back (else it lapses, or is lost already); hold: take none for
-// that long (a stand-down); look: look at the lease next after next.
+// lease epoch (another epoch than the one held: nothing, that lease is
+// gone already, and one taken after the loop asked is not the one it
+// asked about), or with anyLease on whatever lease it holds, for why;
+// release: give the lease back (else it lapses, or is lost already);
+// hold: take none for that long (a stand-down); look: look at the lease
+// next after next (sooner while a lease is held: it is renewed on time).
 type leaseRequest struct {
-	epoch   uint64
-	why     string
-	release bool
-	hold    time.Duration
-	look    bool
-	next    time.Duration
+	epoch    uint64
+	anyLease bool
+	why      string
+	release  bool
+	hold     time.Duration
+	look     bool
+	next     time.Duration
 }
 
 // ask asks the leaser's goroutine to do r, without waiting for it: the
@@ -115,7 +118,7 @@ func (ls *leaser) requests(ctx context.Context) {
 	}()
 	for _, r := range reqs {
 		seq, epoch := ls.p.fence.held()
-		if seq != 0 && (r.epoch == 0 || r.epoch == epoch) {
+		if seq != 0 && (r.anyLease || r.epoch == epoch) {
 			ls.stepDown(r.why)
 			if r.release {
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.p.cfg.LeaseTTL/2)
@@ -129,7 +132,11 @@ func (ls *leaser) requests(ctx context.Context) {
 			ls.holdUntil = ls.p.clock.Now().Add(r.hold)
 		}
 		if r.look {
-			ls.timer.Reset(r.next)
+			next := r.next
+			if ls.current() != 0 {
+				next = min(next, ls.every())
+			}
+			ls.timer.Reset(next)
 		}
 	}
 }

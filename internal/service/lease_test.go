@@ -442,3 +442,36 @@ func TestLeaseGoesByClock(t *testing.T) {
 		t.Fatal("could not lock the free fence")
 	}
 }
+
+// TestLostStreamRequestSparesLaterLease: the loop asks to stop leading
+// on the lease it saw when the plan stream was lost (a standby's: none),
+// to look again a TTL later; the leaser took a fresh lease before it read
+// the request. That lease stays, and is renewed on time, not a TTL later
+// (it would lapse).
+func TestLostStreamRequestSparesLaterLease(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	c := &fakeClock{now: time.Now()}
+	p := New(Config{NC: h.nc, JS: h.js, NoService: true, Clock: c, LeaseTTL: 3 * time.Second, Log: zerolog.Nop()})
+	if _, err := p.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.fence.elected.Store(true)
+	ls := newLeaser(p, zerolog.Nop())
+	_, seen := p.fence.held() // standing by when the loop asks
+	ls.ask(leaseRequest{epoch: seen, why: "the plan stream was lost", look: true, next: p.cfg.LeaseTTL})
+	ls.take(ctx, 0)
+	taken := <-ls.events
+	if taken.seq == 0 {
+		t.Fatal("no lease taken")
+	}
+	ls.requests(ctx)
+	if p.leading() != taken.seq {
+		t.Fatal("a request about no lease stepped down from the one taken after it")
+	}
+	timer := ls.timer.(*fakeTimer)
+	if due := timer.at.Sub(c.now); !timer.live || due > ls.every() {
+		t.Errorf("the lease held is looked at again in %s, want within the renewal interval %s", due, ls.every())
+	}
+}

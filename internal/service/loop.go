@@ -816,7 +816,7 @@ func (l *loop) standDown(err error) {
 	l.p.stoodDownFor(why, l.p.clock.Now().Add(wait))
 	// Given up (writes failing: the release may fail too, and the lease
 	// then lapses unrenewed), and none taken for wait.
-	l.unlead(leaseRequest{why: "replans keep failing: " + why, release: true, hold: wait, look: true, next: wait})
+	l.unlead(leaseRequest{anyLease: true, why: "replans keep failing: " + why, release: true, hold: wait, look: true, next: wait})
 	l.failures, l.lastFailure = 0, ""
 	l.p.setFailures(0)
 }

@@ -244,7 +244,7 @@ func (p *Service) drop(s *planState) {
 	if p.states[s.name] == s {
 		delete(p.states, s.name)
 	}
-	p.cfg.Metrics.Removed(s.name)
+	p.leader.ended(p, s.name)
 }
 
 // publishNext publishes o, the plan's next placement, as the next

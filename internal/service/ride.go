@@ -221,11 +221,14 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 			// it. The leader takes the lease again at once, a standby
 			// only if the leader has not within a TTL, so the sequence
 			// goes on from the newest revision there was.
+			// The request is about the lease held now: one the leaser
+			// takes on the new stream before it reads the request stays.
 			wait := p.cfg.LeaseTTL
-			if p.leading() != 0 {
+			seq, epoch := p.fence.held()
+			if seq != 0 {
 				wait = 0
 			}
-			l.unlead(leaseRequest{why: "the plan stream, and the lease with it, was lost", look: true, next: wait})
+			l.unlead(leaseRequest{epoch: epoch, why: "the plan stream, and the lease with it, was lost", look: true, next: wait})
 			l.kick()
 		case client.AssignmentsStream, "OBJ_" + client.PlansBucket:
 			for _, s := range p.states {

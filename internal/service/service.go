@@ -149,8 +149,8 @@ type Config struct {
 // the loop what became of the lease (events), and the loop asks it to
 // step down, give the lease back or stand down (requests), never
 // writing the leaser's state itself. The loop alone writes led, the
-// lease it leads on. Locks, outermost first: fence.mu, healthMu; the
-// leaser's reqMu, the pulse's, the marks', the tombstones' and quiet's
+// lease it leads on. Locks, outermost first: fence.mu, healthMu,
+// leader.mu; the leaser's reqMu, the pulse's, the marks', the tombstones' and quiet's
 // are innermost.
 type Service struct {
 	cfg   Config
@@ -187,6 +187,8 @@ type Service struct {
 	failures       int
 	// marks are the plans' revision high-water marks (revisions.go).
 	marks *marks
+	// leader keeps the leader gauges (gauges.go).
+	leader leaderGauge
 	// clock is cfg.Clock.
 	clock Clock
 }
