@@ -23,7 +23,8 @@ type Planner struct {
 	priority, preempted                    *prometheus.GaugeVec
 	moved                                  *prometheus.CounterVec
 	replan, changeToPublish                *prometheus.HistogramVec
-	nodes, unhealthy                       prometheus.Gauge
+	nodes, unhealthy, conflicts            prometheus.Gauge
+	rejected, resyncs, claims              *prometheus.CounterVec
 	requests                               *prometheus.CounterVec
 	latency                                *prometheus.HistogramVec
 }
@@ -51,12 +52,21 @@ func NewPlanner(reg prometheus.Registerer) *Planner {
 			Help: "Time from the first inventory change a revision answers to its publish.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}, []string{"plan"}),
 		nodes:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolplanner_inventory_nodes", Help: "Nodes in the live inventory."}),
 		unhealthy: prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolplanner_inventory_unhealthy_gpus", Help: "Unhealthy GPUs in the live inventory."}),
+		conflicts: prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolplanner_gpu_uuid_conflicts",
+			Help: "GPUs refused to their node (marked unhealthy) because another node reported their UUID first."}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_inventory_rejected_total",
+			Help: "Inventory documents rejected (the node is out of the plan), by reason: unparsable (not JSON), invalid (impossible values), key_mismatch (a node_id other than its key)."}, []string{"reason"}),
+		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_inventory_resyncs_total",
+			Help: "Re-reads of the whole inventory and the specs, by why: reconnect (NATS came back), stalled_watch (the watch fell behind the stream), lost_state (the planner's streams were gone)."}, []string{"why"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_gpu_uuid_claims_total",
+			Help: "GPU UUID claim decisions, by outcome: refused (a node reported a UUID another holds), handover (a UUID passed to the next node that reported it)."}, []string{"outcome"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_requests_total",
 			Help: "Requests answered, by endpoint and code (200 ok, else the error's)."}, []string{"endpoint", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "poolplanner_request_duration_seconds",
 			Help: "Time to answer a request, by endpoint.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"endpoint"}),
 	}
-	reg.MustRegister(m.moved, m.replan, m.changeToPublish, m.nodes, m.unhealthy, m.requests, m.latency)
+	reg.MustRegister(m.moved, m.replan, m.changeToPublish, m.nodes, m.unhealthy, m.conflicts,
+		m.rejected, m.resyncs, m.claims, m.requests, m.latency)
 	return m
 }
 
@@ -110,13 +120,46 @@ func (m *Planner) Replanned(plan string, took, sinceChange time.Duration) {
 	}
 }
 
-// Inventory records the live inventory's size.
-func (m *Planner) Inventory(nodes, unhealthy int) {
+// Inventory records the live inventory's size, and its GPUs refused
+// because another node holds their UUID.
+func (m *Planner) Inventory(nodes, unhealthy, conflicts int) {
 	if m == nil {
 		return
 	}
 	m.nodes.Set(float64(nodes))
 	m.unhealthy.Set(float64(unhealthy))
+	m.conflicts.Set(float64(conflicts))
+}
+
+// Rejected records an inventory document rejected for reason, one of
+// a fixed few kinds (unparsable, invalid, key_mismatch); never the node,
+// whose ids are unbounded.
+func (m *Planner) Rejected(reason string) {
+	if m != nil {
+		m.rejected.WithLabelValues(reason).Inc()
+	}
+}
+
+// Resynced records a re-read of the whole inventory, and why
+// (reconnect, stalled_watch, lost_state).
+func (m *Planner) Resynced(why string) {
+	if m != nil {
+		m.resyncs.WithLabelValues(why).Inc()
+	}
+}
+
+// Claimed records GPU UUID claim decisions: refused GPUs, and UUIDs
+// handed over to the next node that reports them.
+func (m *Planner) Claimed(refused, handovers int) {
+	if m == nil {
+		return
+	}
+	if refused > 0 {
+		m.claims.WithLabelValues("refused").Add(float64(refused))
+	}
+	if handovers > 0 {
+		m.claims.WithLabelValues("handover").Add(float64(handovers))
+	}
 }
 
 // Leading records whether this planner leads plan.

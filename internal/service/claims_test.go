@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/reporter"
 	"github.com/poolplanner/poolplanner/internal/store"
@@ -67,13 +69,14 @@ func oneNodePerUUID(t testing.TB, nodes []planner.Node, plans ...*planner.Plan) 
 // TestClaimsInTheView: the lead's view and a sibling's, fed events as
 // the loop feeds them (siblings first) and resyncs, agree on every
 // document; a GPU whose UUID another node holds is unhealthy on the
-// later node, with a reason and a log line naming the holder; the UUID
-// passes at once when the holder leaves; a resync of new nodes gives it
-// to the first by id.
+// later node, with a reason naming the holder, and counted (refusals,
+// and the conflicts gauge); the UUID passes at once when the holder
+// leaves, a handover counted; a resync of new nodes gives it to the
+// first by id.
 func TestClaimsInTheView(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
-	p := New(Config{Log: zerolog.New(&logs)})
+	reg := prometheus.NewRegistry()
+	p := New(Config{Log: zerolog.Nop(), Metrics: metrics.NewPlanner(reg)})
 	own, s := p.addState("default"), p.addState("exp")
 	stolen := inventory.SimulatedUUID("a", 0)
 	a, b, c := claimant("a", nil), claimant("b", map[int]string{3: "a:0"}), claimant("c", map[int]string{5: "a:0"})
@@ -83,12 +86,15 @@ func TestClaimsInTheView(t *testing.T) {
 	left := func(id string) store.Event {
 		return store.Event{Op: store.Removed, NodeID: id, Reason: store.ReasonDeleted}
 	}
-	rejected := func(id string) store.Event { return store.Event{Op: store.Rejected, NodeID: id, Reason: "bad"} }
+	rejected := func(id string) store.Event {
+		return store.Event{Op: store.Rejected, NodeID: id, Reason: "bad", Rejection: store.RejectInvalid}
+	}
 	type want struct {
 		holder  string   // of the stolen UUID
 		refused []string // "NODE:GPU" unhealthy for it
 		changes string   // the lead's change log since the step before
-		log     string
+		// refusals and handovers counted in the step
+		refusals, handovers float64
 	}
 	for i, st := range []struct {
 		events []store.Event
@@ -99,23 +105,19 @@ func TestClaimsInTheView(t *testing.T) {
 		want   want
 	}{
 		{events: []store.Event{changed(a)}, want: want{holder: "a", changes: "nodes joined: a"}},
-		{events: []store.Event{changed(b)}, want: want{holder: "a", refused: []string{"b:3"}, changes: "nodes joined: b",
-			log: `"node":"b","gpu_index":3,"gpu_uuid":"` + stolen + `","holder":"a"`}},
+		{events: []store.Event{changed(b)}, want: want{holder: "a", refused: []string{"b:3"}, changes: "nodes joined: b", refusals: 1}},
 		// A change of nothing is no change; nor a resync of heartbeats.
 		{events: []store.Event{changed(b)}, want: want{holder: "a", refused: []string{"b:3"}}},
 		{rebeat: true, want: want{holder: "a", refused: []string{"b:3"}}},
-		{events: []store.Event{left("a")}, want: want{holder: "b", changes: "nodes left: a; nodes changed: b",
-			log: `"gpu_uuid":"` + stolen + `","from":"a","node":"b"`}},
-		{events: []store.Event{changed(a)}, want: want{holder: "b", refused: []string{"a:0"}, changes: "nodes joined: a",
-			log: `"node":"a","gpu_index":0,"gpu_uuid":"` + stolen + `","holder":"b"`}},
+		{events: []store.Event{left("a")}, want: want{holder: "b", changes: "nodes left: a; nodes changed: b", handovers: 1}},
+		{events: []store.Event{changed(a)}, want: want{holder: "b", refused: []string{"a:0"}, changes: "nodes joined: a", refusals: 1}},
 		// A resync: b's document is gone; c is new. a (known) holds.
 		{resync: []inventory.NodeInventory{a, c}, want: want{holder: "a", refused: []string{"c:5"}, changes: "nodes joined: c; nodes left: b; nodes changed: a",
-			log: `"gpu_uuid":"` + stolen + `","from":"b","node":"a"`}},
+			refusals: 1, handovers: 1}},
 		// A rejected document is the node leaving.
-		{events: []store.Event{rejected("a")}, want: want{holder: "c", changes: "nodes left: a; nodes changed: c",
-			log: `"gpu_uuid":"` + stolen + `","from":"a","node":"c"`}},
+		{events: []store.Event{rejected("a")}, want: want{holder: "c", changes: "nodes left: a; nodes changed: c", handovers: 1}},
 	} {
-		before := len(logs.String())
+		before := scraped(t, reg)
 		if st.rebeat {
 			for _, id := range p.live.present() {
 				d, _ := p.node(id)
@@ -157,8 +159,21 @@ func TestClaimsInTheView(t *testing.T) {
 		}
 		clear(own.basis)
 		clear(s.basis)
-		if got := logs.String()[before:]; !strings.Contains(got, st.want.log) || st.want.log == "" && got != "" {
-			t.Errorf("step %d: logged %q, want %q", i, got, st.want.log)
+		p.cfg.Metrics.Inventory(p.inventorySize()) // as the loop's guard does
+		after := scraped(t, reg)
+		for _, c := range []struct {
+			key  string
+			want float64
+		}{
+			{`poolplanner_gpu_uuid_claims_total{outcome="refused"}`, st.want.refusals},
+			{`poolplanner_gpu_uuid_claims_total{outcome="handover"}`, st.want.handovers},
+		} {
+			if got := after[c.key] - before[c.key]; got != c.want {
+				t.Errorf("step %d: %s rose by %v, want %v", i, c.key, got, c.want)
+			}
+		}
+		if got := after["poolplanner_gpu_uuid_conflicts"]; got != float64(len(st.want.refused)) {
+			t.Errorf("step %d: poolplanner_gpu_uuid_conflicts %v, want %d", i, got, len(st.want.refused))
 		}
 	}
 

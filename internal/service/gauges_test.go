@@ -15,8 +15,8 @@ import (
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
-// scraped is a registry's samples, by name{plan="..."} (the plan label
-// only; histograms by their count).
+// scraped is a registry's samples, by name{label="...",...} (labels in
+// order of name; histograms by their count).
 func scraped(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -27,10 +27,12 @@ func scraped(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
 			key := mf.GetName()
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "plan" {
-					key += fmt.Sprintf("{plan=%q}", l.GetValue())
-				}
+			var labels []string
+			for _, l := range m.GetLabel() { // in order of name
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			if len(labels) > 0 {
+				key += "{" + strings.Join(labels, ",") + "}"
 			}
 			switch {
 			case m.GetGauge() != nil:

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
@@ -280,8 +282,9 @@ func (s *syncBuffer) String() string {
 }
 
 // TestHostileInventory: documents that cannot be trusted, put under keys
-// of their own, are each ignored with one log line naming the key and
-// why, and the plan of the other nodes does not change.
+// of their own, are each ignored and counted once under the kind of
+// fault (poolplanner_inventory_rejected_total), the key's node is in no
+// inventory served, and the plan of the other nodes does not change.
 func TestHostileInventory(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -289,8 +292,9 @@ func TestHostileInventory(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		h.node(fmt.Sprintf("n%d", i))
 	}
-	var logs syncBuffer
-	p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(testSpec), Debounce: 20 * time.Millisecond, Settle: -1, Log: zerolog.New(&logs)})
+	reg := prometheus.NewRegistry()
+	p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(testSpec), Debounce: 20 * time.Millisecond, Settle: -1, Log: zerolog.Nop(),
+		Metrics: metrics.NewPlanner(reg)})
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.Run(pctx) }()
@@ -309,34 +313,48 @@ func TestHostileInventory(t *testing.T) {
 		return b
 	}
 	invs := store.NewInventoryStore(h.js)
+	rejected := func(reason string) string {
+		return fmt.Sprintf("poolplanner_inventory_rejected_total{reason=%q}", reason)
+	}
 	for _, c := range []struct {
-		name, why string
-		doc       []byte
+		name, reason string
+		doc          []byte
 	}{
-		{"another node's id", `node_id: \"n1\" under key \"evil\"`, mk(func(d *inventory.NodeInventory) { d.NodeID = "n1" })},
-		{"no id", "node_id: missing", mk(func(d *inventory.NodeInventory) { d.NodeID = "" })},
-		{"negative CPUs", "cpus: -100 is not allowed", mk(func(d *inventory.NodeInventory) { d.CPUs = -100 })},
-		{"65 GPUs", "gpus: 65 GPUs is not allowed", mk(func(d *inventory.NodeInventory) {
+		{"another node's id", "key_mismatch", mk(func(d *inventory.NodeInventory) { d.NodeID = "n1" })},
+		{"no id", "invalid", mk(func(d *inventory.NodeInventory) { d.NodeID = "" })},
+		{"negative CPUs", "invalid", mk(func(d *inventory.NodeInventory) { d.CPUs = -100 })},
+		{"65 GPUs", "invalid", mk(func(d *inventory.NodeInventory) {
 			for i := len(d.GPUs); i < 65; i++ {
 				d.GPUs = append(d.GPUs, inventory.GPU{Index: i, UUID: fmt.Sprintf("GPU-x-%d", i), Healthy: true})
 			}
 		})},
-		{"a long string", "hostname: 2048 bytes", mk(func(d *inventory.NodeInventory) { d.Hostname = strings.Repeat("h", 2048) })},
-		{"duplicate UUIDs", "appears twice", mk(func(d *inventory.NodeInventory) { d.GPUs[1].UUID = d.GPUs[0].UUID })},
-		{"not JSON", "unexpected end of JSON input", []byte(`{"node_id": "evil", "gpus": [`)},
+		{"a long string", "invalid", mk(func(d *inventory.NodeInventory) { d.Hostname = strings.Repeat("h", 2048) })},
+		{"duplicate UUIDs", "invalid", mk(func(d *inventory.NodeInventory) { d.GPUs[1].UUID = d.GPUs[0].UUID })},
+		{"not JSON", "unparsable", []byte(`{"node_id": "evil", "gpus": [`)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			before := strings.Count(logs.String(), "inventory document rejected")
+			before := scraped(t, reg)
 			if _, err := invs.Put(ctx, "evil", c.doc, false, time.Minute); err != nil {
 				t.Fatal(err)
 			}
-			// The log line is what is tested: no document or metric
-			// says a document was rejected.
-			natstest.WaitFor(t, 5*time.Second, "a log line of the rejection", func() bool {
-				return strings.Count(logs.String(), "inventory document rejected") > before
+			// One rejection, of this kind, and of no other.
+			after := waitScraped(t, reg, "the rejection counted", func(m map[string]float64) bool {
+				return m[rejected(c.reason)] > before[rejected(c.reason)]
 			})
-			if !strings.Contains(logs.String(), c.why) || !strings.Contains(logs.String(), `"node":"evil"`) {
-				t.Errorf("log does not say %q for key evil:\n%s", c.why, logs.String())
+			for _, r := range []string{"unparsable", "invalid", "key_mismatch"} {
+				want := before[rejected(r)]
+				if r == c.reason {
+					want++
+				}
+				if got := after[rejected(r)]; got != want {
+					t.Errorf("%s = %v, want %v", rejected(r), got, want)
+				}
+			}
+			// The key's node is in no inventory the planner serves.
+			for _, d := range p.Inventory() {
+				if d.NodeID == "evil" {
+					t.Errorf("the rejected node is in the inventory: %+v", d)
+				}
 			}
 			// A rejected document should start no replan; were one
 			// started, the loop would be idle only once it published.

@@ -259,6 +259,7 @@ func (s *planState) heard(ev store.Event) {
 // another holds their UUID, and UUIDs passing on.
 func (p *Service) logClaims() {
 	for _, o := range p.live.news {
+		p.cfg.Metrics.Claimed(len(o.Refused), len(o.Handovers))
 		for _, r := range o.Refused {
 			p.cfg.Log.Warn().Str("node", r.Node).Int("gpu_index", r.Index).Str("gpu_uuid", r.UUID).Str("holder", r.Holder).
 				Msg("GPU UUID already held by another node: the GPU is refused to this one (first claim wins) and marked unhealthy")
@@ -272,9 +273,10 @@ func (p *Service) logClaims() {
 	p.live.news = p.live.news[:0]
 }
 
-// rejected logs a document the watch would not take: once per key and
-// change, since the watch delivers each change once.
+// rejected logs and counts a document the watch would not take: once
+// per key and change, since the watch delivers each change once.
 func (p *Service) rejected(ev store.Event) {
+	p.cfg.Metrics.Rejected(ev.Rejection.String())
 	p.cfg.Log.Warn().Str("node", ev.NodeID).Uint64("revision", ev.Revision).Str("reason", ev.Reason).
 		Msg("inventory document rejected; the node is out of the plan until it reports a valid one")
 }
@@ -321,10 +323,16 @@ func (p *Service) node(id string) (inventory.NodeInventory, bool) {
 	return n, ok
 }
 
-// inventorySize is the live inventory's nodes and unhealthy GPUs.
-func (p *Service) inventorySize() (nodes, unhealthy int) {
-	for _, doc := range p.live.docs {
+// inventorySize is the live inventory's nodes, unhealthy GPUs, and
+// GPUs refused because another node holds their UUID.
+func (p *Service) inventorySize() (nodes, unhealthy, conflicts int) {
+	for id, doc := range p.live.docs {
 		unhealthy += len(doc.GPUs) - len(doc.HealthyGPUs())
+		for _, g := range doc.GPUs {
+			if h := p.live.claims.Holder(g.UUID); !g.Healthy && h != "" && h != id {
+				conflicts++
+			}
+		}
 	}
-	return len(p.live.docs), unhealthy
+	return len(p.live.docs), unhealthy, conflicts
 }

@@ -107,6 +107,14 @@ func (l *loop) guard(ctx context.Context) {
 	l.specsStuck(ctx)
 	if reconnected || stalled || len(missing) > 0 {
 		l.log.Info().Bool("reconnected", reconnected).Msg("re-reading the whole inventory and the spec")
+		why := "stalled_watch"
+		switch {
+		case len(missing) > 0:
+			why = "lost_state"
+		case reconnected:
+			why = "reconnect"
+		}
+		l.p.cfg.Metrics.Resynced(why)
 		l.restartWatches(ctx)
 		return
 	}

@@ -333,6 +333,32 @@ const (
 	ReasonPurged  = "purged"  // an operator purged the key
 )
 
+// Rejection is the kind of fault that got a document Rejected: a few
+// fixed kinds, for metrics (Event.Reason is the whole text).
+type Rejection int
+
+// The kinds of rejection.
+const (
+	// RejectUnparsable: the document is not JSON of an inventory.
+	RejectUnparsable Rejection = iota + 1
+	// RejectInvalid: impossible values (inventory.Validate).
+	RejectInvalid
+	// RejectKeyMismatch: a node_id other than its key.
+	RejectKeyMismatch
+)
+
+func (r Rejection) String() string {
+	switch r {
+	case RejectUnparsable:
+		return "unparsable"
+	case RejectInvalid:
+		return "invalid"
+	case RejectKeyMismatch:
+		return "key_mismatch"
+	}
+	return "unknown"
+}
+
 // Event is one change to the inventory bucket as a watcher sees it.
 type Event struct {
 	Op       EventOp
@@ -340,8 +366,10 @@ type Event struct {
 	Revision uint64
 	// Inventory is set for Changed.
 	Inventory inventory.NodeInventory
-	// Reason is set for Removed.
+	// Reason is set for Removed, and for Rejected (the fault's text).
 	Reason string
+	// Rejection is set for Rejected: the fault's kind.
+	Rejection Rejection
 	// ExpiresAt is when the key will vanish unless refreshed, for Changed
 	// and Heartbeat; zero if the put carried no TTL.
 	ExpiresAt time.Time
@@ -585,17 +613,18 @@ func (w *watcher) event(ctx context.Context, msg jetstream.Msg) (Event, bool) {
 	}
 	// The key is the node's identity: a document must say it is that
 	// node, and be possible, or the node is out.
+	kind := RejectUnparsable
 	err = json.Unmarshal(e.Value(), &ev.Inventory)
 	if err == nil {
-		err = ev.Inventory.Validate()
+		kind, err = RejectInvalid, ev.Inventory.Validate()
 	}
 	if err == nil && ev.Inventory.NodeID != nodeID {
-		err = fmt.Errorf("node_id: %q under key %q; a document must be the key's node", ev.Inventory.NodeID, nodeID)
+		kind, err = RejectKeyMismatch, fmt.Errorf("node_id: %q under key %q; a document must be the key's node", ev.Inventory.NodeID, nodeID)
 	}
 	if err != nil {
 		delete(w.known, nodeID)
 		w.rejected[nodeID] = true
-		return Event{Op: Rejected, NodeID: nodeID, Revision: ev.Revision, Reason: err.Error(), ExpiresAt: ev.ExpiresAt, TTL: ev.TTL}, true
+		return Event{Op: Rejected, NodeID: nodeID, Revision: ev.Revision, Reason: err.Error(), Rejection: kind, ExpiresAt: ev.ExpiresAt, TTL: ev.TTL}, true
 	}
 	delete(w.rejected, nodeID)
 	w.known[nodeID] = true
