@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -327,8 +328,9 @@ func TestAssignmentObjects(t *testing.T) {
 }
 
 // TestWatchRejects: a document the watcher cannot trust (not JSON,
-// another node's id, impossible values) is one Rejected event, and its
-// heartbeats nothing; the next valid document is a change again.
+// another node's id, impossible values) is one Rejected event of its
+// kind, and its heartbeats nothing; the next valid document is a change
+// again.
 func TestWatchRejects(t *testing.T) {
 	_, url := startServer(t)
 	_, js := connect(t, url)
@@ -345,19 +347,27 @@ func TestWatchRejects(t *testing.T) {
 	s.Put(ctx, "n1", bad, false, time.Minute)
 	s.Put(ctx, "n1", bad, true, time.Minute)
 	s.Put(ctx, "n1", testDoc(t, "n2"), false, time.Minute)
+	s.Put(ctx, "n1", []byte(`{"node_id": ""}`), false, time.Minute)
 	s.Put(ctx, "n1", doc, false, time.Minute)
-	var got []string
-	for len(got) < 5 {
+	var got, kinds []string
+	for len(got) < 6 {
 		select {
 		case ev := <-events:
 			got = append(got, ev.Op.String()+" "+ev.Reason)
+			if ev.Op == Rejected {
+				kinds = append(kinds, ev.Rejection.String())
+			}
 		case <-ctx.Done():
 			t.Fatalf("events %q", got)
 		}
 	}
 	if got[0] != "changed " || got[1] != "synced " || !strings.HasPrefix(got[2], "rejected invalid character") ||
-		got[3] != `rejected node_id: "n2" under key "n1"; a document must be the key's node` || got[4] != "changed " {
+		got[3] != `rejected node_id: "n2" under key "n1"; a document must be the key's node` ||
+		got[4] != "rejected node_id: missing" || got[5] != "changed " {
 		t.Fatalf("events %q", got)
+	}
+	if fmt.Sprint(kinds) != "[unparsable key_mismatch invalid]" {
+		t.Errorf("rejections' kinds %v", kinds)
 	}
 }
 
