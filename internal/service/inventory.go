@@ -329,7 +329,10 @@ func (p *Service) inventorySize() (nodes, unhealthy, conflicts int) {
 	for id, doc := range p.live.docs {
 		unhealthy += len(doc.GPUs) - len(doc.HealthyGPUs())
 		for _, g := range doc.GPUs {
-			if h := p.live.claims.Holder(g.UUID); !g.Healthy && h != "" && h != id {
+			if g.Healthy {
+				continue
+			}
+			if h := p.live.claims.Holder(g.UUID); h != "" && h != id {
 				conflicts++
 			}
 		}
