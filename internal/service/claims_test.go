@@ -229,7 +229,9 @@ func TestTwoReportersOneUUID(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncBuffer
-	p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(shareSpec(15, 0)), Debounce: 20 * time.Millisecond, Settle: -1, Log: zerolog.New(&logs)})
+	reg := prometheus.NewRegistry()
+	p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(shareSpec(15, 0)), Debounce: 20 * time.Millisecond, Settle: -1, Log: zerolog.New(&logs),
+		Metrics: metrics.NewPlanner(reg)})
 	pctx, stopPlanner := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.Run(pctx) }()
@@ -295,11 +297,14 @@ func TestTwoReportersOneUUID(t *testing.T) {
 	if !uses(both, "z1", stolen) || uses(both, "a2", stolen) {
 		t.Errorf("revision %d: the stolen UUID on z1 %v, on a2 %v; want z1 only", both.Revision, uses(both, "z1", stolen), uses(both, "a2", stolen))
 	}
-	// The inventory's document says the claim (TestClaimsInTheView tests
-	// its log line).
+	// The inventory's document says the claim, and the metrics count it
+	// (the gauge as the loop's guard sets it, every 2 s).
 	if g := inventoryOf(p, "a2").GPUs[3]; g.Healthy || !strings.Contains(g.UnhealthyReason, "held by node z1") {
 		t.Errorf("a2's GPU 3 in the inventory: %+v", g)
 	}
+	waitScraped(t, reg, "one GPU refused", func(m map[string]float64) bool {
+		return m["poolplanner_gpu_uuid_conflicts"] == 1 && m[`poolplanner_gpu_uuid_claims_total{outcome="refused"}`] == 1
+	})
 	// As reported, for a resync that only sees a heartbeat. (Read from
 	// the loop's state once it is idle: only the loop writes it.)
 	ictx, icancel := context.WithTimeout(ctx, 10*time.Second)
@@ -319,6 +324,9 @@ func TestTwoReportersOneUUID(t *testing.T) {
 	if g := inventoryOf(p, "a2").GPUs[3]; !g.Healthy {
 		t.Errorf("a2's GPU 3 after z1 left: %+v", g)
 	}
+	waitScraped(t, reg, "the UUID handed over, no GPU refused", func(m map[string]float64) bool {
+		return m["poolplanner_gpu_uuid_conflicts"] == 0 && m[`poolplanner_gpu_uuid_claims_total{outcome="handover"}`] == 1
+	})
 	// z1 comes back and finds its GPU 0 held.
 	stopFirst = report(first)
 	defer stopFirst()
