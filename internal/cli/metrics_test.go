@@ -162,15 +162,22 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(errOut)
 	}
 	text = wait(`poolplanner_plan_revision{plan="exp"}`, 1)
+	// A plan's gauges are set one after another: a scrape may fall
+	// between its revision's and its workers'.
 	before := map[string]float64{}
-	for _, plan := range []string{"default", "exp"} {
-		for _, name := range planSeries {
-			series := fmt.Sprintf("%s{plan=%q}", name, plan)
-			if before[series] = metricValue(text, series); before[series] < 0 {
-				t.Fatalf("no %s before the restart", series)
+	missing := ""
+	natstest.WaitFor(t, 10*time.Second, "every series of both plans", func() bool {
+		text, missing = scrape(t, murl), ""
+		for _, plan := range []string{"default", "exp"} {
+			for _, name := range planSeries {
+				series := fmt.Sprintf("%s{plan=%q}", name, plan)
+				if before[series] = metricValue(text, series); before[series] < 0 {
+					missing = series
+				}
 			}
 		}
-	}
+		return missing == ""
+	})
 	stop()
 	stop = serve("--debounce", "1h")
 	text = wait(`poolplanner_plan_leader{plan="exp"}`, 1)
