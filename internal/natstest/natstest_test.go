@@ -29,6 +29,10 @@ func TestRestartKeepsStore(t *testing.T) {
 	s.Stop() // a no-op
 	s.Start()
 	WaitFor(t, 30*time.Second, "the stream back with its message", func() bool {
+		// Each try is bounded: a request sent as the connection notices
+		// the server went away is lost, and is tried again, not waited on.
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
 		st, err := js.Stream(ctx, "T")
 		if err != nil {
 			return false
