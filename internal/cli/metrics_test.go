@@ -166,6 +166,11 @@ func TestMetrics(t *testing.T) {
 	// between its revision's and its workers'.
 	before := map[string]float64{}
 	missing := ""
+	defer func() {
+		if missing != "" {
+			t.Logf("the series missing last: %s", missing)
+		}
+	}()
 	natstest.WaitFor(t, 10*time.Second, "every series of both plans", func() bool {
 		text, missing = scrape(t, murl), ""
 		for _, plan := range []string{"default", "exp"} {

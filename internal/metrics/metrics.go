@@ -57,9 +57,9 @@ func NewPlanner(reg prometheus.Registerer) *Planner {
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_inventory_rejected_total",
 			Help: "Inventory documents rejected (the node is out of the plan), by reason: unparsable (not JSON), invalid (impossible values), key_mismatch (a node_id other than its key)."}, []string{"reason"}),
 		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_inventory_resyncs_total",
-			Help: "Re-reads of the whole inventory and the specs, by why: reconnect (NATS came back), stalled_watch (the watch fell behind the stream), lost_state (the planner's streams were gone)."}, []string{"why"}),
+			Help: "Re-reads of the whole inventory, by why: reconnect (NATS came back), stalled_watch (the watch fell behind the stream), lost_state (the planner's streams were gone), watch_ended (the watch ended by itself and was made again)."}, []string{"why"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_gpu_uuid_claims_total",
-			Help: "GPU UUID claim decisions, by outcome: refused (a node reported a UUID another holds), handover (a UUID passed to the next node that reported it)."}, []string{"outcome"}),
+			Help: "GPU UUID claim decisions said, by outcome: refused (a node reported a UUID another holds; said again when its document changes while refused), handover (a UUID passed to the next node that reported it). poolplanner_gpu_uuid_conflicts is the state now."}, []string{"outcome"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_requests_total",
 			Help: "Requests answered, by endpoint and code (200 ok, else the error's)."}, []string{"endpoint", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "poolplanner_request_duration_seconds",
@@ -141,7 +141,7 @@ func (m *Planner) Rejected(reason string) {
 }
 
 // Resynced records a re-read of the whole inventory, and why
-// (reconnect, stalled_watch, lost_state).
+// (reconnect, stalled_watch, lost_state, watch_ended).
 func (m *Planner) Resynced(why string) {
 	if m != nil {
 		m.resyncs.WithLabelValues(why).Inc()

@@ -221,6 +221,10 @@ func (p *Service) apply(ev store.Event) bool {
 		s.heard(ev)
 	}
 	switch ev.Op {
+	case store.Changed, store.Removed:
+		delete(p.rejectedNow, ev.NodeID)
+	}
+	switch ev.Op {
 	case store.Changed:
 		changed, err := p.live.put(ev.NodeID, ev.Inventory)
 		if err != nil {
@@ -274,8 +278,14 @@ func (p *Service) logClaims() {
 }
 
 // rejected logs and counts a document the watch would not take: once
-// per key and change, since the watch delivers each change once.
+// per key and reason while the key holds it. A watch delivers each
+// change once, but a watch made again (after a reconnect, a stall)
+// delivers the key's latest message again: that is no new rejection.
 func (p *Service) rejected(ev store.Event) {
+	if why, ok := p.rejectedNow[ev.NodeID]; ok && why == ev.Reason {
+		return
+	}
+	p.rejectedNow[ev.NodeID] = ev.Reason
 	p.cfg.Metrics.Rejected(ev.Rejection.String())
 	p.cfg.Log.Warn().Str("node", ev.NodeID).Uint64("revision", ev.Revision).Str("reason", ev.Reason).
 		Msg("inventory document rejected; the node is out of the plan until it reports a valid one")

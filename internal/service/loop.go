@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -42,7 +43,9 @@ type loop struct {
 	specWatched time.Time
 	specsSaid   bool
 	// resync collects a (re-established) watch's initial contents.
-	resync  map[string]inventory.NodeInventory
+	resync map[string]inventory.NodeInventory
+	// refused are the keys a resync found refused (Service.rejectedNow).
+	refused map[string]bool
 	attempt int // of the inventory watch
 	timer   Timer
 	retry   Timer
@@ -419,7 +422,7 @@ func (l *loop) watch(ctx context.Context) {
 		l.attempt++
 		return
 	}
-	l.events, l.resync = ch, map[string]inventory.NodeInventory{}
+	l.events, l.resync, l.refused = ch, map[string]inventory.NodeInventory{}, map[string]bool{}
 }
 
 // watchClosed starts over with a full resync when the watch ends without
@@ -428,6 +431,7 @@ func (l *loop) watchClosed(ctx context.Context) {
 	l.events, l.synced = nil, false
 	if ctx.Err() == nil {
 		l.log.Warn().Msg("inventory watch closed; re-establishing")
+		l.p.cfg.Metrics.Resynced("watch_ended") // the next watch reads it all
 		l.retry.Reset(bus.Backoff(l.attempt))
 		l.attempt++
 	}
@@ -444,6 +448,7 @@ func (l *loop) inventory(ev store.Event) {
 	}
 	switch ev.Op {
 	case store.Changed:
+		delete(l.p.rejectedNow, ev.NodeID)
 		l.resync[ev.NodeID] = ev.Inventory
 	case store.Heartbeat:
 		// A heartbeat of a key this watch has not shown: what we knew is
@@ -455,11 +460,16 @@ func (l *loop) inventory(ev store.Event) {
 			}
 		}
 	case store.Removed:
+		delete(l.p.rejectedNow, ev.NodeID)
 		delete(l.resync, ev.NodeID)
 	case store.Rejected:
 		delete(l.resync, ev.NodeID)
+		l.refused[ev.NodeID] = true
 		l.p.rejected(ev)
 	case store.Synced:
+		// A key refused before and not in this read is gone: should it
+		// come back refused, that is news.
+		maps.DeleteFunc(l.p.rejectedNow, func(id, _ string) bool { return !l.refused[id] })
 		defer l.p.allow("applying the whole inventory", l.p.storeTimeout(len(l.resync)))()
 		l.tombs.vanished(l.vanished())
 		l.p.replaceNodes(l.resync)

@@ -162,6 +162,10 @@ type Service struct {
 	// The loop's goroutine alone uses them.
 	live   view
 	states map[string]*planState
+	// rejectedNow is why each key whose document the watch refused
+	// refuses it now (Service.rejected): the loop's goroutine alone
+	// uses it.
+	rejectedNow map[string]string
 	// snap is the loop's state as others read it.
 	snap atomic.Pointer[snapshot]
 	// fence is the lease every publish is fenced by; led, the lease
@@ -241,16 +245,17 @@ func New(cfg Config) *Service {
 		plans.LeaseName = bus.LeaseName
 	}
 	p := &Service{
-		cfg:    cfg,
-		plans:  plans,
-		specs:  store.NewSpecStore(cfg.JS),
-		inv:    store.NewInventoryStore(cfg.JS),
-		live:   newView(),
-		states: map[string]*planState{},
-		pulse:  newPulse(cfg.Clock.Now),
-		clock:  cfg.Clock,
-		marks:  newMarks(cfg.StateFile),
-		fence:  fence{mu: newChanMutex()},
+		cfg:         cfg,
+		plans:       plans,
+		specs:       store.NewSpecStore(cfg.JS),
+		inv:         store.NewInventoryStore(cfg.JS),
+		live:        newView(),
+		states:      map[string]*planState{},
+		rejectedNow: map[string]string{},
+		pulse:       newPulse(cfg.Clock.Now),
+		clock:       cfg.Clock,
+		marks:       newMarks(cfg.StateFile),
+		fence:       fence{mu: newChanMutex()},
 	}
 	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
 	p.live.changed = p.remember
