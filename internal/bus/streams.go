@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -78,11 +80,22 @@ func SpecBucketConfig(replicas int) jetstream.KeyValueConfig {
 }
 
 // IsInsufficient says whether JetStream refused for want of storage:
-// 10023 (insufficient resources, a cluster's placement) or 10047
-// (insufficient storage, one server's).
+// 10023 (insufficient resources, a cluster's placement), 10047
+// (insufficient storage, one server's), or 10005 (no peers for the
+// placement) when the server says the peers lacked storage.
 func IsInsufficient(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == 10023 || apiErr.ErrorCode == 10047)
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == 10023 || apiErr.ErrorCode == 10047 ||
+		apiErr.ErrorCode == 10005 && noPeersFor(apiErr, "insufficient storage"))
+}
+
+// noPeersFor says whether a refusal for want of peers (10005) gives
+// reason among its causes. The server has no code per cause: it lists
+// them in the description ("no suitable peers for placement, peer
+// offline, insufficient storage").
+func noPeersFor(apiErr *jetstream.APIError, reason string) bool {
+	_, causes, _ := strings.Cut(apiErr.Description, "no suitable peers for placement")
+	return slices.Contains(strings.Split(causes, ", "), reason)
 }
 
 // ReplicasErr says, when JetStream refuses a stream for want of servers,
@@ -94,8 +107,9 @@ func ReplicasErr(err error, replicas int) error {
 		return StorageErr(err, replicas, 0)
 	}
 	// 10005: no peers, 10074: replicas on a server that is not
-	// clustered.
-	if replicas > 1 && errors.As(err, &apiErr) && (apiErr.ErrorCode == 10005 || apiErr.ErrorCode == 10074) {
+	// clustered. Peers offline (a cluster still forming, a server
+	// restarting) are an outage to wait out, not a setting.
+	if replicas > 1 && errors.As(err, &apiErr) && (apiErr.ErrorCode == 10005 && !noPeersFor(apiErr, "peer offline") || apiErr.ErrorCode == 10074) {
 		return fmt.Errorf("%w: --replicas %d: the NATS cluster has not that many JetStream servers: %w", ErrReplicas, replicas, err)
 	}
 	return err
