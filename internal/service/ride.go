@@ -17,7 +17,8 @@ import (
 // whether it waits for nodes that vanished in an outage. The loop's
 // goroutine alone uses it.
 type rideGuard struct {
-	// reconnects is the connection's count guard last saw.
+	// reconnects is the connection's count the inventory was last
+	// re-read for.
 	reconnects uint64
 	// seen is the newest stream sequence the inventory watch delivered;
 	// seenAtGuard, what it was at the last guard; behind, how many guards
@@ -83,10 +84,13 @@ func (l *loop) guard(ctx context.Context) {
 	if !l.p.cfg.NC.IsConnected() {
 		return
 	}
-	reconnected := false
-	if n := l.p.cfg.NC.Stats().Reconnects; n != l.ride.reconnects {
-		l.ride.reconnects, reconnected = n, true
-		l.ride.noteReconnect(n, l.p.clock.Now())
+	// A reconnect stays news until the inventory is re-read for it: a
+	// guard that returns early (the streams cannot be checked) leaves it
+	// to the next.
+	reconnects := l.p.cfg.NC.Stats().Reconnects
+	reconnected := reconnects != l.ride.reconnects
+	if reconnected {
+		l.ride.noteReconnect(reconnects, l.p.clock.Now())
 	}
 	missing, invLast, err := l.p.missing(ctx, &l.ride.plansCreated)
 	if err != nil {
@@ -115,6 +119,7 @@ func (l *loop) guard(ctx context.Context) {
 			why = "reconnect"
 		}
 		l.p.cfg.Metrics.Resynced(why)
+		l.ride.reconnects = reconnects
 		l.restartWatches(ctx)
 		return
 	}
