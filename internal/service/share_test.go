@@ -318,9 +318,12 @@ scheduling:
 	}
 	b.StopTimer()
 	// Any other revisions of the last op: its replan may publish more
-	// than the one waited for, and nothing says when it is done.
-	// TODO(idle): wait for the planner idle instead.
-	time.Sleep(time.Second)
+	// than the one waited for; the planner idle has published them all.
+	ictx, icancel := context.WithTimeout(ctx, time.Minute)
+	defer icancel()
+	if err := p.Idle(ictx); err != nil {
+		b.Fatalf("the planner not idle after the last op: %v", err)
+	}
 	b.ReportMetric(float64(count()-before)/float64(b.N), "revisions/op")
 }
 
