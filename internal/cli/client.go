@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -57,7 +56,7 @@ func newValidateCmd() *cobra.Command {
 		Short: "Validate a job spec as plan NAME's against what the live inventory leaves it, without publishing",
 		Args:  cobra.NoArgs,
 		RunE: cf.wrap("validate", nil, func(cmd *cobra.Command, _ []string) error {
-			body, err := validateRequest(specPath, output, plan)
+			body, src, err := validateRequest(specPath, output, plan)
 			if err != nil {
 				return err
 			}
@@ -76,6 +75,9 @@ func newValidateCmd() *cobra.Command {
 			if err != nil {
 				return busErr(err)
 			}
+			if output == "text" {
+				writeSpecNotes(cmd.OutOrStdout(), specPath, src)
+			}
 			return writeValidation(cmd, reply, output)
 		}),
 	}
@@ -87,28 +89,29 @@ func newValidateCmd() *cobra.Command {
 }
 
 // validateRequest checks validate's flags and reads the spec as the JSON
-// the service takes (a YAML spec as its JSON form).
-func validateRequest(specPath, output, plan string) ([]byte, error) {
+// the service takes (a YAML spec as its JSON form; a rlightning config as
+// the poolplanner spec it stands for).
+func validateRequest(specPath, output, plan string) ([]byte, *planner.SpecSource, error) {
 	if specPath == "" {
-		return nil, usagef("validate needs --spec FILE")
+		return nil, nil, usagef("validate needs --spec FILE")
 	}
 	if !validOutput(output) {
-		return nil, usagef("--output: %q is not allowed; want text, json or yaml", output)
+		return nil, nil, usagef("--output: %q is not allowed; want text, json or yaml", output)
 	}
 	if plan != "" {
 		if err := store.ValidatePlanName(plan); err != nil {
-			return nil, usagef("--plan: %v", err)
+			return nil, nil, usagef("--plan: %v", err)
 		}
 	}
-	if _, err := loadSpec(specPath); err != nil {
-		return nil, err
-	}
-	spec, _ := os.ReadFile(specPath)
-	body, err := specJSON(spec)
+	src, err := loadSpec(specPath)
 	if err != nil {
-		return nil, usagef("--spec %s: %v", specPath, err)
+		return nil, nil, err
 	}
-	return body, nil
+	body, err := specJSON(src.Native)
+	if err != nil {
+		return nil, nil, usagef("--spec %s: %v", specPath, err)
+	}
+	return body, src, nil
 }
 
 // writeValidation prints a validate reply as planner plan prints a plan,
@@ -360,10 +363,11 @@ the reason as validate gives it; nothing stored), or one no planner
 validates (none is serving). --force stores it anyway, and says so.`,
 		Args: cobra.ExactArgs(1),
 		RunE: cf.wrap("setting a spec", []auth.Role{auth.Admin, auth.Planner}, func(cmd *cobra.Command, args []string) error {
-			if _, err := loadSpec(args[0]); err != nil {
+			src, err := loadSpec(args[0])
+			if err != nil {
 				return err
 			}
-			data, _ := os.ReadFile(args[0])
+			data := src.Native
 			body, err := specJSON(data)
 			if err != nil {
 				return usagef("%s: %v", args[0], err)
@@ -384,6 +388,7 @@ validates (none is serving). --force stores it anyway, and says so.`,
 				return busErr(err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "spec of plan %s stored (spec revision %d)\n", plan, rev)
+			writeSpecNotes(cmd.OutOrStdout(), args[0], src)
 			if warning != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "planner: warning: plan %s: %s\n", plan, warning)
 			}
@@ -393,7 +398,7 @@ validates (none is serving). --force stores it anyway, and says so.`,
 	cf.add(set.Flags())
 	set.Flags().StringVar(&plan, "plan", "default", "plan name")
 	set.Flags().BoolVar(&force, "force", false, "store the spec even if it cannot be placed now, or no planner validates it")
-	cmd.AddCommand(set, newSpecRmCmd(), newSpecLsCmd())
+	cmd.AddCommand(set, newSpecRmCmd(), newSpecLsCmd(), newSpecConvertCmd())
 	return cmd
 }
 

@@ -59,10 +59,11 @@ func runPlan(cmd *cobra.Command, f planFlags) error {
 	if err != nil {
 		return err
 	}
-	spec, err := loadSpec(f.spec)
+	src, err := loadSpec(f.spec)
 	if err != nil {
 		return err
 	}
+	spec := src.Spec
 	var doc *planner.Plan
 	var planErr error
 	if f.previous != "" {
@@ -83,6 +84,9 @@ func runPlan(cmd *cobra.Command, f planFlags) error {
 		// No resource_pool to print: a partial one would read as a plan.
 		fmt.Fprintln(cmd.ErrOrStderr(), "planner: no valid plan: "+planErr.Error())
 		return exitError{ExitInvalid}
+	}
+	if f.output == "text" {
+		writeSpecNotes(cmd.OutOrStdout(), f.spec, src)
 	}
 	if err := writePlan(cmd.OutOrStdout(), doc, f.output); err != nil {
 		return fmt.Errorf("write plan: %w", err)
@@ -195,16 +199,22 @@ func loadNodes(path string) ([]planner.Node, error) {
 	return nodes, nil
 }
 
-func loadSpec(path string) (*planner.Spec, error) {
+// loadSpec reads a spec file, a poolplanner spec or a rlightning job or
+// cluster config: every command that takes a spec file reads it here, and
+// stores or sends the poolplanner spec it stands for (src.Native).
+func loadSpec(path string) (*planner.SpecSource, error) { return loadSpecAs("--spec", path) }
+
+// loadSpecAs is loadSpec with errors under label.
+func loadSpecAs(label, path string) (*planner.SpecSource, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, usagef("--spec: %v", err)
+		return nil, usagef("%s: %v", label, err)
 	}
-	spec, err := planner.ParseSpec(data)
+	src, err := planner.ReadSpec(data)
 	if err != nil {
-		return nil, usagef("--spec %s: %v", path, err)
+		return nil, usagef("%s %s: %v", label, path, err)
 	}
-	return spec, nil
+	return src, nil
 }
 
 func writePlan(w io.Writer, doc *planner.Plan, output string) error {

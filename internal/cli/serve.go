@@ -26,6 +26,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/gpumap"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/metrics"
+	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/reporter"
 	"github.com/poolplanner/poolplanner/internal/service"
 	"github.com/poolplanner/poolplanner/internal/store"
@@ -138,10 +139,12 @@ type serveOptions struct {
 	simBytes                                          uint64
 	simulate                                          []string
 	noLocal, secure, insecure, replaceSpec            bool
-	tlsCert, tlsKey                                   string
-	sec                                               bus.Security
-	debounce, heartbeat, settle, historyAge           time.Duration
-	historyBytes                                      int64
+	// specSource is --spec as read, once check has read it.
+	specSource                              *planner.SpecSource
+	tlsCert, tlsKey                         string
+	sec                                     bus.Security
+	debounce, heartbeat, settle, historyAge time.Duration
+	historyBytes                            int64
 	// HA: replicas of the state, the embedded server's cluster, the
 	// planner lease.
 	replicas            int
@@ -208,10 +211,12 @@ func (o *serveOptions) check() ([]simNodes, []byte, error) {
 	}
 	var spec []byte
 	if o.specPath != "" {
-		if _, err := loadSpec(o.specPath); err != nil {
+		src, err := loadSpec(o.specPath)
+		if err != nil {
 			return nil, nil, err
 		}
-		spec, _ = os.ReadFile(o.specPath)
+		spec = src.Native
+		o.specSource = src
 	}
 	switch {
 	case o.debounce < 0:
@@ -273,6 +278,14 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	sims, spec, err := o.check()
 	if err != nil {
 		return err
+	}
+	if src := o.specSource; src != nil && src.Format != planner.FormatNative {
+		fields := make([]string, len(src.Assumed))
+		for i, d := range src.Assumed {
+			fields[i] = d.Field + " " + d.Value
+		}
+		log.Info().Str("spec", o.specPath).Str("format", src.Format.String()).Strs("assumed", fields).Int("ignored", len(src.Ignored)).
+			Msg("--spec read as the scheduling rlightning builds from it; planner spec convert prints the spec served")
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
