@@ -100,7 +100,7 @@ def main():
         out = os.path.join(HERE, "cases", name, "config.yaml")
         os.makedirs(os.path.dirname(out), exist_ok=True)
         with open(out, "w") as f:
-            cmd = " ".join([f"examples/{example}/train.py --config-name {primary}"] + overrides)
+            cmd = " ".join([f"python examples/{example}/train_ppo.py --config-name {primary}"] + overrides)
             f.write(f"# Composed by compose.py from RLightning's examples/{example}/conf: {cmd} --cfg job\n")
             yaml.safe_dump(cfg, f, sort_keys=False)
 
