@@ -82,7 +82,7 @@ func newValidateCmd() *cobra.Command {
 		}),
 	}
 	cf.add(cmd.Flags())
-	cmd.Flags().StringVar(&specPath, "spec", "", "job spec, YAML or JSON")
+	cmd.Flags().StringVar(&specPath, "spec", "", "job spec, YAML or JSON, or a rlightning job or cluster config")
 	cmd.Flags().StringVar(&plan, "plan", "", "the plan the spec is for (default: a new plan): its own GPUs are not in its way, those of other plans of its priority or higher are")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 	return cmd
@@ -360,7 +360,9 @@ It first asks the planner to validate FILE as NAME's spec on the live
 inventory (as planner validate --plan NAME does: the plan's own GPUs are
 not in its way), and refuses a spec that cannot be placed now (exit 1,
 the reason as validate gives it; nothing stored), or one no planner
-validates (none is serving). --force stores it anyway, and says so.`,
+validates (none is serving). --force stores it anyway, and says so.
+FILE may be a rlightning job or cluster config: the poolplanner spec it
+stands for is validated and stored (planner spec convert FILE prints it).`,
 		Args: cobra.ExactArgs(1),
 		RunE: cf.wrap("setting a spec", []auth.Role{auth.Admin, auth.Planner}, func(cmd *cobra.Command, args []string) error {
 			src, err := loadSpec(args[0])

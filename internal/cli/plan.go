@@ -42,7 +42,7 @@ this one.`,
 		},
 	}
 	cmd.Flags().StringVar(&f.inventory, "inventory", "", "inventory JSON: rlightning cluster info or a list of NodeInventory documents")
-	cmd.Flags().StringVar(&f.spec, "spec", "", "job spec, YAML or JSON")
+	cmd.Flags().StringVar(&f.spec, "spec", "", "job spec, YAML or JSON, or a rlightning job or cluster config (see planner spec convert)")
 	cmd.Flags().StringVar(&f.previous, "previous", "", "plan document (JSON) to plan incrementally from: a dry run of a replan")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "text", "output format: text, json or yaml")
 	return cmd

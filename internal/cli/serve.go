@@ -166,7 +166,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.listen, "listen", DefaultListen, "HOST:PORT the embedded NATS server listens on")
 	f.StringVar(&o.dataDir, "data-dir", "", "where the embedded server stores JetStream data (default $TMPDIR/poolplanner)")
 	f.StringVar(&o.stateFile, "state-file", "", "where each plan's highest revision is kept, outside JetStream, so that a lost plan history never makes revision numbers repeat (default: planner-revisions.json in --data-dir with the embedded server; none with --server)")
-	f.StringVar(&o.specPath, "spec", "", "job spec, YAML or JSON, stored as the plan's spec when the plan has none (a spec set since wins; see --replace-spec)")
+	f.StringVar(&o.specPath, "spec", "", "job spec, YAML or JSON, or a rlightning job or cluster config (stored as the spec it stands for), stored as the plan's spec when the plan has none (a spec set since wins; see --replace-spec)")
 	f.BoolVar(&o.replaceSpec, "replace-spec", false, "store --spec over the plan's stored spec when they differ")
 	f.StringVar(&o.plan, "plan", "default", "the plan --spec seeds (the planner plans every spec stored)")
 	f.StringArrayVar(&o.simulate, "simulate", nil, "add simulated nodes: 2x8xH100 is 2 nodes of 8 H100s, 2x8xL40S:zone=b,rack=r2 with those labels (repeatable; whole nodes: the CPUs and memory of the host such GPUs come in)")
