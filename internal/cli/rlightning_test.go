@@ -81,7 +81,7 @@ func TestPlanRLightningFixtures(t *testing.T) {
 func TestRLightningBadInputExits2(t *testing.T) {
 	const rest = "env: [{num_workers: 2}]\nbuffer: {storage: {type: unified}}\npolicy: {type: p}\n"
 	cases := []struct{ name, config, want string }{
-		{"misspelt train_worker_num", "cluster: {train_worker_nun: 4, eval_worker_num: 4}\n" + rest, "cluster.train_worker_nun: unknown key (did you mean train_worker_num?)"},
+		{"misspelt train_worker_num", "cluster: {train_worker_nun: 4, eval_worker_num: 4}\n" + rest, "cluster.train_worker_nun: unknown key (did you mean train_worker_num?); rlightning would ignore it"},
 		{"misspelt in a cluster group", "train_worker_nums: 4\neval_worker_num: 4\n", "train_worker_nums: unknown key (did you mean train_worker_num?)"},
 		{"non-number num_workers", "cluster: {train_worker_num: 4}\nenv: [{num_workers: four}]\n", `env[0].num_workers: "four" is not allowed; want a whole number >= 0`},
 		{"unknown storage type", "cluster: {train_worker_num: 4}\nbuffer: {storage: {type: ring}}\n", `buffer.storage.type: "ring" is not allowed; want one of unified, sharded`},

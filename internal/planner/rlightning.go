@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -152,8 +153,8 @@ func hydraDefaults(v any) error {
 //
 // Every other field is accepted and ignored, unresolved ${...}
 // interpolations in it too; the fields above must be resolved. A key
-// near one of them (train_worker_nums, num_worker) is refused as a
-// typo; in cluster, every key must be one ClusterConfig has.
+// near one of them (train_worker_nums, num_worker, num_train_workers)
+// that is no field of rlightning's class is refused as a typo.
 func ConvertRLightning(raw any) (*SpecSource, error) {
 	format := DetectFormat(raw)
 	top, ok := raw.(map[string]any)
@@ -252,12 +253,8 @@ func (c *rlConv) read(format SpecFormat, top map[string]any, r *rlScheduling) er
 // sortOut checks the keys of mapping m (at path prefix): a key in used
 // is read by the caller, a key near one of them that is no field of
 // the class (known) is refused as a typo, and every other key is
-// ignored and listed. When strict, every key must be in known.
+// ignored and listed.
 func (c *rlConv) sortOut(prefix string, m map[string]any, used, known []string) error {
-	return c.sortKeys(prefix, m, used, known, false)
-}
-
-func (c *rlConv) sortKeys(prefix string, m map[string]any, used, known []string, strict bool) error {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -267,28 +264,16 @@ func (c *rlConv) sortKeys(prefix string, m map[string]any, used, known []string,
 		if contains(used, k) {
 			continue
 		}
-		if strict && !contains(known, k) {
-			return fieldErr(prefix+k, "unknown key%s; allowed: %s", didYouMean(k, used), strings.Join(known, ", "))
-		}
 		if !contains(known, k) {
 			for _, u := range used {
 				if _, given := m[u]; !given && nearMiss(k, u) {
-					return fieldErr(prefix+k, "unknown key; did you mean %s? (rlightning would ignore it and take %s's default)", u, u)
+					return fieldErr(prefix+k, "unknown key (did you mean %s?); rlightning would ignore it and take %s's default", u, u)
 				}
 			}
 		}
 		c.ignored = append(c.ignored, prefix+k)
 	}
 	return nil
-}
-
-func didYouMean(k string, names []string) string {
-	for _, n := range names {
-		if nearMiss(k, n) {
-			return " (did you mean " + n + "?)"
-		}
-	}
-	return ""
 }
 
 type rlPolicy struct{ train, eval float64 }
@@ -321,11 +306,12 @@ func (c *rlConv) clusterGroup(v any, pol rlPolicy, r *rlScheduling) error {
 		return fieldErr(name, "want a mapping (rlightning's cluster group), got %s", kindOf(v))
 	}
 	used := []string{"train_worker_num", "eval_worker_num", "buffer_worker_num", "placement", "resource_pool"}
-	// Strict: rlightning would take a misspelt train_worker_num for an
-	// extra field and plan the default, 1; every cluster field is about
-	// placement, so an unknown one is refused.
+	// rlightning would take a misspelt train_worker_num for an extra
+	// field and plan the default, 1: sortOut refuses a key near one read.
+	// Other unknown keys stay ignored, as rlightning ignores them (its own
+	// wbc_tracking example spells remote_storge).
 	prefix := c.cluster
-	if err := c.sortKeys(prefix, m, used, rlClusterFields, true); err != nil {
+	if err := c.sortOut(prefix, m, used, rlClusterFields); err != nil {
 		return err
 	}
 	var err error
@@ -355,7 +341,7 @@ func (c *rlConv) placement(field string, v any, out *Placement) error {
 			return fieldErr(field, "want a mapping with mode, strategy and env_strategy, got %s", kindOf(v))
 		}
 		keys := []string{"mode", "strategy", "env_strategy"}
-		if err := c.sortKeys(field+".", m, keys, keys, true); err != nil {
+		if err := c.sortOut(field+".", m, keys, keys); err != nil {
 			return err
 		}
 		pick := func(key string, dst *string, allowed ...string) error {
@@ -686,7 +672,8 @@ func showRL(v any) string {
 }
 
 // nearMiss says whether key a is a likely typo of b: an edit or two
-// away (one for short names), adjacent swaps counting one.
+// away (one for short names), adjacent swaps counting one, or the same
+// words in another order, plurals aside (num_train_workers).
 func nearMiss(a, b string) bool {
 	if a == b {
 		return false
@@ -695,7 +682,20 @@ func nearMiss(a, b string) bool {
 	if len(b) <= 6 {
 		most = 1
 	}
-	return editDistance(strings.ToLower(a), b) <= most
+	a = strings.ToLower(a)
+	return editDistance(a, b) <= most || strings.Contains(b, "_") && sameWords(a, b)
+}
+
+func sameWords(a, b string) bool {
+	words := func(s string) []string {
+		w := strings.FieldsFunc(s, func(r rune) bool { return r == '_' || r == '-' })
+		for i := range w {
+			w[i] = strings.TrimSuffix(w[i], "s")
+		}
+		sort.Strings(w)
+		return w
+	}
+	return slices.Equal(words(a), words(b))
 }
 
 // editDistance is the optimal string alignment distance of a and b.

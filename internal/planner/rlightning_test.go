@@ -167,6 +167,8 @@ func TestRLightningRules(t *testing.T) {
 			"scheduling: {train: {worker_num: 4, num_gpus: 1}, eval: {worker_num: 2, num_gpus: 1}, buffer: {worker_num: 1, num_gpus: 0}, env: [{worker_num: 3, num_gpus: 0.5}]}"},
 		{"interpolations in ignored fields", base + "env: [{num_workers: 1, num_envs: '${..x}', video: {dir: '${log.dir}'}}]\nlog: {dir: '${oc.env:HOME}'}\ncluster_extra: '${nope}'\n",
 			"scheduling: {train: {worker_num: 2, num_gpus: 1}, eval: {worker_num: 3, num_gpus: 1}, buffer: {worker_num: 1, num_gpus: 0}, env: [{worker_num: 1, num_gpus: 0}]}\nplacement: {strategy: colocate}"},
+		{"unknown keys ignored, as rlightning does", "cluster: {train_worker_num: 2, remote_storge: true, gpus_per_node: 8, placement: {strategy: colocate, spread: 1}}\n",
+			"scheduling: {train: {worker_num: 2, num_gpus: 1}, eval: {worker_num: 1, num_gpus: 1}, buffer: {worker_num: 1, num_gpus: 0}, env: [{worker_num: 1, num_gpus: 0}]}\nplacement: {strategy: colocate}"},
 		{"default strategy planned disaggregate", "train_worker_num: 1\nplacement: {mode: auto, strategy: default}\n",
 			"scheduling: {train: {worker_num: 1, num_gpus: 1}, eval: {worker_num: 1, num_gpus: 1}, buffer: {worker_num: 1, num_gpus: 0}, env: [{worker_num: 1, num_gpus: 0}]}\nplacement: {strategy: disaggregate}"},
 	}
@@ -195,9 +197,10 @@ func TestRLightningBadInput(t *testing.T) {
 	cases := []struct {
 		name, config, field, msg string
 	}{
-		{"misspelt train_worker_num", "cluster: {train_worker_nums: 4}\n" + job, "cluster.train_worker_nums", "did you mean train_worker_num?"},
+		{"misspelt train_worker_num", "cluster: {train_worker_nums: 4}\n" + job, "cluster.train_worker_nums", "unknown key (did you mean train_worker_num?); rlightning would ignore it and take train_worker_num's default"},
 		{"misspelt in a cluster group", "train_workers_num: 4\neval_worker_num: 4\n", "train_workers_num", "did you mean train_worker_num?"},
-		{"unknown cluster key", "cluster: {train_worker_num: 4, gpus_per_node: 8}\n" + job, "cluster.gpus_per_node", "unknown key; allowed: placement"},
+		{"words swapped", "cluster: {num_train_workers: 4}\n" + job, "cluster.num_train_workers", "did you mean train_worker_num?"},
+		{"misspelt buffer_worker_num", "cluster: {bufer_worker_num: 4}\n" + job, "cluster.bufer_worker_num", "did you mean buffer_worker_num?"},
 		{"non-number num_workers", "cluster: {}\nenv: [{num_workers: four}]\n", "env[0].num_workers", `"four" is not allowed; want a whole number >= 0`},
 		{"fractional num_workers", "cluster: {}\nenv: [{num_workers: 1.5}]\n", "env[0].num_workers", "1.5 is not allowed"},
 		{"negative num_workers", "cluster: {}\nenv: [{num_workers: -1}]\n", "env[0].num_workers", "-1 is not allowed"},
