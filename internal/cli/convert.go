@@ -45,7 +45,7 @@ func writeConvertHeader(w io.Writer, path string, src *planner.SpecSource) {
 	if len(src.Assumed) > 0 {
 		fmt.Fprintln(w, "# assumed rlightning's defaults (the config does not give them):")
 		for _, d := range src.Assumed {
-			fmt.Fprintf(w, "#   %s: %s\n", d.Field, d.Value)
+			fmt.Fprintf(w, "#   %s: %s\n", d.Field, assumedValue(d))
 		}
 	}
 	if len(src.Ignored) > 0 {
@@ -94,7 +94,7 @@ func writeSpecNotes(w io.Writer, path string, src *planner.SpecSource) {
 	if len(src.Assumed) > 0 {
 		parts := make([]string, len(src.Assumed))
 		for i, d := range src.Assumed {
-			parts[i] = d.Field + " " + d.Value
+			parts[i] = d.Field + " " + assumedValue(d)
 		}
 		fmt.Fprintf(w, "  assumed rlightning's defaults: %s\n", strings.Join(parts, "; "))
 	}
@@ -102,4 +102,11 @@ func writeSpecNotes(w io.Writer, path string, src *planner.SpecSource) {
 		fmt.Fprintf(w, "  ignored %d rlightning %s, which the scheduling does not read\n", n, plural(n, "field", "fields"))
 	}
 	fmt.Fprintln(w)
+}
+
+func assumedValue(d planner.Default) string {
+	if d.Why == "" {
+		return d.Value
+	}
+	return d.Value + " (" + d.Why + ")"
 }

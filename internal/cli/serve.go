@@ -282,7 +282,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if src := o.specSource; src != nil && src.Format != planner.FormatNative {
 		fields := make([]string, len(src.Assumed))
 		for i, d := range src.Assumed {
-			fields[i] = d.Field + " " + d.Value
+			fields[i] = d.Field + " " + assumedValue(d)
 		}
 		log.Info().Str("spec", o.specPath).Str("format", src.Format.String()).Strs("assumed", fields).Int("ignored", len(src.Ignored)).
 			Msg("--spec read as the scheduling rlightning builds from it; planner spec convert prints the spec served")

@@ -50,6 +50,8 @@ type Default struct {
 	Field string
 	// Value is what was assumed, in YAML flow style.
 	Value string
+	// Why, when set, says why rlightning's value could not be kept.
+	Why string
 }
 
 // SpecSource is a spec file as read: its spec, the poolplanner spec text
@@ -183,7 +185,10 @@ type rlScheduling struct {
 	train, eval, buffer rlGroup
 	env                 []rlGroup
 	placement           Placement
-	pools               []any
+	// pools says whether rlightning makes pools (a strategy other than
+	// its "default", or manual mode); poolList is cluster.resource_pool.
+	pools    bool
+	poolList []any
 }
 
 type rlGroup struct {
@@ -327,22 +332,25 @@ func (c *rlConv) clusterGroup(v any, pol rlPolicy, r *rlScheduling) error {
 	if r.buffer.workers, r.buffer.auto, err = rlWhole(prefix+"buffer_worker_num", m, 1, true); err != nil {
 		return err
 	}
-	if err := c.placement(prefix+"placement", m["placement"], &r.placement); err != nil {
+	if r.pools, err = c.placement(prefix+"placement", m["placement"], &r.placement); err != nil {
 		return err
 	}
 	return c.resourcePool(prefix+"resource_pool", m["resource_pool"], r)
 }
 
-func (c *rlConv) placement(field string, v any, out *Placement) error {
+// placement reads cluster.placement into out, and says whether
+// rlightning makes pools for it (a strategy other than "default", or
+// manual mode).
+func (c *rlConv) placement(field string, v any, out *Placement) (pools bool, err error) {
 	*out = Placement{Mode: ModeAuto, Strategy: "default", EnvStrategy: EnvStrategyDefault}
 	if v != nil {
 		m, ok := v.(map[string]any)
 		if !ok {
-			return fieldErr(field, "want a mapping with mode, strategy and env_strategy, got %s", kindOf(v))
+			return false, fieldErr(field, "want a mapping with mode, strategy and env_strategy, got %s", kindOf(v))
 		}
 		keys := []string{"mode", "strategy", "env_strategy"}
 		if err := c.sortOut(field+".", m, keys, keys); err != nil {
-			return err
+			return false, err
 		}
 		pick := func(key string, dst *string, allowed ...string) error {
 			raw, ok := m[key]
@@ -360,25 +368,27 @@ func (c *rlConv) placement(field string, v any, out *Placement) error {
 			return nil
 		}
 		if err := pick("mode", &out.Mode, ModeAuto, ModeManual); err != nil {
-			return err
+			return false, err
 		}
 		if err := pick("strategy", &out.Strategy, "default", StrategyDisaggregate, StrategyColocate); err != nil {
-			return err
+			return false, err
 		}
 		if err := pick("env_strategy", &out.EnvStrategy, EnvStrategyDefault, EnvStrategyDeviceColocate); err != nil {
-			return err
+			return false, err
 		}
 	}
+	pools = out.Mode == ModeManual || out.Strategy != "default"
 	if out.Strategy == "default" {
 		// rlightning's default strategy makes no pools: Ray places every
 		// worker where it fits. Planning it needs pools; disaggregate is
 		// poolplanner's default.
 		if out.Mode == ModeAuto {
-			c.assumed = append(c.assumed, Default{Field: field + ".strategy", Value: `disaggregate (rlightning's "default" leaves placement to Ray and makes no pools)`})
+			c.assumed = append(c.assumed, Default{Field: field + ".strategy", Value: StrategyDisaggregate,
+				Why: `rlightning's "default" makes no pools and leaves placement to Ray`})
 		}
 		out.Strategy = StrategyDisaggregate
 	}
-	return nil
+	return pools, nil
 }
 
 func (c *rlConv) resourcePool(field string, v any, r *rlScheduling) error {
@@ -392,7 +402,7 @@ func (c *rlConv) resourcePool(field string, v any, r *rlScheduling) error {
 	if err := resolvedAll(field, v); err != nil {
 		return err
 	}
-	r.pools = list
+	r.poolList = list
 	return nil
 }
 
@@ -403,6 +413,9 @@ func (c *rlConv) envGroups(v any) ([]rlGroup, error) {
 		c.assumed = append(c.assumed, Default{Field: "env", Value: "[{num_workers: 1, num_cpus: 1, num_gpus: 0.0}]"})
 		return []rlGroup{{workers: 1, cpus: 1}}, nil
 	case map[string]any:
+		if namedEnvs(x) {
+			return nil, fieldErr("env", "a mapping of env configs by name; rlightning takes a list of env configs (env: [{name: ..., num_workers: ...}]) or a single one")
+		}
 		list = []any{x}
 	case []any:
 		list = x
@@ -445,6 +458,20 @@ func (c *rlConv) envGroups(v any) ([]rlGroup, error) {
 		out = append(out, g)
 	}
 	return out, nil
+}
+
+// namedEnvs says whether m looks like env configs keyed by name, not
+// one env config: every value a mapping, no key a field of EnvConfig.
+func namedEnvs(m map[string]any) bool {
+	if len(m) == 0 {
+		return false
+	}
+	for k, v := range m {
+		if _, ok := v.(map[string]any); !ok || contains(rlEnvFields, k) {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *rlConv) bufferGroup(v any, r *rlScheduling) error {
@@ -510,8 +537,10 @@ func (c *rlConv) bufferGroup(v any, r *rlScheduling) error {
 // eval_each_gpu_num to 0.1), so what the env asked for is lost.
 func (c *rlConv) rewritten(groups map[string]any, r *rlScheduling) error {
 	cl, _ := groups["cluster"].(map[string]any)
-	envs, _ := groups["env"].([]any)
-	if cl == nil || len(envs) == 0 {
+	if cl == nil || len(r.env) == 0 || !r.pools {
+		return nil
+	}
+	if _, given := groups["env"]; !given {
 		return nil
 	}
 	for _, k := range []string{"train_each_gpu_num", "eval_each_gpu_num"} {
@@ -751,13 +780,13 @@ func (r *rlScheduling) nativeYAML() []byte {
 	} else {
 		fmt.Fprintf(&b, "placement: {mode: %s, strategy: %s, env_strategy: %s}\n", p.Mode, p.Strategy, p.EnvStrategy)
 	}
-	if r.pools != nil {
+	if r.poolList != nil {
 		b.WriteString("resource_pool:")
-		if len(r.pools) == 0 {
+		if len(r.poolList) == 0 {
 			b.WriteString(" []\n")
 		} else {
 			b.WriteString("\n")
-			b.Write(poolsYAML(r.pools))
+			b.Write(poolsYAML(r.poolList))
 		}
 	}
 	return b.Bytes()

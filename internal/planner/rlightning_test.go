@@ -169,6 +169,8 @@ func TestRLightningRules(t *testing.T) {
 			"scheduling: {train: {worker_num: 2, num_gpus: 1}, eval: {worker_num: 3, num_gpus: 1}, buffer: {worker_num: 1, num_gpus: 0}, env: [{worker_num: 1, num_gpus: 0}]}\nplacement: {strategy: colocate}"},
 		{"unknown keys ignored, as rlightning does", "cluster: {train_worker_num: 2, remote_storge: true, gpus_per_node: 8, placement: {strategy: colocate, spread: 1}}\n",
 			"scheduling: {train: {worker_num: 2, num_gpus: 1}, eval: {worker_num: 1, num_gpus: 1}, buffer: {worker_num: 1, num_gpus: 0}, env: [{worker_num: 1, num_gpus: 0}]}\nplacement: {strategy: colocate}"},
+		{"no pools, no rewrite: 0.1 kept", "cluster: {train_each_gpu_num: 0.1, eval_each_gpu_num: 0.1}\nenv: [{num_gpus: 0.1}]\n",
+			"scheduling: {train: {worker_num: 1, num_gpus: 1}, eval: {worker_num: 1, num_gpus: 1}, buffer: {worker_num: 1, num_gpus: 0}, env: [{worker_num: 1, num_gpus: 0.1}]}"},
 		{"default strategy planned disaggregate", "train_worker_num: 1\nplacement: {mode: auto, strategy: default}\n",
 			"scheduling: {train: {worker_num: 1, num_gpus: 1}, eval: {worker_num: 1, num_gpus: 1}, buffer: {worker_num: 1, num_gpus: 0}, env: [{worker_num: 1, num_gpus: 0}]}\nplacement: {strategy: disaggregate}"},
 	}
@@ -231,6 +233,7 @@ func TestRLightningBadInput(t *testing.T) {
 		{"hydra defaults", "defaults:\n  - resource_pool: global_pool\ntrain_worker_num: 2\n", "defaults", "--cfg job --resolve"},
 		{"validated dump", "cluster: {train_each_gpu_num: 0.1, eval_each_gpu_num: 0.1, placement: {strategy: colocate}}\nenv: [{num_workers: 4, num_gpus: 0.1, num_cpus: 1}]\n", "env[0].num_gpus", "config.validated.yaml"},
 		{"env not a list", "cluster: {}\nenv: libero\n", "env", "want a list of env configs"},
+		{"env by name", "cluster: {}\nenv: {libero: {num_workers: 2}, maniskill: {num_workers: 1}}\n", "env", "a mapping of env configs by name"},
 		{"buffer not a mapping", "cluster: {}\nbuffer: [1]\n", "buffer", "want a mapping"},
 	}
 	for _, c := range cases {
@@ -272,6 +275,36 @@ func TestReadSpecNative(t *testing.T) {
 			t.Errorf("%q: %v", doc, err)
 		case src.Format != FormatNative || string(src.Native) != doc || !reflect.DeepEqual(src.Spec, want):
 			t.Errorf("%q: read as %v %+v", doc, src.Format, src.Spec)
+		}
+	}
+}
+
+// TestRLightningDefaultStrategy: rlightning's strategy "default" (no
+// pools) is planned as disaggregate, and the translation says so; in
+// manual mode the strategy means nothing and nothing is said.
+func TestRLightningDefaultStrategy(t *testing.T) {
+	for _, c := range []struct {
+		config, field string
+	}{
+		{"train_worker_num: 1\n", "placement.strategy"},
+		{"cluster: {placement: {strategy: default}}\n", "cluster.placement.strategy"},
+		{"cluster: {placement: {mode: manual}, resource_pool: [{name: p, num_node: 1, num_gpus: 8, train: '0', eval: '1', env: '2'}]}\n", ""},
+	} {
+		src, err := ReadSpec([]byte(c.config))
+		if err != nil {
+			t.Fatalf("%q: %v", c.config, err)
+		}
+		var got string
+		for _, d := range src.Assumed {
+			if strings.HasSuffix(d.Field, "placement.strategy") {
+				got = d.Field
+				if d.Value != StrategyDisaggregate || d.Why == "" {
+					t.Errorf("%q: assumed %+v", c.config, d)
+				}
+			}
+		}
+		if got != c.field || src.Spec.Placement.Strategy != StrategyDisaggregate {
+			t.Errorf("%q: assumed strategy at %q, want %q; strategy %s", c.config, got, c.field, src.Spec.Placement.Strategy)
 		}
 	}
 }
