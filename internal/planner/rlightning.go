@@ -553,7 +553,7 @@ func (c *rlConv) rewritten(groups map[string]any, r *rlScheduling) error {
 			return nil
 		}
 	}
-	return fieldErr("env[0].num_gpus", "0.1, with train_each_gpu_num and eval_each_gpu_num 0.1: this is rlightning's config.validated.yaml, written after planning with every env's num_gpus rewritten to 0.1, not what the job asks for; give the composed config (`python train.py ... --cfg job --resolve`), or set each env's num_gpus and %strain_each_gpu_num to what it asks", c.cluster)
+	return fieldErr("env[0].num_gpus", "0.1, with train_each_gpu_num and eval_each_gpu_num 0.1: this is rlightning's config.validated.yaml, written after planning with every env's num_gpus rewritten to 0.1, not what the job asks for; give the config as composed: .hydra/config.yaml beside it in the same run's output directory, or `python train.py ... --cfg job --resolve`; or set each env's num_gpus and %strain_each_gpu_num to what it asks", c.cluster)
 }
 
 // nativeErr names the rlightning field of a refusal of the translation.
