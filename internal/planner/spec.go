@@ -103,6 +103,19 @@ const MaxWorkers = 2_000_000
 // cluster that held it, is not refused by it.
 const MaxNodeWorkers = 1024
 
+// AskedWorkers is how many workers the spec asks for, buffer included
+// ("auto" counts none): the most a plan of it places.
+func (s *Spec) AskedWorkers() int {
+	n := 0
+	sc := s.Scheduling
+	for _, g := range append([]*WorkerGroup{sc.Train, sc.Eval, sc.Buffer}, envPtrs(sc.Env)...) {
+		if g != nil {
+			n += max(g.WorkerNum, 0)
+		}
+	}
+	return n
+}
+
 // overBound refuses a spec asking for more workers (buffer included)
 // than nodes nodes hold at MaxNodeWorkers each, naming the largest
 // group's worker_num.

@@ -329,7 +329,7 @@ func (l *loop) leaseChanged(ctx context.Context, ev leaseEvent) {
 	// again since the last event read is one event (leaser.tell), and
 	// another planner may have led in between.
 	l.p.led.Store(0)
-	cctx, done := l.p.op(ctx, "reading every plan's latest revision", l.p.storeTimeout(l.p.nodes()))
+	cctx, done := l.p.op(ctx, "reading every plan's latest revision", l.p.readTimeout(l.p.all()...))
 	err := l.p.catchUpAll(cctx)
 	done()
 	if err != nil {
