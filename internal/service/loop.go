@@ -38,6 +38,9 @@ type loop struct {
 	// no plan is made, lest one plan take what another, not yet read,
 	// holds.
 	specsIn bool
+	// specRounds counts guard rounds since the spec records were last
+	// checked (specRecordsDue).
+	specRounds int
 	// specWatched is when the spec watch began; specsSaid, that its
 	// failure to deliver the bucket's contents was logged.
 	specWatched time.Time
@@ -513,6 +516,11 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 	}
 	s := l.p.state(name)
 	log := l.log.With().Str("plan", name).Logger()
+	// A record delivered is one the bucket can read.
+	l.p.problem("spec-record:"+name, "")
+	if s != nil {
+		s.recordLost = ""
+	}
 	if e.Operation() != jetstream.KeyValuePut {
 		l.removed(ctx, s, name, log)
 		return

@@ -109,6 +109,9 @@ func (l *loop) guard(ctx context.Context) {
 		l.log.Warn().Uint64("stream", invLast).Uint64("watch", l.ride.seen).Msg("the inventory watch is stuck behind the stream (its consumer went with a server?)")
 	}
 	l.specsStuck(ctx)
+	if l.specRecordsDue(reconnected || stalled || len(missing) > 0) {
+		l.checkSpecRecords(ctx)
+	}
 	if reconnected || stalled || len(missing) > 0 {
 		l.log.Info().Bool("reconnected", reconnected).Msg("re-reading the whole inventory and the spec")
 		why := "stalled_watch"
