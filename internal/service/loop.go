@@ -41,6 +41,9 @@ type loop struct {
 	// specRounds counts guard rounds since the spec records were last
 	// checked (specRecordsDue).
 	specRounds int
+	// conflictKeys are the GPU UUID conflicts said as problems
+	// (sayConflicts).
+	conflictKeys []string
 	// specWatched is when the spec watch began; specsSaid, that its
 	// failure to deliver the bucket's contents was logged.
 	specWatched time.Time

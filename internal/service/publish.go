@@ -203,6 +203,9 @@ func (p *Service) load(ctx context.Context, s *planState) error {
 	if s.latest == nil || sp != nil && sp.Plan.Revision > s.latest.Plan.Revision {
 		s.latest = sp
 	}
+	if s.latest != nil {
+		p.learnOwners(s.latest.Plan)
+	}
 	// Its nodes settle as after a restart (settling).
 	if s.latest != nil && s.latest.Plan.Placed() && s.inherited == nil {
 		s.inherited = s.latest.Plan

@@ -81,6 +81,7 @@ const guardEvery = 2 * time.Second
 // (as the next revision, whole), the assignments.
 func (l *loop) guard(ctx context.Context) {
 	l.p.cfg.Metrics.Inventory(l.p.inventorySize())
+	l.conflictKeys = l.p.sayConflicts(l.conflictKeys)
 	if !l.p.cfg.NC.IsConnected() {
 		return
 	}

@@ -350,6 +350,9 @@ func (p *Service) Run(ctx context.Context) error {
 	own := p.addState(p.cfg.Plan)
 	latest = p.aboveMark(own, latest)
 	own.latest, own.loaded = latest, true
+	if latest != nil {
+		p.learnOwners(latest.Plan) // before any node's document
+	}
 	if latest != nil && latest.Plan.Placed() {
 		own.inherited = latest.Plan
 	}
