@@ -177,7 +177,9 @@ func (c *Claims) outcome(id string, doc *NodeInventory) Outcome {
 		out.Doc, out.Refused = mark(id, *doc, holder)
 	}
 	var touched []string
-	handed := func(u string) bool { return slices.ContainsFunc(out.Handovers, func(h Handover) bool { return h.UUID == u }) }
+	handed := func(u string) bool {
+		return slices.ContainsFunc(out.Handovers, func(h Handover) bool { return h.UUID == u })
+	}
 	for _, g := range c.docs[id].GPUs {
 		u := g.UUID
 		if u == "" || c.holder[u] != id || lists(doc, u) || len(c.waiting[u]) == 0 || handed(u) {
