@@ -412,6 +412,7 @@ func (p *Service) adoptSpec(s *planState, latest *store.StoredPlan, specChanged 
 // said in its reason, is said.
 func (p *Service) published(s *planState, sp *store.StoredPlan, note string) {
 	p.mark(s, sp.Plan.Revision)
+	p.keepPlacement(s, sp)
 	if s.note == note {
 		s.note = ""
 	}

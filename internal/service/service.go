@@ -115,7 +115,9 @@ type Config struct {
 	// StateFile, when set, is a local file (outside the JetStream store)
 	// where the planner keeps each plan's highest revision published or
 	// seen: a plan whose history was lost (a store wiped, a stream
-	// deleted) goes on above it rather than numbering from 1 again.
+	// deleted) goes on above it rather than numbering from 1 again;
+	// and, beside it, each plan's latest revision, which such a plan
+	// resumes on (placements.go).
 	StateFile string
 	// Metrics records plans, replans, the inventory and requests (nil:
 	// none).
