@@ -32,14 +32,15 @@ func (l *loop) specRecordsDue(resync bool) bool {
 // last, or, with none read in this run, holds its last placement (a job
 // without a spec), until its spec is stored again. A plan this planner
 // did not know of (restarted on the damage) is read, so that it holds
-// its placement rather than leaving its GPUs to others.
-func (l *loop) checkSpecRecords(ctx context.Context) {
+// its placement rather than leaving its GPUs to others. It returns how
+// many records the server lists but cannot read.
+func (l *loop) checkSpecRecords(ctx context.Context) int {
 	octx, done := l.p.op(ctx, "checking the spec records", l.p.storeTimeout(len(l.p.states)))
 	recs, err := l.p.specs.Records(octx)
 	done()
 	if err != nil {
 		l.log.Debug().Err(err).Msg("cannot check the spec records")
-		return
+		return 0
 	}
 	for key := range recs.Unreadable {
 		if l.p.state(key) == nil && store.ValidatePlanName(key) == nil {
@@ -68,6 +69,7 @@ func (l *loop) checkSpecRecords(ctx context.Context) {
 		s.recordLost = why
 		l.p.problem("spec-record:"+s.name, why)
 	}
+	return len(recs.Unreadable)
 }
 
 // claimsSpec says whether the plan had a spec no removal ended: one

@@ -54,7 +54,9 @@ func flipSpecByte(t *testing.T, dir, name string) {
 // stored). The leader says so, naming the plan, in its lease's problems
 // (planner status's PROBLEM lines); the plan keeps its placement, not
 // released as if removed; the other plan has no problem. A planner then
-// started with --spec refuses to store it over the damaged record.
+// started with --spec refuses to store it over the damaged record; one
+// started without plans on, naming the damage and holding the plan's
+// placement.
 func TestSpecRecordDamaged(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
@@ -114,5 +116,30 @@ func TestSpecRecordDamaged(t *testing.T) {
 	}
 	if _, _, err := store.NewSpecStore(js).Get(ctx, "default"); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("--spec stored over the damaged record: %v", err)
+	}
+
+	// Restarted without --spec, on the damage: its spec watch never says
+	// it delivered the bucket (the server counts the record it cannot
+	// read), yet the planner plans: it names the plan, plan default
+	// keeps its placement, and a new spec is planned.
+	cfg.Spec, cfg.Log = nil, zerolog.New(&r.logs)
+	rctx, cancel = context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- New(cfg).Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	natstest.WaitFor(t, 20*time.Second, "the restarted planner's lease naming plan default's damaged spec", func() bool {
+		l, err := plans.ReadLease(ctx, "default")
+		return err == nil && l != nil && slices.ContainsFunc(l.Problems, func(p string) bool { return strings.Contains(p, said) }) &&
+			!slices.ContainsFunc(l.Problems, func(p string) bool { return strings.Contains(p, "no plan is made") })
+	})
+	if _, err := store.NewSpecStore(js).Put(ctx, "third", []byte("scheduling: {train: {worker_num: 2, num_cpus: 1, num_gpus: 1}}\n")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, "plan third placed", func() bool {
+		sp, err := plans.Latest(ctx, "third")
+		return err == nil && sp != nil && sp.Plan.Valid
+	})
+	if sp, err := plans.Latest(ctx, "default"); err != nil || sp.Plan.Removed || !planner.SamePlacement(first, sp.Plan) {
+		t.Fatalf("after the restart on the damage: %v, revision %+v", err, sp.Plan.Status)
 	}
 }
