@@ -456,3 +456,30 @@ func TestConflictLines(t *testing.T) {
 		t.Fatalf("problems after the rogues left: %q", p.problemList())
 	}
 }
+
+// TestOwnersFromPlans: a planner restarted while a squatter lists a
+// node's GPUs learns from the plan it reads back which node held them:
+// the squatter, reporting first, holds them only until that node
+// reports, which takes them back.
+func TestOwnersFromPlans(t *testing.T) {
+	p := New(Config{Log: zerolog.Nop()})
+	u := inventory.SimulatedUUID("r2", 0)
+	var pl planner.Plan
+	pl.Workers = plan.NewWorkers([]plan.Worker{{Component: plan.Train, NodeID: "r2", GPUs: []int{0}, GPUUUIDs: []string{u}}})
+	p.learnOwners(&pl)
+	if _, err := p.live.put("rg", claimant("rg", map[int]string{0: "r2:0"})); err != nil {
+		t.Fatal(err)
+	}
+	if h := p.live.claims.Holder(u); h != "rg" {
+		t.Fatalf("holder %q before r2 reports, want rg", h)
+	}
+	if _, err := p.live.put("r2", claimant("r2", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if h := p.live.claims.Holder(u); h != "r2" {
+		t.Fatalf("holder %q once r2 reports, want r2", h)
+	}
+	if g := p.live.docs["rg"].GPUs[0]; g.Healthy || !strings.Contains(g.UnhealthyReason, "held by node r2") {
+		t.Errorf("the squatter's GPU 0: %+v", g)
+	}
+}
