@@ -61,7 +61,7 @@ func (l *loop) checkSpecRecords(ctx context.Context) int {
 			} else {
 				why += "; the plan keeps its last placement"
 			}
-			why += "; store its spec again (planner spec set)"
+			why += "; store its spec again (planner spec set), or remove it (planner spec rm)"
 		}
 		if why != s.recordLost && why != "" {
 			s.log.Error().Msg(why)

@@ -142,4 +142,15 @@ func TestSpecRecordDamaged(t *testing.T) {
 	if sp, err := plans.Latest(ctx, "default"); err != nil || sp.Plan.Removed || !planner.SamePlacement(first, sp.Plan) {
 		t.Fatalf("after the restart on the damage: %v, revision %+v", err, sp.Plan.Status)
 	}
+	// spec rm removes the damaged spec: the plan is released, and its
+	// problem ends.
+	if err := store.NewSpecStore(js).Delete(ctx, "default"); err != nil {
+		t.Fatalf("spec rm of the damaged spec: %v", err)
+	}
+	natstest.WaitFor(t, 10*time.Second, "plan default removed, its problem gone", func() bool {
+		sp, err := plans.Latest(ctx, "default")
+		l, lerr := plans.ReadLease(ctx, "default")
+		return err == nil && sp != nil && sp.Plan.Removed && lerr == nil && l != nil &&
+			!slices.ContainsFunc(l.Problems, func(p string) bool { return strings.Contains(p, "plan default") })
+	})
 }

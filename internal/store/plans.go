@@ -494,13 +494,17 @@ func (s *SpecStore) Get(ctx context.Context, name string) ([]byte, uint64, error
 
 // Delete removes plan name's spec (its history stays): the planner
 // releases the plan's workers and says so in its last revision. A plan
-// with no spec is ErrNotFound.
+// with no spec is ErrNotFound; one whose record the server lists but
+// cannot read (a damaged store, SpecRecords) is removed all the same.
 func (s *SpecStore) Delete(ctx context.Context, name string) error {
 	if err := ValidatePlanName(name); err != nil {
 		return err
 	}
 	if _, _, err := s.Get(ctx, name); err != nil {
-		return err
+		recs, rerr := s.Records(ctx)
+		if !errors.Is(err, client.ErrNotFound) || rerr != nil || !recs.Unreadable[name] {
+			return err
+		}
 	}
 	kv, err := s.KV(ctx)
 	if err != nil {
