@@ -58,6 +58,13 @@ func TestSpecSetValidates(t *testing.T) {
 		!strings.Contains(errOut, "--force") {
 		t.Errorf("spec set of 40 GPUs: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
+	// Two million workers of nothing: more than 4 nodes may hold,
+	// refused naming the field (planner.MaxNodeWorkers).
+	many := writeFile(t, "many.yaml", "scheduling: {train: {worker_num: 2000000, num_gpus: 0, num_cpus: 0}}\n")
+	code, out, errOut = run(t, "spec", "set", "--plan", "default", many, "--server", server)
+	if code != 1 || out != "" || !strings.Contains(errOut, "spec of plan default not stored: it cannot be placed now: scheduling.train.worker_num: 2000000 workers in all, more than this cluster can hold: 4 nodes at most 1024 workers each, 4096 in all") {
+		t.Errorf("spec set of two million workers: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
 	// The reasons come under "why", as validate gives them.
 	huge := writeFile(t, "huge.yaml", "scheduling: {eval: {worker_num: 1, num_cpus: 0, num_gpus: 16}}\n")
 	code, _, errOut = run(t, "spec", "set", "--plan", "default", huge, "--server", server)

@@ -20,6 +20,13 @@ import (
 // Put calls; a planner that reads a whole bucket at once puts the nodes
 // it already had first, then the new ones by id.
 //
+// A UUID's history decides before claim order: the first node that
+// ever held it (its owner, as far as these claims go back, or as Own
+// said from a plan read back) takes it back whenever it lists it, from
+// whichever node holds it then. So a node that listed another's GPUs
+// while that one was away (a rogue reporter putting its document)
+// holds them only until the node whose GPUs they are returns.
+//
 // GPUs with an empty UUID are not indexed (Validate refuses them in
 // documents). The zero value is empty and ready; not safe for
 // concurrent use.
@@ -28,6 +35,10 @@ type Claims struct {
 	// held, the other nodes listing it, in the order they claimed it.
 	holder  map[string]string
 	waiting map[string][]string
+	// owner is, per UUID, the first node that held it (or Own named):
+	// kept while the UUID is out of use, forgotten only when too many
+	// UUIDs nobody lists are remembered (maxIdleOwners).
+	owner map[string]string
 	// docs is every node's document as it reported it.
 	docs map[string]NodeInventory
 }
@@ -97,9 +108,30 @@ func (c *Claims) Reported(id string) (NodeInventory, bool) {
 // Holder is the node that holds uuid ("": none).
 func (c *Claims) Holder(uuid string) string { return c.holder[uuid] }
 
+// Owner is the node whose history holds uuid ("": none known).
+func (c *Claims) Owner(uuid string) string { return c.owner[uuid] }
+
+// Own names node the owner of uuid, where none is known: what a plan
+// read back says held it, for a planner that has not seen it held.
+// The next document listing it decides by it; a holder now keeps it
+// until then.
+func (c *Claims) Own(uuid, node string) {
+	if uuid == "" || node == "" || c.owner[uuid] != "" {
+		return
+	}
+	if c.owner == nil {
+		c.owner = map[string]string{}
+	}
+	c.owner[uuid] = node
+}
+
+// maxIdleOwners bounds the owners remembered of UUIDs nobody holds: a
+// reporter inventing UUIDs must not grow the claims for ever.
+const maxIdleOwners = 4096
+
 // Clone is an independent copy of c.
 func (c *Claims) Clone() *Claims {
-	out := &Claims{holder: maps.Clone(c.holder), docs: maps.Clone(c.docs), waiting: make(map[string][]string, len(c.waiting))}
+	out := &Claims{holder: maps.Clone(c.holder), docs: maps.Clone(c.docs), owner: maps.Clone(c.owner), waiting: make(map[string][]string, len(c.waiting))}
 	for u, w := range c.waiting {
 		out.waiting[u] = slices.Clone(w)
 	}
@@ -119,9 +151,17 @@ func (c *Claims) holderAfter(id string, doc *NodeInventory, uuid string) string 
 		return id
 	case !ok:
 		return ""
+	case h != id && lists(doc, uuid) && c.owner[uuid] == id:
+		return id // its owner takes it back
 	case h != id || lists(doc, uuid):
 		return h
 	}
+	return c.next(uuid)
+}
+
+// next is who takes uuid when its holder lets it go: the earliest
+// claimant ("": none). (Its owner never waits: listing it, it holds it.)
+func (c *Claims) next(uuid string) string {
 	if w := c.waiting[uuid]; len(w) > 0 {
 		return w[0]
 	}
@@ -137,14 +177,28 @@ func (c *Claims) outcome(id string, doc *NodeInventory) Outcome {
 		out.Doc, out.Refused = mark(id, *doc, holder)
 	}
 	var touched []string
+	handed := func(u string) bool {
+		return slices.ContainsFunc(out.Handovers, func(h Handover) bool { return h.UUID == u })
+	}
 	for _, g := range c.docs[id].GPUs {
 		u := g.UUID
-		if u == "" || c.holder[u] != id || lists(doc, u) || len(c.waiting[u]) == 0 ||
-			slices.ContainsFunc(out.Handovers, func(h Handover) bool { return h.UUID == u }) {
+		if u == "" || c.holder[u] != id || lists(doc, u) || len(c.waiting[u]) == 0 || handed(u) {
 			continue
 		}
-		out.Handovers = append(out.Handovers, Handover{UUID: u, From: id, To: c.waiting[u][0]})
+		out.Handovers = append(out.Handovers, Handover{UUID: u, From: id, To: c.next(u)})
 		touched = append(touched, c.waiting[u]...)
+	}
+	if doc != nil {
+		// Its owner back: the UUIDs it takes back from their holders.
+		for _, g := range doc.GPUs {
+			u := g.UUID
+			if h, ok := c.holder[u]; !ok || h == id || c.owner[u] != id || handed(u) {
+				continue
+			}
+			out.Handovers = append(out.Handovers, Handover{UUID: u, From: c.holder[u], To: id})
+			touched = append(touched, c.holder[u])
+			touched = append(touched, slices.DeleteFunc(slices.Clone(c.waiting[u]), func(n string) bool { return n == id })...)
+		}
 	}
 	sort.Strings(touched)
 	for _, n := range slices.Compact(touched) {
@@ -198,8 +252,9 @@ func (c *Claims) commit(id string, doc *NodeInventory) {
 		w := c.waiting[u]
 		switch {
 		case c.holder[u] == id && len(w) > 0:
-			c.holder[u] = w[0]
-			c.setWaiting(u, slices.Delete(slices.Clone(w), 0, 1))
+			n := c.next(u)
+			c.holder[u] = n
+			c.setWaiting(u, slices.DeleteFunc(slices.Clone(w), func(x string) bool { return x == n }))
 		case c.holder[u] == id:
 			delete(c.holder, u)
 		default:
@@ -220,11 +275,23 @@ func (c *Claims) commit(id string, doc *NodeInventory) {
 		switch h, ok := c.holder[u]; {
 		case !ok:
 			c.holder[u] = id
+			c.Own(u, id)
+		case h != id && c.owner[u] == id:
+			// Back, it takes its GPU back; the holder, which still
+			// lists it, waits first.
+			w := slices.DeleteFunc(slices.Clone(c.waiting[u]), func(x string) bool { return x == id })
+			c.holder[u] = id
+			c.setWaiting(u, append([]string{h}, w...))
 		case h != id && !slices.Contains(c.waiting[u], id):
 			c.waiting[u] = append(c.waiting[u], id)
 		}
 	}
 	c.docs[id] = *doc
+	if len(c.owner) > len(c.holder)+maxIdleOwners {
+		// Forget the owners of the UUIDs nobody holds: every planner
+		// reading the same inventory forgets alike.
+		maps.DeleteFunc(c.owner, func(u, _ string) bool { _, held := c.holder[u]; return !held })
+	}
 }
 
 func (c *Claims) setWaiting(uuid string, w []string) {

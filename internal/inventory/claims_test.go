@@ -41,8 +41,9 @@ func usable(docs map[string]NodeInventory) map[string][]string {
 // listing it when the holder leaves or stops listing it.
 func TestClaims(t *testing.T) {
 	type step struct {
-		put    *NodeInventory // else remove
+		put    *NodeInventory // else remove, or own
 		remove string
+		own    string // "UUID>NODE": Own
 		// refused: the put's refused GPUs as "INDEX>HOLDER";
 		// handovers as "UUID:FROM>TO"; changed: the nodes re-marked.
 		refused, handovers, changed []string
@@ -72,12 +73,37 @@ func TestClaims(t *testing.T) {
 			{put: put("b", "u1"), refused: []string{"0>a"}},
 			{put: put("a", "u0"), handovers: []string{"u1:a>b"}, changed: []string{"b"}},
 		}, holders: map[string]string{"u0": "a", "u1": "b"}},
-		{name: "first comer keeps it after a handover", steps: []step{
+		{name: "its owner takes it back: a squatter loses", steps: []step{
+			{put: put("r2", "u0", "u1")},
+			{remove: "r2"},
+			// rg puts r2's document while r2 is away: it holds them.
+			{put: put("rg", "u0", "u1")},
+			{put: put("r2", "u0", "u1"), handovers: []string{"u0:rg>r2", "u1:rg>r2"}, changed: []string{"rg"}},
+			// rg keeps listing them: refused, and r2 keeps them.
+			{put: put("rg", "u0", "u1", "u9"), refused: []string{"0>r2", "1>r2"}},
+		}, holders: map[string]string{"u0": "r2", "u1": "r2", "u9": "rg"}},
+		{name: "its owner back after a handover", steps: []step{
 			{put: put("a", "u0")},
 			{put: put("b", "u0"), refused: []string{"0>a"}},
 			{remove: "a", handovers: []string{"u0:a>b"}, changed: []string{"b"}},
-			{put: put("a", "u0"), refused: []string{"0>b"}},
+			{put: put("a", "u0"), handovers: []string{"u0:b>a"}, changed: []string{"b"}},
+			// b, still listing it, waits first.
+			{put: put("c", "u0"), refused: []string{"0>a"}},
+			{remove: "a", handovers: []string{"u0:a>b"}, changed: []string{"b", "c"}},
 		}, holders: map[string]string{"u0": "b"}},
+		{name: "its owner back takes it from a later holder", steps: []step{
+			{put: put("a", "u0")},
+			{remove: "a"},
+			{put: put("b", "u0")},
+			{put: put("c", "u0"), refused: []string{"0>b"}},
+			// a is back, and takes it from b; c waits behind b.
+			{put: put("a", "u0"), handovers: []string{"u0:b>a"}, changed: []string{"b", "c"}},
+		}, holders: map[string]string{"u0": "a"}},
+		{name: "a plan read back names the owner", steps: []step{
+			{own: "u0>r2"},
+			{put: put("rg", "u0")},
+			{put: put("r2", "u0"), handovers: []string{"u0:rg>r2"}, changed: []string{"rg"}},
+		}, holders: map[string]string{"u0": "r2"}},
 		{name: "claim order among waiters", steps: []step{
 			{put: put("a", "u0")},
 			{put: put("c", "u0"), refused: []string{"0>a"}},
@@ -113,6 +139,11 @@ func TestClaims(t *testing.T) {
 			docs := map[string]NodeInventory{}
 			for i, s := range c.steps {
 				var out Outcome
+				if s.own != "" {
+					u, n, _ := strings.Cut(s.own, ">")
+					claims.Own(u, n)
+					continue
+				}
 				if s.put != nil {
 					peek := claims.PeekPut(s.put.NodeID, *s.put)
 					out = claims.Put(s.put.NodeID, *s.put)
@@ -183,7 +214,9 @@ func TestClaimedReasonKeepsTheOld(t *testing.T) {
 // leaving, (1) no UUID is usable on two nodes; (2) each UUID is held by
 // the earliest of the nodes listing it now, counting from when each
 // began to list it without a break, the holder kept until it lets go;
-// (3) every live node's document is its report marked by the holders;
+// the UUID's owner (the first node that held it) taking it back
+// whenever it lists it; (3) every live node's document is its report
+// marked by the holders;
 // (4) Peek answers what Put and Remove do; (5) a clone evolves alike.
 func TestClaimsProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -194,6 +227,7 @@ func TestClaimsProperties(t *testing.T) {
 		docs := map[string]NodeInventory{}     // as marked
 		reported := map[string]NodeInventory{} // as reported
 		holder := map[string]string{}          // the model's
+		owner := map[string]string{}           // the model's: first to hold
 		since := map[string]map[string]int{}   // node → UUID → step it began listing it
 		steps := rapid.IntRange(1, 40).Draw(t, "steps")
 		for step := range steps {
@@ -243,9 +277,16 @@ func TestClaimsProperties(t *testing.T) {
 			for _, d := range out.Changed {
 				docs[d.NodeID] = d
 			}
-			// The model: a holder keeps a UUID while it lists it; else
-			// the earliest lister takes it (ties: never, one node a step).
+			// The model: its owner holds a UUID it lists; else a holder
+			// keeps it while it lists it; else the earliest lister takes
+			// it (ties: never, one node a step).
 			for _, u := range uuids {
+				if o, ok := owner[u]; ok {
+					if _, lists := since[o][u]; lists {
+						holder[u] = o
+						continue
+					}
+				}
 				if h, ok := holder[u]; ok {
 					if _, still := since[h][u]; still {
 						continue
@@ -257,6 +298,9 @@ func TestClaimsProperties(t *testing.T) {
 					if s, ok := since[n][u]; ok && (best < 0 || s < best) {
 						best, holder[u] = s, n
 					}
+				}
+				if h, ok := holder[u]; ok && owner[u] == "" {
+					owner[u] = h
 				}
 			}
 			for u, ns := range usable(docs) {

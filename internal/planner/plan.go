@@ -172,6 +172,15 @@ func (e *engine) run(nodes []Node) error {
 	if err != nil {
 		return err
 	}
+	// Before anything is made per worker: a spec of more workers than
+	// the cluster could hold is refused in time of its size, not its
+	// count. A degraded replan keeps a placement this very spec had, on
+	// a cluster that held it: its work is bounded by that.
+	if !e.degrade {
+		if err := overBound(e.spec, len(nodes)); err != nil {
+			return err
+		}
+	}
 	e.fast = e.prev != nil && e.prevState.reusable(e.spec)
 	if e.fast {
 		e.adoptFast(nodes, order)

@@ -92,6 +92,66 @@ const MaxCPUs = 1e9
 // quarter GPU each are 640,000.)
 const MaxWorkers = 2_000_000
 
+// MaxNodeWorkers bounds, with the nodes of the inventory, the workers one
+// plan may ask for: at most this many times the nodes, whatever each
+// worker needs (the bound is on the plan, not on any one node). A worker
+// asking for no GPU and no CPU would otherwise fit any node any number
+// of times, and a 70-byte spec could make the planner build, store and
+// publish millions of workers on a handful of nodes. (An 8-GPU node of
+// quarter-GPU env workers holds 32; a 256-CPU node of quarter-CPU workers
+// 1,024.) A degraded replan, keeping a placement this very spec had on a
+// cluster that held it, is not refused by it.
+const MaxNodeWorkers = 1024
+
+// AskedWorkers is how many workers the spec asks for, buffer included
+// ("auto" counts none): the most a plan of it places.
+func (s *Spec) AskedWorkers() int {
+	n := 0
+	sc := s.Scheduling
+	for _, g := range append([]*WorkerGroup{sc.Train, sc.Eval, sc.Buffer}, envPtrs(sc.Env)...) {
+		if g != nil {
+			n += max(g.WorkerNum, 0)
+		}
+	}
+	return n
+}
+
+// overBound refuses a spec asking for more workers (buffer included)
+// than nodes nodes hold at MaxNodeWorkers each, naming the largest
+// group's worker_num.
+func overBound(s *Spec, nodes int) error {
+	total, largest, field := 0, -1, "scheduling"
+	add := func(f string, g *WorkerGroup) {
+		if g == nil || g.WorkerNum <= 0 {
+			return
+		}
+		total += g.WorkerNum
+		if g.WorkerNum > largest {
+			largest, field = g.WorkerNum, f+".worker_num"
+		}
+	}
+	sc := s.Scheduling
+	add("scheduling.train", sc.Train)
+	add("scheduling.eval", sc.Eval)
+	add("scheduling.buffer", sc.Buffer)
+	for i := range sc.Env {
+		f := "scheduling.env"
+		if len(sc.Env) > 1 {
+			f = fmt.Sprintf("scheduling.env[%d]", i)
+		}
+		add(f, &sc.Env[i])
+	}
+	limit := nodes * MaxNodeWorkers
+	if nodes == 0 && total <= MaxNodeWorkers {
+		return nil // on no nodes at all the GPUs or CPUs asked for say it better
+	}
+	if total > limit {
+		return &PlanError{Msg: fmt.Sprintf("%s: %d workers in all, more than this cluster can hold: %d %s at most %d workers each, %d in all",
+			field, total, nodes, plural(nodes, "node", "nodes"), MaxNodeWorkers, limit)}
+	}
+	return nil
+}
+
 func envPtrs(env []WorkerGroup) []*WorkerGroup {
 	out := make([]*WorkerGroup, len(env))
 	for i := range env {

@@ -159,6 +159,7 @@ func (p *Service) adopt(s *planState, sp *store.StoredPlan) bool {
 		}
 		s.latest = sp
 		p.mark(s, sp.Plan.Revision)
+		p.keepPlacement(s, sp)
 	}
 	if sp == nil || sp.Changed == nil {
 		s.reconcile = true

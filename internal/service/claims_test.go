@@ -16,6 +16,7 @@ import (
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/metrics"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/reporter"
 	"github.com/poolplanner/poolplanner/internal/store"
@@ -71,8 +72,9 @@ func oneNodePerUUID(t testing.TB, nodes []planner.Node, plans ...*planner.Plan) 
 // document; a GPU whose UUID another node holds is unhealthy on the
 // later node, with a reason naming the holder, and counted (refusals,
 // and the conflicts gauge); the UUID passes at once when the holder
-// leaves, a handover counted; a resync of new nodes gives it to the
-// first by id.
+// leaves, a handover counted, and back to it when it returns (the
+// node whose history held it first); a resync of new nodes gives it to
+// the first by id.
 func TestClaimsInTheView(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
@@ -110,10 +112,11 @@ func TestClaimsInTheView(t *testing.T) {
 		{events: []store.Event{changed(b)}, want: want{holder: "a", refused: []string{"b:3"}}},
 		{rebeat: true, want: want{holder: "a", refused: []string{"b:3"}}},
 		{events: []store.Event{left("a")}, want: want{holder: "b", changes: "nodes left: a; nodes changed: b", handovers: 1}},
-		{events: []store.Event{changed(a)}, want: want{holder: "b", refused: []string{"a:0"}, changes: "nodes joined: a", refusals: 1}},
+		// Back, a takes its GPU back from b (its history held it first).
+		{events: []store.Event{changed(a)}, want: want{holder: "a", refused: []string{"b:3"}, changes: "nodes joined: a; GPUs unhealthy: b:3", handovers: 1}},
 		// A resync: b's document is gone; c is new. a (known) holds.
-		{resync: []inventory.NodeInventory{a, c}, want: want{holder: "a", refused: []string{"c:5"}, changes: "nodes joined: c; nodes left: b; nodes changed: a",
-			refusals: 1, handovers: 1}},
+		{resync: []inventory.NodeInventory{a, c}, want: want{holder: "a", refused: []string{"c:5"}, changes: "nodes joined: c; nodes left: b",
+			refusals: 1}},
 		// A rejected document is the node leaving.
 		{events: []store.Event{rejected("a")}, want: want{holder: "c", changes: "nodes left: a; nodes changed: c", handovers: 1}},
 	} {
@@ -210,7 +213,8 @@ func (staticSource) Changed() <-chan struct{}                                   
 // the first's GPU 0 as its GPU 3. The first keeps it; the second's GPU 3
 // is refused, and no plan ever places workers on one UUID on two nodes.
 // When the first leaves, the UUID passes at once to the second; back,
-// the first is refused it.
+// the first takes it back (its history held it: the second squatted it)
+// and the second is refused it.
 func TestTwoReportersOneUUID(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -305,6 +309,18 @@ func TestTwoReportersOneUUID(t *testing.T) {
 	waitScraped(t, reg, "one GPU refused", func(m map[string]float64) bool {
 		return m["poolplanner_gpu_uuid_conflicts"] == 1 && m[`poolplanner_gpu_uuid_claims_total{outcome="refused"}`] == 1
 	})
+	// The leader's lease names the conflict (planner status's PROBLEM
+	// lines): the UUID, its holder, the node refused it.
+	conflict := "GPU UUID conflict: " + stolen + " held by node z1, listed by node a2 too: refused to a2"
+	saysConflict := func(want bool) {
+		t.Helper()
+		natstest.WaitFor(t, 10*time.Second, fmt.Sprintf("the lease naming the conflict: %v", want), func() bool {
+			l, err := plans.ReadLease(ctx, "default")
+			return err == nil && l != nil && slices.Contains(l.Problems, conflict) == want &&
+				!slices.ContainsFunc(l.Problems, func(p string) bool { return strings.Contains(p, "GPU UUID conflict") && p != conflict })
+		})
+	}
+	saysConflict(true)
 	// As reported, for a resync that only sees a heartbeat. (Read from
 	// the loop's state once it is idle: only the loop writes it.)
 	ictx, icancel := context.WithTimeout(ctx, 10*time.Second)
@@ -327,15 +343,20 @@ func TestTwoReportersOneUUID(t *testing.T) {
 	waitScraped(t, reg, "the UUID handed over, no GPU refused", func(m map[string]float64) bool {
 		return m["poolplanner_gpu_uuid_conflicts"] == 0 && m[`poolplanner_gpu_uuid_claims_total{outcome="handover"}`] == 1
 	})
-	// z1 comes back and finds its GPU 0 held.
+	saysConflict(false)
+	// z1 comes back and takes its GPU 0 back: the squatter loses it.
 	stopFirst = report(first)
 	defer stopFirst()
 	back := next("of 15 workers again", func(pl *planner.Plan) bool {
 		return pl.Valid && pl.Workers.Len() == 15 && len(pl.OnNode("z1")) > 0
 	})
-	if uses(back, "z1", stolen) || !uses(back, "a2", stolen) {
-		t.Errorf("revision %d: the stolen UUID on z1 %v, on a2 %v; want a2 only", back.Revision, uses(back, "z1", stolen), uses(back, "a2", stolen))
+	if !uses(back, "z1", stolen) || uses(back, "a2", stolen) {
+		t.Errorf("revision %d: the stolen UUID on z1 %v, on a2 %v; want z1 only", back.Revision, uses(back, "z1", stolen), uses(back, "a2", stolen))
 	}
+	waitScraped(t, reg, "the UUID handed back, a2's GPU refused", func(m map[string]float64) bool {
+		return m["poolplanner_gpu_uuid_conflicts"] == 1 && m[`poolplanner_gpu_uuid_claims_total{outcome="handover"}`] == 2
+	})
+	saysConflict(true)
 	// Every revision published, not only those followed.
 	for _, pl := range h.history() {
 		oneNodePerUUID(t, nil, pl)
@@ -393,5 +414,72 @@ func TestLongPlanNameLookup(t *testing.T) {
 	}
 	if !h.nc.IsConnected() || h.nc.Stats().Reconnects > 0 {
 		t.Errorf("connection: connected %v, %d reconnects, last error %v", h.nc.IsConnected(), h.nc.Stats().Reconnects, h.nc.LastError())
+	}
+}
+
+// TestConflictLines: each node refused GPUs gets one problem line per
+// holder, naming a UUID and counting the others; a rogue listing many
+// nodes' GPUs gets at most maxConflictLines lines, the last counting
+// the rest; a conflict ended clears its line.
+func TestConflictLines(t *testing.T) {
+	p := New(Config{Log: zerolog.Nop()})
+	for i := range 12 {
+		id := fmt.Sprintf("h%02d", i)
+		if _, err := p.live.put(id, claimant(id, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	two := claimant("r1", map[int]string{0: "h00:0", 1: "h00:1"})
+	if _, err := p.live.put("r1", two); err != nil {
+		t.Fatal(err)
+	}
+	keys := p.sayConflicts(nil)
+	first := min(inventory.SimulatedUUID("h00", 0), inventory.SimulatedUUID("h00", 1))
+	if want := []string{"GPU UUID conflict: " + first + " and 1 more held by node h00, listed by node r1 too: refused to r1"}; !slices.Equal(p.problemList(), want) {
+		t.Fatalf("problems %q, want %q", p.problemList(), want)
+	}
+	steal := map[int]string{}
+	for i := range 8 {
+		steal[i] = fmt.Sprintf("h%02d:0", i+1)
+	}
+	if _, err := p.live.put("r2", claimant("r2", steal)); err != nil {
+		t.Fatal(err)
+	}
+	keys = p.sayConflicts(keys)
+	got := p.problemList()
+	if len(got) != maxConflictLines || !strings.Contains(got[len(got)-1], "2 more nodes list GPUs other nodes hold") {
+		t.Fatalf("%d problems, want %d, the last counting the rest: %q", len(got), maxConflictLines, got)
+	}
+	p.live.remove("r1")
+	p.live.remove("r2")
+	if p.sayConflicts(keys); len(p.problemList()) != 0 {
+		t.Fatalf("problems after the rogues left: %q", p.problemList())
+	}
+}
+
+// TestOwnersFromPlans: a planner restarted while a squatter lists a
+// node's GPUs learns from the plan it reads back which node held them:
+// the squatter, reporting first, holds them only until that node
+// reports, which takes them back.
+func TestOwnersFromPlans(t *testing.T) {
+	p := New(Config{Log: zerolog.Nop()})
+	u := inventory.SimulatedUUID("r2", 0)
+	var pl planner.Plan
+	pl.Workers = plan.NewWorkers([]plan.Worker{{Component: plan.Train, NodeID: "r2", GPUs: []int{0}, GPUUUIDs: []string{u}}})
+	p.learnOwners(&pl)
+	if _, err := p.live.put("rg", claimant("rg", map[int]string{0: "r2:0"})); err != nil {
+		t.Fatal(err)
+	}
+	if h := p.live.claims.Holder(u); h != "rg" {
+		t.Fatalf("holder %q before r2 reports, want rg", h)
+	}
+	if _, err := p.live.put("r2", claimant("r2", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if h := p.live.claims.Holder(u); h != "r2" {
+		t.Fatalf("holder %q once r2 reports, want r2", h)
+	}
+	if g := p.live.docs["rg"].GPUs[0]; g.Healthy || !strings.Contains(g.UnhealthyReason, "held by node r2") {
+		t.Errorf("the squatter's GPU 0: %+v", g)
 	}
 }

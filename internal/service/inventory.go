@@ -349,3 +349,75 @@ func (p *Service) inventorySize() (nodes, unhealthy, conflicts int) {
 	}
 	return len(p.live.docs), unhealthy, conflicts
 }
+
+// maxConflictLines bounds the problems saying GPU UUID conflicts: a
+// rogue document listing every node's UUIDs must not swell the lease.
+const maxConflictLines = 8
+
+// sayConflicts names each GPU UUID conflict as a problem (planner
+// status's PROBLEM lines): per node refused GPUs, and per node holding
+// them, one line with the first UUID and how many more; at most
+// maxConflictLines lines, the last counting the rest. was are the
+// problem keys set before, cleared where the conflict ended; it returns
+// those set now.
+func (p *Service) sayConflicts(was []string) []string {
+	type pair struct{ node, holder string }
+	uuids := map[pair][]string{}
+	for id, doc := range p.live.docs {
+		for _, g := range doc.GPUs {
+			if h := p.live.claims.Holder(g.UUID); !g.Healthy && h != "" && h != id {
+				k := pair{id, h}
+				uuids[k] = append(uuids[k], g.UUID)
+			}
+		}
+	}
+	pairs := slices.SortedFunc(maps.Keys(uuids), func(a, b pair) int {
+		return strings.Compare(a.node+"\x00"+a.holder, b.node+"\x00"+b.holder)
+	})
+	var now []string
+	for i, k := range pairs {
+		key := "uuid-conflict:" + k.node + ":" + k.holder
+		var msg string
+		if i == maxConflictLines-1 && len(pairs) > maxConflictLines {
+			key, msg = "uuid-conflict:~more", fmt.Sprintf("GPU UUID conflicts: %d more nodes list GPUs other nodes hold, refused to them", len(pairs)-i)
+		} else {
+			us := slices.Sorted(slices.Values(uuids[k]))
+			more := ""
+			if len(us) > 1 {
+				more = fmt.Sprintf(" and %d more", len(us)-1)
+			}
+			msg = fmt.Sprintf("GPU UUID conflict: %s%s held by node %s, listed by node %s too: refused to %s", us[0], more, k.holder, k.node, k.node)
+		}
+		p.problem(key, msg)
+		now = append(now, key)
+		if i == maxConflictLines-1 {
+			break
+		}
+	}
+	for _, k := range was {
+		if !slices.Contains(now, k) {
+			p.problem(k, "")
+		}
+	}
+	return now
+}
+
+// learnOwners tells the claims which node held each GPU UUID a plan
+// read back placed workers on, or its unplaced workers ran on last: a
+// planner that has not seen the UUID held yet (restarted) gives it back
+// to that node should another list it too (inventory.Claims.Own).
+func (p *Service) learnOwners(pl *planner.Plan) {
+	if pl == nil {
+		return
+	}
+	for _, w := range pl.Workers.All() {
+		for _, u := range w.GPUUUIDs {
+			p.live.claims.Own(u, w.NodeID)
+		}
+	}
+	for _, w := range pl.Unplaced {
+		for _, u := range w.GPUUUIDs {
+			p.live.claims.Own(u, w.NodeID)
+		}
+	}
+}

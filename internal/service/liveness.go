@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/poolplanner/poolplanner/internal/planner"
 )
 
 // DefaultStoreTimeout bounds one call of the loop to JetStream (a
@@ -119,6 +121,34 @@ func (p *Service) beat() { p.pulse.beat() }
 // storeTimeout is the deadline of a call that moves items messages.
 func (p *Service) storeTimeout(items int) time.Duration {
 	return p.cfg.StoreTimeout + time.Duration(items)*storePerItem
+}
+
+// readTimeout is the deadline of reading the latest revisions of
+// states' plans: a revision is read whole, snapshot and chain, so it
+// scales with the plan's workers as well as the nodes: those its latest
+// revision known here places, or, where none is known yet, those its
+// spec asks for, as many as the inventory could hold
+// (planner.MaxNodeWorkers a node).
+func (p *Service) readTimeout(states ...*planState) time.Duration {
+	return p.storeTimeout(p.nodes() + p.workersOf(states...)/8)
+}
+
+// workersOf is how many workers states' plans may hold, as readTimeout
+// counts them.
+func (p *Service) workersOf(states ...*planState) int {
+	could := max(p.nodes(), 1) * planner.MaxNodeWorkers
+	n := 0
+	for _, s := range states {
+		w := 0
+		if s.latest != nil {
+			w = s.latest.Plan.Workers.Len()
+		}
+		if s.spec != nil {
+			w = max(w, min(s.spec.AskedWorkers(), could))
+		}
+		n += w
+	}
+	return n
 }
 
 // op bounds one call of the loop to the store (or a stretch of

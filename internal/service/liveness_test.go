@@ -386,3 +386,53 @@ func TestMarks(t *testing.T) {
 		t.Fatalf("Run with a damaged state file: %v", err)
 	}
 }
+
+// TestWipeResumesPlacement: a planner with a state file places 4 nodes'
+// workers, replans a node's loss and keeps the node's return (so its
+// placement is not what a fresh plan makes); it stops, and the server's
+// store is wiped. Started again, it publishes nothing before the nodes
+// of its last placement reported again, and then that very placement,
+// whole, as the next revision: no invalid revision, no fresh plan
+// moving everyone.
+func TestWipeResumesPlacement(t *testing.T) {
+	t.Parallel()
+	state := filepath.Join(t.TempDir(), "revisions.json")
+	cfg := Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 20 * time.Second, LeaseTTL: time.Second, StateFile: state}
+	r := newRide(t, 4, cfg)
+	first := r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
+	gone := first.Workers.At(0).NodeID
+	r.crashReporter(gone)
+	last := r.waitPlan(20*time.Second, "revision 2", func(p *planner.Plan) bool { return p.Revision >= 2 && !onNode(p, gone) })
+	r.reporter(gone) // back: a node joining moves nobody
+	natstest.WaitFor(t, 10*time.Second, gone+" back in the planner's view", func() bool { return len(r.p.view().nodes) == 4 })
+	spec, err := planner.ParseSpec([]byte(testSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := planner.Compute(spec, r.p.view().nodes)
+	if err != nil || planner.SamePlacement(fresh, last) {
+		t.Fatalf("the test needs a placement a fresh plan does not make: %v", err)
+	}
+	r.stop()
+	if err := <-r.done; err != nil {
+		t.Fatal(err)
+	}
+	r.srv.Wipe()
+
+	nc, js := rideConn(t, r.srv.URL())
+	cfg.NC, cfg.JS, cfg.Log = nc, js, zerolog.New(&r.logs)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- New(cfg).Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// Well within the 20 s settle: the nodes report again, and nothing
+	// is published before.
+	next := r.waitPlan(15*time.Second, "after the wipe", revisionAtLeast(1))
+	if next.Revision != last.Revision+1 || !next.Valid || !planner.SamePlacement(last, next) || !strings.Contains(next.Reason, "history was lost") {
+		t.Fatalf("after the wipe: revision %d (want %d), valid %v, same placement %v, reason %q",
+			next.Revision, last.Revision+1, next.Valid, planner.SamePlacement(last, next), next.Reason)
+	}
+	if got := revisionsOf(t, r.js); len(got) != 1 {
+		t.Fatalf("%d revisions in the new stream, want 1: %v", len(got), revisions(got))
+	}
+}

@@ -38,6 +38,12 @@ type loop struct {
 	// no plan is made, lest one plan take what another, not yet read,
 	// holds.
 	specsIn bool
+	// specRounds counts guard rounds since the spec records were last
+	// checked (specRecordsDue).
+	specRounds int
+	// conflictKeys are the GPU UUID conflicts said as problems
+	// (sayConflicts).
+	conflictKeys []string
 	// specWatched is when the spec watch began; specsSaid, that its
 	// failure to deliver the bucket's contents was logged.
 	specWatched time.Time
@@ -329,7 +335,7 @@ func (l *loop) leaseChanged(ctx context.Context, ev leaseEvent) {
 	// again since the last event read is one event (leaser.tell), and
 	// another planner may have led in between.
 	l.p.led.Store(0)
-	cctx, done := l.p.op(ctx, "reading every plan's latest revision", l.p.storeTimeout(l.p.nodes()))
+	cctx, done := l.p.op(ctx, "reading every plan's latest revision", l.p.readTimeout(l.p.all()...))
 	err := l.p.catchUpAll(cctx)
 	done()
 	if err != nil {
@@ -513,6 +519,11 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 	}
 	s := l.p.state(name)
 	log := l.log.With().Str("plan", name).Logger()
+	// A record delivered is one the bucket can read.
+	l.p.problem("spec-record:"+name, "")
+	if s != nil {
+		s.recordLost = ""
+	}
 	if e.Operation() != jetstream.KeyValuePut {
 		l.removed(ctx, s, name, log)
 		return

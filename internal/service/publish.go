@@ -54,7 +54,7 @@ func (p *Service) replan(ctx context.Context) error {
 		if attempt >= maxConflicts {
 			return c.err
 		}
-		octx, done := p.op(ctx, "reading plan "+c.state.name+"'s latest revision", p.storeTimeout(p.nodes()))
+		octx, done := p.op(ctx, "reading plan "+c.state.name+"'s latest revision", p.readTimeout(c.state))
 		sp, err := p.plans.Latest(octx, c.state.name)
 		done()
 		if err != nil {
@@ -90,7 +90,8 @@ func (p *Service) replanOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	done := p.allow("planning", p.storeTimeout(len(nodes)))
+	// Planning takes time in the workers placed as well as the nodes.
+	done := p.allow("planning", p.storeTimeout(len(nodes)+p.workersOf(states...)/8))
 	outs := planner.PlanAll(jobs, nodes)
 	done()
 	held, next, touched := holdings(jobs, outs, planned)
@@ -192,7 +193,7 @@ func (p *Service) load(ctx context.Context, s *planState) error {
 	if done {
 		return nil
 	}
-	octx, end := p.op(ctx, "reading plan "+s.name+"'s latest revision", p.storeTimeout(p.nodes()))
+	octx, end := p.op(ctx, "reading plan "+s.name+"'s latest revision", p.readTimeout(s))
 	sp, err := p.plans.Latest(octx, s.name)
 	end()
 	if err != nil {
@@ -201,6 +202,9 @@ func (p *Service) load(ctx context.Context, s *planState) error {
 	sp = p.aboveMark(s, sp)
 	if s.latest == nil || sp != nil && sp.Plan.Revision > s.latest.Plan.Revision {
 		s.latest = sp
+	}
+	if s.latest != nil {
+		p.learnOwners(s.latest.Plan)
 	}
 	// Its nodes settle as after a restart (settling).
 	if s.latest != nil && s.latest.Plan.Placed() && s.inherited == nil {
@@ -408,6 +412,7 @@ func (p *Service) adoptSpec(s *planState, latest *store.StoredPlan, specChanged 
 // said in its reason, is said.
 func (p *Service) published(s *planState, sp *store.StoredPlan, note string) {
 	p.mark(s, sp.Plan.Revision)
+	p.keepPlacement(s, sp)
 	if s.note == note {
 		s.note = ""
 	}
@@ -474,7 +479,7 @@ func (p *Service) event(ctx context.Context, latest *store.StoredPlan, next *pla
 // retain drops the oldest revisions past the history limits, from a whole
 // document on, so every revision kept can be rebuilt.
 func (p *Service) retain(ctx context.Context, s *planState) {
-	ctx, done := p.op(ctx, "trimming plan "+s.name+"'s history", p.storeTimeout(p.nodes()))
+	ctx, done := p.op(ctx, "trimming plan "+s.name+"'s history", p.readTimeout(s))
 	defer done()
 	if err := p.plans.Retain(ctx, s.name, p.cfg.HistoryAge, p.cfg.HistoryBytes, p.cfg.Now()); err != nil && !errors.Is(err, context.Canceled) {
 		s.log.Warn().Err(err).Msg("trimming the plan history failed; it will be tried again")

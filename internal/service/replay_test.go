@@ -292,6 +292,15 @@ func TestOversizedMessages(t *testing.T) {
 	p.own().spec, p.own().digest = spec, SpecDigest(spec)
 	big := inventory.Facts{NodeID: "big", Hostname: "big", IP: "10.0.0.9", CPUs: 100000}.Inventory()
 	_, _ = p.live.put("big", big)
+	// A plan holds at most planner.MaxNodeWorkers workers per node of
+	// the inventory: nodes of no CPUs (which take none of these workers)
+	// make the cluster one that may hold 60,000.
+	for i := range 60000 / planner.MaxNodeWorkers {
+		id := fmt.Sprintf("idle%d", i)
+		if _, err := p.live.put(id, inventory.Facts{NodeID: id, Hostname: id, IP: "10.0.1.1"}.Inventory()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := p.replan(ctx); err != nil {
 		t.Fatal(err)
 	}

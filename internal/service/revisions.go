@@ -31,8 +31,9 @@ type marks struct {
 	// mu is innermost: nothing is locked while it is held.
 	mu sync.Mutex
 	m  map[string]int
-	// err is the last failure to read or write the file, said once.
-	err error
+	// err is the last failure to read or write the file, said once;
+	// keepErr, to keep a plan's latest (placements.go).
+	err, keepErr error
 	// instance is the planner instance (its publisher id) that runs on
 	// this file now; before, the one the file named when it was read:
 	// the planner that ran on this state last, whose lease, should it
@@ -163,12 +164,26 @@ func (p *Service) aboveMark(s *planState, sp *store.StoredPlan) *store.StoredPla
 	if mark <= have {
 		if sp != nil {
 			p.mark(s, have)
+			p.keepPlacement(s, sp)
 		}
 		return sp
 	}
 	why := fmt.Sprintf("the plan history was lost: the plan stream's latest revision is %d, but revision %d was published before", have, mark)
 	if sp == nil {
 		why = fmt.Sprintf("the plan history was lost: the plan stream has no revision, but revision %d was published before", mark)
+	}
+	if kept, err := p.marks.kept(s.name, mark); err != nil {
+		s.log.Error().Err(err).Msg("cannot read the plan's kept latest revision")
+	} else if kept != nil {
+		// Its placement known: the plan resumes on it, its nodes
+		// settling, and the next revision republishes it whole.
+		s.log.Error().Int("stream_revision", have).Int("high_water", mark).
+			Msg(why + "; resuming on the placement of revision " + fmt.Sprint(mark) + " as kept in the state file")
+		kept.Orphan = true
+		if sp != nil {
+			kept.Seq = sp.Seq
+		}
+		return kept
 	}
 	s.log.Error().Int("stream_revision", have).Int("high_water", mark).
 		Msg(why + "; the next revision continues after it")

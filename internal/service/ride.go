@@ -81,6 +81,7 @@ const guardEvery = 2 * time.Second
 // (as the next revision, whole), the assignments.
 func (l *loop) guard(ctx context.Context) {
 	l.p.cfg.Metrics.Inventory(l.p.inventorySize())
+	l.conflictKeys = l.p.sayConflicts(l.conflictKeys)
 	if !l.p.cfg.NC.IsConnected() {
 		return
 	}
@@ -109,6 +110,9 @@ func (l *loop) guard(ctx context.Context) {
 		l.log.Warn().Uint64("stream", invLast).Uint64("watch", l.ride.seen).Msg("the inventory watch is stuck behind the stream (its consumer went with a server?)")
 	}
 	l.specsStuck(ctx)
+	if l.specRecordsDue(reconnected || stalled || len(missing) > 0) {
+		_ = l.checkSpecRecords(ctx)
+	}
 	if reconnected || stalled || len(missing) > 0 {
 		l.log.Info().Bool("reconnected", reconnected).Msg("re-reading the whole inventory and the spec")
 		why := "stalled_watch"
@@ -143,6 +147,16 @@ func (l *loop) rewatch(ctx context.Context) {
 // the watch is made again.
 func (l *loop) specsStuck(ctx context.Context) {
 	if l.specsIn || l.specWatched.IsZero() || l.p.since(l.specWatched) < l.p.cfg.StoreTimeout {
+		return
+	}
+	// Records the server lists but cannot read hold the watch's end of
+	// its contents back (it counts them), yet every other is delivered:
+	// each is said as its plan's problem, and planning goes on.
+	if l.checkSpecRecords(ctx) > 0 {
+		l.log.Error().Msg("the spec watch is held back by spec records the server cannot read; planning on every other")
+		l.p.problem("specs", "")
+		l.specsIn = true
+		l.kick()
 		return
 	}
 	why := fmt.Sprintf("the spec bucket has not delivered its contents in %s (a damaged bucket?): no plan is made until it does", l.p.since(l.specWatched).Round(time.Second))

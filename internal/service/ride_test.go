@@ -309,6 +309,7 @@ func TestWipedStore(t *testing.T) {
 		t.Fatalf("after deleting the streams: revision %d, valid %v, reason %q, same placement %v", second.Revision, second.Valid, second.Reason, planner.SamePlacement(first, second))
 	}
 	checkSpecBack(t, r.js)
+	settled(t, r, first)
 
 	r.srv.Wipe()
 	third := r.waitPlan(30*time.Second, "after the store was wiped", revisionAtLeast(1))
@@ -323,6 +324,30 @@ func TestWipedStore(t *testing.T) {
 	}
 	if !strings.Contains(third.Reason, "history was lost") {
 		t.Errorf("revision 3 does not say the history was lost: %q", third.Reason)
+	}
+	settled(t, r, first)
+}
+
+// settled waits until every reporter put its node again and the planner
+// is idle on them, then checks that the plan stream holds no revision
+// but ones of first's placement, valid: the planner published nothing
+// on the inventory it lost before it read it again.
+func settled(t *testing.T, r *ride, first *planner.Plan) {
+	t.Helper()
+	inv := store.NewInventoryStore(r.js)
+	natstest.WaitFor(t, 10*time.Second, "every node reported again", func() bool {
+		docs, err := inv.List(context.Background())
+		return err == nil && len(docs) == 4
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.p.Idle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range revisionsOf(t, r.js) {
+		if !p.Valid || !planner.SamePlacement(first, p) {
+			t.Errorf("revision %d: valid %v, same placement %v, reason %q", p.Revision, p.Valid, planner.SamePlacement(first, p), p.Reason)
+		}
 	}
 }
 

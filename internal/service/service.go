@@ -115,7 +115,9 @@ type Config struct {
 	// StateFile, when set, is a local file (outside the JetStream store)
 	// where the planner keeps each plan's highest revision published or
 	// seen: a plan whose history was lost (a store wiped, a stream
-	// deleted) goes on above it rather than numbering from 1 again.
+	// deleted) goes on above it rather than numbering from 1 again;
+	// and, beside it, each plan's latest revision, which such a plan
+	// resumes on (placements.go).
 	StateFile string
 	// Metrics records plans, replans, the inventory and requests (nil:
 	// none).
@@ -350,6 +352,9 @@ func (p *Service) Run(ctx context.Context) error {
 	own := p.addState(p.cfg.Plan)
 	latest = p.aboveMark(own, latest)
 	own.latest, own.loaded = latest, true
+	if latest != nil {
+		p.learnOwners(latest.Plan) // before any node's document
+	}
 	if latest != nil && latest.Plan.Placed() {
 		own.inherited = latest.Plan
 	}
@@ -495,12 +500,15 @@ func (p *Service) seedSpec(ctx context.Context) error {
 // bucket lost what it held: waiting does not mend it.
 var errSpecLost = errors.New("the spec bucket lost its contents")
 
-// specLost says why, when the spec bucket shows it held messages it no
-// longer has (a damaged or truncated store: the server recovered the
-// bucket without them, or reports them lost): the plan's stored spec
-// may be among them, and --spec must not silently take its place. Nil
-// when the bucket is whole, as far as it can tell (a bucket made anew,
-// a spec never stored, or one removed, whose delete marker stays).
+// specLost says why, when the spec bucket shows it lost the plan's
+// spec (a damaged or truncated store), that --spec must not silently
+// take its place. It judges the plan's own key, not the bucket as a
+// whole: its record listed but unreadable (a flipped byte), or gone
+// without a removal's marker while the plan's latest revision says it
+// was never removed; or, where the bucket says nothing of the key, the
+// bucket holding none of the messages it stored, or reporting some
+// lost. Nil when the key is whole, as far as it can tell (a bucket made
+// anew, a spec never stored, or one removed, whose marker stays).
 func (p *Service) specLost(ctx context.Context) error {
 	st, err := p.cfg.JS.Stream(ctx, "KV_"+client.SpecBucket)
 	if err != nil {
@@ -511,14 +519,35 @@ func (p *Service) specLost(ctx context.Context) error {
 		return nil
 	}
 	s := info.State
+	if s.LastSeq == 0 {
+		return nil // made anew: nothing stored, nothing lost
+	}
+	refuse := func(what string) error {
+		return fmt.Errorf("%w: plan %s has no readable spec in bucket %s: %s: "+
+			"its spec may have been lost (a damaged store); not replacing it with --spec unasked: store it again (planner spec set), "+
+			"or start with --replace-spec to store --spec", errSpecLost, p.cfg.Plan, client.SpecBucket, what)
+	}
+	recs, err := p.specs.Records(ctx)
+	if err != nil {
+		return nil
+	}
+	if recs.Unreadable[p.cfg.Plan] {
+		return refuse("the server lists its record but cannot read it")
+	}
+	if recs.Keys[p.cfg.Plan] {
+		return nil // a removal's marker
+	}
+	lctx, cancel := context.WithTimeout(ctx, max(6*p.cfg.StoreTimeout, time.Minute))
+	defer cancel()
+	if sp, err := p.plans.Latest(lctx, p.cfg.Plan); err == nil && sp != nil && !sp.Plan.Removed {
+		return refuse(fmt.Sprintf("its record is gone without a removal, and its revision %d says it was never removed", sp.Plan.Revision))
+	}
 	lost := uint64(0)
 	if s.Lost != nil {
 		lost = uint64(len(s.Lost.Msgs))
 	}
-	if lost == 0 && (s.Msgs > 0 || s.LastSeq == 0) {
+	if lost == 0 && s.Msgs > 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: plan %s has no readable spec in bucket %s, which has stored %d messages and holds %d (%d reported lost): "+
-		"its spec may have been lost (a damaged store); not replacing it with --spec unasked: store it again (planner spec set), "+
-		"or start with --replace-spec to store --spec", errSpecLost, p.cfg.Plan, client.SpecBucket, s.LastSeq, s.Msgs, lost)
+	return refuse(fmt.Sprintf("the bucket has stored %d messages and holds %d (%d reported lost)", s.LastSeq, s.Msgs, lost))
 }

@@ -55,6 +55,9 @@ type planState struct {
 	loaded   bool
 	age      uint64
 	removing bool
+	// recordLost is why its spec record is damaged (checkSpecRecords);
+	// empty while it is whole.
+	recordLost string
 }
 
 func newPlanState(name string, log zerolog.Logger) *planState {

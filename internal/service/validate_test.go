@@ -133,7 +133,8 @@ func TestValidateBounded(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	p := New(Config{NC: h.nc, JS: h.js, Settle: -1, Log: zerolog.Nop()})
-	for i := range 4 {
+	// Enough nodes for a plan of 150,000 workers (planner.MaxNodeWorkers).
+	for i := range 150000/planner.MaxNodeWorkers + 1 {
 		id := fmt.Sprintf("n%d", i)
 		if _, err := p.live.put(id, inv(id, 8, 64)); err != nil {
 			t.Fatal(err)

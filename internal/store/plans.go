@@ -494,13 +494,17 @@ func (s *SpecStore) Get(ctx context.Context, name string) ([]byte, uint64, error
 
 // Delete removes plan name's spec (its history stays): the planner
 // releases the plan's workers and says so in its last revision. A plan
-// with no spec is ErrNotFound.
+// with no spec is ErrNotFound; one whose record the server lists but
+// cannot read (a damaged store, SpecRecords) is removed all the same.
 func (s *SpecStore) Delete(ctx context.Context, name string) error {
 	if err := ValidatePlanName(name); err != nil {
 		return err
 	}
 	if _, _, err := s.Get(ctx, name); err != nil {
-		return err
+		recs, rerr := s.Records(ctx)
+		if !errors.Is(err, client.ErrNotFound) || rerr != nil || !recs.Unreadable[name] {
+			return err
+		}
 	}
 	kv, err := s.KV(ctx)
 	if err != nil {
@@ -510,6 +514,49 @@ func (s *SpecStore) Delete(ctx context.Context, name string) error {
 		return fmt.Errorf("delete spec %s: %w", name, err)
 	}
 	return nil
+}
+
+// SpecRecords is what the spec bucket's stream says of its keys, as
+// opposed to what a watch or a get of them delivers: a damaged store
+// keeps a record in its index that no read returns (a flipped byte: the
+// server's checksum refuses it, and a get says "not found" as for a key
+// never stored), or loses one without a removal's marker.
+type SpecRecords struct {
+	// LastSeq is the bucket stream's last sequence: 0 for a bucket made
+	// anew, which has lost nothing it can tell.
+	LastSeq uint64
+	// Keys are the keys with a record: a spec, or a removal's marker.
+	Keys map[string]bool
+	// Unreadable are the keys of Keys whose newest record the server
+	// lists but cannot return.
+	Unreadable map[string]bool
+}
+
+// Records reads the bucket stream's keys and tries each one's newest
+// record: one request for the keys, one a key.
+func (s *SpecStore) Records(ctx context.Context) (*SpecRecords, error) {
+	st, err := s.js.Stream(ctx, "KV_"+client.SpecBucket)
+	if err != nil {
+		return nil, fmt.Errorf("spec bucket stream: %w", err)
+	}
+	prefix := "$KV." + client.SpecBucket + "."
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return nil, fmt.Errorf("spec bucket's keys: %w", err)
+	}
+	out := &SpecRecords{LastSeq: info.State.LastSeq, Keys: map[string]bool{}, Unreadable: map[string]bool{}}
+	for subject := range info.State.Subjects {
+		key := strings.TrimPrefix(subject, prefix)
+		out.Keys[key] = true
+		_, err := st.GetLastMsgForSubject(ctx, subject)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			out.Unreadable[key] = true
+		case err != nil:
+			return nil, fmt.Errorf("spec %s's record: %w", key, err)
+		}
+	}
+	return out, nil
 }
 
 // StoredSpec is one plan's spec as the bucket holds it.
