@@ -400,14 +400,27 @@ func (e *engine) prevByNode() ([][]*plan.Worker, [nComp][]bool) {
 		ci := d.ci
 		seen[ci] = make([]bool, d.asked)
 	}
+	// A degraded plan's buffers are numbered with those of its unplaced
+	// train workers, which are unplaced too and keep their indices.
 	nbuf := 0
 	for _, w := range e.prev.Workers.All() {
 		if w.Component == plan.Buffer {
 			nbuf++
 		}
 	}
+	for _, u := range e.prev.Unplaced {
+		if u.Component == plan.Buffer {
+			nbuf++
+		}
+	}
 	e.prevBuffers = slices.Repeat([]int32{-1}, nbuf)
 	e.prevBufferIDs = make([]string, nbuf)
+	for _, u := range e.prev.Unplaced {
+		if u.Component == plan.Buffer && u.Index >= 0 && u.Index < nbuf {
+			e.prevBufferIDs[u.Index] = u.NodeID
+			e.prevBuffers[u.Index] = e.find(u.NodeID)
+		}
+	}
 	for _, w := range e.prev.Workers.All() {
 		ci := w.Component.Rank()
 		at := e.find(w.NodeID)
