@@ -40,7 +40,7 @@ type group struct {
 // keeping a worker in a replan (keepOne: the worker's own GPUs), manual
 // pools (placeOne, and the order placeCounted tries on a scratch copy)
 // all ask it, so that a fresh plan, its replan and its export loaded in
-// manual mode cannot disagree on what fits; room asks the same links for
+// manual mode cannot disagree on what fits; holds asks the same links for
 // how many workers a node holds, now or were it empty (NVLink domains,
 // the scarce-first order, the errors). The links run cheapest and
 // node-wide first, so that a node one of them rules out is passed over
@@ -332,24 +332,39 @@ func (e *engine) linkCheck(n *Node, g group, gpus []int) string {
 	return linkReason(c.GPULink, len(gpus))
 }
 
-// emptyRoom is how many workers of group g ns could hold were it empty
-// of this plan's workers (its usable GPUs, its free CPUs): the room the
-// scarcity order, the avoidance of needed nodes and the binding
-// constraint of an error reason with. layers limits which constraints
-// count (see layer), so that an error can find the one that binds.
-func (e *engine) emptyRoom(ns *nodeState, g group, upTo layer) int {
+// holds is how many workers of group g ns could hold, by the chain's
+// links: with empty, were it empty of this plan's workers (its usable
+// GPUs, its free CPUs): the room the scarcity order, the avoidance of
+// needed nodes and the binding constraint of an error reason with, upTo
+// limiting which constraints count (see layer), so that an error can
+// find the one that binds; else now (what this plan's workers and a
+// buffer's reserve leave of its GPUs, wholly, and of its CPUs), with
+// every constraint: the room NVLink domains are chosen by.
+func (e *engine) holds(ns *nodeState, g group, empty bool, upTo layer) int {
+	if g.i >= len(e.demands[g.c].groups) {
+		return 0
+	}
 	w := e.groupSpec(g)
 	count, frac := gpuCount(w)
 	if count == 0 {
 		return 0
 	}
 	c := e.con(g)
-	if upTo >= layerSelector && c.any() && !c.nodeOK(ns.node) {
+	if upTo >= layerSelector && e.nodeCheck(ns, g, count, false) != "" {
 		return 0
 	}
 	gpus := ns.usable
 	if upTo >= layerModel {
 		gpus, _ = e.allowedGPUs(ns, g, gpus, count)
+	}
+	if !empty {
+		var free []int
+		for _, x := range gpus {
+			if e.fits(ns, g.c, x, 1) {
+				free = append(free, x)
+			}
+		}
+		gpus = free
 	}
 	n := 0
 	switch {
@@ -361,9 +376,23 @@ func (e *engine) emptyRoom(ns *nodeState, g group, upTo layer) int {
 		n = len(gpus) / count
 	}
 	if w.NumCPUs > 0 {
-		n = min(n, int((ns.node.cpusFree()+eps)/w.NumCPUs))
+		left := ns.node.cpusFree()
+		if !empty {
+			// The node's first train worker also pays for its buffer.
+			left = ns.cpuLeft - (e.cpusFor(ns, g.c, w) - w.NumCPUs)
+		}
+		n = min(n, max(0, int((left+eps)/w.NumCPUs)))
 	}
 	return n
+}
+
+// emptyRoom is what ns holds of group g were it empty of this plan's
+// workers.
+func (e *engine) emptyRoom(ns *nodeState, g group, upTo layer) int { return e.holds(ns, g, true, upTo) }
+
+// roomOf is what ns holds of group gi of component ci now.
+func (e *engine) roomOf(ns *nodeState, ci comp, gi int) int {
+	return e.holds(ns, group{ci, gi}, false, layerLink)
 }
 
 // layer is how many of a group's constraints emptyRoom counts, in the
