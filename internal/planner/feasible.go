@@ -338,8 +338,9 @@ func (e *engine) linkCheck(n *Node, g group, gpus []int) string {
 // needed nodes and the binding constraint of an error reason with, upTo
 // limiting which constraints count (see layer), so that an error can
 // find the one that binds; else now (what this plan's workers and a
-// buffer's reserve leave of its GPUs, wholly, and of its CPUs), with
-// every constraint: the room NVLink domains are chosen by.
+// buffer's reserve leave of its GPUs, whole GPUs for a worker of
+// several, and of its CPUs), with every constraint: the room NVLink
+// domains are chosen by.
 func (e *engine) holds(ns *nodeState, g group, empty bool, upTo layer) int {
 	if g.i >= len(e.demands[g.c].groups) {
 		return 0
@@ -357,23 +358,33 @@ func (e *engine) holds(ns *nodeState, g group, empty bool, upTo layer) int {
 	if upTo >= layerModel {
 		gpus, _ = e.allowedGPUs(ns, g, gpus, count)
 	}
-	if !empty {
-		var free []int
-		for _, x := range gpus {
-			if e.fits(ns, g.c, x, 1) {
-				free = append(free, x)
-			}
-		}
-		gpus = free
-	}
 	n := 0
 	switch {
+	case count == 1 && !empty:
+		// What is left of each GPU: fractional workers fill a GPU
+		// another of the component's workers holds part of.
+		for _, x := range gpus {
+			if e.fits(ns, g.c, x, frac) {
+				n += int((1 + eps - ns.share[g.c][x]) / frac)
+			}
+		}
 	case count == 1:
 		n = len(gpus) * int((1+eps)/frac)
-	case upTo >= layerLink && c != nil && (c.GPULink == LinkNUMA || c.GPULink == LinkNVLink):
-		n = linkedSets(ns.node, gpus, count, c.GPULink)
 	default:
-		n = len(gpus) / count
+		if !empty {
+			var free []int
+			for _, x := range gpus {
+				if e.fits(ns, g.c, x, 1) {
+					free = append(free, x)
+				}
+			}
+			gpus = free
+		}
+		if upTo >= layerLink && c != nil && (c.GPULink == LinkNUMA || c.GPULink == LinkNVLink) {
+			n = linkedSets(ns.node, gpus, count, c.GPULink)
+		} else {
+			n = len(gpus) / count
+		}
 	}
 	if w.NumCPUs > 0 {
 		left := ns.node.cpusFree()

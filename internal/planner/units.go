@@ -534,17 +534,26 @@ func (r *nodeRank) meanCost(nodes []int32) float64 {
 
 // chooseStrict picks the NVLink domain strict unit u keeps to, where
 // strictDomain would pick the first with room: of the domains with room
-// for all its workers, the one the needy units after it need least (the
-// first in rank order among equals). A group that holds workers already
-// (a replan) keeps to its domain.
+// for all its workers, one that starves no later unit (a later unit
+// that may not share u's GPUs, left too few GPUs it may use elsewhere
+// once u took its own from the domain), then the one the needy units
+// after it need least (the first in rank order among equals). A group
+// that holds workers already (a replan) keeps to its domain.
 func (e *engine) chooseStrict(u *unit, later []*unit) {
 	key := u.lead()
 	if _, ok := e.strict[key]; ok || e.homeDomain(u.c, u.g) != "" {
 		return
 	}
+	var rivals []*unit // later units that may not share u's GPUs
+	for _, v := range later {
+		if v.gpus > 0 && (v.c == u.c || e.rules.conflict[u.c][v.c]) {
+			rivals = append(rivals, v)
+		}
+	}
 	type domain struct {
 		room int
 		cost float64
+		in   []int // per rival, the GPUs of the domain it may use
 	}
 	by := map[string]*domain{}
 	var ids []string
@@ -557,7 +566,7 @@ func (e *engine) chooseStrict(u *unit, later []*unit) {
 		id := domainOf(ns)
 		d := by[id]
 		if d == nil {
-			d = &domain{}
+			d = &domain{in: make([]int, len(rivals))}
 			by[id] = d
 			ids = append(ids, id)
 		}
@@ -569,12 +578,38 @@ func (e *engine) chooseStrict(u *unit, later []*unit) {
 					d.cost += v.weight
 				}
 			}
+			for i, v := range rivals {
+				if v.mayUse(e, at) {
+					gpus, _ := e.allowedGPUs(ns, v.lead(), ns.usable, workerGPUs(e.groupSpec(v.lead())))
+					d.in[i] += len(gpus)
+				}
+			}
 		}
 	}
-	best := ""
+	uGPUs := u.gpus
+	if uGPUs == 0 {
+		w := e.groupSpec(u.lead())
+		w.WorkerNum = u.workers
+		uGPUs = gpusNeeded([]WorkerGroup{w})
+	}
+	starves := func(d *domain) int {
+		n := 0
+		for i, v := range rivals {
+			if v.room-min(d.in[i], uGPUs) < v.gpus {
+				n++
+			}
+		}
+		return n
+	}
+	best, bestStarves := "", 0
 	for _, id := range ids {
-		if d := by[id]; d.room >= u.workers && (best == "" || d.cost < by[best].cost) {
-			best = id
+		d := by[id]
+		if d.room < u.workers {
+			continue
+		}
+		s := starves(d)
+		if best == "" || s < bestStarves || s == bestStarves && d.cost < by[best].cost {
+			best, bestStarves = id, s
 		}
 	}
 	if best == "" {
