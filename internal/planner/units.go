@@ -537,8 +537,10 @@ func (r *nodeRank) meanCost(nodes []int32) float64 {
 // for all its workers, one that starves no later unit (a later unit
 // that may not share u's GPUs, left too few GPUs it may use elsewhere
 // once u took its own from the domain), then the one the needy units
-// after it need least (the first in rank order among equals). A group
-// that holds workers already (a replan) keeps to its domain.
+// after it need least, then the one with the least room (best fit: a
+// domain with room to spare is left to the units after it), the first in
+// rank order among equals. A group that holds workers already (a
+// replan) keeps to its domain.
 func (e *engine) chooseStrict(u *unit, later []*unit) {
 	key := u.lead()
 	if _, ok := e.strict[key]; ok || e.homeDomain(u.c, u.g) != "" {
@@ -608,7 +610,7 @@ func (e *engine) chooseStrict(u *unit, later []*unit) {
 			continue
 		}
 		s := starves(d)
-		if best == "" || s < bestStarves || s == bestStarves && d.cost < by[best].cost {
+		if b := by[best]; best == "" || s < bestStarves || s == bestStarves && (d.cost < b.cost || d.cost == b.cost && d.room < b.room) {
 			best, bestStarves = id, s
 		}
 	}
