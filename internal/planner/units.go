@@ -555,7 +555,10 @@ func (e *engine) chooseStrict(u *unit, later []*unit) {
 	type domain struct {
 		room int
 		cost float64
-		in   []int // per rival, the GPUs of the domain it may use
+		// gpus are the domain's GPUs u may take now; in, per rival, those
+		// of them the rival may use.
+		gpus int
+		in   []int
 	}
 	by := map[string]*domain{}
 	var ids []string
@@ -580,10 +583,18 @@ func (e *engine) chooseStrict(u *unit, later []*unit) {
 					d.cost += v.weight
 				}
 			}
+			mine, _ := e.allowedGPUs(ns, key, ns.usable, workerGPUs(e.groupSpec(key)))
+			free := 0
+			for _, x := range mine {
+				if e.fits(ns, u.c, x, sliver) {
+					free++
+				}
+			}
+			d.gpus += free
 			for i, v := range rivals {
 				if v.mayUse(e, at) {
-					gpus, _ := e.allowedGPUs(ns, v.lead(), ns.usable, workerGPUs(e.groupSpec(v.lead())))
-					d.in[i] += len(gpus)
+					theirs, _ := e.allowedGPUs(ns, v.lead(), ns.usable, workerGPUs(e.groupSpec(v.lead())))
+					d.in[i] += min(free, len(theirs))
 				}
 			}
 		}
@@ -594,10 +605,13 @@ func (e *engine) chooseStrict(u *unit, later []*unit) {
 		w.WorkerNum = u.workers
 		uGPUs = gpusNeeded([]WorkerGroup{w})
 	}
+	// u takes its GPUs first where the rival may not go: the rival loses
+	// only what u must take of its own.
 	starves := func(d *domain) int {
 		n := 0
 		for i, v := range rivals {
-			if v.room-min(d.in[i], uGPUs) < v.gpus {
+			lost := min(d.in[i], max(0, uGPUs-(d.gpus-d.in[i])))
+			if v.room-lost < v.gpus {
 				n++
 			}
 		}
