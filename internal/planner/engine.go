@@ -458,8 +458,7 @@ func (e *engine) spend(ns *nodeState, gpus []int) bool {
 // noting why (filterAt).
 func (e *engine) barred(at int32, d *demand, gpus []int) bool {
 	p := newProbe(e.table[at], group{d.ci, d.gi}, gpus)
-	_, _, r := e.feasible(&p)
-	if r.link == chainNode || r.link == chainModel {
+	if r := e.nodeWide(&p, workerGPUs(d.group())); !r.ok() {
 		e.filterAt(at, d.ci, r.reason)
 		return true
 	}

@@ -119,18 +119,8 @@ func (e *engine) feasible(p *probe) (held []int, cpus float64, r refusal) {
 	if p.kept {
 		return e.feasibleKept(p, w, count, frac)
 	}
-	if !p.gated {
-		p.gated = true
-		if why := e.nodeCheck(ns, g, count, true); why != "" {
-			p.why = refusal{link: chainNode, reason: why, gpu: -1}
-		} else if out, ok := e.allowedGPUs(ns, g, p.offer, count); ok {
-			p.gpus = out
-		} else {
-			p.why = refusal{link: chainModel, reason: e.memo(g).gpuWhy, gpu: -1}
-		}
-	}
-	if !p.why.ok() {
-		return nil, 0, p.why
+	if r := e.nodeWide(p, count); !r.ok() {
+		return nil, 0, r
 	}
 	cpus = e.cpusFor(ns, g.c, w)
 	if cpus > ns.cpuLeft+eps {
@@ -162,6 +152,23 @@ func (e *engine) feasible(p *probe) (held []int, cpus float64, r refusal) {
 	}
 	p.compromise = compromise
 	return held, cpus, refusal{}
+}
+
+// nodeWide runs the chain's node-wide links (1 and 2) for the probe's
+// group, once per probe: whether the node may serve the group at all,
+// and which of the offered GPUs it may use (p.gpus).
+func (e *engine) nodeWide(p *probe, count int) refusal {
+	if !p.gated {
+		p.gated = true
+		if why := e.nodeCheck(p.ns, p.g, count, true); why != "" {
+			p.why = refusal{link: chainNode, reason: why, gpu: -1}
+		} else if out, ok := e.allowedGPUs(p.ns, p.g, p.offer, count); ok {
+			p.gpus = out
+		} else {
+			p.why = refusal{link: chainModel, reason: e.memo(p.g).gpuWhy, gpu: -1}
+		}
+	}
+	return p.why
 }
 
 // feasibleKept is feasible for a kept worker on its own GPUs (the
