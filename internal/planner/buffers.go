@@ -29,7 +29,7 @@ func (e *engine) placeBuffers() (map[string][]int, int) {
 	if e.fast {
 		s2t = maps.Clone(e.prev.StorageToTrainWorkers)
 		for k := range s2t {
-			if i, err := strconv.Atoi(k); err != nil || i >= b {
+			if i, err := strconv.Atoi(k); err != nil || i >= b || nodes[i] < 0 {
 				delete(s2t, k)
 			}
 		}
@@ -40,7 +40,13 @@ func (e *engine) placeBuffers() (map[string][]int, int) {
 	if e.fast {
 		prevB = e.prev.Workers.Len() - e.slots
 	}
+	hosts := 0
 	for k, at := range nodes {
+		if at < 0 {
+			e.unseatBuffer(k)
+			continue
+		}
+		hosts++
 		same := k < len(e.prevBuffers) && e.prevBuffers[k] == at
 		if same && e.fast && e.table[at].owner != e.token {
 			continue // neither the node nor its buffer changed
@@ -63,18 +69,50 @@ func (e *engine) placeBuffers() (map[string][]int, int) {
 		s2t[strconv.Itoa(k)] = e.trainOn(e.table[at])
 	}
 	bf := e.spec.Scheduling.Buffer
-	if !bf.Auto && bf.WorkerNum != b {
+	if !bf.Auto && bf.WorkerNum != hosts {
 		e.warnings = append(e.warnings, fmt.Sprintf(
 			"scheduling.buffer.worker_num %d overridden: one buffer worker per node hosting train workers, %d in all",
-			bf.WorkerNum, b))
+			bf.WorkerNum, hosts))
 	}
 	e.buffers = nodes
 	return s2t, moved
 }
 
+// unseatBuffer leaves buffer k of a degraded plan unplaced: the train
+// workers it served are unplaced (their node left, or cannot hold them
+// now); it keeps its index, so that it goes back with them and no other
+// buffer moves meanwhile.
+func (e *engine) unseatBuffer(k int) {
+	from := ""
+	if k < len(e.prevBufferIDs) {
+		from = e.prevBufferIDs[k]
+	}
+	if from == "" && e.prev != nil {
+		if w := e.prev.Workers.Find(plan.Buffer, k); w != nil {
+			from = w.NodeID
+		}
+	}
+	why, where := WhyBuffer, ""
+	if k < len(e.prevBuffers) && e.prevBuffers[k] < 0 {
+		why, where = WhyNodeLeft, from
+	}
+	d := Displaced{Component: plan.Buffer, Index: k, NodeID: from, Why: why, Where: where}
+	e.displaced = append(e.displaced, d)
+	e.unseated[e.slots+k] = d
+}
+
+// degradedRun reports whether the run is making a degraded plan: it may
+// (degrade), and workers it had to place again are left without a place.
+func (e *engine) degradedRun() bool { return e.degrade && len(e.unseated) > 0 }
+
 // bufferIndex numbers the nodes hosting train: kept indices first, then
 // the nodes that need one, by their first train worker, in the lowest
-// free indices. It returns the node of each index.
+// free indices. It returns the node of each index. A valid plan numbers
+// its buffers densely, so an index past the count moves to a free one;
+// a degraded plan keeps every buffer whose node still hosts train at its
+// index and leaves those of nodes that left unplaced (-1) where no node
+// new to train takes them: a node that blinks moves no other buffer, and
+// its own returns to it.
 func (e *engine) bufferIndex() []int32 {
 	hosts := make(map[int32]bool, len(e.prevBuffers)+len(e.trainNodes))
 	for _, at := range e.prevBuffers {
@@ -88,6 +126,10 @@ func (e *engine) bufferIndex() []int32 {
 		}
 	}
 	b := len(hosts)
+	degraded := e.degradedRun()
+	if degraded {
+		b = max(b, len(e.prevBuffers))
+	}
 	nodes := make([]int32, b)
 	taken := make([]bool, b)
 	index := make(map[int32]int, b)
@@ -111,6 +153,11 @@ func (e *engine) bufferIndex() []int32 {
 			next++
 		}
 		index[at], nodes[next], taken[next] = next, at, true
+	}
+	for k := range nodes {
+		if !taken[k] {
+			nodes[k] = -1 // degraded: unplaced with its train workers
+		}
 	}
 	return nodes
 }

@@ -124,10 +124,14 @@ func degraded(e *engine, prev *Plan, spec *Spec, nodes []Node, afresh *Outcome) 
 // isUnseated reports whether displaced worker d is still to place.
 func (e *engine) isUnseated(d Displaced) bool {
 	ci := d.Component.Rank()
-	if e.unseated == nil || ci < 0 || ci >= nComp {
+	if e.unseated == nil || ci < 0 || ci > nComp {
 		return false
 	}
-	_, ok := e.unseated[e.base[ci]+d.Index]
+	slot := e.slots + d.Index // a buffer's (unseatBuffer)
+	if ci < nComp {
+		slot = e.base[ci] + d.Index
+	}
+	_, ok := e.unseated[slot]
 	return ok
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -77,12 +78,6 @@ func TestDegradedNodeFlap(t *testing.T) {
 		for _, readBack := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s json %v", gone, readBack), func(t *testing.T) {
 				on := workersOn(first["default"].Plan, gone) // buffers too
-				ran := 0
-				for k := range on {
-					if k.comp != plan.Buffer {
-						ran++
-					}
-				}
 				if len(on) == 0 {
 					t.Skipf("default has no worker on %s", gone)
 				}
@@ -100,11 +95,11 @@ func TestDegradedNodeFlap(t *testing.T) {
 				if !SamePlacement(first["exp"].Plan, out["exp"].Plan) {
 					t.Errorf("exp changed")
 				}
-				// Every worker elsewhere kept; the node's listed, where they ran.
+				// Every worker elsewhere kept, buffers at their indices; the
+				// node's listed, where they ran, its buffer too.
 				for _, w := range first["default"].Plan.Workers.All() {
 					now := d.Workers.Find(w.Component, w.Index)
 					switch {
-					case w.Component == plan.Buffer:
 					case w.NodeID != gone && (now == nil || !samePlace(w, now)):
 						t.Fatalf("%s %d moved from %s", w.Component, w.Index, w.NodeID)
 					case w.NodeID == gone:
@@ -115,7 +110,7 @@ func TestDegradedNodeFlap(t *testing.T) {
 						}
 					}
 				}
-				if len(d.Unplaced) != ran || d.Moved != 0 || len(out["default"].Change.Unplaced) != ran {
+				if len(d.Unplaced) != len(on) || d.Moved != 0 || len(out["default"].Change.Unplaced) != len(on) {
 					t.Errorf("%d unplaced, %d were on %s; moved %d; change %s", len(d.Unplaced), len(on), gone, d.Moved, out["default"].Change.Summary())
 				}
 				// Replanned again on the same: the same revision (no news).
@@ -138,9 +133,12 @@ func TestDegradedNodeFlap(t *testing.T) {
 					t.Fatalf("the node is back: valid %v, %d unplaced, moved %d (%d were on it): %s", b.Valid, len(b.Unplaced), b.Moved, len(on), back["default"].Change.Summary())
 				}
 				for _, w := range back["default"].Plan.Workers.All() {
-					if was := first["default"].Plan.Workers.Find(w.Component, w.Index); !slices.Equal(was.GPUUUIDs, w.GPUUUIDs) {
-						t.Fatalf("%s %d back on %v, was on %v", w.Component, w.Index, w.GPUUUIDs, was.GPUUUIDs)
+					if was := first["default"].Plan.Workers.Find(w.Component, w.Index); was == nil || !samePlace(was, w) || !slices.Equal(was.GPUUUIDs, w.GPUUUIDs) {
+						t.Fatalf("%s %d back on %s %v, was on %+v", w.Component, w.Index, w.NodeID, w.GPUUUIDs, was)
 					}
+				}
+				if !maps.EqualFunc(first["default"].Plan.StorageToTrainWorkers, back["default"].Plan.StorageToTrainWorkers, slices.Equal) {
+					t.Fatalf("buffers serve %v, served %v", back["default"].Plan.StorageToTrainWorkers, first["default"].Plan.StorageToTrainWorkers)
 				}
 				if !SamePlacement(first["exp"].Plan, back["exp"].Plan) {
 					t.Errorf("exp changed")
@@ -481,5 +479,70 @@ func TestDegradedUpgraded(t *testing.T) {
 	}
 	if again := replanAll(t, jobs, next, left)["default"].Plan; !SamePlacement(got, again) {
 		t.Fatalf("not put after the upgrade: %+v then %+v", got.Status, again.Status)
+	}
+}
+
+// TestBufferFlap: on four nodes each hosting train, each with its buffer,
+// one node leaves and comes back. The degraded plan keeps every other
+// buffer at its index on its node and lists the node's own unplaced,
+// where it ran; once the node is back, every buffer is where it was and
+// serves the train workers it served (numbered densely, buffers would
+// shift down while the node was gone and back up after: two moves for
+// one blink). Also when the degraded plan was read back from JSON.
+func TestBufferFlap(t *testing.T) {
+	nodes := uniformNodes(4, 8, 64)
+	spec := mustSpec(t, "scheduling:\n  train: {worker_num: 32, num_cpus: 1, num_gpus: 1}\n  buffer: {worker_num: auto, num_cpus: 1, num_gpus: 0}\n")
+	first, err := Compute(spec, nodes)
+	if err != nil || first.Workers.Len() != 36 {
+		t.Fatalf("setup: %v", err)
+	}
+	for _, gone := range []string{"n1", "n2", "n3", "n4"} {
+		for _, readBack := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s json %v", gone, readBack), func(t *testing.T) {
+				d, ch, err := Replan(first, spec, without(nodes, gone))
+				var degraded *DegradedError
+				if !errors.As(err, &degraded) || d.State != plan.StateDegraded {
+					t.Fatalf("after %s left: state %q: %v", gone, d.State, err)
+				}
+				for _, w := range first.Workers.All() {
+					if w.Component != plan.Buffer {
+						continue
+					}
+					now := d.Workers.Find(plan.Buffer, w.Index)
+					if w.NodeID != gone && (now == nil || !samePlace(w, now)) {
+						t.Fatalf("buffer %d moved from %s to %+v", w.Index, w.NodeID, now)
+					}
+					if u := unplacedOf(d, plan.Buffer, w.Index); w.NodeID == gone && (now != nil || u == nil || u.NodeID != gone || u.Reason != WhyNodeLeft+" "+gone) {
+						t.Fatalf("buffer %d of %s: placed %+v, unplaced %+v", w.Index, gone, now, u)
+					}
+				}
+				if len(ch.Unplaced) != 9 || len(d.Unplaced) != 9 {
+					t.Errorf("unplaced: %s", ch.Summary())
+				}
+				if readBack {
+					b, _ := json.Marshal(d)
+					var p Plan
+					if err := json.Unmarshal(b, &p); err != nil {
+						t.Fatal(err)
+					}
+					d = &p
+				}
+				back, _, err := Replan(d, spec, nodes)
+				if err != nil || !back.Valid || back.Moved != 9 {
+					t.Fatalf("the node is back: valid %v, moved %d: %v", back.Valid, back.Moved, err)
+				}
+				for _, w := range back.Workers.All() {
+					if was := first.Workers.Find(w.Component, w.Index); was == nil || !samePlace(was, w) {
+						t.Errorf("%s %d on %s %v, was on %+v", w.Component, w.Index, w.NodeID, w.GPUs, was)
+					}
+				}
+				if !maps.EqualFunc(first.StorageToTrainWorkers, back.StorageToTrainWorkers, slices.Equal) {
+					t.Errorf("buffers serve %v, served %v", back.StorageToTrainWorkers, first.StorageToTrainWorkers)
+				}
+				for _, e := range checkPlan(spec, nodes, back) {
+					t.Error(e)
+				}
+			})
+		}
 	}
 }

@@ -184,30 +184,3 @@ func (e *engine) strictSpread() string {
 	}
 	return ""
 }
-
-// roomOf is how many workers of group gi of component ci the GPUs of ns
-// could take now, by its constraints.
-func (e *engine) roomOf(ns *nodeState, ci comp, gi int) int {
-	if gi >= len(e.demands[ci].groups) {
-		return 0
-	}
-	g := group{ci, gi}
-	count, frac := gpuCount(e.groupSpec(g))
-	if count == 0 || e.nodeCheck(ns, g, count, false) != "" {
-		return 0
-	}
-	gpus, _ := e.allowedGPUs(ns, g, ns.usable, count)
-	var free []int
-	for _, x := range gpus {
-		if e.fits(ns, ci, x, 1) {
-			free = append(free, x)
-		}
-	}
-	if c := e.con(g); count > 1 && c != nil && (c.GPULink == LinkNVLink || c.GPULink == LinkNUMA) {
-		return linkedSets(ns.node, free, count, c.GPULink)
-	}
-	if count > 1 {
-		return len(free) / count
-	}
-	return len(free) * int((1+eps)/frac)
-}

@@ -386,76 +386,52 @@ func (e *engine) fill(tg target, at int32, d *demand, gpus []int) (int, stopReas
 		return 0, stopTooSmall
 	}
 	ns := e.mut(at)
-	placed, pos := 0, 0
-	all, gi := gpus, -1
+	placed := 0
+	var p probe
 	for !d.done() {
-		g := d.group()
-		if d.gi != gi {
+		if p.ns == nil || d.gi != p.g.i {
 			// Each group may use only the GPUs its constraints allow.
-			var why string
-			gi, pos = d.gi, 0
-			if gpus, why = e.gate(ns, group{d.ci, gi}, all, workerGPUs(g)); why != "" {
-				return placed, stopTooSmall
-			}
+			p = newProbe(ns, group{d.ci, d.gi}, gpus)
 		}
-		cpus := e.cpusFor(ns, d.ci, g)
-		if cpus > ns.cpuLeft+eps {
-			e.filter(ns, d.ci, ReasonCPUsExhausted)
+		held, cpus, r := e.feasible(&p)
+		count, frac := gpuCount(d.group())
+		switch r.link {
+		case chainOK:
+		case chainNode, chainModel:
+			return placed, stopTooSmall
+		case chainCPUs:
+			e.filter(ns, d.ci, r.reason)
 			return placed, stopCPUs
+		case chainTooFew:
+			if count == 1 {
+				return placed, stopGPUs // none allowed here: no news
+			}
+			e.passedOver(ns, d, placed, nil, r.reason)
+			return placed, stopTooSmall
+		default:
+			e.passedOver(ns, d, placed, p.gpus, r.reason)
+			return placed, stopGPUs
 		}
-		count, frac := gpuCount(g)
+		if !e.spend(ns, held) {
+			return placed, stopGPUs
+		}
 		switch {
 		case count == 0:
 			e.record(tg, at, ns, seatOf(d, nil, 0, cpus))
 			d.advance()
 			placed++
 		case count == 1:
-			for pos < len(gpus) && !e.fits(ns, d.ci, gpus[pos], frac) {
-				pos++
-			}
-			if pos == len(gpus) {
-				e.passedOver(ns, d, placed, gpus, ReasonNoFreeGPUs)
-				return placed, stopGPUs
-			}
-			if !e.spend(ns, gpus[pos:pos+1]) {
-				return placed, stopGPUs
-			}
-			placed += e.fillGPU(tg, at, ns, d, gpus[pos:pos+1], frac, cpus)
+			placed += e.fillGPU(tg, at, ns, d, held, frac, cpus)
 		default:
-			if stop := e.fillMulti(tg, at, ns, d, gpus, &pos, placed, count, cpus); stop != stopDone {
-				return placed, stop
+			if p.compromise {
+				e.filter(ns, d.ci, ReasonPreferNVLink)
 			}
+			e.record(tg, at, ns, seatOf(d, held, 1, cpus))
+			d.advance()
 			placed++
 		}
 	}
 	return placed, stopDone
-}
-
-// fillMulti places the next worker of d, needing count > 1 whole GPUs
-// (linked as its group's gpu_link asks), on ns; stopDone when it did,
-// else why not, noted when the node took none of d's workers (placed).
-func (e *engine) fillMulti(tg target, at int32, ns *nodeState, d *demand, gpus []int, pos *int, placed, count int, cpus float64) stopReason {
-	if len(gpus) < count {
-		e.passedOver(ns, d, placed, nil, e.tooFew(ns, group{d.ci, d.gi}, count))
-		return stopTooSmall
-	}
-	held, why, compromise := e.pickLinked(ns, d.ci, d.gi, gpus, pos, count)
-	if held == nil {
-		if why == "" {
-			why = ReasonNoFreeGPUs
-		}
-		e.passedOver(ns, d, placed, gpus, why)
-		return stopGPUs
-	}
-	if !e.spend(ns, held) {
-		return stopGPUs
-	}
-	if compromise {
-		e.filter(ns, d.ci, ReasonPreferNVLink)
-	}
-	e.record(tg, at, ns, seatOf(d, held, 1, cpus))
-	d.advance()
-	return stopDone
 }
 
 // spend takes gpus from the budget of wholly free GPUs a unit may still
@@ -481,12 +457,12 @@ func (e *engine) spend(ns *nodeState, gpus []int) bool {
 // barred reports whether d's current group may not use node at at all,
 // noting why (filterAt).
 func (e *engine) barred(at int32, d *demand, gpus []int) bool {
-	ro := e.table[at]
-	_, why := e.gate(ro, group{d.ci, d.gi}, gpus, workerGPUs(d.group()))
-	if why != "" {
-		e.filterAt(at, d.ci, why)
+	p := newProbe(e.table[at], group{d.ci, d.gi}, gpus)
+	if r := e.nodeWide(&p, workerGPUs(d.group())); !r.ok() {
+		e.filterAt(at, d.ci, r.reason)
+		return true
 	}
-	return why != ""
+	return false
 }
 
 // fillGPU places on one GPU (gpu, a one-element window no one changes)
@@ -584,15 +560,7 @@ func seatOf(d *demand, gpus []int, frac, cpus float64) seat {
 func (e *engine) record(tg target, at int32, ns *nodeState, s seat) {
 	ci, index, gi, g, gpus, uuids, frac, cpus := s.c, s.index, s.gi, s.g, s.gpus, s.uuids, s.frac, s.cpus
 	joined := tg.pool != nil && tg.entry == nil && !e.member(ns, tg.pool.auto)
-	for _, x := range gpus {
-		if ns.wholly(x) {
-			ns.free--
-		}
-		ns.share[ci][x] += frac
-	}
-	ns.cpuLeft -= cpus
-	ns.count[ci]++
-	ns.gcount[ci][gi]++
+	ns.hold(ci, gi, gpus, frac, cpus)
 	if tg.entry != nil {
 		tg.entry.placed[ci][gi]++
 	}

@@ -35,25 +35,167 @@ type group struct {
 }
 
 // The feasibility chain answers one question for every part of the
-// engine: may group g use this node, and which of its GPUs. Fresh
-// placement (fill: gate, fits, cpusFor, pickLinked), keeping a worker in
-// a replan (keepOne: keepAllowed, keepGPU's fits, cpusFor), manual pools
-// (placeOne), the room NVLink domains, the scarce-first order and the
-// errors reason with (roomOf, emptyRoom), and so Validate and the
-// several-plans allocator (PlanAll), which run the engine, all ask it
-// here. Each link returns "" or why not (a Reason constant or a
-// constraint's own reason), recorded by the caller (why.go); the links
-// run cheapest and node-wide first, so that a node one of them rules out
-// is passed over whole:
+// engine: may one more worker of group g go on this node, and on which
+// of its GPUs. feasible is its one entry point: fresh placement (fill),
+// keeping a worker in a replan (keepOne: the worker's own GPUs), manual
+// pools (placeOne, and the order placeCounted tries on a scratch copy)
+// all ask it, so that a fresh plan, its replan and its export loaded in
+// manual mode cannot disagree on what fits; holds asks the same links for
+// how many workers a node holds, now or were it empty (NVLink domains,
+// the scarce-first order, the errors). The links run cheapest and
+// node-wide first, so that a node one of them rules out is passed over
+// whole:
 //
 //  1. nodeCheck: the node's facts (labels; with strict, its NVLink
 //     domain) allow the group at all;
 //  2. allowedGPUs: which GPUs its gpu_model and min_gpu_memory_gb allow,
 //     none being a reason of its own;
-//  3. fits: what the other workers (and a buffer's reserve) leave of
+//  3. cpusFor: the CPUs one more worker costs there;
+//  4. fits: what the other workers (and a buffer's reserve) leave of
 //     one GPU;
-//  4. cpusFor: the CPUs one more worker costs there;
-//  5. linkCheck / pickLinked: how a multi-GPU worker's GPUs are linked.
+//  5. pickLinked / linkCheck: how a multi-GPU worker's GPUs are linked.
+//
+// A refusal says which link refused (typed, for the caller to act on)
+// and the reason the caller records (why.go).
+
+// chainLink is the link of the feasibility chain that refused a worker.
+type chainLink uint8
+
+const (
+	chainOK     chainLink = iota
+	chainNode             // 1: the node's facts rule the group out
+	chainModel            // 2: no GPU of the node is of a model and memory allowed
+	chainCPUs             // 3: too few CPUs left
+	chainTooFew           // fewer allowed GPUs than a worker takes
+	chainShare            // 4: no allowed GPU (or not enough) has room left
+	chainLinked           // 5: no GPUs free linked as gpu_link asks
+)
+
+// refusal is why the chain turned a worker away: the link, the reason
+// recorded, and for a kept worker the GPU at fault (-1: none).
+type refusal struct {
+	link   chainLink
+	reason string
+	gpu    int
+}
+
+// ok reports whether the chain let the worker through.
+func (r refusal) ok() bool { return r.link == chainOK }
+
+// probe is one asking of the chain for workers of group g on node ns,
+// among offer (the node's usable GPUs, or a manual pool's there), asked
+// again for each next worker a caller places there: it remembers what
+// the node-wide links answered and how far picking went. kept asks for
+// a kept worker instead: offer is its GPUs, which must all pass.
+type probe struct {
+	ns    *nodeState
+	g     group
+	offer []int
+	kept  bool
+	// gated: the node-wide links ran; gpus are then the offered GPUs the
+	// group's constraints allow, why their refusal.
+	gated bool
+	gpus  []int
+	why   refusal
+	pos   int
+	// compromise: the last worker's prefer-nvlink settled for less.
+	compromise bool
+}
+
+// newProbe asks the chain about group g's workers on ns among offer.
+func newProbe(ns *nodeState, g group, offer []int) probe {
+	return probe{ns: ns, g: g, offer: offer}
+}
+
+// feasible is the chain's entry point: whether the next worker of the
+// probe's group may go on its node, on which GPUs (nil for a worker
+// without GPUs; a window of the offer no one changes, or a list of its
+// own) and at what CPUs; else the refusal. It writes nothing but the
+// probe.
+func (e *engine) feasible(p *probe) (held []int, cpus float64, r refusal) {
+	ns, g := p.ns, p.g
+	w := e.groupSpec(g)
+	count, frac := gpuCount(w)
+	if p.kept {
+		return e.feasibleKept(p, w, count, frac)
+	}
+	if r := e.nodeWide(p, count); !r.ok() {
+		return nil, 0, r
+	}
+	cpus = e.cpusFor(ns, g.c, w)
+	if cpus > ns.cpuLeft+eps {
+		return nil, cpus, refusal{link: chainCPUs, reason: ReasonCPUsExhausted, gpu: -1}
+	}
+	p.compromise = false
+	switch {
+	case count == 0:
+		return nil, cpus, refusal{}
+	case len(p.gpus) < count:
+		return nil, cpus, refusal{link: chainTooFew, reason: e.tooFew(ns, g, count), gpu: -1}
+	case count == 1:
+		// A fractional worker's GPU takes the next ones while they fit:
+		// picking stays on it.
+		for p.pos < len(p.gpus) && !e.fits(ns, g.c, p.gpus[p.pos], frac) {
+			p.pos++
+		}
+		if p.pos == len(p.gpus) {
+			return nil, cpus, refusal{link: chainShare, reason: ReasonNoFreeGPUs, gpu: -1}
+		}
+		return p.gpus[p.pos : p.pos+1 : p.pos+1], cpus, refusal{}
+	}
+	held, why, compromise := e.pickLinked(ns, g.c, g.i, p.gpus, &p.pos, count)
+	switch {
+	case held == nil && why != "":
+		return nil, cpus, refusal{link: chainLinked, reason: why, gpu: -1}
+	case held == nil:
+		return nil, cpus, refusal{link: chainShare, reason: ReasonNoFreeGPUs, gpu: -1}
+	}
+	p.compromise = compromise
+	return held, cpus, refusal{}
+}
+
+// nodeWide runs the chain's node-wide links (1 and 2) for the probe's
+// group, once per probe: whether the node may serve the group at all,
+// and which of the offered GPUs it may use (p.gpus).
+func (e *engine) nodeWide(p *probe, count int) refusal {
+	if !p.gated {
+		p.gated = true
+		if why := e.nodeCheck(p.ns, p.g, count, true); why != "" {
+			p.why = refusal{link: chainNode, reason: why, gpu: -1}
+		} else if out, ok := e.allowedGPUs(p.ns, p.g, p.offer, count); ok {
+			p.gpus = out
+		} else {
+			p.why = refusal{link: chainModel, reason: e.memo(p.g).gpuWhy, gpu: -1}
+		}
+	}
+	return p.why
+}
+
+// feasibleKept is feasible for a kept worker on its own GPUs (the
+// probe's offer): the links a new worker meets, bar the strict domain
+// (checked over the whole plan: strictSpread), on exactly those GPUs.
+func (e *engine) feasibleKept(p *probe, w WorkerGroup, count int, frac float64) ([]int, float64, refusal) {
+	ns, g, gpus := p.ns, p.g, p.offer
+	if why := e.nodeCheck(ns, g, len(gpus), false); why != "" {
+		return nil, 0, refusal{link: chainNode, reason: why, gpu: -1}
+	}
+	if allowed, ok := e.allowedGPUs(ns, g, gpus, len(gpus)); !ok || len(allowed) != len(gpus) {
+		return nil, 0, refusal{link: chainModel, reason: e.memo(g).gpuWhy, gpu: -1}
+	}
+	for _, x := range gpus {
+		if !e.fits(ns, g.c, x, frac) {
+			return nil, 0, refusal{link: chainShare, reason: ReasonNoFreeGPUs, gpu: x}
+		}
+	}
+	cpus := e.cpusFor(ns, g.c, w)
+	if cpus > ns.cpuLeft+eps {
+		return nil, cpus, refusal{link: chainCPUs, reason: ReasonCPUsExhausted, gpu: -1}
+	}
+	if why := e.linkCheck(ns.node, g, gpus); why != "" {
+		return nil, cpus, refusal{link: chainLinked, reason: why, gpu: -1}
+	}
+	return gpus, cpus, refusal{}
+}
 
 // con is group g's constraints (nil: none).
 func (e *engine) con(g group) *Constraints { return e.cons[g.c][g.i] }
@@ -158,7 +300,7 @@ func (m *groupMemo) match(c *Constraints, model string) bool {
 	return ok
 }
 
-// fits is the third link, the check of one GPU: component ci may take frac
+// fits is the fourth link, the check of one GPU: component ci may take frac
 // more of GPU g of ns. Its own share must leave room, no component it may
 // not share with may hold the GPU, and a GPU reserved for a buffer counts
 // as train's.
@@ -177,20 +319,7 @@ func (e *engine) fits(ns *nodeState, ci comp, g int, frac float64) bool {
 	return true
 }
 
-// gate is what fill and keepOne ask of a node first: the first two links
-// for group g, for a worker of count GPUs among gpus. A reason is set
-// when the node cannot serve the group at all.
-func (e *engine) gate(ns *nodeState, g group, gpus []int, count int) ([]int, string) {
-	if why := e.nodeCheck(ns, g, count, true); why != "" {
-		return nil, why
-	}
-	if out, ok := e.allowedGPUs(ns, g, gpus, count); ok {
-		return out, ""
-	}
-	return nil, e.memo(g).gpuWhy
-}
-
-// cpusFor is the fourth link's price: the CPUs the next worker of
+// cpusFor is the third link's price: the CPUs the next worker of
 // component c costs on ns. A node's first train worker also reserves its
 // buffer worker's CPUs (the one place that rule is written).
 func (e *engine) cpusFor(ns *nodeState, c comp, g WorkerGroup) float64 {
@@ -201,7 +330,7 @@ func (e *engine) cpusFor(ns *nodeState, c comp, g WorkerGroup) float64 {
 }
 
 // linkCheck is the fifth link for a worker already holding gpus (a kept
-// worker): they are linked as its group's gpu_link asks.
+// worker; pickLinked links a new one): they are linked as its group's gpu_link asks.
 func (e *engine) linkCheck(n *Node, g group, gpus []int) string {
 	c := e.con(g)
 	if c == nil || len(gpus) < 2 || linked(n, gpus, c.GPULink) {
@@ -210,19 +339,26 @@ func (e *engine) linkCheck(n *Node, g group, gpus []int) string {
 	return linkReason(c.GPULink, len(gpus))
 }
 
-// emptyRoom is how many workers of group g ns could hold were it empty
-// of this plan's workers (its usable GPUs, its free CPUs): the room the
-// scarcity order, the avoidance of needed nodes and the binding
-// constraint of an error reason with. layers limits which constraints
-// count (see layer), so that an error can find the one that binds.
-func (e *engine) emptyRoom(ns *nodeState, g group, upTo layer) int {
+// holds is how many workers of group g ns could hold, by the chain's
+// links: with empty, were it empty of this plan's workers (its usable
+// GPUs, its free CPUs): the room the scarcity order, the avoidance of
+// needed nodes and the binding constraint of an error reason with, upTo
+// limiting which constraints count (see layer), so that an error can
+// find the one that binds; else now (what this plan's workers and a
+// buffer's reserve leave of its GPUs, whole GPUs for a worker of
+// several, and of its CPUs), with every constraint: the room NVLink
+// domains are chosen by.
+func (e *engine) holds(ns *nodeState, g group, empty bool, upTo layer) int {
+	if g.i >= len(e.demands[g.c].groups) {
+		return 0
+	}
 	w := e.groupSpec(g)
 	count, frac := gpuCount(w)
 	if count == 0 {
 		return 0
 	}
 	c := e.con(g)
-	if upTo >= layerSelector && c.any() && !c.nodeOK(ns.node) {
+	if upTo >= layerSelector && e.nodeCheck(ns, g, count, false) != "" {
 		return 0
 	}
 	gpus := ns.usable
@@ -231,17 +367,50 @@ func (e *engine) emptyRoom(ns *nodeState, g group, upTo layer) int {
 	}
 	n := 0
 	switch {
+	case count == 1 && !empty:
+		// What is left of each GPU: fractional workers fill a GPU
+		// another of the component's workers holds part of.
+		for _, x := range gpus {
+			if e.fits(ns, g.c, x, frac) {
+				n += int((1 + eps - ns.share[g.c][x]) / frac)
+			}
+		}
 	case count == 1:
 		n = len(gpus) * int((1+eps)/frac)
-	case upTo >= layerLink && c != nil && (c.GPULink == LinkNUMA || c.GPULink == LinkNVLink):
-		n = linkedSets(ns.node, gpus, count, c.GPULink)
 	default:
-		n = len(gpus) / count
+		if !empty {
+			var free []int
+			for _, x := range gpus {
+				if e.fits(ns, g.c, x, 1) {
+					free = append(free, x)
+				}
+			}
+			gpus = free
+		}
+		if upTo >= layerLink && c != nil && (c.GPULink == LinkNUMA || c.GPULink == LinkNVLink) {
+			n = linkedSets(ns.node, gpus, count, c.GPULink)
+		} else {
+			n = len(gpus) / count
+		}
 	}
 	if w.NumCPUs > 0 {
-		n = min(n, int((ns.node.cpusFree()+eps)/w.NumCPUs))
+		left := ns.node.cpusFree()
+		if !empty {
+			// The node's first train worker also pays for its buffer.
+			left = ns.cpuLeft - (e.cpusFor(ns, g.c, w) - w.NumCPUs)
+		}
+		n = min(n, max(0, int((left+eps)/w.NumCPUs)))
 	}
 	return n
+}
+
+// emptyRoom is what ns holds of group g were it empty of this plan's
+// workers.
+func (e *engine) emptyRoom(ns *nodeState, g group, upTo layer) int { return e.holds(ns, g, true, upTo) }
+
+// roomOf is what ns holds of group gi of component ci now.
+func (e *engine) roomOf(ns *nodeState, ci comp, gi int) int {
+	return e.holds(ns, group{ci, gi}, false, layerLink)
 }
 
 // layer is how many of a group's constraints emptyRoom counts, in the

@@ -2,12 +2,13 @@ package planner
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
-// TestFeasibilityChain: one chain answers whether a group may use a node
-// and which GPUs, with the reason when not, for a fresh placement (gate)
-// and for a kept worker (keepAllowed) alike.
+// TestFeasibilityChain: one entry point answers whether a group may use
+// a node and which GPUs, with the reason when not, for a fresh placement
+// and for a kept worker alike.
 func TestFeasibilityChain(t *testing.T) {
 	zoneA := map[string]string{"zone": "a"}
 	mixed := modelNode("m", 8, zoneA, l40s, h100) // GPUs 0-3 L40S, 4-7 H100
@@ -16,37 +17,50 @@ func TestFeasibilityChain(t *testing.T) {
 		name  string
 		node  Node
 		group string
-		gpus  string // the GPUs gate allows
+		gpus  string // the GPUs the node-wide links allow
+		held  string // the first worker's
+		link  chainLink
 		why   string
 	}{
-		{name: "no constraints", node: mixed, group: "num_gpus: 1", gpus: "[0 1 2 3 4 5 6 7]"},
-		{name: "selector", node: mixed, group: "num_gpus: 1, node_selector: {zone: b}", why: "node_selector zone=b does not match the node's labels"},
-		{name: "model, in part", node: mixed, group: "num_gpus: 1, gpu_model: H100", gpus: "[4 5 6 7]"},
-		{name: "model, none", node: mixed, group: "num_gpus: 1, gpu_model: B200", why: "gpu_model [B200] matches no healthy GPU"},
-		{name: "memory", node: mixed, group: "num_gpus: 1, min_gpu_memory_gb: 80", gpus: "[4 5 6 7]"},
-		{name: "link is the packer's", node: pcie, group: "num_gpus: 2, gpu_link: nvlink", gpus: "[0 1 2 3]"},
+		{name: "no constraints", node: mixed, group: "num_gpus: 1", gpus: "[0 1 2 3 4 5 6 7]", held: "[0]"},
+		{name: "selector", node: mixed, group: "num_gpus: 1, node_selector: {zone: b}", link: chainNode, why: "node_selector zone=b does not match the node's labels"},
+		{name: "model, in part", node: mixed, group: "num_gpus: 1, gpu_model: H100", gpus: "[4 5 6 7]", held: "[4]"},
+		{name: "model, none", node: mixed, group: "num_gpus: 1, gpu_model: B200", link: chainModel, why: "gpu_model [B200] matches no healthy GPU"},
+		{name: "memory", node: mixed, group: "num_gpus: 1, min_gpu_memory_gb: 80", gpus: "[4 5 6 7]", held: "[4]"},
+		{name: "link", node: pcie, group: "num_gpus: 2, gpu_link: nvlink", gpus: "[0 1 2 3]", link: chainLinked, why: linkReason(LinkNVLink, 2)},
+		{name: "numa", node: pcie, group: "num_gpus: 2, gpu_link: numa", gpus: "[0 1 2 3]", held: "[0 2]"},
+		{name: "cpus", node: mixed, group: "num_gpus: 1, num_cpus: 65", gpus: "[0 1 2 3 4 5 6 7]", link: chainCPUs, why: ReasonCPUsExhausted},
+		{name: "too few", node: mixed, group: "num_gpus: 8, gpu_model: H100", gpus: "[4 5 6 7]", link: chainTooFew, why: TooFewGPUs(8)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			spec := mustSpec(t, fmt.Sprintf("scheduling: {eval: {worker_num: 1, num_cpus: 1, %s}}\n", c.group))
-			e := newEngine(spec, Options{})
+			y := fmt.Sprintf("scheduling: {eval: {worker_num: 1, num_cpus: 1, %s}}\n", c.group)
+			if strings.Contains(c.group, "num_cpus") {
+				y = fmt.Sprintf("scheduling: {eval: {worker_num: 1, %s}}\n", c.group)
+			}
+			e := newEngine(mustSpec(t, y), Options{})
 			e.loadAll([]Node{c.node}, []int{0})
 			ns, g := e.table[0], group{compEval, 0}
+			p := newProbe(ns, g, ns.usable)
+			held, _, r := e.feasible(&p)
+			if r.link != c.link || r.reason != c.why || c.gpus != "" && fmt.Sprint(p.gpus) != c.gpus || c.held != "" && fmt.Sprint(held) != c.held {
+				t.Fatalf("feasible: GPUs %v, held %v, refusal %+v; want %s, %s, %d %q", p.gpus, held, r, c.gpus, c.held, c.link, c.why)
+			}
+			// A worker kept where a new one would go passes the same
+			// links; one kept where a new one may not go fails them.
 			count := workerGPUs(e.groupSpec(g))
-			gpus, why := e.gate(ns, g, ns.usable, count)
-			if why != c.why || c.why == "" && fmt.Sprint(gpus) != c.gpus {
-				t.Fatalf("gate: GPUs %v, why %q; want %s, %q", gpus, why, c.gpus, c.why)
+			kept := held
+			if kept == nil {
+				kept = ns.usable[:count]
 			}
-			// A worker kept on the first allowed GPUs passes the same links.
-			if c.why == "" && !e.keepAllowed(ns, g, gpus[:count]) && e.con(g).GPULink == "" {
-				t.Errorf("keepAllowed refuses GPUs %v that gate allows", gpus[:count])
-			}
-			if c.why != "" && e.keepAllowed(ns, g, ns.usable[:count]) {
-				t.Errorf("keepAllowed accepts what gate refuses (%s)", c.why)
+			k := probe{ns: ns, g: g, offer: kept, kept: true}
+			_, _, kr := e.feasible(&k)
+			if r.ok() != kr.ok() && r.link != chainTooFew && r.link != chainLinked {
+				t.Errorf("kept on %v: %+v, a new worker: %+v", kept, kr, r)
 			}
 		})
 	}
-	// gpu_link: the GPUs gate allows are the packer's to link; a kept
+	// gpu_link: the GPUs the node-wide links allow are the packer's to link; a kept
 	// worker on unlinked GPUs is refused with the link's reason.
 	spec := mustSpec(t, "scheduling: {eval: {worker_num: 1, num_cpus: 1, num_gpus: 2, gpu_link: numa}}\n")
 	e := newEngine(spec, Options{})

@@ -254,7 +254,7 @@ func (e *engine) keepOne(at int32, w *plan.Worker) (why, where, by string) {
 		return WhyPool, n.ID, ""
 	}
 	for i, x := range w.GPUs {
-		if why := e.keepGPU(ns, tg, ci, w, i, frac); why != "" {
+		if why := e.keepGPU(ns, tg, ci, w, i); why != "" {
 			if why == WhyPreempted {
 				by = n.holder(x)
 				why += by
@@ -262,12 +262,16 @@ func (e *engine) keepOne(at int32, w *plan.Worker) (why, where, by string) {
 			return why, fmt.Sprintf("%s:%d", n.ID, x), by
 		}
 	}
-	if !e.keepAllowed(ns, group{ci, gi}, w.GPUs) {
-		return WhyConstraint, n.ID, ""
-	}
-	cpus := e.cpusFor(ns, ci, g)
-	if cpus > ns.cpuLeft+eps {
+	p := probe{ns: ns, g: group{ci, gi}, offer: w.GPUs, kept: true}
+	_, cpus, r := e.feasible(&p)
+	switch r.link {
+	case chainOK:
+	case chainShare:
+		return WhyConflict, fmt.Sprintf("%s:%d", n.ID, r.gpu), ""
+	case chainCPUs:
 		return WhyCPUs, n.ID, ""
+	default:
+		return WhyConstraint, n.ID, ""
 	}
 	if en := tg.entry; en != nil && en.counts[ci] != nil && en.placed[ci][gi] >= en.counts[ci][gi] {
 		return WhyPool, n.ID, "" // the pool's worker_counts are full here
@@ -280,25 +284,11 @@ func (e *engine) keepOne(at int32, w *plan.Worker) (why, where, by string) {
 	return "", "", ""
 }
 
-// keepAllowed reports whether group g's constraints allow a kept
-// worker's place: the chain's links that look at the node's facts (its
-// labels, its GPUs' models and memory, how they are linked), as a new
-// worker meets them. A strict group's domain is checked over the whole
-// plan instead (strictSpread).
-func (e *engine) keepAllowed(ns *nodeState, g group, gpus []int) bool {
-	if e.nodeCheck(ns, g, len(gpus), false) != "" {
-		return false
-	}
-	if allowed, ok := e.allowedGPUs(ns, g, gpus, len(gpus)); !ok || len(allowed) != len(gpus) {
-		return false
-	}
-	return e.linkCheck(ns.node, g, gpus) == ""
-}
-
 // keepGPU checks the i-th GPU of w on ns: it exists, is healthy, is the
-// same GPU (by UUID), lies in the pool's allocation, and fits.
+// same GPU (by UUID) and lies in the pool's allocation; whether the
+// worker still fits there is the chain's to say (feasible).
 // WhyPreempted: another plan holds it (keepOne names which).
-func (e *engine) keepGPU(ns *nodeState, tg target, ci comp, w *plan.Worker, i int, frac float64) string {
+func (e *engine) keepGPU(ns *nodeState, tg target, ci comp, w *plan.Worker, i int) string {
 	x, n := w.GPUs[i], ns.node
 	switch {
 	case x < 0 || x >= n.GPUs:
@@ -315,8 +305,6 @@ func (e *engine) keepGPU(ns *nodeState, tg target, ci comp, w *plan.Worker, i in
 		return WhyConflict
 	case tg.entry != nil && !slices.Contains(tg.entry.alloc[ci], x):
 		return WhyPool
-	case !e.fits(ns, ci, x, frac):
-		return WhyConflict
 	}
 	return ""
 }
@@ -412,14 +400,27 @@ func (e *engine) prevByNode() ([][]*plan.Worker, [nComp][]bool) {
 		ci := d.ci
 		seen[ci] = make([]bool, d.asked)
 	}
+	// A degraded plan's buffers are numbered with those of its unplaced
+	// train workers, which are unplaced too and keep their indices.
 	nbuf := 0
 	for _, w := range e.prev.Workers.All() {
 		if w.Component == plan.Buffer {
 			nbuf++
 		}
 	}
+	for _, u := range e.prev.Unplaced {
+		if u.Component == plan.Buffer {
+			nbuf++
+		}
+	}
 	e.prevBuffers = slices.Repeat([]int32{-1}, nbuf)
 	e.prevBufferIDs = make([]string, nbuf)
+	for _, u := range e.prev.Unplaced {
+		if u.Component == plan.Buffer && u.Index >= 0 && u.Index < nbuf {
+			e.prevBufferIDs[u.Index] = u.NodeID
+			e.prevBuffers[u.Index] = e.find(u.NodeID)
+		}
+	}
 	for _, w := range e.prev.Workers.All() {
 		ci := w.Component.Rank()
 		at := e.find(w.NodeID)

@@ -53,24 +53,48 @@ func (e *engine) manualPasses() {
 }
 
 // placeCounted places on a pool entry the workers its worker_counts give
-// it, group by group, those with GPU constraints first, then larger
-// workers first (first fit decreasing: the
-// counts come from a plan that fitted them there, in whatever order it
-// placed them). Each takes the next index of its group's queue.
+// it, group by group, each taking the next index of its group's queue.
+// The counts come from a plan that fitted them there, in whatever order
+// it placed them: the groups go in the first order (countedOrder) in
+// which all of them fit, as the chain decides on a scratch copy of the
+// node, so that an export loads back whatever order made it.
 func (e *engine) placeCounted(p *poolRun, en *poolEntry, d *demand, queue [][]int) {
 	if en.counts[d.ci] == nil {
 		return
 	}
-	groups := make([]int, len(d.groups))
-	for g := range groups {
-		groups[g] = g
+	tg := target{pool: p, entry: en}
+	ns := e.mut(en.at)
+	for _, gi := range e.countedOrder(en, d, queue) {
+		pr := newProbe(ns, group{d.ci, gi}, en.gpus[d.ci])
+		for en.placed[d.ci][gi] < en.counts[d.ci][gi] && len(queue[gi]) > 0 {
+			if !e.placeOne(tg, en, d, &pr, queue[gi][0]) {
+				break
+			}
+			queue[gi] = queue[gi][1:]
+		}
 	}
-	// Groups with GPU constraints first, the narrowest (fewest GPUs of
-	// the entry its constraints allow) first: a group free to go anywhere
-	// must not take what they may use from them.
-	allowed := make([]int, len(d.groups))
+}
+
+// maxCountedOrders bounds the orders of its groups countedOrder tries on
+// one pool entry.
+const maxCountedOrders = 24
+
+// countedOrder is the order in which the groups of d go on pool entry
+// en: the first, of at most maxCountedOrders, in which every worker the
+// counts give it fits by the chain. Tried first: groups with GPU
+// constraints (gpu_model, memory, gpu_link), the narrowest first, then
+// larger workers first (first fit decreasing); then the other orders of
+// the groups with workers here, in turn. Where none fits them all, the
+// first, whose placement then says what did not fit.
+func (e *engine) countedOrder(en *poolEntry, d *demand, queue [][]int) []int {
 	ns := e.table[en.at]
-	for gi := range allowed {
+	allowed := make([]int, len(d.groups))
+	var groups []int
+	for gi := range d.groups {
+		if min(en.counts[d.ci][gi]-en.placed[d.ci][gi], len(queue[gi])) <= 0 {
+			continue
+		}
+		groups = append(groups, gi)
 		allowed[gi] = len(en.gpus[d.ci]) + 1
 		if c := e.cons[d.ci][gi]; c.any() && (c.gpuWise() || c.GPULink != "") {
 			gpus, _ := e.allowedGPUs(ns, group{d.ci, gi}, en.gpus[d.ci], workerGPUs(d.groups[gi]))
@@ -80,16 +104,45 @@ func (e *engine) placeCounted(p *poolRun, en *poolEntry, d *demand, queue [][]in
 	slices.SortStableFunc(groups, func(a, b int) int {
 		return cmp.Or(cmp.Compare(allowed[a], allowed[b]), cmp.Compare(d.groups[b].NumGPUs, d.groups[a].NumGPUs))
 	})
-	tg := target{pool: p, entry: en}
-	for _, gi := range groups {
-		g := d.groups[gi]
-		for en.placed[d.ci][gi] < en.counts[d.ci][gi] && len(queue[gi]) > 0 {
-			if !e.placeOne(tg, en, d, gi, g, queue[gi][0]) {
-				break
-			}
-			queue[gi] = queue[gi][1:]
+	if len(groups) < 2 {
+		return groups
+	}
+	// perm walks the orders of groups' positions, lexicographically.
+	perm := make([]int, len(groups))
+	for i := range perm {
+		perm[i] = i
+	}
+	order := make([]int, len(groups))
+	for range maxCountedOrders {
+		for i, k := range perm {
+			order[i] = groups[k]
+		}
+		if e.countsFit(en, d, queue, order) {
+			return order
+		}
+		if !nextPerm(perm) {
+			break
 		}
 	}
+	return groups
+}
+
+// countsFit reports whether the workers pool entry en's counts give d's
+// groups fit there in order, by the chain, on a scratch copy of the node.
+func (e *engine) countsFit(en *poolEntry, d *demand, queue [][]int, order []int) bool {
+	ns := e.table[en.at].clone(new(runToken))
+	for _, gi := range order {
+		pr := newProbe(ns, group{d.ci, gi}, en.gpus[d.ci])
+		_, frac := gpuCount(d.groups[gi])
+		for range min(en.counts[d.ci][gi]-en.placed[d.ci][gi], len(queue[gi])) {
+			held, cpus, r := e.feasible(&pr)
+			if !r.ok() {
+				return false
+			}
+			ns.hold(d.ci, gi, held, frac, cpus)
+		}
+	}
+	return true
 }
 
 // queues lists, per group, the indices d has still to place.
@@ -101,49 +154,28 @@ func (e *engine) queues(d *demand) [][]int {
 	return out
 }
 
-// placeOne places worker index of group gi on the entry's node: first fit
-// on the component's GPUs there, under the same checks as fill. It
-// reports whether the worker fitted, and notes the node when not.
-func (e *engine) placeOne(tg target, en *poolEntry, d *demand, gi int, g WorkerGroup, index int) bool {
-	ns := e.mut(en.at)
-	cpus := e.cpusFor(ns, d.ci, g)
-	if cpus > ns.cpuLeft+eps {
-		e.filter(ns, d.ci, ReasonCPUsExhausted)
-		return false
-	}
+// placeOne places worker index of group gi on the entry's node, where
+// the chain lets it (p: the group's probe there, which picks first fit
+// on the component's GPUs of the entry). It reports whether the worker
+// fitted, and notes the node when not.
+func (e *engine) placeOne(tg target, en *poolEntry, d *demand, p *probe, index int) bool {
+	ns, gi := p.ns, p.g.i
+	g := d.groups[gi]
 	count, frac := gpuCount(g)
-	// The group's constraints hold in manual pools as anywhere.
-	gpus, why := e.gate(ns, group{d.ci, gi}, en.gpus[d.ci], count)
-	if why != "" {
-		e.filter(ns, d.ci, why)
+	if count > 0 && len(en.gpus[d.ci]) == 0 {
+		e.filter(ns, d.ci, ReasonNoPoolGPUs)
 		return false
 	}
-	var held []int
-	if count > 0 {
-		pos := 0
-		switch {
-		case len(en.gpus[d.ci]) == 0:
-			e.filter(ns, d.ci, ReasonNoPoolGPUs)
-			return false
-		case len(gpus) < count:
-			e.filter(ns, d.ci, TooFewGPUs(count))
-			return false
-		}
-		if count > 1 {
-			var compromise bool
-			if held, why, compromise = e.pickLinked(ns, d.ci, gi, gpus, &pos, count); compromise {
-				e.filter(ns, d.ci, ReasonPreferNVLink)
-			}
-		} else {
-			held = e.pick(ns, d.ci, gpus, &pos, count, frac)
-		}
-		if held == nil {
-			if why == "" {
-				why = ReasonNoFreeGPUs
-			}
-			e.filter(ns, d.ci, why)
-			return false
-		}
+	held, cpus, r := e.feasible(p)
+	if !r.ok() {
+		e.filter(ns, d.ci, r.reason)
+		return false
+	}
+	if p.compromise {
+		e.filter(ns, d.ci, ReasonPreferNVLink)
+	}
+	if count == 0 {
+		frac = 0
 	}
 	e.record(tg, en.at, ns, seat{c: d.ci, index: index, gi: gi, g: g, gpus: held, frac: frac, cpus: cpus})
 	return true

@@ -192,6 +192,20 @@ func (ns *nodeState) clone(owner *runToken) *nodeState {
 	return &c
 }
 
+// hold counts one more worker of group gi of component ci here, holding
+// frac of each of gpus and cpus CPUs: what the chain reads of a node.
+func (ns *nodeState) hold(ci comp, gi int, gpus []int, frac, cpus float64) {
+	for _, x := range gpus {
+		if ns.wholly(x) {
+			ns.free--
+		}
+		ns.share[ci][x] += frac
+	}
+	ns.cpuLeft -= cpus
+	ns.count[ci]++
+	ns.gcount[ci][gi]++
+}
+
 // wholly reports whether GPU g is held by no component and reserved for
 // no buffer.
 func (ns *nodeState) wholly(g int) bool {

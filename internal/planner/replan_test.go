@@ -568,6 +568,9 @@ func lastWorker(spec *Spec, u *plan.Unplaced) *plan.Worker {
 	if u == nil || u.NodeID == "" {
 		return nil
 	}
+	if u.Component == plan.Buffer {
+		return &plan.Worker{Component: u.Component, Index: u.Index, Pool: u.Pool, NodeID: u.NodeID, GPUs: u.GPUs, GPUUUIDs: u.GPUUUIDs, CPUs: spec.Scheduling.Buffer.NumCPUs}
+	}
 	_, g := newEngine(spec, Options{}).demands[u.Component.Rank()].groupAt(u.Index)
 	w := &plan.Worker{Component: u.Component, Index: u.Index, Pool: u.Pool, NodeID: u.NodeID, GPUs: u.GPUs, GPUUUIDs: u.GPUUUIDs, CPUs: g.NumCPUs}
 	if len(u.GPUs) > 0 {
@@ -650,6 +653,15 @@ func unjustified(spec *Spec, o, w *plan.Worker, d Displaced, nodes []Node, p *Pl
 	case WhyConflict:
 		if !taken(spec, p, o, n.ID, gpu) {
 			return "the GPU is free for it"
+		}
+	case WhyBuffer:
+		if o.Component != plan.Buffer {
+			return "only a buffer follows its train workers"
+		}
+		for _, x := range p.Workers.All() {
+			if x.NodeID == n.ID && x.Component == plan.Train {
+				return "its node hosts train workers"
+			}
 		}
 	default:
 		return "no such reason"

@@ -283,9 +283,10 @@ func (e *engine) placeUnits(src []int32) {
 	e.cpuOnly(deferred)
 }
 
-// placeUnit is u's pass: its candidates in tier order (its pool's nodes
-// first, nodes of another pool last), within a tier the nodes later
-// units need last, then its nvlink_domain's order.
+// placeUnit is u's pass over its blocks of nodes (nodeBlocks), each
+// visited whole before the next: within a block its candidates in tier
+// order (its pool's nodes first, nodes of another pool last), the nodes
+// later units need last.
 func (e *engine) placeUnit(src []int32, u *unit, d *demand, later []*unit) {
 	g := u.lead()
 	p := e.rules.pool[u.c]
@@ -293,37 +294,181 @@ func (e *engine) placeUnit(src []int32, u *unit, d *demand, later []*unit) {
 	if e.strictGroup(g) {
 		e.chooseStrict(u, later)
 	}
-	order := e.avoid(e.domainOrder(src, u.c, g.i), u, later)
 	la := e.lookahead(u, later, src)
-	for _, c := range e.candidates(order, e.rules.masks[p]) {
-		if d.done() && (u.c != compTrain || e.reserve == 0) {
-			break
+	blocks := e.nodeBlocks(src, u, later)
+pass:
+	for _, block := range blocks {
+		for _, c := range e.candidates(block, e.rules.masks[p]) {
+			if d.done() && (u.c != compTrain || e.reserve == 0) {
+				break pass
+			}
+			if !e.visit(c, u.c.bit()) {
+				continue
+			}
+			e.budget = la.slack(c.at)
+			if e.budget == 0 {
+				continue
+			}
+			placed, _ := e.fill(tg, c.at, d, e.table[c.at].usable)
+			e.budget = -1
+			la.update(e, c.at)
+			if u.c == compTrain && d.done() && e.reserve > 0 {
+				e.reserveOn(tg.pool, c.at)
+			}
+			e.shared(c, d, placed)
 		}
-		if !e.visit(c, u.c.bit()) {
-			continue
-		}
-		e.budget = la.slack(c.at)
-		if e.budget == 0 {
-			continue
-		}
-		placed, _ := e.fill(tg, c.at, d, e.table[c.at].usable)
-		e.budget = -1
-		la.update(e, c.at)
-		if u.c == compTrain && d.done() && e.reserve > 0 {
-			e.reserveOn(tg.pool, c.at)
-		}
-		e.shared(c, d, placed)
 	}
 }
 
-// avoid orders u's candidates so that nodes the needy units after it may
-// use come last, the more they are needed the later, where other room
-// exists; with bestFit, then the nodes with the least room for u first,
-// so that a small group does not break up room a larger worker needs. A
-// stable sort: nodes alike keep their order. Under nvlink_domain whole
-// domains move, so that a packed group still fills one domain after
-// another (the most room first among domains needed alike).
-func (e *engine) avoid(order []int32, u *unit, later []*unit) []int32 {
+// nodeBlocks is the order u's pass visits src in, as blocks: under
+// nvlink_domain pack one block per NVLink domain (packBlocks), so that
+// tiers and costs reorder nodes only inside a domain and each domain
+// takes one run of ranks; else one block, in the nvlink_domain's order
+// (strict: its one domain), the nodes later units need last (avoid).
+func (e *engine) nodeBlocks(src []int32, u *unit, later []*unit) [][]int32 {
+	if c := e.con(u.lead()); c != nil && c.NVLinkDomain == DomainPack {
+		return e.packBlocks(src, u, later)
+	}
+	order := e.domainOrder(src, u.c, u.g)
+	if r := e.rankNodes(order, u, later); r != nil {
+		order = slices.Clone(order)
+		r.sort(order)
+	}
+	return [][]int32{order}
+}
+
+// packDomain is one NVLink domain (or a node of none) as packBlocks
+// weighs it: its nodes among the pass's, the workers of the unit they
+// could take now, those it holds there already (a replan), where its
+// first node comes in rank order, and how much later units need it.
+type packDomain struct {
+	nodes      []int32
+	room, kept int
+	first      int
+	cost       float64
+	loner      bool
+	chosen     bool
+}
+
+// packBlocks orders src for a pack unit: the fewest NVLink domains that
+// hold its workers, whole domains largest first and the remainder in the
+// domain with the least room that still holds it (so that a big domain
+// is not broken into for a few ranks), each domain one block, so that
+// consecutive ranks share a domain. Domains that hold its workers
+// already (a replan) come first. Nodes of no domain take part only when
+// the domains cannot hold the unit, each then a domain of its own; the
+// domains not chosen follow, largest first, in case the room counted now
+// falls short (a lookahead holding GPUs back for later units), then the
+// nodes of no domain. Among domains of equal room, those later units
+// need least come first, then real domains, then rank order.
+func (e *engine) packBlocks(src []int32, u *unit, later []*unit) [][]int32 {
+	r := e.rankNodes(src, u, later)
+	g := u.lead()
+	byID := map[string]*packDomain{}
+	var doms, loners []*packDomain
+	for pos, at := range src {
+		ns := e.table[at]
+		var d *packDomain
+		if ns.node.Domain == "" {
+			d = &packDomain{first: pos, loner: true}
+			loners = append(loners, d)
+		} else if d = byID[ns.node.Domain]; d == nil {
+			d = &packDomain{first: pos}
+			byID[ns.node.Domain] = d
+			doms = append(doms, d)
+		}
+		d.nodes = append(d.nodes, at)
+		d.room += e.roomOf(ns, u.c, u.g)
+	}
+	if e.prev != nil || e.prevState != nil {
+		// Kept workers may sit on nodes with no room left: count them over
+		// the whole table.
+		for _, ns := range e.table {
+			if g.i < len(ns.gcount[g.c]) && ns.gcount[g.c][g.i] > 0 {
+				if d := byID[ns.node.Domain]; d != nil && ns.node.Domain != "" {
+					d.kept += int(ns.gcount[g.c][g.i])
+				}
+			}
+		}
+	}
+	for _, d := range slices.Concat(doms, loners) {
+		if r != nil {
+			r.sort(d.nodes)
+			d.cost = r.meanCost(d.nodes)
+		}
+	}
+	// Nodes of no domain only when the domains cannot hold the unit; then
+	// they count as domains of their own, after real ones of equal room.
+	need, total := u.workers, 0
+	for _, d := range doms {
+		total += d.room
+	}
+	list := doms
+	if total < need {
+		list = slices.Concat(doms, loners)
+	}
+	slices.SortStableFunc(list, func(a, b *packDomain) int {
+		return cmp.Or(cmp.Compare(b.kept, a.kept), cmp.Compare(b.room, a.room), cmp.Compare(a.cost, b.cost), boolCmp(a.loner, b.loner), cmp.Compare(a.first, b.first))
+	})
+	var blocks [][]int32
+	take := func(d *packDomain) {
+		d.chosen = true
+		need -= d.room
+		blocks = append(blocks, d.nodes)
+	}
+	for _, d := range list {
+		if d.kept > 0 {
+			take(d)
+		}
+	}
+	for need > 0 {
+		var largest *packDomain
+		for _, d := range list {
+			if !d.chosen && d.room > 0 {
+				largest = d
+				break
+			}
+		}
+		if largest == nil {
+			break
+		}
+		if largest.room < need {
+			take(largest)
+			continue
+		}
+		// The remainder: the domain with the least room that holds it
+		// (list is by room, most first: the last that holds it).
+		fit := largest
+		for _, d := range list {
+			if !d.chosen && d.room >= need && d.room < fit.room {
+				fit = d
+			}
+		}
+		take(fit)
+	}
+	rest := list
+	if len(list) == len(doms) {
+		rest = slices.Concat(list, loners)
+	}
+	for _, d := range rest {
+		if !d.chosen {
+			blocks = append(blocks, d.nodes)
+		}
+	}
+	return blocks
+}
+
+// nodeRank is how avoid orders a unit's candidates: per node (table
+// position) the cost of taking it, the weight of the needy later units
+// that may use it, and with bestFit its room for the unit.
+type nodeRank struct {
+	costs []float64
+	fit   []int
+}
+
+// rankNodes weighs the nodes of order for u; nil when nothing would move
+// (no needy unit after it that may use one of them, no bestFit).
+func (e *engine) rankNodes(order []int32, u *unit, later []*unit) *nodeRank {
 	var needy []*unit
 	for _, v := range later {
 		if v.needy {
@@ -331,82 +476,89 @@ func (e *engine) avoid(order []int32, u *unit, later []*unit) []int32 {
 		}
 	}
 	if len(needy) == 0 && !e.bestFit {
-		return order
+		return nil
 	}
-	costs := make([]float64, len(e.table))
-	var fit []int
+	r := &nodeRank{costs: make([]float64, len(e.table))}
 	if e.bestFit {
-		fit = make([]int, len(e.table))
+		r.fit = make([]int, len(e.table))
 	}
 	moved := false
 	for _, at := range order {
 		for _, v := range needy {
 			if v.mayUse(e, at) {
-				costs[at] += v.weight
+				r.costs[at] += v.weight
 			}
 		}
-		if fit != nil {
-			fit[at] = e.roomOf(e.table[at], u.c, u.g)
+		if r.fit != nil {
+			r.fit[at] = e.roomOf(e.table[at], u.c, u.g)
 		}
-		moved = moved || costs[at] > 0 || fit != nil
+		moved = moved || r.costs[at] > 0 || r.fit != nil
 	}
 	if !moved {
-		return order
+		return nil
 	}
-	out := slices.Clone(order)
-	by := func(a, b int32) int {
-		if c := cmp.Compare(costs[a], costs[b]); c != 0 || fit == nil {
+	return r
+}
+
+// sort orders nodes as avoid does: those later units need least first,
+// with bestFit the least room for the unit first among equals; stable,
+// so that nodes alike keep their order.
+func (r *nodeRank) sort(nodes []int32) {
+	slices.SortStableFunc(nodes, func(a, b int32) int {
+		if c := cmp.Compare(r.costs[a], r.costs[b]); c != 0 || r.fit == nil {
 			return c
 		}
-		return cmp.Compare(fit[a], fit[b])
+		return cmp.Compare(r.fit[a], r.fit[b])
+	})
+}
+
+// boolCmp orders false before true.
+func boolCmp(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
 	}
-	if c := e.con(u.lead()); c != nil && (c.NVLinkDomain == DomainPack || c.NVLinkDomain == DomainStrict) {
-		// Whole domains: those the later units need least first (in
-		// their order, the most room first, among equals), then their
-		// nodes.
-		type block struct {
-			nodes []int32
-			cost  float64
-		}
-		var blocks []block
-		for i := 0; i < len(out); {
-			j := i + 1
-			for j < len(out) && domainOf(e.table[out[j]]) == domainOf(e.table[out[i]]) {
-				j++
-			}
-			b := block{nodes: out[i:j:j]}
-			for _, at := range b.nodes {
-				b.cost += costs[at]
-			}
-			b.cost /= float64(len(b.nodes))
-			slices.SortStableFunc(b.nodes, by)
-			blocks = append(blocks, b)
-			i = j
-		}
-		slices.SortStableFunc(blocks, func(a, b block) int { return cmp.Compare(a.cost, b.cost) })
-		sorted := make([]int32, 0, len(out))
-		for _, b := range blocks {
-			sorted = append(sorted, b.nodes...)
-		}
-		return sorted
+	return -1
+}
+
+// meanCost is how much later units need nodes, on average.
+func (r *nodeRank) meanCost(nodes []int32) float64 {
+	sum := 0.0
+	for _, at := range nodes {
+		sum += r.costs[at]
 	}
-	slices.SortStableFunc(out, by)
-	return out
+	return sum / float64(max(len(nodes), 1))
 }
 
 // chooseStrict picks the NVLink domain strict unit u keeps to, where
 // strictDomain would pick the first with room: of the domains with room
-// for all its workers, the one the needy units after it need least (the
-// first in rank order among equals). A group that holds workers already
-// (a replan) keeps to its domain.
+// for all its workers, one that starves no later unit (a later unit
+// that may not share u's GPUs, left too few GPUs it may use elsewhere
+// once u took its own from the domain), then the one the needy units
+// after it need least, then the one with the least room (best fit: a
+// domain with room to spare is left to the units after it), the first in
+// rank order among equals. A group that holds workers already (a
+// replan) keeps to its domain.
 func (e *engine) chooseStrict(u *unit, later []*unit) {
 	key := u.lead()
 	if _, ok := e.strict[key]; ok || e.homeDomain(u.c, u.g) != "" {
 		return
 	}
+	var rivals []*unit // later units that may not share u's GPUs
+	for _, v := range later {
+		if v.gpus > 0 && (v.c == u.c || e.rules.conflict[u.c][v.c]) {
+			rivals = append(rivals, v)
+		}
+	}
 	type domain struct {
 		room int
 		cost float64
+		// gpus are the domain's GPUs u may take now; in, per rival, those
+		// of them the rival may use.
+		gpus int
+		in   []int
 	}
 	by := map[string]*domain{}
 	var ids []string
@@ -419,7 +571,7 @@ func (e *engine) chooseStrict(u *unit, later []*unit) {
 		id := domainOf(ns)
 		d := by[id]
 		if d == nil {
-			d = &domain{}
+			d = &domain{in: make([]int, len(rivals))}
 			by[id] = d
 			ids = append(ids, id)
 		}
@@ -431,12 +583,49 @@ func (e *engine) chooseStrict(u *unit, later []*unit) {
 					d.cost += v.weight
 				}
 			}
+			mine, _ := e.allowedGPUs(ns, key, ns.usable, workerGPUs(e.groupSpec(key)))
+			free := 0
+			for _, x := range mine {
+				if e.fits(ns, u.c, x, sliver) {
+					free++
+				}
+			}
+			d.gpus += free
+			for i, v := range rivals {
+				if v.mayUse(e, at) {
+					theirs, _ := e.allowedGPUs(ns, v.lead(), ns.usable, workerGPUs(e.groupSpec(v.lead())))
+					d.in[i] += min(free, len(theirs))
+				}
+			}
 		}
 	}
-	best := ""
+	uGPUs := u.gpus
+	if uGPUs == 0 {
+		w := e.groupSpec(u.lead())
+		w.WorkerNum = u.workers
+		uGPUs = gpusNeeded([]WorkerGroup{w})
+	}
+	// u takes its GPUs first where the rival may not go: the rival loses
+	// only what u must take of its own.
+	starves := func(d *domain) int {
+		n := 0
+		for i, v := range rivals {
+			lost := min(d.in[i], max(0, uGPUs-(d.gpus-d.in[i])))
+			if v.room-lost < v.gpus {
+				n++
+			}
+		}
+		return n
+	}
+	best, bestStarves := "", 0
 	for _, id := range ids {
-		if d := by[id]; d.room >= u.workers && (best == "" || d.cost < by[best].cost) {
-			best = id
+		d := by[id]
+		if d.room < u.workers {
+			continue
+		}
+		s := starves(d)
+		if b := by[best]; best == "" || s < bestStarves || s == bestStarves && (d.cost < b.cost || d.cost == b.cost && d.room < b.room) {
+			best, bestStarves = id, s
 		}
 	}
 	if best == "" {

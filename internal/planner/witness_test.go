@@ -1,7 +1,10 @@
 package planner
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -221,14 +224,56 @@ func TestWitnessProperties(t *testing.T) {
 			Strategy:    rapid.SampledFrom([]string{StrategyDisaggregate, StrategyColocate}).Draw(t, "strategy"),
 			EnvStrategy: rapid.SampledFrom([]string{EnvStrategyDefault, EnvStrategyDeviceColocate}).Draw(t, "envStrategy"),
 		}
-		p, err := Compute(spec, w.nodes)
-		if err != nil || !p.Valid {
-			t.Fatalf("no plan where one exists: %v", err)
-		}
-		for _, e := range checkPlan(spec, w.nodes, p) {
-			t.Fatal(e)
-		}
-		checkConstraints(t, spec, w.nodes, p)
-		exportLoadsBack(t, spec, w.nodes, p)
+		checkWitness(t, spec, w.nodes)
 	})
+}
+
+// checkWitness: spec, which a witness placement keeps, has a valid plan
+// on nodes, keeping every invariant and constraint, each pack group one
+// run of ranks per NVLink domain, and its export loads back in manual
+// mode to the same allocations and workers per node.
+func checkWitness(t interface {
+	fataler
+	Error(...any)
+}, spec *Spec, nodes []Node) {
+	p, err := Compute(spec, nodes)
+	if err != nil || !p.Valid {
+		t.Fatalf("no plan where one exists: %v", err)
+	}
+	for _, e := range checkPlan(spec, nodes, p) {
+		t.Fatalf("%s", e)
+	}
+	checkConstraints(t, spec, nodes, p)
+	groups := [nComp][]WorkerGroup{groupList(spec.Scheduling.Train), groupList(spec.Scheduling.Eval), spec.Scheduling.Env}
+	for ci, gs := range groups {
+		for gi, g := range gs {
+			if g.Constraints != nil && g.Constraints.NVLinkDomain == DomainPack {
+				if r := packRunOf(spec, nodes, p, comp(ci), gi); !r.contiguous {
+					t.Fatalf("%s group %d: nvlink_domain pack, ranks not one run per domain: %v %v", comp(ci).Component(), gi, r.seq, r.count)
+				}
+			}
+		}
+	}
+	exportLoadsBack(t, spec, nodes, p)
+}
+
+// TestWitnessRegressions: cases TestWitnessProperties once failed on
+// (testdata/constraints/witness-regressions.json: the nodes and spec it
+// drew, as JSON of Node and Spec), checked as it checks them.
+func TestWitnessRegressions(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "constraints", "witness-regressions.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name  string
+		Nodes []Node
+		Spec  Spec
+	}
+	if err := json.Unmarshal(data, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) { checkWitness(t, &c.Spec, c.Nodes) })
+	}
 }

@@ -23,19 +23,46 @@ func place(w plan.Worker) string { return fmt.Sprintf("%s %v", w.NodeID, w.GPUs)
 // revision after it left is degraded, not released: the 24 workers
 // elsewhere stay where they were, the 8 are listed unplaced with where
 // they ran; the revision after it returned puts exactly those 8 back on
-// their GPUs, and nobody else moves. Lookups answer for the placed
+// their GPUs, and nobody else moves. With buffers (one per node hosting
+// train), the node's own buffer is unplaced with its train workers and
+// returns with them, and every other buffer keeps its index and node
+// throughout (numbered densely, the last would move to the gap and the
+// returning node get a new index). Lookups answer for the placed
 // workers throughout.
 func TestNodeFlapMovesOnlyItsWorkers(t *testing.T) {
 	t.Parallel()
+	cases := []struct {
+		name, spec string
+	}{
+		{name: "train", spec: "scheduling:\n  train: {worker_num: 32, num_cpus: 1, num_gpus: 1}\n"},
+		{name: "train and buffers", spec: "scheduling:\n  train: {worker_num: 32, num_cpus: 1, num_gpus: 1}\n  buffer: {worker_num: auto, num_cpus: 1, num_gpus: 0}\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			nodeFlap(t, c.spec)
+		})
+	}
+}
+
+// nodeFlap is TestNodeFlapMovesOnlyItsWorkers for spec, a plan of all
+// 32 GPUs of four nodes.
+func nodeFlap(t *testing.T, spec string) {
 	h := newHarness(t)
 	for _, id := range []string{"n1", "n2", "n3", "n4"} {
 		h.node(id)
 	}
-	stop := h.planner(context.Background(), "scheduling:\n  train: {worker_num: 32, num_cpus: 1, num_gpus: 1}\n")
+	stop := h.planner(context.Background(), spec)
 	defer stop()
 	first := h.waitRevision(1)
-	if !first.Valid || first.Workers.Len() != 32 {
-		t.Fatalf("revision 1: valid %v, %d workers", first.Valid, first.Workers.Len())
+	buffers := 0
+	for _, w := range first.Workers.All() {
+		if w.Component == plan.Buffer {
+			buffers++
+		}
+	}
+	if !first.Valid || first.Workers.Len() != 32+buffers || strings.Contains(spec, "buffer") != (buffers == 4) {
+		t.Fatalf("revision 1: valid %v, %d workers, %d buffers", first.Valid, first.Workers.Len(), buffers)
 	}
 	before := map[string]string{}
 	onN3 := 0
@@ -48,7 +75,7 @@ func TestNodeFlapMovesOnlyItsWorkers(t *testing.T) {
 
 	h.kill("n3")
 	second := h.waitRevision(2)
-	if second.Valid || second.PlanState() != plan.StateDegraded || len(second.Unplaced) != onN3 || second.Workers.Len() != 32-onN3 {
+	if second.Valid || second.PlanState() != plan.StateDegraded || len(second.Unplaced) != onN3 || second.Workers.Len() != first.Workers.Len()-onN3 {
 		t.Fatalf("revision 2: valid %v, state %s, %d unplaced, %d placed; reason %q error %q",
 			second.Valid, second.PlanState(), len(second.Unplaced), second.Workers.Len(), second.Reason, second.Error)
 	}
@@ -58,7 +85,11 @@ func TestNodeFlapMovesOnlyItsWorkers(t *testing.T) {
 		}
 	}
 	for _, u := range second.Unplaced {
-		if u.NodeID != "n3" || len(u.GPUs) != 1 {
+		gpus := 1
+		if u.Component == plan.Buffer {
+			gpus = 0
+		}
+		if u.NodeID != "n3" || len(u.GPUs) != gpus {
 			t.Errorf("unplaced %s %d: last place %s %v", u.Component, u.Index, u.NodeID, u.GPUs)
 		}
 	}
@@ -87,8 +118,11 @@ func TestNodeFlapMovesOnlyItsWorkers(t *testing.T) {
 			moved = append(moved, fmt.Sprintf("%s %d: %s -> %s", w.Component, w.Index, before[fmt.Sprint(w.Component, w.Index)], got))
 		}
 	}
-	if len(moved) > 0 {
-		t.Errorf("after n3 returned, workers are not where they were: %v", moved)
+	if len(moved) > 0 || third.Workers.Len() != first.Workers.Len() {
+		t.Errorf("after n3 returned, workers are not where they were (%d of %d): %v", third.Workers.Len(), first.Workers.Len(), moved)
+	}
+	if fmt.Sprint(third.StorageToTrainWorkers) != fmt.Sprint(first.StorageToTrainWorkers) {
+		t.Errorf("after n3 returned, buffers serve %v; they served %v", third.StorageToTrainWorkers, first.StorageToTrainWorkers)
 	}
 	// Nothing else was published in between: no release, no fresh plan.
 	if hist := h.history(); len(hist) != 3 || slices.ContainsFunc(hist, func(p *planner.Plan) bool { return p.Workers.Len() == 0 }) {
