@@ -34,10 +34,20 @@ func (r Resize) Name() string {
 	return string(r.Component)
 }
 
-// ResizeWords says what Resized did, for a revision's reason: "grew
-// eval 4 -> 24", "shrank eval 24 -> 12 for plan b"; empty when nothing
+// ResizeWords says what Resized did to plan self, for a revision's
+// reason: "grew eval 4 -> 24", "shrank eval 24 -> 12 for plan b",
+// "shrank eval 12 -> 4 to re-place its own workers"; empty when nothing
 // was resized.
-func (s Status) ResizeWords() string {
+func (s Status) ResizeWords(self string) string {
+	var others []string
+	own := false
+	for _, b := range s.By {
+		if b == self {
+			own = true
+		} else {
+			others = append(others, b)
+		}
+	}
 	var parts []string
 	for _, r := range s.Resized {
 		verb := "grew"
@@ -45,8 +55,13 @@ func (s Status) ResizeWords() string {
 			verb = "shrank"
 		}
 		w := fmt.Sprintf("%s %s %d -> %d", verb, r.Name(), r.From, r.To)
-		if r.To < r.From && len(s.By) > 0 {
-			w += " for plan " + strings.Join(s.By, ", plan ")
+		if r.To < r.From {
+			if len(others) > 0 {
+				w += " for plan " + strings.Join(others, ", plan ")
+			}
+			if own {
+				w += " to re-place its own workers"
+			}
 		}
 		parts = append(parts, w)
 	}

@@ -99,8 +99,8 @@ func TestElasticShareScenario(t *testing.T) {
 	if !pa.Valid || !pb.Valid || countOf(pa, plan.Eval) != 12 || len(pa.PreemptedBy) != 0 {
 		t.Fatalf("with b: a valid %v eval %d preempted %v, b valid %v", pa.Valid, countOf(pa, plan.Eval), pa.PreemptedBy, pb.Valid)
 	}
-	if st := pa.StatusOf(); st.Reason != plan.ReasonShrunk || !slices.Equal(st.By, []string{"b"}) || st.ResizeWords() != "shrank eval 24 -> 12 for plan b" {
-		t.Fatalf("a's status %+v (%q)", st, st.ResizeWords())
+	if st := pa.StatusOf(); st.Reason != plan.ReasonShrunk || !slices.Equal(st.By, []string{"b"}) || st.ResizeWords("a") != "shrank eval 24 -> 12 for plan b" {
+		t.Fatalf("a's status %+v (%q)", st, st.ResizeWords("a"))
 	}
 	if !maps.Equal(placesOf(pa, plan.Train), trainAt) {
 		t.Fatalf("a's train moved")
@@ -130,7 +130,7 @@ func TestElasticShareScenario(t *testing.T) {
 	if !pa.Valid || !pb.Valid || countOf(pa, plan.Eval) != 4 || countOf(pa, plan.Train) != 8 || pb.Moved != 0 {
 		t.Fatalf("after loss: a %s eval %d (%v), b valid %v moved %d", pa.PlanState(), countOf(pa, plan.Eval), out["a"].Err, pb.Valid, pb.Moved)
 	}
-	if st := pa.StatusOf(); st.Reason != plan.ReasonShrunk || !slices.Equal(st.By, []string{"a"}) {
+	if st := pa.StatusOf(); st.Reason != plan.ReasonShrunk || !slices.Equal(st.By, []string{"a"}) || st.ResizeWords("a") != "shrank eval 12 -> 4 to re-place its own workers" {
 		t.Fatalf("healed status %+v", st)
 	}
 
@@ -138,7 +138,7 @@ func TestElasticShareScenario(t *testing.T) {
 	a.Prev = pa
 	out = planAll(t, []Job{a}, left)
 	pa = out["a"].Plan
-	if !pa.Valid || countOf(pa, plan.Eval) != 16 || pa.StatusOf().ResizeWords() != "grew eval 4 -> 16" {
-		t.Fatalf("b gone: a eval %d, %q", countOf(pa, plan.Eval), pa.StatusOf().ResizeWords())
+	if !pa.Valid || countOf(pa, plan.Eval) != 16 || pa.StatusOf().ResizeWords("a") != "grew eval 4 -> 16" {
+		t.Fatalf("b gone: a eval %d, %q", countOf(pa, plan.Eval), pa.StatusOf().ResizeWords("a"))
 	}
 }

@@ -676,9 +676,14 @@ func PlanBeside(spec *Spec, nodes []Node, others []Job) (*Plan, error) {
 			in = append(in, blocker{o.Name, a.holdingOf(o.Prev)})
 		}
 	}
-	doc, err := Compute(spec, a.remainder(in, nil))
+	nodes = a.remainder(in, nil)
+	doc, err := Compute(spec, nodes)
 	o := WithinQuota(Outcome{Plan: doc, Err: err}, spec)
 	o.Plan.Priority = spec.Priority
+	if o.Err == nil {
+		// An elastic spec: what its minimum needs, and what it would get.
+		o.Plan = growBeside(o.Plan, spec, nodes)
+	}
 	return o.Plan, o.Err
 }
 
