@@ -369,6 +369,25 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 			sizes, out = take(sizes, units[:hi]), best
 		}
 	}
+	// A plan left invalid is planned at its minimum from now on (it
+	// holds nothing to keep): say why at that size, as the next run will.
+	atMin := false
+	for j, rs := range el.refs {
+		if rs == nil || out[j].Plan.Placed() {
+			continue
+		}
+		for k, r := range rs {
+			if sizes[j][k] != r.min {
+				if !atMin {
+					sizes = take(sizes, nil)
+				}
+				sizes[j][k], atMin = r.min, true
+			}
+		}
+	}
+	if atMin {
+		out = el.run(sizes)
+	}
 	if !opt.NoGrow {
 		sizes, out = el.grow(sizes, out, opt)
 	}
@@ -378,25 +397,52 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 
 // run plans every job with its elastic groups at sizes, each previous
 // plan cut to them.
-func (el *elastic) run(sizes [][]int) []Outcome {
+func (el *elastic) run(sizes [][]int) []Outcome { return el.runFrom(sizes, nil) }
+
+// runFrom is run with the previous plans of from (where not nil) in
+// place of the jobs' own: this run's plans, some grown.
+func (el *elastic) runFrom(sizes [][]int, from []*Plan) []Outcome {
 	jobs := make([]Job, len(el.jobs))
 	copy(jobs, el.jobs)
 	for j := range jobs {
+		job := &jobs[j]
+		if from != nil && from[j] != nil {
+			job.Prev, job.PrevSpec = from[j], nil
+			if el.refs[j] != nil {
+				job.Spec = sized(job.Spec, sizes[j])
+			}
+			continue
+		}
 		if el.refs[j] == nil {
 			continue
 		}
-		job := &jobs[j]
+		orig := job.Spec
 		job.Spec = sized(job.Spec, sizes[j])
-		if ps := job.PrevSpec; ps != nil && len(elasticRefs(ps)) == len(sizes[j]) {
-			job.PrevSpec = sized(ps, clampTo(elasticRefs(ps), sizes[j]))
+		// The previous placement is cut to sizes only where it follows
+		// this very spec but for its sizes; one made for another spec is
+		// left to PlanAll's rules for a spec change.
+		ps := job.PrevSpec
+		if ps == nil && job.Prev != nil {
+			ps = job.Prev.spec
 		}
-		placeSpec := job.Spec
-		if job.PrevSpec != nil {
-			placeSpec = job.PrevSpec
+		switch {
+		case ps != nil && sameShape(elasticRefs(ps), el.refs[j]):
+			at := clampTo(elasticRefs(ps), sizes[j])
+			if job.PrevSpec != nil {
+				job.PrevSpec = sized(ps, at)
+			}
+			job.Prev = truncated(job.Prev, elasticRefs(ps), at, sized(ps, at))
+		case ps == nil && job.Prev != nil && slices.Equal(job.Prev.Demands, demandsOf(sized(orig, heldCounts(job.Prev, el.refs[j])))):
+			job.Prev = truncated(job.Prev, el.refs[j], sizes[j], job.Spec)
 		}
-		job.Prev = truncated(job.Prev, el.refs[j], sizes[j], placeSpec)
 	}
 	return planFixed(jobs, el.nodes)
+}
+
+// sameShape reports whether two specs' elastic groups are the same
+// groups (their ranges may differ).
+func sameShape(a, b []elasticRef) bool {
+	return slices.EqualFunc(a, b, func(x, y elasticRef) bool { return x.c == y.c && x.gi == y.gi && x.first == y.first })
 }
 
 func clampTo(refs []elasticRef, counts []int) []int {

@@ -95,18 +95,37 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 			level = still
 		}
 	}
+	grew := false
 	for j := range out {
-		if st.docs[j] == out[j].Plan {
+		grew = grew || st.docs[j] != out[j].Plan
+	}
+	if !grew {
+		return sizes, out
+	}
+	// Once more, every plan from this run's (some grown), as the next
+	// run on a quiet cluster will: what every other plan says (an
+	// invalid one's arithmetic, who holds the room it waits for) is then
+	// said of the room as growth left it. Changes and moves stay counted
+	// from the jobs' own previous plans.
+	final := el.runFrom(st.sizes, st.docs)
+	for j := range final {
+		doc := final[j].Plan
+		if st.docs[j] != out[j].Plan && (!doc.Valid || !keepsAll(st.docs[j], doc)) {
+			return sizes, out // not kept as grown: no growth this run
+		}
+		if el.jobs[j].Spec == nil {
+			final[j] = out[j]
 			continue
 		}
-		doc := st.docs[j]
-		doc.Priority = el.jobs[j].Spec.Priority
-		doc.GPUsHeld = HeldGPUs(doc)
-		doc.PreemptedBy = out[j].Plan.PreemptedBy
+		if len(doc.PreemptedBy) == 0 {
+			doc.PreemptedBy = out[j].Plan.PreemptedBy
+		}
+		if doc.PlanState() == out[j].Plan.PlanState() && keepsAll(st.docs[j], doc) {
+			final[j].Change = out[j].Change
+		}
 		doc.Moved = CountMoved(el.jobs[j].Prev, doc)
-		out[j] = Outcome{Plan: doc, Change: out[j].Change}
 	}
-	return st.sizes, out
+	return st.sizes, final
 }
 
 // roomToGrow reports whether growth is worth trying: a free GPU it may
@@ -245,12 +264,20 @@ func (el *elastic) probe(st *growState, j int, sizes []int, settle *blocker) *Pl
 	if q := spec.MaxGPUs; q > 0 && HeldGPUs(doc) > q {
 		return nil
 	}
-	for _, w := range cur.Workers.All() {
-		if o := doc.Workers.Find(w.Component, w.Index); o == nil || !samePlace(o, w) {
-			return nil
-		}
+	if !keepsAll(cur, doc) {
+		return nil
 	}
 	return doc
+}
+
+// keepsAll reports whether b places every worker of a where a has it.
+func keepsAll(a, b *Plan) bool {
+	for _, w := range a.Workers.All() {
+		if o := b.Workers.Find(w.Component, w.Index); o == nil || !samePlace(o, w) {
+			return false
+		}
+	}
+	return true
 }
 
 // allocator is the run's allocator, made once: node positions, holdings
@@ -275,16 +302,16 @@ func (el *elastic) annotate(out []Outcome, sizes [][]int) {
 		if refs == nil || prev == nil || !prev.Placed() || out[j].Plan.PlanState() == plan.StateInvalid {
 			continue
 		}
-		from := heldCounts(prev, refs)
+		doc := out[j].Plan
+		from, to := heldCounts(prev, refs), heldCounts(doc, refs)
 		var rs []plan.Resize
 		shrunk := false
 		for k, r := range refs {
-			if from[k] >= 0 && from[k] != sizes[j][k] {
-				rs = append(rs, plan.Resize{Component: r.c, Group: r.gi, From: from[k], To: sizes[j][k]})
-				shrunk = shrunk || sizes[j][k] < from[k]
+			if from[k] >= 0 && to[k] >= 0 && from[k] != to[k] && doc.PendingSpec == nil {
+				rs = append(rs, plan.Resize{Component: r.c, Group: r.gi, From: from[k], To: to[k]})
+				shrunk = shrunk || to[k] < from[k]
 			}
 		}
-		doc := out[j].Plan
 		var st plan.Status
 		if doc.Status != nil {
 			st = *doc.Status
@@ -312,7 +339,7 @@ func (el *elastic) annotate(out []Outcome, sizes [][]int) {
 		if doc.PlanState() == plan.StateValid {
 			st.Reason, st.By = plan.ReasonGrew, nil
 			if shrunk {
-				st.Reason, st.By = plan.ReasonShrunk, el.takers(prev, refs, sizes[j], holds)
+				st.Reason, st.By = plan.ReasonShrunk, el.takers(prev, refs, to, holds)
 			}
 		}
 		doc.Status = &st
