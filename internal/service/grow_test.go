@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
@@ -16,8 +17,6 @@ import (
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // skewClock is the wall clock moved ahead by hand (advance): its timers
@@ -218,7 +217,7 @@ func TestElasticService(t *testing.T) {
 	}
 	got := scraped(t, reg)
 	for k, want := range map[string]float64{
-		`poolplanner_plan_elastic_workers{component="eval",plan="a"}`:                        16,
+		`poolplanner_plan_elastic_workers{component="eval",plan="a"}`:                          16,
 		`poolplanner_plan_elastic_resizes_total{component="eval",direction="grow",plan="a"}`:   2,
 		`poolplanner_plan_elastic_resizes_total{component="eval",direction="shrink",plan="a"}`: 2,
 	} {
