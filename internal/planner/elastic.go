@@ -358,6 +358,26 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 		if worse(out, base) {
 			units := el.units(sizes)
 			lo, hi, best := 0, len(units), base
+			// A first guess from the GPUs base leaves free, and the one
+			// below it: where the guess is right, one or two runs.
+			if k, exact := el.guess(units, base); k < hi {
+				if o := el.run(take(sizes, units[:k])); worse(o, base) {
+					lo = k
+				} else {
+					hi, best = k, o
+					if exact {
+						// Whole GPUs, each counted: one unit fewer frees
+						// fewer GPUs than the plans lack.
+						lo = k - 1
+					} else if k > 1 {
+						if o := el.run(take(sizes, units[:k-1])); worse(o, base) {
+							lo = k - 1
+						} else {
+							hi, best = k-1, o
+						}
+					}
+				}
+			}
 			for hi-lo > 1 {
 				mid := (lo + hi) / 2
 				if o := el.run(take(sizes, units[:mid])); worse(o, base) {
@@ -537,4 +557,34 @@ func take(sizes [][]int, units []shrinkUnit) [][]int {
 		out[u.j][u.k]--
 	}
 	return out
+}
+
+// guess is how many of units to give up for every plan to fare as in
+// base (every elastic group at its minimum): the surplus must fit in
+// what base leaves free, so the units' GPUs beyond that are counted off
+// in order (at least one unit). exact: every unit takes whole GPUs and
+// the count came out even, so that one unit fewer cannot fit.
+func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool) {
+	el.allocator()
+	st := &growState{holds: make([]holding, len(base))}
+	for j := range base {
+		st.holds[j] = el.a.holdingOf(base[j].Plan)
+	}
+	need := 0.0
+	for _, u := range units {
+		need += groupGPUs(el.jobs[u.j].Spec, el.refs[u.j][u.k])
+	}
+	el.eachFree(st, func(string, int) bool {
+		need--
+		return true
+	})
+	whole := true
+	for k < len(units) && (need > 0 || k == 0) {
+		u := units[k]
+		g := groupGPUs(el.jobs[u.j].Spec, el.refs[u.j][u.k])
+		whole = whole && g >= 1 && g == math.Trunc(g)
+		need -= g
+		k++
+	}
+	return k, whole && need == 0 && k > 1
 }

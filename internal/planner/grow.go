@@ -72,7 +72,19 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 			for _, g := range level {
 				room = max(room, el.refs[g.j][g.k].max-st.sizes[g.j][g.k])
 			}
+			// Whole-GPU workers cannot grow past the free GPUs: the bound
+			// is tried first, and where it fits, that is the one run.
+			if per := el.wholeGPUs(level); per > 0 {
+				room = min(room, int(float64(el.freeFor(st, opt))/per))
+			}
 			lo, hi, best := 0, room+1, st
+			if room > 0 {
+				if next, ok := el.growBy(st, level, room, settle); ok {
+					lo, best = room, next
+				} else {
+					hi = room
+				}
+			}
 			for hi-lo > 1 {
 				mid := (lo + hi) / 2
 				if next, ok := el.growBy(st, level, mid, settle); ok {
@@ -87,6 +99,9 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 				if st.sizes[g.j][g.k] >= el.refs[g.j][g.k].max {
 					continue
 				}
+				if per := el.wholeGPUs([]grower{g}); per > 0 && float64(el.freeFor(st, opt)) < per {
+					continue
+				}
 				if next, ok := el.growBy(st, []grower{g}, 1, settle); ok {
 					st = next
 					still = append(still, g)
@@ -95,12 +110,27 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 			level = still
 		}
 	}
-	grew := false
+	grew, settled := false, true
 	for j := range out {
 		grew = grew || st.docs[j] != out[j].Plan
+		settled = settled && el.jobs[j].Spec != nil && score(out[j]) == 0
 	}
 	if !grew {
 		return sizes, out
+	}
+	if settled {
+		// Every plan valid and in place: none has a reason the room
+		// growth took would change, so the grown plans are the outcome.
+		for j := range out {
+			if st.docs[j] == out[j].Plan {
+				continue
+			}
+			doc := st.docs[j]
+			doc.Priority, doc.GPUsHeld = el.jobs[j].Spec.Priority, HeldGPUs(doc)
+			doc.Moved = CountMoved(el.jobs[j].Prev, doc)
+			out[j] = Outcome{Plan: doc, Change: out[j].Change}
+		}
+		return st.sizes, out
 	}
 	// Once more, every plan from this run's (some grown), as the next
 	// run on a quiet cluster will: what every other plan says (an
@@ -377,4 +407,30 @@ func (el *elastic) takers(prev *Plan, refs []elasticRef, sizes []int, holds []ho
 		}
 	}
 	return names
+}
+
+// wholeGPUs is the GPUs one worker of each of level takes, summed, when
+// every one of them takes whole GPUs (0: some take a share, or none).
+func (el *elastic) wholeGPUs(level []grower) float64 {
+	sum := 0.0
+	for _, g := range level {
+		n := groupGPUs(el.jobs[g.j].Spec, el.refs[g.j][g.k])
+		if n < 1 {
+			return 0
+		}
+		sum += n
+	}
+	return sum
+}
+
+// freeFor counts the free GPUs growth may take.
+func (el *elastic) freeFor(st *growState, opt ElasticOptions) int {
+	n := 0
+	el.eachFree(st, func(node string, g int) bool {
+		if opt.GrowInto == nil || opt.GrowInto(node, g) {
+			n++
+		}
+		return true
+	})
+	return n
 }
