@@ -316,6 +316,8 @@ type elastic struct {
 	refs  [][]elasticRef // per job (nil: fixed, or held as it is)
 	start [][]int        // the sizes each job starts at
 	a     *allocator
+	// rel is, per job, what its shrink gave up this run (grow.go).
+	rel map[int]holding
 }
 
 // PlanAllWith is PlanAll with elastic groups grown as opt says. With no
@@ -386,7 +388,17 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 					hi, best = mid, o
 				}
 			}
-			sizes, out = take(sizes, units[:hi]), best
+			taken := units[:hi]
+			sizes, out = take(sizes, taken), best
+			// The order gives up every lower plan's surplus (and each
+			// plan's last group's) before the next; a group whose surplus
+			// made no difference (the room needed was another's) keeps it.
+			for _, g := range groupsOf(taken) {
+				keep := slices.DeleteFunc(slices.Clone(taken), func(u shrinkUnit) bool { return u == g })
+				if o := el.run(take(el.start, keep)); !worse(o, base) {
+					taken, sizes, out = keep, take(el.start, keep), o
+				}
+			}
 		}
 	}
 	// A plan left invalid is planned at its minimum from now on (it
@@ -587,4 +599,16 @@ func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool)
 		k++
 	}
 	return k, whole && need == 0 && k > 1
+}
+
+// groupsOf is the groups of units, in order, but the group of the last
+// (the one the search stopped in).
+func groupsOf(units []shrinkUnit) []shrinkUnit {
+	var out []shrinkUnit
+	for _, u := range units {
+		if u != units[len(units)-1] && !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
 }

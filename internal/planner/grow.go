@@ -58,6 +58,7 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 		return sizes, out
 	}
 	settle := el.settling(st, opt)
+	el.rel = el.released(sizes, out)
 	for len(all) > 0 {
 		// One priority level at a time.
 		p := el.jobs[all[0].j].priority()
@@ -219,7 +220,7 @@ func (el *elastic) eachFree(st *growState, fn func(node string, g int) bool) {
 }
 
 // settling is the free GPUs growth may not take yet, as a holding
-// (nil: none).
+// (nil: none): those opt does not allow.
 func (el *elastic) settling(st *growState, opt ElasticOptions) *blocker {
 	if opt.GrowInto == nil {
 		return nil
@@ -284,6 +285,10 @@ func (el *elastic) probe(st *growState, j int, sizes []int, settle *blocker) *Pl
 	}
 	if settle != nil {
 		in = append(in, *settle)
+	}
+	if r := el.rel[j]; len(r) > 0 {
+		// What its shrink gave up this run is for others.
+		in = append(in, blocker{name: settling, h: r})
 	}
 	spec := sized(el.jobs[j].Spec, sizes)
 	cur := st.docs[j]
@@ -433,4 +438,50 @@ func (el *elastic) freeFor(st *growState, opt ElasticOptions) int {
 		return true
 	})
 	return n
+}
+
+// released is, per job, the GPUs of the workers its shrink gave up
+// this run: a plan's that stays placed (one released whole was preempted,
+// not shrunk).
+func (el *elastic) released(sizes [][]int, outs []Outcome) map[int]holding {
+	out := map[int]holding{}
+	for j, refs := range el.refs {
+		prev := el.jobs[j].Prev
+		if refs == nil || prev == nil || !prev.Placed() || !outs[j].Plan.Placed() {
+			continue
+		}
+		cut := false
+		for k := range refs {
+			cut = cut || sizes[j][k] < el.start[j][k]
+		}
+		if !cut {
+			continue
+		}
+		by := map[int32]*hold{}
+		for _, w := range prev.Workers.All() {
+			at, ok := el.a.index[w.NodeID]
+			if !ok {
+				continue
+			}
+			for k, r := range refs {
+				if w.Component == r.c && w.Index >= r.first+sizes[j][k] && w.Index < r.first+el.start[j][k] {
+					h := by[at]
+					if h == nil {
+						h = &hold{at: at}
+						by[at] = h
+					}
+					h.gpus = append(h.gpus, w.GPUs...)
+				}
+			}
+		}
+		var hs holding
+		for _, h := range by {
+			slices.Sort(h.gpus)
+			h.gpus = slices.Compact(h.gpus)
+			hs = append(hs, *h)
+		}
+		slices.SortFunc(hs, func(x, y hold) int { return int(x.at - y.at) })
+		out[j] = hs
+	}
+	return out
 }
