@@ -142,3 +142,61 @@ func TestElasticShareScenario(t *testing.T) {
 		t.Fatalf("b gone: a eval %d, %q", countOf(pa, plan.Eval), pa.StatusOf().ResizeWords("a"))
 	}
 }
+
+// TestElasticRules: equal priorities grow one worker each in turn, a
+// higher priority first, growth keeps to max_gpus, and a lower plan's
+// minimum comes before a higher plan's surplus.
+func TestElasticRules(t *testing.T) {
+	evalOnly := func(lo, hi, priority, quota int) *Spec {
+		q := ""
+		if quota > 0 {
+			q = fmt.Sprintf("max_gpus: %d\n", quota)
+		}
+		return specT(t, fmt.Sprintf("priority: %d\n%sscheduling:\n  eval: {worker_num: {min: %d, max: %d}, num_cpus: 1, num_gpus: 1}\n", priority, q, lo, hi))
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes int
+		jobs  []Job
+		want  map[string]int // eval workers
+	}{
+		{name: "equal priorities in turn", nodes: 2, jobs: []Job{
+			{Name: "a", Spec: evalOnly(1, 32, 0, 0), Age: 1}, {Name: "b", Spec: evalOnly(1, 32, 0, 0), Age: 2}},
+			want: map[string]int{"a": 8, "b": 8}},
+		{name: "uneven room in turn", nodes: 2, jobs: []Job{
+			{Name: "a", Spec: evalOnly(1, 3, 0, 0), Age: 1}, {Name: "b", Spec: evalOnly(1, 32, 0, 0), Age: 2}, {Name: "c", Spec: evalOnly(1, 32, 0, 0), Age: 3}},
+			want: map[string]int{"a": 3, "b": 7, "c": 6}},
+		{name: "higher first", nodes: 2, jobs: []Job{
+			{Name: "a", Spec: evalOnly(1, 32, 0, 0), Age: 1}, {Name: "b", Spec: evalOnly(1, 12, 5, 0), Age: 2}},
+			want: map[string]int{"a": 4, "b": 12}},
+		{name: "max_gpus", nodes: 2, jobs: []Job{{Name: "a", Spec: evalOnly(1, 32, 0, 6), Age: 1}},
+			want: map[string]int{"a": 6}},
+		{name: "a lower minimum before a higher surplus", nodes: 2, jobs: []Job{
+			{Name: "hi", Spec: evalOnly(2, 16, 5, 0), Age: 1}, {Name: "lo", Spec: evalOnly(6, 6, 0, 0), Age: 2}},
+			want: map[string]int{"hi": 10, "lo": 6}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := planAll(t, tc.jobs, shareNodes(tc.nodes))
+			for name, want := range tc.want {
+				if o := out[name]; !o.Plan.Valid || countOf(o.Plan, plan.Eval) != want {
+					t.Errorf("%s: valid %v, eval %d, want %d (%v)", name, o.Plan.Valid, countOf(o.Plan, plan.Eval), want, o.Err)
+				}
+			}
+		})
+	}
+}
+
+// TestElasticBeside: validation says what an elastic spec's minimum
+// needs and what the cluster would give it now.
+func TestElasticBeside(t *testing.T) {
+	nodes := shareNodes(4)
+	held := PlanAll([]Job{{Name: "b", Spec: trainSpec(t, 12, 10, 0)}}, nodes)[0].Plan
+	doc, err := PlanBeside(elasticSpec(t, 8, 4, 32, 0), nodes, []Job{{Name: "b", Spec: trainSpec(t, 12, 10, 0), Prev: held}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "elastic: the minimum needs 12 GPUs in all; the cluster would give eval 12 of 4..32 now (20 GPUs)"
+	if !slices.Contains(doc.Warnings, want) || countOf(doc, plan.Eval) != 12 {
+		t.Fatalf("warnings %q, eval %d; want %q", doc.Warnings, countOf(doc, plan.Eval), want)
+	}
+}
