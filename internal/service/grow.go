@@ -38,6 +38,16 @@ func (w *growWatch) options(now time.Time, after time.Duration, nodes []planner.
 // replanned, its Prev) hold, and when next a free GPU may be grown onto
 // where some elastic plan is below its max.
 func (w *growWatch) note(now time.Time, after time.Duration, jobs []planner.Job, outs []planner.Outcome, nodes []planner.Node) {
+	elastic := false
+	for i := range jobs {
+		elastic = elastic || planner.IsElastic(jobs[i].Spec)
+	}
+	if !elastic {
+		// Nothing grows: no cost to a cluster of fixed plans. Should an
+		// elastic plan come, the GPUs free then are free from then.
+		w.since, w.wake = nil, time.Time{}
+		return
+	}
 	held := map[string][]bool{}
 	mark := func(node string, g int) {
 		b := held[node]
