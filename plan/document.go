@@ -136,8 +136,9 @@ type Status struct {
 	// State is StateValid, StateDegraded or StateInvalid.
 	State string `json:"state"`
 	// Reason is why a plan is not valid (one of the Reason kinds);
-	// empty for a valid plan, and for an older document whose reason is
-	// not known.
+	// for a valid plan empty, or ReasonShrunk / ReasonGrew when its
+	// elastic groups were resized (Resized); empty too for an older
+	// document whose reason is not known.
 	Reason string `json:"reason,omitempty"`
 	// By names the plans the reason is about: those that preempted it,
 	// or hold the room it waits for.
@@ -150,6 +151,9 @@ type Status struct {
 	// previous revision's, says why (one of the Fresh kinds; Reason
 	// words it).
 	Fresh string `json:"fresh,omitempty"`
+	// Resized lists the elastic groups whose worker count this revision
+	// changed (Reason ReasonShrunk or ReasonGrew on a valid plan).
+	Resized []Resize `json:"resized,omitempty"`
 }
 
 // Why a placement was made afresh (Status.Fresh).
@@ -283,7 +287,11 @@ type Demand struct {
 	Component Component `json:"component"`
 	Workers   int       `json:"workers"`
 	// Auto is set for a buffer with worker_num "auto".
-	Auto    bool    `json:"auto,omitempty"`
+	Auto bool `json:"auto,omitempty"`
+	// Min and Max are an elastic group's range (worker_num {min, max});
+	// Workers is then how many it holds now. Both 0 for a fixed count.
+	Min     int     `json:"min,omitempty"`
+	Max     int     `json:"max,omitempty"`
 	NumGPUs float64 `json:"num_gpus"`
 	NumCPUs float64 `json:"num_cpus"`
 }

@@ -72,8 +72,17 @@ func runPlan(cmd *cobra.Command, f planFlags) error {
 			return err
 		}
 		var ch *planner.Change
-		doc, ch, planErr = planner.Replan(prev, spec, nodes)
+		if planner.IsElastic(spec) {
+			o := planner.PlanAlone(prev, spec, nodes)
+			doc, ch, planErr = o.Plan, o.Change, o.Err
+		} else {
+			doc, ch, planErr = planner.Replan(prev, spec, nodes)
+		}
 		doc.Reason = dryRunReason(prev, doc, ch)
+	} else if planner.IsElastic(spec) {
+		// Elastic groups grow to their max within the inventory.
+		o := planner.PlanAlone(nil, spec, nodes)
+		doc, planErr = o.Plan, o.Err
 	} else {
 		doc, planErr = planner.ComputeWith(spec, nodes, planner.Options{PoolsOnly: f.output == "yaml"})
 	}
@@ -181,6 +190,11 @@ func dryRunReason(prev, next *planner.Plan, ch *planner.Change) string {
 		what = "no valid plan"
 	case what == "":
 		what = "every worker keeps its place"
+	}
+	if next.Status != nil {
+		if r := next.Status.ResizeWords("(offline)"); r != "" {
+			what = r + "; " + what
+		}
 	}
 	return "dry run from " + from + ": " + what
 }

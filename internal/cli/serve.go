@@ -144,6 +144,7 @@ type serveOptions struct {
 	tlsCert, tlsKey                         string
 	sec                                     bus.Security
 	debounce, heartbeat, settle, historyAge time.Duration
+	growAfter                               time.Duration
 	historyBytes                            int64
 	// HA: replicas of the state, the embedded server's cluster, the
 	// planner lease.
@@ -176,6 +177,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.simMemory, "memory", "", "memory of each simulated node, bytes or with Ki, Mi, Gi, Ti (default: its model's host's)")
 	f.BoolVar(&o.noLocal, "no-local-reporter", false, "do not report this machine's inventory in-process")
 	durationVar(f, &o.debounce, "debounce", service.DefaultDebounce, "quiet time after an inventory change before replanning")
+	durationVar(f, &o.growAfter, "grow-after", service.DefaultGrowAfter, "how long a GPU must be free before an elastic group (worker_num {min, max}) grows onto it (0: at once)")
 	durationVar(f, &o.settle, "settle", service.DefaultSettle, "after start, how long to wait for the nodes of the latest plan to report before replanning without them (negative: no wait)")
 	durationVar(f, &o.heartbeat, "heartbeat", reporter.DefaultHeartbeat, "heartbeat of the in-process reporters")
 	durationVar(f, &o.historyAge, "history-age", service.DefaultHistoryAge, "keep plan revisions this long (and the chain they need); negative: for ever")
@@ -221,6 +223,8 @@ func (o *serveOptions) check() ([]simNodes, []byte, error) {
 	switch {
 	case o.debounce < 0:
 		return nil, nil, usagef("--debounce %s: must be >= 0", o.debounce)
+	case o.growAfter < 0:
+		return nil, nil, usagef("--grow-after %s: must be >= 0", o.growAfter)
 	case o.heartbeat <= 0:
 		return nil, nil, usagef("--heartbeat %s: must be positive", o.heartbeat)
 	case o.historyAge == 0 || o.historyBytes == 0:
@@ -345,7 +349,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		log.Info().Msg("no --state-file: should the plan streams be lost, revision numbers could start again at 1")
 	}
 	p := service.New(service.Config{NC: nc, JS: js, Plan: o.plan, StateFile: o.stateFile, Spec: spec, ReplaceSpec: o.replaceSpec, Debounce: o.debounce, Settle: o.settle,
-		HistoryAge: o.historyAge, HistoryBytes: o.historyBytes, Replicas: o.replicas, LeaseTTL: o.leaseTTL, Metrics: pm, Log: log})
+		HistoryAge: o.historyAge, HistoryBytes: o.historyBytes, Replicas: o.replicas, LeaseTTL: o.leaseTTL, GrowAfter: growAfter(o.growAfter), Metrics: pm, Log: log})
 	served.Store(p)
 	if err := serveMap(ctx, mapL, p, nc, log); err != nil {
 		return err
@@ -546,4 +550,13 @@ func waitReported(ctx context.Context, store *store.InventoryStore, n int, timeo
 		time.Sleep(50 * time.Millisecond)
 	}
 	log.Warn().Int("reporters", n).Msg("not every in-process reporter has reported yet; planning anyway")
+}
+
+// growAfter is --grow-after as the service's Config takes it: 0 there
+// is the default, so "at once" is negative.
+func growAfter(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -88,6 +88,45 @@ type planStatus struct {
 	Status   *plan.Status `json:"status,omitempty"`
 	Unplaced int          `json:"unplaced,omitempty"`
 	Pending  string       `json:"pending_spec,omitempty"`
+	// Elastic are its elastic groups (worker_num {min, max}): how many
+	// workers each holds now, of its range.
+	Elastic []elasticGroup `json:"elastic,omitempty"`
+}
+
+// elasticGroup is one elastic group of a plan as status shows it.
+type elasticGroup struct {
+	Component string `json:"component"`
+	Workers   int    `json:"workers"`
+	Min       int    `json:"min"`
+	Max       int    `json:"max"`
+}
+
+// elasticOf is d's elastic groups, named as a spec names them.
+func elasticOf(d *plan.Document) []elasticGroup {
+	var out []elasticGroup
+	env := 0
+	for _, dm := range d.Demands {
+		if dm.Component == plan.Env {
+			env++
+		}
+		if dm.Max > 0 {
+			name := plan.Resize{Component: dm.Component, Group: max(env-1, 0)}.Name()
+			out = append(out, elasticGroup{Component: name, Workers: dm.Workers, Min: dm.Min, Max: dm.Max})
+		}
+	}
+	return out
+}
+
+// elasticText is a plan's elastic groups as "eval 12 (4..32)", or "-".
+func elasticText(gs []elasticGroup) string {
+	if len(gs) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(gs))
+	for i, g := range gs {
+		parts[i] = fmt.Sprintf("%s %d (%d..%d)", g.Component, g.Workers, g.Min, g.Max)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // nodeStatus is which plans hold a node's GPUs, and how many each.
@@ -313,7 +352,7 @@ func (r *statusReport) readPlans(ctx context.Context, js jetstream.JetStream, c 
 		}
 		st := d.StatusOf()
 		r.Plans = append(r.Plans, planStatus{State: st.State, Status: &st, Unplaced: len(d.Unplaced), Pending: pending, Name: name, Priority: d.Priority, Revision: d.Revision, Valid: d.Valid,
-			GPUsHeld: d.GPUsHeld, Workers: d.Workers.Len(), Error: d.Error, PreemptedBy: d.PreemptedBy})
+			GPUsHeld: d.GPUsHeld, Workers: d.Workers.Len(), Error: d.Error, PreemptedBy: d.PreemptedBy, Elastic: elasticOf(d)})
 		seen := map[string]bool{}
 		for _, w := range d.Workers.All() {
 			for _, g := range w.GPUs {
@@ -487,9 +526,20 @@ func (r *statusReport) writePlans(w io.Writer) {
 	if len(r.Plans) == 0 {
 		return
 	}
+	// The ELASTIC column only where some plan has elastic groups: the
+	// table reads as before for fixed plans.
+	elastic := slices.ContainsFunc(r.Plans, func(p planStatus) bool { return len(p.Elastic) > 0 })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PLAN\tPRIORITY\tREVISION\tGPUS\tWORKERS\tSTATE")
+	if elastic {
+		fmt.Fprintln(tw, "PLAN\tPRIORITY\tREVISION\tGPUS\tWORKERS\tELASTIC\tSTATE")
+	} else {
+		fmt.Fprintln(tw, "PLAN\tPRIORITY\tREVISION\tGPUS\tWORKERS\tSTATE")
+	}
 	for _, p := range r.Plans {
+		if elastic {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", p.Name, p.Priority, p.Revision, p.GPUsHeld, p.Workers, elasticText(p.Elastic), stateText(p.Status, p.Unplaced, p.Error))
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", p.Name, p.Priority, p.Revision, p.GPUsHeld, p.Workers, stateText(p.Status, p.Unplaced, p.Error))
 	}
 	_ = tw.Flush()

@@ -27,6 +27,10 @@ type Planner struct {
 	rejected, resyncs, claims              *prometheus.CounterVec
 	requests                               *prometheus.CounterVec
 	latency                                *prometheus.HistogramVec
+	// elastic is each elastic group's workers now; resized counts its
+	// grows and shrinks.
+	elastic *prometheus.GaugeVec
+	resized *prometheus.CounterVec
 }
 
 // NewPlanner makes the planner's metrics, registered on reg.
@@ -44,6 +48,9 @@ func NewPlanner(reg prometheus.Registerer) *Planner {
 		leader:    f("plan_leader", "1 while this planner holds the plan's lease (it replans and publishes), else 0.", "plan"),
 		priority:  f("plan_priority", "The plan's priority among the plans sharing the cluster.", "plan"),
 		preempted: f("plan_preempted", "1 while the plan's latest revision gave way to a plan of higher priority, else 0.", "plan"),
+		elastic:   f("plan_elastic_workers", "Workers an elastic group (worker_num {min, max}) of the plan's latest revision holds, by component (eval, env or env[i]).", "plan", "component"),
+		resized: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_plan_elastic_resizes_total",
+			Help: "Revisions that resized an elastic group, by component and direction (grow or shrink)."}, []string{"plan", "component", "direction"}),
 		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_plan_workers_moved_total",
 			Help: "Workers moved by the plan's revisions, summed."}, []string{"plan"}),
 		replan: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "poolplanner_replan_duration_seconds",
@@ -65,7 +72,7 @@ func NewPlanner(reg prometheus.Registerer) *Planner {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "poolplanner_request_duration_seconds",
 			Help: "Time to answer a request, by endpoint.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"endpoint"}),
 	}
-	reg.MustRegister(m.moved, m.replan, m.changeToPublish, m.nodes, m.unhealthy, m.conflicts,
+	reg.MustRegister(m.moved, m.resized, m.replan, m.changeToPublish, m.nodes, m.unhealthy, m.conflicts,
 		m.rejected, m.resyncs, m.claims, m.requests, m.latency)
 	return m
 }
@@ -81,6 +88,27 @@ func (m *Planner) Published(plan string, revision int, valid bool, workers int, 
 	m.workers.WithLabelValues(plan).Set(float64(workers))
 	m.gpus.WithLabelValues(plan).Set(gpus)
 	m.moved.WithLabelValues(plan).Add(float64(moved))
+}
+
+// Elastic records an elastic group's workers in the plan's latest
+// revision.
+func (m *Planner) Elastic(plan, component string, workers int) {
+	if m == nil {
+		return
+	}
+	m.elastic.WithLabelValues(plan, component).Set(float64(workers))
+}
+
+// Resized counts a revision that grew or shrank an elastic group.
+func (m *Planner) Resized(plan, component string, grew bool) {
+	if m == nil {
+		return
+	}
+	dir := "shrink"
+	if grew {
+		dir = "grow"
+	}
+	m.resized.WithLabelValues(plan, component, dir).Inc()
 }
 
 // Shared records where a plan stands among those sharing the cluster:
@@ -104,6 +132,8 @@ func (m *Planner) Removed(plan string) {
 		g.DeleteLabelValues(plan)
 	}
 	m.moved.DeleteLabelValues(plan)
+	m.elastic.DeletePartialMatch(prometheus.Labels{"plan": plan})
+	m.resized.DeletePartialMatch(prometheus.Labels{"plan": plan})
 	m.replan.DeleteLabelValues(plan)
 	m.changeToPublish.DeleteLabelValues(plan)
 }

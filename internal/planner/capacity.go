@@ -16,7 +16,7 @@ func demandsOf(spec *Spec) []plan.Demand {
 	var out []plan.Demand
 	add := func(c plan.Component, g *WorkerGroup) {
 		if g != nil {
-			out = append(out, plan.Demand{Component: c, Workers: g.WorkerNum, Auto: g.Auto, NumGPUs: g.NumGPUs, NumCPUs: g.NumCPUs})
+			out = append(out, plan.Demand{Component: c, Workers: g.WorkerNum, Auto: g.Auto, Min: g.Min, Max: g.Max, NumGPUs: g.NumGPUs, NumCPUs: g.NumCPUs})
 		}
 	}
 	add(plan.Train, sc.Train)

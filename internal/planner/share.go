@@ -79,7 +79,16 @@ const maxPasses = 4
 // and some job is invalid, PlanAll runs again on the new holdings, so a
 // job is invalid only if what higher- and equal-priority jobs finally hold
 // leaves it no room. Outcomes are in the order of jobs.
+//
+// Elastic groups (worker_num {min, max}) are sized first (PlanAllWith):
+// a plan gives up its surplus before anyone is preempted for it, and
+// grows into GPUs no plan holds.
 func PlanAll(jobs []Job, nodes []Node) []Outcome {
+	return PlanAllWith(jobs, nodes, ElasticOptions{})
+}
+
+// planFixed is PlanAll on fixed sizes.
+func planFixed(jobs []Job, nodes []Node) []Outcome {
 	a := newAllocator(jobs, nodes)
 	cur := make([]holding, len(jobs))
 	for j := range jobs {
@@ -667,9 +676,14 @@ func PlanBeside(spec *Spec, nodes []Node, others []Job) (*Plan, error) {
 			in = append(in, blocker{o.Name, a.holdingOf(o.Prev)})
 		}
 	}
-	doc, err := Compute(spec, a.remainder(in, nil))
+	nodes = a.remainder(in, nil)
+	doc, err := Compute(spec, nodes)
 	o := WithinQuota(Outcome{Plan: doc, Err: err}, spec)
 	o.Plan.Priority = spec.Priority
+	if o.Err == nil {
+		// An elastic spec: what its minimum needs, and what it would get.
+		o.Plan = growBeside(o.Plan, spec, nodes)
+	}
 	return o.Plan, o.Err
 }
 

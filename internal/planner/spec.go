@@ -26,7 +26,13 @@ type WorkerGroup struct {
 	WorkerNum int
 	// Auto is set when worker_num is "auto" (buffer only): one worker per
 	// node that hosts train workers.
-	Auto    bool
+	Auto bool
+	// Min and Max, Max above 0, make the group elastic (eval and the
+	// last env entry only; worker_num {min: M, max: N}): it holds at least
+	// Min workers and grows to Max into GPUs nobody needs. WorkerNum is
+	// then the workers it is planned with now, Min when parsed (elastic.go).
+	Min     int `json:",omitempty"`
+	Max     int `json:",omitempty"`
 	NumCPUs float64
 	NumGPUs float64
 	// Constraints say where its workers may run (nil: anywhere).
@@ -212,8 +218,11 @@ func ParseSpec(data []byte) (*Spec, error) {
 	total := 0
 	for _, g := range append([]*WorkerGroup{s.Scheduling.Train, s.Scheduling.Eval}, envPtrs(s.Scheduling.Env)...) {
 		if g != nil {
-			total += g.WorkerNum
+			total += max(g.WorkerNum, g.Max)
 		}
+	}
+	if err := checkElastic(s); err != nil {
+		return nil, err
 	}
 	if total > MaxWorkers {
 		return nil, fieldErr("scheduling", "asks for %d workers in all; a plan holds at most %d", total, MaxWorkers)
@@ -307,7 +316,7 @@ func parseScheduling(v any, out *Scheduling) error {
 		if !ok || raw == nil {
 			continue
 		}
-		g, err := parseGroup("scheduling."+string(c), raw, c == plan.Buffer)
+		g, err := parseGroup("scheduling."+string(c), raw, c == plan.Buffer, c == plan.Eval)
 		if err != nil {
 			return err
 		}
@@ -327,14 +336,14 @@ func parseScheduling(v any, out *Scheduling) error {
 			return fieldErr("scheduling.env", "%d worker groups; at most %d", len(env), plan.MaxGroups)
 		}
 		for i, raw := range env {
-			g, err := parseGroup(fmt.Sprintf("scheduling.env[%d]", i), raw, false)
+			g, err := parseGroup(fmt.Sprintf("scheduling.env[%d]", i), raw, false, true)
 			if err != nil {
 				return err
 			}
 			out.Env = append(out.Env, g)
 		}
 	case map[string]any:
-		g, err := parseGroup("scheduling.env", env, false)
+		g, err := parseGroup("scheduling.env", env, false, true)
 		if err != nil {
 			return err
 		}
@@ -345,7 +354,9 @@ func parseScheduling(v any, out *Scheduling) error {
 	return nil
 }
 
-func parseGroup(field string, v any, allowAuto bool) (WorkerGroup, error) {
+// parseGroup reads one worker group; allowAuto: worker_num may be
+// "auto" (buffer); allowRange: it may be {min, max} (eval, env).
+func parseGroup(field string, v any, allowAuto, allowRange bool) (WorkerGroup, error) {
 	g := WorkerGroup{NumCPUs: 1}
 	m, ok := v.(map[string]any)
 	if !ok {
@@ -365,6 +376,10 @@ func parseGroup(field string, v any, allowAuto bool) (WorkerGroup, error) {
 			return g, fieldErr(field+".worker_num", `"auto" is allowed only for buffer; want a whole number >= 0`)
 		}
 		g.Auto = true
+	case map[string]any:
+		if err := parseRange(field+".worker_num", wn, allowRange, &g); err != nil {
+			return g, err
+		}
 	default:
 		n, ok := number(wn)
 		if !ok || n < 0 || n != math.Trunc(n) {

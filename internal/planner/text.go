@@ -93,12 +93,32 @@ func writeCounts(bw *bufio.Writer, p *Plan) {
 	var parts []string
 	for _, c := range []plan.Component{plan.Train, plan.Buffer, plan.Eval, plan.Env} {
 		if count[c] > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d", c, count[c]))
+			parts = append(parts, fmt.Sprintf("%s %d%s", c, count[c], elasticRange(p, c, count[c])))
 		}
 	}
 	if len(parts) > 0 {
 		fmt.Fprintf(bw, "workers: %s\n", strings.Join(parts, ", "))
 	}
+}
+
+// elasticRange is " of 4..32" after a component's count when its
+// (last) group is elastic: how many it has against its range; with
+// several env entries it names the elastic one's own count.
+func elasticRange(p *Plan, c plan.Component, total int) string {
+	var ds []plan.Demand
+	for _, d := range p.Demands {
+		if d.Component == c {
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) == 0 || ds[len(ds)-1].Max == 0 {
+		return ""
+	}
+	d := ds[len(ds)-1]
+	if len(ds) == 1 {
+		return fmt.Sprintf(" of %d..%d", d.Min, d.Max)
+	}
+	return fmt.Sprintf(" (%s[%d] %d of %d..%d)", c, len(ds)-1, d.Workers, d.Min, d.Max)
 }
 
 type gpuUse struct {

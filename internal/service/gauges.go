@@ -28,6 +28,7 @@ func (p *Service) gauges(s *planState, sp *store.StoredPlan) {
 	}
 	p.cfg.Metrics.Published(s.name, pl.Revision, pl.Valid, pl.Workers.Len(), gpusHeld(pl), 0)
 	p.cfg.Metrics.Shared(s.name, pl.Priority, len(pl.PreemptedBy) > 0)
+	elasticMetrics(p.cfg.Metrics, pl, false)
 }
 
 // leaderGauge keeps the leader gauges of the plans this planner has

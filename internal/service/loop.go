@@ -101,6 +101,9 @@ type loop struct {
 	// snapArmed says it is armed.
 	snapT     Timer
 	snapArmed bool
+	// growT fires when a free GPU has been free for GrowAfter and an
+	// elastic plan may grow onto it (grow.go): a replan then.
+	growT Timer
 }
 
 func (p *Service) newLoop(ctx context.Context) (*loop, error) {
@@ -115,6 +118,8 @@ func (p *Service) newLoop(ctx context.Context) (*loop, error) {
 	l.guardT = p.clock.NewTimer(guardEvery)
 	l.snapT = p.clock.NewTimer(time.Hour)
 	l.snapT.Stop()
+	l.growT = p.clock.NewTimer(time.Hour)
+	l.growT.Stop()
 	l.ride.reconnects = p.cfg.NC.Stats().Reconnects
 	l.ride.outageReconnects = l.ride.reconnects
 	l.followed, l.following = make(chan followedPlan, 64), map[*planState]context.CancelFunc{}
@@ -293,6 +298,10 @@ func (l *loop) run(ctx context.Context) error {
 		case <-l.timer.C():
 			l.work("replan")
 			l.armed = false
+			l.replan(ctx)
+		case <-l.growT.C():
+			l.work("grow")
+			l.dirty = true
 			l.replan(ctx)
 		}
 	}
@@ -778,6 +787,7 @@ func (l *loop) replan(ctx context.Context) {
 		l.armCheck(checkAfter) // it adopted another planner's revision
 	}
 	if err == nil {
+		l.armGrow()
 		if l.ride.settlingOutage {
 			// Said in the revision, or nothing moved and nothing needs
 			// saying.

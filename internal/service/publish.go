@@ -92,8 +92,9 @@ func (p *Service) replanOnce(ctx context.Context) error {
 	}
 	// Planning takes time in the workers placed as well as the nodes.
 	done := p.allow("planning", p.storeTimeout(len(nodes)+p.workersOf(states...)/8))
-	outs := planner.PlanAll(jobs, nodes)
+	outs := planner.PlanAllWith(jobs, nodes, p.grow.options(p.clock.Now(), p.cfg.GrowAfter, nodes))
 	done()
+	p.grow.note(p.clock.Now(), p.cfg.GrowAfter, jobs, outs, nodes)
 	held, next, touched := holdings(jobs, outs, planned)
 	changes := make([][]string, len(jobs))
 	for i, s := range planned {
@@ -358,6 +359,7 @@ func (p *Service) publish(ctx context.Context, s *planState, o planner.Outcome, 
 	p.published(s, stored, note)
 	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid, next.Workers.Len(), gpusHeld(next), next.Moved)
 	p.cfg.Metrics.Shared(next.Name, next.Priority, len(next.PreemptedBy) > 0)
+	elasticMetrics(p.cfg.Metrics, next, true)
 	line := s.log.Info()
 	if !next.Valid && !next.Removed {
 		line = s.log.Warn().Str("error", next.Error)
@@ -502,6 +504,8 @@ func sharing(prev, next *planner.Plan) string {
 	switch {
 	case next.Removed:
 		return "spec removed: the plan's workers are released"
+	case next.Status != nil && len(next.Status.Resized) > 0:
+		return next.Status.ResizeWords(next.Name)
 	case len(next.PreemptedBy) > 0:
 		return "gave way to plan " + strings.Join(next.PreemptedBy, ", plan ") + " (higher priority)"
 	case prev != nil && prev.PlanState() == plan.StateDegraded && next.Valid:

@@ -130,6 +130,11 @@ type Config struct {
 	// Clock is the time the loop and the leaser go by (nil: the
 	// system's); tests may pass one they move by hand.
 	Clock Clock
+	// GrowAfter is how long a GPU must have been free before an elastic
+	// group (worker_num {min, max}) grows onto it (DefaultGrowAfter when
+	// zero; negative: at once): a GPU a plan just gave up goes to whoever
+	// needs it first, not back to the elastic plan that held it.
+	GrowAfter time.Duration
 	// storeHook, in tests, is called at the start of each bounded store
 	// call of the loop (Service.op), with its context: a hook that blocks
 	// is a store that hangs.
@@ -164,6 +169,9 @@ type Service struct {
 	// The loop's goroutine alone uses them.
 	live   view
 	states map[string]*planState
+	// grow is since when each GPU has been free, for elastic growth
+	// (grow.go): the loop's goroutine alone uses it.
+	grow growWatch
 	// rejectedNow is why each key whose document the watch refused
 	// refuses it now (Service.rejected): the loop's goroutine alone
 	// uses it.
@@ -212,6 +220,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.Settle == 0 {
 		cfg.Settle = DefaultSettle
+	}
+	if cfg.GrowAfter == 0 {
+		cfg.GrowAfter = DefaultGrowAfter
 	}
 	if cfg.HistoryAge == 0 {
 		cfg.HistoryAge = DefaultHistoryAge

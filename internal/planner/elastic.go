@@ -1,0 +1,614 @@
+package planner
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+// Elastic groups: eval, and the last env entry, may give worker_num as
+// {min: M, max: N}. The planning core plans fixed counts only; this file
+// sizes each elastic group (WorkerNum between Min and Max) before the
+// core sees a spec, and decides the sizes: every plan's minimum first,
+// surplus given up before anyone is preempted or degraded, and GPUs
+// nobody needs grown into last. Growing adds workers with the next
+// indices; shrinking drops the highest ones, so indices stay dense.
+
+// Elastic reports whether the group's worker count is a range.
+func (g *WorkerGroup) Elastic() bool { return g != nil && g.Max > 0 }
+
+// parseRange reads worker_num {min: M, max: N}.
+func parseRange(field string, m map[string]any, allowed bool, g *WorkerGroup) error {
+	if !allowed {
+		return fieldErr(field, "a range {min, max} is allowed only for eval and env; want a whole number >= 0")
+	}
+	if err := onlyKeys(field, m, "min", "max"); err != nil {
+		return err
+	}
+	get := func(key string) (int, error) {
+		raw, ok := m[key]
+		if !ok || raw == nil {
+			return 0, fieldErr(field+"."+key, "missing; want a whole number of workers >= 1")
+		}
+		n, ok := number(raw)
+		if !ok || n < 1 || n != math.Trunc(n) || n > MaxWorkers {
+			return 0, fieldErr(field+"."+key, "%s is not allowed; want a whole number of workers from 1 to %d", show(raw), MaxWorkers)
+		}
+		return int(n), nil
+	}
+	lo, err := get("min")
+	if err != nil {
+		return err
+	}
+	hi, err := get("max")
+	if err != nil {
+		return err
+	}
+	if lo > hi {
+		return fieldErr(field, "min %d is above max %d; want 1 <= min <= max", lo, hi)
+	}
+	g.Min, g.Max, g.WorkerNum = lo, hi, lo
+	return nil
+}
+
+// checkElastic checks where a spec's elastic groups may be: only the
+// last env entry (env workers are numbered across entries, and growing
+// an earlier one would renumber the later ones' workers), and only in
+// auto mode (manual pools fix every count).
+func checkElastic(s *Spec) error {
+	sc := &s.Scheduling
+	for i := range sc.Env {
+		if sc.Env[i].Elastic() && i != len(sc.Env)-1 {
+			return fieldErr(fmt.Sprintf("scheduling.env[%d].worker_num", i), "only the last env entry may be a range {min, max}: env workers are numbered across entries; move it last or give a number")
+		}
+	}
+	for _, r := range elasticRefs(s) {
+		if s.Placement.Mode == ModeManual {
+			return fieldErr(groupName(r.c, r.gi)+".worker_num", "a range {min, max} needs placement.mode auto: manual pools fix each component's GPUs")
+		}
+	}
+	return nil
+}
+
+// elasticRef is one elastic group of a spec: component c (eval or env),
+// entry gi, its workers' indices starting at first.
+type elasticRef struct {
+	c        plan.Component
+	gi       int
+	first    int
+	min, max int
+}
+
+func (r elasticRef) String() string {
+	if r.c == plan.Env && r.gi > 0 {
+		return fmt.Sprintf("env[%d]", r.gi)
+	}
+	return string(r.c)
+}
+
+// elasticRefs lists spec's elastic groups, eval first.
+func elasticRefs(s *Spec) []elasticRef {
+	if s == nil {
+		return nil
+	}
+	var out []elasticRef
+	sc := &s.Scheduling
+	if sc.Eval.Elastic() {
+		out = append(out, elasticRef{c: plan.Eval, min: sc.Eval.Min, max: sc.Eval.Max})
+	}
+	first := 0
+	for i := range sc.Env {
+		if sc.Env[i].Elastic() {
+			out = append(out, elasticRef{c: plan.Env, gi: i, first: first, min: sc.Env[i].Min, max: sc.Env[i].Max})
+		}
+		first += sc.Env[i].WorkerNum
+	}
+	return out
+}
+
+// sized is spec with each elastic group planned at counts (one per
+// elasticRefs entry); spec itself is not changed.
+func sized(s *Spec, counts []int) *Spec {
+	refs := elasticRefs(s)
+	if len(refs) == 0 || len(counts) != len(refs) {
+		return s
+	}
+	out := *s
+	out.Scheduling.Env = slices.Clone(s.Scheduling.Env)
+	for k, r := range refs {
+		switch r.c {
+		case plan.Eval:
+			g := *s.Scheduling.Eval
+			g.WorkerNum = counts[k]
+			out.Scheduling.Eval = &g
+		case plan.Env:
+			out.Scheduling.Env[r.gi].WorkerNum = counts[k]
+		}
+	}
+	return &out
+}
+
+// heldCounts is how many workers of each of refs p places or lists as
+// unplaced (-1: p does not say: none, invalid, or another shape).
+func heldCounts(p *Plan, refs []elasticRef) []int {
+	out := make([]int, len(refs))
+	for k := range out {
+		out[k] = -1
+	}
+	if p == nil || !p.Placed() {
+		return out
+	}
+	var env []int
+	for _, d := range p.Demands {
+		if d.Component == plan.Env {
+			env = append(env, d.Workers)
+		}
+	}
+	for k, r := range refs {
+		switch {
+		case r.c == plan.Eval:
+			for _, d := range p.Demands {
+				if d.Component == plan.Eval {
+					out[k] = d.Workers
+				}
+			}
+		case r.gi < len(env) && len(env) == r.gi+1:
+			first := 0
+			for _, n := range env[:r.gi] {
+				first += n
+			}
+			if first == r.first {
+				out[k] = env[r.gi]
+			}
+		}
+	}
+	return out
+}
+
+// startCounts is the sizes a job is planned at first: what its
+// previous plan holds, within the spec's range; the minimum without one.
+func startCounts(j *Job, refs []elasticRef) []int {
+	out := heldCounts(j.Prev, refs)
+	for k, r := range refs {
+		if out[k] < 0 {
+			out[k] = r.min
+		}
+		out[k] = min(max(out[k], r.min), r.max)
+	}
+	return out
+}
+
+// truncated is prev without the workers of refs at counts or above
+// (the highest indices), its pools' allocations and counts as its
+// remaining workers have them, planned for spec (sized): what prev
+// holds once shrunk. prev itself is not changed.
+func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec) *Plan {
+	if prev == nil || !prev.Placed() {
+		return prev
+	}
+	held := heldCounts(prev, refs)
+	cut := false
+	for k := range refs {
+		cut = cut || held[k] > counts[k]
+	}
+	if !cut {
+		return prev
+	}
+	drop := func(c plan.Component, i int) bool {
+		for k, r := range refs {
+			if r.c == c && held[k] > counts[k] && i >= r.first+counts[k] && i < r.first+held[k] {
+				return true
+			}
+		}
+		return false
+	}
+	out := *prev
+	out.state, out.afresh, out.takenBy = nil, nil, nil
+	var ws []plan.Worker
+	type key struct {
+		pool, node string
+		c          plan.Component
+	}
+	gpus := map[key][]int{}
+	counted := map[key][]int{}
+	for _, w := range prev.Workers.All() {
+		if drop(w.Component, w.Index) {
+			continue
+		}
+		ws = append(ws, *w)
+		k := key{w.Pool, w.NodeID, w.Component}
+		gpus[k] = append(gpus[k], w.GPUs...)
+		if w.Component == plan.Eval || w.Component == plan.Env {
+			c := counted[k]
+			gi := groupOf(spec, w.Component, w.Index)
+			for len(c) <= gi {
+				c = append(c, 0)
+			}
+			c[gi]++
+			counted[k] = c
+		}
+	}
+	out.Workers = plan.NewWorkers(ws)
+	out.Unplaced = slices.DeleteFunc(slices.Clone(prev.Unplaced), func(u plan.Unplaced) bool { return drop(u.Component, u.Index) })
+	out.Pools = make([]plan.Pool, len(prev.Pools))
+	for i, pl := range prev.Pools {
+		np := plan.Pool{Name: pl.Name}
+		for _, pn := range pl.Nodes {
+			nn := pn
+			nn.Allocations = make(map[plan.Component][]plan.Range, len(pn.Allocations))
+			for c, rs := range pn.Allocations {
+				nn.Allocations[c] = rs
+			}
+			nn.WorkerCounts = pn.WorkerCounts
+			for _, r := range refs {
+				k := key{pl.Name, pn.NodeID, r.c}
+				g := slices.Compact(slices.Sorted(slices.Values(gpus[k])))
+				if len(g) == 0 {
+					delete(nn.Allocations, r.c)
+				} else {
+					nn.Allocations[r.c] = plan.RangesOf(g)
+				}
+				if old := *pn.WorkerCounts.Of(r.c); old != nil {
+					c := make([]int, len(old))
+					copy(c, counted[k])
+					*nn.WorkerCounts.Of(r.c) = c
+				}
+			}
+			if len(nn.Allocations) == 0 && emptyCounts(nn.WorkerCounts) {
+				continue
+			}
+			np.Nodes = append(np.Nodes, nn)
+		}
+		out.Pools[i] = np
+	}
+	out.Demands = demandsOf(spec)
+	if prev.spec != nil {
+		out.spec = spec
+	}
+	return &out
+}
+
+// groupOf is the scheduling group of worker i of component c.
+func groupOf(s *Spec, c plan.Component, i int) int {
+	if c != plan.Env {
+		return 0
+	}
+	first := 0
+	for gi, g := range s.Scheduling.Env {
+		if i < first+g.WorkerNum {
+			return gi
+		}
+		first += g.WorkerNum
+	}
+	return max(len(s.Scheduling.Env)-1, 0)
+}
+
+func emptyCounts(g plan.GroupCounts) bool {
+	for _, l := range [][]int{g.Train, g.Eval, g.Env} {
+		for _, n := range l {
+			if n > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// ElasticOptions say how PlanAllWith grows elastic groups.
+type ElasticOptions struct {
+	// GrowInto reports whether an elastic group may grow onto GPU g of
+	// node id, a GPU no plan holds (the service: one free long enough);
+	// nil: onto any free GPU.
+	GrowInto func(node string, g int) bool
+	// NoGrow plans no growth at all: only minimums, and surplus given up
+	// where others need it.
+	NoGrow bool
+}
+
+// elastic is one PlanAllWith run over jobs of which some are elastic.
+type elastic struct {
+	jobs  []Job
+	nodes []Node
+	refs  [][]elasticRef // per job (nil: fixed, or held as it is)
+	start [][]int        // the sizes each job starts at
+	a     *allocator
+	// rel is, per job, what its shrink gave up this run (grow.go).
+	rel map[int]holding
+}
+
+// PlanAllWith is PlanAll with elastic groups grown as opt says. With no
+// elastic group among the jobs it is PlanAll exactly.
+//
+// Each elastic group is planned at the size its job's previous plan
+// holds (within its range). When that leaves a plan worse off (invalid,
+// preempted, degraded, its new spec pending) than it would be with every
+// elastic group at its minimum, surplus workers are given up first, from
+// the lowest priority upward (the youngest first among equals) and the
+// highest index downward, as few as it takes (a binary search over that
+// order). Then, GPUs no plan holds (and opt allows) are grown into:
+// higher priorities first, equal priorities one worker each in turn,
+// each growth adding workers with the next indices and moving no
+// placed worker, within max_gpus.
+func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
+	el := &elastic{jobs: jobs, nodes: nodes, refs: make([][]elasticRef, len(jobs)), start: make([][]int, len(jobs))}
+	any := false
+	for j := range jobs {
+		if jobs[j].Spec == nil {
+			continue
+		}
+		if r := elasticRefs(jobs[j].Spec); len(r) > 0 {
+			el.refs[j], el.start[j], any = r, startCounts(&jobs[j], r), true
+		}
+	}
+	if !any {
+		return planFixed(jobs, nodes)
+	}
+	sizes := el.start
+	out := el.run(sizes)
+	if el.hurt(out) && el.surplus(sizes) > 0 {
+		floor := make([][]int, len(jobs))
+		for j, rs := range el.refs {
+			for _, r := range rs {
+				floor[j] = append(floor[j], r.min)
+			}
+		}
+		base := el.run(floor)
+		if worse(out, base) {
+			units := el.units(sizes)
+			lo, hi, best := 0, len(units), base
+			// A first guess from the GPUs base leaves free, and the one
+			// below it: where the guess is right, one or two runs.
+			if k, exact := el.guess(units, base); k < hi {
+				if o := el.run(take(sizes, units[:k])); worse(o, base) {
+					lo = k
+				} else {
+					hi, best = k, o
+					if exact {
+						// Whole GPUs, each counted: one unit fewer frees
+						// fewer GPUs than the plans lack.
+						lo = k - 1
+					} else if k > 1 {
+						if o := el.run(take(sizes, units[:k-1])); worse(o, base) {
+							lo = k - 1
+						} else {
+							hi, best = k-1, o
+						}
+					}
+				}
+			}
+			for hi-lo > 1 {
+				mid := (lo + hi) / 2
+				if o := el.run(take(sizes, units[:mid])); worse(o, base) {
+					lo = mid
+				} else {
+					hi, best = mid, o
+				}
+			}
+			taken := units[:hi]
+			sizes, out = take(sizes, taken), best
+			// The order gives up every lower plan's surplus (and each
+			// plan's last group's) before the next; a group whose surplus
+			// made no difference (the room needed was another's) keeps it.
+			for _, g := range groupsOf(taken) {
+				keep := slices.DeleteFunc(slices.Clone(taken), func(u shrinkUnit) bool { return u == g })
+				if o := el.run(take(el.start, keep)); !worse(o, base) {
+					taken, sizes, out = keep, take(el.start, keep), o
+				}
+			}
+		}
+	}
+	// A plan left invalid is planned at its minimum from now on (it
+	// holds nothing to keep): say why at that size, as the next run will.
+	atMin := false
+	for j, rs := range el.refs {
+		if rs == nil || out[j].Plan.Placed() {
+			continue
+		}
+		for k, r := range rs {
+			if sizes[j][k] != r.min {
+				if !atMin {
+					sizes = take(sizes, nil)
+				}
+				sizes[j][k], atMin = r.min, true
+			}
+		}
+	}
+	if atMin {
+		out = el.run(sizes)
+	}
+	if !opt.NoGrow {
+		sizes, out = el.grow(sizes, out, opt)
+	}
+	el.annotate(out, sizes)
+	return out
+}
+
+// run plans every job with its elastic groups at sizes, each previous
+// plan cut to them.
+func (el *elastic) run(sizes [][]int) []Outcome { return el.runFrom(sizes, nil) }
+
+// runFrom is run with the previous plans of from (where not nil) in
+// place of the jobs' own: this run's plans, some grown.
+func (el *elastic) runFrom(sizes [][]int, from []*Plan) []Outcome {
+	jobs := make([]Job, len(el.jobs))
+	copy(jobs, el.jobs)
+	for j := range jobs {
+		job := &jobs[j]
+		if from != nil && from[j] != nil {
+			job.Prev, job.PrevSpec = from[j], nil
+			if el.refs[j] != nil {
+				job.Spec = sized(job.Spec, sizes[j])
+			}
+			continue
+		}
+		if el.refs[j] == nil {
+			continue
+		}
+		orig := job.Spec
+		job.Spec = sized(job.Spec, sizes[j])
+		// The previous placement is cut to sizes only where it follows
+		// this very spec but for its sizes; one made for another spec is
+		// left to PlanAll's rules for a spec change.
+		ps := job.PrevSpec
+		if ps == nil && job.Prev != nil {
+			ps = job.Prev.spec
+		}
+		switch {
+		case ps != nil && sameShape(elasticRefs(ps), el.refs[j]):
+			at := clampTo(elasticRefs(ps), sizes[j])
+			if job.PrevSpec != nil {
+				job.PrevSpec = sized(ps, at)
+			}
+			job.Prev = truncated(job.Prev, elasticRefs(ps), at, sized(ps, at))
+		case ps == nil && job.Prev != nil && slices.Equal(job.Prev.Demands, demandsOf(sized(orig, heldCounts(job.Prev, el.refs[j])))):
+			job.Prev = truncated(job.Prev, el.refs[j], sizes[j], job.Spec)
+		}
+	}
+	return planFixed(jobs, el.nodes)
+}
+
+// sameShape reports whether two specs' elastic groups are the same
+// groups (their ranges may differ).
+func sameShape(a, b []elasticRef) bool {
+	return slices.EqualFunc(a, b, func(x, y elasticRef) bool { return x.c == y.c && x.gi == y.gi && x.first == y.first })
+}
+
+func clampTo(refs []elasticRef, counts []int) []int {
+	out := make([]int, len(refs))
+	for k, r := range refs {
+		out[k] = min(max(counts[k], r.min), r.max)
+	}
+	return out
+}
+
+// hurt reports whether some job fares worse than valid and in place.
+func (el *elastic) hurt(out []Outcome) bool {
+	for j := range out {
+		if el.jobs[j].Spec != nil && score(out[j]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// score ranks how a job fares: 0 valid and in place, 1 valid but moved
+// by a preemption, 2 its new spec pending, 3 degraded, 4 invalid.
+func score(o Outcome) int {
+	switch p := o.Plan; {
+	case p.PlanState() == plan.StateInvalid:
+		return 4
+	case p.PlanState() == plan.StateDegraded:
+		return 3
+	case p.PendingSpec != nil:
+		return 2
+	case len(p.PreemptedBy) > 0:
+		return 1
+	}
+	return 0
+}
+
+// worse reports whether some job fares worse in out than in base.
+func worse(out, base []Outcome) bool {
+	for j := range out {
+		if score(out[j]) > score(base[j]) {
+			return true
+		}
+	}
+	return false
+}
+
+func (el *elastic) surplus(sizes [][]int) int {
+	n := 0
+	for j, rs := range el.refs {
+		for k, r := range rs {
+			n += sizes[j][k] - r.min
+		}
+	}
+	return n
+}
+
+// shrinkUnit is one worker given up: job j's elastic group k.
+type shrinkUnit struct{ j, k int }
+
+// units is the order surplus is given up in: the lowest priority first,
+// the youngest first among equals, each job's last elastic group first,
+// one worker per unit (the highest index first).
+func (el *elastic) units(sizes [][]int) []shrinkUnit {
+	var order []int
+	for j := range el.jobs {
+		if el.refs[j] != nil {
+			order = append(order, j)
+		}
+	}
+	slices.SortStableFunc(order, func(x, y int) int {
+		jx, jy := &el.jobs[x], &el.jobs[y]
+		return cmp.Or(cmp.Compare(jx.priority(), jy.priority()), cmp.Compare(jy.Age, jx.Age), strings.Compare(jy.Name, jx.Name))
+	})
+	var out []shrinkUnit
+	for _, j := range order {
+		for k := len(el.refs[j]) - 1; k >= 0; k-- {
+			for range sizes[j][k] - el.refs[j][k].min {
+				out = append(out, shrinkUnit{j, k})
+			}
+		}
+	}
+	return out
+}
+
+// take is sizes less the units given up.
+func take(sizes [][]int, units []shrinkUnit) [][]int {
+	out := make([][]int, len(sizes))
+	for j := range sizes {
+		out[j] = slices.Clone(sizes[j])
+	}
+	for _, u := range units {
+		out[u.j][u.k]--
+	}
+	return out
+}
+
+// guess is how many of units to give up for every plan to fare as in
+// base (every elastic group at its minimum): the surplus must fit in
+// what base leaves free, so the units' GPUs beyond that are counted off
+// in order (at least one unit). exact: every unit takes whole GPUs and
+// the count came out even, so that one unit fewer cannot fit.
+func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool) {
+	el.allocator()
+	st := &growState{holds: make([]holding, len(base))}
+	for j := range base {
+		st.holds[j] = el.a.holdingOf(base[j].Plan)
+	}
+	need := 0.0
+	for _, u := range units {
+		need += groupGPUs(el.jobs[u.j].Spec, el.refs[u.j][u.k])
+	}
+	el.eachFree(st, func(string, int) bool {
+		need--
+		return true
+	})
+	whole := true
+	for k < len(units) && (need > 0 || k == 0) {
+		u := units[k]
+		g := groupGPUs(el.jobs[u.j].Spec, el.refs[u.j][u.k])
+		whole = whole && g >= 1 && g == math.Trunc(g)
+		need -= g
+		k++
+	}
+	return k, whole && need == 0 && k > 1
+}
+
+// groupsOf is the groups of units, in order, but the group of the last
+// (the one the search stopped in).
+func groupsOf(units []shrinkUnit) []shrinkUnit {
+	var out []shrinkUnit
+	for _, u := range units {
+		if u != units[len(units)-1] && !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
+}

@@ -1,0 +1,72 @@
+package planner
+
+import (
+	"fmt"
+	"testing"
+)
+
+// elasticBench is n nodes of 8 GPUs and plan a: a quarter of the GPUs
+// to train, eval elastic from 1000 up to every GPU, placed (as its
+// previous plan) at eval so that free GPUs are left free.
+func elasticBench(b *testing.B, n, free int) ([]Node, Job) {
+	b.Helper()
+	nodes, _ := benchCluster(n)
+	gpus := 8 * n
+	train := gpus / 4
+	spec := &Spec{
+		Scheduling: Scheduling{
+			Train: &WorkerGroup{WorkerNum: train, NumCPUs: 1, NumGPUs: 1},
+			Eval:  &WorkerGroup{WorkerNum: 1000, Min: 1000, Max: gpus, NumCPUs: 1, NumGPUs: 1},
+		},
+		Placement: Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault},
+	}
+	at := gpus - train - free
+	prev, err := Compute(sized(spec, []int{at}), nodes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prev.Priority, prev.GPUsHeld = 0, HeldGPUs(prev)
+	return nodes, Job{Name: "a", Spec: spec, Prev: prev, Age: 1}
+}
+
+// BenchmarkElastic: what a grow into k free GPUs, and a shrink of k for
+// a plan of higher priority, cost at 20,000 nodes, beside a replan that
+// changes nothing (steady).
+func BenchmarkElastic(b *testing.B) {
+	const n = 20000
+	b.Run(fmt.Sprintf("nodes=%d/steady", n), func(b *testing.B) {
+		nodes, a := elasticBench(b, n, 0)
+		b.ReportAllocs()
+		for b.Loop() {
+			if o := PlanAll([]Job{a}, nodes)[0]; o.Err != nil || o.Plan.Moved != 0 {
+				b.Fatalf("steady: %v moved %d", o.Err, o.Plan.Moved)
+			}
+		}
+	})
+	for _, k := range []int{8, 800} {
+		b.Run(fmt.Sprintf("nodes=%d/grow=%d", n, k), func(b *testing.B) {
+			nodes, a := elasticBench(b, n, k)
+			want := countOf(a.Prev, "eval") + k
+			b.ReportAllocs()
+			for b.Loop() {
+				if o := PlanAll([]Job{a}, nodes)[0]; o.Err != nil || countOf(o.Plan, "eval") != want {
+					b.Fatalf("grow: %v eval %d, want %d", o.Err, countOf(o.Plan, "eval"), want)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("nodes=%d/shrink=%d", n, k), func(b *testing.B) {
+			nodes, a := elasticBench(b, n, 0)
+			want := countOf(a.Prev, "eval") - k
+			taker := Job{Name: "b", Age: 2, Spec: &Spec{Priority: 10,
+				Scheduling: Scheduling{Train: &WorkerGroup{WorkerNum: k, NumCPUs: 1, NumGPUs: 1}},
+				Placement:  Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault}}}
+			b.ReportAllocs()
+			for b.Loop() {
+				out := PlanAll([]Job{a, taker}, nodes)
+				if out[0].Err != nil || out[1].Err != nil || countOf(out[0].Plan, "eval") != want {
+					b.Fatalf("shrink: %v %v eval %d, want %d", out[0].Err, out[1].Err, countOf(out[0].Plan, "eval"), want)
+				}
+			}
+		})
+	}
+}

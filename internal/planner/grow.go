@@ -1,0 +1,487 @@
+package planner
+
+import (
+	"slices"
+
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+// settling names, in a remainder, the free GPUs an elastic group may not
+// grow onto yet (ElasticOptions.GrowInto).
+const settling = "(free, settling)"
+
+// grower is one elastic group that may grow: job j's group k.
+type grower struct{ j, k int }
+
+// growState is what growth has made so far: each job's plan, what it
+// holds, and its sizes.
+type growState struct {
+	docs  []*Plan
+	holds []holding
+	sizes [][]int
+}
+
+func (g *growState) clone() *growState {
+	out := &growState{docs: slices.Clone(g.docs), holds: slices.Clone(g.holds), sizes: make([][]int, len(g.sizes))}
+	for j := range g.sizes {
+		out.sizes[j] = slices.Clone(g.sizes[j])
+	}
+	return out
+}
+
+// grow gives GPUs no plan holds to elastic groups below their max:
+// higher priorities first; within a priority, every group grows by the
+// same number of workers as far as all can (a binary search), then one
+// worker each in turn until each is full or finds no room. A job grows
+// only from a valid plan in place, and each growth is an incremental
+// plan that keeps every worker where it was and stays within max_gpus.
+func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]int, []Outcome) {
+	el.allocator()
+	a := el.a
+	st := &growState{docs: make([]*Plan, len(out)), holds: make([]holding, len(out)), sizes: sizes}
+	for j := range out {
+		st.docs[j] = out[j].Plan
+		st.holds[j] = a.holdingOf(out[j].Plan)
+	}
+	var all []grower
+	for _, j := range a.order {
+		if el.refs[j] == nil || score(out[j]) > 1 {
+			continue
+		}
+		for k, r := range el.refs[j] {
+			if sizes[j][k] < r.max {
+				all = append(all, grower{j, k})
+			}
+		}
+	}
+	if len(all) == 0 || !el.roomToGrow(st, all, opt) {
+		return sizes, out
+	}
+	settle := el.settling(st, opt)
+	el.rel = el.released(sizes, out)
+	for len(all) > 0 {
+		// One priority level at a time.
+		p := el.jobs[all[0].j].priority()
+		n := 0
+		for n < len(all) && el.jobs[all[n].j].priority() == p {
+			n++
+		}
+		level := all[:n]
+		all = all[n:]
+		for round := 0; len(level) > 0 && round < 2*n+2; round++ {
+			room := 0
+			for _, g := range level {
+				room = max(room, el.refs[g.j][g.k].max-st.sizes[g.j][g.k])
+			}
+			// Whole-GPU workers cannot grow past the free GPUs: the bound
+			// is tried first, and where it fits, that is the one run.
+			if per := el.wholeGPUs(level); per > 0 {
+				room = min(room, int(float64(el.freeFor(st, opt))/per))
+			}
+			lo, hi, best := 0, room+1, st
+			if room > 0 {
+				if next, ok := el.growBy(st, level, room, settle); ok {
+					lo, best = room, next
+				} else {
+					hi = room
+				}
+			}
+			for hi-lo > 1 {
+				mid := (lo + hi) / 2
+				if next, ok := el.growBy(st, level, mid, settle); ok {
+					lo, best = mid, next
+				} else {
+					hi = mid
+				}
+			}
+			st = best
+			var still []grower
+			for _, g := range level {
+				if st.sizes[g.j][g.k] >= el.refs[g.j][g.k].max {
+					continue
+				}
+				if per := el.wholeGPUs([]grower{g}); per > 0 && float64(el.freeFor(st, opt)) < per {
+					continue
+				}
+				if next, ok := el.growBy(st, []grower{g}, 1, settle); ok {
+					st = next
+					still = append(still, g)
+				}
+			}
+			level = still
+		}
+	}
+	grew, settled := false, true
+	for j := range out {
+		grew = grew || st.docs[j] != out[j].Plan
+		settled = settled && el.jobs[j].Spec != nil && score(out[j]) == 0
+	}
+	if !grew {
+		return sizes, out
+	}
+	if settled {
+		// Every plan valid and in place: none has a reason the room
+		// growth took would change, so the grown plans are the outcome.
+		for j := range out {
+			if st.docs[j] == out[j].Plan {
+				continue
+			}
+			doc := st.docs[j]
+			doc.Priority, doc.GPUsHeld = el.jobs[j].Spec.Priority, HeldGPUs(doc)
+			doc.Moved = CountMoved(el.jobs[j].Prev, doc)
+			out[j] = Outcome{Plan: doc, Change: out[j].Change}
+		}
+		return st.sizes, out
+	}
+	// Once more, every plan from this run's (some grown), as the next
+	// run on a quiet cluster will: what every other plan says (an
+	// invalid one's arithmetic, who holds the room it waits for) is then
+	// said of the room as growth left it. Changes and moves stay counted
+	// from the jobs' own previous plans.
+	final := el.runFrom(st.sizes, st.docs)
+	for j := range final {
+		doc := final[j].Plan
+		if st.docs[j] != out[j].Plan && (!doc.Valid || !keepsAll(st.docs[j], doc)) {
+			return sizes, out // not kept as grown: no growth this run
+		}
+		if el.jobs[j].Spec == nil {
+			final[j] = out[j]
+			continue
+		}
+		if len(doc.PreemptedBy) == 0 {
+			doc.PreemptedBy = out[j].Plan.PreemptedBy
+		}
+		if doc.PlanState() == out[j].Plan.PlanState() && keepsAll(st.docs[j], doc) {
+			final[j].Change = out[j].Change
+		}
+		doc.Moved = CountMoved(el.jobs[j].Prev, doc)
+	}
+	return st.sizes, final
+}
+
+// roomToGrow reports whether growth is worth trying: a free GPU it may
+// grow onto, or a group that needs no GPUs.
+func (el *elastic) roomToGrow(st *growState, all []grower, opt ElasticOptions) bool {
+	for _, g := range all {
+		if groupGPUs(el.jobs[g.j].Spec, el.refs[g.j][g.k]) == 0 {
+			return true
+		}
+	}
+	found := false
+	el.eachFree(st, func(node string, g int) bool {
+		found = opt.GrowInto == nil || opt.GrowInto(node, g)
+		return !found
+	})
+	return found
+}
+
+func groupGPUs(s *Spec, r elasticRef) float64 {
+	if r.c == plan.Eval {
+		return s.Scheduling.Eval.NumGPUs
+	}
+	return s.Scheduling.Env[r.gi].NumGPUs
+}
+
+// eachFree calls fn for every healthy GPU no plan holds, until fn says
+// stop.
+func (el *elastic) eachFree(st *growState, fn func(node string, g int) bool) {
+	held := make(map[int32][]bool)
+	for _, h := range st.holds {
+		for _, x := range h {
+			b := held[x.at]
+			if b == nil {
+				b = make([]bool, el.nodes[x.at].GPUs)
+				held[x.at] = b
+			}
+			for _, g := range x.gpus {
+				if g >= 0 && g < len(b) {
+					b[g] = true
+				}
+			}
+			for _, g := range x.resv {
+				if g >= 0 && g < len(b) {
+					b[g] = true
+				}
+			}
+		}
+	}
+	for i := range el.nodes {
+		n := &el.nodes[i]
+		b := held[int32(i)]
+		for g := range n.GPUs {
+			if b != nil && b[g] || !n.free(g) {
+				continue
+			}
+			if !fn(n.ID, g) {
+				return
+			}
+		}
+	}
+}
+
+// settling is the free GPUs growth may not take yet, as a holding
+// (nil: none): those opt does not allow.
+func (el *elastic) settling(st *growState, opt ElasticOptions) *blocker {
+	if opt.GrowInto == nil {
+		return nil
+	}
+	by := map[int32]*hold{}
+	var order []int32
+	el.eachFree(st, func(node string, g int) bool {
+		if opt.GrowInto(node, g) {
+			return true
+		}
+		at := el.a.index[node]
+		h := by[at]
+		if h == nil {
+			h = &hold{at: at}
+			by[at] = h
+			order = append(order, at)
+		}
+		h.gpus = append(h.gpus, g)
+		return true
+	})
+	if len(order) == 0 {
+		return nil
+	}
+	slices.Sort(order)
+	out := make(holding, len(order))
+	for i, at := range order {
+		out[i] = *by[at]
+	}
+	return &blocker{name: settling, h: out}
+}
+
+// growBy grows each of level, in turn, by up to n workers (to its max),
+// each on what the others hold then; ok only if every one grew as asked.
+func (el *elastic) growBy(st *growState, level []grower, n int, settle *blocker) (*growState, bool) {
+	next := st.clone()
+	for _, g := range level {
+		r := el.refs[g.j][g.k]
+		want := min(next.sizes[g.j][g.k]+n, r.max)
+		if want <= next.sizes[g.j][g.k] {
+			continue
+		}
+		sizes := slices.Clone(next.sizes[g.j])
+		sizes[g.k] = want
+		doc := el.probe(next, g.j, sizes, settle)
+		if doc == nil {
+			return nil, false
+		}
+		next.docs[g.j], next.holds[g.j], next.sizes[g.j] = doc, el.a.holdingOf(doc), sizes
+	}
+	return next, true
+}
+
+// probe plans job j at sizes on what every other job holds (and the
+// settling GPUs): the plan, or nil unless it is valid, incremental,
+// within max_gpus, and keeps every worker of j's plan where it is.
+func (el *elastic) probe(st *growState, j int, sizes []int, settle *blocker) *Plan {
+	var in []blocker
+	for i := range st.holds {
+		if i != j && len(st.holds[i]) > 0 {
+			in = append(in, blocker{el.jobs[i].Name, st.holds[i]})
+		}
+	}
+	if settle != nil {
+		in = append(in, *settle)
+	}
+	if r := el.rel[j]; len(r) > 0 {
+		// What its shrink gave up this run is for others.
+		in = append(in, blocker{name: settling, h: r})
+	}
+	spec := sized(el.jobs[j].Spec, sizes)
+	cur := st.docs[j]
+	doc, ch, err := replan(cur, spec, el.a.remainder(in, st.holds[j]), false)
+	if err != nil || ch.Fresh || doc.PlanState() != plan.StateValid {
+		return nil
+	}
+	if q := spec.MaxGPUs; q > 0 && HeldGPUs(doc) > q {
+		return nil
+	}
+	if !keepsAll(cur, doc) {
+		return nil
+	}
+	return doc
+}
+
+// keepsAll reports whether b places every worker of a where a has it.
+func keepsAll(a, b *Plan) bool {
+	for _, w := range a.Workers.All() {
+		if o := b.Workers.Find(w.Component, w.Index); o == nil || !samePlace(o, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// allocator is the run's allocator, made once: node positions, holdings
+// and remainders.
+func (el *elastic) allocator() {
+	if el.a == nil {
+		el.a = newAllocator(el.jobs, el.nodes)
+	}
+}
+
+// annotate says in each elastic plan's status what this run did to its
+// sizes (Resized; ReasonShrunk, naming the plans that took the GPUs, or
+// ReasonGrew). A plan whose sizes did not change keeps the status of its
+// previous revision when nothing else changed, so that a quiet cluster
+// publishes nothing.
+func (el *elastic) annotate(out []Outcome, sizes [][]int) {
+	el.allocator()
+	var holds []holding
+	for j := range out {
+		refs := el.refs[j]
+		prev := el.jobs[j].Prev
+		if refs == nil || prev == nil || !prev.Placed() || out[j].Plan.PlanState() == plan.StateInvalid {
+			continue
+		}
+		doc := out[j].Plan
+		from, to := heldCounts(prev, refs), heldCounts(doc, refs)
+		var rs []plan.Resize
+		shrunk := false
+		for k, r := range refs {
+			if from[k] >= 0 && to[k] >= 0 && from[k] != to[k] && doc.PendingSpec == nil {
+				rs = append(rs, plan.Resize{Component: r.c, Group: r.gi, From: from[k], To: to[k]})
+				shrunk = shrunk || to[k] < from[k]
+			}
+		}
+		var st plan.Status
+		if doc.Status != nil {
+			st = *doc.Status
+		} else {
+			st = plan.Status{State: doc.PlanState()}
+		}
+		if len(rs) == 0 {
+			if ps := prev.Status; ps != nil && (ps.Reason == plan.ReasonShrunk || ps.Reason == plan.ReasonGrew) && doc.PlanState() == plan.StateValid {
+				kept := *doc
+				c := *ps
+				kept.Status = &c
+				if SamePlacement(prev, &kept) {
+					doc.Status = &c
+				}
+			}
+			continue
+		}
+		if holds == nil {
+			holds = make([]holding, len(out))
+			for i := range out {
+				holds[i] = el.a.holdingOf(out[i].Plan)
+			}
+		}
+		st.Resized = rs
+		if doc.PlanState() == plan.StateValid {
+			st.Reason, st.By = plan.ReasonGrew, nil
+			if shrunk {
+				st.Reason, st.By = plan.ReasonShrunk, el.takers(prev, refs, to, holds)
+			}
+		}
+		doc.Status = &st
+	}
+}
+
+// takers names the plans (in placing order) that now hold a GPU of the
+// workers prev gave up (those of refs at sizes or above).
+func (el *elastic) takers(prev *Plan, refs []elasticRef, sizes []int, holds []holding) []string {
+	held := heldCounts(prev, refs)
+	var names []string
+	for _, i := range el.a.order {
+		found := false
+		for _, w := range prev.Workers.All() {
+			if found {
+				break
+			}
+			for k, r := range refs {
+				if w.Component != r.c || w.Index < r.first+sizes[k] || w.Index >= r.first+held[k] {
+					continue
+				}
+				at, ok := el.a.index[w.NodeID]
+				if !ok {
+					continue
+				}
+				for _, g := range w.GPUs {
+					if holds[i].has(at, g) {
+						found = true
+					}
+				}
+			}
+		}
+		if found {
+			names = append(names, el.jobs[i].Name)
+		}
+	}
+	return names
+}
+
+// wholeGPUs is the GPUs one worker of each of level takes, summed, when
+// every one of them takes whole GPUs (0: some take a share, or none).
+func (el *elastic) wholeGPUs(level []grower) float64 {
+	sum := 0.0
+	for _, g := range level {
+		n := groupGPUs(el.jobs[g.j].Spec, el.refs[g.j][g.k])
+		if n < 1 {
+			return 0
+		}
+		sum += n
+	}
+	return sum
+}
+
+// freeFor counts the free GPUs growth may take.
+func (el *elastic) freeFor(st *growState, opt ElasticOptions) int {
+	n := 0
+	el.eachFree(st, func(node string, g int) bool {
+		if opt.GrowInto == nil || opt.GrowInto(node, g) {
+			n++
+		}
+		return true
+	})
+	return n
+}
+
+// released is, per job, the GPUs of the workers its shrink gave up
+// this run: a plan's that stays placed (one released whole was preempted,
+// not shrunk).
+func (el *elastic) released(sizes [][]int, outs []Outcome) map[int]holding {
+	out := map[int]holding{}
+	for j, refs := range el.refs {
+		prev := el.jobs[j].Prev
+		if refs == nil || prev == nil || !prev.Placed() || !outs[j].Plan.Placed() {
+			continue
+		}
+		cut := false
+		for k := range refs {
+			cut = cut || sizes[j][k] < el.start[j][k]
+		}
+		if !cut {
+			continue
+		}
+		by := map[int32]*hold{}
+		for _, w := range prev.Workers.All() {
+			at, ok := el.a.index[w.NodeID]
+			if !ok {
+				continue
+			}
+			for k, r := range refs {
+				if w.Component == r.c && w.Index >= r.first+sizes[j][k] && w.Index < r.first+el.start[j][k] {
+					h := by[at]
+					if h == nil {
+						h = &hold{at: at}
+						by[at] = h
+					}
+					h.gpus = append(h.gpus, w.GPUs...)
+				}
+			}
+		}
+		var hs holding
+		for _, h := range by {
+			slices.Sort(h.gpus)
+			h.gpus = slices.Compact(h.gpus)
+			hs = append(hs, *h)
+		}
+		slices.SortFunc(hs, func(x, y hold) int { return int(x.at - y.at) })
+		out[j] = hs
+	}
+	return out
+}

@@ -1,0 +1,279 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/metrics"
+	"github.com/poolplanner/poolplanner/internal/natstest"
+	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+// skewClock is the wall clock moved ahead by hand (advance): its timers
+// fire in real time as the system's do, and at once when an advance
+// passes them. Safe for the loop and the test at once.
+type skewClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+	timers []*skewTimer
+}
+
+type skewTimer struct {
+	clock *skewClock
+	ch    chan time.Time
+	mu    sync.Mutex
+	at    time.Time
+	live  bool
+	real  *time.Timer
+}
+
+func (c *skewClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *skewClock) NewTimer(d time.Duration) Timer {
+	t := &skewTimer{clock: c, ch: make(chan time.Time, 1)}
+	c.mu.Lock()
+	c.timers = append(c.timers, t)
+	c.mu.Unlock()
+	t.Reset(d)
+	return t
+}
+
+// advance moves the clock d ahead, firing the timers it passes.
+func (c *skewClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.offset += d
+	timers := append([]*skewTimer(nil), c.timers...)
+	c.mu.Unlock()
+	for _, t := range timers {
+		t.fire()
+	}
+}
+
+func (t *skewTimer) C() <-chan time.Time { return t.ch }
+
+func (t *skewTimer) fire() {
+	now := t.clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.live || now.Before(t.at) {
+		return
+	}
+	t.live = false
+	select {
+	case t.ch <- now:
+	default:
+	}
+}
+
+// Stop and Reset leave no stale tick in the channel, as Go's timers do.
+func (t *skewTimer) Stop() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	was := t.live
+	t.live = false
+	if t.real != nil {
+		t.real.Stop()
+	}
+	select {
+	case <-t.ch:
+	default:
+	}
+	return was
+}
+
+func (t *skewTimer) Reset(d time.Duration) bool {
+	was := t.Stop()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.at, t.live = t.clock.Now().Add(d), true
+	t.real = time.AfterFunc(max(d, 0), t.fire)
+	return was
+}
+
+const elasticSpecA = `scheduling:
+  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}
+  eval:  {worker_num: {min: 4, max: 32}, num_cpus: 1, num_gpus: 1}
+`
+
+// TestElasticService is the issue's story: 4x8 H100s; plan a (train 8,
+// eval 4..32) grows to 24 eval once the GPUs have been free for
+// grow-after; b (priority 10, 12 GPUs) makes a shrink to 12 eval (still
+// valid, train unmoved), a's revision before b's; the node of a's train
+// dies and a heals from its eval surplus without a degraded revision;
+// b removed, a grows back to 16; then several grow-after periods pass
+// with nothing published.
+func TestElasticService(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	specs := h.cluster(4, map[string]string{"a": elasticSpecA})
+	clock := &skewClock{}
+	const after = 30 * time.Second
+	reg := prometheus.NewRegistry()
+	h.reg = reg
+	p := New(Config{NC: h.nc, JS: h.js, Debounce: 50 * time.Millisecond, Settle: -1, NoService: true, Log: zerolog.Nop(),
+		Clock: clock, GrowAfter: after, LeaseTTL: time.Hour, StallAfter: time.Hour, Metrics: metrics.NewPlanner(reg)})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	plans := store.NewPlanStore(h.js)
+	latest := func(name string, what string, ok func(*store.StoredPlan) bool) *store.StoredPlan {
+		t.Helper()
+		var last *store.StoredPlan
+		natstest.WaitFor(t, 20*time.Second, "plan "+name+": "+what, func() bool {
+			sp, err := plans.Latest(ctx, name)
+			if err != nil || sp == nil {
+				return false
+			}
+			last = sp
+			return ok(sp)
+		})
+		return last
+	}
+	evals := func(sp *store.StoredPlan) int { return count(sp.Plan, plan.Eval) }
+
+	first := latest("a", "valid at its minimum", func(sp *store.StoredPlan) bool { return sp.Plan.Valid && evals(sp) == 4 })
+	idle(t, p)
+	clock.advance(after + time.Second)
+	grown := latest("a", "grown to 24 eval", func(sp *store.StoredPlan) bool { return evals(sp) == 24 })
+	if !grown.Plan.Valid || grown.Plan.Revision != first.Plan.Revision+1 || !strings.Contains(grown.Plan.Reason, "grew eval 4 -> 24") {
+		t.Fatalf("grown: revision %d after %d, valid %v, reason %q", grown.Plan.Revision, first.Plan.Revision, grown.Plan.Valid, grown.Plan.Reason)
+	}
+	trainAt := places(grown.Plan, plan.Train)
+
+	if _, err := specs.Put(ctx, "b", []byte(shareSpec(12, 10))); err != nil {
+		t.Fatal(err)
+	}
+	b := latest("b", "valid", func(sp *store.StoredPlan) bool { return sp.Plan.Valid })
+	shrunk := latest("a", "shrunk", func(sp *store.StoredPlan) bool { return evals(sp) != 24 })
+	st := shrunk.Plan.StatusOf()
+	if !shrunk.Plan.Valid || evals(shrunk) != 12 || st.Reason != plan.ReasonShrunk || !strings.Contains(shrunk.Plan.Reason, "shrank eval 24 -> 12 for plan b") {
+		t.Fatalf("a with b: valid %v, eval %d, status %+v, reason %q", shrunk.Plan.Valid, evals(shrunk), st, shrunk.Plan.Reason)
+	}
+	if got := places(shrunk.Plan, plan.Train); got != trainAt {
+		t.Fatalf("a's train moved: %s, was %s", got, trainAt)
+	}
+	if shrunk.Seq > b.Seq {
+		t.Fatalf("b's revision (seq %d) published before a's release (seq %d)", b.Seq, shrunk.Seq)
+	}
+	shared(t, shrunk.Plan, b.Plan)
+
+	// The node of a's train dies: a heals from its eval surplus.
+	h.kill(shrunk.Plan.Workers.Find(plan.Train, 0).NodeID)
+	healed := latest("a", "healed", func(sp *store.StoredPlan) bool { return sp.Plan.Revision > shrunk.Plan.Revision })
+	if !healed.Plan.Valid || evals(healed) != 4 || count(healed.Plan, plan.Train) != 8 || !strings.Contains(healed.Plan.Reason, "shrank eval 12 -> 4 to re-place its own workers") {
+		t.Fatalf("after the loss: %s, eval %d, reason %q", healed.Plan.PlanState(), evals(healed), healed.Plan.Reason)
+	}
+	bNow := latest("b", "any", func(*store.StoredPlan) bool { return true })
+	if bNow.Plan.Revision != b.Plan.Revision {
+		t.Fatalf("b republished: %s", bNow.Plan.Reason)
+	}
+	shared(t, healed.Plan, bNow.Plan)
+
+	// b goes: a grows back once its GPUs have been free for grow-after.
+	if err := specs.Delete(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	latest("b", "removed", func(sp *store.StoredPlan) bool { return sp.Plan.Removed })
+	idle(t, p)
+	clock.advance(after + time.Second)
+	back := latest("a", "grown back", func(sp *store.StoredPlan) bool { return sp.Plan.Revision > healed.Plan.Revision })
+	if !back.Plan.Valid || evals(back) != 16 || !strings.Contains(back.Plan.Reason, "grew eval 4 -> 16") {
+		t.Fatalf("b gone: %s eval %d, reason %q", back.Plan.PlanState(), evals(back), back.Plan.Reason)
+	}
+
+	// Quiet: several grow-after periods, nothing published.
+	for range 4 {
+		idle(t, p)
+		clock.advance(after + time.Second)
+	}
+	idle(t, p)
+	if now := latest("a", "any", func(*store.StoredPlan) bool { return true }); now.Plan.Revision != back.Plan.Revision {
+		t.Fatalf("a quiet cluster published revision %d: %s", now.Plan.Revision, now.Plan.Reason)
+	}
+	history := 0
+	if err := plans.Client().History(ctx, "a", func(i client.Info) bool {
+		history++
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if history != back.Plan.Revision {
+		t.Fatalf("%d revisions of a, want %d", history, back.Plan.Revision)
+	}
+	got := scraped(t, reg)
+	for k, want := range map[string]float64{
+		`poolplanner_plan_elastic_workers{component="eval",plan="a"}`:                          16,
+		`poolplanner_plan_elastic_resizes_total{component="eval",direction="grow",plan="a"}`:   2,
+		`poolplanner_plan_elastic_resizes_total{component="eval",direction="shrink",plan="a"}`: 2,
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %v, want %v", k, got[k], want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func idle(t *testing.T, p *Service) {
+	t.Helper()
+	ictx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := p.Idle(ictx); err != nil {
+		t.Fatalf("not idle: %v", err)
+	}
+}
+
+func count(p *planner.Plan, c plan.Component) int {
+	n := 0
+	for _, w := range p.Workers.All() {
+		if w.Component == c {
+			n++
+		}
+	}
+	return n
+}
+
+// places is where p's workers of c are, in index order.
+func places(p *planner.Plan, c plan.Component) string {
+	var b strings.Builder
+	for _, w := range p.Workers.All() {
+		if w.Component == c {
+			fmt.Fprintf(&b, "%d@%s%v ", w.Index, w.NodeID, w.GPUs)
+		}
+	}
+	return b.String()
+}
+
+// shared fails when a GPU is in two of the plans.
+func shared(t *testing.T, plans ...*planner.Plan) {
+	t.Helper()
+	owner := map[string]string{}
+	for _, p := range plans {
+		for _, w := range p.Workers.All() {
+			for _, g := range w.GPUs {
+				k := fmt.Sprintf("%s:%d", w.NodeID, g)
+				if o, ok := owner[k]; ok && o != p.Name {
+					t.Fatalf("GPU %s in plans %s and %s", k, o, p.Name)
+				}
+				owner[k] = p.Name
+			}
+		}
+	}
+}
