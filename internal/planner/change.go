@@ -205,7 +205,7 @@ func SamePlacement(a, b *Plan) bool {
 // carries it once, and the rules that keep a waiting or degraded plan as
 // it was read it from then on.
 func sameStatus(a, b plan.Status) bool {
-	return a.State == b.State && a.Reason == b.Reason && slices.Equal(a.By, b.By)
+	return a.State == b.State && a.Reason == b.Reason && slices.Equal(a.By, b.By) && plan.SameDrains(a.Leaving, b.Leaving)
 }
 
 // SameWorker compares two workers field by field, a nil and an empty list
