@@ -19,11 +19,11 @@ const (
 	WhyUnhealthy   = "GPU unhealthy"
 	// WhyDrained: the worker's node or GPU is drained (planner drain, or
 	// held out by the planner: on probation, or flapping).
-	WhyDrained = "drained"
-	WhyCPUs        = "CPUs exhausted"
-	WhyNeeds       = "needs changed"
-	WhyConflict    = "GPU taken"
-	WhyPool        = "pool changed"
+	WhyDrained  = "drained"
+	WhyCPUs     = "CPUs exhausted"
+	WhyNeeds    = "needs changed"
+	WhyConflict = "GPU taken"
+	WhyPool     = "pool changed"
 	// WhyConstraint: the group's node_selector, gpu_model,
 	// min_gpu_memory_gb or gpu_link no longer allows its place (the spec
 	// or the node changed).
