@@ -44,7 +44,7 @@ func NewPlanner(reg prometheus.Registerer) *Planner {
 		gpus:      f("plan_gpus", "GPUs the plan's latest revision holds (fractional shares summed).", "plan"),
 		leader:    f("plan_leader", "1 while this planner holds the plan's lease (it replans and publishes), else 0.", "plan"),
 		priority:  f("plan_priority", "The plan's priority among the plans sharing the cluster.", "plan"),
-		drained: f("drained_gpus", "GPUs out of placement on purpose, by cause: operator (planner drain, deadline passed or none), leaving (planner drain whose --deadline has not passed: no new work, its workers still there), flapping (turned unhealthy too often: held out until an undrain), probation (recovered a moment ago).", "cause"),
+		drained:   f("drained_gpus", "GPUs out of placement on purpose, by cause: operator (planner drain, deadline passed or none), leaving (planner drain whose --deadline has not passed: no new work, its workers still there), flapping (turned unhealthy too often: held out until an undrain), probation (recovered a moment ago).", "cause"),
 		preempted: f("plan_preempted", "1 while the plan's latest revision gave way to a plan of higher priority, else 0.", "plan"),
 		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_plan_workers_moved_total",
 			Help: "Workers moved by the plan's revisions, summed."}, []string{"plan"}),

@@ -571,7 +571,7 @@ type DrainView struct {
 	plan.Drain
 	// Leaving: its deadline has not passed; the workers there stay
 	// until it does.
-	Leaving bool `json:"leaving,omitempty"`
+	Leaving bool      `json:"leaving,omitempty"`
 	By      string    `json:"by,omitempty"`
 	At      time.Time `json:"at,omitempty"`
 }
