@@ -184,5 +184,5 @@ const objectChunk = 128 << 10
 // and object stores' included, in the order `planner status` lists them:
 // what the service watches for loss and the status reports on.
 func StateStreams() []string {
-	return []string{InventoryStream, "KV_" + client.SpecBucket, client.PlansStream, client.AssignmentsStream, "OBJ_" + client.PlansBucket}
+	return []string{InventoryStream, "KV_" + client.SpecBucket, "KV_" + client.DrainBucket, client.PlansStream, client.AssignmentsStream, "OBJ_" + client.PlansBucket}
 }

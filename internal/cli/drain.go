@@ -8,9 +8,11 @@ import (
 	"os"
 	"os/user"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/poolplanner/poolplanner/client"
@@ -219,17 +221,51 @@ func listDrains(cmd *cobra.Command, cf *connFlags, output string) error {
 	for _, e := range bad {
 		fmt.Fprintf(cmd.ErrOrStderr(), "planner: warning: %v\n", e)
 	}
-	now := time.Now()
+	out := listings(drains, time.Now())
+	if output == "json" {
+		return writeJSON(cmd.OutOrStdout(), out)
+	}
+	return writeDrains(cmd.OutOrStdout(), out)
+}
+
+// listings are drains as drain --list and status show them, in the
+// natural order of their targets.
+func listings(drains []store.Drain, now time.Time) []drainListing {
 	out := make([]drainListing, len(drains))
 	for i, d := range drains {
 		out[i] = drainListing{Target: d.Target(), NodeID: d.NodeID, GPU: d.GPU, Cause: d.Cause, Reason: d.Reason, Deadline: d.Deadline,
 			Leaving: d.Deadline != nil && now.Before(*d.Deadline), By: d.By, Role: d.Role, At: d.At}
 	}
 	slices.SortFunc(out, func(a, b drainListing) int { return plan.CompareNodeIDs(a.Target, b.Target) })
-	if output == "json" {
-		return writeJSON(cmd.OutOrStdout(), out)
+	return out
+}
+
+// readDrains reads the drains in force for status.
+func (r *statusReport) readDrains(ctx context.Context, js jetstream.JetStream) {
+	ds := store.NewDrainStore(js)
+	ds.NoCreate = true
+	drains, bad, err := ds.List(ctx)
+	r.Drained = listings(drains, time.Now())
+	switch {
+	case errors.Is(err, store.ErrNoBucket):
+	case err != nil:
+		r.unavailable("the drains: %v", err)
+	case len(bad) > 0:
+		r.unavailable("%d drain records that do not decode, the first: %v", len(bad), bad[0])
 	}
-	return writeDrains(cmd.OutOrStdout(), out)
+}
+
+// writeDrained lists the drained nodes and GPUs, if any.
+func (r *statusReport) writeDrained(w io.Writer) {
+	if len(r.Drained) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "drained (%d):\n", len(r.Drained))
+	var b strings.Builder
+	_ = writeDrains(&b, r.Drained)
+	for _, line := range strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n") {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
 }
 
 func writeDrains(w io.Writer, ds []drainListing) error {

@@ -60,6 +60,12 @@ func TestDrainCommands(t *testing.T) {
 	runUntil(t, 20*time.Second, func(code int, out string) bool { return code == 0 && !strings.Contains(out, `"component"`) },
 		"lookup", "--node", "sim-h100-1", "--server", server, "--creds", launcher)
 
+	// status says what is drained, and the revision why its workers moved.
+	code, out, errOut = run(t, "status", "--server", server, "--creds", launcher)
+	if code != 0 || !strings.Contains(out, "drained (3):") || !strings.Contains(out, "leaving at ") ||
+		!strings.Contains(out, "drained sim-h100-1 (driver upgrade)") {
+		t.Errorf("status: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
 	for _, args := range [][]string{{"drain", "sim-h100-4"}, {"undrain", "sim-h100-1"}} {
 		code, out, errOut = run(t, append(args, "--server", server, "--creds", launcher)...)
 		if code != 1 || out != "" || !strings.Contains(errOut, "needs admin credentials") {

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -148,7 +149,10 @@ func (d *drains) touch(id string, old inventory.NodeInventory, present bool) {
 // every change after; a watch that fails or ends is made again.
 func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.Drain) {
 	ds := store.NewDrainStore(p.cfg.JS)
-	ds.Replicas = p.cfg.Replicas
+	// Made at start; a bucket lost since is the guard's to make again,
+	// with the drains this planner knows (restoreDrains): a watch that
+	// made it empty would undrain everything.
+	ds.NoCreate = true
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		err := p.followDrains(ctx, ds, out)
 		if ctx.Err() != nil {
@@ -211,6 +215,29 @@ func (p *Service) followDrains(ctx context.Context, ds *store.DrainStore, out ch
 			}
 		}
 	}
+}
+
+// restoreDrains makes the drain bucket again, lost (a server that lost
+// its storage), and puts back the drains this planner knows: an
+// operator's drain holds until an undrain, whatever became of the
+// bucket. A drain stored since stays.
+func (p *Service) restoreDrains(ctx context.Context) error {
+	ds := store.NewDrainStore(p.cfg.JS)
+	ds.Replicas = p.cfg.Replicas
+	kv, err := ds.Ensure(ctx)
+	if err != nil {
+		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(p.drain.byKey)) {
+		data, err := json.Marshal(p.drain.byKey[k])
+		if err == nil {
+			_, err = kv.Create(ctx, k, data)
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("restore the drain %s: %w", k, err)
+		}
+	}
+	return nil
 }
 
 // foldDrain folds one entry of the drain bucket into set; a record that

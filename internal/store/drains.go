@@ -140,6 +140,9 @@ type DrainStore struct {
 	js jetstream.JetStream
 	// Replicas is how many servers keep the bucket (0: one).
 	Replicas int
+	// NoCreate keeps the store from creating the bucket: a reader
+	// (planner status) finds ErrNoBucket where no planner made it yet.
+	NoCreate bool
 }
 
 // NewDrainStore returns a store over js.
@@ -154,6 +157,9 @@ func (s *DrainStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 	}
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("bucket %s: %w", client.DrainBucket, err)
+	}
+	if s.NoCreate {
+		return nil, fmt.Errorf("bucket %s: %w", client.DrainBucket, ErrNoBucket)
 	}
 	return s.Ensure(ctx)
 }
