@@ -627,3 +627,13 @@ func (p *Service) drainViews() []DrainView {
 // Drains is what is out of placement on purpose, as of the loop's last
 // snapshot: drains, hold-outs and probations.
 func (p *Service) Drains() []DrainView { return p.view().drains }
+
+// DrainedGPUs is Drains as the GPU map marks them (gpumap.Drains).
+func (p *Service) DrainedGPUs() []plan.Drain {
+	ds := p.Drains()
+	out := make([]plan.Drain, len(ds))
+	for i, d := range ds {
+		out[i] = d.Drain
+	}
+	return out
+}
