@@ -1,14 +1,20 @@
 package service
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
+	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/reporter"
 	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
 )
@@ -99,4 +105,85 @@ func TestProbationAndFlapping(t *testing.T) {
 	if got := p.drain.byKey[store.DrainKey("n1", new(3))]; got.Cause != "" {
 		t.Errorf("after the undrain the hold-out stays: %+v", got)
 	}
+}
+
+// TestXIDEndToEnd: a simulated reporter's GPU throws an XID a reset
+// resolves (as reporter --simulate 8xH100 --xid GPU:94 does): the
+// planner moves its worker off; the reporter's next health check finds
+// the GPU clean and reports it healthy; the planner keeps it out for
+// the probation, then puts it back into placement, moving nobody.
+func TestXIDEndToEnd(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, id := range []string{"n2", "n3", "n4"} {
+		h.node(id)
+	}
+	sim, _ := inventory.ParseSimulation("8xH100")
+	src := inventory.NewSimulated(inventory.Facts{NodeID: "n1", Hostname: "n1", IP: "10.0.0.1", CPUs: 64}, sim)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_ = reporter.Run(ctx, reporter.Config{Source: src, Store: store.NewInventoryStore(h.js), Heartbeat: 300 * time.Millisecond, TTL: 2 * time.Second, Log: zerolog.Nop()})
+	}()
+	stop := h.plannerWith(context.Background(), Config{Spec: []byte(drainSpec), Debounce: 50 * time.Millisecond, Settle: -1, Probation: 2 * time.Second})
+	defer stop()
+	first := h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid })
+	var w *plan.Worker
+	for _, x := range first.Workers.All() {
+		if x.NodeID == "n1" && len(x.GPUs) == 1 {
+			w = x
+			break
+		}
+	}
+	if w == nil {
+		t.Fatal("no one-GPU worker on n1")
+	}
+	gpu := w.GPUs[0]
+	go src.RunXIDs(ctx, []inventory.XIDInjection{{GPU: gpu, Code: 94}}, time.Second)
+	moved := h.waitFor("default", "the worker off the GPU that threw the XID", func(p *planner.Plan) bool {
+		x := p.Workers.Find(w.Component, w.Index)
+		return x != nil && place(*x) != place(*w)
+	})
+	if !moved.Valid || !strings.Contains(moved.Reason, fmt.Sprintf("GPU unhealthy n1:%d", gpu)) {
+		t.Errorf("after the XID: valid %v, reason %q", moved.Valid, moved.Reason)
+	}
+	// The reporter finds it clean; the planner holds it out meanwhile.
+	kv, err := store.NewInventoryStore(h.js).KV(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, "the GPU reported healthy again", func() bool {
+		e, err := kv.Get(ctx, "n1")
+		var doc inventory.NodeInventory
+		return err == nil && json.Unmarshal(e.Value(), &doc) == nil && doc.GPUs[gpu].Healthy
+	})
+	waitScraped(t, h.reg, "the recovered GPU on probation", func(m map[string]float64) bool {
+		return m[`poolplanner_drained_gpus{cause="probation"}`] == 1
+	})
+	if sp, _ := store.NewPlanStore(h.js).Latest(ctx, "default"); sp == nil || onNodeGPU(sp.Plan, "n1", gpu) {
+		t.Errorf("a worker placed on the GPU on probation")
+	}
+	waitScraped(t, h.reg, "the probation over", func(m map[string]float64) bool {
+		return m[`poolplanner_drained_gpus{cause="probation"}`] == 0
+	})
+	done, _ := h.replans("default")
+	h.waitReplans("default", done+1)
+	// Revisions since say the GPU is healthy again (the pools' unhealthy
+	// GPUs); none moves a worker.
+	for _, p := range h.history()[moved.Revision:] {
+		if p.Moved != 0 {
+			t.Errorf("revision %d moved %d: %s", p.Revision, p.Moved, p.Reason)
+		}
+		checkOnlyMoved(t, moved, p, nil)
+	}
+}
+
+// onNodeGPU reports whether a worker of p uses GPU gpu of node.
+func onNodeGPU(p *planner.Plan, node string, gpu int) bool {
+	for _, w := range p.Workers.All() {
+		if w.NodeID == node && slices.Contains(w.GPUs, gpu) {
+			return true
+		}
+	}
+	return false
 }
