@@ -47,8 +47,8 @@ type reporterOptions struct {
 	xids        []string
 	healthEvery time.Duration
 	cpus        int
-	memory    string
-	metrics   string
+	memory      string
+	metrics     string
 }
 
 // reporterConfig is reporterOptions validated and parsed.
