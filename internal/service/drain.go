@@ -57,11 +57,13 @@ type drains struct {
 	timer Timer
 	at    time.Time
 	// health is what the planner saw of each GPU (node:index) turning
-	// unhealthy and recovering; touched, the nodes whose documents
-	// changed since the last refresh, with their documents before (nil:
-	// the node was not there).
+	// unhealthy and recovering; seen, each node's GPUs' health as last
+	// reported (by UUID; the report, not the view's document, which
+	// marks GPUs another node claims); touched, the nodes whose
+	// documents changed since the last refresh.
 	health  map[string]*gpuHealth
-	touched map[string]*inventory.NodeInventory
+	seen    map[string]map[string]bool
+	touched map[string]bool
 	// leaving are the drains whose deadline has not passed; out, the
 	// GPUs out now by cause (the gauge); said, the causes last logged.
 	leaving []store.Drain
@@ -81,7 +83,7 @@ func newDrains(c Clock) *drains {
 	t := c.NewTimer(time.Hour)
 	t.Stop()
 	return &drains{byKey: map[string]store.Drain{}, updates: make(chan map[string]store.Drain, 1), timer: t,
-		health: map[string]*gpuHealth{}, touched: map[string]*inventory.NodeInventory{}, count: map[string]int{}}
+		health: map[string]*gpuHealth{}, seen: map[string]map[string]bool{}, touched: map[string]bool{}, count: map[string]int{}}
 }
 
 // nodeOut is what of one node is out: GPUs by index, or the whole node.
@@ -131,18 +133,9 @@ func (v *view) setOut(id string, o nodeOut) bool {
 	return true
 }
 
-// touch notes that node id's document changes (old: before), for the
-// GPU health refresh reads.
-func (d *drains) touch(id string, old inventory.NodeInventory, present bool) {
-	if _, ok := d.touched[id]; ok {
-		return
-	}
-	if present {
-		d.touched[id] = &old
-	} else {
-		d.touched[id] = nil
-	}
-}
+// touch notes that node id's document changes, for the GPU health
+// refresh reads.
+func (d *drains) touch(id string) { d.touched[id] = true }
 
 // watchDrains follows the drain bucket until ctx ends, sending the
 // drains in force, whole, once the bucket's contents are read and at
@@ -429,15 +422,18 @@ func (p *Service) usedGPUs() func(node string, gpu int) bool {
 // drain of cause flapping, which the leader stores).
 func (p *Service) readHealth(now time.Time) {
 	d := p.drain
-	for id, old := range d.touched {
+	for id := range d.touched {
 		doc, ok := p.node(id)
-		if !ok || old == nil {
-			continue // a node that left or joined says nothing of its GPUs' health
+		if !ok {
+			delete(d.seen, id) // a node that comes back says nothing of its GPUs' past
+			continue
 		}
-		was := map[string]bool{}
-		for _, g := range old.GPUs {
-			was[g.UUID] = g.Healthy
+		was := d.seen[id]
+		health := make(map[string]bool, len(doc.GPUs))
+		for _, g := range doc.GPUs {
+			health[g.UUID] = g.Healthy
 		}
+		d.seen[id] = health
 		for _, g := range doc.GPUs {
 			before, known := was[g.UUID]
 			if !known || before == g.Healthy {

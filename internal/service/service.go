@@ -314,7 +314,7 @@ func (p *Service) all() []*planState {
 // remember notes, in every plan's change log, that node id changed (old,
 // present: its document before), as the view tells it.
 func (p *Service) remember(id string, old inventory.NodeInventory, present bool) {
-	p.drain.touch(id, old, present)
+	p.drain.touch(id)
 	for _, s := range p.states {
 		s.remember(id, old, present)
 	}
