@@ -85,6 +85,9 @@ planner holds out because they kept turning unhealthy).`,
 			defer cf.nc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
 			defer cancel()
+			if err := checkTargets(ctx, cmd, js, drains); err != nil {
+				return err
+			}
 			ds := store.NewDrainStore(js)
 			for _, d := range drains {
 				if err := ds.Put(ctx, d); err != nil {
@@ -154,6 +157,26 @@ it and when is kept in the drain bucket's history.`,
 	}
 	cf.add(cmd.Flags())
 	return cmd
+}
+
+// checkTargets refuses a GPU index the node's inventory lacks, and
+// warns of a node not in the inventory (it is drained when it reports).
+// An inventory that cannot be read checks nothing.
+func checkTargets(ctx context.Context, cmd *cobra.Command, js jetstream.JetStream, drains []store.Drain) error {
+	inv := store.NewInventoryStore(js)
+	inv.NoCreate = true
+	for _, d := range drains {
+		doc, _, err := inv.Get(ctx, d.NodeID)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			fmt.Fprintf(cmd.ErrOrStderr(), "planner: warning: node %s is not in the inventory: it is drained when it reports\n", d.NodeID)
+		case err != nil:
+			return nil
+		case d.GPU != nil && *d.GPU >= len(doc.GPUs):
+			return usagef("drain %s: node %s has %d GPUs (0 to %d)", d.Target(), d.NodeID, len(doc.GPUs), len(doc.GPUs)-1)
+		}
+	}
+	return nil
 }
 
 // parseDeadline reads --deadline: a duration from now, or an RFC 3339

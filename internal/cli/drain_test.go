@@ -48,6 +48,13 @@ func TestDrainCommands(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &ls) != nil || len(ls) != 3 {
 		t.Fatalf("drain --list: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
+	code, out, errOut = run(t, "drain", "elsewhere", "--server", server, "--creds", admin)
+	if code != 0 || !strings.Contains(errOut, "node elsewhere is not in the inventory") {
+		t.Errorf("drain of a node not reported: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	if code, _, errOut = run(t, "undrain", "elsewhere", "--server", server, "--creds", admin); code != 0 {
+		t.Errorf("undrain elsewhere: exit %d, %s", code, errOut)
+	}
 	for _, l := range ls {
 		if l.Role != "admin" || !strings.Contains(l.By, "@") || l.Cause != "operator" || l.At.IsZero() {
 			t.Errorf("listed %+v: want who (admin), when, cause operator", l)
@@ -96,6 +103,7 @@ func TestDrainCommands(t *testing.T) {
 		{[]string{"drain", "n1", "--deadline", "soon"}, "--deadline"},
 		{[]string{"drain", "n1", "--deadline", "2000-01-01T00:00:00Z"}, "has passed"},
 		{[]string{"drain", "--list", "n1"}, "--list takes no"},
+		{[]string{"drain", "sim-h100-1:8"}, "node sim-h100-1 has 8 GPUs (0 to 7)"},
 	} {
 		code, out, errOut := run(t, append(c.args, "--server", server, "--creds", admin)...)
 		if code != ExitUsage || out != "" || !strings.Contains(errOut, c.want) {

@@ -351,6 +351,10 @@ func (p *Service) refreshOut() {
 		}
 	}
 	for k, h := range d.health {
+		if !h.held && !h.probation.After(now) && (len(h.sick) == 0 || now.Sub(h.sick[len(h.sick)-1]) >= FlapWindow) {
+			delete(d.health, k) // nothing left to remember: a GPU that turned unhealthy once long ago
+			continue
+		}
 		if h.probation.After(now) {
 			node, gpu, _ := strings.Cut(k, ":")
 			g, _ := strconv.Atoi(gpu)
