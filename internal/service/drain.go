@@ -62,6 +62,7 @@ type drains struct {
 	// marks GPUs another node claims); touched, the nodes whose
 	// documents changed since the last refresh.
 	health  map[string]*gpuHealth
+	lost    map[string]*gpuHealth // nodes whose key ran out, by id
 	seen    map[string]map[string]bool
 	touched map[string]bool
 	// leaving are the drains whose deadline has not passed; out, the
@@ -83,7 +84,7 @@ func newDrains(c Clock) *drains {
 	t := c.NewTimer(time.Hour)
 	t.Stop()
 	return &drains{byKey: map[string]store.Drain{}, updates: make(chan map[string]store.Drain, 1), timer: t,
-		health: map[string]*gpuHealth{}, seen: map[string]map[string]bool{}, touched: map[string]bool{}, count: map[string]int{}}
+		health: map[string]*gpuHealth{}, lost: map[string]*gpuHealth{}, seen: map[string]map[string]bool{}, touched: map[string]bool{}, count: map[string]int{}}
 }
 
 // nodeOut is what of one node is out: GPUs by index, or the whole node.
@@ -258,8 +259,13 @@ func (p *Service) foldDrain(set map[string]store.Drain, e jetstream.KeyValueEntr
 func (p *Service) drainsRead(set map[string]store.Drain) {
 	d := p.drain
 	for k, old := range d.byKey {
-		if _, ok := set[k]; !ok && old.GPU != nil {
+		if _, ok := set[k]; ok {
+			continue
+		}
+		if old.GPU != nil {
 			delete(d.health, healthKey(old.NodeID, *old.GPU))
+		} else {
+			delete(d.lost, old.NodeID)
 		}
 	}
 	for k, n := range set {
@@ -348,6 +354,11 @@ func (p *Service) refreshOut() {
 				o := get(dr.NodeID)
 				o.gpus = append(o.gpus, g)
 			}
+		}
+	}
+	for id, h := range d.lost {
+		if !h.held && (len(h.sick) == 0 || now.Sub(h.sick[len(h.sick)-1]) >= FlapWindow) {
+			delete(d.lost, id)
 		}
 	}
 	for k, h := range d.health {
@@ -467,17 +478,40 @@ func (p *Service) readHealth(now time.Time) {
 	clear(d.touched)
 }
 
+// nodeLost notes that node id's key ran out (its reporter died without
+// a word, or lost NATS): a node that does so FlapCount times within
+// FlapWindow is held out whole until an operator undrains it.
+func (p *Service) nodeLost(id string) {
+	d, now := p.drain, p.clock.Now()
+	h := d.lost[id]
+	if h == nil {
+		h = &gpuHealth{}
+		d.lost[id] = h
+	}
+	h.sick = append(slices.DeleteFunc(h.sick, func(t time.Time) bool { return now.Sub(t) >= FlapWindow }), now)
+	if len(h.sick) >= FlapCount && !h.held {
+		h.held = true
+		p.holdOutDrain(store.Drain{NodeID: id, Cause: plan.DrainFlapping, By: "planner", At: now.UTC(),
+			Reason: fmt.Sprintf("left unannounced %d times within %s; planner undrain %s puts it back", FlapCount, FlapWindow, id)})
+	}
+}
+
 // holdOut holds GPU gpu of node id out for flapping: a drain of cause
 // flapping in force at once, stored by the leader so that it holds
 // until an operator undrains it.
 func (p *Service) holdOut(id string, gpu int, now time.Time) {
-	dr := store.Drain{NodeID: id, GPU: &gpu, Cause: plan.DrainFlapping, By: "planner", At: now.UTC(),
-		Reason: fmt.Sprintf("unhealthy %d times within %s; planner undrain %s:%d puts it back", FlapCount, FlapWindow, id, gpu)}
+	p.holdOutDrain(store.Drain{NodeID: id, GPU: &gpu, Cause: plan.DrainFlapping, By: "planner", At: now.UTC(),
+		Reason: fmt.Sprintf("unhealthy %d times within %s; planner undrain %s:%d puts it back", FlapCount, FlapWindow, id, gpu)})
+}
+
+// holdOutDrain puts hold-out dr in force at once, and has the leader
+// store it.
+func (p *Service) holdOutDrain(dr store.Drain) {
 	if _, ok := p.drain.byKey[dr.Key()]; ok {
 		return // drained already
 	}
 	p.drain.byKey[dr.Key()] = dr
-	p.cfg.Log.Warn().Str("gpu", dr.Target()).Msg("GPU keeps turning unhealthy: held out until an undrain")
+	p.cfg.Log.Warn().Str("target", dr.Target()).Str("reason", dr.Reason).Msg("keeps failing: held out until an undrain")
 	if !p.leads() {
 		return // the leader stores it; it saw the same
 	}

@@ -187,3 +187,50 @@ func onNodeGPU(p *planner.Plan, node string, gpu int) bool {
 	}
 	return false
 }
+
+// TestNodeFlapping: a node whose key runs out FlapCount times within
+// FlapWindow is held out whole when it comes back, until undrained; a
+// reporter that shuts down (deleting its key) counts nothing, nor do
+// expiries spread over more than the window.
+func TestNodeFlapping(t *testing.T) {
+	c := &fakeClock{now: time.Unix(1_000_000, 0)}
+	p := New(Config{Clock: c, Log: zerolog.Nop()})
+	p.drainsRead(map[string]store.Drain{})
+	cycle := func(why string, after time.Duration) {
+		p.apply(store.Event{Op: store.Changed, NodeID: "n1", Inventory: healthDoc(t, "n1", true)})
+		c.advance(after)
+		p.apply(store.Event{Op: store.Removed, NodeID: "n1", Reason: why})
+		p.apply(store.Event{Op: store.Changed, NodeID: "n1", Inventory: healthDoc(t, "n1", true)})
+		p.refreshOut()
+	}
+	out := func() bool { return p.live.nodes["n1"].Out }
+	for range 5 {
+		cycle(store.ReasonDeleted, time.Minute)
+	}
+	if out() {
+		t.Fatal("held out after clean shutdowns")
+	}
+	for range 4 {
+		cycle(store.ReasonExpired, 31*time.Minute)
+	}
+	if out() {
+		t.Fatal("held out for expiries more than an hour apart")
+	}
+	for range 3 {
+		cycle(store.ReasonExpired, time.Minute)
+	}
+	if !out() {
+		t.Fatal("not held out after 3 expiries within the hour")
+	}
+	if ds := p.drainViews(); len(ds) != 1 || ds[0].Target() != "n1" || ds[0].Cause != plan.DrainFlapping {
+		t.Fatalf("drains %+v, want n1 held out for flapping", ds)
+	}
+	p.drainsRead(map[string]store.Drain{}) // planner undrain n1
+	if out() {
+		t.Fatal("still out after the undrain")
+	}
+	cycle(store.ReasonExpired, time.Minute)
+	if out() {
+		t.Fatal("held out at the first expiry after the undrain")
+	}
+}

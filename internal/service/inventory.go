@@ -235,7 +235,11 @@ func (p *Service) apply(ev store.Event) bool {
 		}
 		return changed
 	case store.Removed:
-		return p.live.remove(ev.NodeID)
+		gone := p.live.remove(ev.NodeID)
+		if gone && ev.Reason == store.ReasonExpired {
+			p.nodeLost(ev.NodeID) // its reporter died: the node turned unhealthy
+		}
+		return gone
 	case store.Rejected:
 		p.rejected(ev)
 		return p.live.remove(ev.NodeID)
