@@ -63,6 +63,14 @@ type drains struct {
 	// documents changed since the last refresh.
 	health  map[string]*gpuHealth
 	lost    map[string]*gpuHealth // nodes whose key ran out, by id
+	// expiries are the keys that ran out lately, not yet counted: one
+	// counts once burstWindow has passed, unless it was one of a burst
+	// (most nodes at once: an outage, not the node) or came soon after
+	// this planner's NATS connection came back; reconnects and
+	// reconnected are that connection's count and when it last grew.
+	expiries    []expiry
+	reconnects  uint64
+	reconnected time.Time
 	seen    map[string]map[string]bool
 	touched map[string]bool
 	// leaving are the drains whose deadline has not passed; out, the
@@ -318,6 +326,9 @@ func (p *Service) refreshOut() {
 			next = t
 		}
 	}
+	if t := p.countLost(now); !t.IsZero() {
+		soonest(t)
+	}
 	d.leaving = d.leaving[:0]
 	var used func(node string, gpu int) bool
 	for _, k := range slices.Sorted(maps.Keys(d.byKey)) {
@@ -478,11 +489,72 @@ func (p *Service) readHealth(now time.Time) {
 	clear(d.touched)
 }
 
+// expiry is a node's key running out, at when, of nodes known then.
+type expiry struct {
+	id    string
+	at    time.Time
+	nodes int
+	// outage: it came soon after the planner's connection came back;
+	// done: counted (or found an outage's).
+	outage, done bool
+}
+
+// burstWindow is how close together key expiries are one burst.
+const burstWindow = 10 * time.Second
+
 // nodeLost notes that node id's key ran out (its reporter died without
-// a word, or lost NATS): a node that does so FlapCount times within
-// FlapWindow is held out whole until an operator undrains it.
+// a word, or lost NATS), to count once it is clear it was no outage
+// (countLost).
 func (p *Service) nodeLost(id string) {
 	d, now := p.drain, p.clock.Now()
+	if p.cfg.NC != nil {
+		if r := p.cfg.NC.Stats().Reconnects; r != d.reconnects {
+			d.reconnects, d.reconnected = r, now
+		}
+	}
+	outage := !d.reconnected.IsZero() && now.Sub(d.reconnected) < max(p.cfg.Settle, burstWindow)
+	d.expiries = append(d.expiries, expiry{id: id, at: now, nodes: len(p.live.docs) + 1, outage: outage})
+}
+
+// countLost counts the expiries burstWindow old: those of a burst that
+// took most nodes at once, or that came soon after a reconnect, were
+// an outage's and count nothing. It returns when the next one is due
+// (zero: none waits).
+func (p *Service) countLost(now time.Time) time.Time {
+	d := p.drain
+	var next time.Time
+	for i := range d.expiries {
+		e := &d.expiries[i]
+		if e.done {
+			continue
+		}
+		if now.Sub(e.at) < burstWindow {
+			if next.IsZero() {
+				next = e.at.Add(burstWindow)
+			}
+			continue
+		}
+		burst := 0
+		for _, o := range d.expiries {
+			if o.at.Sub(e.at).Abs() < burstWindow {
+				burst++
+			}
+		}
+		e.done = true
+		if !e.outage && (burst < 2 || burst*2 <= e.nodes) {
+			p.lostCounted(e.id, e.at)
+		}
+	}
+	// The counted stay while a later one may be of their burst.
+	d.expiries = slices.DeleteFunc(d.expiries, func(e expiry) bool { return e.done && now.Sub(e.at) >= 2*burstWindow })
+	return next
+}
+
+// lostCounted counts node id's key running out at when: a node that
+// does so FlapCount times within FlapWindow is held out whole until an
+// operator undrains it.
+func (p *Service) lostCounted(id string, now time.Time) {
+	d := p.drain
 	h := d.lost[id]
 	if h == nil {
 		h = &gpuHealth{}

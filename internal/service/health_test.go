@@ -196,11 +196,26 @@ func TestNodeFlapping(t *testing.T) {
 	c := &fakeClock{now: time.Unix(1_000_000, 0)}
 	p := New(Config{Clock: c, Log: zerolog.Nop()})
 	p.drainsRead(map[string]store.Drain{})
+	// The loop reads the drain timer; here the test does, lest a fired
+	// timer's channel block the clock.
+	advance := func(d time.Duration) {
+		c.advance(d)
+		select {
+		case <-p.drain.timer.C():
+			p.drain.at = time.Time{}
+		default:
+		}
+	}
+	for _, id := range []string{"n2", "n3", "n4"} {
+		p.apply(store.Event{Op: store.Changed, NodeID: id, Inventory: healthDoc(t, id, true)})
+	}
 	cycle := func(why string, after time.Duration) {
 		p.apply(store.Event{Op: store.Changed, NodeID: "n1", Inventory: healthDoc(t, "n1", true)})
-		c.advance(after)
+		advance(after)
 		p.apply(store.Event{Op: store.Removed, NodeID: "n1", Reason: why})
 		p.apply(store.Event{Op: store.Changed, NodeID: "n1", Inventory: healthDoc(t, "n1", true)})
+		p.refreshOut()
+		advance(burstWindow) // counted once it is clear no outage took it
 		p.refreshOut()
 	}
 	out := func() bool { return p.live.nodes["n1"].Out }
@@ -232,5 +247,23 @@ func TestNodeFlapping(t *testing.T) {
 	cycle(store.ReasonExpired, time.Minute)
 	if out() {
 		t.Fatal("held out at the first expiry after the undrain")
+	}
+
+	// An outage: every node's key runs out at once, three times in an
+	// hour: nobody is held out.
+	p.drainsRead(map[string]store.Drain{})
+	for range 3 {
+		advance(5 * time.Minute)
+		for _, id := range []string{"n1", "n2", "n3", "n4"} {
+			p.apply(store.Event{Op: store.Removed, NodeID: id, Reason: store.ReasonExpired})
+		}
+		for _, id := range []string{"n1", "n2", "n3", "n4"} {
+			p.apply(store.Event{Op: store.Changed, NodeID: id, Inventory: healthDoc(t, id, true)})
+		}
+		advance(burstWindow)
+		p.refreshOut()
+	}
+	if ds := p.drainViews(); len(ds) != 0 {
+		t.Errorf("held out after outages: %+v", ds)
 	}
 }
