@@ -61,8 +61,8 @@ type drains struct {
 	// reported (by UUID; the report, not the view's document, which
 	// marks GPUs another node claims); touched, the nodes whose
 	// documents changed since the last refresh.
-	health  map[string]*gpuHealth
-	lost    map[string]*gpuHealth // nodes whose key ran out, by id
+	health map[string]*gpuHealth
+	lost   map[string]*gpuHealth // nodes whose key ran out, by id
 	// expiries are the keys that ran out lately, not yet counted: one
 	// counts once burstWindow has passed, unless it was one of a burst
 	// (most nodes at once: an outage, not the node) or came soon after
@@ -71,8 +71,8 @@ type drains struct {
 	expiries    []expiry
 	reconnects  uint64
 	reconnected time.Time
-	seen    map[string]map[string]bool
-	touched map[string]bool
+	seen        map[string]map[string]bool
+	touched     map[string]bool
 	// leaving are the drains whose deadline has not passed; out, the
 	// GPUs out now by cause (the gauge); said, the causes last logged.
 	leaving []store.Drain
