@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -23,21 +24,23 @@ import (
 // Nodes and GPUs out of placement on purpose. An operator drains them
 // (planner drain: a record in the drain bucket, read by a watch of its
 // own); the planner holds out a GPU that recovered (on probation for
-// Config.Probation) and one that turned unhealthy FlapCount times within
-// FlapWindow (written to the bucket as a drain of cause flapping, so that
-// it holds across restarts until an undrain). Each is applied to the
-// view's planner nodes as drained GPUs (planner.Node.Drained, Out): the
-// usual keep-or-move rule then moves exactly their workers, displaced
-// for planner.WhyDrained, and places nothing new there. A drain whose
-// deadline has not passed takes out only the GPUs no plan's workers use:
-// no new work, and the workers there stay until the deadline.
+// Config.Probation), and a GPU that turned unhealthy, or a node whose
+// key ran out, FlapCount times within FlapWindow (written to the bucket
+// as a drain of cause flapping, so that it holds across restarts until
+// an undrain). Each is applied to the view's planner nodes as drained
+// GPUs (planner.Node.Drained, Out): the usual keep-or-move rule then
+// moves exactly their workers, displaced for planner.WhyDrained, and
+// places nothing new there. A drain whose deadline has not passed takes
+// out only the GPUs no plan's workers use: no new work, and the workers
+// there stay until the deadline (a GPU a worker shares in part may
+// still take more shares meanwhile).
 
 // DefaultProbation is how long a GPU that recovered stays out before
 // the planner places on it again (serve --probation).
 const DefaultProbation = 10 * time.Minute
 
-// A GPU that turned unhealthy FlapCount times within FlapWindow is held
-// out until an operator undrains it.
+// A GPU that turned unhealthy, or a node whose key ran out, FlapCount
+// times within FlapWindow is held out until an operator undrains it.
 const (
 	FlapCount  = 3
 	FlapWindow = time.Hour
@@ -53,7 +56,8 @@ type drains struct {
 	byKey map[string]store.Drain
 	// updates brings the bucket's drains, whole, at each change.
 	updates chan map[string]store.Drain
-	// timer fires at the next deadline or probation's end; at, when.
+	// timer fires at the next deadline, probation's end or expiry to
+	// count; at, when.
 	timer Timer
 	at    time.Time
 	// health is what the planner saw of each GPU (node:index) turning
@@ -73,8 +77,8 @@ type drains struct {
 	reconnected time.Time
 	seen        map[string]map[string]bool
 	touched     map[string]bool
-	// leaving are the drains whose deadline has not passed; out, the
-	// GPUs out now by cause (the gauge); said, the causes last logged.
+	// leaving are the drains whose deadline has not passed; count, the
+	// GPUs out now by cause (the gauge).
 	leaving []store.Drain
 	count   map[string]int
 }
@@ -160,7 +164,7 @@ func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.D
 		if ctx.Err() != nil {
 			return
 		}
-		p.problem("drains", fmt.Sprintf("cannot read the drain bucket %s: %v (no replan until it is read)", "poolplanner-drains", err))
+		p.problem("drains", fmt.Sprintf("cannot read the drain bucket %s: %v (no replan until it is read)", client.DrainBucket, err))
 		p.cfg.Log.Warn().Err(err).Msg("drain watch failed; retrying")
 		c, stop := p.after(bus.Backoff(attempt))
 		select {
@@ -396,10 +400,8 @@ func (p *Service) refreshOut() {
 		o.gpus = slices.Compact(o.gpus)
 		p.live.setOut(id, *o)
 	}
-	if !maps.Equal(count, d.count) {
-		d.count = count
-		p.cfg.Metrics.Drained(count)
-	}
+	d.count = count
+	p.cfg.Metrics.Drained(count) // every cause, zero included, from the first refresh on
 	if !next.Equal(d.at) {
 		d.at = next
 		d.timer.Stop()
