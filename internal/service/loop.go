@@ -220,7 +220,8 @@ func (l *loop) run(ctx context.Context) error {
 	l.leaseDone, l.tombsDone = make(chan struct{}), make(chan struct{})
 	go func() { defer close(l.leaseDone); l.lease.run(ctx) }()
 	go func() { defer close(l.tombsDone); l.tombs.run(ctx) }()
-	go l.p.watchDrains(ctx, l.p.drain.updates)
+	drainsDone := make(chan struct{})
+	go func() { defer close(drainsDone); l.p.watchDrains(ctx, l.p.drain.updates) }()
 	for {
 		l.enter(l.phaseNow())
 		if l.p.publishSnapshot(false) && !l.snapArmed {
@@ -233,6 +234,7 @@ func (l *loop) run(ctx context.Context) error {
 		case <-ctx.Done():
 			<-l.leaseDone // the lease given back
 			<-l.tombsDone
+			<-drainsDone
 			return nil
 		case ev := <-l.lease.events:
 			l.work("lease")
