@@ -171,6 +171,18 @@ func BuildDrained(plans []*planner.Plan, nodes []inventory.NodeInventory, drains
 	return m
 }
 
+// drainedText is why a GPU is out, as the map says it, for the drains
+// of its node (node, gpu); "" when none takes it out.
+func drainedText(drains []plan.Drain, node string, gpu int, now time.Time) string {
+	cs := make([]Cell, gpu+1)
+	for _, d := range drains {
+		if d.NodeID == node {
+			markDrained(cs, d, now)
+		}
+	}
+	return cs[gpu].Drained
+}
+
 // markDrained marks a node's cells with drain d: every GPU for a
 // node's drain.
 func markDrained(cs []Cell, d plan.Drain, now time.Time) {
@@ -253,12 +265,14 @@ func same(a, b Row) bool {
 
 // GPUInfo is what a click on a cell shows (GET /api/gpu).
 type GPUInfo struct {
-	Node      string       `json:"node"`
-	GPU       int          `json:"gpu"`
-	UUID      string       `json:"uuid,omitempty"`
-	Model     string       `json:"model,omitempty"`
-	Unhealthy bool         `json:"unhealthy,omitempty"`
-	Workers   []WorkerInfo `json:"workers"`
+	Node      string `json:"node"`
+	GPU       int    `json:"gpu"`
+	UUID      string `json:"uuid,omitempty"`
+	Model     string `json:"model,omitempty"`
+	Unhealthy bool   `json:"unhealthy,omitempty"`
+	// Drained says why the GPU is out of placement, as its cell does.
+	Drained string       `json:"drained,omitempty"`
+	Workers []WorkerInfo `json:"workers"`
 	// Reserved: plans whose pools hold the GPU with no worker of theirs
 	// on it, and for what.
 	Reserved []string `json:"reserved,omitempty"`

@@ -251,4 +251,13 @@ func TestBuildDrained(t *testing.T) {
 	if found != len(want) {
 		t.Errorf("%d of the %d drained nodes have a row of their own", found, len(want))
 	}
+	for _, c := range []struct {
+		node string
+		gpu  int
+		want string
+	}{{"node-00030", 5, "flapping"}, {"node-00030", 4, ""}, {"node-00020", 0, "drained (driver upgrade)"}, {"node-00001", 0, ""}} {
+		if got := drainedText(drains, c.node, c.gpu, now); got != c.want {
+			t.Errorf("%s GPU %d: %q, want %q", c.node, c.gpu, got, c.want)
+		}
+	}
 }

@@ -146,6 +146,9 @@ func (s *Server) gpu(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	}
+	if d, ok := s.src.(Drains); ok {
+		info.Drained = drainedText(d.DrainedGPUs(), node, gpu, time.Now())
+	}
 	writeJSON(w, info)
 }
 
