@@ -42,6 +42,9 @@ const (
 	// RepliesBucket is the object store of replies too large for one
 	// message; they expire after RepliesTTL.
 	RepliesBucket = "poolplanner-replies"
+	// DrainBucket is the KV bucket of drained nodes and GPUs (planner
+	// drain): key node.NODE_ID or gpu.INDEX.NODE_ID, value a JSON drain.
+	DrainBucket = "poolplanner-drains"
 )
 
 // Message headers.

@@ -154,6 +154,12 @@ type Status struct {
 	// Resized lists the elastic groups whose worker count this revision
 	// changed (Reason ReasonShrunk or ReasonGrew on a valid plan).
 	Resized []Resize `json:"resized,omitempty"`
+	// Drained are the drains that moved this revision's workers off
+	// their node or GPU, or keep a degraded plan's workers unplaced.
+	// Leaving are the drains whose deadline has not passed yet on nodes
+	// or GPUs this plan's workers use: those workers leave then.
+	Drained []Drain `json:"drained,omitempty"`
+	Leaving []Drain `json:"leaving,omitempty"`
 }
 
 // Why a placement was made afresh (Status.Fresh).
@@ -191,6 +197,9 @@ const (
 	ReasonWaiting = "waiting"
 	// ReasonRemoved: the plan's spec was removed.
 	ReasonRemoved = "removed"
+	// ReasonDrained: a degraded plan whose unplaced workers all left
+	// drained nodes or GPUs (Status.Drained): there is no room elsewhere.
+	ReasonDrained = "drained"
 )
 
 // StatusOf is the document's Status, or for a document from before it,

@@ -40,7 +40,8 @@ type Role string
 
 // The roles. A reporter's credentials are for one node.
 const (
-	// Admin sets and removes specs and reads everything.
+	// Admin sets and removes specs, drains and undrains nodes and GPUs,
+	// and reads everything.
 	Admin Role = "admin"
 	// Planner runs planner serve: reads the inventory and specs, publishes
 	// plans and assignments, serves the poolplanner endpoints, manages its
@@ -346,7 +347,7 @@ type export struct {
 // further. Every one is a service (a request whose reply the server
 // remaps) but one: _INBOX.>, where the consumers a client creates
 // deliver (object reads are push consumers) and which no stream stores.
-// Nothing here writes a stream but the two buckets' keys, and what
+// Nothing here writes a stream but the three buckets' keys (inventory, specs, drains), and what
 // JetStream answers goes to the remapped reply. Streaming responses
 // where one request gets several messages (a fetch, a batch get,
 // $SRV discovery).
@@ -357,6 +358,7 @@ var exports = []export{
 	{"$SRV.>", jwt.Service, jwt.ResponseTypeStream},
 	{"$KV." + client.InventoryBucket + ".>", jwt.Service, jwt.ResponseTypeSingleton},
 	{"$KV." + client.SpecBucket + ".>", jwt.Service, jwt.ResponseTypeSingleton},
+	{"$KV." + client.DrainBucket + ".>", jwt.Service, jwt.ResponseTypeSingleton},
 	{"$JS.API.INFO", jwt.Service, jwt.ResponseTypeSingleton},
 	{"$JS.API.STREAM.INFO.*", jwt.Service, jwt.ResponseTypeSingleton},
 	{"$JS.API.STREAM.NAMES", jwt.Service, jwt.ResponseTypeSingleton},
@@ -547,7 +549,7 @@ func Permissions(role Role, node, user string) jwt.Permissions {
 	case Admin:
 		p.Pub.Allow.Add(readStreams...)
 		p.Pub.Allow.Add(services...)
-		p.Pub.Allow.Add("$SRV.>", "$KV."+client.SpecBucket+".>", "$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
+		p.Pub.Allow.Add("$SRV.>", "$KV."+client.SpecBucket+".>", "$KV."+client.DrainBucket+".>", "$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
 			"$JS.API.CONSUMER.NAMES.*", "$JS.API.CONSUMER.LIST.*")
 	}
 	if role != Planner {

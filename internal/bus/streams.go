@@ -79,6 +79,21 @@ func SpecBucketConfig(replicas int) jetstream.KeyValueConfig {
 	}
 }
 
+// DrainHistory is how many records per key the drain bucket keeps: the
+// audit of who drained and undrained a node or GPU, when and why.
+const DrainHistory = 64
+
+// DrainBucketConfig is the drain bucket's settings.
+func DrainBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      client.DrainBucket,
+		Description: "poolplanner drained nodes and GPUs, key = node.NODE_ID or gpu.INDEX.NODE_ID",
+		History:     DrainHistory,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	}
+}
+
 // IsInsufficient says whether JetStream refused for want of storage:
 // 10023 (insufficient resources, a cluster's placement), 10047
 // (insufficient storage, one server's), or 10005 (no peers for the
@@ -169,5 +184,5 @@ const objectChunk = 128 << 10
 // and object stores' included, in the order `planner status` lists them:
 // what the service watches for loss and the status reports on.
 func StateStreams() []string {
-	return []string{InventoryStream, "KV_" + client.SpecBucket, client.PlansStream, client.AssignmentsStream, "OBJ_" + client.PlansBucket}
+	return []string{InventoryStream, "KV_" + client.SpecBucket, "KV_" + client.DrainBucket, client.PlansStream, client.AssignmentsStream, "OBJ_" + client.PlansBucket}
 }

@@ -29,7 +29,7 @@ const requestTimeout = 10 * time.Second
 
 // clientCommands are the commands that talk to a running `planner serve`.
 func clientCommands() []*cobra.Command {
-	return []*cobra.Command{newValidateCmd(), newLookupCmd(), newWatchCmd(), newHistoryCmd(), newSpecCmd(), newStatusCmd()}
+	return []*cobra.Command{newValidateCmd(), newLookupCmd(), newWatchCmd(), newHistoryCmd(), newSpecCmd(), newStatusCmd(), newDrainCmd(), newUndrainCmd()}
 }
 
 func defaultServer() string { return "nats://" + DefaultListen }

@@ -42,9 +42,13 @@ type reporterOptions struct {
 	logLevel  string
 	logFormat string
 	xidIgnore []string
-	cpus      int
-	memory    string
-	metrics   string
+	// xids are simulated XIDs (--xid GPU:CODE[@DELAY]); healthEvery,
+	// how often GPUs unhealthy for an XID a reset resolves are checked.
+	xids        []string
+	healthEvery time.Duration
+	cpus        int
+	memory      string
+	metrics     string
 }
 
 // reporterConfig is reporterOptions validated and parsed.
@@ -55,6 +59,7 @@ type reporterConfig struct {
 	labelM  map[string]string
 	ignored []uint64
 	level   zerolog.Level
+	xidsAt  []inventory.XIDInjection
 }
 
 // ReporterMain runs the reporter command with args and returns the exit
@@ -100,6 +105,8 @@ this host is gone takes the key over at once.`,
 	f.BoolVar(&opts.once, "once", false, "print the inventory as JSON and exit, without NATS")
 	f.StringVar(&opts.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	f.StringVar(&opts.logFormat, "log-format", "", "json or console (default: console when stderr is a terminal, json otherwise)")
+	f.StringArrayVar(&opts.xids, "xid", nil, "with --simulate: GPU:CODE[@DELAY] makes GPU throw XID CODE DELAY after start (repeatable), classed as NVML's are: 3:94@30s")
+	durationVar(f, &opts.healthEvery, "health-every", inventory.DefaultHealthEvery, "how often a GPU unhealthy for an XID that a reset resolves is checked again (healthy once NVML reports it clean)")
 	f.StringSliceVar(&opts.xidIgnore, "xid-ignore", uintStrings(inventory.DefaultIgnoredXIDs), "XID errors that do not make a GPU unhealthy")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cmd.SetArgs(args)
@@ -152,8 +159,20 @@ func (o reporterOptions) validate(formatSet bool, stderr io.Writer) (reporterCon
 				return c, usagef("--busy %d: the simulated node has GPUs 0 to %d", i, sim.Count-1)
 			}
 		}
+		for _, x := range o.xids {
+			inj, err := inventory.ParseXIDInjection(x, sim.Count)
+			if err != nil {
+				return c, usageError{err}
+			}
+			c.xidsAt = append(c.xidsAt, inj)
+		}
 	} else if len(o.busy) > 0 {
 		return c, usagef("--busy marks simulated GPUs: give --simulate too")
+	} else if len(o.xids) > 0 {
+		return c, usagef("--xid injects XIDs into simulated GPUs: give --simulate too")
+	}
+	if o.healthEvery <= 0 {
+		return c, usagef("--health-every %s: must be positive", o.healthEvery)
 	}
 	labels, err := inventory.ParseLabels(o.labels)
 	if err != nil {
@@ -299,9 +318,15 @@ func reporterSource(ctx context.Context, c reporterConfig, facts inventory.Facts
 		log.Info().Str("simulate", c.sim.String()).Ints("busy", c.busy).Msg("reporting simulated GPUs")
 		src := inventory.NewSimulated(facts, *c.sim)
 		_ = src.SetBusy(c.busy) // checked with the flags
-		return src, func() {}
+		if c.once || len(c.xidsAt) == 0 {
+			return src, func() {}
+		}
+		xctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); src.RunXIDs(xctx, c.xidsAt, c.healthEvery) }()
+		return src, func() { cancel(); <-done }
 	}
-	return inventory.OpenLocal(ctx, inventory.NVMLOptions{Facts: facts, IgnoredXIDs: c.ignored, Log: log}, !c.once)
+	return inventory.OpenLocal(ctx, inventory.NVMLOptions{Facts: facts, IgnoredXIDs: c.ignored, HealthEvery: c.healthEvery, Log: log}, !c.once)
 }
 
 func uintStrings(xs []uint64) []string {

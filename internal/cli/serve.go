@@ -152,6 +152,8 @@ type serveOptions struct {
 	clusterListen, name string
 	routes              []string
 	leaseTTL            time.Duration
+	// probation: how long a GPU that recovered stays out.
+	probation time.Duration
 }
 
 func newServeCmd() *cobra.Command {
@@ -192,6 +194,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.clusterListen, "cluster-listen", "", "HOST:PORT the embedded server listens on for its cluster peers (with --routes: a NATS cluster of planner serve processes)")
 	f.StringSliceVar(&o.routes, "routes", nil, "the other embedded servers' cluster addresses, nats://HOST:PORT (comma-separated or repeated)")
 	f.StringVar(&o.name, "server-name", "", "the embedded server's name, unique in the cluster (default: from --cluster-listen, with the hostname for a wildcard address)")
+	durationVar(f, &o.probation, "probation", service.DefaultProbation, "how long a GPU that turned healthy again stays out before it gets work (negative: not at all)")
 	durationVar(f, &o.leaseTTL, "lease-ttl", service.DefaultLeaseTTL, "how long the leading planner's lease lasts unrenewed: a standby takes over within it and a second")
 	addSecurity(f, &o.sec)
 	return cmd
@@ -349,7 +352,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		log.Info().Msg("no --state-file: should the plan streams be lost, revision numbers could start again at 1")
 	}
 	p := service.New(service.Config{NC: nc, JS: js, Plan: o.plan, StateFile: o.stateFile, Spec: spec, ReplaceSpec: o.replaceSpec, Debounce: o.debounce, Settle: o.settle,
-		HistoryAge: o.historyAge, HistoryBytes: o.historyBytes, Replicas: o.replicas, LeaseTTL: o.leaseTTL, GrowAfter: growAfter(o.growAfter), Metrics: pm, Log: log})
+		HistoryAge: o.historyAge, HistoryBytes: o.historyBytes, Replicas: o.replicas, LeaseTTL: o.leaseTTL, GrowAfter: growAfter(o.growAfter), Probation: o.probation, Metrics: pm, Log: log})
 	served.Store(p)
 	if err := serveMap(ctx, mapL, p, nc, log); err != nil {
 		return err

@@ -57,6 +57,9 @@ type statusReport struct {
 	// Unplanned are the GPUs running processes though no worker of any
 	// plan is placed on them.
 	Unplanned []inventory.UnplannedGPU `json:"unplanned_use"`
+	// Drained are the nodes and GPUs out of placement (planner drain,
+	// and GPUs the planner holds out for flapping).
+	Drained []drainListing `json:"drained"`
 	// docs are the plans' latest revisions, read for Unplanned.
 	docs []*plan.Document
 	// mu guards Unavailable while the reads run at once.
@@ -223,6 +226,11 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 			return
 		}
 		plansRead = true
+	})
+	wg.Go(func() {
+		pctx, cancel := part()
+		defer cancel()
+		r.readDrains(pctx, js)
 	})
 	var nodes []inventory.NodeInventory
 	wg.Go(func() {
@@ -430,6 +438,8 @@ func reasonText(st *plan.Status) string {
 		return join("over its max_gpus", st.Cause)
 	case plan.ReasonRemoved:
 		return "spec removed"
+	case plan.ReasonDrained:
+		return join("drained, no room elsewhere", st.Cause)
 	}
 	return st.Cause
 }
@@ -479,6 +489,7 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 	}
 	r.writePlans(w)
 	r.writeUnplanned(w)
+	r.writeDrained(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STREAM\tREPLICAS\tMESSAGES\tLEADER\tFOLLOWERS")
 	for _, s := range r.Streams {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -24,6 +25,12 @@ import (
 type Source interface {
 	Plans() []*planner.Plan
 	Inventory() []inventory.NodeInventory
+}
+
+// Drains is a Source that also says what is out of placement on
+// purpose (drains, hold-outs, probations): the map marks those GPUs.
+type Drains interface {
+	DrainedGPUs() []plan.Drain
 }
 
 // Map is the document the page draws (GET /api/map).
@@ -75,6 +82,10 @@ type Row struct {
 type Cell struct {
 	Held      []Holding `json:"held,omitempty"`
 	Unhealthy bool      `json:"unhealthy,omitempty"`
+	// Drained says, when the GPU is out of placement on purpose, why:
+	// "drained (driver upgrade)", "leaving at ...", "flapping (...)",
+	// "probation (...)".
+	Drained string `json:"drained,omitempty"`
 	// Unplanned are the processes on a GPU no worker is placed on
 	// (unplanned use: a worker moved away still running, or work from
 	// outside poolplanner).
@@ -92,6 +103,12 @@ type Holding struct {
 
 // Build draws the map of plans on nodes.
 func Build(plans []*planner.Plan, nodes []inventory.NodeInventory) *Map {
+	return BuildDrained(plans, nodes, nil, time.Time{})
+}
+
+// BuildDrained is Build with the GPUs drains take out marked (as of
+// now: a drain before its deadline is leaving).
+func BuildDrained(plans []*planner.Plan, nodes []inventory.NodeInventory, drains []plan.Drain, now time.Time) *Map {
 	plans = slices.Clone(plans)
 	slices.SortFunc(plans, func(a, b *planner.Plan) int {
 		return cmp.Or(cmp.Compare(b.Priority, a.Priority), strings.Compare(a.Name, b.Name))
@@ -125,6 +142,9 @@ func Build(plans []*planner.Plan, nodes []inventory.NodeInventory) *Map {
 		}
 		reserve(p, i, cells)
 	}
+	for _, d := range drains {
+		markDrained(cells[d.NodeID], d, now)
+	}
 	for _, cs := range cells {
 		for g := range cs {
 			if slices.ContainsFunc(cs[g].Held, func(h Holding) bool { return h.Share > 0 }) {
@@ -149,6 +169,38 @@ func Build(plans []*planner.Plan, nodes []inventory.NodeInventory) *Map {
 		m.Rows = append(m.Rows, row)
 	}
 	return m
+}
+
+// drainedText is why a GPU is out, as the map says it, for the drains
+// of its node (node, gpu); "" when none takes it out.
+func drainedText(drains []plan.Drain, node string, gpu int, now time.Time) string {
+	cs := make([]Cell, gpu+1)
+	for _, d := range drains {
+		if d.NodeID == node {
+			markDrained(cs, d, now)
+		}
+	}
+	return cs[gpu].Drained
+}
+
+// markDrained marks a node's cells with drain d: every GPU for a
+// node's drain.
+func markDrained(cs []Cell, d plan.Drain, now time.Time) {
+	text := d.Cause
+	switch {
+	case d.Deadline != nil && now.Before(*d.Deadline):
+		text = "leaving at " + d.Deadline.UTC().Format(time.RFC3339)
+	case d.Cause == plan.DrainOperator:
+		text = "drained"
+	}
+	if d.Reason != "" {
+		text += " (" + d.Reason + ")"
+	}
+	for g := range cs {
+		if d.GPU == nil || *d.GPU == g {
+			cs[g].Drained = text
+		}
+	}
 }
 
 // modelOf is a node's GPU model for its row: its GPUs' names, each once,
@@ -207,18 +259,20 @@ func hold(held []Holding, h Holding) []Holding {
 // same GPU model, pools and cells.
 func same(a, b Row) bool {
 	return a.Model == b.Model && slices.Equal(a.Pools, b.Pools) && slices.EqualFunc(a.Cells, b.Cells, func(x, y Cell) bool {
-		return x.Unhealthy == y.Unhealthy && slices.Equal(x.Held, y.Held) && slices.Equal(x.Unplanned, y.Unplanned)
+		return x.Unhealthy == y.Unhealthy && x.Drained == y.Drained && slices.Equal(x.Held, y.Held) && slices.Equal(x.Unplanned, y.Unplanned)
 	})
 }
 
 // GPUInfo is what a click on a cell shows (GET /api/gpu).
 type GPUInfo struct {
-	Node      string       `json:"node"`
-	GPU       int          `json:"gpu"`
-	UUID      string       `json:"uuid,omitempty"`
-	Model     string       `json:"model,omitempty"`
-	Unhealthy bool         `json:"unhealthy,omitempty"`
-	Workers   []WorkerInfo `json:"workers"`
+	Node      string `json:"node"`
+	GPU       int    `json:"gpu"`
+	UUID      string `json:"uuid,omitempty"`
+	Model     string `json:"model,omitempty"`
+	Unhealthy bool   `json:"unhealthy,omitempty"`
+	// Drained says why the GPU is out of placement, as its cell does.
+	Drained string       `json:"drained,omitempty"`
+	Workers []WorkerInfo `json:"workers"`
 	// Reserved: plans whose pools hold the GPU with no worker of theirs
 	// on it, and for what.
 	Reserved []string `json:"reserved,omitempty"`

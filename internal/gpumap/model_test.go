@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -207,5 +208,56 @@ func TestBuildUnplannedUse(t *testing.T) {
 	want := []string{fmt.Sprintf("%s.. gpu %d pid 4242", docs[idleNode].NodeID, idle)}
 	if !slices.Equal(marked, want) {
 		t.Errorf("marked %q, want %q", marked, want)
+	}
+}
+
+// TestBuildDrained: a drained node's GPUs, and a drained GPU, are
+// marked with why (leaving, before a deadline), and a drained node no
+// longer folds with its neighbours.
+func TestBuildDrained(t *testing.T) {
+	docs, p := cluster(t, 40)
+	now := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	later := now.Add(time.Hour)
+	gpu := 5
+	drains := []plan.Drain{
+		{NodeID: "node-00020", Cause: plan.DrainOperator, Reason: "driver upgrade"},
+		{NodeID: "node-00030", GPU: &gpu, Cause: plan.DrainFlapping},
+		{NodeID: "node-00031", Cause: plan.DrainOperator, Deadline: &later},
+	}
+	m := BuildDrained([]*planner.Plan{p}, docs, drains, now)
+	want := map[string][]string{
+		"node-00020": slices.Repeat([]string{"drained (driver upgrade)"}, 8),
+		"node-00030": {"", "", "", "", "", "flapping", "", ""},
+		"node-00031": slices.Repeat([]string{"leaving at " + later.Format(time.RFC3339)}, 8),
+	}
+	found := 0
+	for _, r := range m.Rows {
+		for id, w := range want {
+			if plan.CompareNodeIDs(r.First, id) > 0 || r.Count > 1 && plan.CompareNodeIDs(r.Last, id) < 0 || r.Count == 1 && r.First != id {
+				continue
+			}
+			if r.Count != 1 {
+				t.Errorf("%s folded into %s .. %s", id, r.First, r.Last)
+				continue
+			}
+			found++
+			for g, c := range r.Cells {
+				if c.Drained != w[g] {
+					t.Errorf("%s GPU %d: drained %q, want %q", id, g, c.Drained, w[g])
+				}
+			}
+		}
+	}
+	if found != len(want) {
+		t.Errorf("%d of the %d drained nodes have a row of their own", found, len(want))
+	}
+	for _, c := range []struct {
+		node string
+		gpu  int
+		want string
+	}{{"node-00030", 5, "flapping"}, {"node-00030", 4, ""}, {"node-00020", 0, "drained (driver upgrade)"}, {"node-00001", 0, ""}} {
+		if got := drainedText(drains, c.node, c.gpu, now); got != c.want {
+			t.Errorf("%s GPU %d: %q, want %q", c.node, c.gpu, got, c.want)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 //go:embed page.html
@@ -122,7 +123,11 @@ func (s *Server) Handler() http.Handler {
 		_, _ = w.Write(page)
 	})
 	mux.HandleFunc("GET /api/map", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, Build(s.src.Plans(), s.src.Inventory()))
+		var drains []plan.Drain
+		if d, ok := s.src.(Drains); ok {
+			drains = d.DrainedGPUs()
+		}
+		writeJSON(w, BuildDrained(s.src.Plans(), s.src.Inventory(), drains, time.Now()))
 	})
 	mux.HandleFunc("GET /api/gpu", s.gpu)
 	mux.HandleFunc("GET /events", s.events)
@@ -140,6 +145,9 @@ func (s *Server) gpu(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
+	}
+	if d, ok := s.src.(Drains); ok {
+		info.Drained = drainedText(d.DrainedGPUs(), node, gpu, time.Now())
 	}
 	writeJSON(w, info)
 }

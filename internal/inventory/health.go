@@ -14,10 +14,13 @@ import (
 const healthWaitMs = 1000
 
 // WatchHealth waits for critical XID events on every GPU and marks a GPU
-// unhealthy on any XID not in the ignore list, which fires Changed so the
-// reporter re-reports at once. It returns when ctx is done, or at once
-// with an error if no event set can be created; a GPU that cannot register
-// for XID events is logged and left unwatched.
+// unhealthy on an XID the catalog does not call the application's
+// (ClassifyXID, or the ignore list), which fires Changed so the reporter
+// re-reports at once; every healthEvery it checks again the GPUs marked
+// for an XID a reset resolves, and clears those NVML reports clean
+// (RecheckHealth). It returns when ctx is done, or at once with an error
+// if no event set can be created; a GPU that cannot register for XID
+// events is logged and left unwatched.
 func (n *NVML) WatchHealth(ctx context.Context) error {
 	set, ret := n.lib.EventSetCreate()
 	if ret != nvml.SUCCESS {
@@ -50,7 +53,12 @@ func (n *NVML) WatchHealth(ctx context.Context) error {
 	}
 	n.log.Debug().Int("gpus", watched).Msg("watching GPU health")
 
+	checked := n.now()
 	for ctx.Err() == nil {
+		if n.now().Sub(checked) >= n.healthEvery {
+			n.RecheckHealth()
+			checked = n.now()
+		}
 		e, ret := set.Wait(n.waitMs)
 		switch {
 		case ret == nvml.ERROR_TIMEOUT:
@@ -58,27 +66,85 @@ func (n *NVML) WatchHealth(ctx context.Context) error {
 		case ret != nvml.SUCCESS:
 			// The device plugin's rule: if events cannot be read, no GPU's
 			// health is known, so none is trusted.
-			n.markAll(fmt.Sprintf("nvml event wait: %s", nvml.ErrorString(ret)))
+			n.markAll(fmt.Sprintf("nvml event wait: %s", nvml.ErrorString(ret)), false)
 			return &NVMLError{Call: "EventSetWait", Return: ret}
-		case e.EventType != nvml.EventTypeXidCriticalError, n.ignored[e.EventData]:
+		case e.EventType != nvml.EventTypeXidCriticalError:
 			continue
 		}
-		reason := fmt.Sprintf("XID %d", e.EventData)
+		action := xidAction(e.EventData, n.ignored)
+		if action == XIDIgnore {
+			continue
+		}
+		recoverable := action == XIDReset
+		reason := fmt.Sprintf("XID %d (%s)", e.EventData, resolution(action))
 		if e.Device == nil {
-			n.markAll(reason) // an XID not tied to a GPU hits them all
+			n.markAll(reason, recoverable) // an XID not tied to a GPU hits them all
 			continue
 		}
 		uuid, ret := e.Device.GetUUID()
 		if ret != nvml.SUCCESS {
-			n.markAll(reason)
+			n.markAll(reason, recoverable)
 			continue
 		}
-		n.MarkUnhealthy(uuid, reason)
+		n.mark(uuid, reason, recoverable)
 	}
 	return nil
 }
 
-func (n *NVML) markAll(reason string) {
+// RecheckHealth clears the marks of GPUs unhealthy for an XID that a
+// reset resolves, made at least healthEvery ago, whose GPU NVML now
+// reports clean: it answers, and has no row remapping or page
+// retirement pending or failed. Changed fires when one clears.
+func (n *NVML) RecheckHealth() {
+	n.mu.Lock()
+	var due []string
+	for uuid, m := range n.unhealthy {
+		if m.recoverable && n.now().Sub(m.at) >= n.healthEvery {
+			due = append(due, uuid)
+		}
+	}
+	n.mu.Unlock()
+	cleared := 0
+	for _, uuid := range due {
+		if !n.clean(uuid) {
+			continue
+		}
+		n.mu.Lock()
+		if m, ok := n.unhealthy[uuid]; ok && m.recoverable {
+			delete(n.unhealthy, uuid)
+			cleared++
+			n.log.Info().Str("gpu", uuid).Str("was", m.reason).Msg("GPU clean again: healthy")
+		}
+		n.mu.Unlock()
+	}
+	if cleared > 0 {
+		n.signal()
+	}
+}
+
+// clean reports whether NVML says the GPU with uuid is fit again.
+func (n *NVML) clean(uuid string) bool {
+	d, ret := n.lib.DeviceGetHandleByUUID(uuid)
+	if ret != nvml.SUCCESS {
+		return false
+	}
+	if _, ret := d.GetUUID(); ret != nvml.SUCCESS {
+		return false // lost, or not answering
+	}
+	if _, _, pending, failed, ret := d.GetRemappedRows(); ret == nvml.SUCCESS && (pending || failed) {
+		return false
+	} else if ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_SUPPORTED {
+		return false
+	}
+	if st, ret := d.GetRetiredPagesPendingStatus(); ret == nvml.SUCCESS && st == nvml.FEATURE_ENABLED {
+		return false
+	} else if ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_SUPPORTED {
+		return false
+	}
+	return true
+}
+
+func (n *NVML) markAll(reason string, recoverable bool) {
 	count, ret := n.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return
@@ -86,7 +152,7 @@ func (n *NVML) markAll(reason string) {
 	for i := range count {
 		if d, ret := n.lib.DeviceGetHandleByIndex(i); ret == nvml.SUCCESS {
 			if uuid, ret := d.GetUUID(); ret == nvml.SUCCESS {
-				n.MarkUnhealthy(uuid, reason)
+				n.mark(uuid, reason, recoverable)
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/rs/zerolog"
@@ -42,12 +43,18 @@ type NVML struct {
 	ignored map[uint64]bool
 	changed chan struct{}
 	waitMs  uint32 // one event wait; tests shorten it
+	// healthEvery is how often marks a reset resolves are checked again
+	// (NVMLOptions.HealthEvery); now, the clock that check goes by.
+	healthEvery time.Duration
+	now         func() time.Time
 
 	mu sync.Mutex
-	// unhealthy maps a GPU UUID to why it was marked unhealthy. Marks are
-	// sticky until restart, as in the NVIDIA device plugin: a GPU that
-	// threw a critical XID needs an operator, not a retry.
-	unhealthy map[string]string
+	// unhealthy maps a GPU UUID to why it was marked unhealthy. A mark
+	// for an XID that restarting the application or resetting the GPU
+	// resolves (XIDReset) lasts until NVML reports the GPU clean again;
+	// any other lasts until the reporter restarts, as in the NVIDIA
+	// device plugin: such a GPU needs a reboot or an operator.
+	unhealthy map[string]healthMark
 }
 
 // OpenNVML initialises lib (nvml.New() in production, a mock in tests).
@@ -61,9 +68,6 @@ func OpenNVML(lib nvml.Interface, opts NVMLOptions) (*NVML, error) {
 		return nil, &NVMLError{Call: "Init", Return: ret}
 	}
 	ignored := opts.IgnoredXIDs
-	if ignored == nil {
-		ignored = DefaultIgnoredXIDs
-	}
 	n := &NVML{
 		lib:       lib,
 		facts:     opts.Facts,
@@ -72,12 +76,20 @@ func OpenNVML(lib nvml.Interface, opts NVMLOptions) (*NVML, error) {
 		ignored:   make(map[uint64]bool, len(ignored)),
 		changed:   make(chan struct{}, 1),
 		waitMs:    healthWaitMs,
-		unhealthy: make(map[string]string),
+		unhealthy: make(map[string]healthMark),
+		now:       time.Now,
+	}
+	n.healthEvery = opts.HealthEvery
+	if n.healthEvery <= 0 {
+		n.healthEvery = DefaultHealthEvery
 	}
 	if n.sysfs == "" {
 		n.sysfs = "/sys"
 	}
 	n.proc = "/proc"
+	if ignored == nil {
+		n.ignored = nil // the catalog's classes (ClassifyXID)
+	}
 	for _, x := range ignored {
 		n.ignored[x] = true
 	}
@@ -97,11 +109,16 @@ func (n *NVML) Changed() <-chan struct{} { return n.changed }
 
 // MarkUnhealthy records that the GPU with uuid must not be used, and
 // signals Changed if that is news.
-func (n *NVML) MarkUnhealthy(uuid, reason string) {
+func (n *NVML) MarkUnhealthy(uuid, reason string) { n.mark(uuid, reason, false) }
+
+// mark records that the GPU with uuid must not be used, recoverable or
+// not, and signals Changed if that is news. A mark that only a reboot
+// clears is not made recoverable by a later one.
+func (n *NVML) mark(uuid, reason string, recoverable bool) {
 	n.mu.Lock()
-	_, had := n.unhealthy[uuid]
-	if !had {
-		n.unhealthy[uuid] = reason
+	old, had := n.unhealthy[uuid]
+	if !had || old.recoverable && !recoverable {
+		n.unhealthy[uuid] = healthMark{reason: reason, recoverable: recoverable, at: n.now()}
 	}
 	n.mu.Unlock()
 	if had {
@@ -163,8 +180,8 @@ func (n *NVML) Inventory(ctx context.Context) (NodeInventory, error) {
 	n.mu.Lock()
 	for i := range inv.GPUs {
 		g := &inv.GPUs[i]
-		if reason, bad := n.unhealthy[g.UUID]; bad && g.UUID != "" {
-			g.Healthy, g.UnhealthyReason = false, reason
+		if m, bad := n.unhealthy[g.UUID]; bad && g.UUID != "" {
+			g.Healthy, g.UnhealthyReason = false, m.reason
 		}
 	}
 	n.mu.Unlock()

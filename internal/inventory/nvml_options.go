@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"errors"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -18,8 +19,13 @@ type NVMLOptions struct {
 	// Facts are the node facts the GPUs are added to.
 	Facts Facts
 	// IgnoredXIDs are XID errors that do not make a GPU unhealthy;
-	// nil means DefaultIgnoredXIDs.
+	// nil means the catalog's application errors (DefaultIgnoredXIDs,
+	// ClassifyXID). A list replaces those: an application error it
+	// leaves out marks the GPU unhealthy until it is clean again.
 	IgnoredXIDs []uint64
+	// HealthEvery is how often a GPU unhealthy for an XID that a reset
+	// resolves is checked again (DefaultHealthEvery when zero).
+	HealthEvery time.Duration
 	// SysfsRoot is where /sys lives, for the NUMA fallback; tests point it
 	// at a fixture.
 	SysfsRoot string

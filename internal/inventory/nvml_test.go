@@ -341,7 +341,7 @@ func TestNVMLGPUGoesUnhealthy(t *testing.T) {
 					t.Errorf("gpu %d healthy = %v, want %v", i, g.Healthy, want)
 				}
 			}
-			if tt.unhealthy && inv.GPUs[2].UnhealthyReason != "XID "+itoa(tt.xid) {
+			if tt.unhealthy && !strings.HasPrefix(inv.GPUs[2].UnhealthyReason, "XID "+itoa(tt.xid)+" (") {
 				t.Errorf("reason %q", inv.GPUs[2].UnhealthyReason)
 			}
 		})
@@ -480,5 +480,121 @@ func TestNVMLProcesses(t *testing.T) {
 	m.run(0, many, nil)
 	if got := inventoryOf(t, n).GPUs[0].Processes; len(got) != MaxProcesses || got[0].PID != 4000000 {
 		t.Errorf("%d processes listed, first %v", len(got), got[0])
+	}
+}
+
+// TestNVMLXIDClasses: an XID is classed by the catalog's resolution:
+// the application's leaves the GPU healthy; one a reset resolves marks
+// it unhealthy until a check, at least HealthEvery later, finds it
+// clean (not while row remapping is pending); one that needs a reboot
+// or an operator stays, whatever the checks find.
+func TestNVMLXIDClasses(t *testing.T) {
+	tests := []struct {
+		name    string
+		xid     uint64
+		pending bool // row remapping pending at the first check
+		// sick: unhealthy after the XID; after: still unhealthy after the
+		// first check, and the second.
+		sick          bool
+		after, second bool
+	}{
+		{name: "application 13", xid: 13},
+		{name: "contained ECC 94: a reset resolves it", xid: 94, sick: true},
+		{name: "double-bit ECC 48, remapping pending", xid: 48, pending: true, sick: true, after: true},
+		{name: "fallen off the bus 79: a reboot", xid: 79, sick: true, after: true, second: true},
+		{name: "not in the catalog", xid: 999, sick: true, after: true, second: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMachine(dgxh100.New())
+			var mu sync.Mutex
+			pending := tt.pending
+			for _, d := range m.Devices {
+				dev := d.(*server.Device)
+				dev.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) {
+					mu.Lock()
+					defer mu.Unlock()
+					return 0, 0, pending, false, nvml.SUCCESS
+				}
+				dev.GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_DISABLED, nvml.ERROR_NOT_SUPPORTED }
+			}
+			m.DeviceGetHandleByUUIDFunc = func(uuid string) (nvml.Device, nvml.Return) {
+				for _, d := range m.Devices {
+					if u, _ := d.GetUUID(); u == uuid {
+						return d, nvml.SUCCESS
+					}
+				}
+				return nil, nvml.ERROR_NOT_FOUND
+			}
+			n := openNVML(t, m, NVMLOptions{HealthEvery: time.Minute})
+			now := time.Unix(1_000_000, 0)
+			var clock sync.Mutex
+			n.now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- n.WatchHealth(ctx) }()
+			defer func() { cancel(); <-done }()
+
+			m.events <- nvml.EventData{Device: m.Devices[2], EventType: nvml.EventTypeXidCriticalError, EventData: tt.xid}
+			select {
+			case <-n.Changed():
+			case <-time.After(300 * time.Millisecond):
+			}
+			sick := func() bool { return !inventoryOf(t, n).GPUs[2].Healthy }
+			if got := sick(); got != tt.sick {
+				t.Fatalf("after XID %d: unhealthy %v, want %v", tt.xid, got, tt.sick)
+			}
+			// Too soon: no check clears it.
+			n.RecheckHealth()
+			if got := sick(); got != tt.sick {
+				t.Errorf("checked at once: unhealthy %v, want %v", got, tt.sick)
+			}
+			clock.Lock()
+			now = now.Add(time.Minute)
+			clock.Unlock()
+			n.RecheckHealth()
+			if got := sick(); got != tt.after {
+				t.Errorf("first check: unhealthy %v, want %v", got, tt.after)
+			}
+			mu.Lock()
+			pending = false
+			mu.Unlock()
+			n.RecheckHealth()
+			if got := sick(); got != tt.second {
+				t.Errorf("second check: unhealthy %v, want %v", got, tt.second)
+			}
+			for i, g := range inventoryOf(t, n).GPUs {
+				if i != 2 && !g.Healthy {
+					t.Errorf("GPU %d unhealthy", i)
+				}
+			}
+		})
+	}
+}
+
+func TestParseXIDInjection(t *testing.T) {
+	cases := []struct {
+		in    string
+		want  XIDInjection
+		wrong string
+	}{
+		{in: "3:94", want: XIDInjection{GPU: 3, Code: 94}},
+		{in: "0:79@30s", want: XIDInjection{GPU: 0, Code: 79, After: 30 * time.Second}},
+		{in: "8:94", wrong: "GPUs 0 to 7"},
+		{in: "3", wrong: "GPU:CODE"},
+		{in: "3:x", wrong: "XID"},
+		{in: "3:94@soon", wrong: "delay"},
+	}
+	for _, c := range cases {
+		got, err := ParseXIDInjection(c.in, 8)
+		if c.wrong != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wrong) {
+				t.Errorf("%q: err %v, want one saying %q", c.in, err, c.wrong)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%q: %+v, %v", c.in, got, err)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // GiB is 2^30 bytes.
@@ -174,6 +176,8 @@ type Simulated struct {
 
 	mu   sync.Mutex
 	busy []int // GPU indices running a simulated process
+	// sick are the GPUs an injected XID marked unhealthy, by index.
+	sick map[int]healthMark
 }
 
 // NewSimulated returns a Source for facts plus sim's GPUs.
@@ -213,6 +217,9 @@ func (s *Simulated) Inventory(context.Context) (NodeInventory, error) {
 	for _, i := range s.busy {
 		inv.GPUs[i].Processes = []Process{SimulatedProcess}
 	}
+	for i, m := range s.sick {
+		inv.GPUs[i].Healthy, inv.GPUs[i].UnhealthyReason = false, m.reason
+	}
 	s.mu.Unlock()
 	return inv, nil
 }
@@ -220,3 +227,92 @@ func (s *Simulated) Inventory(context.Context) (NodeInventory, error) {
 // Changed implements Source: it fires when SetBusy changes the GPUs'
 // processes.
 func (s *Simulated) Changed() <-chan struct{} { return s.changed }
+
+// InjectXID has GPU x.GPU throw XID x.Code now, classed as NVML's
+// source classes it (ClassifyXID): an application's leaves the GPU
+// healthy; one a reset resolves marks it unhealthy until the next
+// health check at least every later (a simulated GPU is clean after its
+// reset); any other until the source is made again (the reporter
+// restarts). It reports whether the GPU's health changed.
+func (s *Simulated) InjectXID(x XIDInjection, now time.Time) bool {
+	if x.GPU < 0 || x.GPU >= s.sim.Count {
+		return false
+	}
+	action := ClassifyXID(x.Code)
+	if action == XIDIgnore {
+		return false
+	}
+	s.mu.Lock()
+	old, had := s.sick[x.GPU]
+	if !had || old.recoverable && action != XIDReset {
+		if s.sick == nil {
+			s.sick = map[int]healthMark{}
+		}
+		s.sick[x.GPU] = healthMark{reason: fmt.Sprintf("XID %d (%s)", x.Code, resolution(action)), recoverable: action == XIDReset, at: now}
+	}
+	s.mu.Unlock()
+	if !had {
+		s.signal()
+	}
+	return !had
+}
+
+// RecheckHealth clears the marks of XIDs a reset resolves made at least
+// every before now, as NVML's source does once the GPU is clean.
+func (s *Simulated) RecheckHealth(now time.Time, every time.Duration) bool {
+	s.mu.Lock()
+	cleared := false
+	for i, m := range s.sick {
+		if m.recoverable && now.Sub(m.at) >= every {
+			delete(s.sick, i)
+			cleared = true
+		}
+	}
+	s.mu.Unlock()
+	if cleared {
+		s.signal()
+	}
+	return cleared
+}
+
+func (s *Simulated) signal() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// RunXIDs injects each XID when its delay has passed, and checks the
+// GPUs' health again every every (DefaultHealthEvery when not above
+// zero), until ctx ends.
+func (s *Simulated) RunXIDs(ctx context.Context, xids []XIDInjection, every time.Duration) {
+	if every <= 0 {
+		every = DefaultHealthEvery
+	}
+	start := time.Now()
+	pending := slices.Clone(xids)
+	slices.SortStableFunc(pending, func(a, b XIDInjection) int { return cmp.Compare(a.After, b.After) })
+	check := time.NewTicker(every)
+	defer check.Stop()
+	next := time.NewTimer(time.Hour)
+	defer next.Stop()
+	arm := func() {
+		next.Stop()
+		if len(pending) > 0 {
+			next.Reset(max(0, pending[0].After-time.Since(start)))
+		}
+	}
+	arm()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-check.C:
+			s.RecheckHealth(now, every)
+		case now := <-next.C:
+			s.InjectXID(pending[0], now)
+			pending = pending[1:]
+			arm()
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 type Planner struct {
 	revision, valid, workers, gpus, leader *prometheus.GaugeVec
 	priority, preempted                    *prometheus.GaugeVec
+	drained                                *prometheus.GaugeVec
 	moved                                  *prometheus.CounterVec
 	replan, changeToPublish                *prometheus.HistogramVec
 	nodes, unhealthy, conflicts            prometheus.Gauge
@@ -47,6 +48,7 @@ func NewPlanner(reg prometheus.Registerer) *Planner {
 		gpus:      f("plan_gpus", "GPUs the plan's latest revision holds (fractional shares summed).", "plan"),
 		leader:    f("plan_leader", "1 while this planner holds the plan's lease (it replans and publishes), else 0.", "plan"),
 		priority:  f("plan_priority", "The plan's priority among the plans sharing the cluster.", "plan"),
+		drained:   f("drained_gpus", "GPUs out of placement on purpose, by cause: operator (planner drain, deadline passed or none), leaving (planner drain whose --deadline has not passed: no new work, its workers still there), flapping (turned unhealthy too often: held out until an undrain), probation (recovered a moment ago).", "cause"),
 		preempted: f("plan_preempted", "1 while the plan's latest revision gave way to a plan of higher priority, else 0.", "plan"),
 		elastic:   f("plan_elastic_workers", "Workers an elastic group (worker_num {min, max}) of the plan's latest revision holds, by component (eval, env or env[i]).", "plan", "component"),
 		resized: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_plan_elastic_resizes_total",
@@ -159,6 +161,18 @@ func (m *Planner) Inventory(nodes, unhealthy, conflicts int) {
 	m.nodes.Set(float64(nodes))
 	m.unhealthy.Set(float64(unhealthy))
 	m.conflicts.Set(float64(conflicts))
+}
+
+// Drained records how many GPUs are out of placement on purpose, by
+// cause (operator, leaving, flapping, probation); every cause is set,
+// zero included.
+func (m *Planner) Drained(byCause map[string]int) {
+	if m == nil {
+		return
+	}
+	for _, c := range []string{"operator", "leaving", "flapping", "probation"} {
+		m.drained.WithLabelValues(c).Set(float64(byCause[c]))
+	}
 }
 
 // Rejected records an inventory document rejected for reason, one of

@@ -203,9 +203,12 @@ func SamePlacement(a, b *Plan) bool {
 // afresh: a revision from before typed statuses (reason unknown) differs
 // from its successor that knows the reason, so that the next revision
 // carries it once, and the rules that keep a waiting or degraded plan as
-// it was read it from then on.
+// it was read it from then on. The drains the workers are leaving by a
+// deadline count (a drain with a deadline changes no placement, and its
+// revision says they are leaving); the drains that moved them do not
+// (they describe the revision that moved them).
 func sameStatus(a, b plan.Status) bool {
-	return a.State == b.State && a.Reason == b.Reason && slices.Equal(a.By, b.By)
+	return a.State == b.State && a.Reason == b.Reason && slices.Equal(a.By, b.By) && plan.SameDrains(a.Leaving, b.Leaving)
 }
 
 // SameWorker compares two workers field by field, a nil and an empty list

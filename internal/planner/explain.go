@@ -16,6 +16,9 @@ const (
 	ReasonNoFreeGPUs    = "no free GPUs"
 	ReasonCPUsExhausted = "CPUs exhausted"
 	ReasonUnhealthyGPU  = "unhealthy GPU excluded"
+	// ReasonDrained: GPUs of the node are drained (planner drain, or held
+	// out by the planner) and get no work.
+	ReasonDrained       = "drained GPU excluded"
 	ReasonNoGPUs        = "no GPUs"
 	ReasonNoHealthyGPUs = "no healthy GPUs"
 	// ReasonPoolShared is a compromise, not an exclusion: the component was

@@ -208,6 +208,11 @@ func (e *engine) groupSpec(g group) WorkerGroup { return e.demands[g.c].groups[g
 // strict group keeps to is checked (it is chosen as the group is first
 // placed: the static room the search reasons with leaves it out).
 func (e *engine) nodeCheck(ns *nodeState, g group, count int, strict bool) string {
+	if ns.node.Out {
+		// A node drained whole takes nothing, not even a worker that
+		// needs neither GPUs nor CPUs.
+		return ReasonDrained
+	}
 	c := e.con(g)
 	if !c.any() {
 		return ""

@@ -17,10 +17,13 @@ const (
 	WhyGPUGone     = "GPU gone"
 	WhyGPUReplaced = "GPU replaced"
 	WhyUnhealthy   = "GPU unhealthy"
-	WhyCPUs        = "CPUs exhausted"
-	WhyNeeds       = "needs changed"
-	WhyConflict    = "GPU taken"
-	WhyPool        = "pool changed"
+	// WhyDrained: the worker's node or GPU is drained (planner drain, or
+	// held out by the planner: on probation, or flapping).
+	WhyDrained  = "drained"
+	WhyCPUs     = "CPUs exhausted"
+	WhyNeeds    = "needs changed"
+	WhyConflict = "GPU taken"
+	WhyPool     = "pool changed"
 	// WhyConstraint: the group's node_selector, gpu_model,
 	// min_gpu_memory_gb or gpu_link no longer allows its place (the spec
 	// or the node changed).
@@ -245,6 +248,9 @@ func (e *engine) keepOne(at int32, w *plan.Worker) (why, where, by string) {
 	gi, g := e.demands[ci].groupAt(w.Index)
 	ns := e.table[at]
 	n := ns.node
+	if n.Out {
+		return WhyDrained, n.ID, ""
+	}
 	count, frac := gpuCount(g)
 	if len(w.GPUs) != count || math.Abs(w.CPUs-g.NumCPUs) > eps || count > 0 && math.Abs(w.GPUShare-frac) > eps {
 		return WhyNeeds, n.ID, ""
@@ -293,6 +299,8 @@ func (e *engine) keepGPU(ns *nodeState, tg target, ci comp, w *plan.Worker, i in
 	switch {
 	case x < 0 || x >= n.GPUs:
 		return WhyGPUGone
+	case n.drained(x):
+		return WhyDrained
 	case !n.Healthy(x):
 		return WhyUnhealthy
 	case n.holder(x) != "":

@@ -44,14 +44,34 @@ type Node struct {
 	// (PlanAll); CPUsHeld, the CPUs those plans use.
 	HeldBy   []string
 	CPUsHeld float64
+	// Drained lists GPU indices taken out of placement on purpose (an
+	// operator's planner drain, or the planner holding a GPU out that
+	// recovered or keeps failing): like an unhealthy GPU it gets no work,
+	// but a worker that leaves it leaves for WhyDrained, so that the
+	// plan says the drain is why. Out drains the whole node: no worker
+	// stays or is placed there, whether it uses GPUs or not.
+	Drained []int
+	Out     bool
 }
 
-// cpusFree is the CPUs this plan may use.
-func (n *Node) cpusFree() float64 { return max(0, n.CPUs-n.CPUsHeld) }
+// cpusFree is the CPUs this plan may use: none on a node drained whole,
+// so that no worker without GPUs lands there either.
+func (n *Node) cpusFree() float64 {
+	if n.Out {
+		return 0
+	}
+	return max(0, n.CPUs-n.CPUsHeld)
+}
 
-// Healthy reports whether GPU i may be given work.
+// Healthy reports whether GPU i may be given work: not unhealthy, not
+// drained.
 func (n *Node) Healthy(i int) bool {
-	return !slices.Contains(n.Unhealthy, i)
+	return !slices.Contains(n.Unhealthy, i) && !n.drained(i)
+}
+
+// drained reports whether GPU i is drained (Drained, or the node Out).
+func (n *Node) drained(i int) bool {
+	return n.Out || slices.Contains(n.Drained, i)
 }
 
 // holder is the other plan that holds GPU i, "" when none does.
@@ -78,7 +98,8 @@ func sameFacts(a, b *Node) bool {
 		slices.Equal(a.Unhealthy, b.Unhealthy) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs) &&
 		slices.Equal(a.Models, b.Models) && slices.Equal(a.MemoryBytes, b.MemoryBytes) && maps.Equal(a.Labels, b.Labels) &&
 		slices.Equal(a.Peers, b.Peers) && slices.Equal(a.NUMA, b.NUMA) && a.Domain == b.Domain &&
-		slices.Equal(a.HeldBy, b.HeldBy) && a.CPUsHeld == b.CPUsHeld
+		slices.Equal(a.HeldBy, b.HeldBy) && a.CPUsHeld == b.CPUsHeld &&
+		slices.Equal(a.Drained, b.Drained) && a.Out == b.Out
 }
 
 // runToken names one planning run.
@@ -147,7 +168,7 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
 		*ns = nodeState{owner: owner, node: n, cpuLeft: n.cpusFree(), firstTrain: -1}
 		start := len(usable)
 		for g := 0; g < n.GPUs; g++ {
-			if len(n.Unhealthy) == 0 && len(n.HeldBy) == 0 || n.free(g) {
+			if len(n.Unhealthy) == 0 && len(n.HeldBy) == 0 && len(n.Drained) == 0 && !n.Out || n.free(g) {
 				usable = append(usable, g)
 			}
 		}
@@ -163,6 +184,9 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
 		}
 		if len(n.Unhealthy) > 0 {
 			ns.notes = append(ns.notes, nodeNote{"", ReasonUnhealthyGPU})
+		}
+		if len(n.Drained) > 0 || n.Out {
+			ns.notes = append(ns.notes, nodeNote{"", ReasonDrained})
 		}
 		out[i] = ns
 	}

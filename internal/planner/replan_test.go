@@ -405,7 +405,7 @@ func change(t *rapid.T, nodes []Node, i int) ([]Node, string) {
 	out := slices.Clone(nodes)
 	k := rapid.IntRange(0, len(out)-1).Draw(t, fmt.Sprintf("change%d.node", i))
 	n := &out[k]
-	switch kind := rapid.IntRange(0, 5).Draw(t, fmt.Sprintf("change%d.kind", i)); kind {
+	switch kind := rapid.IntRange(0, 8).Draw(t, fmt.Sprintf("change%d.kind", i)); kind {
 	case 0:
 		return slices.Delete(out, k, k+1), n.ID
 	case 1:
@@ -426,6 +426,16 @@ func change(t *rapid.T, nodes []Node, i int) ([]Node, string) {
 	case 5:
 		n.GPUs += 2
 		n.GPUUUIDs = append(slices.Clone(n.GPUUUIDs), n.ID+"-x", n.ID+"-y")
+	case 6: // planner drain NODE:GPU
+		if n.GPUs > 0 {
+			n.Drained = append(slices.Clone(n.Drained), rapid.IntRange(0, n.GPUs-1).Draw(t, fmt.Sprintf("change%d.drained", i)))
+			slices.Sort(n.Drained)
+			n.Drained = slices.Compact(n.Drained)
+		}
+	case 7: // planner drain NODE
+		n.Out = true
+	case 8: // planner undrain
+		n.Out, n.Drained = false, nil
 	}
 	return out, n.ID
 }
@@ -472,6 +482,16 @@ func TestReplanProperties(t *testing.T) {
 }
 
 func checkReplan(t *rapid.T, spec *Spec, prev *Plan, after []Node, next *Plan, ch *Change, err error, touched string) {
+	// (Buffers are left out, as checkPlan leaves their GPUs out: a
+	// buffer that uses CUDA keeps its GPU when that GPU turns unhealthy
+	// too, which is a matter of its own.)
+	for _, w := range next.Workers.All() {
+		for _, n := range after {
+			if w.Component != plan.Buffer && n.ID == w.NodeID && (n.Out || slices.ContainsFunc(w.GPUs, func(g int) bool { return slices.Contains(n.Drained, g) })) {
+				t.Fatalf("%s %d on drained %s%v (node out %v, drained GPUs %v)", w.Component, w.Index, w.NodeID, w.GPUs, n.Out, n.Drained)
+			}
+		}
+	}
 	if _, freshErr := Compute(spec, after); freshErr == nil && err != nil {
 		t.Fatalf("a fresh plan is valid but the replan is not: %v", err)
 	}
@@ -623,6 +643,10 @@ func unjustified(spec *Spec, o, w *plan.Worker, d Displaced, nodes []Node, p *Pl
 		return "the node left"
 	}
 	switch d.Why {
+	case WhyDrained:
+		if !n.Out && (gpu < 0 || !slices.Contains(n.Drained, gpu)) {
+			return "neither the node nor the GPU is drained"
+		}
 	case WhyUnhealthy:
 		if n.Healthy(gpu) {
 			return "the GPU is healthy"

@@ -153,7 +153,7 @@ func TestElasticService(t *testing.T) {
 	if !grown.Plan.Valid || grown.Plan.Revision != first.Plan.Revision+1 || !strings.Contains(grown.Plan.Reason, "grew eval 4 -> 24") {
 		t.Fatalf("grown: revision %d after %d, valid %v, reason %q", grown.Plan.Revision, first.Plan.Revision, grown.Plan.Valid, grown.Plan.Reason)
 	}
-	trainAt := places(grown.Plan, plan.Train)
+	trainAt := componentPlaces(grown.Plan, plan.Train)
 
 	if _, err := specs.Put(ctx, "b", []byte(shareSpec(12, 10))); err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestElasticService(t *testing.T) {
 	if !shrunk.Plan.Valid || evals(shrunk) != 12 || st.Reason != plan.ReasonShrunk || !strings.Contains(shrunk.Plan.Reason, "shrank eval 24 -> 12 for plan b") {
 		t.Fatalf("a with b: valid %v, eval %d, status %+v, reason %q", shrunk.Plan.Valid, evals(shrunk), st, shrunk.Plan.Reason)
 	}
-	if got := places(shrunk.Plan, plan.Train); got != trainAt {
+	if got := componentPlaces(shrunk.Plan, plan.Train); got != trainAt {
 		t.Fatalf("a's train moved: %s, was %s", got, trainAt)
 	}
 	if shrunk.Seq > b.Seq {
@@ -251,7 +251,7 @@ func count(p *planner.Plan, c plan.Component) int {
 }
 
 // places is where p's workers of c are, in index order.
-func places(p *planner.Plan, c plan.Component) string {
+func componentPlaces(p *planner.Plan, c plan.Component) string {
 	var b strings.Builder
 	for _, w := range p.Workers.All() {
 		if w.Component == c {

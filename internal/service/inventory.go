@@ -33,6 +33,9 @@ type view struct {
 	// news are the claim outcomes worth a log line, until the planner
 	// logs them (logClaims).
 	news []inventory.Outcome
+	// out are the nodes and GPUs out of placement on purpose (drains,
+	// hold-outs: drain.go), applied to each node's planner node.
+	out map[string]nodeOut
 }
 
 // doc is node id's document as this view has it.
@@ -121,7 +124,7 @@ func (v *view) set(id string, doc inventory.NodeInventory) error {
 		v.dropNode(id)
 		return fmt.Errorf("node %s: %w", id, err)
 	}
-	v.nodes[id] = n
+	v.nodes[id] = v.out[id].apply(n)
 	if i, found := slices.BinarySearch(v.ids, id); !found {
 		v.ids = slices.Insert(v.ids, i, id)
 	}
@@ -232,7 +235,11 @@ func (p *Service) apply(ev store.Event) bool {
 		}
 		return changed
 	case store.Removed:
-		return p.live.remove(ev.NodeID)
+		gone := p.live.remove(ev.NodeID)
+		if gone && ev.Reason == store.ReasonExpired {
+			p.nodeLost(ev.NodeID) // its reporter died: the node turned unhealthy
+		}
+		return gone
 	case store.Rejected:
 		p.rejected(ev)
 		return p.live.remove(ev.NodeID)

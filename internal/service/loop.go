@@ -221,6 +221,7 @@ func (l *loop) close() {
 	l.check.Stop()
 	l.guardT.Stop()
 	l.snapT.Stop()
+	l.p.drain.timer.Stop()
 	if l.stopWatch != nil {
 		l.stopWatch()
 	}
@@ -230,6 +231,8 @@ func (l *loop) run(ctx context.Context) error {
 	l.leaseDone, l.tombsDone = make(chan struct{}), make(chan struct{})
 	go func() { defer close(l.leaseDone); l.lease.run(ctx) }()
 	go func() { defer close(l.tombsDone); l.tombs.run(ctx) }()
+	drainsDone := make(chan struct{})
+	go func() { defer close(drainsDone); l.p.watchDrains(ctx, l.p.drain.updates) }()
 	for {
 		l.enter(l.phaseNow())
 		if l.p.publishSnapshot(false) && !l.snapArmed {
@@ -242,6 +245,7 @@ func (l *loop) run(ctx context.Context) error {
 		case <-ctx.Done():
 			<-l.leaseDone // the lease given back
 			<-l.tombsDone
+			<-drainsDone
 			return nil
 		case ev := <-l.lease.events:
 			l.work("lease")
@@ -295,6 +299,15 @@ func (l *loop) run(ctx context.Context) error {
 				continue
 			}
 			l.spec(ctx, e)
+		case set := <-l.p.drain.updates:
+			l.work("drains")
+			l.p.drainsRead(set)
+			l.kick()
+		case <-l.p.drain.timer.C():
+			l.work("drain deadline")
+			l.p.drain.at = time.Time{}
+			l.p.refreshOut()
+			l.kick()
 		case <-l.timer.C():
 			l.work("replan")
 			l.armed = false
@@ -409,7 +422,7 @@ func (l *loop) kick() {
 	}
 	l.dirty = true
 	haveSpec := len(l.p.planned()) > 0
-	if l.synced && l.specsIn && haveSpec && l.failures == 0 {
+	if l.synced && l.specsIn && l.p.drain.in && haveSpec && l.failures == 0 {
 		l.armReplan(max(0, min(l.p.cfg.Debounce, l.maxWait-l.p.since(l.dirtySince))))
 	}
 }

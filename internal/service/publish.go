@@ -85,6 +85,7 @@ func (p *Service) replanOnce(ctx context.Context) error {
 			return err
 		}
 	}
+	p.refreshOut()
 	nodes := p.live.planNodes()
 	jobs, planned, err := p.releaseRemoved(ctx, states)
 	if err != nil {
@@ -102,6 +103,7 @@ func (p *Service) replanOnce(ctx context.Context) error {
 			changes[i] = s.changes(&p.live)
 		}
 	}
+	p.noteDrains(planned, outs, changes)
 	released := make([]bool, len(jobs))
 	for _, st := range publishOrder(held, next) {
 		i := st.plan

@@ -234,6 +234,10 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 	}
 	for _, name := range missing {
 		switch name {
+		case "KV_" + client.DrainBucket:
+			if err := p.restoreDrains(ctx); err != nil {
+				return err
+			}
 		case "KV_" + client.SpecBucket:
 			for _, s := range p.planned() {
 				if err := p.restoreSpec(ctx, s); err != nil {

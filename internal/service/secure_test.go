@@ -15,7 +15,9 @@ import (
 	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/natstest"
+	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // TestSecureService: on a server that requires credentials, each role
@@ -98,5 +100,97 @@ func TestSecureService(t *testing.T) {
 		// The admin's spec: 12 train workers, no eval.
 		return err == nil && r.Document.Revision > before.Document.Revision &&
 			r.Document.Workers.Find("train", 11) != nil && r.Document.Workers.Find("eval", 0) == nil
+	})
+}
+
+// TestDrainNeedsAdmin: on a server that requires credentials the
+// server itself refuses a launcher's or a reporter's write to the drain
+// bucket (whatever client writes it), while an admin's drain is stored
+// and the planner moves the workers off.
+func TestDrainNeedsAdmin(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, err := auth.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: dir, Auth: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	connect := func(role auth.Role, node string) jetstream.JetStream {
+		creds, err := a.Creds(role, node, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "user.creds")
+		_ = os.WriteFile(path, creds, 0o600)
+		nc, err := bus.Connect(url, string(role), zerolog.Nop(), bus.Security{Creds: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, _ := jetstream.New(nc)
+		return js
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pnc, pjs := func() (*nats.Conn, jetstream.JetStream) {
+		creds, _ := a.Creds(auth.Planner, "", 0)
+		path := filepath.Join(t.TempDir(), "planner.creds")
+		_ = os.WriteFile(path, creds, 0o600)
+		nc, err := bus.Connect(url, "planner", zerolog.Nop(), bus.Security{Creds: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, _ := jetstream.New(nc)
+		return nc, js
+	}()
+	p := New(Config{NC: pnc, JS: pjs, Spec: []byte(testSpec), Debounce: 20 * time.Millisecond, Settle: -1, Log: zerolog.Nop()})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for _, id := range []string{"n1", "n2", "n3"} {
+		invs := store.NewInventoryStore(connect(auth.Reporter, id))
+		invs.NoCreate = true
+		natstest.WaitFor(t, 20*time.Second, "reporter "+id+" put its node", func() bool {
+			_, err := invs.Put(ctx, id, simDoc(id), false, time.Minute)
+			return err == nil
+		})
+	}
+	var first *planner.Plan
+	natstest.WaitFor(t, 20*time.Second, "the first plan", func() bool {
+		ps := p.Plans()
+		if len(ps) == 1 && ps[0].Valid {
+			first = ps[0]
+		}
+		return first != nil
+	})
+	victim := first.Workers.Find(plan.Train, 0).NodeID
+	d := store.Drain{NodeID: victim, Cause: plan.DrainOperator, By: "mallory@host", At: time.Now()}
+	for _, role := range []auth.Role{auth.Launcher, auth.Reporter} {
+		node := ""
+		if role == auth.Reporter {
+			node = victim
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
+		err := store.NewDrainStore(connect(role, node)).Put(wctx, d)
+		wcancel()
+		if err == nil {
+			t.Errorf("a %s's drain was stored", role)
+		}
+	}
+	if ds := p.Drains(); len(ds) != 0 {
+		t.Fatalf("drains after the refused writes: %+v", ds)
+	}
+	d.By = "alice@host"
+	if err := store.NewDrainStore(connect(auth.Admin, "")).Put(ctx, d); err != nil {
+		t.Fatalf("an admin's drain: %v", err)
+	}
+	natstest.WaitFor(t, 20*time.Second, "the workers off the drained node", func() bool {
+		ps := p.Plans()
+		return len(ps) == 1 && ps[0].Revision > first.Revision && ps[0].Workers.Find(plan.Train, 0).NodeID != victim && !onNode(ps[0], victim)
 	})
 }

@@ -119,6 +119,10 @@ type Config struct {
 	// and, beside it, each plan's latest revision, which such a plan
 	// resumes on (placements.go).
 	StateFile string
+	// Probation is how long a GPU that recovered (unhealthy, then
+	// healthy again) stays out before it gets work (DefaultProbation
+	// when zero; negative: none).
+	Probation time.Duration
 	// Metrics records plans, replans, the inventory and requests (nil:
 	// none).
 	Metrics *metrics.Planner
@@ -205,6 +209,9 @@ type Service struct {
 	leader leaderGauge
 	// clock is cfg.Clock.
 	clock Clock
+	// drain is what is out of placement on purpose (drain.go): the
+	// loop's goroutine alone uses it.
+	drain *drains
 }
 
 // New returns a planner service; Run starts it.
@@ -269,6 +276,7 @@ func New(cfg Config) *Service {
 		clock:       cfg.Clock,
 		marks:       newMarks(cfg.StateFile),
 		fence:       fence{mu: newChanMutex()},
+		drain:       newDrains(cfg.Clock),
 	}
 	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
 	p.live.changed = p.remember
@@ -319,6 +327,7 @@ func (p *Service) all() []*planState {
 // remember notes, in every plan's change log, that node id changed (old,
 // present: its document before), as the view tells it.
 func (p *Service) remember(id string, old inventory.NodeInventory, present bool) {
+	p.drain.touch(id)
 	for _, s := range p.states {
 		s.remember(id, old, present)
 	}
@@ -435,6 +444,11 @@ func (p *Service) start(ctx context.Context) (*store.StoredPlan, error) {
 		return nil, err
 	}
 	if _, err := p.inv.Ensure(ctx); err != nil {
+		return nil, err
+	}
+	drains := store.NewDrainStore(p.cfg.JS)
+	drains.Replicas = p.cfg.Replicas
+	if _, err := drains.Ensure(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.seedSpec(ctx); err != nil {

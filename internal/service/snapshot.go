@@ -27,6 +27,8 @@ type snapshot struct {
 	docs  []inventory.NodeInventory
 	gen   uint64
 	taken time.Time
+	// drains are what is out of placement on purpose (drain.go).
+	drains []DrainView
 }
 
 // planView is one plan in a snapshot.
@@ -51,6 +53,7 @@ func (p *Service) takeSnapshot(prev *snapshot, fresh bool) *snapshot {
 	for name, s := range p.states {
 		sn.plans[name] = planView{name: name, latest: s.latest, spec: s.spec, removing: s.removing, planned: s.planned()}
 	}
+	sn.drains = p.drainViews()
 	now := p.clock.Now()
 	if prev != nil && (prev.gen == p.live.gen || !fresh && now.Sub(prev.taken) < inventoryEvery) {
 		sn.nodes, sn.docs, sn.gen, sn.taken = prev.nodes, prev.docs, prev.gen, prev.taken
