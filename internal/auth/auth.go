@@ -470,6 +470,8 @@ type Identity struct {
 	// Inbox is the inbox prefix the credentials must use; "" for NATS's
 	// default, _INBOX.
 	Inbox string
+	// Expires is when the credentials stop working; zero: never.
+	Expires time.Time
 }
 
 // IdentityOf reads the role of the credentials in a .creds file; the
@@ -494,6 +496,9 @@ func IdentityOf(creds []byte) (Identity, error) {
 	}
 	if id.Role != "" {
 		id.Inbox = InboxPrefix(uc.Subject)
+	}
+	if uc.Expires > 0 {
+		id.Expires = time.Unix(uc.Expires, 0)
 	}
 	return id, nil
 }
