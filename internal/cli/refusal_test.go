@@ -20,7 +20,8 @@ func runFor(t *testing.T, within time.Duration, args ...string) (code int, stder
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	var out, errOut bytes.Buffer
+	// The reporter logs from more than one goroutine.
+	var out, errOut syncWriter
 	if args[0] == "reporter" {
 		code = ReporterMain(ctx, args[1:], &out, &errOut)
 	} else {

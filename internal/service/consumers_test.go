@@ -92,19 +92,25 @@ func TestLauncherCannotBlindPlanner(t *testing.T) {
 	_, ljs := connect(auth.Launcher, "")
 	streams := []string{bus.InventoryStream, "KV_" + client.SpecBucket, client.AssignmentsStream, client.PlansStream}
 	// The launcher makes 1,100 consumers on each: the cap stops it at
-	// 1,000 where it may read; a refused request is answered by nobody
-	// (it takes its whole timeout), so 50 goroutines a stream try at
-	// once. made[i][g]: made on streams[i] by goroutine g, which alone
-	// writes it.
+	// 1,000 where it may read. A refused request is answered by nobody
+	// (it takes its whole timeout, and costs the server nothing), so
+	// 50 goroutines try the planner's streams at once; one a stream
+	// makes them where it may (each a JetStream API call, which a
+	// flood would queue past its timeout). made[i][g]: made on
+	// streams[i] by goroutine g, which alone writes it.
 	const workers = 50
 	made := make([][workers]int, len(streams))
 	var wg sync.WaitGroup
 	for i, st := range streams {
-		for g := range workers {
+		n, timeout := workers, 200*time.Millisecond
+		if i >= 2 {
+			n, timeout = 1, 5*time.Second
+		}
+		for g := range n {
 			wg.Go(func() {
-				for n := g; n < 1100; n += workers {
-					cctx, ccancel := context.WithTimeout(ctx, 200*time.Millisecond)
-					if _, err := ljs.CreateConsumer(cctx, st, jetstream.ConsumerConfig{Durable: fmt.Sprintf("squat-%d", n)}); err == nil {
+				for k := g; k < 1100; k += n {
+					cctx, ccancel := context.WithTimeout(ctx, timeout)
+					if _, err := ljs.CreateConsumer(cctx, st, jetstream.ConsumerConfig{Durable: fmt.Sprintf("squat-%d", k)}); err == nil {
 						made[i][g]++
 					}
 					ccancel()
