@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"maps"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -97,7 +98,9 @@ func (c *Client) FollowNode(ctx context.Context, name, node string) (<-chan *Ass
 // Assignments calls fn with the last assignment of every node of plan
 // name, until fn returns false; a planner checks them against its plan at
 // start. A message it cannot read comes with Err set and no workers. It
-// reads them with a consumer it deletes when done.
+// reads them without a consumer (the stream's subjects, then a direct
+// get of each subject's last message): launchers may fill the
+// assignment stream's consumer cap, and the planner must still check.
 func (c *Client) Assignments(ctx context.Context, name string, fn func(*Assignment) bool) error {
 	st, err := c.js.Stream(ctx, AssignmentsStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -106,35 +109,24 @@ func (c *Client) Assignments(ctx context.Context, name string, fn func(*Assignme
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", AssignmentsStream, err)
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{AssignmentSubjectPrefix + name + ".>"},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-	})
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(AssignmentSubjectPrefix+name+".>"))
 	if err != nil {
 		return fmt.Errorf("assignments of plan %s: %w", name, err)
 	}
-	defer c.dropConsumer(AssignmentsStream, cons)
-	info := cons.CachedInfo()
-	if info == nil || info.NumPending == 0 {
-		return nil
-	}
-	for left := info.NumPending; left > 0; {
-		batch, err := cons.Fetch(min(int(left), 1024), jetstream.FetchMaxWait(5*time.Second))
+	for _, subject := range slices.Sorted(maps.Keys(info.State.Subjects)) {
+		m, err := st.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // dropped meanwhile
+		}
 		if err != nil {
 			return fmt.Errorf("assignments of plan %s: %w", name, err)
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			left--
-			if !fn(c.assignmentOf(ctx, name, m)) {
-				return nil
-			}
+		node := AssignmentNode(name, subject)
+		a, err := c.readAssignment(ctx, name, node, m.Sequence, m.Data, m.Header)
+		if err != nil {
+			a = &Assignment{Plan: name, NodeID: node, Workers: []PlacedWorker{}, Seq: m.Sequence, Err: err}
 		}
-		if err := batch.Error(); err != nil {
-			return fmt.Errorf("assignments of plan %s: %w", name, err)
-		}
-		if n == 0 {
+		if !fn(a) {
 			return nil
 		}
 	}

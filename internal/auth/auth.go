@@ -472,6 +472,8 @@ type Identity struct {
 	// Inbox is the inbox prefix the credentials must use; "" for NATS's
 	// default, _INBOX.
 	Inbox string
+	// Expires is when the credentials stop working; zero: never.
+	Expires time.Time
 }
 
 // IdentityOf reads the role of the credentials in a .creds file; the
@@ -497,6 +499,9 @@ func IdentityOf(creds []byte) (Identity, error) {
 	if id.Role != "" {
 		id.Inbox = InboxPrefix(uc.Subject)
 	}
+	if uc.Expires > 0 {
+		id.Expires = time.Unix(uc.Expires, 0)
+	}
 	return id, nil
 }
 
@@ -517,6 +522,26 @@ var readStreams = []string{
 	"$JS.API.CONSUMER.MSG.NEXT.*.*",
 	// A push consumer's flow control (an object read) is answered here.
 	"$JS.FC.>",
+}
+
+// plannerOnlyConsumers are the consumer operations refused to every
+// client on the streams the planner plans from (the inventory and the
+// specs). A stream's consumers share one cap (the server's default,
+// 1,000 a stream) whoever makes them, and NATS counts no account's or
+// user's share of it apart (the clients' consumers live in the
+// planner's account, through the import), so a client holding every
+// slot would leave a restarted planner unable to watch what it plans
+// from. Clients read those streams without consumers: direct gets, and
+// the stream's subjects for a listing (store's List). Nor may they look
+// up, read or delete a consumer there by name: all are the planner's.
+// The unnamed $JS.API.CONSUMER.CREATE.<stream> and
+// $JS.API.CONSUMER.DURABLE.CREATE.> are no client's on any stream
+// (readStreams has neither).
+var plannerOnlyConsumers = []string{
+	"$JS.API.CONSUMER.*.KV_" + client.InventoryBucket + ".>",
+	"$JS.API.CONSUMER.MSG.NEXT.KV_" + client.InventoryBucket + ".*",
+	"$JS.API.CONSUMER.*.KV_" + client.SpecBucket + ".>",
+	"$JS.API.CONSUMER.MSG.NEXT.KV_" + client.SpecBucket + ".*",
 }
 
 // Permissions is what role may publish and subscribe to; user is the
@@ -546,11 +571,13 @@ func Permissions(role Role, node, user string) jwt.Permissions {
 		p.Pub.Allow.Add(readStreams...)
 		p.Pub.Allow.Add(services...)
 		p.Pub.Allow.Add("$SRV.>")
+		p.Pub.Deny.Add(plannerOnlyConsumers...)
 	case Admin:
 		p.Pub.Allow.Add(readStreams...)
 		p.Pub.Allow.Add(services...)
 		p.Pub.Allow.Add("$SRV.>", "$KV."+client.SpecBucket+".>", "$KV."+client.DrainBucket+".>", "$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
 			"$JS.API.CONSUMER.NAMES.*", "$JS.API.CONSUMER.LIST.*")
+		p.Pub.Deny.Add(plannerOnlyConsumers...)
 	}
 	if role != Planner {
 		// Its own inbox, not everyone's: no client reads the replies to

@@ -2,6 +2,8 @@ package bus
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -83,14 +85,65 @@ func Connect(url, name string, log zerolog.Logger, sec Security, extra ...nats.O
 		}),
 	}
 	opts = append(opts, secOpts...)
-	nc, err := nats.Connect(url, append(opts, extra...)...)
-	if err != nil {
+	opts = append(opts, extra...)
+	// A first try that cannot retry: a refusal (credentials, TLS) is
+	// the caller's error, for retrying cannot fix it; only a server
+	// not reachable is waited for.
+	nc, err := nats.Connect(url, append(opts, nats.RetryOnFailedConnect(false))...)
+	if err == nil {
+		return nc, nil
+	}
+	if Refusal(err) {
+		return nil, fmt.Errorf("connect %s: %w", url, Explain(err, nil, sec))
+	}
+	if nc, err = nats.Connect(url, opts...); err != nil {
 		return nil, fmt.Errorf("connect %s: %w", url, Explain(err, nil, sec))
 	}
 	if !nc.IsConnected() {
 		log.Warn().Str("server", url).Msg("NATS not reachable yet; retrying in the background")
 	}
 	return nc, nil
+}
+
+// Refusal says whether err is the server refusing the client, or the
+// client the server, for a reason retrying cannot fix: credentials
+// refused, expired or revoked, a certificate that cannot be verified,
+// TLS wanted by one side only.
+func Refusal(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, nats.ErrAuthorization) || authExpired(err) || authRevoked(err) ||
+		errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) {
+		return true
+	}
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	return errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) || errors.As(err, &verify)
+}
+
+// authExpired and authRevoked read the server's refusals of expired or
+// revoked credentials: nats.go's sentinels, or the server's -ERR as it
+// came during the connect (its text is not the sentinels').
+func authExpired(err error) bool {
+	return errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAccountAuthExpired) ||
+		strings.Contains(strings.ToLower(err.Error()), "authentication expired")
+}
+
+func authRevoked(err error) bool {
+	return errors.Is(err, nats.ErrAuthRevoked) || strings.Contains(strings.ToLower(err.Error()), "authentication revoked")
+}
+
+// Closed is why nc closed when a refusal closed it (nats.go gives up
+// on credentials refused twice in a row, as when they expire), reworded
+// by Explain; nil when it closed for another reason (Close).
+func Closed(nc *nats.Conn, sec Security) error {
+	if err := nc.LastError(); err != nil && Refusal(err) {
+		return Explain(err, nil, sec)
+	}
+	return nil
 }
 
 // StopOnDone calls stop when ctx is done or when the returned channel is
@@ -182,14 +235,48 @@ func Explain(err error, nc *nats.Conn, s Security) error {
 	if err == nil {
 		return nil
 	}
+	if nc != nil && !Refusal(err) {
+		// The server refused the connection meanwhile (credentials that
+		// expired): that is the cause, the request's failure its effect.
+		if last := nc.LastError(); Refusal(last) {
+			return Explain(fmt.Errorf("%w; %v", last, err), nil, s)
+		}
+	}
 	role := s.who()
+	id, _ := s.Identity()
+	expired := !id.Expires.IsZero() && !time.Now().Before(id.Expires)
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
 	switch {
+	case s.Creds != "" && expired && (errors.Is(err, nats.ErrAuthorization) || authExpired(err)):
+		again := string(id.Role)
+		if id.Node != "" {
+			again += " --node-id " + id.Node
+		}
+		return fmt.Errorf("credentials expired: %s expired at %s; `planner creds %s` makes new ones: %w", role, id.Expires.UTC().Format(time.RFC3339), again, err)
+	case authExpired(err):
+		return fmt.Errorf("credentials expired: the server no longer accepts %s: %w", role, err)
+	case authRevoked(err):
+		return fmt.Errorf("credentials revoked: the server no longer accepts %s: %w", role, err)
 	case errors.Is(err, nats.ErrAuthorization) && s.Creds == "":
 		return fmt.Errorf("authorization violation: the server requires credentials; pass --creds FILE (`planner creds ROLE` makes one): %w", err)
 	case errors.Is(err, nats.ErrAuthorization):
-		return fmt.Errorf("authorization violation: the server refused %s (%s): %w", role, s.Creds, err)
+		return fmt.Errorf("authorization violation: the server refused %s (not made with the keys it trusts, or withdrawn): %w", role, err)
+	case errors.As(err, &unknown) && s.TLSCA == "":
+		return fmt.Errorf("TLS: the server's certificate is signed by an authority this client does not trust; pass --tls-ca with the CA that signed it: %w", err)
+	case errors.As(err, &unknown):
+		return fmt.Errorf("TLS: the server's certificate is not signed by the CA in --tls-ca %s: %w", s.TLSCA, err)
+	case errors.As(err, &host):
+		return fmt.Errorf("TLS: the server's certificate is not valid for %q, the host --server names: connect by a name or address the certificate holds, or give the server a certificate for this one: %w", host.Host, err)
+	case errors.As(err, &invalid):
+		return fmt.Errorf("TLS: the server's certificate is invalid (expired, or not for a server): %w", err)
+	case errors.Is(err, nats.ErrSecureConnRequired):
+		return fmt.Errorf("TLS: the server requires TLS: connect with a tls:// URL: %w", err)
+	case errors.Is(err, nats.ErrSecureConnWanted):
+		return fmt.Errorf("TLS: the server does not offer TLS; connect with a nats:// URL or enable TLS on the server: %w", err)
 	case strings.Contains(err.Error(), "certificate"):
-		return fmt.Errorf("TLS: the server's certificate cannot be verified; pass --tls-ca with the CA that signed it: %w", err)
+		return fmt.Errorf("TLS: the server's certificate cannot be verified: %w", err)
 	}
 	if nc != nil {
 		if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) {

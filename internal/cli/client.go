@@ -218,7 +218,10 @@ func newWatchCmd() *cobra.Command {
 				return err
 			}
 			if node != "" {
-				return watchNode(cmd, c, plan, node, output)
+				if err := watchNode(cmd, c, plan, node, output); err != nil {
+					return err
+				}
+				return watchEnded(cmd, nc)
 			}
 			ch, err := c.Follow(cmd.Context(), plan, client.FollowOptions{})
 			if err != nil {
@@ -232,7 +235,7 @@ func newWatchCmd() *cobra.Command {
 					return err
 				}
 			}
-			return nil
+			return watchEnded(cmd, nc)
 		}),
 	}
 	cf.add(cmd.Flags())
@@ -240,6 +243,19 @@ func newWatchCmd() *cobra.Command {
 	cmd.Flags().StringVar(&node, "node", "", "follow only this node's assignments (poolplanner.assignments.PLAN.NODE_ID)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 	return cmd
+}
+
+// watchEnded is why a watch ended before it was asked to (the
+// command's context, an interrupt): the connection refused (credentials
+// expired or withdrawn) or lost for good; nil when asked.
+func watchEnded(cmd *cobra.Command, nc *nats.Conn) error {
+	if cmd.Context().Err() != nil {
+		return nil
+	}
+	if err := nc.LastError(); err != nil {
+		return fmt.Errorf("the watch ended: %w", err)
+	}
+	return errors.New("the watch ended: the connection to NATS closed")
 }
 
 // watchNode prints a node's assignment as it is now and at every change:

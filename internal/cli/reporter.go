@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mattn/go-isatty"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -279,8 +280,19 @@ func runReporter(ctx context.Context, c reporterConfig, stdout, stderr io.Writer
 	if id.Role == auth.Reporter && id.Node != facts.NodeID {
 		return usagef("authorization violation: --creds %s may only write key %s; this reporter's node id is %s", c.sec.Creds, id.Node, facts.NodeID)
 	}
-	nc, err := bus.Connect(c.server, "poolplanner-reporter "+facts.NodeID, log, c.sec)
+	// Credentials that expire (or are withdrawn) while it runs close the
+	// connection for good: the reporter ends with why, not in silence.
+	ctx, refused := context.WithCancelCause(ctx)
+	defer refused(nil)
+	nc, err := bus.Connect(c.server, "poolplanner-reporter "+facts.NodeID, log, c.sec, nats.ClosedHandler(func(nc *nats.Conn) {
+		if err := bus.Closed(nc, c.sec); err != nil {
+			refused(err)
+		}
+	}))
 	if err != nil {
+		if bus.Refusal(err) {
+			return err
+		}
 		return usagef("--server: %w", err)
 	}
 	defer nc.Close()
@@ -301,7 +313,7 @@ func runReporter(ctx context.Context, c reporterConfig, stdout, stderr io.Writer
 			return usageError{err}
 		}
 	}
-	return reporter.Run(ctx, reporter.Config{
+	err = reporter.Run(ctx, reporter.Config{
 		Metrics:   m,
 		Source:    src,
 		Store:     invs,
@@ -309,6 +321,10 @@ func runReporter(ctx context.Context, c reporterConfig, stdout, stderr io.Writer
 		TTL:       c.ttl,
 		Log:       log,
 	})
+	if cause := context.Cause(ctx); ctx.Err() != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return fmt.Errorf("the server closed the connection: %w", cause)
+	}
+	return err
 }
 
 // reporterSource picks where GPUs come from: the simulation if asked, else NVML,

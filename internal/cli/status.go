@@ -528,8 +528,15 @@ func (r *statusReport) writeUnplanned(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "UNPLANNED USE: %d GPUs run processes no worker is placed on\n", len(r.Unplanned))
-	for _, u := range r.Unplanned {
+	// A hostile document may list many processes on every GPU: the
+	// text shows the first GPUs (each with its first processes, see
+	// ProcessList), --output json all.
+	const listed = 32
+	for _, u := range r.Unplanned[:min(len(r.Unplanned), listed)] {
 		fmt.Fprintf(w, "  %s GPU %d (%s): %s\n", u.NodeID, u.Index, u.UUID, inventory.ProcessList(u.Processes))
+	}
+	if more := len(r.Unplanned) - listed; more > 0 {
+		fmt.Fprintf(w, "  and %d more GPUs (--output json lists them all)\n", more)
 	}
 }
 

@@ -25,9 +25,11 @@ var page []byte
 
 // Server serves the map of a Source over HTTP.
 type Server struct {
-	src Source
-	log zerolog.Logger
-	mu  sync.Mutex
+	// Limits bound what the map's clients may hold; set before Serve.
+	Limits Limits
+	src    Source
+	log    zerolog.Logger
+	mu     sync.Mutex
 	// clients are the open event streams, each cued with the revisions
 	// to announce; done ends them (the server stopping).
 	clients map[chan Revision]struct{}
@@ -44,9 +46,31 @@ type Revision struct {
 	Revision int    `json:"revision"`
 }
 
-// NewServer returns a map server of src.
+// Limits bound the map's HTTP clients. The map shares the process's
+// file descriptors with the embedded NATS server, so idle or slow
+// clients must not hold them: each connection is closed when idle or
+// too slow, and at most MaxConns are open at once.
+type Limits struct {
+	// MaxConns is how many connections are open at once; more wait in
+	// the kernel's listen backlog, holding no descriptor of the
+	// process, until one closes. Each open page holds one (its event
+	// stream).
+	MaxConns int
+	// ReadHeader bounds reading a request's header, Read the whole
+	// request; Idle is how long a keep-alive connection may wait for
+	// its next request; Write bounds a response, and each write to an
+	// event stream (a page that stops reading is dropped).
+	ReadHeader, Read, Idle, Write time.Duration
+}
+
+// DefaultLimits are the map's limits unless set otherwise.
+func DefaultLimits() Limits {
+	return Limits{MaxConns: 128, ReadHeader: 5 * time.Second, Read: 10 * time.Second, Idle: time.Minute, Write: 10 * time.Second}
+}
+
+// NewServer returns a map server of src, with DefaultLimits.
 func NewServer(src Source, log zerolog.Logger) *Server {
-	return &Server{src: src, log: log, clients: map[chan Revision]struct{}{}, done: make(chan struct{}), waiting: map[string]int{}}
+	return &Server{Limits: DefaultLimits(), src: src, log: log, clients: map[chan Revision]struct{}{}, done: make(chan struct{}), waiting: map[string]int{}}
 }
 
 // Listen listens on addr for Serve: at start, so that a taken port is
@@ -71,7 +95,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, nc *nats.Conn) error
 		return fmt.Errorf("--http-listen: follow the plans: %w", err)
 	}
 	go s.follow(ctx, js)
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	lim := s.Limits
+	l = limitListener(l, lim.MaxConns)
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: lim.ReadHeader, ReadTimeout: lim.Read,
+		IdleTimeout: lim.Idle, WriteTimeout: lim.Write}
 	go func() {
 		<-ctx.Done()
 		close(s.done) // event streams end, or Shutdown would wait on them
@@ -171,6 +198,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		delete(s.clients, ch)
 		s.mu.Unlock()
 	}()
+	// The stream outlives the server's WriteTimeout: each write gets a
+	// deadline of its own instead.
+	rc := http.NewResponseController(w)
+	deadline := func() bool { return s.Limits.Write <= 0 || rc.SetWriteDeadline(time.Now().Add(s.Limits.Write)) == nil }
+	if !deadline() {
+		return
+	}
 	fmt.Fprint(w, ": poolplanner GPU map\n\n")
 	flusher.Flush()
 	keep := time.NewTicker(15 * time.Second)
@@ -182,12 +216,20 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		case <-s.done:
 			return
 		case <-keep.C:
+			if !deadline() {
+				return
+			}
 			fmt.Fprint(w, ": keepalive\n\n")
 		case rev := <-ch:
+			if !deadline() {
+				return
+			}
 			b, _ := json.Marshal(rev)
 			fmt.Fprintf(w, "event: revision\ndata: %s\n\n", b)
 		}
-		flusher.Flush()
+		if err := rc.Flush(); err != nil {
+			return // the page went away, or stopped reading
+		}
 	}
 }
 
@@ -250,4 +292,52 @@ func writeJSON(w http.ResponseWriter, v any) {
 	if err := json.NewEncoder(w).Encode(v); err != nil {
 		return // the client went away
 	}
+}
+
+// limitListener accepts at most n connections open at once (n <= 0: no
+// limit): Accept waits for one to close first, so the rest wait in the
+// kernel's backlog, where they hold no descriptor of the process.
+func limitListener(l net.Listener, n int) net.Listener {
+	if n <= 0 {
+		return l
+	}
+	return &limitedListener{Listener: l, slots: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+type limitedListener struct {
+	net.Listener
+	slots chan struct{}
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *limitedListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: sync.OnceFunc(func() { <-l.slots })}, nil
+}
+
+func (l *limitedListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// limitedConn gives its slot back when closed (once, however often).
+type limitedConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
 }

@@ -1,8 +1,10 @@
 package inventory
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/poolplanner/poolplanner/plan"
 )
@@ -49,16 +51,41 @@ func PlacedUUIDs(docs ...*plan.Document) map[string]bool {
 func (p Process) String() string {
 	s := "pid " + strconv.FormatUint(uint64(p.PID), 10)
 	if p.Name != "" {
-		s += " (" + p.Name + ")"
+		s += " (" + clip(p.Name, listedName) + ")"
 	}
 	return s
 }
 
-// ProcessList is processes as people read them, comma-separated.
+// How much of a GPU's processes people are shown: a document may list
+// MaxProcesses of MaxString-byte names on each of MaxGPUs GPUs, and a
+// hostile one does.
+const (
+	listedProcesses = 8
+	listedName      = 64
+)
+
+// ProcessList is processes as people read them, comma-separated: the
+// first few, each name clipped, and how many more.
 func ProcessList(ps []Process) string {
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = p.String()
+	out := make([]string, 0, min(len(ps), listedProcesses+1))
+	for _, p := range ps[:min(len(ps), listedProcesses)] {
+		out = append(out, p.String())
+	}
+	if more := len(ps) - listedProcesses; more > 0 {
+		out = append(out, fmt.Sprintf("and %d more", more))
 	}
 	return strings.Join(out, ", ")
+}
+
+// clip shortens s to at most most bytes (at a rune's start), marked
+// with an ellipsis and its length when cut.
+func clip(s string, most int) string {
+	if len(s) <= most {
+		return s
+	}
+	cut := most
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }

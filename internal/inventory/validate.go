@@ -6,6 +6,8 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/poolplanner/poolplanner/internal/planner"
 )
@@ -47,7 +49,8 @@ const (
 
 // Validate checks a document as the planner must before trusting it:
 // an id following NodeIDRule, an IP address (or none), at most MaxGPUs
-// GPUs with distinct indices 0..n-1 and distinct, non-empty UUIDs, at
+// GPUs with distinct indices 0..n-1 and distinct, non-empty UUIDs of
+// printable ASCII without spaces, at
 // most MaxCPUs CPUs (not negative), at most MaxLabels labels with keys
 // following planner.LabelKeyRule, no string over MaxString bytes,
 // NVLink peers and NUMA nodes in range, a reporter_pid of 0 to MaxPID. The error names the field and
@@ -102,7 +105,7 @@ func (n NodeInventory) Validate() error {
 		}
 		seenIndex[g.Index] = true
 		if seenUUID[g.UUID] {
-			return fmt.Errorf("gpus[%d].uuid: %q appears twice", i, g.UUID)
+			return fmt.Errorf("gpus[%d].uuid: %q appears twice", i, clip(g.UUID, listedName))
 		}
 		seenUUID[g.UUID] = true
 	}
@@ -122,6 +125,13 @@ func (g GPU) validate(count int) error {
 			return fmt.Errorf("%s: %d bytes; at most %d", f.name, len(f.v), MaxString)
 		}
 	}
+	// UUIDs are keys in plans, headers, CUDA_VISIBLE_DEVICES and lines
+	// people read: NVML's (GPU-…, MIG-…) are printable ASCII, and a
+	// space, control or other character in one is an attack or a bug.
+	if i := strings.IndexFunc(g.UUID, func(r rune) bool { return r <= ' ' || r > '~' }); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(g.UUID[i:])
+		return fmt.Errorf("uuid: %q at byte %d is not allowed; want printable ASCII without spaces (NVML's GPU-… or MIG-…)", r, i)
+	}
 	if len(g.Processes) > MaxProcesses {
 		return fmt.Errorf("processes: %d listed; at most %d", len(g.Processes), MaxProcesses)
 	}
@@ -133,8 +143,11 @@ func (g GPU) validate(count int) error {
 	if g.NUMANode != nil && (*g.NUMANode < 0 || *g.NUMANode > MaxCPUs) {
 		return fmt.Errorf("numa_node: %d is not allowed; want 0 to %d", *g.NUMANode, MaxCPUs)
 	}
-	if len(g.NVLinkPeers) > count || slices.ContainsFunc(g.NVLinkPeers, func(p int) bool { return p < 0 || p >= count || p == g.Index }) {
-		return fmt.Errorf("nvlink_peers: %v is not allowed; want other GPUs' indices 0..%d", g.NVLinkPeers, count-1)
+	if len(g.NVLinkPeers) > count {
+		return fmt.Errorf("nvlink_peers: %d listed; at most %d, other GPUs' indices 0..%d", len(g.NVLinkPeers), count-1, count-1)
+	}
+	if i := slices.IndexFunc(g.NVLinkPeers, func(p int) bool { return p < 0 || p >= count || p == g.Index }); i >= 0 {
+		return fmt.Errorf("nvlink_peers[%d]: %d is not allowed; want another GPU's index 0..%d", i, g.NVLinkPeers[i], count-1)
 	}
 	if g.Fabric != nil && (g.Fabric.ClusterUUID == "" || len(g.Fabric.ClusterUUID) > 64) {
 		return fmt.Errorf("fabric.cluster_uuid: %d bytes is not allowed; want a UUID of at most 64", len(g.Fabric.ClusterUUID))

@@ -66,14 +66,27 @@ func TestValidate(t *testing.T) {
 		{"long UUID", "gpus[2].uuid: 2000 bytes", func(n *NodeInventory) { n.GPUs[2].UUID = strings.Repeat("u", 2000) }},
 		{"NUMA", "gpus[0].numa_node: -1", func(n *NodeInventory) { n.GPUs[0].NUMANode = &numa }},
 		{"NVLink to itself", "gpus[3].nvlink_peers", func(n *NodeInventory) { n.GPUs[3].NVLinkPeers = []int{3} }},
-		{"NVLink out of range", "gpus[3].nvlink_peers", func(n *NodeInventory) { n.GPUs[3].NVLinkPeers = []int{9} }},
+		{"NVLink out of range", "gpus[3].nvlink_peers[1]: 9 is not allowed", func(n *NodeInventory) { n.GPUs[3].NVLinkPeers = []int{1, 9} }},
+		{"NVLink peers past the GPUs", "gpus[3].nvlink_peers: 20000 listed; at most 7", func(n *NodeInventory) {
+			n.GPUs[3].NVLinkPeers = make([]int, 20000)
+		}},
+		{"UUID with a space", `gpus[1].uuid: ' ' at byte 3 is not allowed`, func(n *NodeInventory) { n.GPUs[1].UUID = "GPU 1" }},
+		{"UUID with a newline", `gpus[1].uuid: '\n' at byte 4`, func(n *NodeInventory) { n.GPUs[1].UUID = "GPU-\nforged line" }},
+		{"UUID with a control", `gpus[1].uuid: '\x1b' at byte 0`, func(n *NodeInventory) { n.GPUs[1].UUID = "\x1b[31mGPU" }},
+		{"UUID not ASCII", `gpus[1].uuid: 'é' at byte 5`, func(n *NodeInventory) { n.GPUs[1].UUID = "GPU-aé" }},
+		{"UUID not UTF-8", `gpus[1].uuid: '�' at byte 4`, func(n *NodeInventory) { n.GPUs[1].UUID = "GPU-\xff" }},
 		{"fabric without cluster", "gpus[2].fabric.cluster_uuid", func(n *NodeInventory) { n.GPUs[2].Fabric = &Fabric{CliqueID: 3} }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := good()
 			c.edit(&n)
-			if err := n.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			err := n.Validate()
+			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%v, want %q", err, c.want)
+			}
+			// A reason is one log line: never a hostile value whole.
+			if err != nil && len(err.Error()) > 256 {
+				t.Errorf("a %d-byte reason", len(err.Error()))
 			}
 		})
 	}

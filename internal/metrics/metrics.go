@@ -26,6 +26,8 @@ type Planner struct {
 	replan, changeToPublish                *prometheus.HistogramVec
 	nodes, unhealthy, conflicts            prometheus.Gauge
 	rejected, resyncs, claims              *prometheus.CounterVec
+	watchFailures                          *prometheus.CounterVec
+	watchFailing                           *prometheus.GaugeVec
 	requests                               *prometheus.CounterVec
 	latency                                *prometheus.HistogramVec
 	// elastic is each elastic group's workers now; resized counts its
@@ -69,13 +71,16 @@ func NewPlanner(reg prometheus.Registerer) *Planner {
 			Help: "Re-reads of the whole inventory, by why: reconnect (NATS came back), stalled_watch (the watch fell behind the stream), lost_state (the planner's streams were gone), watch_ended (the watch ended by itself and was made again)."}, []string{"why"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_gpu_uuid_claims_total",
 			Help: "GPU UUID claim decisions said, by outcome: refused (a node reported a UUID another holds; said again when its document changes while refused), handover (a UUID passed to the next node that reported it). poolplanner_gpu_uuid_conflicts is the state now."}, []string{"outcome"}),
+		watchFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_watch_failures_total",
+			Help: "Watches the planner could not make (the server refused the consumer: its cap reached, permissions, the stream gone), by watch: inventory, specs."}, []string{"watch"}),
+		watchFailing: f("watch_failing", "1 while the planner's last try to make the watch failed (it plans blind to what the watch would deliver), else 0.", "watch"),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_requests_total",
 			Help: "Requests answered, by endpoint and code (200 ok, else the error's)."}, []string{"endpoint", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "poolplanner_request_duration_seconds",
 			Help: "Time to answer a request, by endpoint.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"endpoint"}),
 	}
 	reg.MustRegister(m.moved, m.resized, m.replan, m.changeToPublish, m.nodes, m.unhealthy, m.conflicts,
-		m.rejected, m.resyncs, m.claims, m.requests, m.latency)
+		m.rejected, m.resyncs, m.claims, m.watchFailures, m.requests, m.latency)
 	return m
 }
 
@@ -173,6 +178,18 @@ func (m *Planner) Drained(byCause map[string]int) {
 	for _, c := range []string{"operator", "leaving", "flapping", "probation"} {
 		m.drained.WithLabelValues(c).Set(float64(byCause[c]))
 	}
+}
+
+// Watched records a try to make one of the planner's watches (inventory,
+// specs): failed or not.
+func (m *Planner) Watched(watch string, failed bool) {
+	if m == nil {
+		return
+	}
+	if failed {
+		m.watchFailures.WithLabelValues(watch).Inc()
+	}
+	m.watchFailing.WithLabelValues(watch).Set(b2f(failed))
 }
 
 // Rejected records an inventory document rejected for reason, one of

@@ -145,11 +145,29 @@ func (l *loop) watchSpecs(ctx context.Context) error {
 	// The watch lives as long as ctx: no deadline; guard notices one
 	// that never delivers the bucket's contents.
 	w, err := specKV.WatchAll(ctx)
+	l.watched("specs", err)
 	if err != nil {
 		return fmt.Errorf("watch specs: %w", err)
 	}
 	l.specW, l.specWatched, l.specsSaid = w, l.p.clock.Now(), false
 	return nil
+}
+
+// watched notes a try to make watch (inventory, specs): a failure is a
+// problem in Health and the lease (planner status shows it) until a try
+// succeeds, since the planner plans blind to what it would deliver; a
+// consumer cap reached is named as such.
+func (l *loop) watched(watch string, err error) {
+	l.p.cfg.Metrics.Watched(watch, err != nil)
+	if err == nil {
+		l.p.problem("watch:"+watch, "")
+		return
+	}
+	why := fmt.Sprintf("cannot watch the %s: %v", watch, err)
+	if errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
+		why = fmt.Sprintf("cannot watch the %s: the stream's consumers are at their cap (%v): its changes go unplanned until one is free", watch, err)
+	}
+	l.p.problem("watch:"+watch, why)
 }
 
 // followedPlan is a revision of s's plan another planner published; nil
@@ -444,6 +462,7 @@ func (l *loop) watch(ctx context.Context) {
 			ch, err = l.p.inv.Watch(wctx)
 		}
 	}
+	l.watched("inventory", err)
 	if err != nil {
 		l.log.Warn().Err(err).Msg("inventory watch failed; retrying")
 		l.retry.Reset(bus.Backoff(l.attempt))

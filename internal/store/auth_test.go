@@ -166,6 +166,32 @@ func TestAuthDenials(t *testing.T) {
 		_, err := NewSpecStore(l.js).Put(short(), "default", []byte("scheduling: {train: {worker_num: 1, num_cpus: 1, num_gpus: 1}}"))
 		l.refused(t, err, "$KV."+client.SpecBucket+".default")
 	})
+	t.Run("readers take the planner's consumer slots", func(t *testing.T) {
+		// The inventory and spec streams' consumers are the planner's
+		// alone (a client filling their cap would blind it); readers
+		// list both without one.
+		for _, role := range []auth.Role{auth.Launcher, auth.Admin} {
+			c := as(t, a, url, role, "")
+			for _, stream := range []string{bus.InventoryStream, "KV_" + client.SpecBucket} {
+				_, err := c.js.CreateConsumer(short(), stream, jetstream.ConsumerConfig{Durable: "squat"})
+				c.refused(t, err, "$JS.API.CONSUMER.CREATE."+stream+".squat")
+				_, err = c.js.CreateConsumer(short(), stream, jetstream.ConsumerConfig{Durable: "squat", FilterSubject: "$KV.x.y"})
+				c.refused(t, err, "$JS.API.CONSUMER.CREATE."+stream+".squat.$KV.x.y")
+				err = c.js.DeleteConsumer(short(), stream, "planners")
+				c.refused(t, err, "$JS.API.CONSUMER.DELETE."+stream+".planners")
+			}
+			if _, err := NewInventoryStore(c.js).List(short()); err != nil {
+				t.Errorf("%s lists the inventory: %v", role, err)
+			}
+			if _, err := NewSpecStore(c.js).List(short()); err != nil {
+				t.Errorf("%s lists the specs: %v", role, err)
+			}
+			// Where readers do read through consumers, they may.
+			if _, err := c.js.CreateConsumer(short(), client.AssignmentsStream, jetstream.ConsumerConfig{}); err != nil {
+				t.Errorf("%s makes a consumer of the assignments: %v", role, err)
+			}
+		}
+	})
 	t.Run("launcher answers lookups", func(t *testing.T) {
 		l := as(t, a, url, auth.Launcher, "")
 		if _, err := l.nc.Subscribe(client.LookupSubject, func(m *nats.Msg) { _ = m.Respond([]byte("{}")) }); err != nil {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
@@ -109,7 +111,7 @@ func lookup(ctx context.Context, a Answerer, req wire.LookupRequest) (any, error
 	case byWorker && *req.Index < 0:
 		return nil, fmt.Errorf("%w: index %d: must be >= 0", client.ErrBadRequest, *req.Index)
 	case byWorker && plan.Component(req.Component).Rank() < 0:
-		return nil, fmt.Errorf("%w: component %q: want train, eval, env or buffer", client.ErrBadRequest, req.Component)
+		return nil, fmt.Errorf("%w: component %s: want train, eval, env or buffer", client.ErrBadRequest, quoteClipped(req.Component))
 	}
 	if byNode {
 		if err := inventory.ValidateNodeID(req.NodeID); err != nil {
@@ -143,4 +145,20 @@ func lookup(ctx context.Context, a Answerer, req wire.LookupRequest) (any, error
 		}
 	}
 	return nil, fmt.Errorf("%w: plan %s revision %d has no %s worker %d", client.ErrNotFound, p.Name, p.Revision, req.Component, *req.Index)
+}
+
+// quoteClipped quotes a value a requester sent for its error: at most
+// 64 bytes of it, and its length when longer, so that a request of a
+// megabyte's name is not answered with a megabyte (twice: micro's error
+// header and the body both carry the description).
+func quoteClipped(s string) string {
+	const most = 64
+	if len(s) <= most {
+		return strconv.Quote(s)
+	}
+	cut := most
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
 }

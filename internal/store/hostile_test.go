@@ -182,7 +182,8 @@ func TestHostileReplies(t *testing.T) {
 		for i, target := range targets {
 			stream := client.PlansStream
 			if target == client.PlanEventSubject("default") || target == bus.LeaseSubject("default") {
-				stream = bus.InventoryStream
+				// Not the inventory: no client may make a consumer there.
+				stream = client.AssignmentsStream
 			}
 			cfg, _ := json.Marshal(map[string]any{"stream_name": stream, "config": map[string]any{
 				"name": fmt.Sprintf("push%d", i), "deliver_subject": target, "ack_policy": "none", "deliver_policy": "all"}})

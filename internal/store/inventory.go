@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -262,17 +263,12 @@ func (s *InventoryStore) Get(ctx context.Context, nodeID string) (inventory.Node
 
 // List returns the inventories of all reporting nodes, by node id.
 func (s *InventoryStore) List(ctx context.Context) ([]inventory.NodeInventory, error) {
-	kv, err := s.KV(ctx)
-	if err != nil {
+	if _, err := s.KV(ctx); err != nil {
 		return nil, fmt.Errorf("list inventory: %w", err)
 	}
-	keys, err := kv.ListKeys(ctx)
+	ids, err := bucketKeys(ctx, s.js, client.InventoryBucket)
 	if err != nil {
 		return nil, fmt.Errorf("list inventory: %w", err)
-	}
-	var ids []string
-	for k := range keys.Keys() {
-		ids = append(ids, k)
 	}
 	var out []inventory.NodeInventory
 	for _, id := range ids {
@@ -286,6 +282,30 @@ func (s *InventoryStore) List(ctx context.Context) ([]inventory.NodeInventory, e
 		out = append(out, inv)
 	}
 	return out, nil
+}
+
+// bucketKeys are the keys kv's stream holds a message of, deleted ones
+// too (a Get tells them apart), sorted. From the stream's subjects, not
+// a consumer as kv.ListKeys makes: clients may make no consumer on the
+// buckets the planner watches (auth's plannerOnlyConsumers), and a
+// listing must not take a slot of the stream's consumer cap from the
+// planner's watch either.
+func bucketKeys(ctx context.Context, js jetstream.JetStream, bucket string) ([]string, error) {
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, err
+	}
+	prefix := "$KV." + bucket + "."
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(info.State.Subjects))
+	for subject := range info.State.Subjects {
+		keys = append(keys, strings.TrimPrefix(subject, prefix))
+	}
+	slices.Sort(keys)
+	return keys, nil
 }
 
 // EventOp says what happened to a key.

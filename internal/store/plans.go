@@ -573,12 +573,12 @@ func (s *SpecStore) List(ctx context.Context) ([]StoredSpec, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, err := kv.ListKeys(ctx)
+	keys, err := bucketKeys(ctx, s.js, client.SpecBucket)
 	if err != nil {
 		return nil, fmt.Errorf("list specs: %w", err)
 	}
 	var out []StoredSpec
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		e, err := kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 			continue // removed meanwhile
