@@ -37,6 +37,8 @@ type planView struct {
 	removing bool
 	// planned: the loop plans it (planState.planned).
 	planned bool
+	// age orders plans of equal priority in a replan (planState.age).
+	age uint64
 }
 
 // takeSnapshot is the loop's state now; prev (nil: none) lends the
@@ -49,7 +51,7 @@ type planView struct {
 func (p *Service) takeSnapshot(prev *snapshot, fresh bool) *snapshot {
 	sn := &snapshot{plans: make(map[string]planView, len(p.states)), names: slices.Sorted(maps.Keys(p.states))}
 	for name, s := range p.states {
-		sn.plans[name] = planView{name: name, latest: s.latest, spec: s.spec, removing: s.removing, planned: s.planned()}
+		sn.plans[name] = planView{name: name, latest: s.latest, spec: s.spec, removing: s.removing, planned: s.planned(), age: s.age}
 	}
 	now := p.clock.Now()
 	if prev != nil && (prev.gen == p.live.gen || !fresh && now.Sub(prev.taken) < inventoryEvery) {
