@@ -40,6 +40,9 @@ type statusReport struct {
 	Reason   string          `json:"reason,omitempty"`
 	Error    string          `json:"error,omitempty"`
 	At       *time.Time      `json:"published_at,omitempty"`
+	// Spec is the plan's stored spec: which (its revision in the spec
+	// bucket) and since when; nil when it has none or it cannot be read.
+	Spec *specStatus `json:"spec,omitempty"`
 	Leader   *bus.Lease      `json:"leader"`
 	Server   string          `json:"server"`
 	Streams  []streamStatus  `json:"streams"`
@@ -61,6 +64,15 @@ type statusReport struct {
 	docs []*plan.Document
 	// mu guards Unavailable while the reads run at once.
 	mu sync.Mutex
+}
+
+// specStatus is which spec a plan's planner plans on: the stored one,
+// from when, and whether the latest revision follows it (not while it
+// is pending: the last spec's placement stays in force then).
+type specStatus struct {
+	Revision uint64    `json:"revision"`
+	StoredAt time.Time `json:"stored_at"`
+	InForce  bool      `json:"in_force"`
 }
 
 // statusPartTimeout bounds each read of status, all made at once: an
@@ -185,6 +197,20 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 		}
 		plansRead = true
 	})
+	var spec *store.StoredSpec
+	wg.Go(func() {
+		pctx, cancel := part()
+		defer cancel()
+		specs := store.NewSpecStore(js)
+		specs.NoCreate = true
+		e, err := specs.Entry(pctx, plan)
+		switch {
+		case err == nil:
+			spec = &e
+		case !errors.Is(err, client.ErrNotFound) && !errors.Is(err, store.ErrNoSpecBucket):
+			r.unavailable("plan %s's stored spec: %v", plan, err)
+		}
+	})
 	var nodes []inventory.NodeInventory
 	wg.Go(func() {
 		pctx, cancel := part()
@@ -201,6 +227,9 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 	r.Unplanned = []inventory.UnplannedGPU{}
 	if plansRead && nodes != nil {
 		r.Unplanned = inventory.UnplannedUse(nodes, inventory.PlacedUUIDs(r.docs...))
+	}
+	if spec != nil {
+		r.Spec = &specStatus{Revision: spec.Revision, StoredAt: spec.Updated.UTC(), InForce: r.Pending == ""}
 	}
 	r.judgeStreams()
 	slices.Sort(r.Unavailable)
@@ -422,6 +451,13 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 		if r.Pending != "" {
 			fmt.Fprintf(w, "  pending spec: %s (the last placement stays in force)\n", r.Pending)
 		}
+	}
+	if s := r.Spec; s != nil {
+		state := "in force"
+		if !s.InForce {
+			state = "pending: the placement follows the spec before it"
+		}
+		fmt.Fprintf(w, "  spec: spec revision %d, stored %s (%s ago), %s\n", s.Revision, s.StoredAt.Format(time.RFC3339), now.Sub(s.StoredAt).Round(time.Second), state)
 	}
 	if r.LeaderUnknown {
 		fmt.Fprintln(w, "leader: UNKNOWN: the plan stream is unavailable, so no lease can be read or renewed")
