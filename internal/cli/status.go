@@ -42,10 +42,10 @@ type statusReport struct {
 	At       *time.Time      `json:"published_at,omitempty"`
 	// Spec is the plan's stored spec: which (its revision in the spec
 	// bucket) and since when; nil when it has none or it cannot be read.
-	Spec *specStatus `json:"spec,omitempty"`
-	Leader   *bus.Lease      `json:"leader"`
-	Server   string          `json:"server"`
-	Streams  []streamStatus  `json:"streams"`
+	Spec    *specStatus    `json:"spec,omitempty"`
+	Leader  *bus.Lease     `json:"leader"`
+	Server  string         `json:"server"`
+	Streams []streamStatus `json:"streams"`
 	// Plans are every plan on the cluster (the one named too), by
 	// priority; Nodes, per node, the GPUs each plan holds there.
 	Plans []planStatus `json:"plans"`
