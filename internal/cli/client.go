@@ -316,7 +316,13 @@ func newHistoryCmd() *cobra.Command {
 				entries = append(entries, historyEntry{i.Revision, i.Time.UTC(), i.Valid, i.Reason, i.Moved, i.Error, i.Kind, i.Base, i.Seq})
 				return true
 			})
-			if err != nil && !errors.Is(err, client.ErrNotFound) {
+			switch {
+			case errors.Is(err, client.ErrNotFound):
+				return noState(err)
+			case err == nil && len(entries) == 0:
+				return fmt.Errorf("plan %s has no revision in stream %s (planner status lists the plans)", plan, client.PlansStream)
+			}
+			if err != nil {
 				// The stream unreadable (no quorum, say): what the planner
 				// holds, its latest revision, and a word that the rest is
 				// not there.
@@ -393,7 +399,7 @@ validates (none is serving). --force stores it anyway, and says so.`,
 	cf.add(set.Flags())
 	set.Flags().StringVar(&plan, "plan", "default", "plan name")
 	set.Flags().BoolVar(&force, "force", false, "store the spec even if it cannot be placed now, or no planner validates it")
-	cmd.AddCommand(set, newSpecRmCmd(), newSpecLsCmd())
+	cmd.AddCommand(set, newSpecGetCmd(), newSpecRmCmd(), newSpecLsCmd())
 	return cmd
 }
 
@@ -450,6 +456,61 @@ func checkSpecSet(cmd *cobra.Command, nc *nats.Conn, plan string, spec []byte, f
 	return "", exitError{ExitInvalid}
 }
 
+func newSpecGetCmd() *cobra.Command {
+	var cf connFlags
+	var plan, output string
+	get := &cobra.Command{
+		Use:   "get --plan NAME [--output yaml|json]",
+		Short: "Print the plan's stored spec: as stored (yaml, comments kept), or as JSON",
+		Long: `spec get prints plan NAME's stored spec on stdout: --output yaml (the
+default) prints it byte for byte as it was stored (a JSON spec stays
+JSON), --output json as JSON. Its spec revision and when it was stored
+go to stderr. A plan with no spec, or a server where no planner ever
+ran, is an error (exit 1).`,
+		Args: cobra.NoArgs,
+		RunE: cf.wrap("reading a spec", []auth.Role{auth.Admin, auth.Planner}, func(cmd *cobra.Command, _ []string) error {
+			if output != "yaml" && output != "json" {
+				return usagef("--output: %q is not allowed; want yaml or json", output)
+			}
+			nc, js, err := cf.dialPlan(plan)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
+			defer cancel()
+			specs := store.NewSpecStore(js)
+			specs.NoCreate = true
+			e, err := specs.Entry(ctx, plan)
+			if errors.Is(err, store.ErrNoSpecBucket) {
+				return fmt.Errorf("no poolplanner state on this server: %w", err)
+			}
+			if errors.Is(err, client.ErrNotFound) {
+				return fmt.Errorf("plan %s has no spec (planner spec ls lists the plans)", plan)
+			}
+			if err != nil {
+				return busErr(err)
+			}
+			out := e.Spec
+			if output == "json" {
+				if out, err = specJSON(e.Spec); err != nil {
+					return fmt.Errorf("plan %s's stored spec (spec revision %d) does not parse: %w; --output yaml prints it as stored", plan, e.Revision, err)
+				}
+				out = append(out, '\n')
+			}
+			if _, err := cmd.OutOrStdout().Write(out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "plan %s: spec revision %d, stored %s\n", plan, e.Revision, e.Updated.UTC().Format(time.RFC3339))
+			return nil
+		}),
+	}
+	cf.add(get.Flags())
+	get.Flags().StringVar(&plan, "plan", "default", "plan name")
+	get.Flags().StringVarP(&output, "output", "o", "yaml", "output format: yaml (as stored) or json")
+	return get
+}
+
 func newSpecRmCmd() *cobra.Command {
 	var cf connFlags
 	var plan string
@@ -468,7 +529,12 @@ func newSpecRmCmd() *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
 			defer cancel()
-			if err := store.NewSpecStore(js).Delete(ctx, plan); err != nil {
+			specs := store.NewSpecStore(js)
+			specs.NoCreate = true
+			if err := specs.Delete(ctx, plan); err != nil {
+				if errors.Is(err, store.ErrNoSpecBucket) {
+					return fmt.Errorf("no poolplanner state on this server: %w", err)
+				}
 				if errors.Is(err, client.ErrNotFound) {
 					return fmt.Errorf("plan %s has no spec (planner spec ls lists the plans)", plan)
 				}
@@ -508,7 +574,12 @@ func newSpecLsCmd() *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
 			defer cancel()
-			specs, err := store.NewSpecStore(js).List(ctx)
+			ss := store.NewSpecStore(js)
+			ss.NoCreate = true
+			specs, err := ss.List(ctx)
+			if errors.Is(err, store.ErrNoSpecBucket) {
+				return fmt.Errorf("no poolplanner state on this server: %w", err)
+			}
 			if err != nil {
 				return busErr(err)
 			}
@@ -526,22 +597,40 @@ func newSpecLsCmd() *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "PLAN\tPRIORITY\tMAX GPUS\tSPEC REVISION\tUPDATED")
+			var unparsed []specListing
 			for _, l := range out {
-				quota := "-"
+				priority, quota := strconv.Itoa(l.Priority), "-"
 				if l.MaxGPUs > 0 {
 					quota = strconv.Itoa(l.MaxGPUs)
 				}
 				if l.Error != "" {
-					quota = "(does not parse: " + l.Error + ")"
+					// Neither is known: the columns say so, and the
+					// error has a line of its own below.
+					priority, quota = "?", "?"
+					unparsed = append(unparsed, l)
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", l.Plan, l.Priority, quota, l.SpecRevision, l.Updated.Format(time.RFC3339))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", l.Plan, priority, quota, l.SpecRevision, l.Updated.Format(time.RFC3339))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, l := range unparsed {
+				fmt.Fprintf(cmd.OutOrStdout(), "plan %s: its stored spec (spec revision %d) DOES NOT PARSE: %s (the planner plans on its last spec that does; planner spec get --plan %s prints it)\n",
+					l.Plan, l.SpecRevision, l.Error, l.Plan)
+			}
+			return nil
 		}),
 	}
 	cf.add(ls.Flags())
 	ls.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return ls
+}
+
+// noState is a read-only command's error on a server without the
+// poolplanner state it reads (err: its ErrNotFound): no planner ever ran
+// there, or --server names another server.
+func noState(err error) error {
+	return fmt.Errorf("no poolplanner state on this server: %w; is --server the planner's server (or is planner serve running against it)?", err)
 }
 
 // specJSON converts a YAML or JSON spec to JSON for the wire.

@@ -62,6 +62,8 @@ type statusReport struct {
 	Unplanned []inventory.UnplannedGPU `json:"unplanned_use"`
 	// docs are the plans' latest revisions, read for Unplanned.
 	docs []*plan.Document
+	// noSpec: the plan has no stored spec (read, not unavailable).
+	noSpec bool
 	// mu guards Unavailable while the reads run at once.
 	mu sync.Mutex
 }
@@ -117,6 +119,8 @@ type streamStatus struct {
 	Leader    string           `json:"leader,omitempty"`
 	Followers []followerStatus `json:"followers,omitempty"`
 	Error     string           `json:"error,omitempty"`
+	// notFound: the stream does not exist (Error says so).
+	notFound bool
 }
 
 type followerStatus struct {
@@ -149,6 +153,9 @@ func newStatusCmd() *cobra.Command {
 			}
 			r, err := readStatus(ctx, js, c, plan)
 			if err != nil {
+				return err
+			}
+			if err := r.missing(cmd.Flags().Changed("plan")); err != nil {
 				return err
 			}
 			r.Server = nc.ConnectedUrlRedacted()
@@ -198,6 +205,7 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 		plansRead = true
 	})
 	var spec *store.StoredSpec
+	noSpec := false
 	wg.Go(func() {
 		pctx, cancel := part()
 		defer cancel()
@@ -207,7 +215,9 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 		switch {
 		case err == nil:
 			spec = &e
-		case !errors.Is(err, client.ErrNotFound) && !errors.Is(err, store.ErrNoSpecBucket):
+		case errors.Is(err, client.ErrNotFound) || errors.Is(err, store.ErrNoSpecBucket):
+			noSpec = true
+		default:
 			r.unavailable("plan %s's stored spec: %v", plan, err)
 		}
 	})
@@ -228,12 +238,31 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 	if plansRead && nodes != nil {
 		r.Unplanned = inventory.UnplannedUse(nodes, inventory.PlacedUUIDs(r.docs...))
 	}
+	r.noSpec = noSpec
 	if spec != nil {
 		r.Spec = &specStatus{Revision: spec.Revision, StoredAt: spec.Updated.UTC(), InForce: r.Pending == ""}
 	}
 	r.judgeStreams()
 	slices.Sort(r.Unavailable)
 	return r, nil
+}
+
+// missing is status's refusal when there is nothing to report on: no
+// poolplanner state on the server at all (none of its streams), or a
+// plan named (named: --plan given) that has neither a revision nor a
+// spec. A status of nothing would read as a healthy empty cluster.
+func (r *statusReport) missing(named bool) error {
+	none := len(r.Streams) > 0
+	for _, s := range r.Streams {
+		none = none && s.notFound
+	}
+	if none {
+		return fmt.Errorf("no poolplanner state on this server: none of its streams (%s, ...) exists; is --server the planner's server (or is planner serve running against it)?", r.Streams[0].Name)
+	}
+	if named && r.At == nil && r.Error == "" && r.noSpec {
+		return fmt.Errorf("plan %s: no such plan: it has no spec and no revision (planner spec ls lists the plans)", r.Plan)
+	}
+	return nil
 }
 
 // unavailable notes what could not be read; the reads call it at once.
@@ -370,7 +399,7 @@ func streamOf(ctx context.Context, js jetstream.JetStream, name string) streamSt
 	s := streamStatus{Name: name}
 	st, err := js.Stream(ctx, name)
 	if err != nil {
-		s.Error = err.Error()
+		s.Error, s.notFound = err.Error(), errors.Is(err, jetstream.ErrStreamNotFound)
 		return s
 	}
 	info := st.CachedInfo()
