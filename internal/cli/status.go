@@ -242,6 +242,7 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 	if spec != nil {
 		r.Spec = &specStatus{Revision: spec.Revision, StoredAt: spec.Updated.UTC(), InForce: r.Pending == ""}
 	}
+	judgeServers(r.Streams)
 	r.judgeStreams()
 	slices.Sort(r.Unavailable)
 	return r, nil
@@ -318,6 +319,37 @@ func (r *statusReport) readLeader(ctx context.Context, js jetstream.JetStream, p
 	}
 	r.LeaderUnknown = true
 	r.unavailable("the leader: the lease cannot be read: %v", err)
+}
+
+// judgeServers marks a server offline on every stream where it is not
+// known to be alive, once one stream shows it offline (a leader has not
+// heard from it for offlineAfter, or the server says it is gone): a
+// server is one process, whatever its streams. Each stream's own view
+// lags: a leader elected after the server died never heard from it
+// (last heard 0) and counts it only behind, and a stream without a
+// leader knows nothing of its peers. Alive is a stream's leader having
+// heard from it within offlineAfter; that wins, so a server that came
+// back is not kept offline by a stream that has yet to hear from it.
+func judgeServers(streams []streamStatus) {
+	gone, alive := map[string]time.Duration{}, map[string]bool{}
+	for _, s := range streams {
+		for _, f := range s.Followers {
+			switch {
+			case f.Offline:
+				gone[f.Name] = max(gone[f.Name], f.Seen)
+			case s.Leader != "" && f.Seen > 0 && f.Seen <= offlineAfter:
+				alive[f.Name] = true
+			}
+		}
+	}
+	for i := range streams {
+		for j := range streams[i].Followers {
+			f := &streams[i].Followers[j]
+			if seen, ok := gone[f.Name]; ok && !alive[f.Name] && !f.Offline {
+				f.Offline, f.Seen = true, max(f.Seen, seen)
+			}
+		}
+	}
 }
 
 // judgeStreams notes the streams that could not be read or have no
@@ -518,6 +550,9 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 			switch {
 			case f.Offline:
 				state = "OFFLINE"
+			case !f.Current && s.Leader == "":
+				// Only a leader knows how far behind a replica is.
+				state = "not known: no leader to ask"
 			case !f.Current:
 				state = fmt.Sprintf("catching up, %d behind", f.Lag)
 			}
