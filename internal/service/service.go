@@ -387,6 +387,7 @@ func (p *Service) Run(ctx context.Context) error {
 // compose file starting everything at once). false means ctx ended; an
 // error, that waiting cannot mend it (too few servers for --replicas).
 func (p *Service) startRetrying(ctx context.Context) (*store.StoredPlan, bool, error) {
+	begin := p.clock.Now()
 	for attempt := 0; ; attempt++ {
 		latest, err := p.start(ctx)
 		if err == nil {
@@ -399,7 +400,10 @@ func (p *Service) startRetrying(ctx context.Context) (*store.StoredPlan, bool, e
 			return nil, false, nil
 		}
 		wait := bus.Backoff(attempt)
-		p.cfg.Log.Warn().Err(err).Str("retry_in", dur(wait)).Msg("cannot start (JetStream away, or the stream refuses); retrying")
+		// A cluster forming answers nothing for a while: expected at
+		// first (bus.StartGrace), a warning past it.
+		p.cfg.Log.WithLevel(bus.StartLevel(p.clock.Now().Sub(begin))).Err(err).Str("retry_in", dur(wait)).
+			Msg("cannot start (JetStream away, or the stream refuses); retrying")
 		c, stop := p.after(wait)
 		select {
 		case <-ctx.Done():
