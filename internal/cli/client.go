@@ -355,6 +355,7 @@ func newSpecCmd() *cobra.Command {
 	var cf connFlags
 	var plan string
 	var force bool
+	var wait time.Duration
 	set := &cobra.Command{
 		Use:   "set --plan NAME FILE",
 		Short: "Store FILE as the plan's spec, if it can be placed now; the planner replans on it",
@@ -363,7 +364,9 @@ It first asks the planner to validate FILE as NAME's spec on the live
 inventory (as planner validate --plan NAME does: the plan's own GPUs are
 not in its way), and refuses a spec that cannot be placed now (exit 1,
 the reason as validate gives it; nothing stored), or one no planner
-validates (none is serving). --force stores it anyway, and says so.`,
+validates (none is serving: it waits --wait, 10s, for one to answer, as
+a planner just started takes a few seconds). --force stores it anyway,
+and says so.`,
 		Args: cobra.ExactArgs(1),
 		RunE: cf.wrap("setting a spec", []auth.Role{auth.Admin, auth.Planner}, func(cmd *cobra.Command, args []string) error {
 			if _, err := loadSpec(args[0]); err != nil {
@@ -379,7 +382,10 @@ validates (none is serving). --force stores it anyway, and says so.`,
 				return err
 			}
 			defer nc.Close()
-			warning, err := checkSpecSet(cmd, nc, plan, body, force)
+			if wait < 0 {
+				return usagef("--wait %s: must be >= 0", wait)
+			}
+			warning, err := checkSpecSet(cmd, nc, plan, body, force, wait)
 			if err != nil {
 				return err
 			}
@@ -399,6 +405,7 @@ validates (none is serving). --force stores it anyway, and says so.`,
 	cf.add(set.Flags())
 	set.Flags().StringVar(&plan, "plan", "default", "plan name")
 	set.Flags().BoolVar(&force, "force", false, "store the spec even if it cannot be placed now, or no planner validates it")
+	durationVar(set.Flags(), &wait, "wait", 10*time.Second, "how long to wait for a planner to answer the validation (one just started takes a few seconds)")
 	cmd.AddCommand(set, newSpecGetCmd(), newSpecRmCmd(), newSpecLsCmd())
 	return cmd
 }
@@ -409,14 +416,12 @@ validates (none is serving). --force stores it anyway, and says so.`,
 // or that no planner validates, is refused (exit 1, the reason on
 // stderr) unless force; forced, the returned warning says what was not
 // right.
-func checkSpecSet(cmd *cobra.Command, nc *nats.Conn, plan string, spec []byte, force bool) (warning string, err error) {
+func checkSpecSet(cmd *cobra.Command, nc *nats.Conn, plan string, spec []byte, force bool, wait time.Duration) (warning string, err error) {
 	c, err := client.New(nc)
 	if err != nil {
 		return "", err
 	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
-	defer cancel()
-	reply, err := c.ValidateAs(ctx, plan, spec)
+	reply, err := validateWaiting(cmd.Context(), c, plan, spec, wait)
 	switch {
 	case errors.Is(err, client.ErrBadRequest):
 		return "", usageError{err}
@@ -429,8 +434,8 @@ func checkSpecSet(cmd *cobra.Command, nc *nats.Conn, plan string, spec []byte, f
 		}
 		return "stored without validation (--force): " + why, nil
 	case errors.Is(err, nats.ErrNoResponders):
-		fmt.Fprintf(cmd.ErrOrStderr(), "planner: spec of plan %s not stored: no planner answers %s to validate it (is `planner serve` running?); --force stores it unvalidated\n",
-			plan, client.ValidateSubject)
+		fmt.Fprintf(cmd.ErrOrStderr(), "planner: spec of plan %s not stored: no planner answers %s to validate it, waited %s (is `planner serve` running?); --force stores it unvalidated\n",
+			plan, client.ValidateSubject, wait)
 		return "", exitError{ExitInvalid}
 	case err != nil:
 		// A timeout or a refusal: wrap's Explain says which.
@@ -509,6 +514,28 @@ ran, is an error (exit 1).`,
 	get.Flags().StringVar(&plan, "plan", "default", "plan name")
 	get.Flags().StringVarP(&output, "output", "o", "yaml", "output format: yaml (as stored) or json")
 	return get
+}
+
+// validateWaiting asks the planners to validate spec as plan's, and
+// while none answers (none subscribed yet: one just started, as right
+// after planner serve) asks again, for wait at most.
+func validateWaiting(ctx context.Context, c *client.Client, plan string, spec []byte, wait time.Duration) (*client.ValidateReply, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		reply, err := c.ValidateAs(rctx, plan, spec)
+		cancel()
+		if !errors.Is(err, nats.ErrNoResponders) || !time.Now().Before(deadline) {
+			return reply, err
+		}
+		t := time.NewTimer(min(250*time.Millisecond, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 func newSpecRmCmd() *cobra.Command {

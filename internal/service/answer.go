@@ -32,10 +32,17 @@ const ValidateMaxWorkers = 100_000
 // latest revision as the preference), so its moved count is the
 // revision's. (The service runs one validation at a time: a micro
 // endpoint handles its requests in turn.)
-func (p *Service) Validate(_ context.Context, data []byte, as string) (*client.ValidateReply, error) {
+func (p *Service) Validate(ctx context.Context, data []byte, as string) (*client.ValidateReply, error) {
 	spec, err := planner.ParseSpec(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: spec: %w", client.ErrBadRequest, err)
+	}
+	if p.ready != nil {
+		select {
+		case <-p.ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: this planner is starting: it has not read the inventory and the specs yet; ask again in a moment", client.ErrInternal)
+		}
 	}
 	sn := p.view()
 	nodes := sn.nodes

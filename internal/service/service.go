@@ -183,6 +183,13 @@ type Service struct {
 	// idle with nothing pending, for Idle.
 	phase atomic.Int32
 	quiet quiet
+	// ready, made by Run before the service answers, is closed (once,
+	// readyOnce) when the loop first publishes a snapshot past syncing:
+	// the inventory and the specs read. A validation asked before then
+	// waits for it, rather than plan on no nodes (spec set right after
+	// serve). nil without Run (a test driving the Service): no wait.
+	ready     chan struct{}
+	readyOnce sync.Once
 
 	// pulse is the loop's heartbeat (liveness.go); healthMu guards what
 	// Health reports: problems by key, the stand-down and the replans
@@ -362,6 +369,7 @@ func (p *Service) Run(ctx context.Context) error {
 	p.publishSnapshot(true)
 	// Its gauges say the latest at once, not at the next revision.
 	p.gauges(own, latest)
+	p.ready = make(chan struct{})
 	if !p.cfg.NoService {
 		svc, err := bus.AddService(p.cfg.NC, store.Endpoints(p))
 		if err != nil {

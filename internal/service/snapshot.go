@@ -80,6 +80,11 @@ const inventoryEvery = 250 * time.Millisecond
 func (p *Service) publishSnapshot(fresh bool) (behind bool) {
 	sn := p.takeSnapshot(p.snap.Load(), fresh)
 	p.snap.Store(sn)
+	if p.ready != nil && phase(p.phase.Load()) != phaseSyncing && sn.gen == p.live.gen {
+		// Past syncing with the inventory as read, not a copy lent
+		// from before: validations may answer.
+		p.readyOnce.Do(func() { close(p.ready) })
+	}
 	return sn.gen != p.live.gen
 }
 
