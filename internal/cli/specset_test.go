@@ -154,3 +154,27 @@ func TestSpecSetWaitsForPlanner(t *testing.T) {
 		t.Fatal("spec set did not end")
 	}
 }
+
+// TestSpecSetQuotaItsOwn: beside the quick start's plan (24 of 32
+// GPUs), a spec over its own max_gpus is refused for its quota alone,
+// by validate and spec set both, never put down to plan default.
+func TestSpecSetQuotaItsOwn(t *testing.T) {
+	server, serveErr := startQuickServe(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("serve: %s", serveErr.String())
+		}
+	})
+	runUntil(t, 30*time.Second, succeeds, "lookup", "train", "0", "--server", server)
+	q := writeFile(t, "q.yaml", "scheduling: {train: {worker_num: 8, num_cpus: 1, num_gpus: 1}}\nmax_gpus: 4\n")
+	const want = "max_gpus: the plan needs 8 GPUs; its quota is 4"
+	for _, args := range [][]string{
+		{"validate", "--plan", "q", "--spec", q},
+		{"spec", "set", "--plan", "q", q},
+	} {
+		code, out, errOut := run(t, append(args, "--server", server)...)
+		if code != 1 || !strings.Contains(out+errOut, want) || strings.Contains(out+errOut, "default (priority") {
+			t.Errorf("%s: exit %d\nstdout %s\nstderr %s", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+}
