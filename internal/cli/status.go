@@ -70,7 +70,8 @@ type statusReport struct {
 
 // specStatus is which spec a plan's planner plans on: the stored one,
 // from when, and whether the latest revision follows it (not while it
-// is pending: the last spec's placement stays in force then).
+// is pending, the last spec's placement in force, nor before the
+// plan's first revision).
 type specStatus struct {
 	Revision uint64    `json:"revision"`
 	StoredAt time.Time `json:"stored_at"`
@@ -130,6 +131,9 @@ type followerStatus struct {
 	Lag     uint64 `json:"lag,omitempty"`
 	// Seen is how long ago the stream's leader last heard from it.
 	Seen time.Duration `json:"last_seen_ns"`
+	// unheard: the stream has no leader, and this replica is not the
+	// server that answered (followersOf).
+	unheard bool
 }
 
 func newStatusCmd() *cobra.Command {
@@ -191,7 +195,7 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 		wg.Go(func() {
 			pctx, cancel := part()
 			defer cancel()
-			r.Streams[i] = streamOf(pctx, js, name)
+			r.Streams[i] = streamOf(pctx, js, name, time.Now())
 		})
 	}
 	plansRead := false
@@ -240,7 +244,7 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 	}
 	r.noSpec = noSpec
 	if spec != nil {
-		r.Spec = &specStatus{Revision: spec.Revision, StoredAt: spec.Updated.UTC(), InForce: r.Pending == ""}
+		r.Spec = &specStatus{Revision: spec.Revision, StoredAt: spec.Updated.UTC(), InForce: r.At != nil && r.Pending == ""}
 	}
 	judgeServers(r.Streams)
 	r.judgeStreams()
@@ -321,22 +325,28 @@ func (r *statusReport) readLeader(ctx context.Context, js jetstream.JetStream, p
 	r.unavailable("the leader: the lease cannot be read: %v", err)
 }
 
-// judgeServers marks a server offline on every stream where it is not
-// known to be alive, once one stream shows it offline (a leader has not
-// heard from it for offlineAfter, or the server says it is gone): a
-// server is one process, whatever its streams. Each stream's own view
-// lags: a leader elected after the server died never heard from it
-// (last heard 0) and counts it only behind, and a stream without a
-// leader knows nothing of its peers. Alive is a stream's leader having
-// heard from it within offlineAfter; that wins, so a server that came
-// back is not kept offline by a stream that has yet to hear from it.
+// judgeServers marks a server offline on every stream once the streams
+// together say so, quorum or not: a server is one process, whatever its
+// streams, and each stream's own view lags or says nothing (a leader
+// elected after the server died never heard from it; a stream without
+// a leader knows nothing of its peers). Gone is offline on a stream
+// with a leader (followersOf), or unheard on one without. Alive is
+// heard from by a stream's leader within offlineAfter, a stream's
+// leader itself, or the server that answered for a stream without a
+// leader; alive wins, so a server that came back is not kept offline by
+// a stream yet to hear from it.
 func judgeServers(streams []streamStatus) {
 	gone, alive := map[string]time.Duration{}, map[string]bool{}
 	for _, s := range streams {
+		if s.Leader != "" {
+			alive[s.Leader] = true
+		}
 		for _, f := range s.Followers {
 			switch {
-			case f.Offline:
+			case f.Offline || f.unheard:
 				gone[f.Name] = max(gone[f.Name], f.Seen)
+			case s.Leader == "" && f.Current:
+				alive[f.Name] = true
 			case s.Leader != "" && f.Seen > 0 && f.Seen <= offlineAfter:
 				alive[f.Name] = true
 			}
@@ -345,8 +355,11 @@ func judgeServers(streams []streamStatus) {
 	for i := range streams {
 		for j := range streams[i].Followers {
 			f := &streams[i].Followers[j]
-			if seen, ok := gone[f.Name]; ok && !alive[f.Name] && !f.Offline {
+			switch seen, ok := gone[f.Name]; {
+			case ok && !alive[f.Name]:
 				f.Offline, f.Seen = true, max(f.Seen, seen)
+			case alive[f.Name] && f.unheard:
+				f.unheard = false // another stream's leader heard it lately
 			}
 		}
 	}
@@ -427,7 +440,7 @@ func (r *statusReport) readPlans(ctx context.Context, js jetstream.JetStream, c 
 	return nil
 }
 
-func streamOf(ctx context.Context, js jetstream.JetStream, name string) streamStatus {
+func streamOf(ctx context.Context, js jetstream.JetStream, name string, now time.Time) streamStatus {
 	s := streamStatus{Name: name}
 	st, err := js.Stream(ctx, name)
 	if err != nil {
@@ -438,15 +451,37 @@ func streamOf(ctx context.Context, js jetstream.JetStream, name string) streamSt
 	s.Replicas, s.Messages = info.Config.Replicas, info.State.Msgs
 	if info.Cluster != nil {
 		s.Leader = info.Cluster.Leader
-		for _, p := range info.Cluster.Replicas {
-			// A server killed without a word is not marked offline by
-			// the leader for a long while; not heard from for a few
-			// heartbeats is offline enough.
-			off := p.Offline || p.Active > offlineAfter
-			s.Followers = append(s.Followers, followerStatus{Name: p.Name, Current: p.Current, Offline: off, Lag: p.Lag, Seen: p.Active})
-		}
+		s.Followers = followersOf(info.Cluster, now)
 	}
 	return s
+}
+
+// followersOf is how a stream's replicas stand as its cluster info
+// says, now. With a leader: a server killed without a word is not
+// marked offline by the servers for a long while, so a replica the
+// leader has not heard from for offlineAfter is offline, and so is one
+// it never heard from (last heard 0) in the offlineAfter it has led (a
+// leader elected after the server died). Without a leader the
+// answering server knows only itself: it is the replica that is
+// current, and every other is unheard, neither alive nor offline by
+// this stream alone (its last-heard times are stale: judgeServers reads
+// the streams together).
+func followersOf(ci *jetstream.ClusterInfo, now time.Time) []followerStatus {
+	var out []followerStatus
+	for _, p := range ci.Replicas {
+		f := followerStatus{Name: p.Name, Current: p.Current, Lag: p.Lag, Seen: p.Active}
+		switch {
+		case ci.Leader == "":
+			f.unheard = !p.Current
+			f.Seen = 0
+		case p.Offline || p.Active > offlineAfter:
+			f.Offline = true
+		case p.Active == 0 && !p.Current && ci.LeaderSince != nil && now.Sub(*ci.LeaderSince) > offlineAfter:
+			f.Offline, f.Seen = true, now.Sub(*ci.LeaderSince)
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 // stateText is a plan's state as status prints it, from its typed
@@ -515,7 +550,10 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 	}
 	if s := r.Spec; s != nil {
 		state := "in force"
-		if !s.InForce {
+		switch {
+		case r.At == nil:
+			state = "no revision planned on it yet"
+		case !s.InForce:
 			state = "pending: the placement follows the spec before it"
 		}
 		fmt.Fprintf(w, "  spec: spec revision %d, stored %s (%s ago), %s\n", s.Revision, s.StoredAt.Format(time.RFC3339), now.Sub(s.StoredAt).Round(time.Second), state)

@@ -4,59 +4,71 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/poolplanner/poolplanner/internal/natstest"
 )
 
-// TestJudgeServers: a server one stream shows offline is offline on
-// every stream that has not heard from it lately, whatever that
-// stream's own view (a new leader that never heard from it, a stream
-// without a leader); one a leader heard from lately is alive on every
-// stream.
+// TestJudgeServers: a server is offline on every stream once the
+// streams together say so, quorum or not, whatever a stream's own view
+// (a new leader that never heard from it, a stream without a leader,
+// whose last-heard times are stale); one a leader heard lately, a
+// leader, and the server that answered are alive.
 func TestJudgeServers(t *testing.T) {
-	f := func(name string, current, offline bool, seen time.Duration) followerStatus {
-		return followerStatus{Name: name, Current: current, Offline: offline, Lag: 23, Seen: seen}
+	now := time.Now()
+	ago := func(d time.Duration) *time.Time { t := now.Add(-d); return &t }
+	peer := func(name string, current bool, active time.Duration) *jetstream.PeerInfo {
+		return &jetstream.PeerInfo{Name: name, Current: current, Active: active, Lag: 23}
+	}
+	stream := func(name, leader string, since *time.Time, peers ...*jetstream.PeerInfo) streamStatus {
+		ci := &jetstream.ClusterInfo{Leader: leader, LeaderSince: since, Replicas: peers}
+		return streamStatus{Name: name, Leader: leader, Followers: followersOf(ci, now)}
 	}
 	cases := []struct {
 		name    string
 		streams []streamStatus
-		// want: per stream, per follower, offline.
-		want [][]bool
+		// offline: per stream, the followers offline.
+		offline [][]string
 	}{
-		{"a new leader never heard from the dead server", []streamStatus{
-			{Name: "KV_poolplanner-inventory", Leader: "s0", Followers: []followerStatus{f("s1", true, false, 100*time.Millisecond), f("s2", false, false, 0)}},
-			{Name: "POOLPLANNER_PLANS", Leader: "s1", Followers: []followerStatus{f("s0", true, false, 200*time.Millisecond), f("s2", false, true, 12*time.Second)}},
-		}, [][]bool{{false, true}, {false, true}}},
-		{"no quorum: dead servers offline everywhere", []streamStatus{
-			{Name: "KV_poolplanner-inventory", Followers: []followerStatus{f("s0", true, false, 0), f("s1", false, false, 0), f("s2", false, false, 9*time.Second)}},
-			{Name: "KV_poolplanner-specs", Followers: []followerStatus{f("s0", true, false, 0), f("s1", false, false, 8*time.Second), f("s2", false, false, 0)}},
-		}, [][]bool{{false, false, false}, {false, false, false}}},
-		{"a server back is alive where a leader heard it", []streamStatus{
-			{Name: "KV_poolplanner-inventory", Leader: "s0", Followers: []followerStatus{f("s1", true, false, 0), f("s2", true, false, 300*time.Millisecond)}},
-			{Name: "POOLPLANNER_PLANS", Leader: "s0", Followers: []followerStatus{f("s1", true, false, 0), f("s2", false, true, 7*time.Second)}},
-		}, [][]bool{{false, false}, {false, true}}},
+		{"a leader elected after the server died never heard from it", []streamStatus{
+			stream("KV_poolplanner-inventory", "s0", ago(8*time.Second), peer("s1", true, 100*time.Millisecond), peer("s2", false, 0)),
+			stream("POOLPLANNER_PLANS", "s1", ago(time.Second), peer("s0", true, 200*time.Millisecond), peer("s2", false, 0)),
+		}, [][]string{{"s2"}, {"s2"}}},
+		{"a leader just elected, a live follower not heard yet", []streamStatus{
+			stream("KV_poolplanner-inventory", "s0", ago(time.Second), peer("s1", false, 0), peer("s2", true, 100*time.Millisecond)),
+			stream("POOLPLANNER_PLANS", "s1", ago(time.Minute), peer("s0", true, 100*time.Millisecond), peer("s2", true, 200*time.Millisecond)),
+		}, [][]string{nil, nil}},
+		{"no quorum: the answering server alive, the others offline", []streamStatus{
+			stream("KV_poolplanner-inventory", "", nil, peer("s0", true, 6500*time.Millisecond), peer("s1", false, 0), peer("s2", false, 0)),
+			stream("KV_poolplanner-specs", "", nil, peer("s0", true, 6500*time.Millisecond), peer("s1", false, 9*time.Second), peer("s2", false, 0)),
+		}, [][]string{{"s1", "s2"}, {"s1", "s2"}}},
+		{"a stream mid-election: a server another leader hears is alive", []streamStatus{
+			stream("KV_poolplanner-inventory", "", nil, peer("s0", true, 0), peer("s1", false, 0), peer("s2", false, 0)),
+			stream("POOLPLANNER_PLANS", "s0", ago(time.Minute), peer("s1", true, 100*time.Millisecond), peer("s2", false, 7*time.Second)),
+		}, [][]string{{"s2"}, {"s2"}}},
+		{"a server back is alive where a leader heard it lately", []streamStatus{
+			stream("KV_poolplanner-inventory", "s0", ago(time.Minute), peer("s1", true, 0), peer("s2", true, 300*time.Millisecond)),
+			stream("POOLPLANNER_PLANS", "s0", ago(time.Minute), peer("s1", true, 100*time.Millisecond), peer("s2", false, 7*time.Second)),
+		}, [][]string{nil, {"s2"}}},
 	}
-	// The no-quorum case: streamOf marks a replica unheard past
-	// offlineAfter offline; do so here as it would.
-	for i := range cases[1].streams {
-		for j := range cases[1].streams[i].Followers {
-			fl := &cases[1].streams[i].Followers[j]
-			fl.Offline = fl.Seen > offlineAfter
-		}
-	}
-	cases[1].want = [][]bool{{false, true, true}, {false, true, true}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			judgeServers(c.streams)
 			for i, s := range c.streams {
-				for j, fl := range s.Followers {
-					if fl.Offline != c.want[i][j] {
-						t.Errorf("%s: %s offline %v, want %v", s.Name, fl.Name, fl.Offline, c.want[i][j])
+				var got []string
+				for _, f := range s.Followers {
+					if f.Offline {
+						got = append(got, f.Name)
 					}
+				}
+				if !slices.Equal(got, c.offline[i]) {
+					t.Errorf("%s: offline %v, want %v", s.Name, got, c.offline[i])
 				}
 			}
 		})
