@@ -23,6 +23,22 @@ const (
 	BackoffMax = 5 * time.Second
 )
 
+// StartGrace is how long after a planner or reporter starts JetStream
+// not answering is expected, and logged at info rather than warned
+// about: servers started one after another by hand form a cluster, elect
+// a meta leader and then each stream's leader in about as long. Past it,
+// the same failures are warnings.
+const StartGrace = time.Minute
+
+// StartLevel is the level of a failure to reach JetStream elapsed after
+// start, before the first success: info within StartGrace, then warn.
+func StartLevel(elapsed time.Duration) zerolog.Level {
+	if elapsed < StartGrace {
+		return zerolog.InfoLevel
+	}
+	return zerolog.WarnLevel
+}
+
 // Backoff is the wait before retry number attempt (0-based): doubling from
 // BackoffMin to BackoffMax, with ±20% jitter so that a thousand reporters
 // cut off together do not come back together.

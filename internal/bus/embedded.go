@@ -223,17 +223,77 @@ func (l serverLogger) Noticef(format string, v ...any) {
 	l.log.Debug().Str("component", "nats-server").Msgf(format, v...)
 }
 func (l serverLogger) Warnf(format string, v ...any) {
-	l.log.Warn().Str("component", "nats-server").Msgf(format, v...)
+	msg := fmt.Sprintf(format, v...)
+	l.log.WithLevel(serverLevel(msg, zerolog.WarnLevel)).Str("component", "nats-server").Msg(msg)
 }
 func (l serverLogger) Fatalf(format string, v ...any) {
 	l.log.Error().Str("component", "nats-server").Msgf(format, v...)
 }
 func (l serverLogger) Errorf(format string, v ...any) {
-	l.log.Error().Str("component", "nats-server").Msgf(format, v...)
+	msg := fmt.Sprintf(format, v...)
+	l.log.WithLevel(serverLevel(msg, zerolog.ErrorLevel)).Str("component", "nats-server").Msg(msg)
 }
 func (l serverLogger) Debugf(format string, v ...any) {
 	l.log.Debug().Str("component", "nats-server").Msgf(format, v...)
 }
 func (l serverLogger) Tracef(format string, v ...any) {
 	l.log.Trace().Str("component", "nats-server").Msgf(format, v...)
+}
+
+// serverLevel is the level a nats-server warning or error (msg, as the
+// server words it; a rate-limited one comes as "%s" and its text, so the
+// words are read, not the format) is logged at: def, the server's own,
+// but info for a line normal operation produces (expectedServerLine),
+// so that a warning is worth an operator's look.
+func serverLevel(msg string, def zerolog.Level) zerolog.Level {
+	if expectedServerLine(msg) {
+		return zerolog.InfoLevel
+	}
+	return def
+}
+
+// expectedServerLine reports whether a nats-server line says what the
+// server does about a state it always passes through and mends by
+// itself, nothing lost:
+//   - a cluster forming, or a peer away (status shows it OFFLINE):
+//     routes that do not connect yet (the server retries them for
+//     ever), JetStream waiting for the routes and a meta leader, a
+//     replica catching up, a stream moved to more servers (--replicas
+//     raised in place);
+//   - a restart after an unclean stop (kill -9, power loss): a stream's
+//     index older than its message blocks, which the server rebuilds
+//     from the blocks.
+//
+// Damage stays a warning: a checksum that does not match, a corrupt or
+// missing block, an inconsistency.
+func expectedServerLine(msg string) bool {
+	// By how the lines begin (nats-server v2.15).
+	if rest, ok := strings.CutPrefix(msg, "Filestore ["); ok {
+		_, what, ok := strings.Cut(rest, "] ")
+		return ok && hasAnyPrefix(what,
+			"Recovering stream state from index errored",
+			"Recovering TTL state from index errored",
+			"Recovering message scheduling state from index errored",
+			"Recovering sources state from index errored",
+			"Stream state outdated",
+			"TTL state is outdated",
+			"Message scheduling state is outdated",
+			"Sourcing state is outdated")
+	}
+	return hasAnyPrefix(msg,
+		"Error trying to connect to route",
+		"Waiting for routing to be established",
+		"JetStream has not established contact with a meta leader",
+		"JetStream cluster detected stream remapping",
+		"Catchup for stream ",
+		"Metalayer blocking snapshot")
+}
+
+func hasAnyPrefix(s string, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -335,7 +335,13 @@ func newHistoryCmd() *cobra.Command {
 				entries = append(entries, historyEntry{i.Revision, i.Time.UTC(), i.Valid, i.Reason, i.Moved, i.Error, i.Kind, i.Base, i.Seq})
 				return true
 			})
-			if err != nil && !errors.Is(err, client.ErrNotFound) {
+			switch {
+			case errors.Is(err, client.ErrNotFound):
+				return noState(err)
+			case err == nil && len(entries) == 0:
+				return fmt.Errorf("plan %s has no revision in stream %s (planner status lists the plans)", plan, client.PlansStream)
+			}
+			if err != nil {
 				// The stream unreadable (no quorum, say): what the planner
 				// holds, its latest revision, and a word that the rest is
 				// not there.
@@ -368,6 +374,7 @@ func newSpecCmd() *cobra.Command {
 	var cf connFlags
 	var plan string
 	var force bool
+	var wait time.Duration
 	set := &cobra.Command{
 		Use:   "set --plan NAME FILE",
 		Short: "Store FILE as the plan's spec, if it can be placed now; the planner replans on it",
@@ -376,9 +383,11 @@ It first asks the planner to validate FILE as NAME's spec on the live
 inventory (as planner validate --plan NAME does: the plan's own GPUs are
 not in its way), and refuses a spec that cannot be placed now (exit 1,
 the reason as validate gives it; nothing stored), or one no planner
-validates (none is serving). --force stores it anyway, and says so.
-FILE may be a rlightning job or cluster config: the poolplanner spec it
-stands for is validated and stored (planner spec convert FILE prints it).`,
+validates (none is serving: it waits --wait, 10s, for one to answer, as
+a planner just started takes a few seconds). --force stores it anyway,
+and says so. FILE may be a rlightning job or cluster config: the
+poolplanner spec it stands for is validated and stored (planner spec
+convert FILE prints it).`,
 		Args: cobra.ExactArgs(1),
 		RunE: cf.wrap("setting a spec", []auth.Role{auth.Admin, auth.Planner}, func(cmd *cobra.Command, args []string) error {
 			src, err := loadSpec(args[0])
@@ -395,7 +404,10 @@ stands for is validated and stored (planner spec convert FILE prints it).`,
 				return err
 			}
 			defer nc.Close()
-			warning, err := checkSpecSet(cmd, nc, plan, body, force)
+			if wait < 0 {
+				return usagef("--wait %s: must be >= 0", wait)
+			}
+			warning, err := checkSpecSet(cmd, nc, plan, body, force, wait)
 			if err != nil {
 				return err
 			}
@@ -416,7 +428,8 @@ stands for is validated and stored (planner spec convert FILE prints it).`,
 	cf.add(set.Flags())
 	set.Flags().StringVar(&plan, "plan", "default", "plan name")
 	set.Flags().BoolVar(&force, "force", false, "store the spec even if it cannot be placed now, or no planner validates it")
-	cmd.AddCommand(set, newSpecRmCmd(), newSpecLsCmd(), newSpecConvertCmd())
+	durationVar(set.Flags(), &wait, "wait", 10*time.Second, "how long to wait for a planner to answer the validation (one just started takes a few seconds)")
+	cmd.AddCommand(set, newSpecGetCmd(), newSpecRmCmd(), newSpecLsCmd(), newSpecConvertCmd())
 	return cmd
 }
 
@@ -426,14 +439,12 @@ stands for is validated and stored (planner spec convert FILE prints it).`,
 // or that no planner validates, is refused (exit 1, the reason on
 // stderr) unless force; forced, the returned warning says what was not
 // right.
-func checkSpecSet(cmd *cobra.Command, nc *nats.Conn, plan string, spec []byte, force bool) (warning string, err error) {
+func checkSpecSet(cmd *cobra.Command, nc *nats.Conn, plan string, spec []byte, force bool, wait time.Duration) (warning string, err error) {
 	c, err := client.New(nc)
 	if err != nil {
 		return "", err
 	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
-	defer cancel()
-	reply, err := c.ValidateAs(ctx, plan, spec)
+	reply, err := validateWaiting(cmd.Context(), c, plan, spec, wait)
 	switch {
 	case errors.Is(err, client.ErrBadRequest):
 		return "", usageError{err}
@@ -446,8 +457,8 @@ func checkSpecSet(cmd *cobra.Command, nc *nats.Conn, plan string, spec []byte, f
 		}
 		return "stored without validation (--force): " + why, nil
 	case errors.Is(err, nats.ErrNoResponders):
-		fmt.Fprintf(cmd.ErrOrStderr(), "planner: spec of plan %s not stored: no planner answers %s to validate it (is `planner serve` running?); --force stores it unvalidated\n",
-			plan, client.ValidateSubject)
+		fmt.Fprintf(cmd.ErrOrStderr(), "planner: spec of plan %s not stored: no planner answers %s to validate it, waited %s (is `planner serve` running?); --force stores it unvalidated\n",
+			plan, client.ValidateSubject, wait)
 		return "", exitError{ExitInvalid}
 	case err != nil:
 		// A timeout or a refusal: wrap's Explain says which.
@@ -473,6 +484,83 @@ func checkSpecSet(cmd *cobra.Command, nc *nats.Conn, plan string, spec []byte, f
 	return "", exitError{ExitInvalid}
 }
 
+func newSpecGetCmd() *cobra.Command {
+	var cf connFlags
+	var plan, output string
+	get := &cobra.Command{
+		Use:   "get --plan NAME [--output yaml|json]",
+		Short: "Print the plan's stored spec: as stored (yaml, comments kept), or as JSON",
+		Long: `spec get prints plan NAME's stored spec on stdout: --output yaml (the
+default) prints it byte for byte as it was stored (a JSON spec stays
+JSON), --output json as JSON. Its spec revision and when it was stored
+go to stderr. A plan with no spec, or a server where no planner ever
+ran, is an error (exit 1).`,
+		Args: cobra.NoArgs,
+		RunE: cf.wrap("reading a spec", []auth.Role{auth.Admin, auth.Planner}, func(cmd *cobra.Command, _ []string) error {
+			if output != "yaml" && output != "json" {
+				return usagef("--output: %q is not allowed; want yaml or json", output)
+			}
+			nc, js, err := cf.dialPlan(plan)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
+			defer cancel()
+			specs := store.NewSpecStore(js)
+			specs.NoCreate = true
+			e, err := specs.Entry(ctx, plan)
+			if errors.Is(err, store.ErrNoSpecBucket) {
+				return fmt.Errorf("no poolplanner state on this server: %w", err)
+			}
+			if errors.Is(err, client.ErrNotFound) {
+				return fmt.Errorf("plan %s has no spec (planner spec ls lists the plans)", plan)
+			}
+			if err != nil {
+				return busErr(err)
+			}
+			out := e.Spec
+			if output == "json" {
+				if out, err = specJSON(e.Spec); err != nil {
+					return fmt.Errorf("plan %s's stored spec (spec revision %d) does not parse: %w; --output yaml prints it as stored", plan, e.Revision, err)
+				}
+				out = append(out, '\n')
+			}
+			if _, err := cmd.OutOrStdout().Write(out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "plan %s: spec revision %d, stored %s\n", plan, e.Revision, e.Updated.UTC().Format(time.RFC3339))
+			return nil
+		}),
+	}
+	cf.add(get.Flags())
+	get.Flags().StringVar(&plan, "plan", "default", "plan name")
+	get.Flags().StringVarP(&output, "output", "o", "yaml", "output format: yaml (as stored) or json")
+	return get
+}
+
+// validateWaiting asks the planners to validate spec as plan's, and
+// while none answers (none subscribed yet: one just started, as right
+// after planner serve) asks again, for wait at most.
+func validateWaiting(ctx context.Context, c *client.Client, plan string, spec []byte, wait time.Duration) (*client.ValidateReply, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		reply, err := c.ValidateAs(rctx, plan, spec)
+		cancel()
+		if !errors.Is(err, nats.ErrNoResponders) || !time.Now().Before(deadline) {
+			return reply, err
+		}
+		t := time.NewTimer(min(250*time.Millisecond, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 func newSpecRmCmd() *cobra.Command {
 	var cf connFlags
 	var plan string
@@ -491,7 +579,12 @@ func newSpecRmCmd() *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
 			defer cancel()
-			if err := store.NewSpecStore(js).Delete(ctx, plan); err != nil {
+			specs := store.NewSpecStore(js)
+			specs.NoCreate = true
+			if err := specs.Delete(ctx, plan); err != nil {
+				if errors.Is(err, store.ErrNoSpecBucket) {
+					return fmt.Errorf("no poolplanner state on this server: %w", err)
+				}
 				if errors.Is(err, client.ErrNotFound) {
 					return fmt.Errorf("plan %s has no spec (planner spec ls lists the plans)", plan)
 				}
@@ -531,7 +624,12 @@ func newSpecLsCmd() *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
 			defer cancel()
-			specs, err := store.NewSpecStore(js).List(ctx)
+			ss := store.NewSpecStore(js)
+			ss.NoCreate = true
+			specs, err := ss.List(ctx)
+			if errors.Is(err, store.ErrNoSpecBucket) {
+				return fmt.Errorf("no poolplanner state on this server: %w", err)
+			}
 			if err != nil {
 				return busErr(err)
 			}
@@ -549,22 +647,40 @@ func newSpecLsCmd() *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "PLAN\tPRIORITY\tMAX GPUS\tSPEC REVISION\tUPDATED")
+			var unparsed []specListing
 			for _, l := range out {
-				quota := "-"
+				priority, quota := strconv.Itoa(l.Priority), "-"
 				if l.MaxGPUs > 0 {
 					quota = strconv.Itoa(l.MaxGPUs)
 				}
 				if l.Error != "" {
-					quota = "(does not parse: " + l.Error + ")"
+					// Neither is known: the columns say so, and the
+					// error has a line of its own below.
+					priority, quota = "?", "?"
+					unparsed = append(unparsed, l)
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", l.Plan, l.Priority, quota, l.SpecRevision, l.Updated.Format(time.RFC3339))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", l.Plan, priority, quota, l.SpecRevision, l.Updated.Format(time.RFC3339))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, l := range unparsed {
+				fmt.Fprintf(cmd.OutOrStdout(), "plan %s: its stored spec (spec revision %d) DOES NOT PARSE: %s (the planner plans on its last spec that does; planner spec get --plan %s prints it)\n",
+					l.Plan, l.SpecRevision, l.Error, l.Plan)
+			}
+			return nil
 		}),
 	}
 	cf.add(ls.Flags())
 	ls.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return ls
+}
+
+// noState is a read-only command's error on a server without the
+// poolplanner state it reads (err: its ErrNotFound): no planner ever ran
+// there, or --server names another server.
+func noState(err error) error {
+	return fmt.Errorf("no poolplanner state on this server: %w; is --server the planner's server (or is planner serve running against it)?", err)
 }
 
 // specJSON converts a YAML or JSON spec to JSON for the wire.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,10 +22,10 @@ func defaultDataDir() string { return filepath.Join(os.TempDir(), "poolplanner")
 // newCredsCmd prints credentials for a role, signed by the keys under
 // --data-dir (made there the first time).
 func newCredsCmd() *cobra.Command {
-	var dataDir, node, output string
+	var dataDir, node, output, natsContext, server, tlsCA string
 	var expires time.Duration
 	cmd := &cobra.Command{
-		Use:   "creds ROLE [--node-id ID] [--data-dir DIR] [--output FILE]",
+		Use:   "creds ROLE [--node-id ID] [--data-dir DIR] [--output FILE [--nats-context NAME [--server URL] [--tls-ca FILE]]]",
 		Short: "Print NATS credentials (.creds) for a role: admin, planner, launcher, or reporter --node-id ID",
 		Long: `creds prints a .creds file for ROLE on stdout, signed by the keys that
 planner serve --auth (or planner auth init) keeps under --data-dir/auth:
@@ -32,7 +33,14 @@ planner serve --auth (or planner auth init) keeps under --data-dir/auth:
   admin     set and remove specs, read everything
   planner   run planner serve --server against a server that trusts these keys
   launcher  follow plans and assignments, call lookup, validate and plan
-  reporter  put and delete the inventory key of node --node-id, nothing else`,
+  reporter  put and delete the inventory key of node --node-id, nothing else
+
+Replies to a user's requests come to its own inbox prefix only
+(_INBOX.<its public key>, on the .creds file's second line); the nats CLI
+must be told it (--inbox-prefix) or its requests go unanswered.
+--nats-context NAME also saves a nats CLI context naming --output, the
+server (--server), the CA (--tls-ca) and that inbox prefix, so that
+nats --context NAME ... works as is.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			role, err := auth.ParseRole(args[0])
@@ -49,12 +57,35 @@ planner serve --auth (or planner auth init) keeps under --data-dir/auth:
 			if err != nil {
 				return err
 			}
+			if natsContext != "" {
+				if err := checkContextName(natsContext); err != nil {
+					return err
+				}
+				if output == "" {
+					return usagef("--nats-context: a context names the credentials file: pass --output FILE too")
+				}
+			}
 			creds, err := a.Creds(role, node, expires)
 			if err != nil {
 				return err
 			}
 			if output != "" {
-				return writeSecret(output, creds)
+				if err := writeSecret(output, creds); err != nil {
+					return err
+				}
+				if natsContext == "" {
+					return nil
+				}
+				id, err := auth.IdentityOf(creds)
+				if err != nil {
+					return err
+				}
+				path, err := writeNATSContext(natsContext, natsContextOf(role, output, server, tlsCA, id.Inbox))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "nats context %s saved in %s: nats --context %s ... (inbox prefix %s)\n", natsContext, path, natsContext, id.Inbox)
+				return nil
 			}
 			out := cmd.OutOrStdout()
 			ownerOnly(out)
@@ -65,6 +96,9 @@ planner serve --auth (or planner auth init) keeps under --data-dir/auth:
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write the credentials to `FILE`, readable by its owner only (default: stdout)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "where the keys are kept, as for planner serve (default $TMPDIR/poolplanner)")
 	cmd.Flags().StringVar(&node, "node-id", "", "the reporter's node id")
+	cmd.Flags().StringVar(&natsContext, "nats-context", "", "also save a nats CLI context `NAME` for these credentials (with --output), with their inbox prefix")
+	cmd.Flags().StringVar(&server, "server", defaultServer(), "with --nats-context: the NATS URL(s) the context connects to")
+	cmd.Flags().StringVar(&tlsCA, "tls-ca", "", "with --nats-context: the CA certificate (PEM) the context trusts")
 	durationVar(cmd.Flags(), &expires, "expires", 0, "the credentials stop working after this long (default: never; new keys are the only way to withdraw them)")
 	return cmd
 }
@@ -282,4 +316,88 @@ func writeCreds(a *auth.Authority, dir string, roles []auth.Role, nodes []string
 		}
 	}
 	return paths, nil
+}
+
+// natsContextFile is a nats CLI context (ADR-21: one JSON file per
+// context under $XDG_CONFIG_HOME/nats/context). Every key is written,
+// none omitted, as the CLI writes them, so that one editing the file
+// sees them all.
+type natsContextFile struct {
+	Description          string `json:"description"`
+	URL                  string `json:"url"`
+	Token                string `json:"token"`
+	User                 string `json:"user"`
+	Password             string `json:"password"`
+	Creds                string `json:"creds"`
+	NKey                 string `json:"nkey"`
+	Cert                 string `json:"cert"`
+	Key                  string `json:"key"`
+	CA                   string `json:"ca"`
+	NSC                  string `json:"nsc"`
+	JetStreamDomain      string `json:"jetstream_domain"`
+	JetStreamAPIPrefix   string `json:"jetstream_api_prefix"`
+	JetStreamEventPrefix string `json:"jetstream_event_prefix"`
+	InboxPrefix          string `json:"inbox_prefix"`
+	UserJWT              string `json:"user_jwt"`
+	TLSFirst             bool   `json:"tls_first"`
+}
+
+// natsContextOf is the context of role's credentials at credsPath: the
+// files by absolute path (the CLI runs from anywhere), and the inbox
+// prefix the credentials may receive replies on.
+func natsContextOf(role auth.Role, credsPath, server, tlsCA, inbox string) natsContextFile {
+	abs := func(p string) string {
+		if p == "" {
+			return ""
+		}
+		if a, err := filepath.Abs(p); err == nil {
+			return a
+		}
+		return p
+	}
+	return natsContextFile{
+		Description: fmt.Sprintf("poolplanner %s credentials (planner creds)", role),
+		URL:         server, Creds: abs(credsPath), CA: abs(tlsCA), InboxPrefix: inbox,
+	}
+}
+
+// checkContextName refuses a context name the CLI could not find again
+// as a file of its context directory.
+func checkContextName(name string) error {
+	if name == "." || name == ".." || strings.ContainsAny(name, "/\\ ") || strings.HasPrefix(name, ".") {
+		return usagef("--nats-context %q: want a name of letters, digits, - _ and dots, not starting with a dot", name)
+	}
+	return nil
+}
+
+// natsConfigDir is where the nats CLI keeps its contexts:
+// $XDG_CONFIG_HOME/nats, or ~/.config/nats (on every platform, as the
+// CLI does).
+func natsConfigDir() (string, error) {
+	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
+		return filepath.Join(x, "nats"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("--nats-context: where the nats CLI keeps contexts: %w", err)
+	}
+	return filepath.Join(home, ".config", "nats"), nil
+}
+
+// writeNATSContext saves c as context name and returns its path.
+func writeNATSContext(name string, c natsContextFile) (string, error) {
+	dir, err := natsConfigDir()
+	if err != nil {
+		return "", err
+	}
+	dir = filepath.Join(dir, "context")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("--nats-context: %w", err)
+	}
+	data, _ := json.MarshalIndent(c, "", "  ") // plain strings: cannot fail
+	path := filepath.Join(dir, name+".json")
+	if err := os.WriteFile(path, append(data, '\n'), 0o600); err != nil {
+		return "", fmt.Errorf("--nats-context: %w", err)
+	}
+	return path, nil
 }

@@ -1,12 +1,17 @@
 package cli
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/poolplanner/poolplanner/internal/auth"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 )
 
 func TestCredsCommands(t *testing.T) {
@@ -149,5 +154,84 @@ func TestExportRewritesStale(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(creds); !a.Current(data) {
 		t.Errorf("stale credentials were kept: %q", data)
+	}
+}
+
+// TestCredsNATSContext: creds --nats-context saves a nats CLI context
+// (ADR-21's keys) naming the credentials, the server, the CA and the
+// credentials' inbox prefix; with what it names, a request is answered,
+// where the same credentials with NATS's default inbox get nothing.
+func TestCredsNATSContext(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	addr := freeAddr(t)
+	dataDir := t.TempDir()
+	runServe(t, "--listen", addr, "--data-dir", dataDir, "--auth", "--spec", "../../examples/disaggregate.yaml",
+		"--simulate", "4x8xH100", "--no-local-reporter")
+	server := "nats://" + addr
+	credsFile := filepath.Join(t.TempDir(), "launcher.creds")
+	var code int
+	var errOut string
+	natstest.WaitFor(t, 30*time.Second, "serve --auth making its keys", func() bool {
+		code, _, errOut = run(t, "creds", "launcher", "--data-dir", dataDir, "--output", credsFile, "--nats-context", "pp-launcher",
+			"--server", server, "--tls-ca", "ca.pem")
+		return code == 0
+	})
+	data, err := os.ReadFile(filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "nats", "context", "pp-launcher.json"))
+	if err != nil {
+		t.Fatalf("%v (creds: %s)", err, errOut)
+	}
+	var ctxFile map[string]any
+	if err := json.Unmarshal(data, &ctxFile); err != nil {
+		t.Fatal(err)
+	}
+	creds, _ := os.ReadFile(credsFile)
+	id, err := auth.IdentityOf(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cwd, _ := os.Getwd()
+	want := map[string]any{"url": server, "creds": credsFile, "ca": filepath.Join(cwd, "ca.pem"), "inbox_prefix": id.Inbox}
+	for k, v := range want {
+		if ctxFile[k] != v {
+			t.Errorf("context %s = %v, want %v", k, ctxFile[k], v)
+		}
+	}
+	for _, k := range []string{"description", "user", "password", "token", "nkey", "cert", "key", "nsc", "jetstream_domain", "jetstream_api_prefix", "jetstream_event_prefix", "user_jwt", "tls_first"} {
+		if _, ok := ctxFile[k]; !ok {
+			t.Errorf("context lacks key %s", k)
+		}
+	}
+	if lines := strings.Split(string(creds), "\n"); len(lines) < 2 || !strings.Contains(lines[1], "--inbox-prefix "+id.Inbox) {
+		t.Errorf("the creds file's second line does not give its inbox prefix:\n%s", creds)
+	}
+	// What a `nats --context pp-launcher req ...` does: connect with the
+	// context's credentials and inbox prefix.
+	runUntil(t, 30*time.Second, succeeds, "lookup", "train", "0", "--server", server, "--creds", credsFile)
+	lookup := []byte(`{"plan": "default", "component": "train", "index": 0}`)
+	ask := func(opts ...nats.Option) error {
+		nc, err := nats.Connect(server, append([]nats.Option{nats.UserCredentials(ctxFile["creds"].(string))}, opts...)...)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		_, err = nc.Request("poolplanner.lookup", lookup, 2*time.Second)
+		return err
+	}
+	if err := ask(nats.CustomInboxPrefix(ctxFile["inbox_prefix"].(string))); err != nil {
+		t.Errorf("a request with the context's inbox prefix: %v", err)
+	}
+	if err := ask(); err == nil {
+		t.Error("a request with NATS's default inbox was answered: the inbox prefix is not needed, and the docs are wrong")
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nats-context", "x"}, "pass --output FILE too"},
+		{[]string{"--nats-context", "../x", "--output", credsFile}, "--nats-context \"../x\""},
+	} {
+		if code, _, errOut := run(t, append([]string{"creds", "launcher", "--data-dir", dataDir}, c.args...)...); code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d: %s", c.args, code, errOut)
+		}
 	}
 }

@@ -148,7 +148,7 @@ func TestStatusUnplannedUse(t *testing.T) {
 	// Train takes GPUs 0-3; GPU 0 runs its worker, GPU 7 something else.
 	simulatedNode(t, url, "gpu-1", []int{0, 7})
 	out := runUntil(t, 30*time.Second, func(code int, out string) bool {
-		return code == 0 && strings.Contains(out, "UNPLANNED USE") && strings.Contains(out, "revision 1")
+		return code == 0 && strings.Contains(out, "UNPLANNED USE") && strings.Contains(out, "plan default: revision 1,")
 	}, "status", "--server", url)
 	if !strings.Contains(out, "gpu-1 GPU 7 (") || strings.Contains(out, "gpu-1 GPU 0 (") || !strings.Contains(out, "pid 0 (simulated)") {
 		t.Errorf("status:\n%s", out)

@@ -30,8 +30,9 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 `
 
 // nodeFollower is examples/js/follow.mjs, runnable: node and the npm
-// packages (npm ci in examples/js). Without them the test skips, unless
-// POOLPLANNER_REQUIRE_NODE is set (.ci/run sets it once npm ci worked).
+// packages (npm ci in examples/js). Without them the test skips, saying
+// what is missing and how to run it, unless POOLPLANNER_REQUIRE_NODE is
+// set (.ci/run sets it once npm ci worked): then it fails.
 func nodeFollower(t *testing.T) string {
 	t.Helper()
 	script, _ := filepath.Abs("../../examples/js/follow.mjs")
@@ -40,10 +41,12 @@ func nodeFollower(t *testing.T) string {
 		_, err = os.Stat(filepath.Join(filepath.Dir(script), "node_modules", "@nats-io", "jetstream"))
 	}
 	if err != nil {
+		why := fmt.Sprintf("the JavaScript client examples/js/follow.mjs is NOT tested: %v; "+
+			"install node (22 or later) and run `cd examples/js && npm ci` to test it", err)
 		if os.Getenv("POOLPLANNER_REQUIRE_NODE") != "" {
-			t.Fatalf("follow.mjs cannot run (node, or npm ci in examples/js): %v", err)
+			t.Fatalf("%s (POOLPLANNER_REQUIRE_NODE is set)", why)
 		}
-		t.Skipf("follow.mjs cannot run (node, or npm ci in examples/js): %v", err)
+		t.Skipf("SKIPPED: %s (POOLPLANNER_REQUIRE_NODE=1 makes this a failure)", why)
 	}
 	return script
 }

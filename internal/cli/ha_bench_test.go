@@ -46,7 +46,7 @@ type serveProc struct {
 	url string
 }
 
-func startServe(b *testing.B, args ...string) *serveProc {
+func startServe(b testing.TB, args ...string) *serveProc {
 	b.Helper()
 	self, err := os.Executable()
 	if err != nil {

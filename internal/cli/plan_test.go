@@ -256,3 +256,26 @@ func TestPlanPrevious(t *testing.T) {
 		t.Errorf("empty --previous: exit %d %q", code, errOut)
 	}
 }
+
+// TestInfeasibleJSON: planner plan --output json of a spec that cannot
+// be placed exits 1 and prints the document as the README says: why,
+// and no placement, its lists present and empty as on the bus.
+func TestInfeasibleJSON(t *testing.T) {
+	big := writeFile(t, "big.yaml", "scheduling: {train: {worker_num: 41, num_cpus: 1, num_gpus: 1}}\n")
+	code, out, errOut := run(t, "plan", "--inventory", "../../examples/cluster-4x8gpu.json", "--spec", big, "--output", "json")
+	var doc map[string]json.RawMessage
+	if code != 1 || json.Unmarshal([]byte(out), &doc) != nil {
+		t.Fatalf("exit %d: %s%s", code, out, errOut)
+	}
+	for key, want := range map[string]string{"valid": "false", "workers": "[]", "pools": "[]", "resource_pool": "[]", "storage_to_train_workers": "{}",
+		"error": `"Insufficient GPUs: required 41.0, available 32"`} {
+		if got := string(doc[key]); got != want {
+			t.Errorf("%s: %s, want %s", key, got, want)
+		}
+	}
+	for _, key := range []string{"demands", "capacity"} {
+		if len(doc[key]) == 0 {
+			t.Errorf("no %s", key)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/url"
@@ -351,7 +352,9 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if o.stateFile == "" {
 		log.Info().Msg("no --state-file: should the plan streams be lost, revision numbers could start again at 1")
 	}
-	p := service.New(service.Config{NC: nc, JS: js, Plan: o.plan, StateFile: o.stateFile, Spec: spec, ReplaceSpec: o.replaceSpec, Debounce: o.debounce, Settle: o.settle,
+	stderr := cmd.ErrOrStderr()
+	seeded := func(s service.SpecSeed) { writeSeed(stderr, s, o.specPath) }
+	p := service.New(service.Config{NC: nc, JS: js, Plan: o.plan, StateFile: o.stateFile, Spec: spec, ReplaceSpec: o.replaceSpec, SpecSeeded: seeded, Debounce: o.debounce, Settle: o.settle,
 		HistoryAge: o.historyAge, HistoryBytes: o.historyBytes, Replicas: o.replicas, LeaseTTL: o.leaseTTL, GrowAfter: growAfter(o.growAfter), Probation: o.probation, Metrics: pm, Log: log})
 	served.Store(p)
 	if err := serveMap(ctx, mapL, p, nc, log); err != nil {
@@ -368,6 +371,22 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		return cause
 	}
 	return err
+}
+
+// writeSeed says on w, in a sentence, when --spec is not what the plan
+// runs on (a stored spec kept over it), or replaced the stored one: a
+// user who edits a spec file and restarts must not get the old plan
+// unawares.
+func writeSeed(w io.Writer, s service.SpecSeed, path string) {
+	stored := fmt.Sprintf("spec revision %d, stored %s", s.Revision, s.Stored.UTC().Format(time.RFC3339))
+	switch s.Kind {
+	case service.SeedKept:
+		fmt.Fprintf(w, "planner: plan %s keeps its stored spec (%s), which differs from --spec %s: the file is NOT in force.\n"+
+			"planner: to plan on the file, run `planner spec set --plan %s %s`, or restart with --replace-spec.\n",
+			s.Plan, stored, path, s.Plan, path)
+	case service.SeedReplaced:
+		fmt.Fprintf(w, "planner: plan %s: --spec %s replaced its stored spec (%s) (--replace-spec).\n", s.Plan, path, stored)
+	}
 }
 
 // errConnClosed is why serve ends when its NATS connection closes for

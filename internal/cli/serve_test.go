@@ -3,8 +3,10 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"strings"
@@ -245,5 +247,54 @@ func TestParseSimNodes(t *testing.T) {
 		if err != nil || sn.Nodes != c.nodes || !maps.Equal(sn.Labels, c.labels) {
 			t.Errorf("%s: %+v %v", c.in, sn, err)
 		}
+	}
+}
+
+// TestServeSpecDiffers: serve --spec on a data directory whose plan has
+// a different stored spec keeps the stored one and says so on stderr in
+// a sentence; status names the spec in force and since when.
+func TestServeSpecDiffers(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	url := "nats://" + addr
+	serve := func(ctx context.Context, spec string, stderr io.Writer) <-chan int {
+		done := make(chan int, 1)
+		go func() {
+			done <- Main(ctx, []string{"serve", "--listen", addr, "--data-dir", dir, "--no-local-reporter", "--simulate", "4x8xH100",
+				"--spec", spec, "--settle", "-1s", "--log-level", "error"}, nil, &bytes.Buffer{}, stderr)
+		}()
+		return done
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	first := &syncWriter{}
+	done := serve(ctx, "../../examples/disaggregate.yaml", first)
+	runUntil(t, 30*time.Second, succeeds, "lookup", "train", "0", "--server", url)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("first serve: exit %d: %s", code, first.String())
+	}
+	if strings.Contains(first.String(), "NOT in force") {
+		t.Errorf("a first serve said its spec is not in force: %s", first.String())
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	second := &syncWriter{}
+	done = serve(ctx, "../../examples/vllm-tp4.yaml", second)
+	defer func() { cancel(); <-done }()
+	runUntil(t, 30*time.Second, succeeds, "lookup", "train", "0", "--server", url)
+	natstest.WaitFor(t, 10*time.Second, "serve saying the file is not in force", func() bool {
+		return strings.Contains(second.String(), "plan default keeps its stored spec (spec revision 1, stored ")
+	})
+	if s := second.String(); !strings.Contains(s, "differs from --spec ../../examples/vllm-tp4.yaml: the file is NOT in force") ||
+		!strings.Contains(s, "planner spec set --plan default ../../examples/vllm-tp4.yaml") || !strings.Contains(s, "--replace-spec") {
+		t.Errorf("serve's stderr: %s", s)
+	}
+	code, out, errOut := run(t, "status", "--server", url, "-o", "json")
+	var r statusReport
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Spec == nil || r.Spec.Revision != 1 || !r.Spec.InForce || r.Spec.StoredAt.IsZero() {
+		t.Fatalf("status -o json: exit %d, spec %+v: %s%s", code, r.Spec, out, errOut)
+	}
+	if code, out, _ = run(t, "status", "--server", url); code != 0 || !strings.Contains(out, "  spec: spec revision 1, stored ") || !strings.Contains(out, ", in force\n") {
+		t.Errorf("status: exit %d:\n%s", code, out)
 	}
 }

@@ -112,18 +112,76 @@ func TestSpecSetValidates(t *testing.T) {
 func TestSpecSetWithoutPlanner(t *testing.T) {
 	server := natstest.Start(t).URL()
 
-	code, out, errOut := run(t, "spec", "set", "--plan", "exp", "../../examples/experiment.yaml", "--server", server)
-	if code != 1 || out != "" || !strings.Contains(errOut, "spec of plan exp not stored: no planner answers poolplanner.validate") {
+	code, out, errOut := run(t, "spec", "set", "--plan", "exp", "../../examples/experiment.yaml", "--wait", "300ms", "--server", server)
+	if code != 1 || out != "" || !strings.Contains(errOut, "spec of plan exp not stored: no planner answers poolplanner.validate to validate it, waited 300ms") {
 		t.Errorf("spec set without a planner: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
-	if revs := specRevisions(t, server); len(revs) != 0 {
-		t.Errorf("specs stored after a refusal: %v", revs)
+	// Nothing stored, not even the bucket: spec ls finds no state.
+	if code, _, errOut := run(t, "spec", "ls", "--server", server); code != 1 || !strings.Contains(errOut, "no poolplanner state") {
+		t.Errorf("spec ls after a refusal: exit %d: %s", code, errOut)
 	}
-	code, out, errOut = run(t, "spec", "set", "--plan", "exp", "../../examples/experiment.yaml", "--force", "--server", server)
+	code, out, errOut = run(t, "spec", "set", "--plan", "exp", "../../examples/experiment.yaml", "--force", "--wait", "0", "--server", server)
 	if code != 0 || !strings.Contains(out, "spec of plan exp stored") || !strings.Contains(errOut, "stored without validation (--force): no planner answers poolplanner.validate") {
 		t.Errorf("spec set --force without a planner: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
 	if revs := specRevisions(t, server); revs["exp"] == 0 {
 		t.Errorf("no spec of plan exp after spec set --force: %v", revs)
+	}
+	if code, _, errOut := run(t, "spec", "set", "--plan", "exp", "../../examples/experiment.yaml", "--wait", "-1s", "--server", server); code != 2 || !strings.Contains(errOut, "--wait") {
+		t.Errorf("--wait -1s: exit %d: %s", code, errOut)
+	}
+}
+
+// TestSpecSetWaitsForPlanner: spec set sent while no planner serves yet
+// (planner serve just started) waits for one to answer, and stores the
+// spec it validates.
+func TestSpecSetWaitsForPlanner(t *testing.T) {
+	srv := natstest.Start(t)
+	type result struct {
+		code        int
+		out, errOut string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, out, errOut := run(t, "spec", "set", "--plan", "exp", "../../examples/experiment.yaml", "--wait", "2m", "--server", srv.URL())
+		done <- result{code, out, errOut}
+	}()
+	// Its first request has gone unanswered: no planner yet.
+	natstest.WaitFor(t, 30*time.Second, "spec set's first validate request", func() bool {
+		v, err := srv.NATS().Varz(nil)
+		return err == nil && v.InMsgs > 0
+	})
+	runServe(t, "--server", srv.URL(), "--simulate", "4x8xH100", "--no-local-reporter", "--settle", "-1s")
+	select {
+	case r := <-done:
+		if r.code != 0 || !strings.Contains(r.out, "spec of plan exp stored") || r.errOut != "" {
+			t.Fatalf("spec set: exit %d\nstdout %s\nstderr %s", r.code, r.out, r.errOut)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("spec set did not end")
+	}
+}
+
+// TestSpecSetQuotaItsOwn: beside the quick start's plan (24 of 32
+// GPUs), a spec over its own max_gpus is refused for its quota alone,
+// by validate and spec set both, never put down to plan default.
+func TestSpecSetQuotaItsOwn(t *testing.T) {
+	server, serveErr := startQuickServe(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("serve: %s", serveErr.String())
+		}
+	})
+	runUntil(t, 30*time.Second, succeeds, "lookup", "train", "0", "--server", server)
+	q := writeFile(t, "q.yaml", "scheduling: {train: {worker_num: 8, num_cpus: 1, num_gpus: 1}}\nmax_gpus: 4\n")
+	const want = "max_gpus: the plan needs 8 GPUs; its quota is 4"
+	for _, args := range [][]string{
+		{"validate", "--plan", "q", "--spec", q},
+		{"spec", "set", "--plan", "q", q},
+	} {
+		code, out, errOut := run(t, append(args, "--server", server)...)
+		if code != 1 || !strings.Contains(out+errOut, want) || strings.Contains(out+errOut, "default (priority") {
+			t.Errorf("%s: exit %d\nstdout %s\nstderr %s", strings.Join(args, " "), code, out, errOut)
+		}
 	}
 }

@@ -40,9 +40,12 @@ type statusReport struct {
 	Reason   string          `json:"reason,omitempty"`
 	Error    string          `json:"error,omitempty"`
 	At       *time.Time      `json:"published_at,omitempty"`
-	Leader   *bus.Lease      `json:"leader"`
-	Server   string          `json:"server"`
-	Streams  []streamStatus  `json:"streams"`
+	// Spec is the plan's stored spec: which (its revision in the spec
+	// bucket) and since when; nil when it has none or it cannot be read.
+	Spec    *specStatus    `json:"spec,omitempty"`
+	Leader  *bus.Lease     `json:"leader"`
+	Server  string         `json:"server"`
+	Streams []streamStatus `json:"streams"`
 	// Plans are every plan on the cluster (the one named too), by
 	// priority; Nodes, per node, the GPUs each plan holds there.
 	Plans []planStatus `json:"plans"`
@@ -62,8 +65,20 @@ type statusReport struct {
 	Drained []drainListing `json:"drained"`
 	// docs are the plans' latest revisions, read for Unplanned.
 	docs []*plan.Document
+	// noSpec: the plan has no stored spec (read, not unavailable).
+	noSpec bool
 	// mu guards Unavailable while the reads run at once.
 	mu sync.Mutex
+}
+
+// specStatus is which spec a plan's planner plans on: the stored one,
+// from when, and whether the latest revision follows it (not while it
+// is pending, the last spec's placement in force, nor before the
+// plan's first revision).
+type specStatus struct {
+	Revision uint64    `json:"revision"`
+	StoredAt time.Time `json:"stored_at"`
+	InForce  bool      `json:"in_force"`
 }
 
 // statusPartTimeout bounds each read of status, all made at once: an
@@ -147,6 +162,8 @@ type streamStatus struct {
 	Leader    string           `json:"leader,omitempty"`
 	Followers []followerStatus `json:"followers,omitempty"`
 	Error     string           `json:"error,omitempty"`
+	// notFound: the stream does not exist (Error says so).
+	notFound bool
 }
 
 type followerStatus struct {
@@ -156,6 +173,9 @@ type followerStatus struct {
 	Lag     uint64 `json:"lag,omitempty"`
 	// Seen is how long ago the stream's leader last heard from it.
 	Seen time.Duration `json:"last_seen_ns"`
+	// unheard: the stream has no leader, and this replica is not the
+	// server that answered (followersOf).
+	unheard bool
 }
 
 func newStatusCmd() *cobra.Command {
@@ -179,6 +199,9 @@ func newStatusCmd() *cobra.Command {
 			}
 			r, err := readStatus(ctx, js, c, plan)
 			if err != nil {
+				return err
+			}
+			if err := r.missing(cmd.Flags().Changed("plan")); err != nil {
 				return err
 			}
 			r.Server = nc.ConnectedUrlRedacted()
@@ -214,7 +237,7 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 		wg.Go(func() {
 			pctx, cancel := part()
 			defer cancel()
-			r.Streams[i] = streamOf(pctx, js, name)
+			r.Streams[i] = streamOf(pctx, js, name, time.Now())
 		})
 	}
 	plansRead := false
@@ -231,6 +254,23 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 		pctx, cancel := part()
 		defer cancel()
 		r.readDrains(pctx, js)
+	})
+	var spec *store.StoredSpec
+	noSpec := false
+	wg.Go(func() {
+		pctx, cancel := part()
+		defer cancel()
+		specs := store.NewSpecStore(js)
+		specs.NoCreate = true
+		e, err := specs.Entry(pctx, plan)
+		switch {
+		case err == nil:
+			spec = &e
+		case errors.Is(err, client.ErrNotFound) || errors.Is(err, store.ErrNoSpecBucket):
+			noSpec = true
+		default:
+			r.unavailable("plan %s's stored spec: %v", plan, err)
+		}
 	})
 	var nodes []inventory.NodeInventory
 	wg.Go(func() {
@@ -249,9 +289,32 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 	if plansRead && nodes != nil {
 		r.Unplanned = inventory.UnplannedUse(nodes, inventory.PlacedUUIDs(r.docs...))
 	}
+	r.noSpec = noSpec
+	if spec != nil {
+		r.Spec = &specStatus{Revision: spec.Revision, StoredAt: spec.Updated.UTC(), InForce: r.At != nil && r.Pending == ""}
+	}
+	judgeServers(r.Streams)
 	r.judgeStreams()
 	slices.Sort(r.Unavailable)
 	return r, nil
+}
+
+// missing is status's refusal when there is nothing to report on: no
+// poolplanner state on the server at all (none of its streams), or a
+// plan named (named: --plan given) that has neither a revision nor a
+// spec. A status of nothing would read as a healthy empty cluster.
+func (r *statusReport) missing(named bool) error {
+	none := len(r.Streams) > 0
+	for _, s := range r.Streams {
+		none = none && s.notFound
+	}
+	if none {
+		return fmt.Errorf("no poolplanner state on this server: none of its streams (%s, ...) exists; is --server the planner's server (or is planner serve running against it)?", r.Streams[0].Name)
+	}
+	if named && r.At == nil && r.Error == "" && r.noSpec {
+		return fmt.Errorf("plan %s: no such plan: it has no spec and no revision (planner spec ls lists the plans)", r.Plan)
+	}
+	return nil
 }
 
 // unavailable notes what could not be read; the reads call it at once.
@@ -307,6 +370,46 @@ func (r *statusReport) readLeader(ctx context.Context, js jetstream.JetStream, p
 	}
 	r.LeaderUnknown = true
 	r.unavailable("the leader: the lease cannot be read: %v", err)
+}
+
+// judgeServers marks a server offline on every stream once the streams
+// together say so, quorum or not: a server is one process, whatever its
+// streams, and each stream's own view lags or says nothing (a leader
+// elected after the server died never heard from it; a stream without
+// a leader knows nothing of its peers). Gone is offline on a stream
+// with a leader (followersOf), or unheard on one without. Alive is
+// heard from by a stream's leader within offlineAfter, a stream's
+// leader itself, or the server that answered for a stream without a
+// leader; alive wins, so a server that came back is not kept offline by
+// a stream yet to hear from it.
+func judgeServers(streams []streamStatus) {
+	gone, alive := map[string]time.Duration{}, map[string]bool{}
+	for _, s := range streams {
+		if s.Leader != "" {
+			alive[s.Leader] = true
+		}
+		for _, f := range s.Followers {
+			switch {
+			case f.Offline || f.unheard:
+				gone[f.Name] = max(gone[f.Name], f.Seen)
+			case s.Leader == "" && f.Current:
+				alive[f.Name] = true
+			case s.Leader != "" && f.Seen > 0 && f.Seen <= offlineAfter:
+				alive[f.Name] = true
+			}
+		}
+	}
+	for i := range streams {
+		for j := range streams[i].Followers {
+			f := &streams[i].Followers[j]
+			switch seen, ok := gone[f.Name]; {
+			case ok && !alive[f.Name]:
+				f.Offline, f.Seen = true, max(f.Seen, seen)
+			case alive[f.Name] && f.unheard:
+				f.unheard = false // another stream's leader heard it lately
+			}
+		}
+	}
 }
 
 // judgeStreams notes the streams that could not be read or have no
@@ -384,26 +487,48 @@ func (r *statusReport) readPlans(ctx context.Context, js jetstream.JetStream, c 
 	return nil
 }
 
-func streamOf(ctx context.Context, js jetstream.JetStream, name string) streamStatus {
+func streamOf(ctx context.Context, js jetstream.JetStream, name string, now time.Time) streamStatus {
 	s := streamStatus{Name: name}
 	st, err := js.Stream(ctx, name)
 	if err != nil {
-		s.Error = err.Error()
+		s.Error, s.notFound = err.Error(), errors.Is(err, jetstream.ErrStreamNotFound)
 		return s
 	}
 	info := st.CachedInfo()
 	s.Replicas, s.Messages = info.Config.Replicas, info.State.Msgs
 	if info.Cluster != nil {
 		s.Leader = info.Cluster.Leader
-		for _, p := range info.Cluster.Replicas {
-			// A server killed without a word is not marked offline by
-			// the leader for a long while; not heard from for a few
-			// heartbeats is offline enough.
-			off := p.Offline || p.Active > offlineAfter
-			s.Followers = append(s.Followers, followerStatus{Name: p.Name, Current: p.Current, Offline: off, Lag: p.Lag, Seen: p.Active})
-		}
+		s.Followers = followersOf(info.Cluster, now)
 	}
 	return s
+}
+
+// followersOf is how a stream's replicas stand as its cluster info
+// says, now. With a leader: a server killed without a word is not
+// marked offline by the servers for a long while, so a replica the
+// leader has not heard from for offlineAfter is offline, and so is one
+// it never heard from (last heard 0) in the offlineAfter it has led (a
+// leader elected after the server died). Without a leader the
+// answering server knows only itself: it is the replica that is
+// current, and every other is unheard, neither alive nor offline by
+// this stream alone (its last-heard times are stale: judgeServers reads
+// the streams together).
+func followersOf(ci *jetstream.ClusterInfo, now time.Time) []followerStatus {
+	var out []followerStatus
+	for _, p := range ci.Replicas {
+		f := followerStatus{Name: p.Name, Current: p.Current, Lag: p.Lag, Seen: p.Active}
+		switch {
+		case ci.Leader == "":
+			f.unheard = !p.Current
+			f.Seen = 0
+		case p.Offline || p.Active > offlineAfter:
+			f.Offline = true
+		case p.Active == 0 && !p.Current && ci.LeaderSince != nil && now.Sub(*ci.LeaderSince) > offlineAfter:
+			f.Offline, f.Seen = true, now.Sub(*ci.LeaderSince)
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 // stateText is a plan's state as status prints it, from its typed
@@ -472,6 +597,16 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 			fmt.Fprintf(w, "  pending spec: %s (the last placement stays in force)\n", r.Pending)
 		}
 	}
+	if s := r.Spec; s != nil {
+		state := "in force"
+		switch {
+		case r.At == nil:
+			state = "no revision planned on it yet"
+		case !s.InForce:
+			state = "pending: the placement follows the spec before it"
+		}
+		fmt.Fprintf(w, "  spec: spec revision %d, stored %s (%s ago), %s\n", s.Revision, s.StoredAt.Format(time.RFC3339), now.Sub(s.StoredAt).Round(time.Second), state)
+	}
 	if r.LeaderUnknown {
 		fmt.Fprintln(w, "leader: UNKNOWN: the plan stream is unavailable, so no lease can be read or renewed")
 	} else if l := r.Leader; l != nil {
@@ -503,6 +638,9 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 			switch {
 			case f.Offline:
 				state = "OFFLINE"
+			case !f.Current && s.Leader == "":
+				// Only a leader knows how far behind a replica is.
+				state = "not known: no leader to ask"
 			case !f.Current:
 				state = fmt.Sprintf("catching up, %d behind", f.Lag)
 			}

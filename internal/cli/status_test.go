@@ -47,6 +47,8 @@ func TestStatusInOutage(t *testing.T) {
 		waited = true
 		return out
 	}
+	// status exits 1 until the planner made its streams.
+	runUntil(t, 60*time.Second, succeeds, "status", "--server", c.URL(0))
 	waitForOut("a valid plan and a leader", func(out string) bool {
 		return strings.Contains(out, "plan default: revision 1, valid") && strings.Contains(out, "leader: planner")
 	})

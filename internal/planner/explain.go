@@ -153,8 +153,19 @@ func (e *engine) explainComp(ci comp, ts *tallies) plan.Explanation {
 			x.Excluded = append(x.Excluded, rc)
 		}
 	}
+	// A node without a GPU (a control-plane VM beside the GPU nodes)
+	// cannot take a GPU worker: worth saying when the component fell
+	// short, noise in the why of every component placed in full. (The
+	// notes keep it.)
+	full := x.Placed == x.Asked
+	if full {
+		x.Excluded = slices.DeleteFunc(x.Excluded, func(rc plan.ReasonCount) bool { return rc.Reason == ReasonNoGPUs })
+	}
 	if needsGPUs {
 		for reason, t := range ts[nComp] {
+			if full && reason == ReasonNoGPUs {
+				continue
+			}
 			x.Excluded = append(x.Excluded, plan.ReasonCount{Reason: reason, Nodes: t.nodes, NodeIDs: t.ids})
 		}
 	}

@@ -2,6 +2,7 @@ package planner
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -131,5 +132,55 @@ func checkExplanation(t *testing.T, which string, c explainCase, p *Plan) {
 	}
 	if x.Asked != asked || (c.valid && x.Placed != asked) || (!c.valid && x.Placed >= asked) {
 		t.Errorf("%s: %d of %d placed, spec asks %d", which, x.Placed, x.Asked, asked)
+	}
+}
+
+// TestWhyLeavesOutGPUlessNodes: a node without GPUs (the quick start's
+// machine beside simulated GPU nodes) is no part of the why of a
+// component placed in full, though its note stays; where a component
+// falls short it is named with the rest.
+func TestWhyLeavesOutGPUlessNodes(t *testing.T) {
+	vm := uniformNodes(1, 0, 8)[0]
+	vm.ID = "vm"
+	nodes := append(uniformNodes(4, 8, 128), vm)
+	read := func(path string) *Spec {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mustSpec(t, string(data))
+	}
+	quick := read("../../examples/disaggregate.yaml")
+	held, err := Compute(quick, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	others := []Job{{Name: "default", Spec: quick, Prev: held}}
+	cases := []struct {
+		name  string
+		spec  *Spec
+		named bool
+	}{
+		// As planner validate examples/experiment.yaml beside the quick
+		// start's plan: the packer passes every node by, the vm too.
+		{"placed in full", read("../../examples/experiment.yaml"), false},
+		{"short", mustSpec(t, "scheduling:\n  eval: {worker_num: 2, num_cpus: 100, num_gpus: 4}\n"), true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, _ := PlanBeside(c.spec, nodes, others)
+			named := false
+			for _, x := range p.Explanations {
+				for _, rc := range x.Excluded {
+					named = named || rc.Reason == ReasonNoGPUs
+				}
+			}
+			if named != c.named {
+				t.Errorf("why names %q: %v, want %v: %+v", ReasonNoGPUs, named, c.named, p.Explanations)
+			}
+			if !slices.ContainsFunc(p.Notes, func(n plan.Note) bool { return n.NodeID == "vm" && n.Reason == ReasonNoGPUs }) {
+				t.Errorf("the vm's note is gone: %+v", p.Notes)
+			}
+		})
 	}
 }

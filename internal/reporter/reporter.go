@@ -108,7 +108,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Alive == nil {
 		cfg.Alive = ProcessAlive
 	}
-	r := &run{Config: cfg, putTimeout: min(max(cfg.Heartbeat, time.Second), 5*time.Second), instance: nuid.Next()}
+	r := &run{Config: cfg, putTimeout: min(max(cfg.Heartbeat, time.Second), 5*time.Second), instance: nuid.Next(), started: cfg.Now()}
 	instances.Store(r.instance, true)
 	defer instances.Delete(r.instance)
 	return r.loop(ctx)
@@ -137,6 +137,21 @@ type run struct {
 	fails   int    // consecutive failed puts or reads
 	retry   *time.Timer
 	retryCh <-chan time.Time
+	// started is when the run began; published, whether a put ever
+	// succeeded: failures before it, within bus.StartGrace, are a
+	// cluster forming (failLevel).
+	started   time.Time
+	published bool
+}
+
+// failLevel is the level of a failed put or read: info while JetStream
+// comes up at start, a warning once it was reached or past
+// bus.StartGrace.
+func (r *run) failLevel() zerolog.Level {
+	if r.published {
+		return zerolog.WarnLevel
+	}
+	return bus.StartLevel(r.Now().Sub(r.started))
 }
 
 func (r *run) loop(ctx context.Context) error {
@@ -235,7 +250,7 @@ func (r *run) put(ctx context.Context, heartbeat bool) bool {
 		r.stored = false
 		r.fails++
 		r.Metrics.Failed("publish")
-		r.Log.Warn().Err(err).Int("attempt", r.fails).Msg("publishing the inventory failed; retrying")
+		r.Log.WithLevel(r.failLevel()).Err(err).Int("attempt", r.fails).Msg("publishing the inventory failed; retrying")
 		return false
 	}
 	ev := r.Log.Debug()
@@ -251,7 +266,7 @@ func (r *run) put(ctx context.Context, heartbeat bool) bool {
 	}
 	ev.Str("kind", kind).Uint64("revision", rev).Int("gpus", len(r.last.GPUs)).Msg("inventory published")
 	r.Metrics.Put(kind)
-	r.stored, r.fails, r.rev = true, 0, rev
+	r.stored, r.fails, r.rev, r.published = true, 0, rev, true
 	return true
 }
 
@@ -268,7 +283,7 @@ func (r *run) claim(ctx context.Context, moved bool) bool {
 		r.stored = false
 		r.fails++
 		r.Metrics.Failed("publish")
-		r.Log.Warn().Err(err).Int("attempt", r.fails).Msg("reading the inventory key failed; retrying")
+		r.Log.WithLevel(r.failLevel()).Err(err).Int("attempt", r.fails).Msg("reading the inventory key failed; retrying")
 		return false
 	}
 	var other inventory.NodeInventory

@@ -26,12 +26,23 @@ const ValidateMaxWorkers = 100_000
 
 // Validate implements store.Answerer: spec planned afresh on what the
 // plans of its priority or higher leave of the live inventory (lower
-// ones would give way), nothing published. (The service runs one
-// validation at a time: a micro endpoint handles its requests in turn.)
-func (p *Service) Validate(_ context.Context, data []byte, as string) (*client.ValidateReply, error) {
+// ones would give way), nothing published. As an existing plan's new
+// spec (as), a spec that fits is answered with what the replan would
+// publish: the same engine call (planner.PlanAll, with the plan's
+// latest revision as the preference), so its moved count is the
+// revision's. (The service runs one validation at a time: a micro
+// endpoint handles its requests in turn.)
+func (p *Service) Validate(ctx context.Context, data []byte, as string) (*client.ValidateReply, error) {
 	spec, err := planner.ParseSpec(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: spec: %w", client.ErrBadRequest, err)
+	}
+	if p.ready != nil {
+		select {
+		case <-p.ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: this planner is starting: it has not read the inventory and the specs yet; ask again in a moment", client.ErrInternal)
+		}
 	}
 	sn := p.view()
 	nodes := sn.nodes
@@ -41,12 +52,18 @@ func (p *Service) Validate(_ context.Context, data []byte, as string) (*client.V
 			others = append(others, planner.Job{Name: s.name, Spec: s.spec, Prev: s.latest.Plan})
 		}
 	}
-	doc, _ := planner.PlanBeside(spec, nodes, others)
-	reply := doc.Document
-	if !reply.Valid && len(others) > 0 {
-		reply.Error = whyNotBeside(spec, nodes, others, reply.Error)
+	var reply plan.Document
+	if next := replanAs(sn, as, spec); next != nil {
+		reply = next.Document
+	} else {
+		doc, _ := planner.PlanBeside(spec, nodes, others)
+		reply = doc.Document
+		if !reply.Valid && len(others) > 0 {
+			reply.Error = whyNotBeside(doc, spec, nodes, others, reply.Error)
+		}
 	}
 	reply.Name = cmp.Or(as, "(new plan)")
+	reply.Revision = 0
 	reply.CreatedAt = p.cfg.Now().UTC()
 	reply.Reason = "validation: not published"
 	if n := reply.Workers.Len(); n > ValidateMaxWorkers {
@@ -60,12 +77,65 @@ func (p *Service) Validate(_ context.Context, data []byte, as string) (*client.V
 	return &client.ValidateReply{Document: &reply, Nodes: len(nodes)}, nil
 }
 
+// replanAs is what the replan would make of plan as with spec as its
+// stored spec, when as has a placed revision and spec fits in full
+// (valid, nothing pending): the jobs the loop's replan gives
+// planner.PlanAll (releaseRemoved), as's spec replaced. nil otherwise:
+// the refusal is then worded as a validation's (PlanBeside), which says
+// whose room it lacks.
+func replanAs(sn *snapshot, as string, spec *planner.Spec) *planner.Plan {
+	v, ok := sn.plans[as]
+	if as == "" || !ok || !v.planned || v.removing || v.latest == nil || v.latest.Unreadable || !v.latest.Plan.Placed() {
+		return nil
+	}
+	var jobs []planner.Job
+	at := -1
+	for _, s := range sn.planned() {
+		if s.removing {
+			continue
+		}
+		var prev *planner.Plan
+		if s.latest != nil && !s.latest.Unreadable {
+			prev = s.latest.Plan
+		}
+		switch {
+		case s.name == as:
+			at = len(jobs)
+			jobs = append(jobs, planner.Job{Name: s.name, Spec: spec, Prev: prev, Age: s.age})
+		case s.spec == nil:
+			if prev != nil && prev.Placed() {
+				jobs = append(jobs, planner.Job{Name: s.name, Prev: prev, Age: s.age})
+			}
+		default:
+			jobs = append(jobs, planner.Job{Name: s.name, Spec: s.spec, Prev: prev, Age: s.age})
+		}
+	}
+	if at < 0 {
+		return nil
+	}
+	o := planner.PlanAll(jobs, sn.nodes)[at]
+	if o.Err != nil || o.Plan.PendingSpec != nil || !o.Plan.Valid {
+		return nil
+	}
+	return o.Plan
+}
+
 // whyNotBeside says first whether spec could fit the cluster at all,
 // and, if it could, which plans hold the room it lacks (beside: the
-// error planned beside them).
-func whyNotBeside(spec *planner.Spec, nodes []planner.Node, others []planner.Job, beside string) string {
-	if _, err := planner.Compute(spec, nodes); err != nil {
+// error planned beside them, doc its plan). An error of the spec's own,
+// its quota above all, is never put down to others.
+func whyNotBeside(doc *planner.Plan, spec *planner.Spec, nodes []planner.Node, others []planner.Job, beside string) string {
+	if doc.Status != nil && doc.Status.Reason == plan.ReasonQuota {
+		return beside
+	}
+	alone, err := planner.Compute(spec, nodes)
+	if err != nil {
 		return "it cannot fit this cluster at all, whatever other plans hold: " + err.Error()
+	}
+	if o := planner.WithinQuota(planner.Outcome{Plan: alone}, spec); o.Err != nil {
+		// It would fit the cluster alone, but not within its quota: its
+		// own limit, whatever the others hold.
+		return o.Err.Error()
 	}
 	var holders []string
 	for _, o := range others {

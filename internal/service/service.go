@@ -73,6 +73,11 @@ type Config struct {
 	// has none (or, with ReplaceSpec, if it differs from the stored one).
 	Spec        []byte
 	ReplaceSpec bool
+	// SpecSeeded, when set, is told at start (again at each try, should
+	// reading the plan after it fail) what became of Spec beside the
+	// plan's stored spec: serve says it on stderr, as a stored spec kept
+	// over a differing file is easy to miss in a log.
+	SpecSeeded func(SpecSeed)
 	// Debounce is how long the inventory must stay quiet before a
 	// replan; zero replans at once.
 	Debounce time.Duration
@@ -192,6 +197,13 @@ type Service struct {
 	// idle with nothing pending, for Idle.
 	phase atomic.Int32
 	quiet quiet
+	// ready, made by Run before the service answers, is closed (once,
+	// readyOnce) when the loop first publishes a snapshot past syncing:
+	// the inventory and the specs read. A validation asked before then
+	// waits for it, rather than plan on no nodes (spec set right after
+	// serve). nil without Run (a test driving the Service): no wait.
+	ready     chan struct{}
+	readyOnce sync.Once
 
 	// pulse is the loop's heartbeat (liveness.go); healthMu guards what
 	// Health reports: problems by key, the stand-down and the replans
@@ -382,6 +394,7 @@ func (p *Service) Run(ctx context.Context) error {
 	p.publishSnapshot(true)
 	// Its gauges say the latest at once, not at the next revision.
 	p.gauges(own, latest)
+	p.ready = make(chan struct{})
 	if !p.cfg.NoService {
 		svc, err := bus.AddService(p.cfg.NC, store.Endpoints(p))
 		if err != nil {
@@ -407,6 +420,7 @@ func (p *Service) Run(ctx context.Context) error {
 // compose file starting everything at once). false means ctx ended; an
 // error, that waiting cannot mend it (too few servers for --replicas).
 func (p *Service) startRetrying(ctx context.Context) (*store.StoredPlan, bool, error) {
+	begin := p.clock.Now()
 	for attempt := 0; ; attempt++ {
 		latest, err := p.start(ctx)
 		if err == nil {
@@ -419,7 +433,10 @@ func (p *Service) startRetrying(ctx context.Context) (*store.StoredPlan, bool, e
 			return nil, false, nil
 		}
 		wait := bus.Backoff(attempt)
-		p.cfg.Log.Warn().Err(err).Str("retry_in", dur(wait)).Msg("cannot start (JetStream away, or the stream refuses); retrying")
+		// A cluster forming answers nothing for a while: expected at
+		// first (bus.StartGrace), a warning past it.
+		p.cfg.Log.WithLevel(bus.StartLevel(p.clock.Now().Sub(begin))).Err(err).Str("retry_in", dur(wait)).
+			Msg("cannot start (JetStream away, or the stream refuses); retrying")
 		c, stop := p.after(wait)
 		select {
 		case <-ctx.Done():
@@ -486,7 +503,13 @@ func (p *Service) seedSpec(ctx context.Context) error {
 	if len(p.cfg.Spec) == 0 {
 		return nil
 	}
-	cur, rev, err := p.specs.Get(ctx, p.cfg.Plan)
+	stored, err := p.specs.Entry(ctx, p.cfg.Plan)
+	cur, rev := stored.Spec, stored.Revision
+	seeded := func(kind SeedKind) {
+		if p.cfg.SpecSeeded != nil {
+			p.cfg.SpecSeeded(SpecSeed{Plan: p.cfg.Plan, Kind: kind, Revision: rev, Stored: stored.Updated})
+		}
+	}
 	if errors.Is(err, client.ErrNotFound) && !p.cfg.ReplaceSpec {
 		if lost := p.specLost(ctx); lost != nil {
 			return lost
@@ -496,6 +519,7 @@ func (p *Service) seedSpec(ctx context.Context) error {
 	case err != nil && !errors.Is(err, client.ErrNotFound):
 		return err
 	case err == nil && sameSpec(cur, p.cfg.Spec):
+		seeded(SeedSame)
 		return nil
 	case err != nil && p.cfg.ReplaceSpec:
 		p.planLog().Warn().Msg("--replace-spec: no stored spec could be read; storing --spec")
@@ -508,18 +532,53 @@ func (p *Service) seedSpec(ctx context.Context) error {
 		}
 		if _, cerr := kv.Create(ctx, p.cfg.Plan, p.cfg.Spec); cerr != nil && !errors.Is(cerr, jetstream.ErrKeyExists) {
 			return fmt.Errorf("store spec %s: %w", p.cfg.Plan, cerr)
+		} else if cerr == nil {
+			seeded(SeedStored)
 		}
 		return nil
 	case err == nil && !p.cfg.ReplaceSpec:
 		p.planLog().Warn().Uint64("spec_revision", rev).
 			Msg("the stored spec differs from --spec: keeping the stored one, set since (planner spec set); --replace-spec makes the file win")
+		seeded(SeedKept)
 		return nil
 	case err == nil:
 		p.planLog().Info().Uint64("replaced_revision", rev).Msg("--replace-spec: storing --spec over the stored spec")
 	}
 	_, err = p.specs.Put(ctx, p.cfg.Plan, p.cfg.Spec)
+	if err == nil {
+		seeded(SeedReplaced)
+	}
 	return err
 }
+
+// SpecSeed is what the planner made at start of its configured spec
+// (Config.Spec) beside the plan's stored one.
+type SpecSeed struct {
+	Plan string
+	Kind SeedKind
+	// Revision and Stored are the stored spec's, as found at start: the
+	// one kept (SeedKept, SeedSame) or replaced (SeedReplaced); zero
+	// when there was none.
+	Revision uint64
+	Stored   time.Time
+}
+
+// SeedKind is what became of the configured spec.
+type SeedKind int
+
+// The kinds of SpecSeed.
+const (
+	// SeedStored: the plan had no spec; the configured one is stored.
+	SeedStored SeedKind = iota + 1
+	// SeedSame: the stored spec plans as the configured one does.
+	SeedSame
+	// SeedKept: the stored spec differs and stays in force; the
+	// configured one is not used (ReplaceSpec unset).
+	SeedKept
+	// SeedReplaced: the stored spec differed and the configured one
+	// replaced it (ReplaceSpec).
+	SeedReplaced
+)
 
 // errSpecLost is seedSpec's refusal to store --spec where the spec
 // bucket lost what it held: waiting does not mend it.

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,6 +47,10 @@ type harness struct {
 	// beats keeps simulated nodes alive; cancel one to let it expire.
 	mu    sync.Mutex
 	beats map[string]context.CancelFunc
+	// ttl is the simulated nodes' key TTL (0: a second). A test that
+	// must see no node expire on a loaded machine, where a heartbeat may
+	// come seconds late, gives a longer one.
+	ttl time.Duration
 }
 
 // newHarness starts the harness's server (natstest's, with opts).
@@ -65,14 +70,15 @@ func newHarness(t *testing.T, opts ...natstest.Option) *harness {
 	return h
 }
 
-// node starts a simulated reporter for id: 8 H100s, a 1s TTL, a
-// heartbeat every 300ms.
+// node starts a simulated reporter for id: 8 H100s, a 1s TTL (h.ttl),
+// a heartbeat every 300ms.
 func (h *harness) node(id string) {
 	h.t.Helper()
 	doc := simDoc(id)
 	invs := store.NewInventoryStore(h.js)
 	ctx, cancel := context.WithCancel(context.Background())
-	if _, err := invs.Put(ctx, id, doc, false, time.Second); err != nil {
+	ttl := cmp.Or(h.ttl, time.Second)
+	if _, err := invs.Put(ctx, id, doc, false, ttl); err != nil {
 		h.t.Fatal(err)
 	}
 	h.mu.Lock()
@@ -86,7 +92,7 @@ func (h *harness) node(id string) {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				_, _ = invs.Put(ctx, id, doc, true, time.Second)
+				_, _ = invs.Put(ctx, id, doc, true, ttl)
 			}
 		}
 	}()
@@ -113,7 +119,7 @@ func (h *harness) heartbeats() {
 			was[id] = e.Revision()
 		}
 	}
-	natstest.WaitFor(h.t, 5*time.Second, "every live node's heartbeat", func() bool {
+	natstest.WaitFor(h.t, 15*time.Second, "every live node's heartbeat", func() bool {
 		for id, rev := range was {
 			if e, err := kv.Get(ctx, id); err != nil || e.Revision() <= rev {
 				return false
@@ -180,7 +186,9 @@ func (h *harness) history() []*planner.Plan {
 func (h *harness) waitRevision(rev int) *planner.Plan {
 	h.t.Helper()
 	var p *planner.Plan
-	natstest.WaitFor(h.t, 10*time.Second, fmt.Sprintf("revision %d", rev), func() bool {
+	// Bounds here are what a loaded machine (load 10, -race) needs, not
+	// what a test takes: a condition met returns at once.
+	natstest.WaitFor(h.t, 30*time.Second, fmt.Sprintf("revision %d", rev), func() bool {
 		sp, err := store.NewPlanStore(h.js).Latest(context.Background(), "default")
 		if err != nil || sp == nil || sp.Plan.Revision < rev {
 			return false
@@ -210,7 +218,7 @@ func (h *harness) replans(plan string) (done, published int) {
 // replans of plan.
 func (h *harness) waitReplans(plan string, n int) {
 	h.t.Helper()
-	natstest.WaitFor(h.t, 10*time.Second, fmt.Sprintf("%d replans of %s", n, plan), func() bool {
+	natstest.WaitFor(h.t, 30*time.Second, fmt.Sprintf("%d replans of %s", n, plan), func() bool {
 		done, _ := h.replans(plan)
 		return done >= n
 	})
@@ -222,7 +230,7 @@ func (h *harness) waitReplans(plan string, n int) {
 func (h *harness) waitPublished(plan string, n int) int {
 	h.t.Helper()
 	var done int
-	natstest.WaitFor(h.t, 10*time.Second, fmt.Sprintf("%d revisions of %s published", n, plan), func() bool {
+	natstest.WaitFor(h.t, 30*time.Second, fmt.Sprintf("%d revisions of %s published", n, plan), func() bool {
 		var published int
 		done, published = h.replans(plan)
 		return published >= n
@@ -233,11 +241,19 @@ func (h *harness) waitPublished(plan string, n int) int {
 func TestServiceEndToEnd(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
+	// On a loaded machine a heartbeat may come seconds late, and a
+	// planner's loop stall for seconds: no node may expire but the one
+	// killed, and no standby take the lease from the leader (which would
+	// then never publish the revision waited for below).
+	h.ttl = 5 * time.Second
+	start := func(ctx context.Context, spec string) context.CancelFunc {
+		return h.plannerWith(ctx, Config{Spec: []byte(spec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Minute})
+	}
 	ctx := context.Background()
 	for i := 1; i <= 4; i++ {
 		h.node(fmt.Sprintf("n%d", i))
 	}
-	stopA := h.planner(ctx, testSpec)
+	stopA := start(ctx, testSpec)
 	first := h.waitRevision(1)
 	if !first.Valid || first.Reason != "first plan" {
 		t.Fatalf("revision 1: valid %v reason %q error %q", first.Valid, first.Reason, first.Error)
@@ -281,7 +297,7 @@ func TestServiceEndToEnd(t *testing.T) {
 
 	// A restarted planner continues the sequence and republishes nothing.
 	stopA()
-	stopB := h.planner(ctx, testSpec)
+	stopB := start(ctx, testSpec)
 	defer stopB()
 	regB := h.reg
 	h.waitReplans("default", 1)
@@ -290,7 +306,7 @@ func TestServiceEndToEnd(t *testing.T) {
 	}
 
 	// Two planners at once, and a spec change: one linear history.
-	stopC := h.planner(ctx, "")
+	stopC := start(ctx, "")
 	defer stopC()
 	regC := h.reg
 	revisionGauge := `poolplanner_plan_revision{plan="default"}`

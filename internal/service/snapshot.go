@@ -39,6 +39,8 @@ type planView struct {
 	removing bool
 	// planned: the loop plans it (planState.planned).
 	planned bool
+	// age orders plans of equal priority in a replan (planState.age).
+	age uint64
 }
 
 // takeSnapshot is the loop's state now; prev (nil: none) lends the
@@ -51,7 +53,7 @@ type planView struct {
 func (p *Service) takeSnapshot(prev *snapshot, fresh bool) *snapshot {
 	sn := &snapshot{plans: make(map[string]planView, len(p.states)), names: slices.Sorted(maps.Keys(p.states))}
 	for name, s := range p.states {
-		sn.plans[name] = planView{name: name, latest: s.latest, spec: s.spec, removing: s.removing, planned: s.planned()}
+		sn.plans[name] = planView{name: name, latest: s.latest, spec: s.spec, removing: s.removing, planned: s.planned(), age: s.age}
 	}
 	sn.drains = p.drainViews()
 	now := p.clock.Now()
@@ -81,6 +83,11 @@ const inventoryEvery = 250 * time.Millisecond
 func (p *Service) publishSnapshot(fresh bool) (behind bool) {
 	sn := p.takeSnapshot(p.snap.Load(), fresh)
 	p.snap.Store(sn)
+	if p.ready != nil && phase(p.phase.Load()) != phaseSyncing && sn.gen == p.live.gen {
+		// Past syncing with the inventory as read, not a copy lent
+		// from before: validations may answer.
+		p.readyOnce.Do(func() { close(p.ready) })
+	}
 	return sn.gen != p.live.gen
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/internal/wire"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // inv is a simulated node of gpus H100s and cpus CPUs, with sick GPUs.
@@ -163,5 +164,85 @@ func TestValidateBounded(t *testing.T) {
 	huge := []byte(`{"scheduling": {"train": {"worker_num": 4, "num_gpus": 1}}, "x": "` + strings.Repeat("x", bus.MaxRequest) + `"}`)
 	if _, err := c.Validate(ctx, huge); !errors.Is(err, client.ErrBadRequest) || !strings.Contains(err.Error(), "at most 262144") {
 		t.Errorf("a request over the limit: %v", err)
+	}
+}
+
+// TestValidateOwnFaults: a spec refused for an error of its own (its
+// quota) is told so alone, never put down to the plans beside it; one
+// that lacks room others hold names them.
+func TestValidateOwnFaults(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	for i := 1; i <= 4; i++ {
+		h.node(fmt.Sprintf("n%d", i))
+	}
+	stop := h.planner(ctx, "scheduling:\n  train: {worker_num: 24, num_cpus: 1, num_gpus: 1}\n")
+	defer stop()
+	h.waitRevision(1)
+	c, _ := client.New(h.nc)
+	cases := []struct {
+		name, spec string
+		reason     string
+		want       string
+		others     bool
+	}{
+		{"over its quota, room enough", "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\nmax_gpus: 4\n",
+			plan.ReasonQuota, "max_gpus: the plan needs 8 GPUs; its quota is 4", false},
+		{"over its quota and the room", "scheduling:\n  train: {worker_num: 12, num_cpus: 1, num_gpus: 1}\nmax_gpus: 4\n",
+			"", "max_gpus: the plan needs 12 GPUs; its quota is 4", false},
+		{"room held by default", "scheduling:\n  train: {worker_num: 12, num_cpus: 1, num_gpus: 1}\n",
+			"", "default (priority 0, 24 GPUs)", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			reply, err := c.ValidateAs(ctx, "q", []byte(tc.spec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if reply.Valid || !strings.Contains(reply.Error, tc.want) || strings.Contains(reply.Error, "default") != tc.others {
+				t.Fatalf("valid %v, error %q: want %q, naming default %v", reply.Valid, reply.Error, tc.want, tc.others)
+			}
+			if tc.reason != "" && (reply.Status == nil || reply.Status.Reason != tc.reason) {
+				t.Errorf("status %+v, want reason %s", reply.Status, tc.reason)
+			}
+		})
+	}
+}
+
+// TestValidateMovesAsReplan: validating an existing plan's new spec
+// counts the workers the replan on it then moves (the same engine
+// call), not 0.
+func TestValidateMovesAsReplan(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	for i := 1; i <= 4; i++ {
+		h.node(fmt.Sprintf("n%d", i))
+	}
+	stop := h.planner(ctx, testSpec)
+	defer stop()
+	h.waitRevision(1)
+	h.waitPublished("default", 1)
+	next := `
+scheduling:
+  train:  {worker_num: 8, num_cpus: 1, num_gpus: 1}
+  eval:   {worker_num: 4, num_cpus: 1, num_gpus: 4}
+placement: {mode: auto, strategy: colocate, env_strategy: default}
+`
+	c, _ := client.New(h.nc)
+	reply, err := c.ValidateAs(ctx, "default", []byte(next))
+	if err != nil || !reply.Valid {
+		t.Fatalf("validate: %v (error %q)", err, reply.Error)
+	}
+	if _, err := store.NewSpecStore(h.js).Put(ctx, "default", []byte(next)); err != nil {
+		t.Fatal(err)
+	}
+	second := h.waitRevision(2)
+	if second.Moved == 0 || reply.Moved != second.Moved {
+		t.Fatalf("validate said %d moved, revision 2 moved %d (%s)", reply.Moved, second.Moved, second.Reason)
+	}
+	if reply.Revision != 0 || reply.Reason != "validation: not published" {
+		t.Errorf("reply revision %d reason %q: want an unpublished validation", reply.Revision, reply.Reason)
 	}
 }

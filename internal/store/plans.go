@@ -427,7 +427,16 @@ type SpecStore struct {
 	js jetstream.JetStream
 	// Replicas is how many servers keep the bucket (0: one).
 	Replicas int
+	// NoCreate keeps the store from creating the bucket: a read-only
+	// command (spec get, spec ls) finding none gets ErrNoSpecBucket,
+	// and leaves the server as it found it.
+	NoCreate bool
 }
+
+// ErrNoSpecBucket is a store that may not create the spec bucket
+// finding it missing: no planner ever ran against this server (or its
+// account).
+var ErrNoSpecBucket = errors.New("the spec bucket " + client.SpecBucket + " does not exist: no planner has run against this server (is planner serve connected to it?)")
 
 // NewSpecStore returns a store over js.
 func NewSpecStore(js jetstream.JetStream) *SpecStore { return &SpecStore{js: js} }
@@ -440,8 +449,11 @@ func (s *SpecStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 	if err == nil {
 		return kv, nil
 	}
-	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+	switch {
+	case !errors.Is(err, jetstream.ErrBucketNotFound):
 		return nil, fmt.Errorf("bucket %s: %w", client.SpecBucket, err)
+	case s.NoCreate:
+		return nil, ErrNoSpecBucket
 	}
 	return s.Ensure(ctx)
 }
@@ -478,18 +490,25 @@ func (s *SpecStore) Put(ctx context.Context, name string, spec []byte) (uint64, 
 
 // Get returns plan name's current spec, or ErrNotFound.
 func (s *SpecStore) Get(ctx context.Context, name string) ([]byte, uint64, error) {
+	e, err := s.Entry(ctx, name)
+	return e.Spec, e.Revision, err
+}
+
+// Entry returns plan name's current spec with its revision and when it
+// was stored, or ErrNotFound.
+func (s *SpecStore) Entry(ctx context.Context, name string) (StoredSpec, error) {
 	kv, err := s.KV(ctx)
 	if err != nil {
-		return nil, 0, err
+		return StoredSpec{}, err
 	}
 	e, err := kv.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, 0, fmt.Errorf("spec %s: %w", name, client.ErrNotFound)
+		return StoredSpec{}, fmt.Errorf("spec %s: %w", name, client.ErrNotFound)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("get spec %s: %w", name, err)
+		return StoredSpec{}, fmt.Errorf("get spec %s: %w", name, err)
 	}
-	return e.Value(), e.Revision(), nil
+	return StoredSpec{Plan: name, Spec: e.Value(), Revision: e.Revision(), Updated: e.Created()}, nil
 }
 
 // Delete removes plan name's spec (its history stays): the planner
