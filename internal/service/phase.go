@@ -50,7 +50,9 @@ func (ph phase) String() string {
 // phaseNow is the phase the loop is in.
 func (l *loop) phaseNow() phase {
 	switch {
-	case !l.synced || !l.specsIn:
+	case !l.synced || !l.specsIn || !l.p.drain.in:
+		// The drains are part of what a plan may use: answering a
+		// validation before they are read would offer drained GPUs.
 		return phaseSyncing
 	case !l.leads():
 		return phaseStandingBy
