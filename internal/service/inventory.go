@@ -20,6 +20,8 @@ type view struct {
 	docs  map[string]inventory.NodeInventory
 	nodes map[string]planner.Node
 	ids   []string // sorted: the nodes with a planner node
+	// docIDs are docs' ids, sorted.
+	docIDs []string
 	// gen counts the changes of docs (a snapshot's inventory is of one).
 	gen uint64
 	// changed is told each node whose document changes (old, present:
@@ -108,6 +110,9 @@ func (v *view) remove(id string) bool {
 	out := v.claims.Remove(id)
 	v.note(id, old, true)
 	delete(v.docs, id)
+	if i, found := slices.BinarySearch(v.docIDs, id); found {
+		v.docIDs = slices.Delete(v.docIDs, i, i+1)
+	}
 	v.tally.drop(id)
 	v.gen++
 	v.dropNode(id)
@@ -119,6 +124,10 @@ func (v *view) remove(id string) bool {
 func (v *view) set(id string, doc inventory.NodeInventory) error {
 	old, ok := v.doc(id)
 	v.note(id, old, ok)
+	if !ok {
+		i, _ := slices.BinarySearch(v.docIDs, id)
+		v.docIDs = slices.Insert(v.docIDs, i, id)
+	}
 	v.docs[id] = doc
 	v.tally.count(id, doc, &v.claims)
 	v.gen++
@@ -180,9 +189,9 @@ func (v *view) sortedDocs() []inventory.NodeInventory {
 	if c := &v.cache; c.docs != nil && c.docsGen == v.gen {
 		return c.docs
 	}
-	out := make([]inventory.NodeInventory, 0, len(v.docs))
-	for _, id := range slices.Sorted(maps.Keys(v.docs)) {
-		out = append(out, v.docs[id])
+	out := make([]inventory.NodeInventory, len(v.docIDs))
+	for i, id := range v.docIDs {
+		out[i] = v.docs[id]
 	}
 	v.cache.docs, v.cache.docsGen = out, v.gen
 	return out

@@ -2,6 +2,8 @@ package service
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -29,7 +31,7 @@ func recount(v *view) (unhealthy, conflicts int) {
 // TestTallyMatchesRecount: however documents come and go, and UUIDs
 // pass from node to node (a few shared among many nodes, so that claims
 // refuse and hand over), the kept tally is what counting every document
-// again says.
+// again says, and the sorted ids kept are the documents'.
 func TestTallyMatchesRecount(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		v := newView()
@@ -49,6 +51,9 @@ func TestTallyMatchesRecount(t *testing.T) {
 					})
 				}
 				_, _ = v.put(id, inv)
+			}
+			if want := slices.Sorted(maps.Keys(v.docs)); !slices.Equal(v.docIDs, want) {
+				t.Fatalf("step %d: document ids %v, want %v", step, v.docIDs, want)
 			}
 			u, c := recount(&v)
 			if v.tally.unhealthy != u || v.tally.conflicts != c {
