@@ -415,11 +415,11 @@ func (s *InventoryStore) Watch(ctx context.Context) (<-chan Event, error) {
 	}
 	out := make(chan Event, 64)
 	ended := bus.StopOnDone(ctx, it.Stop)
-	msgs := pump(ctx, it)
 	var initial uint64
 	if info := cons.CachedInfo(); info != nil {
 		initial = info.NumPending
 	}
+	msgs := readAhead(ctx, s, pump(ctx, it), initial)
 	go func() {
 		defer close(out)
 		defer close(ended)
@@ -455,7 +455,7 @@ func pump(ctx context.Context, it jetstream.MessagesContext) <-chan jetstream.Ms
 // initial state (the initial messages pending when the consumer was
 // made, one per key), then Synced, then every change, and the keys whose
 // TTL ran out, checked every expiryCheck.
-func (w *watcher) run(ctx context.Context, msgs <-chan jetstream.Msg, initial uint64, out chan<- Event) {
+func (w *watcher) run(ctx context.Context, msgs <-chan delivery, initial uint64, out chan<- Event) {
 	// Later puts may already be pending by the first delivery, so count
 	// rather than wait for NumPending 0.
 	synced := initial == 0
@@ -466,7 +466,7 @@ func (w *watcher) run(ctx context.Context, msgs <-chan jetstream.Msg, initial ui
 	defer tick.Stop()
 	var delivered uint64
 	for {
-		var msg jetstream.Msg
+		var msg delivery
 		select {
 		case <-ctx.Done():
 			return
@@ -483,12 +483,12 @@ func (w *watcher) run(ctx context.Context, msgs <-chan jetstream.Msg, initial ui
 			}
 			msg = m
 		}
-		ev, ok := w.event(ctx, msg)
+		ev, ok := w.event(ctx, msg.msg, msg.pre)
 		if ok && !send(ctx, out, ev) {
 			return
 		}
 		delivered++
-		if md, err := msg.Metadata(); !synced && (delivered >= initial || err == nil && md.NumPending == 0) {
+		if md, err := msg.msg.Metadata(); !synced && (delivered >= initial || err == nil && md.NumPending == 0) {
 			synced = true
 			if !send(ctx, out, Event{Op: Synced}) {
 				return
@@ -564,7 +564,7 @@ func (w *watcher) expired(ctx context.Context, now time.Time) []Event {
 }
 
 // event turns a headers-only message into an Event; false means skip it.
-func (w *watcher) event(ctx context.Context, msg jetstream.Msg) (Event, bool) {
+func (w *watcher) event(ctx context.Context, msg jetstream.Msg, pre <-chan fetched) (Event, bool) {
 	nodeID, ok := strings.CutPrefix(msg.Subject(), bus.InventorySubjectPrefix)
 	if !ok {
 		return Event{}, false
@@ -601,20 +601,24 @@ func (w *watcher) event(ctx context.Context, msg jetstream.Msg) (Event, bool) {
 	// delivered, NATS away) is skipped and the key forgotten: the next
 	// heartbeat reads it again, instead of passing for "unchanged" and
 	// hiding a change for ever.
-	kv, err := w.store.KV(ctx)
-	if err != nil {
-		delete(w.known, nodeID)
-		return Event{}, false
+	var f fetched
+	if pre != nil {
+		select {
+		case f = <-pre:
+		case <-ctx.Done():
+			return Event{}, false
+		}
+	} else {
+		f = fetch(ctx, w.store, msg)
 	}
-	e, err := kv.GetRevision(ctx, nodeID, ev.Revision)
-	if err != nil {
+	if f.err != nil {
 		delete(w.known, nodeID)
 		return Event{}, false
 	}
 	// The key is the node's identity: a document must say it is that
 	// node, and be possible, or the node is out.
 	kind := RejectUnparsable
-	err = json.Unmarshal(e.Value(), &ev.Inventory)
+	ev.Inventory, err = f.inv, f.decodeErr
 	if err == nil {
 		kind, err = RejectInvalid, ev.Inventory.Validate()
 	}
