@@ -19,8 +19,8 @@ import (
 // inventory bucket (n nodes, no plan yet) to the replan that publishes
 // its first revision done: the event, the snapshot and every node's
 // assignment acknowledged. Each round starts a new server and fills its
-// bucket outside the clock. It reports the first replan's own share and
-// the heap in use once it is done.
+// bucket outside the clock. It reports the first replan's own share, the
+// heap in use once it is done, and the process's CPU (processCPU).
 func BenchmarkColdStart(b *testing.B) {
 	for _, n := range []int{1000, 20000} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) { benchColdStart(b, n) })
@@ -28,7 +28,7 @@ func BenchmarkColdStart(b *testing.B) {
 }
 
 func benchColdStart(b *testing.B, n int) {
-	var took time.Duration
+	var took, cpu time.Duration
 	var replanning float64
 	var heap uint64
 	k := 0
@@ -46,10 +46,11 @@ func benchColdStart(b *testing.B, n int) {
 		done := make(chan error, 1)
 		runtime.GC()
 		b.StartTimer()
-		t0 := time.Now()
+		c0, t0 := processCPU(), time.Now()
 		go func() { done <- p.Run(ctx) }()
 		s.waitPublished(b, 1)
 		took += time.Since(t0)
+		cpu += processCPU() - c0
 		b.StopTimer()
 		replanning += s.replanSeconds(b)
 		var ms runtime.MemStats
@@ -65,4 +66,5 @@ func benchColdStart(b *testing.B, n int) {
 	b.ReportMetric(float64(took.Milliseconds())/float64(k), "ms-to-last-assignment/op")
 	b.ReportMetric(1000*replanning/float64(k), "ms-first-replan/op")
 	b.ReportMetric(float64(heap>>20), "MiB-heap-inuse")
+	b.ReportMetric(float64(cpu.Milliseconds())/float64(k), "process-cpu-ms/op")
 }

@@ -476,12 +476,14 @@ func benchNodeLeaves(b *testing.B, n int) {
 	var sent uint64
 	var took, slowest time.Duration
 	var replanning float64
+	var cpu time.Duration
 	k := 0
 	for b.Loop() {
 		victim := cur.Document.Workers.At(k * 7919 % cur.Document.Workers.Len()).NodeID
 		k++
 		_, before := published(s.planner)
 		spent := s.replanSeconds(b)
+		c0 := processCPU()
 		t0 := time.Now()
 		if err := invs.Delete(ctx, victim, time.Minute); err != nil {
 			b.Fatal(err)
@@ -500,6 +502,7 @@ func benchNodeLeaves(b *testing.B, n int) {
 			}
 		}
 		took += time.Since(t0)
+		cpu += processCPU() - c0
 		if d := time.Since(t0); d > slowest {
 			slowest = d
 		}
@@ -535,6 +538,7 @@ func benchNodeLeaves(b *testing.B, n int) {
 	// The planner's own share: the leave's replan, from the loop taking
 	// it up to its last assignment published.
 	b.ReportMetric(1000*replanning/float64(k), "ms-replan/op")
+	b.ReportMetric(float64(cpu.Milliseconds())/float64(k), "process-cpu-ms/op")
 }
 
 // TestHundredThousandNodes: a plan of 100,000 nodes (375,000 workers of
