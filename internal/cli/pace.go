@@ -2,7 +2,7 @@ package cli
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"time"
 
 	"github.com/poolplanner/poolplanner/internal/reporter"
@@ -22,49 +22,69 @@ const reporterRequests = 256
 type pacedStore struct {
 	inner reporter.Store
 	slots chan struct{}
+	// life is the reporters': when it ends, nobody waits for a turn.
+	life context.Context
 }
 
 var _ reporter.Store = (*pacedStore)(nil)
 
-func newPacedStore(inner reporter.Store, inFlight int) *pacedStore {
-	return &pacedStore{inner: inner, slots: make(chan struct{}, inFlight)}
+func newPacedStore(life context.Context, inner reporter.Store, inFlight int) *pacedStore {
+	return &pacedStore{inner: inner, slots: make(chan struct{}, inFlight), life: life}
 }
 
-// take waits for a slot; the caller gives it back.
-func (p *pacedStore) take(ctx context.Context, what, nodeID string) error {
+// turn waits for a slot and returns the context to make the request in,
+// and the function that gives the slot back. The wait is not the
+// request's: its deadline (the reporter's put timeout) counts from the
+// slot on, or 20,000 reporters queueing on a slow server would time out
+// waiting and retry, the storm again. Once the reporters' life ends
+// (shutdown) nobody waits: their last deletes go straight. Cancelling
+// ctx, not its deadline passing, ends the request.
+func (p *pacedStore) turn(ctx context.Context) (context.Context, func()) {
+	budget := time.Duration(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		budget = time.Until(dl)
+	}
+	slot := false
 	select {
 	case p.slots <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%s of node %s: waiting for the reporters' turn: %w", what, nodeID, ctx.Err())
+		slot = true
+	case <-p.life.Done():
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if budget >= 0 {
+		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), budget)
+	}
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	return rctx, func() {
+		stop()
+		cancel()
+		if slot {
+			<-p.slots
+		}
 	}
 }
-
-func (p *pacedStore) give() { <-p.slots }
 
 // PutIf is the inner store's, in turn.
 func (p *pacedStore) PutIf(ctx context.Context, nodeID string, doc []byte, heartbeat bool, ttl time.Duration, last uint64) (uint64, error) {
-	if err := p.take(ctx, "put", nodeID); err != nil {
-		return 0, err
-	}
-	defer p.give()
-	return p.inner.PutIf(ctx, nodeID, doc, heartbeat, ttl, last)
+	rctx, done := p.turn(ctx)
+	defer done()
+	return p.inner.PutIf(rctx, nodeID, doc, heartbeat, ttl, last)
 }
 
 // DeleteIf is the inner store's, in turn.
 func (p *pacedStore) DeleteIf(ctx context.Context, nodeID string, ttl time.Duration, last uint64) error {
-	if err := p.take(ctx, "delete", nodeID); err != nil {
-		return err
-	}
-	defer p.give()
-	return p.inner.DeleteIf(ctx, nodeID, ttl, last)
+	rctx, done := p.turn(ctx)
+	defer done()
+	return p.inner.DeleteIf(rctx, nodeID, ttl, last)
 }
 
 // State is the inner store's, in turn.
 func (p *pacedStore) State(ctx context.Context, nodeID string) (store.KeyState, error) {
-	if err := p.take(ctx, "key read", nodeID); err != nil {
-		return store.KeyState{}, err
-	}
-	defer p.give()
-	return p.inner.State(ctx, nodeID)
+	rctx, done := p.turn(ctx)
+	defer done()
+	return p.inner.State(rctx, nodeID)
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,13 +46,15 @@ func (b *busyStore) State(context.Context, string) (store.KeyState, error) {
 }
 
 // TestPacedStore: however many reporters call at once, no more than the
-// bound of their requests reach the store together, every one is served
-// in the end, and one waiting for its turn gives up when its context
-// ends, saying what it waited for.
+// bound of their requests reach the store together and every one is
+// served in the end; a request's deadline counts from its turn, not from
+// its wait; once the reporters' life ends nobody waits.
 func TestPacedStore(t *testing.T) {
 	const bound, callers = 8, 200
 	inner := &busyStore{release: make(chan struct{})}
-	p := newPacedStore(inner, bound)
+	life, end := context.WithCancel(context.Background())
+	defer end()
+	p := newPacedStore(life, inner, bound)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for i := range callers {
@@ -75,19 +76,60 @@ func TestPacedStore(t *testing.T) {
 	if m := inner.most.Load(); m > bound || m == 0 {
 		t.Fatalf("%d requests in the store at once, want 1 to %d", m, bound)
 	}
-	// Every slot taken: a further request waits, and gives up with its
-	// context.
+	// Every slot taken: a further request waits past its own deadline,
+	// then reaches the store with its whole budget.
 	for range bound {
 		wg.Go(func() { _, _ = p.State(ctx, "n") })
 	}
 	natstest.WaitFor(t, 10*time.Second, "every slot taken", func() bool { return inner.in.Load() == bound })
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if _, err := p.PutIf(cctx, "n7", nil, false, time.Minute, 0); !errors.Is(err, context.Canceled) || err.Error() != "put of node n7: waiting for the reporters' turn: context canceled" {
-		t.Fatalf("a request past the bound with its context ended: %v", err)
+	got := make(chan time.Duration, 1)
+	deadlined := &deadlineStore{got: got}
+	q := &pacedStore{inner: deadlined, slots: p.slots, life: life}
+	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	wg.Go(func() { _, _ = q.State(dctx, "n7") })
+	<-dctx.Done() // its deadline passes while it waits
+	inner.release <- struct{}{}
+	if left := <-got; left <= 0 || left > 50*time.Millisecond {
+		t.Fatalf("the request reached the store with %v of its 50ms left", left)
 	}
-	for range bound {
+	// The reporters' life ends: nobody waits for a turn.
+	end()
+	if err := q.DeleteIf(ctx, "n8", time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	if left := <-got; left >= 0 {
+		t.Fatalf("a request without a deadline reached the store with one (%v)", left)
+	}
+	for range bound - 1 {
 		inner.release <- struct{}{}
 	}
 	wg.Wait()
+}
+
+// deadlineStore tells got how much of its deadline each request has
+// left on arrival (-1: none).
+type deadlineStore struct{ got chan<- time.Duration }
+
+func (d *deadlineStore) left(ctx context.Context) {
+	left := time.Duration(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	d.got <- left
+}
+
+func (d *deadlineStore) PutIf(ctx context.Context, _ string, _ []byte, _ bool, _ time.Duration, _ uint64) (uint64, error) {
+	d.left(ctx)
+	return 1, ctx.Err()
+}
+
+func (d *deadlineStore) DeleteIf(ctx context.Context, _ string, _ time.Duration, _ uint64) error {
+	d.left(ctx)
+	return ctx.Err()
+}
+
+func (d *deadlineStore) State(ctx context.Context, _ string) (store.KeyState, error) {
+	d.left(ctx)
+	return store.KeyState{}, ctx.Err()
 }

@@ -422,7 +422,7 @@ func (o *serveOptions) startReporters(ctx context.Context, store *store.Inventor
 	done := make(chan struct{})
 	reporters := 0
 	// One server takes every reporter's requests: in turn, not all at once.
-	paced := newPacedStore(store, reporterRequests)
+	paced := newPacedStore(ctx, store, reporterRequests)
 	start := func(src inventory.Source, id string) {
 		reporters++
 		go func() {
