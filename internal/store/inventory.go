@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -260,30 +262,73 @@ func (s *InventoryStore) Get(ctx context.Context, nodeID string) (inventory.Node
 	return inv, e.Revision(), nil
 }
 
-// List returns the inventories of all reporting nodes, by node id.
+// List returns the inventories of all reporting nodes, by node id: in
+// one pass over the bucket's last message per key (a read per key, at
+// 20,000 nodes, took longer than planner status gives the inventory).
 func (s *InventoryStore) List(ctx context.Context) ([]inventory.NodeInventory, error) {
-	kv, err := s.KV(ctx)
+	if _, err := s.KV(ctx); err != nil {
+		return nil, fmt.Errorf("list inventory: %w", err)
+	}
+	cons, err := s.js.OrderedConsumer(ctx, bus.InventoryStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.InventorySubjectPrefix + ">"},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list inventory: %w", err)
 	}
-	keys, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list inventory: %w", err)
-	}
-	var ids []string
-	for k := range keys.Keys() {
-		ids = append(ids, k)
-	}
-	var out []inventory.NodeInventory
-	for _, id := range ids {
-		inv, _, err := s.Get(ctx, id)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // expired between listing and reading
+	defer func() {
+		// Gone now rather than left to expire on the server.
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			_ = s.js.DeleteConsumer(dctx, bus.InventoryStream, info.Name)
 		}
+	}()
+	var pending uint64
+	if info := cons.CachedInfo(); info != nil {
+		pending = info.NumPending
+	}
+	byID := map[string]inventory.NodeInventory{}
+	for read := uint64(0); read < pending; {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("list inventory: %d of %d keys read: %w", read, pending, err)
+		}
+		batch, err := cons.Fetch(int(min(pending-read, 1024)), jetstream.FetchContext(ctx))
 		if err != nil {
 			return nil, fmt.Errorf("list inventory: %w", err)
 		}
-		out = append(out, inv)
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, fmt.Errorf("list inventory: %w", err)
+			}
+			id, _ := strings.CutPrefix(m.Subject(), bus.InventorySubjectPrefix)
+			if removal(m.Headers()) != "" {
+				delete(byID, id)
+			} else {
+				var inv inventory.NodeInventory
+				if err := json.Unmarshal(m.Data(), &inv); err != nil {
+					return nil, fmt.Errorf("list inventory: get inventory %s: revision %d: %w", id, md.Sequence.Stream, err)
+				}
+				byID[id] = inv
+			}
+			if md.NumPending == 0 {
+				read = pending // nothing left of the state listed
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("list inventory: %w", err)
+		}
+		if n == 0 {
+			break // the rest expired since the listing began
+		}
+		read += uint64(n)
+	}
+	out := make([]inventory.NodeInventory, 0, len(byID))
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		out = append(out, byID[id])
 	}
 	return out, nil
 }
