@@ -460,11 +460,13 @@ func (o *serveOptions) connect(log zerolog.Logger, lost context.CancelCauseFunc)
 func (o *serveOptions) startReporters(ctx context.Context, store *store.InventoryStore, sims []simNodes, log zerolog.Logger, m *metrics.Reporter) (int, <-chan struct{}) {
 	done := make(chan struct{})
 	reporters := 0
+	// One server takes every reporter's requests: in turn, not all at once.
+	paced := newPacedStore(ctx, store, reporterRequests)
 	start := func(src inventory.Source, id string) {
 		reporters++
 		go func() {
 			defer func() { done <- struct{}{} }()
-			err := reporter.Run(ctx, reporter.Config{Source: src, Store: store, Heartbeat: o.heartbeat,
+			err := reporter.Run(ctx, reporter.Config{Source: src, Store: paced, Heartbeat: o.heartbeat,
 				TTL: o.heartbeat * reporter.DefaultTTLBeats, Log: log.With().Str("node", id).Logger(), Metrics: m})
 			if err != nil {
 				log.Error().Err(err).Str("node", id).Msg("reporter stopped")

@@ -67,6 +67,10 @@ type statusReport struct {
 	docs []*plan.Document
 	// noSpec: the plan has no stored spec (read, not unavailable).
 	noSpec bool
+	// leaseRead is when the lease was read: its expiry is told as of
+	// then, not as of the end of reads that may take seconds at scale
+	// (which told a lease renewed meanwhile as expired).
+	leaseRead time.Time
 	// mu guards Unavailable while the reads run at once.
 	mu sync.Mutex
 }
@@ -365,6 +369,7 @@ func (r *statusReport) readLeader(ctx context.Context, js jetstream.JetStream, p
 	}
 	if err == nil {
 		if r.Leader, err = ps.ReadLease(ctx, bus.LeaseName); err == nil {
+			r.leaseRead = time.Now()
 			return
 		}
 	}
@@ -610,8 +615,12 @@ func (r *statusReport) write(w io.Writer, now time.Time) error {
 	if r.LeaderUnknown {
 		fmt.Fprintln(w, "leader: UNKNOWN: the plan stream is unavailable, so no lease can be read or renewed")
 	} else if l := r.Leader; l != nil {
+		at := now
+		if !r.leaseRead.IsZero() {
+			at = r.leaseRead
+		}
 		fmt.Fprintf(w, "leader: planner %s on %s (pid %d), leading since %s, lease expires in %s unless renewed\n",
-			l.Holder, l.Host, l.PID, l.Since.UTC().Format(time.RFC3339), l.Expires().Sub(now).Round(100*time.Millisecond))
+			l.Holder, l.Host, l.PID, l.Since.UTC().Format(time.RFC3339), l.Expires().Sub(at).Round(100*time.Millisecond))
 		for _, p := range l.Problems {
 			fmt.Fprintf(w, "  PROBLEM: %s\n", p)
 		}

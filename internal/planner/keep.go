@@ -74,6 +74,8 @@ type planState struct {
 	// bufferOf maps a node's position to its buffer index, once asked.
 	bufferOnce sync.Once
 	bufferOf   map[int32]int
+	// held is the plan's holding by node id, once asked (allocator.byID).
+	held heldCache
 }
 
 // reusable reports whether a run of spec can start from st without

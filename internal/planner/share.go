@@ -174,7 +174,10 @@ type blocker struct {
 type allocator struct {
 	jobs  []Job
 	nodes []Node
-	index map[string]int32
+	index map[string]int32 // by node id; built by dense when nodes are not sorted
+	// held is holdingOf's answers by plan: a plan is not changed in its
+	// placement once made, and PlanAll asks again for each outcome.
+	held  map[*Plan]holding
 	order []int // jobs in placing order
 	// pending holds, per job, the outcome of a new spec that could not be
 	// placed (its plan kept the previous placement); kept, the spec each
@@ -185,10 +188,7 @@ type allocator struct {
 }
 
 func newAllocator(jobs []Job, nodes []Node) *allocator {
-	a := &allocator{jobs: jobs, nodes: nodes, index: make(map[string]int32, len(nodes)), order: make([]int, len(jobs))}
-	for i := range nodes {
-		a.index[nodes[i].ID] = int32(i)
-	}
+	a := &allocator{jobs: jobs, nodes: nodes, order: make([]int, len(jobs))}
 	for i := range a.order {
 		a.order[i] = i
 	}
@@ -230,48 +230,17 @@ func (a *allocator) holdingOf(p *Plan) holding {
 	if p == nil || !p.Placed() {
 		return nil
 	}
-	by := map[int32]*hold{}
-	at := func(id string) *hold {
-		i, ok := a.index[id]
-		if !ok {
-			return nil
-		}
-		h := by[i]
-		if h == nil {
-			h = &hold{at: i}
-			by[i] = h
-		}
-		return h
+	if h, ok := a.held[p]; ok {
+		return h // a pass's outcome, asked for again as PlanAll's next
 	}
-	add := func(list *[]int, g int) {
-		if i, found := slices.BinarySearch(*list, g); !found {
-			*list = slices.Insert(*list, i, g)
-		}
+	// By dense node positions, from the plan's holding by id: kept with
+	// the plan, or patched from its previous plan's (byID), so that a
+	// replan does not read 400,000 workers' node ids three times over.
+	out := a.dense(a.byID(p))
+	if a.held == nil {
+		a.held = map[*Plan]holding{}
 	}
-	for _, w := range p.Workers.All() {
-		if h := at(w.NodeID); h != nil {
-			h.cpus += w.CPUs
-		}
-	}
-	EachHeldGPU(p, func(node string, g int) {
-		if h := at(node); h != nil {
-			add(&h.gpus, g)
-		}
-	})
-	for _, u := range p.Unplaced {
-		if h := at(u.NodeID); h != nil {
-			for _, g := range u.GPUs {
-				if _, in := slices.BinarySearch(h.gpus, g); !in {
-					add(&h.resv, g)
-				}
-			}
-		}
-	}
-	out := make(holding, 0, len(by))
-	for _, h := range by {
-		out = append(out, *h)
-	}
-	slices.SortFunc(out, func(x, y hold) int { return cmp.Compare(x.at, y.at) })
+	a.held[p] = out
 	return out
 }
 
@@ -432,6 +401,9 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 	try := func(release int) Outcome {
 		nodes := a.remainder(slices.Concat(placed, same, lower[:len(lower)-release]), own)
 		doc, ch, err := replan(job.Prev, spec, nodes, keep)
+		if doc.Placed() {
+			a.byID(doc) // kept with doc: HeldGPUs reads it
+		}
 		o := WithinQuota(Outcome{doc, ch, err}, spec)
 		if o.Err != nil && err == nil && job.Prev != nil {
 			// Kept workers may hold more GPUs than a fresh packing.
@@ -714,6 +686,11 @@ func WithinQuota(o Outcome, spec *Spec) Outcome {
 // workers share it: its workers' and those its pools allocate (a GPU
 // reserved for a buffer, a manual pool's ranges).
 func HeldGPUs(p *Plan) int {
+	if p.state != nil {
+		if h := p.state.held.Load(); h != nil {
+			return heldCount(*h)
+		}
+	}
 	// A bit per GPU, a set per node, and the last node's set at hand:
 	// workers and allocations come node by node, so a map of every GPU
 	// of the cluster (a quarter of the offline planner's time at 20,000

@@ -20,6 +20,8 @@ type view struct {
 	docs  map[string]inventory.NodeInventory
 	nodes map[string]planner.Node
 	ids   []string // sorted: the nodes with a planner node
+	// docIDs are docs' ids, sorted.
+	docIDs []string
 	// gen counts the changes of docs (a snapshot's inventory is of one).
 	gen uint64
 	// changed is told each node whose document changes (old, present:
@@ -36,6 +38,10 @@ type view struct {
 	// out are the nodes and GPUs out of placement on purpose (drains,
 	// hold-outs: drain.go), applied to each node's planner node.
 	out map[string]nodeOut
+	// tally counts docs' unhealthy and refused GPUs (inventorySize).
+	tally tally
+	// cache is planNodes' and sortedDocs', of generation gen.
+	cache viewCache
 }
 
 // doc is node id's document as this view has it.
@@ -107,6 +113,10 @@ func (v *view) remove(id string) bool {
 	out := v.claims.Remove(id)
 	v.note(id, old, true)
 	delete(v.docs, id)
+	if i, found := slices.BinarySearch(v.docIDs, id); found {
+		v.docIDs = slices.Delete(v.docIDs, i, i+1)
+	}
+	v.tally.drop(id)
 	v.gen++
 	v.dropNode(id)
 	v.follow(out)
@@ -117,7 +127,12 @@ func (v *view) remove(id string) bool {
 func (v *view) set(id string, doc inventory.NodeInventory) error {
 	old, ok := v.doc(id)
 	v.note(id, old, ok)
+	if !ok {
+		i, _ := slices.BinarySearch(v.docIDs, id)
+		v.docIDs = slices.Insert(v.docIDs, i, id)
+	}
 	v.docs[id] = doc
+	v.tally.count(id, doc, &v.claims)
 	v.gen++
 	n, err := doc.PlannerNode()
 	if err != nil {
@@ -156,13 +171,41 @@ func (v *view) dropNode(id string) {
 	}
 }
 
-// planNodes is the inventory for planning, by id.
+// planNodes is the inventory for planning, by id: made once per
+// generation, and shared (the replan and the snapshot readers) as it
+// is never changed.
 func (v *view) planNodes() []planner.Node {
+	if c := &v.cache; c.nodes != nil && c.nodesGen == v.gen {
+		return c.nodes
+	}
 	out := make([]planner.Node, len(v.ids))
 	for i, id := range v.ids {
 		out[i] = v.nodes[id]
 	}
+	v.cache.nodes, v.cache.nodesGen = out, v.gen
 	return out
+}
+
+// sortedDocs is every document, by node id: made once per generation,
+// and shared as it is never changed.
+func (v *view) sortedDocs() []inventory.NodeInventory {
+	if c := &v.cache; c.docs != nil && c.docsGen == v.gen {
+		return c.docs
+	}
+	out := make([]inventory.NodeInventory, len(v.docIDs))
+	for i, id := range v.docIDs {
+		out[i] = v.docs[id]
+	}
+	v.cache.docs, v.cache.docsGen = out, v.gen
+	return out
+}
+
+// viewCache is what the view made for a generation of it.
+type viewCache struct {
+	nodes    []planner.Node
+	docs     []inventory.NodeInventory
+	nodesGen uint64
+	docsGen  uint64
 }
 
 // changes says what changed since the plan's latest revision, as live
@@ -341,20 +384,10 @@ func (p *Service) node(id string) (inventory.NodeInventory, bool) {
 }
 
 // inventorySize is the live inventory's nodes, unhealthy GPUs, and
-// GPUs refused because another node holds their UUID.
+// GPUs refused because another node holds their UUID: kept as the view
+// changes (tally), since the gauges are set after every replan.
 func (p *Service) inventorySize() (nodes, unhealthy, conflicts int) {
-	for id, doc := range p.live.docs {
-		unhealthy += len(doc.GPUs) - len(doc.HealthyGPUs())
-		for _, g := range doc.GPUs {
-			if g.Healthy {
-				continue
-			}
-			if h := p.live.claims.Holder(g.UUID); h != "" && h != id {
-				conflicts++
-			}
-		}
-	}
-	return len(p.live.docs), unhealthy, conflicts
+	return len(p.live.docs), p.live.tally.unhealthy, p.live.tally.conflicts
 }
 
 // maxConflictLines bounds the problems saying GPU UUID conflicts: a

@@ -344,6 +344,18 @@ func (l *loop) outageOf(s *planState) bool {
 	if l.ride.settlingOutage || s.latest == nil || !s.latest.Plan.Placed() || p.cfg.Settle < 0 {
 		return false
 	}
+	// Only a node of the plan that expired and is gone counts: with none,
+	// no set of the plan's 20,000 nodes is made at every replan.
+	gone := false
+	for id := range s.expired {
+		if _, ok := p.live.doc(id); !ok {
+			gone = true
+			break
+		}
+	}
+	if !gone {
+		return false
+	}
 	nodes := map[string]bool{}
 	for _, pl := range s.latest.Plan.Pools {
 		for _, n := range pl.Nodes {

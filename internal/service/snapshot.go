@@ -62,10 +62,7 @@ func (p *Service) takeSnapshot(prev *snapshot, fresh bool) *snapshot {
 		return sn
 	}
 	sn.nodes, sn.gen, sn.taken = p.live.planNodes(), p.live.gen, now
-	sn.docs = make([]inventory.NodeInventory, 0, len(p.live.docs))
-	for _, id := range slices.Sorted(maps.Keys(p.live.docs)) {
-		sn.docs = append(sn.docs, p.live.docs[id])
-	}
+	sn.docs = p.live.sortedDocs()
 	return sn
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -261,7 +262,17 @@ func (s *InventoryStore) Get(ctx context.Context, nodeID string) (inventory.Node
 	return inv, e.Revision(), nil
 }
 
-// List returns the inventories of all reporting nodes, by node id.
+// listWindow is how many of List's reads are in flight at once.
+const listWindow = 64
+
+// List returns the inventories of all reporting nodes, by node id. The
+// keys come from the stream's subjects and each value from a direct get,
+// not from a consumer: clients may make no consumer on the inventory
+// (auth's plannerOnlyConsumers), and a listing must not take a slot of
+// the stream's consumer cap from the planner's watch. The reads run
+// listWindow at a time, so 20,000 nodes cost one pass of round trips
+// rather than one after another (which took longer than planner status
+// gives the inventory).
 func (s *InventoryStore) List(ctx context.Context) ([]inventory.NodeInventory, error) {
 	if _, err := s.KV(ctx); err != nil {
 		return nil, fmt.Errorf("list inventory: %w", err)
@@ -270,16 +281,42 @@ func (s *InventoryStore) List(ctx context.Context) ([]inventory.NodeInventory, e
 	if err != nil {
 		return nil, fmt.Errorf("list inventory: %w", err)
 	}
-	var out []inventory.NodeInventory
-	for _, id := range ids {
-		inv, _, err := s.Get(ctx, id)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // expired between listing and reading
+	docs := make([]inventory.NodeInventory, len(ids))
+	have := make([]bool, len(ids))
+	errs := make([]error, len(ids))
+	slots := make(chan struct{}, listWindow)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return nil, fmt.Errorf("list inventory: %w", ctx.Err())
 		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			inv, _, err := s.Get(ctx, id)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+				// expired or deleted between listing and reading
+			case err != nil:
+				errs[i] = err
+			default:
+				docs[i], have[i] = inv, true
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
 		if err != nil {
-			return nil, fmt.Errorf("list inventory: %w", err)
+			return nil, fmt.Errorf("list inventory: %s: %w", ids[i], err)
 		}
-		out = append(out, inv)
+	}
+	out := make([]inventory.NodeInventory, 0, len(ids))
+	for i := range ids {
+		if have[i] {
+			out = append(out, docs[i])
+		}
 	}
 	return out, nil
 }
@@ -435,11 +472,11 @@ func (s *InventoryStore) Watch(ctx context.Context) (<-chan Event, error) {
 	}
 	out := make(chan Event, 64)
 	ended := bus.StopOnDone(ctx, it.Stop)
-	msgs := pump(ctx, it)
 	var initial uint64
 	if info := cons.CachedInfo(); info != nil {
 		initial = info.NumPending
 	}
+	msgs := readAhead(ctx, s, pump(ctx, it), initial)
 	go func() {
 		defer close(out)
 		defer close(ended)
@@ -475,7 +512,7 @@ func pump(ctx context.Context, it jetstream.MessagesContext) <-chan jetstream.Ms
 // initial state (the initial messages pending when the consumer was
 // made, one per key), then Synced, then every change, and the keys whose
 // TTL ran out, checked every expiryCheck.
-func (w *watcher) run(ctx context.Context, msgs <-chan jetstream.Msg, initial uint64, out chan<- Event) {
+func (w *watcher) run(ctx context.Context, msgs <-chan delivery, initial uint64, out chan<- Event) {
 	// Later puts may already be pending by the first delivery, so count
 	// rather than wait for NumPending 0.
 	synced := initial == 0
@@ -486,7 +523,7 @@ func (w *watcher) run(ctx context.Context, msgs <-chan jetstream.Msg, initial ui
 	defer tick.Stop()
 	var delivered uint64
 	for {
-		var msg jetstream.Msg
+		var msg delivery
 		select {
 		case <-ctx.Done():
 			return
@@ -503,12 +540,12 @@ func (w *watcher) run(ctx context.Context, msgs <-chan jetstream.Msg, initial ui
 			}
 			msg = m
 		}
-		ev, ok := w.event(ctx, msg)
+		ev, ok := w.event(ctx, msg.msg, msg.pre)
 		if ok && !send(ctx, out, ev) {
 			return
 		}
 		delivered++
-		if md, err := msg.Metadata(); !synced && (delivered >= initial || err == nil && md.NumPending == 0) {
+		if md, err := msg.msg.Metadata(); !synced && (delivered >= initial || err == nil && md.NumPending == 0) {
 			synced = true
 			if !send(ctx, out, Event{Op: Synced}) {
 				return
@@ -584,7 +621,7 @@ func (w *watcher) expired(ctx context.Context, now time.Time) []Event {
 }
 
 // event turns a headers-only message into an Event; false means skip it.
-func (w *watcher) event(ctx context.Context, msg jetstream.Msg) (Event, bool) {
+func (w *watcher) event(ctx context.Context, msg jetstream.Msg, pre <-chan fetched) (Event, bool) {
 	nodeID, ok := strings.CutPrefix(msg.Subject(), bus.InventorySubjectPrefix)
 	if !ok {
 		return Event{}, false
@@ -621,20 +658,24 @@ func (w *watcher) event(ctx context.Context, msg jetstream.Msg) (Event, bool) {
 	// delivered, NATS away) is skipped and the key forgotten: the next
 	// heartbeat reads it again, instead of passing for "unchanged" and
 	// hiding a change for ever.
-	kv, err := w.store.KV(ctx)
-	if err != nil {
-		delete(w.known, nodeID)
-		return Event{}, false
+	var f fetched
+	if pre != nil {
+		select {
+		case f = <-pre:
+		case <-ctx.Done():
+			return Event{}, false
+		}
+	} else {
+		f = fetch(ctx, w.store, msg)
 	}
-	e, err := kv.GetRevision(ctx, nodeID, ev.Revision)
-	if err != nil {
+	if f.err != nil {
 		delete(w.known, nodeID)
 		return Event{}, false
 	}
 	// The key is the node's identity: a document must say it is that
 	// node, and be possible, or the node is out.
 	kind := RejectUnparsable
-	err = json.Unmarshal(e.Value(), &ev.Inventory)
+	ev.Inventory, err = f.inv, f.decodeErr
 	if err == nil {
 		kind, err = RejectInvalid, ev.Inventory.Validate()
 	}

@@ -1,0 +1,208 @@
+package planner
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+// idHold is a hold by node id rather than position: what a plan holds
+// does not depend on the inventory it is read against, so it can be kept
+// with the plan and read again by the next run however the nodes
+// changed.
+type idHold struct {
+	id   string
+	gpus []int // sorted, each once
+	resv []int // sorted, each once, none in gpus
+	cpus float64
+}
+
+// heldCache is a plan's holding by node id (sorted by id), kept in its
+// run's state: a plan's placement is not changed once made. Read by the
+// loop and by validations alike, hence atomic; two computing it at once
+// compute the same.
+type heldCache = atomic.Pointer[[]idHold]
+
+// byID is what p holds, node by node, sorted by id: from p's state when
+// computed before; for a plan made from the state of one of the jobs'
+// previous plans (an incremental run), that plan's holding with only the
+// nodes the run touched read again; else from every worker and pool.
+func (a *allocator) byID(p *Plan) []idHold {
+	st := p.state
+	if st != nil {
+		if h := st.held.Load(); h != nil {
+			return *h
+		}
+	}
+	out := a.derived(p)
+	if out == nil {
+		out = scanHeld(p)
+	}
+	if st != nil {
+		st.held.Store(&out)
+	}
+	return out
+}
+
+// derived is p's holding patched from its run's previous plan's, or nil
+// when p's run did not start from a previous plan at hand whose holding
+// is known.
+func (a *allocator) derived(p *Plan) []idHold {
+	st := p.state
+	if st == nil || st.from == nil || st.spec.isManual() {
+		return nil
+	}
+	var base []idHold
+	for i := range a.jobs {
+		q := a.jobs[i].Prev
+		if q != nil && q.state != nil && q.state.token == st.from {
+			if h := q.state.held.Load(); h != nil {
+				base = *h
+			}
+			break
+		}
+	}
+	if base == nil {
+		return nil
+	}
+	ids := st.changedIDs()
+	content := st.nodeContent(p)
+	out := make([]idHold, 0, len(base)+len(ids))
+	k := 0
+	for _, id := range ids {
+		for k < len(base) && base[k].id < id {
+			out = append(out, base[k])
+			k++
+		}
+		if k < len(base) && base[k].id == id {
+			k++ // read again below
+		}
+		nc := content(id)
+		h := idHold{id: id}
+		for _, w := range nc.Workers {
+			h.cpus += w.CPUs
+			for _, g := range w.GPUs {
+				h.gpus = addGPU(h.gpus, g)
+			}
+		}
+		for _, pn := range nc.Pools {
+			h.gpus = allocated(h.gpus, pn)
+		}
+		if len(nc.Workers) > 0 || len(nc.Pools) > 0 {
+			out = append(out, h)
+		}
+	}
+	return append(out, base[k:]...)
+}
+
+// scanHeld is p's holding read from every worker and pool (and, for a
+// degraded plan, the GPUs its unplaced workers ran on last).
+func scanHeld(p *Plan) []idHold {
+	var out []idHold
+	pos := map[string]int{}
+	lastID, last := "", -1
+	// Workers and allocations come node by node: the last node's place
+	// at hand saves most lookups.
+	at := func(id string) *idHold {
+		if id != lastID || last < 0 {
+			i, ok := pos[id]
+			if !ok {
+				i = len(out)
+				pos[id] = i
+				out = append(out, idHold{id: id})
+			}
+			lastID, last = id, i
+		}
+		return &out[last]
+	}
+	for _, w := range p.Workers.All() {
+		h := at(w.NodeID)
+		h.cpus += w.CPUs
+		for _, g := range w.GPUs {
+			h.gpus = addGPU(h.gpus, g)
+		}
+	}
+	for _, pl := range p.Pools {
+		for _, n := range pl.Nodes {
+			h := at(n.NodeID)
+			h.gpus = allocated(h.gpus, n)
+		}
+	}
+	for _, u := range p.Unplaced {
+		h := at(u.NodeID)
+		for _, g := range u.GPUs {
+			if _, in := slices.BinarySearch(h.gpus, g); !in {
+				h.resv = addGPU(h.resv, g)
+			}
+		}
+	}
+	slices.SortFunc(out, func(x, y idHold) int { return strings.Compare(x.id, y.id) })
+	return out
+}
+
+// allocated is gpus with every GPU of a pool node's allocations.
+func allocated(gpus []int, n plan.PoolNode) []int {
+	for _, c := range plan.GPUComponents {
+		for _, r := range n.Allocations[c] {
+			for g := r.First; g <= r.Last; g++ {
+				gpus = addGPU(gpus, g)
+			}
+		}
+	}
+	return gpus
+}
+
+// addGPU is the sorted list with g, once.
+func addGPU(list []int, g int) []int {
+	if n := len(list); n == 0 || list[n-1] < g {
+		return append(list, g) // GPUs mostly come in order
+	}
+	if i, found := slices.BinarySearch(list, g); !found {
+		return slices.Insert(list, i, g)
+	}
+	return list
+}
+
+// heldCount is the GPUs a holding by id uses (not those it keeps).
+func heldCount(h []idHold) int {
+	n := 0
+	for _, x := range h {
+		n += len(x.gpus)
+	}
+	return n
+}
+
+// dense is a holding by id as positions in the allocator's nodes (sorted
+// by position), the nodes not there left out. Nodes sorted by id (the
+// service's are) are matched by a merge, not looked up one by one.
+func (a *allocator) dense(byID []idHold) holding {
+	out := make(holding, 0, len(byID))
+	if a.index == nil && slices.IsSortedFunc(a.nodes, func(x, y Node) int { return strings.Compare(x.ID, y.ID) }) {
+		i := 0
+		for _, x := range byID {
+			for i < len(a.nodes) && a.nodes[i].ID < x.id {
+				i++
+			}
+			if i < len(a.nodes) && a.nodes[i].ID == x.id {
+				out = append(out, hold{at: int32(i), gpus: x.gpus, resv: x.resv, cpus: x.cpus})
+			}
+		}
+		return out
+	}
+	if a.index == nil {
+		a.index = make(map[string]int32, len(a.nodes))
+		for i := range a.nodes {
+			a.index[a.nodes[i].ID] = int32(i)
+		}
+	}
+	for _, x := range byID {
+		if i, ok := a.index[x.id]; ok {
+			out = append(out, hold{at: i, gpus: x.gpus, resv: x.resv, cpus: x.cpus})
+		}
+	}
+	slices.SortFunc(out, func(x, y hold) int { return cmp.Compare(x.at, y.at) })
+	return out
+}
