@@ -231,7 +231,10 @@ func (el *elastic) settling(st *growState, opt ElasticOptions) *blocker {
 		if opt.GrowInto(node, g) {
 			return true
 		}
-		at := el.a.index[node]
+		at, ok := el.a.pos(node)
+		if !ok {
+			return true
+		}
 		h := by[at]
 		if h == nil {
 			h = &hold{at: at}
@@ -396,7 +399,7 @@ func (el *elastic) takers(prev *Plan, refs []elasticRef, sizes []int, holds []ho
 				if w.Component != r.c || w.Index < r.first+sizes[k] || w.Index >= r.first+held[k] {
 					continue
 				}
-				at, ok := el.a.index[w.NodeID]
+				at, ok := el.a.pos(w.NodeID)
 				if !ok {
 					continue
 				}
@@ -459,7 +462,7 @@ func (el *elastic) released(sizes [][]int, outs []Outcome) map[int]holding {
 		}
 		by := map[int32]*hold{}
 		for _, w := range prev.Workers.All() {
-			at, ok := el.a.index[w.NodeID]
+			at, ok := el.a.pos(w.NodeID)
 			if !ok {
 				continue
 			}

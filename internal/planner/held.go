@@ -206,3 +206,16 @@ func (a *allocator) dense(byID []idHold) holding {
 	slices.SortFunc(out, func(x, y hold) int { return cmp.Compare(x.at, y.at) })
 	return out
 }
+
+// pos is node id's position in the allocator's nodes, by the index
+// (built on first use: dense builds none where the nodes are sorted).
+func (a *allocator) pos(id string) (int32, bool) {
+	if a.index == nil {
+		a.index = make(map[string]int32, len(a.nodes))
+		for i := range a.nodes {
+			a.index[a.nodes[i].ID] = int32(i)
+		}
+	}
+	i, ok := a.index[id]
+	return i, ok
+}
