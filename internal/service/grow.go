@@ -15,7 +15,8 @@ const DefaultGrowAfter = 30 * time.Second
 // growWatch is since when each GPU has been free (by node, per GPU; the
 // zero time: held), as the last replan's plans left them, and when the
 // next of the free GPUs becomes one that growth may take (wake; zero:
-// none, or no elastic plan). The loop's goroutine alone uses it.
+// none, or no elastic plan). The loop's goroutine alone changes it;
+// note replaces since, never changes it, so a snapshot shares it.
 type growWatch struct {
 	since map[string][]time.Time
 	wake  time.Time

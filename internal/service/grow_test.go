@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -276,4 +277,83 @@ func shared(t *testing.T, plans ...*planner.Plan) {
 			}
 		}
 	}
+}
+
+// TestElasticValidate: validation answers with the sizes the next
+// revision has. a (train 8, eval 4..32) on 4x8 GPUs: its own spec
+// validated before its GPUs have been free for grow-after stays at eval
+// 4, as the loop's next replan would; grown to 24, a new plan of its
+// priority of 12 GPUs validates (a gives up surplus for it, as the
+// replan does) and, stored, is placed with a shrunk to 12; one of 21
+// GPUs is refused, a's minimum leaving 20.
+func TestElasticValidate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	specs := h.cluster(4, map[string]string{"a": elasticSpecA})
+	clock := &skewClock{}
+	const after = 30 * time.Second
+	p := New(Config{NC: h.nc, JS: h.js, Debounce: 50 * time.Millisecond, Settle: -1, NoService: true, Log: zerolog.Nop(),
+		Clock: clock, GrowAfter: after, LeaseTTL: time.Hour, StallAfter: time.Hour})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	h.waitFor("a", "valid at its minimum", func(p *planner.Plan) bool { return p.Valid && count(p, plan.Eval) == 4 })
+	idle(t, p)
+
+	own, err := p.Validate(ctx, []byte(elasticSpecA), "a")
+	if err != nil || !own.Valid || docCount(own.Document, plan.Eval) != 4 {
+		t.Fatalf("a's own spec before grow-after: %+v, %v; want valid, eval 4", own, err)
+	}
+
+	clock.advance(after + time.Second)
+	h.waitFor("a", "grown to 24 eval", func(p *planner.Plan) bool { return count(p, plan.Eval) == 24 })
+	idle(t, p)
+	for _, tc := range []struct {
+		gpus  int
+		valid bool
+		err   string
+	}{
+		{gpus: 12, valid: true},
+		{gpus: 21, err: "required 21.0, available 20"},
+	} {
+		r, err := p.Validate(ctx, []byte(shareSpec(tc.gpus, 0)), "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Valid != tc.valid || !strings.Contains(r.Error, tc.err) {
+			t.Fatalf("b of %d GPUs beside a grown: valid %v, error %q; want valid %v, error saying %q", tc.gpus, r.Valid, r.Error, tc.valid, tc.err)
+		}
+		if tc.valid && docCount(r.Document, plan.Train) != tc.gpus {
+			t.Fatalf("b of %d GPUs: %d train workers in the reply", tc.gpus, docCount(r.Document, plan.Train))
+		}
+	}
+	// A new elastic plan gets its minimum: the GPUs a's shrink frees
+	// were held, so none has been free for grow-after.
+	const elasticC = "scheduling:\n  train: {worker_num: 4, num_cpus: 1, num_gpus: 1}\n  eval: {worker_num: {min: 2, max: 8}, num_cpus: 1, num_gpus: 1}\n"
+	c, err := p.Validate(ctx, []byte(elasticC), "c")
+	want := "elastic: the minimum needs 6 GPUs in all; the cluster would give eval 2 of 2..8 now (6 GPUs)"
+	if err != nil || !c.Valid || docCount(c.Document, plan.Eval) != 2 || !slices.Contains(c.Warnings, want) {
+		t.Fatalf("new elastic c beside a grown: %v; valid %v, eval %d, warnings %q; want valid, eval 2, %q", err, c.Valid, docCount(c.Document, plan.Eval), c.Warnings, want)
+	}
+	if _, err := specs.Put(ctx, "b", []byte(shareSpec(12, 0))); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("b", "valid", func(p *planner.Plan) bool { return p.Valid && count(p, plan.Train) == 12 })
+	h.waitFor("a", "shrunk to 12 eval for b", func(p *planner.Plan) bool { return p.Valid && count(p, plan.Eval) == 12 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// docCount is how many workers of component c d places.
+func docCount(d *plan.Document, c plan.Component) int {
+	n := 0
+	for _, w := range d.Workers.All() {
+		if w.Component == c {
+			n++
+		}
+	}
+	return n
 }
