@@ -357,3 +357,39 @@ func docCount(d *plan.Document, c plan.Component) int {
 	}
 	return n
 }
+
+// TestGrowAfterFailedPublish: a replan's growth whose revision fails to
+// publish holds nothing: its GPUs stay free since they were, and the
+// retry grows onto them at once, not another grow-after later.
+func TestGrowAfterFailedPublish(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.cluster(4, map[string]string{"a": elasticSpecA})
+	clock := &skewClock{}
+	const after = time.Minute
+	failing := newHang("publishing plan ", false)
+	p := New(Config{NC: h.nc, JS: h.js, Debounce: 50 * time.Millisecond, Settle: -1, NoService: true,
+		Clock: clock, GrowAfter: after, LeaseTTL: 2 * time.Second, StallAfter: time.Hour, StoreTimeout: time.Second,
+		StandDownAfter: 100, storeHook: failing.hook, Log: zerolog.Nop()})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	first := h.waitFor("a", "valid at its minimum", func(p *planner.Plan) bool { return p.Valid && count(p, plan.Eval) == 4 })
+	idle(t, p)
+
+	failing.armed.Store(true)
+	clock.advance(after + time.Second)
+	natstest.WaitFor(t, 10*time.Second, "the grown revision's publish failing", func() bool { return failing.hung.Load() > 0 })
+	failing.armed.Store(false)
+	// The retry (a backoff of a few seconds) grows at once: well within
+	// grow-after, which the clock is not moved by again.
+	grown := h.waitFor("a", "grown to 24 eval", func(p *planner.Plan) bool { return count(p, plan.Eval) == 24 })
+	if grown.Revision != first.Revision+1 || !strings.Contains(grown.Reason, "grew eval 4 -> 24") {
+		t.Fatalf("grown: revision %d after %d, reason %q", grown.Revision, first.Revision, grown.Reason)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
