@@ -142,3 +142,8 @@ func (l *loop) armGrow() {
 		l.growT.Reset(max(l.p.until(w), 0))
 	}
 }
+
+// growDue is the grow timer firing: a change like any other, replanned
+// through kick's gates (not during a resync, nor a failure's backoff,
+// which its retry ends) and debounce.
+func (l *loop) growDue() { l.kick() }

@@ -393,3 +393,53 @@ func TestGrowAfterFailedPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGrowDueGated: the grow timer's replan goes through kick's gates
+// and debounce, as any change does: none is armed while the inventory
+// resyncs or a failed replan's backoff runs (its retry replans), and
+// the loop's close stops the grow timer too.
+func TestGrowDueGated(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.cluster(1, map[string]string{"a": elasticSpecA})
+	c := &fakeClock{now: time.Unix(1_000_000, 0)}
+	const debounce = 50 * time.Millisecond
+	p := New(Config{NC: h.nc, JS: h.js, Clock: c, Debounce: debounce, NoService: true, Log: zerolog.Nop()})
+	if _, err := p.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := planner.ParseSpec([]byte(elasticSpecA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addState("a").spec = spec
+	for _, tc := range []struct {
+		what     string
+		synced   bool
+		failures int
+		armed    bool
+	}{
+		{what: "in sync", synced: true, armed: true},
+		{what: "resyncing", synced: false},
+		{what: "backing off a failure", synced: true, failures: 1},
+	} {
+		l, err := p.newLoop(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.synced, l.specsIn, l.p.drain.in, l.failures = tc.synced, true, true, tc.failures
+		l.growDue()
+		ft := l.timer.(*fakeTimer)
+		if !l.dirty || l.armed != tc.armed || ft.live != tc.armed || tc.armed && !ft.at.Equal(c.now.Add(debounce)) {
+			t.Errorf("%s: grow due: dirty %v, replan armed %v (timer live %v, at +%s); want dirty, armed %v, at +%s",
+				tc.what, l.dirty, l.armed, ft.live, ft.at.Sub(c.now), tc.armed, debounce)
+		}
+		l.growT.Reset(time.Minute)
+		l.close()
+		if l.growT.(*fakeTimer).live {
+			t.Errorf("%s: the grow timer is live after close", tc.what)
+		}
+	}
+}
