@@ -448,27 +448,32 @@ func (el *elastic) runFrom(sizes [][]int, from []*Plan) []Outcome {
 		if el.refs[j] == nil {
 			continue
 		}
-		orig := job.Spec
-		job.Spec = sized(job.Spec, sizes[j])
-		// The previous placement is cut to sizes only where it follows
-		// this very spec but for its sizes; one made for another spec is
-		// left to PlanAll's rules for a spec change.
-		ps := job.PrevSpec
-		if ps == nil && job.Prev != nil {
-			ps = job.Prev.spec
-		}
-		switch {
-		case ps != nil && sameShape(elasticRefs(ps), el.refs[j]):
-			at := clampTo(elasticRefs(ps), sizes[j])
-			if job.PrevSpec != nil {
-				job.PrevSpec = sized(ps, at)
-			}
-			job.Prev = truncated(job.Prev, elasticRefs(ps), at, sized(ps, at))
-		case ps == nil && job.Prev != nil && slices.Equal(job.Prev.Demands, demandsOf(sized(orig, heldCounts(job.Prev, el.refs[j])))):
-			job.Prev = truncated(job.Prev, el.refs[j], sizes[j], job.Spec)
-		}
+		cutTo(job, el.refs[j], sizes[j])
 	}
 	return planFixed(jobs, el.nodes)
+}
+
+// cutTo sets job's elastic groups (refs) to sizes: its spec sized, and
+// its previous placement cut to them where it follows this very spec
+// but for its sizes; one made for another spec is left to PlanAll's
+// rules for a spec change.
+func cutTo(job *Job, refs []elasticRef, sizes []int) {
+	orig := job.Spec
+	job.Spec = sized(job.Spec, sizes)
+	ps := job.PrevSpec
+	if ps == nil && job.Prev != nil {
+		ps = job.Prev.spec
+	}
+	switch {
+	case ps != nil && sameShape(elasticRefs(ps), refs):
+		at := clampTo(elasticRefs(ps), sizes)
+		if job.PrevSpec != nil {
+			job.PrevSpec = sized(ps, at)
+		}
+		job.Prev = truncated(job.Prev, elasticRefs(ps), at, sized(ps, at))
+	case ps == nil && job.Prev != nil && slices.Equal(job.Prev.Demands, demandsOf(sized(orig, heldCounts(job.Prev, refs)))):
+		job.Prev = truncated(job.Prev, refs, sizes, job.Spec)
+	}
 }
 
 // sameShape reports whether two specs' elastic groups are the same

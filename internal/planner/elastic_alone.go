@@ -44,11 +44,33 @@ func growBeside(doc *Plan, spec *Spec, nodes []Node) *Plan {
 	got, out := el.grow([][]int{sizes}, []Outcome{{Plan: doc, Change: &Change{}}}, ElasticOptions{})
 	grown := out[0].Plan
 	grown.Priority = prio
+	grown.Warnings = append(grown.Warnings, elasticWarning(refs, got[0], minGPUs, HeldGPUs(grown)))
+	return grown
+}
+
+// ElasticWarning is growBeside's warning for doc, spec's plan as a
+// replan made it on nodes: what spec's minimum needs (planned alone on
+// nodes) and what doc gives. Empty when spec is not elastic.
+func ElasticWarning(spec *Spec, doc *Plan, nodes []Node) string {
+	refs := elasticRefs(spec)
+	if len(refs) == 0 {
+		return ""
+	}
+	floor := make([]int, len(refs))
+	for k, r := range refs {
+		floor[k] = r.min
+	}
+	minGPUs := 0
+	if least, err := Compute(sized(spec, floor), nodes); err == nil {
+		minGPUs = HeldGPUs(least)
+	}
+	return elasticWarning(refs, heldCounts(doc, refs), minGPUs, HeldGPUs(doc))
+}
+
+func elasticWarning(refs []elasticRef, got []int, minGPUs, held int) string {
 	var parts []string
 	for k, r := range refs {
-		parts = append(parts, fmt.Sprintf("%s %d of %d..%d", r, got[0][k], r.min, r.max))
+		parts = append(parts, fmt.Sprintf("%s %d of %d..%d", r, got[k], r.min, r.max))
 	}
-	grown.Warnings = append(grown.Warnings, fmt.Sprintf("elastic: the minimum needs %d GPUs in all; the cluster would give %s now (%d GPUs)",
-		minGPUs, strings.Join(parts, ", "), HeldGPUs(grown)))
-	return grown
+	return fmt.Sprintf("elastic: the minimum needs %d GPUs in all; the cluster would give %s now (%d GPUs)", minGPUs, strings.Join(parts, ", "), held)
 }

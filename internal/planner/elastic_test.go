@@ -200,3 +200,45 @@ func TestElasticBeside(t *testing.T) {
 		t.Fatalf("warnings %q, eval %d; want %q", doc.Warnings, countOf(doc, plan.Eval), want)
 	}
 }
+
+// TestBesideGrownElastic: a validation beside an elastic plan grown past
+// its minimum agrees with the replan, which gives the surplus up for a
+// new plan: a (train 8, eval 4..32) grown to 24 eval on 4x8 GPUs leaves
+// a new plan of its priority the 20 GPUs beyond a's minimum.
+func TestBesideGrownElastic(t *testing.T) {
+	nodes := shareNodes(4)
+	aSpec := elasticSpec(t, 8, 4, 32, 0)
+	grown := PlanAll([]Job{{Name: "a", Spec: aSpec}}, nodes)[0].Plan
+	if countOf(grown, plan.Eval) != 24 {
+		t.Fatalf("a alone: eval %d, want 24", countOf(grown, plan.Eval))
+	}
+	for _, tc := range []struct {
+		train    int
+		valid    bool
+		evalThen int // a's eval once the replan places the new plan
+		err      string
+	}{
+		{train: 12, valid: true, evalThen: 12},
+		{train: 20, valid: true, evalThen: 4},
+		{train: 21, err: "required 21.0, available 20"},
+	} {
+		t.Run(fmt.Sprint(tc.train), func(t *testing.T) {
+			spec := trainSpec(t, tc.train, 0, 0)
+			others := []Job{{Name: "a", Spec: aSpec, Prev: grown, Age: 1}}
+			doc, err := PlanBeside(spec, nodes, others)
+			if doc.Valid != tc.valid || (err == nil) != tc.valid {
+				t.Fatalf("beside: valid %v, err %v; want valid %v", doc.Valid, err, tc.valid)
+			}
+			if !tc.valid && !strings.Contains(doc.Error, tc.err) {
+				t.Fatalf("beside: error %q, want it to say %q", doc.Error, tc.err)
+			}
+			out := PlanAll(append(others, Job{Name: "new", Spec: spec, Age: 2}), nodes)
+			if out[1].Plan.Valid != tc.valid || !out[0].Plan.Valid {
+				t.Fatalf("replan: new valid %v (%v), a valid %v; beside said %v", out[1].Plan.Valid, out[1].Err, out[0].Plan.Valid, tc.valid)
+			}
+			if tc.valid && countOf(out[0].Plan, plan.Eval) != tc.evalThen {
+				t.Fatalf("replan: a's eval %d, want %d", countOf(out[0].Plan, plan.Eval), tc.evalThen)
+			}
+		})
+	}
+}

@@ -639,13 +639,25 @@ func waiting(reason string) bool {
 // PlanBeside plans spec afresh as a new plan among others would be
 // placed (a validation): on what those in its way hold as their Prev
 // leaves (those of its priority or higher, and those held as they are;
-// lower ones would give way), within its max_gpus.
+// lower ones would give way), within its max_gpus. An elastic other
+// counts at its minimum: the replan (PlanAllWith) gives its surplus up
+// before it leaves a plan invalid.
 func PlanBeside(spec *Spec, nodes []Node, others []Job) (*Plan, error) {
 	a := newAllocator(others, nodes)
 	var in []blocker
 	for i := range others {
 		if o := &others[i]; o.priority() >= spec.Priority {
-			in = append(in, blocker{o.Name, a.holdingOf(o.Prev)})
+			prev := o.Prev
+			if refs := elasticRefs(o.Spec); len(refs) > 0 && prev != nil {
+				floor := make([]int, len(refs))
+				for k, r := range refs {
+					floor[k] = r.min
+				}
+				cut := *o
+				cutTo(&cut, refs, floor)
+				prev = cut.Prev
+			}
+			in = append(in, blocker{o.Name, a.holdingOf(prev)})
 		}
 	}
 	nodes = a.remainder(in, nil)

@@ -24,14 +24,19 @@ import (
 // stay.
 const ValidateMaxWorkers = 100_000
 
-// Validate implements store.Answerer: spec planned afresh on what the
-// plans of its priority or higher leave of the live inventory (lower
-// ones would give way), nothing published. As an existing plan's new
-// spec (as), a spec that fits is answered with what the replan would
-// publish: the same engine call (planner.PlanAll, with the plan's
-// latest revision as the preference), so its moved count is the
-// revision's. (The service runs one validation at a time: a micro
-// endpoint handles its requests in turn.)
+// Validate implements store.Answerer: spec as the replan would place
+// it, nothing published. A spec that fits is answered with what the
+// replan would publish: the same engine call as the loop's
+// (planner.PlanAllWith with its growth options, spec added as a new
+// plan or, as an existing plan's new spec (as), in place of its spec
+// with the plan's latest revision as the preference), so its sizes are
+// the next revision's, an elastic plan of its priority gives up
+// surplus for it, and its moved count is the revision's. One that does
+// not fit is refused as planned afresh on what the plans of its
+// priority or higher leave of the live inventory (lower ones would give
+// way; elastic ones at their minimum), which says whose room it lacks.
+// (The service runs one validation at a time: a micro endpoint handles
+// its requests in turn.)
 func (p *Service) Validate(ctx context.Context, data []byte, as string) (*client.ValidateReply, error) {
 	spec, err := planner.ParseSpec(data)
 	if err != nil {
@@ -53,8 +58,11 @@ func (p *Service) Validate(ctx context.Context, data []byte, as string) (*client
 		}
 	}
 	var reply plan.Document
-	if next := replanAs(sn, as, spec); next != nil {
+	if next := replanAs(sn, as, spec, sn.grow.options(p.clock.Now(), p.cfg.GrowAfter, nodes)); next != nil {
 		reply = next.Document
+		if planner.IsElastic(spec) {
+			reply.Warnings = append(slices.Clone(reply.Warnings), planner.ElasticWarning(spec, next, nodes))
+		}
 	} else {
 		doc, _ := planner.PlanBeside(spec, nodes, others)
 		reply = doc.Document
@@ -77,20 +85,19 @@ func (p *Service) Validate(ctx context.Context, data []byte, as string) (*client
 	return &client.ValidateReply{Document: &reply, Nodes: len(nodes)}, nil
 }
 
-// replanAs is what the replan would make of plan as with spec as its
-// stored spec, when as has a placed revision and spec fits in full
-// (valid, nothing pending): the jobs the loop's replan gives
-// planner.PlanAll (releaseRemoved), as's spec replaced. nil otherwise:
-// the refusal is then worded as a validation's (PlanBeside), which says
-// whose room it lacks.
-func replanAs(sn *snapshot, as string, spec *planner.Spec) *planner.Plan {
-	v, ok := sn.plans[as]
-	if as == "" || !ok || !v.planned || v.removing || v.latest == nil || v.latest.Unreadable || !v.latest.Plan.Placed() {
-		return nil
-	}
+// replanAs is what the replan would make of spec as plan as's stored
+// spec, when spec fits in full (valid, nothing pending): the jobs the
+// loop's replan gives planner.PlanAllWith (releaseRemoved) with opt,
+// the loop's growth options, and as's spec replaced, or spec added as
+// the youngest plan when as has none in the replan (a new plan, "" or
+// one being removed). nil otherwise: the refusal is then worded as a
+// validation's (PlanBeside), which says whose room it lacks.
+func replanAs(sn *snapshot, as string, spec *planner.Spec, opt planner.ElasticOptions) *planner.Plan {
 	var jobs []planner.Job
 	at := -1
+	var age uint64
 	for _, s := range sn.planned() {
+		age = max(age, s.age)
 		if s.removing {
 			continue
 		}
@@ -99,7 +106,7 @@ func replanAs(sn *snapshot, as string, spec *planner.Spec) *planner.Plan {
 			prev = s.latest.Plan
 		}
 		switch {
-		case s.name == as:
+		case as != "" && s.name == as:
 			at = len(jobs)
 			jobs = append(jobs, planner.Job{Name: s.name, Spec: spec, Prev: prev, Age: s.age})
 		case s.spec == nil:
@@ -111,9 +118,11 @@ func replanAs(sn *snapshot, as string, spec *planner.Spec) *planner.Plan {
 		}
 	}
 	if at < 0 {
-		return nil
+		// Its first spec revision comes after every stored one's.
+		at = len(jobs)
+		jobs = append(jobs, planner.Job{Name: cmp.Or(as, "(new plan)"), Spec: spec, Age: age + 1})
 	}
-	o := planner.PlanAll(jobs, sn.nodes)[at]
+	o := planner.PlanAllWith(jobs, sn.nodes, opt)[at]
 	if o.Err != nil || o.Plan.PendingSpec != nil || !o.Plan.Valid {
 		return nil
 	}

@@ -15,7 +15,8 @@ const DefaultGrowAfter = 30 * time.Second
 // growWatch is since when each GPU has been free (by node, per GPU; the
 // zero time: held), as the last replan's plans left them, and when the
 // next of the free GPUs becomes one that growth may take (wake; zero:
-// none, or no elastic plan). The loop's goroutine alone uses it.
+// none, or no elastic plan). The loop's goroutine alone changes it;
+// note replaces since, never changes it, so a snapshot shares it.
 type growWatch struct {
 	since map[string][]time.Time
 	wake  time.Time
@@ -141,3 +142,8 @@ func (l *loop) armGrow() {
 		l.growT.Reset(max(l.p.until(w), 0))
 	}
 }
+
+// growDue is the grow timer firing: a change like any other, replanned
+// through kick's gates (not during a resync, nor a failure's backoff,
+// which its retry ends) and debounce.
+func (l *loop) growDue() { l.kick() }

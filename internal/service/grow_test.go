@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -274,6 +275,171 @@ func shared(t *testing.T, plans ...*planner.Plan) {
 				}
 				owner[k] = p.Name
 			}
+		}
+	}
+}
+
+// TestElasticValidate: validation answers with the sizes the next
+// revision has. a (train 8, eval 4..32) on 4x8 GPUs: its own spec
+// validated before its GPUs have been free for grow-after stays at eval
+// 4, as the loop's next replan would; grown to 24, a new plan of its
+// priority of 12 GPUs validates (a gives up surplus for it, as the
+// replan does) and, stored, is placed with a shrunk to 12; one of 21
+// GPUs is refused, a's minimum leaving 20.
+func TestElasticValidate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	specs := h.cluster(4, map[string]string{"a": elasticSpecA})
+	clock := &skewClock{}
+	const after = 30 * time.Second
+	p := New(Config{NC: h.nc, JS: h.js, Debounce: 50 * time.Millisecond, Settle: -1, NoService: true, Log: zerolog.Nop(),
+		Clock: clock, GrowAfter: after, LeaseTTL: time.Hour, StallAfter: time.Hour})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	h.waitFor("a", "valid at its minimum", func(p *planner.Plan) bool { return p.Valid && count(p, plan.Eval) == 4 })
+	idle(t, p)
+
+	own, err := p.Validate(ctx, []byte(elasticSpecA), "a")
+	if err != nil || !own.Valid || docCount(own.Document, plan.Eval) != 4 {
+		t.Fatalf("a's own spec before grow-after: %+v, %v; want valid, eval 4", own, err)
+	}
+
+	clock.advance(after + time.Second)
+	h.waitFor("a", "grown to 24 eval", func(p *planner.Plan) bool { return count(p, plan.Eval) == 24 })
+	idle(t, p)
+	for _, tc := range []struct {
+		gpus  int
+		valid bool
+		err   string
+	}{
+		{gpus: 12, valid: true},
+		{gpus: 21, err: "required 21.0, available 20"},
+	} {
+		r, err := p.Validate(ctx, []byte(shareSpec(tc.gpus, 0)), "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Valid != tc.valid || !strings.Contains(r.Error, tc.err) {
+			t.Fatalf("b of %d GPUs beside a grown: valid %v, error %q; want valid %v, error saying %q", tc.gpus, r.Valid, r.Error, tc.valid, tc.err)
+		}
+		if tc.valid && docCount(r.Document, plan.Train) != tc.gpus {
+			t.Fatalf("b of %d GPUs: %d train workers in the reply", tc.gpus, docCount(r.Document, plan.Train))
+		}
+	}
+	// A new elastic plan gets its minimum: the GPUs a's shrink frees
+	// were held, so none has been free for grow-after.
+	const elasticC = "scheduling:\n  train: {worker_num: 4, num_cpus: 1, num_gpus: 1}\n  eval: {worker_num: {min: 2, max: 8}, num_cpus: 1, num_gpus: 1}\n"
+	c, err := p.Validate(ctx, []byte(elasticC), "c")
+	want := "elastic: the minimum needs 6 GPUs in all; the cluster would give eval 2 of 2..8 now (6 GPUs)"
+	if err != nil || !c.Valid || docCount(c.Document, plan.Eval) != 2 || !slices.Contains(c.Warnings, want) {
+		t.Fatalf("new elastic c beside a grown: %v; valid %v, eval %d, warnings %q; want valid, eval 2, %q", err, c.Valid, docCount(c.Document, plan.Eval), c.Warnings, want)
+	}
+	if _, err := specs.Put(ctx, "b", []byte(shareSpec(12, 0))); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("b", "valid", func(p *planner.Plan) bool { return p.Valid && count(p, plan.Train) == 12 })
+	h.waitFor("a", "shrunk to 12 eval for b", func(p *planner.Plan) bool { return p.Valid && count(p, plan.Eval) == 12 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// docCount is how many workers of component c d places.
+func docCount(d *plan.Document, c plan.Component) int {
+	n := 0
+	for _, w := range d.Workers.All() {
+		if w.Component == c {
+			n++
+		}
+	}
+	return n
+}
+
+// TestGrowAfterFailedPublish: a replan's growth whose revision fails to
+// publish holds nothing: its GPUs stay free since they were, and the
+// retry grows onto them at once, not another grow-after later.
+func TestGrowAfterFailedPublish(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.cluster(4, map[string]string{"a": elasticSpecA})
+	clock := &skewClock{}
+	const after = time.Minute
+	failing := newHang("publishing plan ", false)
+	p := New(Config{NC: h.nc, JS: h.js, Debounce: 50 * time.Millisecond, Settle: -1, NoService: true,
+		Clock: clock, GrowAfter: after, LeaseTTL: 2 * time.Second, StallAfter: time.Hour, StoreTimeout: time.Second,
+		StandDownAfter: 100, storeHook: failing.hook, Log: zerolog.Nop()})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	first := h.waitFor("a", "valid at its minimum", func(p *planner.Plan) bool { return p.Valid && count(p, plan.Eval) == 4 })
+	idle(t, p)
+
+	failing.armed.Store(true)
+	clock.advance(after + time.Second)
+	natstest.WaitFor(t, 10*time.Second, "the grown revision's publish failing", func() bool { return failing.hung.Load() > 0 })
+	failing.armed.Store(false)
+	// The retry (a backoff of a few seconds) grows at once: well within
+	// grow-after, which the clock is not moved by again.
+	grown := h.waitFor("a", "grown to 24 eval", func(p *planner.Plan) bool { return count(p, plan.Eval) == 24 })
+	if grown.Revision != first.Revision+1 || !strings.Contains(grown.Reason, "grew eval 4 -> 24") {
+		t.Fatalf("grown: revision %d after %d, reason %q", grown.Revision, first.Revision, grown.Reason)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGrowDueGated: the grow timer's replan goes through kick's gates
+// and debounce, as any change does: none is armed while the inventory
+// resyncs or a failed replan's backoff runs (its retry replans), and
+// the loop's close stops the grow timer too.
+func TestGrowDueGated(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.cluster(1, map[string]string{"a": elasticSpecA})
+	c := &fakeClock{now: time.Unix(1_000_000, 0)}
+	const debounce = 50 * time.Millisecond
+	p := New(Config{NC: h.nc, JS: h.js, Clock: c, Debounce: debounce, NoService: true, Log: zerolog.Nop()})
+	if _, err := p.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := planner.ParseSpec([]byte(elasticSpecA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addState("a").spec = spec
+	for _, tc := range []struct {
+		what     string
+		synced   bool
+		failures int
+		armed    bool
+	}{
+		{what: "in sync", synced: true, armed: true},
+		{what: "resyncing", synced: false},
+		{what: "backing off a failure", synced: true, failures: 1},
+	} {
+		l, err := p.newLoop(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.synced, l.specsIn, l.p.drain.in, l.failures = tc.synced, true, true, tc.failures
+		l.growDue()
+		ft := l.timer.(*fakeTimer)
+		if !l.dirty || l.armed != tc.armed || ft.live != tc.armed || tc.armed && !ft.at.Equal(c.now.Add(debounce)) {
+			t.Errorf("%s: grow due: dirty %v, replan armed %v (timer live %v, at +%s); want dirty, armed %v, at +%s",
+				tc.what, l.dirty, l.armed, ft.live, ft.at.Sub(c.now), tc.armed, debounce)
+		}
+		l.growT.Reset(time.Minute)
+		l.close()
+		if l.growT.(*fakeTimer).live {
+			t.Errorf("%s: the grow timer is live after close", tc.what)
 		}
 	}
 }

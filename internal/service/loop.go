@@ -239,6 +239,7 @@ func (l *loop) close() {
 	l.check.Stop()
 	l.guardT.Stop()
 	l.snapT.Stop()
+	l.growT.Stop()
 	l.p.drain.timer.Stop()
 	if l.stopWatch != nil {
 		l.stopWatch()
@@ -332,8 +333,7 @@ func (l *loop) run(ctx context.Context) error {
 			l.replan(ctx)
 		case <-l.growT.C():
 			l.work("grow")
-			l.dirty = true
-			l.replan(ctx)
+			l.growDue()
 		}
 	}
 }

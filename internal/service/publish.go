@@ -95,7 +95,6 @@ func (p *Service) replanOnce(ctx context.Context) error {
 	done := p.allow("planning", p.storeTimeout(len(nodes)+p.workersOf(states...)/8))
 	outs := planner.PlanAllWith(jobs, nodes, p.grow.options(p.clock.Now(), p.cfg.GrowAfter, nodes))
 	done()
-	p.grow.note(p.clock.Now(), p.cfg.GrowAfter, jobs, outs, nodes)
 	held, next, touched := holdings(jobs, outs, planned)
 	changes := make([][]string, len(jobs))
 	for i, s := range planned {
@@ -130,6 +129,10 @@ func (p *Service) replanOnce(ctx context.Context) error {
 			return conflicted(s, err)
 		}
 	}
+	// Only once every revision is out: a growth not published holds
+	// nothing, and its GPUs, free all along, are grown onto at the retry
+	// without another grow-after.
+	p.grow.note(p.clock.Now(), p.cfg.GrowAfter, jobs, outs, nodes)
 	// Still to do when the latest was unreadable before.
 	for _, s := range states {
 		if err := p.reconcileAssignments(ctx, s); err != nil {

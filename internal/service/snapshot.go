@@ -29,6 +29,10 @@ type snapshot struct {
 	taken time.Time
 	// drains are what is out of placement on purpose (drain.go).
 	drains []DrainView
+	// grow is since when each GPU has been free as of the last replan
+	// (its map is replaced, never changed): a validation grows elastic
+	// groups as the next replan would.
+	grow growWatch
 }
 
 // planView is one plan in a snapshot.
@@ -56,6 +60,7 @@ func (p *Service) takeSnapshot(prev *snapshot, fresh bool) *snapshot {
 		sn.plans[name] = planView{name: name, latest: s.latest, spec: s.spec, removing: s.removing, planned: s.planned(), age: s.age}
 	}
 	sn.drains = p.drainViews()
+	sn.grow = p.grow
 	now := p.clock.Now()
 	if prev != nil && (prev.gen == p.live.gen || !fresh && now.Sub(prev.taken) < inventoryEvery) {
 		sn.nodes, sn.docs, sn.gen, sn.taken = prev.nodes, prev.docs, prev.gen, prev.taken
