@@ -160,11 +160,17 @@ func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.D
 	// made it empty would undrain everything.
 	ds.NoCreate = true
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		err := p.followDrains(ctx, ds, out)
+		made, err := p.followDrains(ctx, ds, out)
 		if ctx.Err() != nil {
 			return
 		}
-		p.problem("drains", fmt.Sprintf("cannot read the drain bucket %s: %v (no replan until it is read)", client.DrainBucket, err))
+		if made {
+			// A watch made failed later (the bucket went away under it):
+			// watched said nothing of it.
+			p.problem("drains", fmt.Sprintf("cannot read the drain bucket %s: %v (no replan until it is read)", client.DrainBucket, err))
+		} else {
+			p.problem("drains", "") // watched says it, once
+		}
 		p.cfg.Log.Warn().Err(err).Msg("drain watch failed; retrying")
 		c, stop := p.after(bus.Backoff(attempt))
 		select {
@@ -176,19 +182,33 @@ func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.D
 	}
 }
 
-// followDrains is one watch of the drain bucket.
-func (p *Service) followDrains(ctx context.Context, ds *store.DrainStore, out chan<- map[string]store.Drain) error {
+// followDrains is one watch of the drain bucket; made says whether the
+// watch was made (a failure to make it, the bucket missing included, is
+// said by watched, as the inventory's and the specs' are: it leaves the
+// planner blind to the drains, and unable to replan until they are
+// read).
+func (p *Service) followDrains(ctx context.Context, ds *store.DrainStore, out chan<- map[string]store.Drain) (made bool, err error) {
 	kctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
 	kv, err := ds.KV(kctx)
 	cancel()
-	if err != nil {
-		return err
+	if err == nil {
+		var w jetstream.KeyWatcher
+		if w, err = kv.WatchAll(ctx); err == nil {
+			p.watched("drains", nil)
+			defer func() { _ = w.Stop() }()
+			return true, p.drainUpdates(ctx, w, out)
+		}
+		err = fmt.Errorf("watch drains: %w", err)
 	}
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("watch drains: %w", err)
+	if ctx.Err() != nil {
+		return false, err // stopping: no failure to say
 	}
-	defer func() { _ = w.Stop() }()
+	p.watched("drains", fmt.Errorf("%w (no replan until the drains are read)", err))
+	return false, err
+}
+
+// drainUpdates sends what watch w brings, as watchDrains says.
+func (p *Service) drainUpdates(ctx context.Context, w jetstream.KeyWatcher, out chan<- map[string]store.Drain) error {
 	set := map[string]store.Drain{}
 	synced := false
 	send := func() bool {

@@ -225,20 +225,22 @@ func (s *DrainStore) Undrain(ctx context.Context, node string, gpu *int, by, rol
 }
 
 // List returns the drains in force, by key; a record that does not
-// decode is skipped and reported in bad.
+// decode is skipped and reported in bad. It reads by direct gets of the
+// keys the stream's subjects name (bucketKeys), no consumer: clients
+// may make none on the drain bucket (auth's plannerOnlyConsumers).
 func (s *DrainStore) List(ctx context.Context) (drains []Drain, bad []error, err error) {
 	kv, err := s.KV(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	keys, err := kv.ListKeys(ctx)
+	keys, err := bucketKeys(ctx, s.js, client.DrainBucket)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list drains: %w", err)
 	}
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		e, err := kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			continue
+			continue // undrained
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("get drain %s: %w", k, err)
