@@ -141,15 +141,21 @@ type DrainStore struct {
 	// Replicas is how many servers keep the bucket (0: one).
 	Replicas int
 	// NoCreate keeps the store from creating the bucket: a reader
-	// (planner status) finds ErrNoBucket where no planner made it yet.
+	// (planner status, drain --list) and the drain commands find
+	// ErrNoDrainBucket where no planner made it yet.
 	NoCreate bool
 }
+
+// ErrNoDrainBucket is a store that may not create the drain bucket
+// (NoCreate) finding none: no planner made it yet.
+var ErrNoDrainBucket = errors.New("the drain bucket " + client.DrainBucket + " does not exist: no planner has run against this server (is planner serve connected to it?)")
 
 // NewDrainStore returns a store over js.
 func NewDrainStore(js jetstream.JetStream) *DrainStore { return &DrainStore{js: js} }
 
-// KV binds the bucket, creating it if missing (an admin may write
-// drains but not make the bucket, which the planner does at start).
+// KV binds the bucket, creating it if missing and the store may (an
+// admin may write drains but not make the bucket, which the planner
+// does at start).
 func (s *DrainStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 	kv, err := s.js.KeyValue(ctx, client.DrainBucket)
 	if err == nil {
@@ -159,7 +165,7 @@ func (s *DrainStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 		return nil, fmt.Errorf("bucket %s: %w", client.DrainBucket, err)
 	}
 	if s.NoCreate {
-		return nil, fmt.Errorf("bucket %s: %w", client.DrainBucket, ErrNoBucket)
+		return nil, ErrNoDrainBucket
 	}
 	return s.Ensure(ctx)
 }
