@@ -52,8 +52,18 @@ type drains struct {
 	// in: the bucket's contents were read; no replan before (a plan
 	// made without the drains would place on drained GPUs).
 	in bool
-	// byKey are the drains in force, by bucket key.
+	// byKey are the drains in force, by bucket key: the bucket's, and
+	// the hold-outs not (yet) seen there.
 	byKey map[string]store.Drain
+	// unstored are this planner's hold-outs the watch has not brought
+	// from the bucket yet: a standby's (the leader stores its own), or
+	// the leader's whose Put failed (storeHoldOuts tries again, from
+	// retryAt; tries counts the failures in a row). A bucket change
+	// leaves them in force: they hold until an undrain, and the watch
+	// cannot undrain what it never had.
+	unstored map[string]*holdOut
+	retryAt  time.Time
+	tries    int
 	// updates brings the bucket's drains, whole, at each change.
 	updates chan map[string]store.Drain
 	// timer fires at the next deadline, probation's end or expiry to
@@ -83,6 +93,13 @@ type drains struct {
 	count   map[string]int
 }
 
+// holdOut is a hold-out not yet seen in the drain bucket; stored: this
+// planner's Put of it succeeded (the watch brings it soon).
+type holdOut struct {
+	d      store.Drain
+	stored bool
+}
+
 // gpuHealth is one GPU's recent health: when it turned unhealthy
 // (within FlapWindow), until when it is on probation, and whether it
 // is held out for flapping.
@@ -95,7 +112,7 @@ type gpuHealth struct {
 func newDrains(c Clock) *drains {
 	t := c.NewTimer(time.Hour)
 	t.Stop()
-	return &drains{byKey: map[string]store.Drain{}, updates: make(chan map[string]store.Drain, 1), timer: t,
+	return &drains{byKey: map[string]store.Drain{}, unstored: map[string]*holdOut{}, updates: make(chan map[string]store.Drain, 1), timer: t,
 		health: map[string]*gpuHealth{}, lost: map[string]*gpuHealth{}, seen: map[string]map[string]bool{}, touched: map[string]bool{}, count: map[string]int{}}
 }
 
@@ -286,10 +303,18 @@ func (p *Service) foldDrain(set map[string]store.Drain, e jetstream.KeyValueEntr
 	}
 }
 
-// drainsRead takes the bucket's drains: drains ended forget the GPU
-// health that held them out (an undrained flapping GPU starts afresh).
+// drainsRead takes the bucket's drains, with the hold-outs not seen
+// there yet: drains ended forget the GPU health that held them out (an
+// undrained flapping GPU starts afresh).
 func (p *Service) drainsRead(set map[string]store.Drain) {
 	d := p.drain
+	for k, h := range d.unstored {
+		if _, ok := set[k]; ok {
+			delete(d.unstored, k) // stored (by this planner or the leader)
+			continue
+		}
+		set[k] = h.d
+	}
 	for k, old := range d.byKey {
 		if _, ok := set[k]; ok {
 			continue
@@ -605,17 +630,43 @@ func (p *Service) holdOutDrain(dr store.Drain) {
 		return // drained already
 	}
 	p.drain.byKey[dr.Key()] = dr
+	p.drain.unstored[dr.Key()] = &holdOut{d: dr}
 	p.cfg.Log.Warn().Str("target", dr.Target()).Str("reason", dr.Reason).Msg("keeps failing: held out until an undrain")
-	if !p.leads() {
-		return // the leader stores it; it saw the same
+	p.storeHoldOuts(context.Background(), true)
+}
+
+// storeHoldOuts has the leader store the hold-outs not in the bucket
+// yet (a standby leaves them to the leader, which saw the same, or to
+// itself once it leads); a failure is tried again from the guard, with
+// a backoff, unless now says to try at once (a hold-out just made, the
+// lease just taken). Until stored, a hold-out holds on this planner
+// only, and planner undrain does not find it.
+func (p *Service) storeHoldOuts(ctx context.Context, now bool) {
+	d := p.drain
+	if !p.leads() || (!now && p.clock.Now().Before(d.retryAt)) {
+		return
 	}
-	ctx, done := p.op(context.Background(), "storing the hold-out of "+dr.Target(), p.cfg.StoreTimeout)
-	defer done()
 	ds := store.NewDrainStore(p.cfg.JS)
-	ds.Replicas = p.cfg.Replicas
-	if err := ds.Put(ctx, dr); err != nil {
-		p.cfg.Log.Error().Err(err).Str("gpu", dr.Target()).Msg("cannot store the hold-out: it holds until this planner stops")
+	// A lost bucket is the guard's to make again, with every drain this
+	// planner knows (restoreDrains); one made here would lack them.
+	ds.NoCreate = true
+	for _, k := range slices.Sorted(maps.Keys(d.unstored)) {
+		h := d.unstored[k]
+		if h.stored {
+			continue
+		}
+		octx, done := p.op(ctx, "storing the hold-out of "+h.d.Target(), p.cfg.StoreTimeout)
+		err := ds.Put(octx, h.d)
+		done()
+		if err != nil {
+			d.tries++
+			d.retryAt = p.clock.Now().Add(bus.Backoff(d.tries))
+			p.cfg.Log.Error().Err(err).Str("target", h.d.Target()).Msg("cannot store the hold-out: it holds on this planner, and is stored again later")
+			return
+		}
+		h.stored = true
 	}
+	d.tries, d.retryAt = 0, time.Time{}
 }
 
 // drainOf is the drain (or hold-out) that a worker displaced for

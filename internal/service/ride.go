@@ -105,6 +105,7 @@ func (l *loop) guard(ctx context.Context) {
 			return
 		}
 	}
+	l.p.storeHoldOuts(ctx, false) // the leader's hold-outs it could not store
 	stalled := l.ride.stalled(invLast, l.events != nil)
 	if stalled {
 		l.log.Warn().Uint64("stream", invLast).Uint64("watch", l.ride.seen).Msg("the inventory watch is stuck behind the stream (its consumer went with a server?)")
