@@ -64,8 +64,12 @@ type drains struct {
 	unstored map[string]*holdOut
 	retryAt  time.Time
 	tries    int
-	// updates brings the bucket's drains, whole, at each change.
+	// updates brings the bucket's drains, whole, at each change;
+	// restart has the watch made again (restartWatches: a reconnect, a
+	// stall, a bucket lost and made again, where the old watch would
+	// resume past the restored drains' sequences).
 	updates chan map[string]store.Drain
+	restart chan struct{}
 	// timer fires at the next deadline, probation's end or expiry to
 	// count; at, when.
 	timer Timer
@@ -112,7 +116,7 @@ type gpuHealth struct {
 func newDrains(c Clock) *drains {
 	t := c.NewTimer(time.Hour)
 	t.Stop()
-	return &drains{byKey: map[string]store.Drain{}, unstored: map[string]*holdOut{}, updates: make(chan map[string]store.Drain, 1), timer: t,
+	return &drains{byKey: map[string]store.Drain{}, unstored: map[string]*holdOut{}, updates: make(chan map[string]store.Drain, 1), restart: make(chan struct{}, 1), timer: t,
 		health: map[string]*gpuHealth{}, lost: map[string]*gpuHealth{}, seen: map[string]map[string]bool{}, touched: map[string]bool{}, count: map[string]int{}}
 }
 
@@ -169,17 +173,22 @@ func (d *drains) touch(id string) { d.touched[id] = true }
 
 // watchDrains follows the drain bucket until ctx ends, sending the
 // drains in force, whole, once the bucket's contents are read and at
-// every change after; a watch that fails or ends is made again.
-func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.Drain) {
+// every change after; a watch that fails or ends is made again, as is
+// one restart asks to be (at once).
+func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.Drain, restart <-chan struct{}) {
 	ds := store.NewDrainStore(p.cfg.JS)
 	// Made at start; a bucket lost since is the guard's to make again,
 	// with the drains this planner knows (restoreDrains): a watch that
 	// made it empty would undrain everything.
 	ds.NoCreate = true
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		made, err := p.followDrains(ctx, ds, out)
+		made, err := p.followDrains(ctx, ds, out, restart)
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, errRestart) {
+			attempt = -1
+			continue
 		}
 		if made {
 			// A watch made failed later (the bucket went away under it):
@@ -194,17 +203,22 @@ func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.D
 		case <-ctx.Done():
 			stop()
 			return
+		case <-restart:
+			stop()
 		case <-c:
 		}
 	}
 }
+
+// errRestart ends a drain watch that restartWatches asked to make again.
+var errRestart = errors.New("the drain watch is made again")
 
 // followDrains is one watch of the drain bucket; made says whether the
 // watch was made (a failure to make it, the bucket missing included, is
 // said by watched, as the inventory's and the specs' are: it leaves the
 // planner blind to the drains, and unable to replan until they are
 // read).
-func (p *Service) followDrains(ctx context.Context, ds *store.DrainStore, out chan<- map[string]store.Drain) (made bool, err error) {
+func (p *Service) followDrains(ctx context.Context, ds *store.DrainStore, out chan<- map[string]store.Drain, restart <-chan struct{}) (made bool, err error) {
 	kctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
 	kv, err := ds.KV(kctx)
 	cancel()
@@ -213,7 +227,7 @@ func (p *Service) followDrains(ctx context.Context, ds *store.DrainStore, out ch
 		if w, err = kv.WatchAll(ctx); err == nil {
 			p.watched("drains", nil)
 			defer func() { _ = w.Stop() }()
-			return true, p.drainUpdates(ctx, w, out)
+			return true, p.drainUpdates(ctx, w, out, restart)
 		}
 		err = fmt.Errorf("watch drains: %w", err)
 	}
@@ -225,7 +239,7 @@ func (p *Service) followDrains(ctx context.Context, ds *store.DrainStore, out ch
 }
 
 // drainUpdates sends what watch w brings, as watchDrains says.
-func (p *Service) drainUpdates(ctx context.Context, w jetstream.KeyWatcher, out chan<- map[string]store.Drain) error {
+func (p *Service) drainUpdates(ctx context.Context, w jetstream.KeyWatcher, out chan<- map[string]store.Drain, restart <-chan struct{}) error {
 	set := map[string]store.Drain{}
 	synced := false
 	send := func() bool {
@@ -240,6 +254,8 @@ func (p *Service) drainUpdates(ctx context.Context, w jetstream.KeyWatcher, out 
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-restart:
+			return errRestart
 		case e, ok := <-w.Updates():
 			if !ok {
 				return errors.New("the drain watch ended")

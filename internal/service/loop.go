@@ -261,7 +261,7 @@ func (l *loop) run(ctx context.Context) error {
 	go func() { defer close(l.leaseDone); l.lease.run(ctx) }()
 	go func() { defer close(l.tombsDone); l.tombs.run(ctx) }()
 	drainsDone := make(chan struct{})
-	go func() { defer close(drainsDone); l.p.watchDrains(ctx, l.p.drain.updates) }()
+	go func() { defer close(drainsDone); l.p.watchDrains(ctx, l.p.drain.updates, l.p.drain.restart) }()
 	for {
 		l.enter(l.phaseNow())
 		if l.p.publishSnapshot(false) && !l.snapArmed {

@@ -305,8 +305,11 @@ func (s *planState) orphaned() {
 }
 
 // restartWatches re-reads the inventory (a full resync, reconciled
-// against what the planner held) and the spec.
+// against what the planner held), the spec and the drains.
 func (l *loop) restartWatches(ctx context.Context) {
+	// The drain watch's goroutine makes it again; the drains in force
+	// stay until the new one has read the bucket.
+	cue(l.p.drain.restart)
 	if l.stopWatch != nil {
 		l.stopWatch()
 	}
