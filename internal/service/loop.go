@@ -414,7 +414,8 @@ func (l *loop) leaseChanged(ctx context.Context, ev leaseEvent) {
 	l.failures, l.lastFailure = 0, ""
 	l.p.setFailures(0)
 	l.armCheck(0)
-	l.p.storeHoldOuts(ctx, true) // held out as a standby, or unstored by the leader before
+	// Held out as a standby, or unstored by the leader before.
+	l.p.storeHoldOuts(ctx, true)
 	l.kick() // publishes only if the inventory changed meanwhile
 }
 
