@@ -525,8 +525,8 @@ var readStreams = []string{
 }
 
 // plannerOnlyConsumers are the consumer operations refused to every
-// client on the streams the planner plans from (the inventory and the
-// specs). A stream's consumers share one cap (the server's default,
+// client on the streams the planner plans from (the inventory, the
+// specs and the drains). A stream's consumers share one cap (the server's default,
 // 1,000 a stream) whoever makes them, and NATS counts no account's or
 // user's share of it apart (the clients' consumers live in the
 // planner's account, through the import), so a client holding every
@@ -542,6 +542,8 @@ var plannerOnlyConsumers = []string{
 	"$JS.API.CONSUMER.MSG.NEXT.KV_" + client.InventoryBucket + ".*",
 	"$JS.API.CONSUMER.*.KV_" + client.SpecBucket + ".>",
 	"$JS.API.CONSUMER.MSG.NEXT.KV_" + client.SpecBucket + ".*",
+	"$JS.API.CONSUMER.*.KV_" + client.DrainBucket + ".>",
+	"$JS.API.CONSUMER.MSG.NEXT.KV_" + client.DrainBucket + ".*",
 }
 
 // Permissions is what role may publish and subscribe to; user is the

@@ -25,10 +25,16 @@ import (
 // credentials (which hold every permission of its account).
 var drainRoles = []auth.Role{auth.Admin, auth.Planner}
 
+// listRoles may list the drains (drain --list): the readers too, as
+// they may read the bucket (a reporter may read only its own inventory
+// key).
+var listRoles = []auth.Role{auth.Launcher, auth.Admin, auth.Planner}
+
 func newDrainCmd() *cobra.Command {
 	var cf connFlags
 	var reason, deadline, output string
 	var list bool
+	var drain func(*cobra.Command, []string) error
 	cmd := &cobra.Command{
 		Use:   "drain NODE_ID[:GPU_INDEX]... [--reason TEXT] [--deadline D] | drain --list",
 		Short: "Take nodes or GPUs out of placement: their workers move off, nothing new lands there",
@@ -47,60 +53,66 @@ leaving. Without it they leave at once.
 
 drain --list lists what is drained now (operators' drains, and GPUs the
 planner holds out because they kept turning unhealthy).`,
-		RunE: cf.wrap("draining", drainRoles, func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if list {
-				if len(args) > 0 || reason != "" || deadline != "" {
-					return usagef("--list takes no NODE_ID, --reason or --deadline")
-				}
-				return listDrains(cmd, &cf, output)
+				return cf.wrap("listing the drains", listRoles, func(cmd *cobra.Command, args []string) error {
+					if len(args) > 0 || reason != "" || deadline != "" {
+						return usagef("--list takes no NODE_ID, --reason or --deadline")
+					}
+					return listDrains(cmd, &cf, output)
+				})(cmd, args)
 			}
-			if len(args) == 0 {
-				return usagef("drain: name at least one NODE_ID or NODE_ID:GPU_INDEX (or --list)")
-			}
-			if len(reason) > store.MaxDrainReason {
-				return usagef("--reason: %d bytes; at most %d allowed", len(reason), store.MaxDrainReason)
-			}
-			now := time.Now().UTC()
-			var until *time.Time
-			if deadline != "" {
-				t, err := parseDeadline(deadline, now)
-				if err != nil {
-					return usageError{err}
-				}
-				until = &t
-			}
-			drains := make([]store.Drain, len(args))
-			by, role := who(&cf)
-			for i, a := range args {
-				node, gpu, err := store.ParseTarget(a)
-				if err != nil {
-					return usagef("drain: %v", err)
-				}
-				drains[i] = store.Drain{NodeID: node, GPU: gpu, Cause: plan.DrainOperator, Reason: reason, Deadline: until, By: by, Role: role, At: now}
-			}
-			_, js, err := cf.dial()
+			return cf.wrap("draining", drainRoles, drain)(cmd, args)
+		},
+	}
+	drain = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return usagef("drain: name at least one NODE_ID or NODE_ID:GPU_INDEX (or --list)")
+		}
+		if len(reason) > store.MaxDrainReason {
+			return usagef("--reason: %d bytes; at most %d allowed", len(reason), store.MaxDrainReason)
+		}
+		now := time.Now().UTC()
+		var until *time.Time
+		if deadline != "" {
+			t, err := parseDeadline(deadline, now)
 			if err != nil {
-				return err
+				return usageError{err}
 			}
-			defer cf.nc.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
-			defer cancel()
-			if err := checkTargets(ctx, cmd, js, drains); err != nil {
-				return err
+			until = &t
+		}
+		drains := make([]store.Drain, len(args))
+		by, role := who(&cf)
+		for i, a := range args {
+			node, gpu, err := store.ParseTarget(a)
+			if err != nil {
+				return usagef("drain: %v", err)
 			}
-			ds := store.NewDrainStore(js)
-			for _, d := range drains {
-				if err := ds.Put(ctx, d); err != nil {
-					return busErr(err)
-				}
-				when := "its workers move off now"
-				if until != nil {
-					when = "its workers leave at " + until.Format(time.RFC3339)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "drained %s: %s\n", d.Target(), when)
+			drains[i] = store.Drain{NodeID: node, GPU: gpu, Cause: plan.DrainOperator, Reason: reason, Deadline: until, By: by, Role: role, At: now}
+		}
+		_, js, err := cf.dial()
+		if err != nil {
+			return err
+		}
+		defer cf.nc.Close()
+		ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
+		defer cancel()
+		if err := checkTargets(ctx, cmd, js, drains); err != nil {
+			return err
+		}
+		ds := store.NewDrainStore(js)
+		ds.NoCreate = true // the planner makes it at start
+		for _, d := range drains {
+			if err := ds.Put(ctx, d); err != nil {
+				return noDrainBucket(err)
 			}
-			return nil
-		}),
+			when := "its workers move off now"
+			if until != nil {
+				when = "its workers leave at " + until.Format(time.RFC3339)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "drained %s: %s\n", d.Target(), when)
+		}
+		return nil
 	}
 	cf.add(cmd.Flags())
 	cmd.Flags().StringVar(&reason, "reason", "", "why (kept with the drain, said in the plans' revisions)")
@@ -141,6 +153,7 @@ it and when is kept in the drain bucket's history.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
 			defer cancel()
 			ds := store.NewDrainStore(js)
+			ds.NoCreate = true // the planner makes it at start
 			by, role := who(&cf)
 			for i, t := range targets {
 				err := ds.Undrain(ctx, t.node, t.gpu, by, role, time.Now())
@@ -148,7 +161,7 @@ it and when is kept in the drain bucket's history.`,
 					return fmt.Errorf("%s is not drained (planner drain --list)", args[i])
 				}
 				if err != nil {
-					return err
+					return noDrainBucket(err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "undrained %s\n", args[i])
 			}
@@ -237,9 +250,19 @@ func listDrains(cmd *cobra.Command, cf *connFlags, output string) error {
 	defer cf.nc.Close()
 	ctx, cancel := context.WithTimeout(cmd.Context(), requestTimeout)
 	defer cancel()
-	drains, bad, err := store.NewDrainStore(js).List(ctx)
+	ds := store.NewDrainStore(js)
+	ds.NoCreate = true // read-only: a bare server stays bare
+	drains, bad, err := ds.List(ctx)
+	if errors.Is(err, store.ErrNoDrainBucket) {
+		// A planner older than drains made the rest of the state: then
+		// nothing is drained; on a server without any, say so.
+		if _, serr := js.Stream(ctx, client.PlansStream); errors.Is(serr, jetstream.ErrStreamNotFound) {
+			return noState(err)
+		}
+		drains, err = nil, nil
+	}
 	if err != nil {
-		return err
+		return busErr(err)
 	}
 	for _, e := range bad {
 		fmt.Fprintf(cmd.ErrOrStderr(), "planner: warning: %v\n", e)
@@ -249,6 +272,16 @@ func listDrains(cmd *cobra.Command, cf *connFlags, output string) error {
 		return writeJSON(cmd.OutOrStdout(), out)
 	}
 	return writeDrains(cmd.OutOrStdout(), out)
+}
+
+// noDrainBucket is a drain's or undrain's error: a missing drain
+// bucket is said as what it is (no planner made it) rather than made
+// here, where it would start without the planner's settings.
+func noDrainBucket(err error) error {
+	if errors.Is(err, store.ErrNoDrainBucket) {
+		return fmt.Errorf("%w; planner serve makes it at start: start the planner against this server first", err)
+	}
+	return busErr(err)
 }
 
 // listings are drains as drain --list and status show them, in the
@@ -270,7 +303,7 @@ func (r *statusReport) readDrains(ctx context.Context, js jetstream.JetStream) {
 	drains, bad, err := ds.List(ctx)
 	r.Drained = listings(drains, time.Now())
 	switch {
-	case errors.Is(err, store.ErrNoBucket):
+	case errors.Is(err, store.ErrNoDrainBucket):
 	case err != nil:
 		r.unavailable("the drains: %v", err)
 	case len(bad) > 0:

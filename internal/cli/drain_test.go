@@ -12,8 +12,9 @@ import (
 
 // TestDrainCommands: under --auth an admin drains a node and a GPU,
 // lists them (who, role, reason, deadline), and undrains them; the
-// workers leave the drained node; a launcher's drain and undrain are
-// refused; bad targets and deadlines are usage errors.
+// workers leave the drained node; a launcher lists them too, but its
+// drain and undrain are refused, as a reporter's listing is; bad
+// targets and deadlines are usage errors.
 func TestDrainCommands(t *testing.T) {
 	addr := freeAddr(t)
 	dataDir := t.TempDir()
@@ -72,6 +73,20 @@ func TestDrainCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "drained (3):") || !strings.Contains(out, "leaving at ") ||
 		!strings.Contains(out, "drained sim-h100-1 (driver upgrade)") {
 		t.Errorf("status: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	// A launcher may read the bucket, so it may list it (by direct
+	// gets: it may make no consumer there); a reporter may not.
+	code, out, errOut = run(t, "drain", "--list", "--server", server, "--creds", launcher)
+	if code != 0 || !strings.Contains(out, "sim-h100-2:3") || strings.Count(out, "operator") != 3 {
+		t.Errorf("drain --list as a launcher: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	reporter := filepath.Join(t.TempDir(), "reporter.creds")
+	if code, _, errOut = run(t, "creds", "reporter", "--node-id", "sim-h100-1", "--data-dir", dataDir, "--output", reporter); code != 0 {
+		t.Fatalf("creds reporter: exit %d, %s", code, errOut)
+	}
+	code, out, errOut = run(t, "drain", "--list", "--server", server, "--creds", reporter)
+	if code != 1 || out != "" || !strings.Contains(errOut, "listing the drains needs launcher credentials") {
+		t.Errorf("drain --list as a reporter: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
 	for _, args := range [][]string{{"drain", "sim-h100-4"}, {"undrain", "sim-h100-1"}} {
 		code, out, errOut = run(t, append(args, "--server", server, "--creds", launcher)...)

@@ -12,11 +12,15 @@ import (
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/natstest"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // TestReadOnlyOnBareServer: the read-only commands against a NATS
 // server where no planner ever ran exit non-zero, saying there is no
-// poolplanner state there, and create nothing.
+// poolplanner state there, and create nothing; so do drain and undrain,
+// saying the planner makes the drain bucket. drain --list on a server
+// whose planner predates drains (its other state there, no drain
+// bucket) finds nothing drained, and makes no bucket either.
 func TestReadOnlyOnBareServer(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
@@ -28,10 +32,19 @@ func TestReadOnlyOnBareServer(t *testing.T) {
 		{"spec", "rm", "--plan", "default"},
 		{"status"},
 		{"status", "-o", "json"},
+		{"drain", "--list"},
+		{"drain", "--list", "-o", "json"},
 	}
 	for _, args := range cases {
 		code, out, errOut := run(t, append(args, "--server", srv.URL())...)
 		if code == 0 || !strings.Contains(errOut, "no poolplanner state on this server") {
+			t.Errorf("%s: exit %d\nstdout %s\nstderr %s", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+	for _, args := range [][]string{{"drain", "n1"}, {"drain", "n1:3", "--reason", "r"}, {"undrain", "n1"}} {
+		code, out, errOut := run(t, append(args, "--server", srv.URL())...)
+		if code != 1 || out != "" || !strings.Contains(errOut, "the drain bucket "+client.DrainBucket+" does not exist") ||
+			!strings.Contains(errOut, "planner serve makes it at start") {
 			t.Errorf("%s: exit %d\nstdout %s\nstderr %s", strings.Join(args, " "), code, out, errOut)
 		}
 	}
@@ -43,6 +56,19 @@ func TestReadOnlyOnBareServer(t *testing.T) {
 	}
 	if len(made) > 0 {
 		t.Errorf("read-only commands made streams: %v", made)
+	}
+
+	if err := store.NewPlanStore(js).Ensure(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ output, want string }{{"text", "nothing drained\n"}, {"json", "[]\n"}} {
+		code, out, errOut := run(t, "drain", "--list", "-o", c.output, "--server", srv.URL())
+		if code != 0 || out != c.want {
+			t.Errorf("drain --list -o %s without a drain bucket: exit %d\nstdout %q\nstderr %s", c.output, code, out, errOut)
+		}
+	}
+	if _, err := js.Stream(context.Background(), "KV_"+client.DrainBucket); err == nil {
+		t.Error("drain --list made the drain bucket")
 	}
 }
 

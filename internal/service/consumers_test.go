@@ -31,8 +31,10 @@ import (
 // leaves the new planner seeing a new node and placing workers on it.
 // Without the clients' ban on consumers of the inventory (auth's
 // plannerOnlyConsumers) the launcher fills the inventory stream's 1,000
-// slots and the new planner never watches it; with the planner's check
-// of the assignments through a consumer, it never replans.
+// slots and the new planner never watches it; without it on the drain
+// bucket's stream, the new planner never reads the drains, and never
+// replans; with the planner's check of the assignments through a
+// consumer, it never replans either.
 func TestLauncherCannotBlindPlanner(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -90,7 +92,8 @@ func TestLauncherCannotBlindPlanner(t *testing.T) {
 	natstest.WaitFor(t, 20*time.Second, "the planner sees n1", sees(p, "n1"))
 
 	_, ljs := connect(auth.Launcher, "")
-	streams := []string{bus.InventoryStream, "KV_" + client.SpecBucket, client.AssignmentsStream, client.PlansStream}
+	streams := []string{bus.InventoryStream, "KV_" + client.SpecBucket, "KV_" + client.DrainBucket, client.AssignmentsStream, client.PlansStream}
+	const banned = 3 // streams[:banned] are the planner's alone
 	// The launcher makes 1,100 consumers on each: the cap stops it at
 	// 1,000 where it may read. A refused request is answered by nobody
 	// (it takes its whole timeout, and costs the server nothing), so
@@ -103,7 +106,7 @@ func TestLauncherCannotBlindPlanner(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, st := range streams {
 		n, timeout := workers, 200*time.Millisecond
-		if i >= 2 {
+		if i >= banned {
 			n, timeout = 1, 5*time.Second
 		}
 		for g := range n {
@@ -125,14 +128,14 @@ func TestLauncherCannotBlindPlanner(t *testing.T) {
 		}
 		return n
 	}
-	for i, st := range streams[:2] {
+	for i, st := range streams[:banned] {
 		if n := total(i); n != 0 {
 			t.Errorf("the launcher made %d consumers on %s, want none", n, st)
 		}
 	}
 	// Where a launcher may read, its consumers are bounded by the cap.
-	for i, st := range streams[2:] {
-		if got := total(2 + i); got == 0 || got > 1000 {
+	for i, st := range streams[banned:] {
+		if got := total(banned + i); got == 0 || got > 1000 {
 			t.Errorf("the launcher made %d consumers on %s, want 1..1000", got, st)
 		}
 	}
@@ -143,9 +146,11 @@ func TestLauncherCannotBlindPlanner(t *testing.T) {
 	go func() {
 		defer close(racing)
 		for i := 2000; rctx.Err() == nil; i++ {
-			cctx, ccancel := context.WithTimeout(rctx, 200*time.Millisecond)
-			_, _ = ljs.CreateConsumer(cctx, bus.InventoryStream, jetstream.ConsumerConfig{Durable: fmt.Sprintf("race-%d", i)})
-			ccancel()
+			for _, st := range streams[:banned] {
+				cctx, ccancel := context.WithTimeout(rctx, 200*time.Millisecond)
+				_, _ = ljs.CreateConsumer(cctx, st, jetstream.ConsumerConfig{Durable: fmt.Sprintf("race-%d", i)})
+				ccancel()
+			}
 		}
 	}()
 	stop()
@@ -176,47 +181,64 @@ func TestLauncherCannotBlindPlanner(t *testing.T) {
 	}
 }
 
-// TestWatchAtCapIsProblem: a planner that cannot make its inventory
-// watch (the stream's consumers at their cap) says so in Health (the
-// lease carries it to planner status) and poolplanner_watch_failing;
-// once a slot is free it watches, and both clear.
+// TestWatchAtCapIsProblem: a planner that cannot make its inventory or
+// drain watch (the stream's consumers at their cap) says so in Health
+// (the lease carries it to planner status) and
+// poolplanner_watch_failing; once a slot is free it watches, and both
+// clear.
 func TestWatchAtCapIsProblem(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	ctx := context.Background()
-	h.node("n1")
-	// The server's default cap (the stream sets none): the planner's
-	// own account holds every slot.
-	for i := range 1000 {
-		if _, err := h.js.CreateConsumer(ctx, bus.InventoryStream, jetstream.ConsumerConfig{Durable: fmt.Sprintf("hog-%d", i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	reg := prometheus.NewRegistry()
-	p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(testSpec), Debounce: 20 * time.Millisecond, Settle: -1, Log: zerolog.Nop(),
-		Metrics: metrics.NewPlanner(reg)})
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.Run(pctx) }()
-	defer func() { cancel(); <-done }()
+	for _, c := range []struct {
+		watch, stream, problem string
+	}{
+		{"inventory", bus.InventoryStream, "cannot watch the inventory"},
+		{"drains", "KV_" + client.DrainBucket, "cannot watch the drains"},
+	} {
+		t.Run(c.watch, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			ctx := context.Background()
+			h.node("n1")
+			if _, err := store.NewDrainStore(h.js).Ensure(ctx); err != nil {
+				t.Fatal(err)
+			}
+			h.drain("n1", new(2), "", nil)
+			// The server's default cap (the stream sets none): the
+			// planner's own account holds every slot.
+			for i := range 1000 {
+				if _, err := h.js.CreateConsumer(ctx, c.stream, jetstream.ConsumerConfig{Durable: fmt.Sprintf("hog-%d", i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reg := prometheus.NewRegistry()
+			p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(testSpec), Debounce: 20 * time.Millisecond, Settle: -1, Log: zerolog.Nop(),
+				Metrics: metrics.NewPlanner(reg)})
+			pctx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { defer close(done); _ = p.Run(pctx) }()
+			defer func() { cancel(); <-done }()
 
-	failing := `poolplanner_watch_failing{watch="inventory"}`
-	capped := func() bool {
-		return slices.ContainsFunc(p.Health().Problems, func(s string) bool {
-			return strings.Contains(s, "cannot watch the inventory") && strings.Contains(s, "cap")
+			failing := `poolplanner_watch_failing{watch="` + c.watch + `"}`
+			capped := func() bool {
+				return slices.ContainsFunc(p.Health().Problems, func(s string) bool {
+					return strings.Contains(s, c.problem) && strings.Contains(s, "cap")
+				})
+			}
+			natstest.WaitFor(t, 20*time.Second, "the problem said", capped)
+			waitScraped(t, reg, failing+" = 1", func(m map[string]float64) bool { return m[failing] == 1 })
+			if m := scraped(t, reg); m[`poolplanner_watch_failures_total{watch="`+c.watch+`"}`] < 1 {
+				t.Errorf("poolplanner_watch_failures_total not counted: %v", m)
+			}
+
+			if err := h.js.DeleteConsumer(ctx, c.stream, "hog-0"); err != nil {
+				t.Fatal(err)
+			}
+			natstest.WaitFor(t, 30*time.Second, "the planner watching", func() bool {
+				ds := p.Drains()
+				return !capped() && slices.ContainsFunc(p.Inventory(), func(n inventory.NodeInventory) bool { return n.NodeID == "n1" }) &&
+					len(ds) == 1 && ds[0].Target() == "n1:2"
+			})
+			waitScraped(t, reg, failing+" = 0", func(m map[string]float64) bool { return m[failing] == 0 })
 		})
 	}
-	natstest.WaitFor(t, 20*time.Second, "the problem said", capped)
-	waitScraped(t, reg, failing+" = 1", func(m map[string]float64) bool { return m[failing] == 1 })
-	if m := scraped(t, reg); m[`poolplanner_watch_failures_total{watch="inventory"}`] < 1 {
-		t.Errorf("poolplanner_watch_failures_total not counted: %v", m)
-	}
-
-	if err := h.js.DeleteConsumer(ctx, bus.InventoryStream, "hog-0"); err != nil {
-		t.Fatal(err)
-	}
-	natstest.WaitFor(t, 30*time.Second, "the planner watching", func() bool {
-		return !capped() && slices.ContainsFunc(p.Inventory(), func(n inventory.NodeInventory) bool { return n.NodeID == "n1" })
-	})
-	waitScraped(t, reg, failing+" = 0", func(m map[string]float64) bool { return m[failing] == 0 })
 }

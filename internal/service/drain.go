@@ -52,10 +52,24 @@ type drains struct {
 	// in: the bucket's contents were read; no replan before (a plan
 	// made without the drains would place on drained GPUs).
 	in bool
-	// byKey are the drains in force, by bucket key.
+	// byKey are the drains in force, by bucket key: the bucket's, and
+	// the hold-outs not (yet) seen there.
 	byKey map[string]store.Drain
-	// updates brings the bucket's drains, whole, at each change.
+	// unstored are this planner's hold-outs the watch has not brought
+	// from the bucket yet: a standby's (the leader stores its own), or
+	// the leader's whose Put failed (storeHoldOuts tries again, from
+	// retryAt; tries counts the failures in a row). A bucket change
+	// leaves them in force: they hold until an undrain, and the watch
+	// cannot undrain what it never had.
+	unstored map[string]*holdOut
+	retryAt  time.Time
+	tries    int
+	// updates brings the bucket's drains, whole, at each change;
+	// restart has the watch made again (restartWatches: a reconnect, a
+	// stall, a bucket lost and made again, where the old watch would
+	// resume past the restored drains' sequences).
 	updates chan map[string]store.Drain
+	restart chan struct{}
 	// timer fires at the next deadline, probation's end or expiry to
 	// count; at, when.
 	timer Timer
@@ -83,6 +97,13 @@ type drains struct {
 	count   map[string]int
 }
 
+// holdOut is a hold-out not yet seen in the drain bucket; stored: this
+// planner's Put of it succeeded (the watch brings it soon).
+type holdOut struct {
+	d      store.Drain
+	stored bool
+}
+
 // gpuHealth is one GPU's recent health: when it turned unhealthy
 // (within FlapWindow), until when it is on probation, and whether it
 // is held out for flapping.
@@ -95,7 +116,7 @@ type gpuHealth struct {
 func newDrains(c Clock) *drains {
 	t := c.NewTimer(time.Hour)
 	t.Stop()
-	return &drains{byKey: map[string]store.Drain{}, updates: make(chan map[string]store.Drain, 1), timer: t,
+	return &drains{byKey: map[string]store.Drain{}, unstored: map[string]*holdOut{}, updates: make(chan map[string]store.Drain, 1), restart: make(chan struct{}, 1), timer: t,
 		health: map[string]*gpuHealth{}, lost: map[string]*gpuHealth{}, seen: map[string]map[string]bool{}, touched: map[string]bool{}, count: map[string]int{}}
 }
 
@@ -152,43 +173,73 @@ func (d *drains) touch(id string) { d.touched[id] = true }
 
 // watchDrains follows the drain bucket until ctx ends, sending the
 // drains in force, whole, once the bucket's contents are read and at
-// every change after; a watch that fails or ends is made again.
-func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.Drain) {
+// every change after; a watch that fails or ends is made again, as is
+// one restart asks to be (at once).
+func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.Drain, restart <-chan struct{}) {
 	ds := store.NewDrainStore(p.cfg.JS)
 	// Made at start; a bucket lost since is the guard's to make again,
 	// with the drains this planner knows (restoreDrains): a watch that
 	// made it empty would undrain everything.
 	ds.NoCreate = true
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		err := p.followDrains(ctx, ds, out)
+		made, err := p.followDrains(ctx, ds, out, restart)
 		if ctx.Err() != nil {
 			return
 		}
-		p.problem("drains", fmt.Sprintf("cannot read the drain bucket %s: %v (no replan until it is read)", client.DrainBucket, err))
+		if errors.Is(err, errRestart) {
+			attempt = -1
+			continue
+		}
+		if made {
+			// A watch made failed later (the bucket went away under it):
+			// watched said nothing of it.
+			p.problem("drains", fmt.Sprintf("cannot read the drain bucket %s: %v (no replan until it is read)", client.DrainBucket, err))
+		} else {
+			p.problem("drains", "") // watched says it, once
+		}
 		p.cfg.Log.Warn().Err(err).Msg("drain watch failed; retrying")
 		c, stop := p.after(bus.Backoff(attempt))
 		select {
 		case <-ctx.Done():
 			stop()
 			return
+		case <-restart:
+			stop()
 		case <-c:
 		}
 	}
 }
 
-// followDrains is one watch of the drain bucket.
-func (p *Service) followDrains(ctx context.Context, ds *store.DrainStore, out chan<- map[string]store.Drain) error {
+// errRestart ends a drain watch that restartWatches asked to make again.
+var errRestart = errors.New("the drain watch is made again")
+
+// followDrains is one watch of the drain bucket; made says whether the
+// watch was made (a failure to make it, the bucket missing included, is
+// said by watched, as the inventory's and the specs' are: it leaves the
+// planner blind to the drains, and unable to replan until they are
+// read).
+func (p *Service) followDrains(ctx context.Context, ds *store.DrainStore, out chan<- map[string]store.Drain, restart <-chan struct{}) (made bool, err error) {
 	kctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
 	kv, err := ds.KV(kctx)
 	cancel()
-	if err != nil {
-		return err
+	if err == nil {
+		var w jetstream.KeyWatcher
+		if w, err = kv.WatchAll(ctx); err == nil {
+			p.watched("drains", nil)
+			defer func() { _ = w.Stop() }()
+			return true, p.drainUpdates(ctx, w, out, restart)
+		}
+		err = fmt.Errorf("watch drains: %w", err)
 	}
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("watch drains: %w", err)
+	if ctx.Err() != nil {
+		return false, err // stopping: no failure to say
 	}
-	defer func() { _ = w.Stop() }()
+	p.watched("drains", fmt.Errorf("%w (no replan until the drains are read)", err))
+	return false, err
+}
+
+// drainUpdates sends what watch w brings, as watchDrains says.
+func (p *Service) drainUpdates(ctx context.Context, w jetstream.KeyWatcher, out chan<- map[string]store.Drain, restart <-chan struct{}) error {
 	set := map[string]store.Drain{}
 	synced := false
 	send := func() bool {
@@ -203,6 +254,8 @@ func (p *Service) followDrains(ctx context.Context, ds *store.DrainStore, out ch
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-restart:
+			return errRestart
 		case e, ok := <-w.Updates():
 			if !ok {
 				return errors.New("the drain watch ended")
@@ -266,10 +319,18 @@ func (p *Service) foldDrain(set map[string]store.Drain, e jetstream.KeyValueEntr
 	}
 }
 
-// drainsRead takes the bucket's drains: drains ended forget the GPU
-// health that held them out (an undrained flapping GPU starts afresh).
+// drainsRead takes the bucket's drains, with the hold-outs not seen
+// there yet: drains ended forget the GPU health that held them out (an
+// undrained flapping GPU starts afresh).
 func (p *Service) drainsRead(set map[string]store.Drain) {
 	d := p.drain
+	for k, h := range d.unstored {
+		if _, ok := set[k]; ok {
+			delete(d.unstored, k) // stored (by this planner or the leader)
+			continue
+		}
+		set[k] = h.d
+	}
 	for k, old := range d.byKey {
 		if _, ok := set[k]; ok {
 			continue
@@ -585,17 +646,43 @@ func (p *Service) holdOutDrain(dr store.Drain) {
 		return // drained already
 	}
 	p.drain.byKey[dr.Key()] = dr
+	p.drain.unstored[dr.Key()] = &holdOut{d: dr}
 	p.cfg.Log.Warn().Str("target", dr.Target()).Str("reason", dr.Reason).Msg("keeps failing: held out until an undrain")
-	if !p.leads() {
-		return // the leader stores it; it saw the same
+	p.storeHoldOuts(context.Background(), true)
+}
+
+// storeHoldOuts has the leader store the hold-outs not in the bucket
+// yet (a standby leaves them to the leader, which saw the same, or to
+// itself once it leads); a failure is tried again from the guard, with
+// a backoff, unless now says to try at once (a hold-out just made, the
+// lease just taken). Until stored, a hold-out holds on this planner
+// only, and planner undrain does not find it.
+func (p *Service) storeHoldOuts(ctx context.Context, now bool) {
+	d := p.drain
+	if !p.leads() || (!now && p.clock.Now().Before(d.retryAt)) {
+		return
 	}
-	ctx, done := p.op(context.Background(), "storing the hold-out of "+dr.Target(), p.cfg.StoreTimeout)
-	defer done()
 	ds := store.NewDrainStore(p.cfg.JS)
-	ds.Replicas = p.cfg.Replicas
-	if err := ds.Put(ctx, dr); err != nil {
-		p.cfg.Log.Error().Err(err).Str("gpu", dr.Target()).Msg("cannot store the hold-out: it holds until this planner stops")
+	// A lost bucket is the guard's to make again, with every drain this
+	// planner knows (restoreDrains); one made here would lack them.
+	ds.NoCreate = true
+	for _, k := range slices.Sorted(maps.Keys(d.unstored)) {
+		h := d.unstored[k]
+		if h.stored {
+			continue
+		}
+		octx, done := p.op(ctx, "storing the hold-out of "+h.d.Target(), p.cfg.StoreTimeout)
+		err := ds.Put(octx, h.d)
+		done()
+		if err != nil {
+			d.tries++
+			d.retryAt = p.clock.Now().Add(bus.Backoff(d.tries))
+			p.cfg.Log.Error().Err(err).Str("target", h.d.Target()).Msg("cannot store the hold-out: it holds on this planner, and is stored again later")
+			return
+		}
+		h.stored = true
 	}
+	d.tries, d.retryAt = 0, time.Time{}
 }
 
 // drainOf is the drain (or hold-out) that a worker displaced for

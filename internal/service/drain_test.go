@@ -3,10 +3,13 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
@@ -233,4 +236,51 @@ func TestDrainDeadline(t *testing.T) {
 	if !gone.Valid || len(gone.StatusOf().Leaving) != 0 || len(gone.StatusOf().Drained) != 1 {
 		t.Errorf("after the deadline: valid %v, status %+v", gone.Valid, gone.StatusOf())
 	}
+}
+
+// TestDrainWatchAfterLostBucket: the drain bucket deleted by hand is
+// made again by the guard, with the drains the planner knew; a drain
+// stored after that is seen at once, though its sequence in the new
+// stream is one the old watch had passed (restartWatches makes the
+// drain watch again; the old one would resume past it).
+func TestDrainWatchAfterLostBucket(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for i := 1; i <= 4; i++ {
+		h.node(fmt.Sprintf("n%d", i))
+	}
+	in := h.instance(h.nc.ConnectedUrl(), Config{Spec: []byte(drainSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second})
+	h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid })
+	sees := func(targets ...string) func() bool {
+		return func() bool {
+			var got []string
+			for _, d := range in.p.Drains() {
+				got = append(got, d.Target())
+			}
+			return slices.Equal(got, targets)
+		}
+	}
+	// Many changes, so that the old watch's sequence is well past
+	// what the bucket made again holds.
+	for range 5 {
+		h.drain("n4", nil, "", nil)
+		h.undrain("n4", nil)
+	}
+	h.drain("n1", new(0), "kept", nil)
+	natstest.WaitFor(t, 10*time.Second, "the planner sees n1:0 drained", sees("n1:0"))
+
+	ctx := context.Background()
+	if err := h.js.DeleteKeyValue(ctx, client.DrainBucket); err != nil {
+		t.Fatal(err)
+	}
+	ds := store.NewDrainStore(h.js)
+	ds.NoCreate = true
+	natstest.WaitFor(t, 20*time.Second, "the guard restores the drain bucket", func() bool {
+		got, _, err := ds.List(ctx)
+		return err == nil && len(got) == 1 && got[0].Target() == "n1:0"
+	})
+	h.drain("n2", new(1), "after the loss", nil)
+	natstest.WaitFor(t, 10*time.Second, "the planner sees the drain stored after the loss", sees("n1:0", "n2:1"))
+	h.undrain("n1", new(0))
+	natstest.WaitFor(t, 10*time.Second, "the planner sees the undrain", sees("n2:1"))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -80,7 +83,10 @@ func TestProbationAndFlapping(t *testing.T) {
 		{"unhealthy (3) within the hour: held out", func() { report(false) }, []int{3}, []string{plan.DrainFlapping}},
 		{"healthy again: still held out", func() { report(true) }, []int{3}, []string{plan.DrainFlapping}},
 		{"hours later: still held out", func() { tick(5 * time.Hour) }, []int{3}, []string{plan.DrainFlapping}},
-		{"undrained", func() { p.drainsRead(map[string]store.Drain{}) }, nil, nil},
+		{"stored (the watch brings it), then undrained", func() {
+			p.drainsRead(maps.Clone(p.drain.byKey))
+			p.drainsRead(map[string]store.Drain{})
+		}, nil, nil},
 		{"unhealthy again after the undrain (1)", func() { report(false) }, nil, nil},
 		{"over more than the window", func() {
 			for range 3 {
@@ -240,7 +246,8 @@ func TestNodeFlapping(t *testing.T) {
 	if ds := p.drainViews(); len(ds) != 1 || ds[0].Target() != "n1" || ds[0].Cause != plan.DrainFlapping {
 		t.Fatalf("drains %+v, want n1 held out for flapping", ds)
 	}
-	p.drainsRead(map[string]store.Drain{}) // planner undrain n1
+	p.drainsRead(maps.Clone(p.drain.byKey)) // the leader stored it
+	p.drainsRead(map[string]store.Drain{})  // planner undrain n1
 	if out() {
 		t.Fatal("still out after the undrain")
 	}
@@ -265,5 +272,97 @@ func TestNodeFlapping(t *testing.T) {
 	}
 	if ds := p.drainViews(); len(ds) != 0 {
 		t.Errorf("held out after outages: %+v", ds)
+	}
+}
+
+// TestHoldOutUnstored, on the service's clock: a hold-out the leader
+// cannot store (the drain bucket gone) stays in force, with its GPU's
+// flap history, through changes of the bucket's other drains; the
+// leader stores it once it can (the guard's retry after its backoff,
+// or at once on taking the lease), not before the backoff, and without
+// making the bucket itself; once the watch brings it, an undrain ends
+// it.
+func TestHoldOutUnstored(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	c := &fakeClock{now: time.Unix(1_000_000, 0)}
+	p := New(Config{Clock: c, NC: h.nc, JS: h.js, Probation: -1, Log: zerolog.Nop()})
+	p.fence.set(5, 1)
+	p.led.Store(1) // the leader
+	p.drainsRead(map[string]store.Drain{})
+	report := func(healthy bool) {
+		p.apply(store.Event{Op: store.Changed, NodeID: "n1", Inventory: healthDoc(t, "n1", healthy)})
+		p.refreshOut()
+	}
+	report(true)
+	for range FlapCount {
+		report(false)
+		report(true)
+	}
+	key := store.DrainKey("n1", new(3))
+	held := func(what string) {
+		t.Helper()
+		if got := p.live.nodes["n1"].Drained; !slices.Equal(got, []int{3}) {
+			t.Errorf("%s: drained GPUs %v, want [3]", what, got)
+		}
+		if dr, ok := p.drain.byKey[key]; !ok || dr.Cause != plan.DrainFlapping {
+			t.Errorf("%s: the hold-out is not in force: %+v", what, p.drain.byKey)
+		}
+		if hl := p.drain.health[healthKey("n1", 3)]; hl == nil || !hl.held {
+			t.Errorf("%s: the GPU's flap history is gone", what)
+		}
+	}
+	held("held out, no bucket to store it in")
+	operator := store.Drain{NodeID: "n2", Cause: plan.DrainOperator, By: "test@host", At: c.Now()}
+	p.drainsRead(map[string]store.Drain{operator.Key(): operator}) // n2 drained
+	held("after another drain")
+	p.drainsRead(map[string]store.Drain{}) // n2 undrained
+	held("after another undrain")
+	if _, err := h.js.Stream(ctx, "KV_"+client.DrainBucket); err == nil {
+		t.Fatal("the hold-out's Put made the drain bucket")
+	}
+
+	ds := store.NewDrainStore(h.js)
+	if _, err := ds.Ensure(ctx); err != nil { // the guard's restore
+		t.Fatal(err)
+	}
+	stored := func() bool {
+		got, _, err := ds.List(ctx)
+		return err == nil && len(got) == 1 && got[0].Key() == key && got[0].Cause == plan.DrainFlapping
+	}
+	p.storeHoldOuts(ctx, false)
+	if stored() {
+		t.Fatal("retried before its backoff")
+	}
+	c.advance(2 * bus.BackoffMax) // past any jittered backoff
+	p.storeHoldOuts(ctx, false)
+	if !stored() {
+		t.Fatal("not stored once the bucket is back")
+	}
+	p.drainsRead(map[string]store.Drain{}) // a change from before the Put
+	held("stored, not yet seen by the watch")
+
+	// Taking the lease stores at once what a standby held out.
+	if err := h.js.DeleteKeyValue(ctx, client.DrainBucket); err != nil {
+		t.Fatal(err)
+	}
+	p.drain.unstored[key].stored = false
+	p.drain.tries, p.drain.retryAt = 3, c.Now().Add(time.Hour)
+	if _, err := ds.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.storeHoldOuts(ctx, true)
+	if !stored() {
+		t.Fatal("not stored at once on taking the lease")
+	}
+
+	p.drainsRead(map[string]store.Drain{key: p.drain.byKey[key]}) // the watch brings it
+	if len(p.drain.unstored) != 0 {
+		t.Errorf("still unstored once the watch brought it: %v", p.drain.unstored)
+	}
+	p.drainsRead(map[string]store.Drain{}) // planner undrain n1:3
+	if got := p.live.nodes["n1"].Drained; len(got) != 0 || p.drain.health[healthKey("n1", 3)] != nil {
+		t.Errorf("after the undrain: drained %v, health %+v", got, p.drain.health[healthKey("n1", 3)])
 	}
 }

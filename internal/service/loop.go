@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -145,7 +146,7 @@ func (l *loop) watchSpecs(ctx context.Context) error {
 	// The watch lives as long as ctx: no deadline; guard notices one
 	// that never delivers the bucket's contents.
 	w, err := specKV.WatchAll(ctx)
-	l.watched("specs", err)
+	l.p.watched("specs", err)
 	if err != nil {
 		return fmt.Errorf("watch specs: %w", err)
 	}
@@ -153,21 +154,31 @@ func (l *loop) watchSpecs(ctx context.Context) error {
 	return nil
 }
 
-// watched notes a try to make watch (inventory, specs): a failure is a
-// problem in Health and the lease (planner status shows it) until a try
-// succeeds, since the planner plans blind to what it would deliver; a
-// consumer cap reached is named as such.
-func (l *loop) watched(watch string, err error) {
-	l.p.cfg.Metrics.Watched(watch, err != nil)
+// watched notes a try to make watch (inventory, specs, drains): a
+// failure is a problem in Health and the lease (planner status shows
+// it) until a try succeeds, since the planner plans blind to what it
+// would deliver; a consumer cap reached is named as such. (The drain
+// watch's goroutine calls it too: problem and the metrics lock.)
+func (p *Service) watched(watch string, err error) {
+	p.cfg.Metrics.Watched(watch, err != nil)
 	if err == nil {
-		l.p.problem("watch:"+watch, "")
+		p.problem("watch:"+watch, "")
 		return
 	}
 	why := fmt.Sprintf("cannot watch the %s: %v", watch, err)
-	if errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
+	if atConsumerCap(err) {
 		why = fmt.Sprintf("cannot watch the %s: the stream's consumers are at their cap (%v): its changes go unplanned until one is free", watch, err)
 	}
-	l.p.problem("watch:"+watch, why)
+	p.problem("watch:"+watch, why)
+}
+
+// atConsumerCap reports whether err is the server's refusal of a
+// consumer for the stream's cap: jetstream's error, or the legacy API's
+// that a KV watch (kv.WatchAll, a push subscription) returns.
+func atConsumerCap(err error) bool {
+	var legacy *nats.APIError
+	return errors.Is(err, jetstream.ErrMaximumConsumersLimit) ||
+		errors.As(err, &legacy) && legacy.ErrorCode == nats.ErrorCode(jetstream.JSErrCodeMaximumConsumersLimit)
 }
 
 // followedPlan is a revision of s's plan another planner published; nil
@@ -251,7 +262,7 @@ func (l *loop) run(ctx context.Context) error {
 	go func() { defer close(l.leaseDone); l.lease.run(ctx) }()
 	go func() { defer close(l.tombsDone); l.tombs.run(ctx) }()
 	drainsDone := make(chan struct{})
-	go func() { defer close(drainsDone); l.p.watchDrains(ctx, l.p.drain.updates) }()
+	go func() { defer close(drainsDone); l.p.watchDrains(ctx, l.p.drain.updates, l.p.drain.restart) }()
 	for {
 		l.enter(l.phaseNow())
 		if l.p.publishSnapshot(false) && !l.snapArmed {
@@ -403,6 +414,8 @@ func (l *loop) leaseChanged(ctx context.Context, ev leaseEvent) {
 	l.failures, l.lastFailure = 0, ""
 	l.p.setFailures(0)
 	l.armCheck(0)
+	// Held out as a standby, or unstored by the leader before.
+	l.p.storeHoldOuts(ctx, true)
 	l.kick() // publishes only if the inventory changed meanwhile
 }
 
@@ -462,7 +475,7 @@ func (l *loop) watch(ctx context.Context) {
 			ch, err = l.p.inv.Watch(wctx)
 		}
 	}
-	l.watched("inventory", err)
+	l.p.watched("inventory", err)
 	if err != nil {
 		l.log.Warn().Err(err).Msg("inventory watch failed; retrying")
 		l.retry.Reset(bus.Backoff(l.attempt))

@@ -105,6 +105,7 @@ func (l *loop) guard(ctx context.Context) {
 			return
 		}
 	}
+	l.p.storeHoldOuts(ctx, false) // the leader's hold-outs it could not store
 	stalled := l.ride.stalled(invLast, l.events != nil)
 	if stalled {
 		l.log.Warn().Uint64("stream", invLast).Uint64("watch", l.ride.seen).Msg("the inventory watch is stuck behind the stream (its consumer went with a server?)")
@@ -304,8 +305,11 @@ func (s *planState) orphaned() {
 }
 
 // restartWatches re-reads the inventory (a full resync, reconciled
-// against what the planner held) and the spec.
+// against what the planner held), the spec and the drains.
 func (l *loop) restartWatches(ctx context.Context) {
+	// The drain watch's goroutine makes it again; the drains in force
+	// stay until the new one has read the bucket.
+	cue(l.p.drain.restart)
 	if l.stopWatch != nil {
 		l.stopWatch()
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/natstest"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // secureServer starts an embedded server that requires credentials
@@ -44,6 +45,9 @@ func secureServer(t *testing.T) (*auth.Authority, string) {
 		t.Fatal(err)
 	}
 	if _, err := NewSpecStore(s.js).KV(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewDrainStore(s.js).Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return a, url
@@ -167,12 +171,17 @@ func TestAuthDenials(t *testing.T) {
 		l.refused(t, err, "$KV."+client.SpecBucket+".default")
 	})
 	t.Run("readers take the planner's consumer slots", func(t *testing.T) {
-		// The inventory and spec streams' consumers are the planner's
-		// alone (a client filling their cap would blind it); readers
-		// list both without one.
+		// The inventory, spec and drain streams' consumers are the
+		// planner's alone (a client filling their cap would blind it);
+		// readers list all three without one.
+		gpu := 1
+		drain := Drain{NodeID: "n1", GPU: &gpu, Cause: plan.DrainOperator, By: "test", At: time.Now()}
+		if err := NewDrainStore(as(t, a, url, auth.Admin, "").js).Put(short(), drain); err != nil {
+			t.Fatalf("admin drains: %v", err)
+		}
 		for _, role := range []auth.Role{auth.Launcher, auth.Admin} {
 			c := as(t, a, url, role, "")
-			for _, stream := range []string{bus.InventoryStream, "KV_" + client.SpecBucket} {
+			for _, stream := range []string{bus.InventoryStream, "KV_" + client.SpecBucket, "KV_" + client.DrainBucket} {
 				_, err := c.js.CreateConsumer(short(), stream, jetstream.ConsumerConfig{Durable: "squat"})
 				c.refused(t, err, "$JS.API.CONSUMER.CREATE."+stream+".squat")
 				_, err = c.js.CreateConsumer(short(), stream, jetstream.ConsumerConfig{Durable: "squat", FilterSubject: "$KV.x.y"})
@@ -185,6 +194,11 @@ func TestAuthDenials(t *testing.T) {
 			}
 			if _, err := NewSpecStore(c.js).List(short()); err != nil {
 				t.Errorf("%s lists the specs: %v", role, err)
+			}
+			ds := NewDrainStore(c.js)
+			ds.NoCreate = true
+			if got, bad, err := ds.List(short()); err != nil || len(bad) > 0 || len(got) != 1 || got[0].Target() != "n1:1" {
+				t.Errorf("%s lists the drains: %v %v %v, want n1:1", role, got, bad, err)
 			}
 			// Where readers do read through consumers, they may.
 			if _, err := c.js.CreateConsumer(short(), client.AssignmentsStream, jetstream.ConsumerConfig{}); err != nil {

@@ -141,15 +141,21 @@ type DrainStore struct {
 	// Replicas is how many servers keep the bucket (0: one).
 	Replicas int
 	// NoCreate keeps the store from creating the bucket: a reader
-	// (planner status) finds ErrNoBucket where no planner made it yet.
+	// (planner status, drain --list) and the drain commands find
+	// ErrNoDrainBucket where no planner made it yet.
 	NoCreate bool
 }
+
+// ErrNoDrainBucket is a store that may not create the drain bucket
+// (NoCreate) finding none: no planner made it yet.
+var ErrNoDrainBucket = errors.New("the drain bucket " + client.DrainBucket + " does not exist: no planner has run against this server (is planner serve connected to it?)")
 
 // NewDrainStore returns a store over js.
 func NewDrainStore(js jetstream.JetStream) *DrainStore { return &DrainStore{js: js} }
 
-// KV binds the bucket, creating it if missing (an admin may write
-// drains but not make the bucket, which the planner does at start).
+// KV binds the bucket, creating it if missing and the store may (an
+// admin may write drains but not make the bucket, which the planner
+// does at start).
 func (s *DrainStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 	kv, err := s.js.KeyValue(ctx, client.DrainBucket)
 	if err == nil {
@@ -159,7 +165,7 @@ func (s *DrainStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 		return nil, fmt.Errorf("bucket %s: %w", client.DrainBucket, err)
 	}
 	if s.NoCreate {
-		return nil, fmt.Errorf("bucket %s: %w", client.DrainBucket, ErrNoBucket)
+		return nil, ErrNoDrainBucket
 	}
 	return s.Ensure(ctx)
 }
@@ -225,20 +231,22 @@ func (s *DrainStore) Undrain(ctx context.Context, node string, gpu *int, by, rol
 }
 
 // List returns the drains in force, by key; a record that does not
-// decode is skipped and reported in bad.
+// decode is skipped and reported in bad. It reads by direct gets of the
+// keys the stream's subjects name (bucketKeys), no consumer: clients
+// may make none on the drain bucket (auth's plannerOnlyConsumers).
 func (s *DrainStore) List(ctx context.Context) (drains []Drain, bad []error, err error) {
 	kv, err := s.KV(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	keys, err := kv.ListKeys(ctx)
+	keys, err := bucketKeys(ctx, s.js, client.DrainBucket)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list drains: %w", err)
 	}
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		e, err := kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			continue
+			continue // undrained
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("get drain %s: %w", k, err)
