@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -49,7 +50,7 @@ func (p *Service) Validate(ctx context.Context, data []byte, as string) (*client
 			return nil, fmt.Errorf("%w: this planner is starting: it has not read the inventory and the specs yet; ask again in a moment", client.ErrInternal)
 		}
 	}
-	sn := p.view()
+	sn := p.withStreamLatest(ctx, p.view())
 	nodes := sn.nodes
 	var others []planner.Job
 	for _, s := range sn.planned() {
@@ -83,6 +84,40 @@ func (p *Service) Validate(ctx context.Context, data []byte, as string) (*client
 		time.AfterFunc(time.Second, debug.FreeOSMemory)
 	}
 	return &client.ValidateReply{Document: &reply, Nodes: len(nodes)}, nil
+}
+
+// withStreamLatest is sn with the latest revision of each planned plan
+// it has none of read from the stream, as Plan (a lookup) answers: the
+// loop records a revision it published, and publishes the snapshot,
+// only once the stream acked it and its own files are written, so a
+// lookup may answer revision 1 while the snapshot still has none, and
+// a validation asked next must not plan beside a plan that holds
+// nothing (TestValidateSeesWhatLookupSaw). sn itself is not changed;
+// without a stream, or when the read fails, sn as it is.
+func (p *Service) withStreamLatest(ctx context.Context, sn *snapshot) *snapshot {
+	if p.plans == nil {
+		return sn
+	}
+	out := sn
+	for _, v := range sn.planned() {
+		if v.latest != nil || v.removing {
+			continue
+		}
+		rctx, done := context.WithTimeout(ctx, p.cfg.StoreTimeout)
+		sp, err := p.plans.Latest(rctx, v.name)
+		done()
+		if err != nil || sp == nil {
+			continue
+		}
+		if out == sn {
+			c := *sn
+			c.plans = maps.Clone(sn.plans)
+			out = &c
+		}
+		v.latest = sp
+		out.plans[v.name] = v
+	}
+	return out
 }
 
 // replanAs is what the replan would make of spec as plan as's stored
