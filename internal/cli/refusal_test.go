@@ -130,6 +130,11 @@ func TestRefusalsSaidOnce(t *testing.T) {
 			return []string{"watch", "--server", server, "--creds", creds, "--tls-ca", caFile}
 		}, "launcher"},
 		{"reporter", func(creds string) []string { return reporter(creds, "--tls-ca", caFile) }, "reporter"},
+		// A planner on a server of its own (--server): a standby here,
+		// whose lease reads and follows end with its credentials.
+		{"serve --server", func(creds string) []string {
+			return []string{"serve", "--server", server, "--creds", creds, "--tls-ca", caFile, "--no-local-reporter", "--log-level", "warn"}
+		}, "planner"},
 	} {
 		t.Run(c.name+" as its credentials expire", func(t *testing.T) {
 			var extra []string

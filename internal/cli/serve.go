@@ -404,7 +404,12 @@ func (o *serveOptions) connect(log zerolog.Logger, lost context.CancelCauseFunc)
 		if closing.Load() {
 			return
 		}
-		err := fmt.Errorf("%w: %v", errConnClosed, nc.LastError())
+		// A refusal (credentials expired or revoked) is said as such.
+		cause := nc.LastError()
+		if refused := bus.Closed(nc, sec); refused != nil {
+			cause = refused
+		}
+		err := fmt.Errorf("%w: %v", errConnClosed, cause)
 		log.Error().Err(err).Msg("planner stops")
 		lost(err)
 	})}
