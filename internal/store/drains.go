@@ -157,17 +157,7 @@ func NewDrainStore(js jetstream.JetStream) *DrainStore { return &DrainStore{js: 
 // admin may write drains but not make the bucket, which the planner
 // does at start).
 func (s *DrainStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := s.js.KeyValue(ctx, client.DrainBucket)
-	if err == nil {
-		return kv, nil
-	}
-	if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("bucket %s: %w", client.DrainBucket, err)
-	}
-	if s.NoCreate {
-		return nil, ErrNoDrainBucket
-	}
-	return s.Ensure(ctx)
+	return bindKV(ctx, s.js, client.DrainBucket, s.NoCreate, ErrNoDrainBucket, s.Ensure)
 }
 
 // Ensure creates the drain bucket, or brings its settings to

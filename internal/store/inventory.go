@@ -65,17 +65,28 @@ func (s *InventoryStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 	if kv := s.kv.Load(); kv != nil {
 		return *kv, nil
 	}
-	kv, err := s.js.KeyValue(ctx, client.InventoryBucket)
+	kv, err := bindKV(ctx, s.js, client.InventoryBucket, s.NoCreate, ErrNoBucket, s.Ensure)
+	if err == nil {
+		s.kv.Store(&kv)
+	}
+	return kv, err
+}
+
+// bindKV binds bucket first (a client may write a bucket it may not make
+// or change); a bucket not there is missing where the store may not
+// create it (a reader leaves the server as it found it), else ensure's.
+func bindKV(ctx context.Context, js jetstream.JetStream, bucket string, noCreate bool, missing error,
+	ensure func(context.Context) (jetstream.KeyValue, error)) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, bucket)
 	switch {
 	case err == nil:
-		s.kv.Store(&kv)
 		return kv, nil
 	case !errors.Is(err, jetstream.ErrBucketNotFound):
-		return nil, fmt.Errorf("bucket %s: %w", client.InventoryBucket, err)
-	case s.NoCreate:
-		return nil, ErrNoBucket
+		return nil, fmt.Errorf("bucket %s: %w", bucket, err)
+	case noCreate:
+		return nil, missing
 	}
-	return s.Ensure(ctx)
+	return ensure(ctx)
 }
 
 // Put stores doc (a NodeInventory as JSON) under nodeID with a TTL. A

@@ -445,17 +445,7 @@ func NewSpecStore(js jetstream.JetStream) *SpecStore { return &SpecStore{js: js}
 func (s *SpecStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 	// Bind first: an admin may write specs but not make or change the
 	// bucket, which the planner does.
-	kv, err := s.js.KeyValue(ctx, client.SpecBucket)
-	if err == nil {
-		return kv, nil
-	}
-	switch {
-	case !errors.Is(err, jetstream.ErrBucketNotFound):
-		return nil, fmt.Errorf("bucket %s: %w", client.SpecBucket, err)
-	case s.NoCreate:
-		return nil, ErrNoSpecBucket
-	}
-	return s.Ensure(ctx)
+	return bindKV(ctx, s.js, client.SpecBucket, s.NoCreate, ErrNoSpecBucket, s.Ensure)
 }
 
 // Ensure creates the spec bucket, or brings its settings (replicas) to
