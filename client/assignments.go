@@ -166,12 +166,7 @@ func (c *Client) assignmentsDirect(ctx context.Context, st jetstream.Stream, nam
 		if err != nil {
 			return fmt.Errorf("assignments of plan %s: %w", name, err)
 		}
-		node := AssignmentNode(name, subject)
-		a, err := c.readAssignment(ctx, name, node, m.Sequence, m.Data, m.Header)
-		if err != nil {
-			a = &Assignment{Plan: name, NodeID: node, Workers: []PlacedWorker{}, Seq: m.Sequence, Err: err}
-		}
-		if !fn(a) {
+		if !fn(c.assignmentFrom(ctx, name, subject, m.Sequence, m.Data, m.Header)) {
 			return nil
 		}
 	}
@@ -180,12 +175,18 @@ func (c *Client) assignmentsDirect(ctx context.Context, st jetstream.Stream, nam
 
 // assignmentOf reads one message of Assignments.
 func (c *Client) assignmentOf(ctx context.Context, name string, m jetstream.Msg) *Assignment {
-	node := AssignmentNode(name, m.Subject())
 	var seq uint64
 	if md, err := m.Metadata(); err == nil {
 		seq = md.Sequence.Stream
 	}
-	a, err := c.readAssignment(ctx, name, node, seq, m.Data(), m.Headers())
+	return c.assignmentFrom(ctx, name, m.Subject(), seq, m.Data(), m.Headers())
+}
+
+// assignmentFrom reads the assignment message of subject (stream
+// sequence seq): one it cannot read comes with Err set and no workers.
+func (c *Client) assignmentFrom(ctx context.Context, name, subject string, seq uint64, data []byte, h nats.Header) *Assignment {
+	node := AssignmentNode(name, subject)
+	a, err := c.readAssignment(ctx, name, node, seq, data, h)
 	if err != nil {
 		return &Assignment{Plan: name, NodeID: node, Workers: []PlacedWorker{}, Seq: seq, Err: err}
 	}

@@ -190,7 +190,7 @@ type engine struct {
 	unitGroups []group
 	// unitMode places a spec without constraints by units too: a search
 	// after rlightning's passes fell short; bestFit orders each unit's
-	// nodes least room first (avoid).
+	// nodes least room first (rankNodes).
 	unitMode bool
 	bestFit  bool
 	// budget is how many wholly free GPUs the unit being placed may still

@@ -52,7 +52,9 @@ func (a *allocator) byID(p *Plan) []idHold {
 // is known.
 func (a *allocator) derived(p *Plan) []idHold {
 	st := p.state
-	if st == nil || st.from == nil || st.spec.isManual() {
+	if st == nil || st.from == nil || st.spec.isManual() || len(p.Unplaced) > 0 {
+		// A degraded plan keeps its unplaced workers' GPUs (resv), which
+		// the patch below does not read: scan it.
 		return nil
 	}
 	var base []idHold
@@ -192,14 +194,8 @@ func (a *allocator) dense(byID []idHold) holding {
 		}
 		return out
 	}
-	if a.index == nil {
-		a.index = make(map[string]int32, len(a.nodes))
-		for i := range a.nodes {
-			a.index[a.nodes[i].ID] = int32(i)
-		}
-	}
 	for _, x := range byID {
-		if i, ok := a.index[x.id]; ok {
+		if i, ok := a.pos(x.id); ok {
 			out = append(out, hold{at: i, gpus: x.gpus, resv: x.resv, cpus: x.cpus})
 		}
 	}

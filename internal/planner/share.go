@@ -174,7 +174,7 @@ type blocker struct {
 type allocator struct {
 	jobs  []Job
 	nodes []Node
-	index map[string]int32 // by node id; built by dense when nodes are not sorted
+	index map[string]int32 // by node id; built on first use (pos): dense merges sorted nodes without it
 	// held is holdingOf's answers by plan: a plan is not changed in its
 	// placement once made, and PlanAll asks again for each outcome.
 	held  map[*Plan]holding

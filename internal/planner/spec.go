@@ -126,12 +126,11 @@ func (s *Spec) AskedWorkers() int {
 // than nodes nodes hold at MaxNodeWorkers each, naming the largest
 // group's worker_num.
 func overBound(s *Spec, nodes int) error {
-	total, largest, field := 0, -1, "scheduling"
+	total, largest, field := s.AskedWorkers(), -1, "scheduling"
 	add := func(f string, g *WorkerGroup) {
 		if g == nil || g.WorkerNum <= 0 {
 			return
 		}
-		total += g.WorkerNum
 		if g.WorkerNum > largest {
 			largest, field = g.WorkerNum, f+".worker_num"
 		}

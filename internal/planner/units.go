@@ -11,7 +11,7 @@ import (
 // scheduling group, a unit, scarcest first: a group that may use only a
 // few GPUs is placed before one that may go anywhere, which then takes
 // what is left. Each pass also steers clear of the nodes the units after
-// it need (avoid), and takes no more of a node than leaves them room
+// it need (rankNodes), and takes no more of a node than leaves them room
 // (lookahead). Where that falls short, other orders are tried (search)
 // before the spec is declared infeasible, and the error names what binds
 // (binding.go). Without constraints the passes, their order and their
@@ -156,7 +156,7 @@ func attempts(k, nodes int) int {
 // search tries other orders of the units of a run that could not place
 // every worker, and returns the first run that could, nil if none did
 // within attempts. Each order is tried twice: nodes in rank order, then
-// best fit (avoid). The orders: the seeds (units), then the last order
+// best fit (rankNodes). The orders: the seeds (units), then the last order
 // with the unit that fell short first moved to the front (what it needs,
 // the units before it took); an order tried before gives way to the next
 // untried one in lexicographic order. A run without constraints
@@ -324,7 +324,7 @@ pass:
 // nvlink_domain pack one block per NVLink domain (packBlocks), so that
 // tiers and costs reorder nodes only inside a domain and each domain
 // takes one run of ranks; else one block, in the nvlink_domain's order
-// (strict: its one domain), the nodes later units need last (avoid).
+// (strict: its one domain), the nodes later units need last (rankNodes).
 func (e *engine) nodeBlocks(src []int32, u *unit, later []*unit) [][]int32 {
 	if c := e.con(u.lead()); c != nil && c.NVLinkDomain == DomainPack {
 		return e.packBlocks(src, u, later)
@@ -458,7 +458,7 @@ func (e *engine) packBlocks(src []int32, u *unit, later []*unit) [][]int32 {
 	return blocks
 }
 
-// nodeRank is how avoid orders a unit's candidates: per node (table
+// nodeRank is how rankNodes orders a unit's candidates: per node (table
 // position) the cost of taking it, the weight of the needy later units
 // that may use it, and with bestFit its room for the unit.
 type nodeRank struct {
@@ -500,7 +500,7 @@ func (e *engine) rankNodes(order []int32, u *unit, later []*unit) *nodeRank {
 	return r
 }
 
-// sort orders nodes as avoid does: those later units need least first,
+// sort orders nodes as rankNodes ranks them: those later units need least first,
 // with bestFit the least room for the unit first among equals; stable,
 // so that nodes alike keep their order.
 func (r *nodeRank) sort(nodes []int32) {
@@ -650,7 +650,7 @@ func (u *unit) mayUse(e *engine, at int32) bool {
 }
 
 // lookahead keeps a unit off the room the units after it need, a step
-// past avoid's preference: no node gives the unit so many of its free
+// past rankNodes' preference: no node gives the unit so many of its free
 // GPUs that the later units could no longer fit even in the relaxation
 // that counts GPUs alone (no worker sizes, no links). For every set S of
 // the later units (at most maxGuarded of them), what they ask must fit in

@@ -59,7 +59,7 @@ func (p *Service) Validate(ctx context.Context, data []byte, as string) (*client
 		}
 	}
 	var reply plan.Document
-	if next := replanAs(sn, as, spec, sn.grow.options(p.clock.Now(), p.cfg.GrowAfter, nodes)); next != nil {
+	if next := replanAs(sn, as, spec, sn.grow.options(p.clock.Now(), p.cfg.GrowAfter)); next != nil {
 		reply = next.Document
 		if planner.IsElastic(spec) {
 			reply.Warnings = append(slices.Clone(reply.Warnings), planner.ElasticWarning(spec, next, nodes))

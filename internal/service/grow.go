@@ -23,8 +23,9 @@ type growWatch struct {
 }
 
 // options is PlanAllWith's options at now: growth only onto GPUs free
-// for after. A GPU of a node not seen before is free from now.
-func (w *growWatch) options(now time.Time, after time.Duration, nodes []planner.Node) planner.ElasticOptions {
+// for after (note says since when: a GPU of a node not seen before from
+// the replan that first sees it).
+func (w *growWatch) options(now time.Time, after time.Duration) planner.ElasticOptions {
 	if after < 0 {
 		return planner.ElasticOptions{}
 	}

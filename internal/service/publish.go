@@ -93,7 +93,7 @@ func (p *Service) replanOnce(ctx context.Context) error {
 	}
 	// Planning takes time in the workers placed as well as the nodes.
 	done := p.allow("planning", p.storeTimeout(len(nodes)+p.workersOf(states...)/8))
-	outs := planner.PlanAllWith(jobs, nodes, p.grow.options(p.clock.Now(), p.cfg.GrowAfter, nodes))
+	outs := planner.PlanAllWith(jobs, nodes, p.grow.options(p.clock.Now(), p.cfg.GrowAfter))
 	done()
 	held, next, touched := holdings(jobs, outs, planned)
 	changes := make([][]string, len(jobs))
