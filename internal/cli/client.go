@@ -399,14 +399,14 @@ convert FILE prints it).`,
 			if err != nil {
 				return usagef("%s: %v", args[0], err)
 			}
+			if wait < 0 {
+				return usagef("--wait %s: must be >= 0", wait)
+			}
 			nc, js, err := cf.dialPlan(plan)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			if wait < 0 {
-				return usagef("--wait %s: must be >= 0", wait)
-			}
 			warning, err := checkSpecSet(cmd, nc, plan, body, force, wait)
 			if err != nil {
 				return err

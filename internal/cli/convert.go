@@ -92,11 +92,7 @@ func writeSpecNotes(w io.Writer, path string, src *planner.SpecSource) {
 	}
 	fmt.Fprintf(w, "spec: %s %s, read as the scheduling rlightning builds from it (planner spec convert prints the spec)\n", src.Format, path)
 	if len(src.Assumed) > 0 {
-		parts := make([]string, len(src.Assumed))
-		for i, d := range src.Assumed {
-			parts[i] = d.Field + " " + assumedValue(d)
-		}
-		fmt.Fprintf(w, "  assumed rlightning's defaults: %s\n", strings.Join(parts, "; "))
+		fmt.Fprintf(w, "  assumed rlightning's defaults: %s\n", strings.Join(assumedFields(src), "; "))
 	}
 	if n := len(src.Ignored); n > 0 {
 		fmt.Fprintf(w, "  ignored %d rlightning %s, which the scheduling does not read\n", n, plural(n, "field", "fields"))
@@ -109,4 +105,14 @@ func assumedValue(d planner.Default) string {
 		return d.Value
 	}
 	return d.Value + " (" + d.Why + ")"
+}
+
+// assumedFields are the rlightning defaults src assumed, each its field
+// and value.
+func assumedFields(src *planner.SpecSource) []string {
+	out := make([]string, len(src.Assumed))
+	for i, d := range src.Assumed {
+		out[i] = d.Field + " " + assumedValue(d)
+	}
+	return out
 }

@@ -30,7 +30,7 @@ func newCredsCmd() *cobra.Command {
 		Long: `creds prints a .creds file for ROLE on stdout, signed by the keys that
 planner serve --auth (or planner auth init) keeps under --data-dir/auth:
 
-  admin     set and remove specs, read everything
+  admin     set and remove specs, drain and undrain nodes and GPUs, read everything
   planner   run planner serve --server against a server that trusts these keys
   launcher  follow plans and assignments, call lookup, validate and plan
   reporter  put and delete the inventory key of node --node-id, nothing else
@@ -365,7 +365,7 @@ func natsContextOf(role auth.Role, credsPath, server, tlsCA, inbox string) natsC
 // as a file of its context directory.
 func checkContextName(name string) error {
 	if name == "." || name == ".." || strings.ContainsAny(name, "/\\ ") || strings.HasPrefix(name, ".") {
-		return usagef("--nats-context %q: want a name of letters, digits, - _ and dots, not starting with a dot", name)
+		return usagef("--nats-context %q: want a name without /, \\ or spaces, not starting with a dot", name)
 	}
 	return nil
 }

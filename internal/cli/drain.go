@@ -52,7 +52,8 @@ passes nothing new lands there and the plan's revisions say the workers are
 leaving. Without it they leave at once.
 
 drain --list lists what is drained now (operators' drains, and GPUs the
-planner holds out because they kept turning unhealthy).`,
+planner holds out because they kept turning unhealthy, and nodes whose
+reporter kept vanishing).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if list {
 				return cf.wrap("listing the drains", listRoles, func(cmd *cobra.Command, args []string) error {

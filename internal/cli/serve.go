@@ -195,7 +195,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.clusterListen, "cluster-listen", "", "HOST:PORT the embedded server listens on for its cluster peers (with --routes: a NATS cluster of planner serve processes)")
 	f.StringSliceVar(&o.routes, "routes", nil, "the other embedded servers' cluster addresses, nats://HOST:PORT (comma-separated or repeated)")
 	f.StringVar(&o.name, "server-name", "", "the embedded server's name, unique in the cluster (default: from --cluster-listen, with the hostname for a wildcard address)")
-	durationVar(f, &o.probation, "probation", service.DefaultProbation, "how long a GPU that turned healthy again stays out before it gets work (negative: not at all)")
+	durationVar(f, &o.probation, "probation", service.DefaultProbation, "how long a GPU that turned healthy again stays out before it gets work (0: the default; negative: not at all)")
 	durationVar(f, &o.leaseTTL, "lease-ttl", service.DefaultLeaseTTL, "how long the leading planner's lease lasts unrenewed: a standby takes over within it and a second")
 	addSecurity(f, &o.sec)
 	return cmd
@@ -288,11 +288,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	if src := o.specSource; src != nil && src.Format != planner.FormatNative {
-		fields := make([]string, len(src.Assumed))
-		for i, d := range src.Assumed {
-			fields[i] = d.Field + " " + assumedValue(d)
-		}
-		log.Info().Str("spec", o.specPath).Str("format", src.Format.String()).Strs("assumed", fields).Int("ignored", len(src.Ignored)).
+		log.Info().Str("spec", o.specPath).Str("format", src.Format.String()).Strs("assumed", assumedFields(src)).Int("ignored", len(src.Ignored)).
 			Msg("--spec read as the scheduling rlightning builds from it; planner spec convert prints the spec served")
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
