@@ -100,7 +100,7 @@ func stale(latest *planner.Plan, node string, want []plan.Worker, have *client.A
 // nodes are not known): it reads every node's last assignment and
 // republishes those that differ or cannot be read. It waits while the
 // latest is unreadable: that has no workers to go by.
-func (p *Service) reconcileAssignments(ctx context.Context, s *planState) error {
+func (p *loopState) reconcileAssignments(ctx context.Context, s *planState) error {
 	need, latest := s.reconcile, s.latest
 	if !need || latest == nil || latest.Unreadable {
 		return nil
@@ -143,7 +143,7 @@ func (p *Service) reconcileAssignments(ctx context.Context, s *planState) error 
 // and notes what to check of its assignments (verifyAssignments): the
 // nodes its event says changed, or, when it does not say (or sp is nil),
 // every node.
-func (p *Service) adopted(s *planState, sp *store.StoredPlan) {
+func (p *loopState) adopted(s *planState, sp *store.StoredPlan) {
 	if p.adopt(s, sp) {
 		p.gauges(s, s.latest)
 		p.publishSnapshot(true)
@@ -176,7 +176,7 @@ func (p *Service) adopt(s *planState, sp *store.StoredPlan) bool {
 
 // checkAssignments is the check a moment after adopting another
 // planner's revision: its nodes', or every node's.
-func (p *Service) checkAssignments(ctx context.Context, s *planState) error {
+func (p *loopState) checkAssignments(ctx context.Context, s *planState) error {
 	if err := p.verifyAssignments(ctx, s); err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func (p *Service) checkAssignments(ctx context.Context, s *planState) error {
 // assignments: the other planner may have died between its event and
 // them. It reads only those nodes' subjects; a revision that does not
 // say which nodes changed is reconciled whole.
-func (p *Service) verifyAssignments(ctx context.Context, s *planState) error {
+func (p *loopState) verifyAssignments(ctx context.Context, s *planState) error {
 	nodes, latest := s.verify, s.latest
 	s.verify = nil
 	if len(nodes) == 0 || latest == nil || latest.Unreadable {
@@ -237,7 +237,7 @@ func (p *Service) verifyAssignments(ctx context.Context, s *planState) error {
 const verifyMax = 256
 
 // checkPending says whether any plan's assignments wait to be checked.
-func (p *Service) checkPending() bool {
+func (p *loopState) checkPending() bool {
 	for _, s := range p.states {
 		if len(s.verify) > 0 || s.reconcile {
 			return true

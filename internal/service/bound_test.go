@@ -100,7 +100,7 @@ func TestHugeSpecBounded(t *testing.T) {
 // its workers as well as the nodes: those of the revision known, else
 // those its spec asks for, as many as the inventory could hold.
 func TestReadTimeoutScales(t *testing.T) {
-	p := New(Config{Log: zerolog.Nop(), StoreTimeout: time.Second})
+	p := drive(New(Config{Log: zerolog.Nop(), StoreTimeout: time.Second}))
 	for i := range 3 {
 		id := fmt.Sprintf("n%d", i)
 		if _, err := p.live.put(id, inv(id, 8, 64)); err != nil {

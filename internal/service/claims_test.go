@@ -78,7 +78,7 @@ func oneNodePerUUID(t testing.TB, nodes []planner.Node, plans ...*planner.Plan) 
 func TestClaimsInTheView(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	p := New(Config{Log: zerolog.Nop(), Metrics: metrics.NewPlanner(reg)})
+	p := drive(New(Config{Log: zerolog.Nop(), Metrics: metrics.NewPlanner(reg)}))
 	own, s := p.addState("default"), p.addState("exp")
 	stolen := inventory.SimulatedUUID("a", 0)
 	a, b, c := claimant("a", nil), claimant("b", map[int]string{3: "a:0"}), claimant("c", map[int]string{5: "a:0"})
@@ -183,7 +183,7 @@ func TestClaimsInTheView(t *testing.T) {
 	// A planner that reads nodes new to it in one batch gives a UUID to
 	// the first by id, whatever the map's order.
 	for range 5 {
-		q := New(Config{Log: zerolog.Nop()})
+		q := drive(New(Config{Log: zerolog.Nop()}))
 		q.replaceNodes(map[string]inventory.NodeInventory{"c": c, "b": b, "a": a})
 		if h := q.live.claims.Holder(stolen); h != "a" {
 			t.Fatalf("a fresh planner's holder %q, want a", h)
@@ -234,8 +234,8 @@ func TestTwoReportersOneUUID(t *testing.T) {
 	}
 	var logs syncBuffer
 	reg := prometheus.NewRegistry()
-	p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(shareSpec(15, 0)), Debounce: 20 * time.Millisecond, Settle: -1, Log: zerolog.New(&logs),
-		Metrics: metrics.NewPlanner(reg)})
+	p := drive(New(Config{NC: h.nc, JS: h.js, Spec: []byte(shareSpec(15, 0)), Debounce: 20 * time.Millisecond, Settle: -1, Log: zerolog.New(&logs),
+		Metrics: metrics.NewPlanner(reg)}))
 	pctx, stopPlanner := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.Run(pctx) }()
@@ -303,7 +303,7 @@ func TestTwoReportersOneUUID(t *testing.T) {
 	}
 	// The inventory's document says the claim, and the metrics count it
 	// (the gauge as the loop's guard sets it, every 2 s).
-	if g := inventoryOf(p, "a2").GPUs[3]; g.Healthy || !strings.Contains(g.UnhealthyReason, "held by node z1") {
+	if g := inventoryOf(p.Service, "a2").GPUs[3]; g.Healthy || !strings.Contains(g.UnhealthyReason, "held by node z1") {
 		t.Errorf("a2's GPU 3 in the inventory: %+v", g)
 	}
 	waitScraped(t, reg, "one GPU refused", func(m map[string]float64) bool {
@@ -337,7 +337,7 @@ func TestTwoReportersOneUUID(t *testing.T) {
 	next("of a2's 8 GPUs", func(pl *planner.Plan) bool {
 		return !pl.Valid && strings.Contains(pl.Error, "Insufficient GPUs: required 15.0, available 8")
 	})
-	if g := inventoryOf(p, "a2").GPUs[3]; !g.Healthy {
+	if g := inventoryOf(p.Service, "a2").GPUs[3]; !g.Healthy {
 		t.Errorf("a2's GPU 3 after z1 left: %+v", g)
 	}
 	waitScraped(t, reg, "the UUID handed over, no GPU refused", func(m map[string]float64) bool {
@@ -422,7 +422,7 @@ func TestLongPlanNameLookup(t *testing.T) {
 // nodes' GPUs gets at most maxConflictLines lines, the last counting
 // the rest; a conflict ended clears its line.
 func TestConflictLines(t *testing.T) {
-	p := New(Config{Log: zerolog.Nop()})
+	p := drive(New(Config{Log: zerolog.Nop()}))
 	for i := range 12 {
 		id := fmt.Sprintf("h%02d", i)
 		if _, err := p.live.put(id, claimant(id, nil)); err != nil {
@@ -462,7 +462,7 @@ func TestConflictLines(t *testing.T) {
 // the squatter, reporting first, holds them only until that node
 // reports, which takes them back.
 func TestOwnersFromPlans(t *testing.T) {
-	p := New(Config{Log: zerolog.Nop()})
+	p := drive(New(Config{Log: zerolog.Nop()}))
 	u := inventory.SimulatedUUID("r2", 0)
 	var pl planner.Plan
 	pl.Workers = plan.NewWorkers([]plan.Worker{{Component: plan.Train, NodeID: "r2", GPUs: []int{0}, GPUUUIDs: []string{u}}})

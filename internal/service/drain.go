@@ -322,7 +322,7 @@ func (p *Service) foldDrain(set map[string]store.Drain, e jetstream.KeyValueEntr
 // drainsRead takes the bucket's drains, with the hold-outs not seen
 // there yet: drains ended forget the GPU health that held them out (an
 // undrained flapping GPU starts afresh).
-func (p *Service) drainsRead(set map[string]store.Drain) {
+func (p *loopState) drainsRead(set map[string]store.Drain) {
 	d := p.drain
 	for k, h := range d.unstored {
 		if _, ok := set[k]; ok {
@@ -373,7 +373,7 @@ func (p *Service) probation() time.Duration {
 // service's clock: the GPUs whose health changed, every drain in force
 // and its deadline, probations; it applies them to the view, sets the
 // gauge and arms the timer for the next deadline or probation's end.
-func (p *Service) refreshOut() {
+func (p *loopState) refreshOut() {
 	d := p.drain
 	now := p.clock.Now()
 	p.readHealth(now)
@@ -486,7 +486,7 @@ func drainGPUs(dr store.Drain, doc inventory.NodeInventory) []int {
 
 // usedGPUs reports whether any plan's latest revision has a worker on a
 // GPU.
-func (p *Service) usedGPUs() func(node string, gpu int) bool {
+func (p *loopState) usedGPUs() func(node string, gpu int) bool {
 	var index []func(string) []plan.Worker
 	for _, s := range p.states {
 		if l := s.latestPlan(); l != nil && l.Placed() {
@@ -509,7 +509,7 @@ func (p *Service) usedGPUs() func(node string, gpu int) bool {
 // their GPUs' health: a GPU that recovered goes on probation; one that
 // turned unhealthy FlapCount times within FlapWindow is held out (a
 // drain of cause flapping, which the leader stores).
-func (p *Service) readHealth(now time.Time) {
+func (p *loopState) readHealth(now time.Time) {
 	d := p.drain
 	for id := range d.touched {
 		doc, ok := p.node(id)
@@ -568,7 +568,7 @@ const burstWindow = 10 * time.Second
 // nodeLost notes that node id's key ran out (its reporter died without
 // a word, or lost NATS), to count once it is clear it was no outage
 // (countLost).
-func (p *Service) nodeLost(id string) {
+func (p *loopState) nodeLost(id string) {
 	d, now := p.drain, p.clock.Now()
 	if p.cfg.NC != nil {
 		if r := p.cfg.NC.Stats().Reconnects; r != d.reconnects {

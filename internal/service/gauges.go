@@ -47,7 +47,7 @@ type leaderGauge struct {
 // leaderGauges sets the leader gauge of every plan the loop plans: 1
 // while this planner leads (Service.leads), else 0. The loop's
 // goroutine calls it.
-func (p *Service) leaderGauges() {
+func (p *loopState) leaderGauges() {
 	if p.cfg.Metrics == nil {
 		return
 	}

@@ -176,11 +176,11 @@ func TestRemovedPlanSeriesEnd(t *testing.T) {
 // held.
 func TestStepDownClearsLeaderGauge(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	p := New(Config{Metrics: metrics.NewPlanner(reg), Log: zerolog.Nop()})
+	p := drive(New(Config{Metrics: metrics.NewPlanner(reg), Log: zerolog.Nop()}))
 	s := p.addState("default")
 	s.spec = &planner.Spec{}
 	p.publishSnapshot(true)
-	ls := newLeaser(p, zerolog.Nop())
+	ls := newLeaser(p.Service, zerolog.Nop())
 	gauge := `poolplanner_plan_leader{plan="default"}`
 	p.fence.set(5, 1)
 	p.led.Store(1)
@@ -206,12 +206,12 @@ func TestStepDownClearsLeaderGauge(t *testing.T) {
 // no leader gauge of the removed plan begins again.
 func TestStepDownAfterRemovalKeepsSeriesEnded(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	p := New(Config{Metrics: metrics.NewPlanner(reg), Log: zerolog.Nop()})
+	p := drive(New(Config{Metrics: metrics.NewPlanner(reg), Log: zerolog.Nop()}))
 	for _, name := range []string{"default", "gone"} {
 		p.addState(name).spec = &planner.Spec{}
 	}
 	p.publishSnapshot(true)
-	ls := newLeaser(p, zerolog.Nop())
+	ls := newLeaser(p.Service, zerolog.Nop())
 	p.fence.set(5, 1)
 	p.led.Store(1)
 	p.leaderGauges()

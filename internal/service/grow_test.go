@@ -406,7 +406,7 @@ func TestGrowDueGated(t *testing.T) {
 	h.cluster(1, map[string]string{"a": elasticSpecA})
 	c := &fakeClock{now: time.Unix(1_000_000, 0)}
 	const debounce = 50 * time.Millisecond
-	p := New(Config{NC: h.nc, JS: h.js, Clock: c, Debounce: debounce, NoService: true, Log: zerolog.Nop()})
+	p := drive(New(Config{NC: h.nc, JS: h.js, Clock: c, Debounce: debounce, NoService: true, Log: zerolog.Nop()}))
 	if _, err := p.start(ctx); err != nil {
 		t.Fatal(err)
 	}

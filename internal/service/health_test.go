@@ -43,7 +43,7 @@ func healthDoc(t *testing.T, id string, healthy bool) inventory.NodeInventory {
 // turns spread over more than the window hold nothing out.
 func TestProbationAndFlapping(t *testing.T) {
 	c := &fakeClock{now: time.Unix(1_000_000, 0)}
-	p := New(Config{Clock: c, Probation: 10 * time.Minute, Log: zerolog.Nop()})
+	p := drive(New(Config{Clock: c, Probation: 10 * time.Minute, Log: zerolog.Nop()}))
 	p.drainsRead(map[string]store.Drain{})
 	report := func(healthy bool) {
 		t.Helper()
@@ -200,7 +200,7 @@ func onNodeGPU(p *planner.Plan, node string, gpu int) bool {
 // expiries spread over more than the window.
 func TestNodeFlapping(t *testing.T) {
 	c := &fakeClock{now: time.Unix(1_000_000, 0)}
-	p := New(Config{Clock: c, Log: zerolog.Nop()})
+	p := drive(New(Config{Clock: c, Log: zerolog.Nop()}))
 	p.drainsRead(map[string]store.Drain{})
 	// The loop reads the drain timer; here the test does, lest a fired
 	// timer's channel block the clock.
@@ -287,7 +287,7 @@ func TestHoldOutUnstored(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	c := &fakeClock{now: time.Unix(1_000_000, 0)}
-	p := New(Config{Clock: c, NC: h.nc, JS: h.js, Probation: -1, Log: zerolog.Nop()})
+	p := drive(New(Config{Clock: c, NC: h.nc, JS: h.js, Probation: -1, Log: zerolog.Nop()}))
 	p.fence.set(5, 1)
 	p.led.Store(1) // the leader
 	p.drainsRead(map[string]store.Drain{})

@@ -34,9 +34,9 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 
 // offline is a planner driven by hand (no loop): inventory put straight
 // into its view, replans called directly.
-func offline(t *testing.T, h *harness, nodes int) *Service {
+func offline(t *testing.T, h *harness, nodes int) *loopState {
 	t.Helper()
-	p := New(Config{NC: h.nc, JS: h.js, SnapshotEvery: 4, InlineWorkers: 10, Settle: -1, Log: zerolog.Nop()})
+	p := drive(New(Config{NC: h.nc, JS: h.js, SnapshotEvery: 4, InlineWorkers: 10, Settle: -1, Log: zerolog.Nop()}))
 	latest, err := p.start(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -373,7 +373,7 @@ func TestHostileInventory(t *testing.T) {
 // refused again, is news.
 func TestRejectedOncePerReason(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	p := New(Config{Metrics: metrics.NewPlanner(reg), Log: zerolog.Nop()})
+	p := drive(New(Config{Metrics: metrics.NewPlanner(reg), Log: zerolog.Nop()}))
 	const series = `poolplanner_inventory_rejected_total{reason="invalid"}`
 	refuse := func(why string) store.Event {
 		return store.Event{Op: store.Rejected, NodeID: "evil", Reason: why, Rejection: store.RejectInvalid}

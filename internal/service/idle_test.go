@@ -103,7 +103,7 @@ func (c *fakeClock) advance(d time.Duration) {
 // as the wall clock does.
 func TestSettleByClock(t *testing.T) {
 	c := &fakeClock{now: time.Unix(1_000_000, 0)}
-	p := New(Config{Clock: c, Settle: time.Minute, Log: zerolog.Nop()})
+	p := drive(New(Config{Clock: c, Settle: time.Minute, Log: zerolog.Nop()}))
 	s := p.addState("default")
 	s.inherited = planOn("n1")
 	started := c.Now()

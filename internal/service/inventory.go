@@ -261,7 +261,7 @@ func ellipsis(ids []string, n int) string {
 // apply folds one inventory event into the live inventory and reports
 // whether it changed anything a plan could depend on. Every event but a
 // removal is the node reporting.
-func (p *Service) apply(ev store.Event) bool {
+func (p *loopState) apply(ev store.Event) bool {
 	defer p.logClaims()
 	for _, s := range p.states {
 		s.heard(ev)
@@ -311,7 +311,7 @@ func (s *planState) heard(ev store.Event) {
 
 // logClaims logs the view's claim news: GPUs refused to a node because
 // another holds their UUID, and UUIDs passing on.
-func (p *Service) logClaims() {
+func (p *loopState) logClaims() {
 	for _, o := range p.live.news {
 		p.cfg.Metrics.Claimed(len(o.Refused), len(o.Handovers))
 		for _, r := range o.Refused {
@@ -343,7 +343,7 @@ func (p *Service) rejected(ev store.Event) {
 
 // replaceNodes swaps in a resynced inventory and reports whether it
 // differs.
-func (p *Service) replaceNodes(nodes map[string]inventory.NodeInventory) bool {
+func (p *loopState) replaceNodes(nodes map[string]inventory.NodeInventory) bool {
 	defer p.logClaims()
 	changed := false
 	for _, id := range p.live.present() {
@@ -375,7 +375,7 @@ func (p *Service) replaceNodes(nodes map[string]inventory.NodeInventory) bool {
 
 // node is node id's document as it reported it: unmarked by the claims
 // (a resync takes it for the node's report when only a heartbeat shows).
-func (p *Service) node(id string) (inventory.NodeInventory, bool) {
+func (p *loopState) node(id string) (inventory.NodeInventory, bool) {
 	n, ok := p.live.doc(id)
 	if r, known := p.live.claims.Reported(id); ok && known {
 		n = r
@@ -386,7 +386,7 @@ func (p *Service) node(id string) (inventory.NodeInventory, bool) {
 // inventorySize is the live inventory's nodes, unhealthy GPUs, and
 // GPUs refused because another node holds their UUID: kept as the view
 // changes (tally), since the gauges are set after every replan.
-func (p *Service) inventorySize() (nodes, unhealthy, conflicts int) {
+func (p *loopState) inventorySize() (nodes, unhealthy, conflicts int) {
 	return len(p.live.docs), p.live.tally.unhealthy, p.live.tally.conflicts
 }
 
@@ -400,7 +400,7 @@ const maxConflictLines = 8
 // maxConflictLines lines, the last counting the rest. was are the
 // problem keys set before, cleared where the conflict ended; it returns
 // those set now.
-func (p *Service) sayConflicts(was []string) []string {
+func (p *loopState) sayConflicts(was []string) []string {
 	type pair struct{ node, holder string }
 	uuids := map[pair][]string{}
 	for id, doc := range p.live.docs {
@@ -446,7 +446,7 @@ func (p *Service) sayConflicts(was []string) []string {
 // read back placed workers on, or its unplaced workers ran on last: a
 // planner that has not seen the UUID held yet (restarted) gives it back
 // to that node should another list it too (inventory.Claims.Own).
-func (p *Service) learnOwners(pl *planner.Plan) {
+func (p *loopState) learnOwners(pl *planner.Plan) {
 	if pl == nil {
 		return
 	}

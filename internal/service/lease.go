@@ -441,7 +441,7 @@ func (ls *leaser) take(ctx context.Context, expect uint64) {
 }
 
 // catchUpAll is catchUp for every plan.
-func (p *Service) catchUpAll(ctx context.Context) error {
+func (p *loopState) catchUpAll(ctx context.Context) error {
 	for _, s := range p.all() {
 		if err := p.catchUp(ctx, s); err != nil {
 			return err
@@ -453,7 +453,7 @@ func (p *Service) catchUpAll(ctx context.Context) error {
 // catchUp makes plan s's latest revision the one the stream's leader has
 // last (a direct get may be answered by a replica that lags; a standby's
 // follow may be behind), waiting a moment for one not readable yet.
-func (p *Service) catchUp(ctx context.Context, s *planState) error {
+func (p *loopState) catchUp(ctx context.Context, s *planState) error {
 	last, err := p.plans.LastSeq(ctx, client.PlanEventSubject(s.name))
 	if err != nil || last == 0 {
 		return err

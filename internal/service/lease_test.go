@@ -172,7 +172,7 @@ func TestPausedLeaderCannotPublish(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	take := func(p *Service) {
+	take := func(p *loopState) {
 		t.Helper()
 		l := &bus.Lease{Holder: p.plans.Publisher, Since: time.Now(), Renewed: time.Now(), TTLSeconds: 1}
 		natstest.WaitFor(t, 5*time.Second, "the lease taken", func() bool {
@@ -280,7 +280,7 @@ func TestRenewalsDoNotRefusePublishes(t *testing.T) {
 	ctx := context.Background()
 	p := offline(t, h, 4)
 	p.cfg.LeaseTTL = 5 * time.Second
-	ls := newLeaser(p, zerolog.Nop())
+	ls := newLeaser(p.Service, zerolog.Nop())
 	ls.take(ctx, 0)
 	if p.leading() == 0 {
 		t.Fatal("no lease")

@@ -129,13 +129,13 @@ func (p *Service) storeTimeout(items int) time.Duration {
 // revision known here places, or, where none is known yet, those its
 // spec asks for, as many as the inventory could hold
 // (planner.MaxNodeWorkers a node).
-func (p *Service) readTimeout(states ...*planState) time.Duration {
+func (p *loopState) readTimeout(states ...*planState) time.Duration {
 	return p.storeTimeout(p.nodes() + p.workersOf(states...)/8)
 }
 
 // workersOf is how many workers states' plans may hold, as readTimeout
 // counts them.
-func (p *Service) workersOf(states ...*planState) int {
+func (p *loopState) workersOf(states ...*planState) int {
 	could := max(p.nodes(), 1) * planner.MaxNodeWorkers
 	n := 0
 	for _, s := range states {
@@ -272,6 +272,6 @@ func (p *Service) stoodDownFor(why string, until time.Time) {
 
 // nodes is the live inventory's size, which bulk calls' deadlines
 // scale with.
-func (p *Service) nodes() int {
+func (p *loopState) nodes() int {
 	return len(p.live.docs)
 }

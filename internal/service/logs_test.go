@@ -123,7 +123,7 @@ func TestRemovedLongAgo(t *testing.T) {
 	}
 
 	var logs syncBuffer
-	p := New(Config{NC: h.nc, JS: h.js, NoService: true, Log: zerolog.New(&logs)})
+	p := drive(New(Config{NC: h.nc, JS: h.js, NoService: true, Log: zerolog.New(&logs)}))
 	if _, err := p.start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -19,11 +19,33 @@ import (
 	"github.com/poolplanner/poolplanner/internal/store"
 )
 
+// loopState is the state the loop's goroutine alone holds and writes,
+// without a lock: no other goroutine can name it (the Service holds
+// none; TestLoopStateOwned keeps it so). Request handlers, the GPU map
+// and the plans' follow goroutines read the snapshot it publishes
+// (Service.snap) instead. It embeds the Service for what is shared
+// (the stores, the config, the fence), so that the loop's code reads as
+// the Service's.
+type loopState struct {
+	*Service
+	// live is the live inventory; states, every plan's state by name.
+	live   view
+	states map[string]*planState
+}
+
+// newLoopState is p's loop state before anything is read: no plans, an
+// empty inventory.
+func newLoopState(p *Service) *loopState {
+	ls := &loopState{Service: p, live: newView(), states: map[string]*planState{}}
+	ls.live.changed = ls.remember
+	return ls
+}
+
 // loop is the planner's one goroutine: it folds inventory, spec and
 // other planners' revisions into the planner's state and replans when the
 // inventory has been quiet for Debounce.
 type loop struct {
-	p   *Service
+	p   *loopState
 	log zerolog.Logger
 	// followed brings the revisions of every plan, each followed by a
 	// goroutine that following can stop.
@@ -107,15 +129,15 @@ type loop struct {
 	growT Timer
 }
 
-func (p *Service) newLoop(ctx context.Context) (*loop, error) {
+func (p *loopState) newLoop(ctx context.Context) (*loop, error) {
 	// The loop plans every plan: its own lines name none, and those
 	// about one plan name it once.
 	l := &loop{p: p, log: p.cfg.Log, started: p.clock.Now(),
 		timer: p.clock.NewTimer(time.Hour), retry: p.clock.NewTimer(0), check: p.clock.NewTimer(time.Hour), maxWait: max(10*p.cfg.Debounce, time.Second)}
 	l.timer.Stop()
 	l.check.Stop()
-	l.lease = newLeaser(p, l.log)
-	l.tombs = newTombstones(p, l.log)
+	l.lease = newLeaser(p.Service, l.log)
+	l.tombs = newTombstones(p.Service, l.log)
 	l.guardT = p.clock.NewTimer(guardEvery)
 	l.snapT = p.clock.NewTimer(time.Hour)
 	l.snapT.Stop()

@@ -39,7 +39,7 @@ type fatal interface {
 
 // setSpec makes spec plan name's spec on p, a planner driven by hand
 // (offline); "" removes it.
-func setSpec(t fatal, p *Service, name, spec string, age uint64) {
+func setSpec(t fatal, p *loopState, name, spec string, age uint64) {
 	t.Helper()
 	s := p.state(name)
 	if s == nil {
@@ -137,7 +137,7 @@ func TestPublishOrderOnStream(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		run := runs.Add(1)
 		names := []string{fmt.Sprintf("r%da", run), fmt.Sprintf("r%db", run), fmt.Sprintf("r%dc", run)}
-		p := New(Config{NC: h.nc, JS: h.js, Plan: names[0], Settle: -1, Log: zerolog.Nop()})
+		p := drive(New(Config{NC: h.nc, JS: h.js, Plan: names[0], Settle: -1, Log: zerolog.Nop()}))
 		if _, err := p.start(ctx); err != nil {
 			rt.Fatal(err)
 		}

@@ -21,7 +21,7 @@ const maxChange = 512 << 10
 // afterFirstSync starts the change log from the plan found at start: the
 // first watch filled the inventory, which is no change; the nodes of that
 // plan that are not there left.
-func (p *Service) afterFirstSync(s *planState) {
+func (p *loopState) afterFirstSync(s *planState) {
 	clear(s.basis)
 	if s.latest == nil {
 		return
@@ -44,7 +44,7 @@ func (p *Service) afterFirstSync(s *planState) {
 // other is broken by a release step (order.go). On a conflict (another
 // planner published first) it re-reads that plan's latest and plans
 // again.
-func (p *Service) replan(ctx context.Context) error {
+func (p *loopState) replan(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		err := p.replanOnce(ctx)
 		var c *conflict
@@ -75,7 +75,7 @@ func (c *conflict) Error() string { return c.err.Error() }
 func (c *conflict) Unwrap() error { return c.err }
 
 // replanOnce is one try of replan.
-func (p *Service) replanOnce(ctx context.Context) error {
+func (p *loopState) replanOnce(ctx context.Context) error {
 	states := p.planned()
 	for _, s := range states {
 		if err := p.load(ctx, s); err != nil {
@@ -145,7 +145,7 @@ func (p *Service) replanOnce(ctx context.Context) error {
 // releaseRemoved publishes the last revision of each removed plan, and
 // returns the others as PlanAll's jobs, each with its state (nil for a
 // plan held as it is).
-func (p *Service) releaseRemoved(ctx context.Context, states []*planState) ([]planner.Job, []*planState, error) {
+func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]planner.Job, []*planState, error) {
 	var jobs []planner.Job
 	var planned []*planState
 	for _, s := range states {
@@ -194,7 +194,7 @@ func subset(a, b map[string]bool) bool {
 
 // load reads the plan's latest revision, once, for a state made when its
 // spec appeared.
-func (p *Service) load(ctx context.Context, s *planState) error {
+func (p *loopState) load(ctx context.Context, s *planState) error {
 	done := s.loaded
 	if done {
 		return nil
@@ -229,7 +229,7 @@ func (p *Service) load(ctx context.Context, s *planState) error {
 // publishRemoved publishes the last revision of a plan whose spec was
 // removed: no workers (every node's assignment emptied), removed, and
 // the reason; the state is then dropped.
-func (p *Service) publishRemoved(ctx context.Context, s *planState) error {
+func (p *loopState) publishRemoved(ctx context.Context, s *planState) error {
 	latest := s.latest
 	if latest != nil && !latest.Plan.Removed {
 		doc := &planner.Plan{}
@@ -249,17 +249,17 @@ func (p *Service) publishRemoved(ctx context.Context, s *planState) error {
 
 // drop forgets a removed plan's state and ends every series of the
 // plan.
-func (p *Service) drop(s *planState) {
+func (p *loopState) drop(s *planState) {
 	s.spec, s.digest, s.specBytes, s.removing, s.age = nil, "", nil, false, 0
 	if p.states[s.name] == s {
 		delete(p.states, s.name)
 	}
-	p.leader.ended(p, s.name)
+	p.leader.ended(p.Service, s.name)
 }
 
 // publishNext publishes o, the plan's next placement, as the next
 // revision if it differs from the latest.
-func (p *Service) publishNext(ctx context.Context, s *planState, o planner.Outcome, changes []string) error {
+func (p *loopState) publishNext(ctx context.Context, s *planState, o planner.Outcome, changes []string) error {
 	return p.publish(ctx, s, o, changes, "")
 }
 
@@ -267,7 +267,7 @@ func (p *Service) publishNext(ctx context.Context, s *planState, o planner.Outco
 // restricted to what the plan holds (held), for the plans takers to
 // take what it gives up before its new revision takes what they give
 // up.
-func (p *Service) publishRelease(ctx context.Context, s *planState, next *planner.Plan, held, touched map[string]bool, takers []string, changes []string) error {
+func (p *loopState) publishRelease(ctx context.Context, s *planState, next *planner.Plan, held, touched map[string]bool, takers []string, changes []string) error {
 	latest := p.latestPlan(s)
 	step := releaseStep(latest, next, held, touched, takers)
 	step.Moved = planner.CountMoved(latest, step)
@@ -304,7 +304,7 @@ func (p *Service) revisionOf(s *planState) int {
 }
 
 // publish is publishNext; lead, when not empty, begins the reason.
-func (p *Service) publish(ctx context.Context, s *planState, o planner.Outcome, changes []string, lead string) error {
+func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome, changes []string, lead string) error {
 	// Comparing, diffing and encoding a large plan takes a while.
 	defer p.allow("publishing plan "+s.name, p.storeTimeout(o.Plan.Workers.Len()/8))()
 	latest, digest, note := s.latest, s.digest, s.note
@@ -417,7 +417,7 @@ func (p *Service) adoptSpec(s *planState, latest *store.StoredPlan, specChanged 
 
 // published makes sp the latest plan and starts a new change log; note,
 // said in its reason, is said.
-func (p *Service) published(s *planState, sp *store.StoredPlan, note string) {
+func (p *loopState) published(s *planState, sp *store.StoredPlan, note string) {
 	p.mark(s, sp.Plan.Revision)
 	p.keepPlacement(s, sp)
 	if s.note == note {
@@ -485,7 +485,7 @@ func (p *Service) event(ctx context.Context, latest *store.StoredPlan, next *pla
 
 // retain drops the oldest revisions past the history limits, from a whole
 // document on, so every revision kept can be rebuilt.
-func (p *Service) retain(ctx context.Context, s *planState) {
+func (p *loopState) retain(ctx context.Context, s *planState) {
 	ctx, done := p.op(ctx, "trimming plan "+s.name+"'s history", p.readTimeout(s))
 	defer done()
 	if err := p.plans.Retain(ctx, s.name, p.cfg.HistoryAge, p.cfg.HistoryBytes, p.cfg.Now()); err != nil && !errors.Is(err, context.Canceled) {

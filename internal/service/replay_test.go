@@ -37,7 +37,7 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 // churn replans a planner many times under random inventory changes (nodes
 // leaving and coming back, GPUs failing and healing), without the loop,
 // and returns what it published at each revision.
-func churn(t *testing.T, p *Service, steps int) map[int]string {
+func churn(t *testing.T, p *loopState, steps int) map[int]string {
 	t.Helper()
 	ctx := context.Background()
 	latest, err := p.start(ctx)
@@ -93,7 +93,7 @@ func TestReplayChurn(t *testing.T) {
 	h := newHarness(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := New(Config{NC: h.nc, JS: h.js, Plan: "default", SnapshotEvery: 4, InlineWorkers: -1, Settle: -1, Log: zerolog.Nop()})
+	p := drive(New(Config{NC: h.nc, JS: h.js, Plan: "default", SnapshotEvery: 4, InlineWorkers: -1, Settle: -1, Log: zerolog.Nop()}))
 	c := p.plans.Client()
 	if err := p.plans.Ensure(ctx); err != nil {
 		t.Fatal(err)
@@ -185,8 +185,8 @@ func TestRetain(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	p := New(Config{NC: h.nc, JS: h.js, Plan: "default", SnapshotEvery: 3, InlineWorkers: -1, Settle: -1,
-		HistoryAge: -1, HistoryBytes: -1, Log: zerolog.Nop()})
+	p := drive(New(Config{NC: h.nc, JS: h.js, Plan: "default", SnapshotEvery: 3, InlineWorkers: -1, Settle: -1,
+		HistoryAge: -1, HistoryBytes: -1, Log: zerolog.Nop()}))
 	churn(t, p, 30)
 	c := p.plans.Client()
 	infos := func() []client.Info {
@@ -284,7 +284,7 @@ func TestOversizedMessages(t *testing.T) {
 	// Storing 60,000 workers' objects under the race detector on a
 	// loaded machine (load 10) takes far past the default 5 s a store
 	// call may: what is tested here is where they go, not how fast.
-	p := New(Config{NC: h.nc, JS: h.js, Settle: -1, Log: zerolog.Nop(), StoreTimeout: 2 * time.Minute})
+	p := drive(New(Config{NC: h.nc, JS: h.js, Settle: -1, Log: zerolog.Nop(), StoreTimeout: 2 * time.Minute}))
 	if _, err := p.start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -553,7 +553,7 @@ func TestHundredThousandNodes(t *testing.T) {
 	h := newHarness(t)
 	largest := watchLargest(t, h.nc.ConnectedUrl())
 	ctx := context.Background()
-	p := New(Config{NC: h.nc, JS: h.js, Settle: -1, Log: zerolog.Nop()})
+	p := drive(New(Config{NC: h.nc, JS: h.js, Settle: -1, Log: zerolog.Nop()}))
 	latest, err := p.start(ctx)
 	if err != nil || latest != nil {
 		t.Fatalf("start: %v, latest %v", err, latest)

@@ -174,10 +174,6 @@ type Service struct {
 	specs *store.SpecStore
 	inv   *store.InventoryStore
 
-	// live is the live inventory; states, every plan's state by name.
-	// The loop's goroutine alone uses them.
-	live   view
-	states map[string]*planState
 	// grow is since when each GPU has been free, for elastic growth
 	// (grow.go): the loop's goroutine alone uses it.
 	grow growWatch
@@ -281,8 +277,6 @@ func New(cfg Config) *Service {
 		plans:       plans,
 		specs:       store.NewSpecStore(cfg.JS),
 		inv:         store.NewInventoryStore(cfg.JS),
-		live:        newView(),
-		states:      map[string]*planState{},
 		rejectedNow: map[string]string{},
 		pulse:       newPulse(cfg.Clock.Now),
 		clock:       cfg.Clock,
@@ -291,14 +285,15 @@ func New(cfg Config) *Service {
 		drain:       newDrains(cfg.Clock),
 	}
 	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
-	p.live.changed = p.remember
-	p.publishSnapshot(true)
+	// The first snapshot is of nothing: Run's loop state publishes the
+	// next.
+	newLoopState(p).publishSnapshot(true)
 	return p
 }
 
 // addState makes plan name's state (not loaded: its latest revision is
 // read before its first replan) and returns it; one there is stays.
-func (p *Service) addState(name string) *planState {
+func (p *loopState) addState(name string) *planState {
 	if s := p.states[name]; s != nil {
 		return s
 	}
@@ -312,12 +307,12 @@ func (p *Service) addState(name string) *planState {
 }
 
 // state is plan name's state, nil when no spec of that name is planned.
-func (p *Service) state(name string) *planState { return p.states[name] }
+func (p *loopState) state(name string) *planState { return p.states[name] }
 
 // planned are the plans the loop plans, by name: those with a spec, or
 // whose removal is still to say, or whose last revision holds workers (a
 // plan with no spec to plan on holds them).
-func (p *Service) planned() []*planState {
+func (p *loopState) planned() []*planState {
 	var out []*planState
 	for _, n := range slices.Sorted(maps.Keys(p.states)) {
 		if s := p.states[n]; s.planned() {
@@ -328,7 +323,7 @@ func (p *Service) planned() []*planState {
 }
 
 // all are every plan's state, planned or not, by name.
-func (p *Service) all() []*planState {
+func (p *loopState) all() []*planState {
 	out := make([]*planState, 0, len(p.states))
 	for _, n := range slices.Sorted(maps.Keys(p.states)) {
 		out = append(out, p.states[n])
@@ -338,7 +333,7 @@ func (p *Service) all() []*planState {
 
 // remember notes, in every plan's change log, that node id changed (old,
 // present: its document before), as the view tells it.
-func (p *Service) remember(id string, old inventory.NodeInventory, present bool) {
+func (p *loopState) remember(id string, old inventory.NodeInventory, present bool) {
 	p.drain.touch(id)
 	for _, s := range p.states {
 		s.remember(id, old, present)
@@ -357,7 +352,12 @@ func SpecDigest(spec *planner.Spec) string {
 // Run plans until ctx is done. It returns an error only for what waiting
 // cannot mend (a bad plan name or spec); JetStream not answering at start,
 // and outages later, are logged and ridden out.
-func (p *Service) Run(ctx context.Context) error {
+func (p *Service) Run(ctx context.Context) error { return newLoopState(p).Run(ctx) }
+
+// Run is Service.Run on this loop state, which the loop's goroutine (the
+// caller's) then holds: a test driving a Service by hand runs its loop
+// on the state it drove.
+func (p *loopState) Run(ctx context.Context) error {
 	if err := store.ValidatePlanName(p.cfg.Plan); err != nil {
 		return err
 	}

@@ -54,7 +54,7 @@ type planView struct {
 // would cost the loop in proportion to the cluster at every event. Only
 // the loop's goroutine calls it, or a test driving a Service without its
 // loop.
-func (p *Service) takeSnapshot(prev *snapshot, fresh bool) *snapshot {
+func (p *loopState) takeSnapshot(prev *snapshot, fresh bool) *snapshot {
 	sn := &snapshot{plans: make(map[string]planView, len(p.states)), names: slices.Sorted(maps.Keys(p.states))}
 	for name, s := range p.states {
 		sn.plans[name] = planView{name: name, latest: s.latest, spec: s.spec, removing: s.removing, planned: s.planned(), age: s.age}
@@ -82,7 +82,7 @@ const inventoryEvery = 250 * time.Millisecond
 // published is behind the view's (the loop publishes again
 // inventoryEvery later). Only the loop's goroutine calls it (New, before
 // there is one; a test driving a Service without its loop, in its own).
-func (p *Service) publishSnapshot(fresh bool) (behind bool) {
+func (p *loopState) publishSnapshot(fresh bool) (behind bool) {
 	sn := p.takeSnapshot(p.snap.Load(), fresh)
 	p.snap.Store(sn)
 	if p.ready != nil && phase(p.phase.Load()) != phaseSyncing && sn.gen == p.live.gen {

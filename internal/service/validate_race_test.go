@@ -30,7 +30,7 @@ func TestValidateSeesWhatLookupSaw(t *testing.T) {
 	if err := plans.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := New(Config{NC: h.nc, JS: h.js, Log: zerolog.Nop()})
+	p := drive(New(Config{NC: h.nc, JS: h.js, Log: zerolog.Nop()}))
 	for i := 1; i <= 4; i++ {
 		id := fmt.Sprintf("sim-h100-%d", i)
 		if _, err := p.live.put(id, inv(id, 8, 224)); err != nil {

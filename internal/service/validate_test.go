@@ -70,7 +70,7 @@ func TestValidateExplains(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p := New(Config{})
+			p := drive(New(Config{}))
 			for id, doc := range c.nodes {
 				if _, err := p.live.put(id, doc); err != nil {
 					t.Fatal(err)
@@ -133,7 +133,7 @@ func TestValidateExplains(t *testing.T) {
 func TestValidateBounded(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	p := New(Config{NC: h.nc, JS: h.js, Settle: -1, Log: zerolog.Nop()})
+	p := drive(New(Config{NC: h.nc, JS: h.js, Settle: -1, Log: zerolog.Nop()}))
 	// Enough nodes for a plan of 150,000 workers (planner.MaxNodeWorkers).
 	for i := range 150000/planner.MaxNodeWorkers + 1 {
 		id := fmt.Sprintf("n%d", i)
