@@ -280,7 +280,7 @@ func (p *Service) drainUpdates(ctx context.Context, w jetstream.KeyWatcher, out 
 // its storage), and puts back the drains this planner knows: an
 // operator's drain holds until an undrain, whatever became of the
 // bucket. A drain stored since stays.
-func (p *Service) restoreDrains(ctx context.Context) error {
+func (p *loopState) restoreDrains(ctx context.Context) error {
 	ds := store.NewDrainStore(p.cfg.JS)
 	ds.Replicas = p.cfg.Replicas
 	kv, err := ds.Ensure(ctx)
@@ -583,7 +583,7 @@ func (p *loopState) nodeLost(id string) {
 // took most nodes at once, or that came soon after a reconnect, were
 // an outage's and count nothing. It returns when the next one is due
 // (zero: none waits).
-func (p *Service) countLost(now time.Time) time.Time {
+func (p *loopState) countLost(now time.Time) time.Time {
 	d := p.drain
 	var next time.Time
 	for i := range d.expiries {
@@ -616,7 +616,7 @@ func (p *Service) countLost(now time.Time) time.Time {
 // lostCounted counts node id's key running out at when: a node that
 // does so FlapCount times within FlapWindow is held out whole until an
 // operator undrains it.
-func (p *Service) lostCounted(id string, now time.Time) {
+func (p *loopState) lostCounted(id string, now time.Time) {
 	d := p.drain
 	h := d.lost[id]
 	if h == nil {
@@ -634,14 +634,14 @@ func (p *Service) lostCounted(id string, now time.Time) {
 // holdOut holds GPU gpu of node id out for flapping: a drain of cause
 // flapping in force at once, stored by the leader so that it holds
 // until an operator undrains it.
-func (p *Service) holdOut(id string, gpu int, now time.Time) {
+func (p *loopState) holdOut(id string, gpu int, now time.Time) {
 	p.holdOutDrain(store.Drain{NodeID: id, GPU: &gpu, Cause: plan.DrainFlapping, By: "planner", At: now.UTC(),
 		Reason: fmt.Sprintf("unhealthy %d times within %s; planner undrain %s:%d puts it back", FlapCount, FlapWindow, id, gpu)})
 }
 
 // holdOutDrain puts hold-out dr in force at once, and has the leader
 // store it.
-func (p *Service) holdOutDrain(dr store.Drain) {
+func (p *loopState) holdOutDrain(dr store.Drain) {
 	if _, ok := p.drain.byKey[dr.Key()]; ok {
 		return // drained already
 	}
@@ -657,7 +657,7 @@ func (p *Service) holdOutDrain(dr store.Drain) {
 // a backoff, unless now says to try at once (a hold-out just made, the
 // lease just taken). Until stored, a hold-out holds on this planner
 // only, and planner undrain does not find it.
-func (p *Service) storeHoldOuts(ctx context.Context, now bool) {
+func (p *loopState) storeHoldOuts(ctx context.Context, now bool) {
 	d := p.drain
 	if !p.leads() || (!now && p.clock.Now().Before(d.retryAt)) {
 		return
@@ -688,7 +688,7 @@ func (p *Service) storeHoldOuts(ctx context.Context, now bool) {
 // drainOf is the drain (or hold-out) that a worker displaced for
 // planner.WhyDrained at where ("n2" or "n2:3") left; false when none is
 // known (it ended meanwhile).
-func (p *Service) drainOf(where string) (plan.Drain, bool) {
+func (p *loopState) drainOf(where string) (plan.Drain, bool) {
 	node, idx, isGPU := strings.Cut(where, ":")
 	if isGPU {
 		g, err := strconv.Atoi(idx)
@@ -713,7 +713,7 @@ func (p *Service) drainOf(where string) (plan.Drain, bool) {
 // workers or keep them unplaced (Status.Drained, and the reason), and
 // which drains its workers are leaving by their deadline
 // (Status.Leaving): changes[i] are plan i's reason parts.
-func (p *Service) noteDrains(planned []*planState, outs []planner.Outcome, changes [][]string) {
+func (p *loopState) noteDrains(planned []*planState, outs []planner.Outcome, changes [][]string) {
 	for i, s := range planned {
 		o := outs[i]
 		if s == nil || o.Plan == nil || o.Plan.Status == nil {
@@ -799,7 +799,7 @@ type DrainView struct {
 }
 
 // drainViews are the drains and hold-outs in force now, by target.
-func (p *Service) drainViews() []DrainView {
+func (p *loopState) drainViews() []DrainView {
 	now := p.clock.Now()
 	var out []DrainView
 	for _, dr := range p.drain.byKey {

@@ -331,7 +331,7 @@ func (p *loopState) logClaims() {
 // per key and reason while the key holds it. A watch delivers each
 // change once, but a watch made again (after a reconnect, a stall)
 // delivers the key's latest message again: that is no new rejection.
-func (p *Service) rejected(ev store.Event) {
+func (p *loopState) rejected(ev store.Event) {
 	if why, ok := p.rejectedNow[ev.NodeID]; ok && why == ev.Reason {
 		return
 	}

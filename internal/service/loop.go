@@ -31,12 +31,21 @@ type loopState struct {
 	// live is the live inventory; states, every plan's state by name.
 	live   view
 	states map[string]*planState
+	// grow is since when each GPU has been free, for elastic growth
+	// (grow.go).
+	grow growWatch
+	// rejectedNow is why each key whose document the watch refused
+	// refuses it now (loopState.rejected).
+	rejectedNow map[string]string
+	// drain is what is out of placement on purpose (drain.go).
+	drain *drains
 }
 
 // newLoopState is p's loop state before anything is read: no plans, an
 // empty inventory.
 func newLoopState(p *Service) *loopState {
-	ls := &loopState{Service: p, live: newView(), states: map[string]*planState{}}
+	ls := &loopState{Service: p, live: newView(), states: map[string]*planState{},
+		rejectedNow: map[string]string{}, drain: newDrains(p.clock)}
 	ls.live.changed = ls.remember
 	return ls
 }

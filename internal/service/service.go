@@ -174,13 +174,6 @@ type Service struct {
 	specs *store.SpecStore
 	inv   *store.InventoryStore
 
-	// grow is since when each GPU has been free, for elastic growth
-	// (grow.go): the loop's goroutine alone uses it.
-	grow growWatch
-	// rejectedNow is why each key whose document the watch refused
-	// refuses it now (Service.rejected): the loop's goroutine alone
-	// uses it.
-	rejectedNow map[string]string
 	// snap is the loop's state as others read it.
 	snap atomic.Pointer[snapshot]
 	// fence is the lease every publish is fenced by; led, the lease
@@ -217,9 +210,6 @@ type Service struct {
 	leader leaderGauge
 	// clock is cfg.Clock.
 	clock Clock
-	// drain is what is out of placement on purpose (drain.go): the
-	// loop's goroutine alone uses it.
-	drain *drains
 }
 
 // New returns a planner service; Run starts it.
@@ -273,16 +263,14 @@ func New(cfg Config) *Service {
 		plans.LeaseName = bus.LeaseName
 	}
 	p := &Service{
-		cfg:         cfg,
-		plans:       plans,
-		specs:       store.NewSpecStore(cfg.JS),
-		inv:         store.NewInventoryStore(cfg.JS),
-		rejectedNow: map[string]string{},
-		pulse:       newPulse(cfg.Clock.Now),
-		clock:       cfg.Clock,
-		marks:       newMarks(cfg.StateFile),
-		fence:       fence{mu: newChanMutex()},
-		drain:       newDrains(cfg.Clock),
+		cfg:   cfg,
+		plans: plans,
+		specs: store.NewSpecStore(cfg.JS),
+		inv:   store.NewInventoryStore(cfg.JS),
+		pulse: newPulse(cfg.Clock.Now),
+		clock: cfg.Clock,
+		marks: newMarks(cfg.StateFile),
+		fence: fence{mu: newChanMutex()},
 	}
 	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
 	// The first snapshot is of nothing: Run's loop state publishes the
