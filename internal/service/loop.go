@@ -450,6 +450,46 @@ func (l *loop) leaseChanged(ctx context.Context, ev leaseEvent) {
 	l.kick() // publishes only if the inventory changed meanwhile
 }
 
+// catchUpAll is catchUp for every plan.
+func (p *loopState) catchUpAll(ctx context.Context) error {
+	for _, s := range p.all() {
+		if err := p.catchUp(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// catchUp makes plan s's latest revision the one the stream's leader has
+// last (a direct get may be answered by a replica that lags; a standby's
+// follow may be behind), waiting a moment for one not readable yet.
+func (p *loopState) catchUp(ctx context.Context, s *planState) error {
+	last, err := p.plans.LastSeq(ctx, client.PlanEventSubject(s.name))
+	if err != nil || last == 0 {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		sp, err := p.plans.Latest(ctx, s.name)
+		if err != nil {
+			return err
+		}
+		if sp != nil && sp.Seq >= last {
+			p.adopted(s, sp)
+			return nil
+		}
+		if attempt >= 20 {
+			return fmt.Errorf("plan %s: revision at stream sequence %d not readable yet", s.name, last)
+		}
+		wait, stop := p.after(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			stop()
+			return ctx.Err()
+		case <-wait:
+		}
+	}
+}
+
 // adopt takes another planner's revision of a plan, or notes that its
 // follow ended (guard follows again).
 func (l *loop) adopt(f followedPlan) {
