@@ -70,6 +70,8 @@ type drains struct {
 	// resume past the restored drains' sequences).
 	updates chan map[string]store.Drain
 	restart chan struct{}
+	// notes bring the watch's problems, for the loop to record.
+	notes chan problemNote
 	// timer fires at the next deadline, probation's end or expiry to
 	// count; at, when.
 	timer Timer
@@ -116,7 +118,8 @@ type gpuHealth struct {
 func newDrains(c Clock) *drains {
 	t := c.NewTimer(time.Hour)
 	t.Stop()
-	return &drains{byKey: map[string]store.Drain{}, unstored: map[string]*holdOut{}, updates: make(chan map[string]store.Drain, 1), restart: make(chan struct{}, 1), timer: t,
+	return &drains{byKey: map[string]store.Drain{}, unstored: map[string]*holdOut{}, updates: make(chan map[string]store.Drain, 1), restart: make(chan struct{}, 1),
+		notes: make(chan problemNote, 8), timer: t,
 		health: map[string]*gpuHealth{}, lost: map[string]*gpuHealth{}, seen: map[string]map[string]bool{}, touched: map[string]bool{}, count: map[string]int{}}
 }
 
@@ -174,15 +177,16 @@ func (d *drains) touch(id string) { d.touched[id] = true }
 // watchDrains follows the drain bucket until ctx ends, sending the
 // drains in force, whole, once the bucket's contents are read and at
 // every change after; a watch that fails or ends is made again, as is
-// one restart asks to be (at once).
-func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.Drain, restart <-chan struct{}) {
+// one restart asks to be (at once). What it cannot read it tells on
+// notes, for the loop's health.
+func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.Drain, restart <-chan struct{}, notes chan<- problemNote) {
 	ds := store.NewDrainStore(p.cfg.JS)
 	// Made at start; a bucket lost since is the guard's to make again,
 	// with the drains this planner knows (restoreDrains): a watch that
 	// made it empty would undrain everything.
 	ds.NoCreate = true
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		made, err := p.followDrains(ctx, ds, out, restart)
+		made, err := p.followDrains(ctx, ds, out, restart, notes)
 		if ctx.Err() != nil {
 			return
 		}
@@ -193,9 +197,9 @@ func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.D
 		if made {
 			// A watch made failed later (the bucket went away under it):
 			// watched said nothing of it.
-			p.problem("drains", fmt.Sprintf("cannot read the drain bucket %s: %v (no replan until it is read)", client.DrainBucket, err))
+			note(ctx, notes, problemNote{"drains", fmt.Sprintf("cannot read the drain bucket %s: %v (no replan until it is read)", client.DrainBucket, err)})
 		} else {
-			p.problem("drains", "") // watched says it, once
+			note(ctx, notes, problemNote{key: "drains"}) // watchNote says it, once
 		}
 		p.cfg.Log.Warn().Err(err).Msg("drain watch failed; retrying")
 		c, stop := p.after(bus.Backoff(attempt))
@@ -210,6 +214,14 @@ func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.D
 	}
 }
 
+// note tells the loop n, unless ctx ends first.
+func note(ctx context.Context, notes chan<- problemNote, n problemNote) {
+	select {
+	case notes <- n:
+	case <-ctx.Done():
+	}
+}
+
 // errRestart ends a drain watch that restartWatches asked to make again.
 var errRestart = errors.New("the drain watch is made again")
 
@@ -218,28 +230,28 @@ var errRestart = errors.New("the drain watch is made again")
 // said by watched, as the inventory's and the specs' are: it leaves the
 // planner blind to the drains, and unable to replan until they are
 // read).
-func (p *Service) followDrains(ctx context.Context, ds *store.DrainStore, out chan<- map[string]store.Drain, restart <-chan struct{}) (made bool, err error) {
+func (p *Service) followDrains(ctx context.Context, ds *store.DrainStore, out chan<- map[string]store.Drain, restart <-chan struct{}, notes chan<- problemNote) (made bool, err error) {
 	kctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
 	kv, err := ds.KV(kctx)
 	cancel()
 	if err == nil {
 		var w jetstream.KeyWatcher
 		if w, err = kv.WatchAll(ctx); err == nil {
-			p.watched("drains", nil)
+			note(ctx, notes, p.watchNote("drains", nil))
 			defer func() { _ = w.Stop() }()
-			return true, p.drainUpdates(ctx, w, out, restart)
+			return true, p.drainUpdates(ctx, w, out, restart, notes)
 		}
 		err = fmt.Errorf("watch drains: %w", err)
 	}
 	if ctx.Err() != nil {
 		return false, err // stopping: no failure to say
 	}
-	p.watched("drains", fmt.Errorf("%w (no replan until the drains are read)", err))
+	note(ctx, notes, p.watchNote("drains", fmt.Errorf("%w (no replan until the drains are read)", err)))
 	return false, err
 }
 
 // drainUpdates sends what watch w brings, as watchDrains says.
-func (p *Service) drainUpdates(ctx context.Context, w jetstream.KeyWatcher, out chan<- map[string]store.Drain, restart <-chan struct{}) error {
+func (p *Service) drainUpdates(ctx context.Context, w jetstream.KeyWatcher, out chan<- map[string]store.Drain, restart <-chan struct{}, notes chan<- problemNote) error {
 	set := map[string]store.Drain{}
 	synced := false
 	send := func() bool {
@@ -262,7 +274,7 @@ func (p *Service) drainUpdates(ctx context.Context, w jetstream.KeyWatcher, out 
 			}
 			if e == nil {
 				synced = true
-				p.problem("drains", "")
+				note(ctx, notes, problemNote{key: "drains"})
 				if !send() {
 					return nil
 				}

@@ -38,7 +38,7 @@ func (p *Service) gauges(s *planState, sp *store.StoredPlan) {
 // step: a plan whose series ended is not given a leader gauge again by a
 // step-down reading an older list, and the loop's "leading" cannot land
 // after a step-down's "not leading" from a leads() read before it.
-// Taken after fence.mu and healthMu, before the innermost locks.
+// Taken after fence.mu, before the innermost locks (Service).
 type leaderGauge struct {
 	mu     sync.Mutex
 	gauged map[string]bool

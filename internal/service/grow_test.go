@@ -429,7 +429,7 @@ func TestGrowDueGated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.synced, l.specsIn, l.p.drain.in, l.failures = tc.synced, true, true, tc.failures
+		l.synced, l.specsIn, l.p.drain.in, l.p.health.failures = tc.synced, true, true, tc.failures
 		l.growDue()
 		ft := l.timer.(*fakeTimer)
 		if !l.dirty || l.armed != tc.armed || ft.live != tc.armed || tc.armed && !ft.at.Equal(c.now.Add(debounce)) {

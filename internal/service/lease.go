@@ -49,8 +49,8 @@ type leaser struct {
 	// events tell the loop that the lease was taken or lost, never
 	// blocking: a newer event replaces one the loop has not read.
 	events chan leaseEvent
-	// reqs are the loop's requests not yet taken up, under reqMu (taken
-	// before nothing else); asked cues the leaser's goroutine, their only
+	// reqs are the loop's requests not yet taken up, under reqMu
+	// (innermost: nothing is locked while it is held); asked cues the leaser's goroutine, their only
 	// doer, to do them; pending counts those asked and not yet done, and
 	// done cues the loop as they are (Idle waits for them).
 	reqMu   sync.Mutex
@@ -59,14 +59,17 @@ type leaser struct {
 	pending atomic.Int32
 	done    chan struct{}
 	// holdUntil: a planner that stood down (its writes failing) takes
-	// no lease before then. stuckSaid: the loop being stuck was logged.
+	// no lease before then. stuckSaid: the loop being stuck was logged
+	// and told to the loop on stuck (why; "": it makes progress again),
+	// never blocking: a newer word replaces one the loop has not read.
 	holdUntil time.Time
 	stuckSaid bool
+	stuck     chan string
 }
 
 func newLeaser(p *Service, log zerolog.Logger) *leaser {
 	return &leaser{p: p, log: log, timer: p.clock.NewTimer(0), events: make(chan leaseEvent, 1),
-		asked: make(chan struct{}, 1), done: make(chan struct{}, 1)}
+		asked: make(chan struct{}, 1), done: make(chan struct{}, 1), stuck: make(chan string, 1)}
 }
 
 // leaseEvent is what became of the lease: taken at stream sequence seq,
@@ -142,15 +145,18 @@ func (ls *leaser) requests(ctx context.Context) {
 
 // tell tells the loop ev, replacing an event it has not read: what the
 // lease is now is what counts.
-func (ls *leaser) tell(ev leaseEvent) {
+func (ls *leaser) tell(ev leaseEvent) { replace(ls.events, ev) }
+
+// replace sends v on ch (of one slot), replacing a value not yet read.
+func replace[T any](ch chan T, v T) {
 	for {
 		select {
-		case ls.events <- ev:
+		case ch <- v:
 			return
 		default:
 		}
 		select {
-		case <-ls.events:
+		case <-ch:
 		default:
 		}
 	}
@@ -251,7 +257,7 @@ func (ls *leaser) current() uint64 { return ls.p.fence.seq.Load() }
 // stuck (liveness.go), nor, after it stood down, before holdUntil. It
 // returns how long until the next look (0: as usual, every).
 func (ls *leaser) tend(ctx context.Context) time.Duration {
-	if ls.stuck() {
+	if ls.isStuck() {
 		return 0
 	}
 	if ls.current() != 0 {
@@ -345,24 +351,24 @@ func predecessor(cur *bus.Lease, host string, pid int, before string, alive func
 	return own, gone
 }
 
-// stuck says whether the planner's loop is stuck: a leader then renews
-// no more, and stands down once its lease lapsed (a standby takes it
-// over by then); a standby takes no lease. It logs the first look of
-// each stretch.
-func (ls *leaser) stuck() bool {
+// isStuck says whether the planner's loop is stuck: a leader then
+// renews no more, and stands down once its lease lapsed (a standby takes
+// it over by then); a standby takes no lease. It logs the first look of
+// each stretch, and tells the loop of its start and end, for its health.
+func (ls *leaser) isStuck() bool {
 	d, what, stuck := ls.p.pulse.stuck(ls.p.stall())
 	if !stuck {
 		if ls.stuckSaid {
 			ls.stuckSaid = false
-			ls.p.problem("stuck", "")
+			replace(ls.stuck, "")
 			ls.log.Info().Msg("the planner's loop makes progress again")
 		}
 		return false
 	}
-	why := fmt.Sprintf("the planner's loop has made no progress for %s (%s)", d.Round(time.Millisecond), what)
+	why := stuckWhy(d, what)
 	if !ls.stuckSaid {
 		ls.stuckSaid = true
-		ls.p.problem("stuck", why)
+		replace(ls.stuck, why)
 		if ls.current() != 0 {
 			ls.log.Error().Str("stuck_for", dur(d)).Str("in", what).Msg("the planner's loop is stuck: not renewing the lease, so that a standby takes over when it lapses")
 		} else {
@@ -389,7 +395,14 @@ func (ls *leaser) resume(cur *bus.Lease) {
 func (ls *leaser) body(since time.Time) *bus.Lease {
 	host, _ := os.Hostname()
 	return &bus.Lease{Holder: ls.p.plans.Publisher, Host: host, PID: os.Getpid(), Since: since.UTC(),
-		Renewed: ls.p.clock.Now().UTC(), TTLSeconds: ls.p.cfg.LeaseTTL.Seconds(), Problems: ls.p.problemList()}
+		Renewed: ls.p.clock.Now().UTC(), TTLSeconds: ls.p.cfg.LeaseTTL.Seconds(), Problems: ls.p.leaseProblems()}
+}
+
+// leaseProblems are the problems the lease carries: the loop's, as its
+// snapshot has them, but a stuck stretch: the lease is written only
+// while the loop makes progress (tend), so one it records still is over.
+func (p *Service) leaseProblems() []string {
+	return sortedProblems(p.view().health.problems, stuckKey)
 }
 
 // write stores the lease expecting the subject at expect, so that no

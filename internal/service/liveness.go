@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -203,71 +204,88 @@ type Health struct {
 	Problems []string `json:"problems,omitempty"`
 }
 
-// Health reports the planner's health.
+// loopHealth is the loop's health as the loop records it, its
+// goroutine alone writing it, and each snapshot carries it: where the
+// loop stands, the replans failed in a row, the stand-down and the
+// problems by key. problems is copied on write: a snapshot shares it.
+type loopHealth struct {
+	phase          phase
+	failures       int
+	stoodDown      string
+	stoodDownUntil time.Time
+	problems       map[string]string
+}
+
+// problemNote is a problem of key (msg; "": none any more) that a
+// goroutine beside the loop's (the leaser's, the drain watch's) tells
+// the loop, which records it.
+type problemNote struct{ key, msg string }
+
+// stuckKey is the problem of the loop stuck: the leaser tells the loop
+// (leaser.stuck), and Health says it from the pulse meanwhile, as a
+// stuck loop publishes nothing.
+const stuckKey = "stuck"
+
+// stuckWhy says that the loop has made no progress for d, in what.
+func stuckWhy(d time.Duration, what string) string {
+	return fmt.Sprintf("the planner's loop has made no progress for %s (%s)", d.Round(time.Millisecond), what)
+}
+
+// Health reports the planner's health: the loop's, as its snapshot
+// has it, and the lease and the pulse as they are now.
 func (p *Service) Health() Health {
-	t := p
-	h := Health{Leading: t.leads(), Phase: phase(t.phase.Load()).String()}
-	if d, what, ok := t.pulse.stuck(t.stall()); ok {
+	hl := p.view().health
+	h := Health{Leading: p.leads(), Phase: hl.phase.String(), StoodDown: hl.stoodDown, StoodDownUntil: hl.stoodDownUntil,
+		Failures: hl.failures}
+	problems := hl.problems
+	if d, what, ok := p.pulse.stuck(p.stall()); ok {
 		h.Stuck = what + " for " + d.Round(time.Millisecond).String()
+		problems = maps.Clone(problems)
+		if problems == nil {
+			problems = map[string]string{}
+		}
+		problems[stuckKey] = stuckWhy(d, what)
 	}
-	t.healthMu.Lock()
-	defer t.healthMu.Unlock()
-	h.StoodDown, h.StoodDownUntil, h.Failures = t.stoodDown, t.stoodDownUntil, t.failures
-	for _, k := range slices.Sorted(maps.Keys(t.problems)) {
-		h.Problems = append(h.Problems, t.problems[k])
-	}
+	h.Problems = sortedProblems(problems, "")
 	return h
 }
 
-// problem records (msg not empty) or clears a problem of key.
-func (p *Service) problem(key, msg string) {
-	t := p
-	t.healthMu.Lock()
-	defer t.healthMu.Unlock()
-	if msg == "" {
-		delete(t.problems, key)
-		return
-	}
-	if t.problems == nil {
-		t.problems = map[string]string{}
-	}
-	t.problems[key] = msg
-}
-
-// problemList is the problems, sorted by key, for the lease.
-func (p *Service) problemList() []string {
-	t := p
-	t.healthMu.Lock()
-	defer t.healthMu.Unlock()
+// sortedProblems are problems' messages by key, but for skip's.
+func sortedProblems(problems map[string]string, skip string) []string {
 	var out []string
-	for _, k := range slices.Sorted(maps.Keys(t.problems)) {
-		out = append(out, t.problems[k])
+	for _, k := range slices.Sorted(maps.Keys(problems)) {
+		if k != skip {
+			out = append(out, problems[k])
+		}
 	}
 	return out
 }
 
-// setFailures records how many replans failed in a row.
-func (p *Service) setFailures(n int) {
-	t := p
-	t.healthMu.Lock()
-	defer t.healthMu.Unlock()
-	t.failures = n
+// problem records (msg not empty) or clears a problem of key.
+func (p *loopState) problem(key, msg string) {
+	if cur, ok := p.health.problems[key]; cur == msg && (ok || msg == "") {
+		return
+	}
+	problems := maps.Clone(p.health.problems)
+	if msg == "" {
+		delete(problems, key)
+	} else {
+		if problems == nil {
+			problems = map[string]string{}
+		}
+		problems[key] = msg
+	}
+	p.health.problems = problems
 }
 
 // stoodDownFor records a stand-down (why, until when), or its end ("").
-func (p *Service) stoodDownFor(why string, until time.Time) {
-	t := p
-	t.healthMu.Lock()
-	defer t.healthMu.Unlock()
-	t.stoodDown, t.stoodDownUntil = why, until
+func (p *loopState) stoodDownFor(why string, until time.Time) {
+	p.health.stoodDown, p.health.stoodDownUntil = why, until
 	if why == "" {
-		delete(t.problems, "stood-down")
+		p.problem("stood-down", "")
 		return
 	}
-	if t.problems == nil {
-		t.problems = map[string]string{}
-	}
-	t.problems["stood-down"] = "stood down: " + why
+	p.problem("stood-down", "stood down: "+why)
 }
 
 // nodes is the live inventory's size, which bulk calls' deadlines

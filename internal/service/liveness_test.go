@@ -436,3 +436,86 @@ func TestWipeResumesPlacement(t *testing.T) {
 		t.Fatalf("%d revisions in the new stream, want 1: %v", len(got), revisions(got))
 	}
 }
+
+// TestHealthIsTheSnapshots: Health says what the loop recorded as of
+// the snapshot it last published, never its state in between (a
+// snapshot taken keeps its problems as they were), and a stuck loop,
+// which publishes nothing, as its pulse says it; the lease carries the
+// problems but a stuck stretch the loop recorded (the leaser writes the
+// lease only while the loop makes progress).
+func TestHealthIsTheSnapshots(t *testing.T) {
+	c := &fakeClock{now: time.Unix(1_000_000, 0)}
+	p := drive(New(Config{Clock: c, StallAfter: time.Second, Log: zerolog.Nop()}))
+	until := c.now.Add(time.Minute)
+	steps := []struct {
+		what    string
+		do      func()
+		publish bool
+		want    []string
+		failed  int
+		stood   string
+	}{
+		{what: "nothing", do: func() {}, publish: true},
+		{what: "recorded, not published", do: func() { p.problem("specs", "no specs") }},
+		{what: "published", do: func() {}, publish: true, want: []string{"no specs"}},
+		{what: "the same again", do: func() { p.problem("specs", "no specs") }, publish: true, want: []string{"no specs"}},
+		{what: "a stuck stretch the leaser told", do: func() { p.problem(stuckKey, "stuck, once") }, publish: true,
+			want: []string{"no specs", "stuck, once"}},
+		{what: "failures and a stand-down", do: func() {
+			p.health.failures = 3
+			p.stoodDownFor("writes fail", until)
+		}, publish: true, want: []string{"no specs", "stood down: writes fail", "stuck, once"}, failed: 3, stood: "writes fail"},
+		{what: "all cleared", do: func() {
+			p.problem("specs", "")
+			p.problem(stuckKey, "")
+			p.problem("never recorded", "")
+			p.health.failures = 0
+			p.stoodDownFor("", time.Time{})
+		}, publish: true},
+	}
+	for _, st := range steps {
+		before := p.view()
+		st.do()
+		if st.publish {
+			p.publishSnapshot(true)
+		} else if p.view() != before {
+			t.Fatalf("%s: a snapshot published unasked", st.what)
+		}
+		h := p.Health()
+		if !slices.Equal(h.Problems, st.want) || h.Failures != st.failed || h.StoodDown != st.stood {
+			t.Errorf("%s: problems %q, failures %d, stood down %q; want %q, %d, %q", st.what, h.Problems, h.Failures, h.StoodDown, st.want, st.failed, st.stood)
+		}
+		if st.stood != "" && !h.StoodDownUntil.Equal(until) {
+			t.Errorf("%s: stood down until %s, want %s", st.what, h.StoodDownUntil, until)
+		}
+	}
+
+	// A snapshot taken keeps its problems whatever the loop records after.
+	p.problem("specs", "no specs")
+	p.publishSnapshot(true)
+	kept := p.view()
+	p.problem("specs", "")
+	p.problem("drains", "no drains")
+	if got := sortedProblems(kept.health.problems, ""); !slices.Equal(got, []string{"no specs"}) {
+		t.Errorf("a published snapshot's problems changed under it: %q", got)
+	}
+
+	// Stuck: the loop publishes nothing, the pulse says it.
+	p.publishSnapshot(true)
+	p.pulse.work("replan")
+	c.advance(1500 * time.Millisecond)
+	h := p.Health()
+	stuck := stuckWhy(1500*time.Millisecond, "replan")
+	if h.Stuck == "" || !slices.Equal(h.Problems, []string{"no drains", stuck}) {
+		t.Errorf("stuck: %q, problems %q; want %q too", h.Stuck, h.Problems, stuck)
+	}
+	p.pulse.idle()
+	p.problem(stuckKey, stuck) // as the leaser tells it, read once the loop goes on
+	p.publishSnapshot(true)
+	if h := p.Health(); h.Stuck != "" || !slices.Equal(h.Problems, []string{"no drains", stuck}) {
+		t.Errorf("after the stretch, before the leaser's next look: stuck %q, problems %q", h.Stuck, h.Problems)
+	}
+	if got := p.leaseProblems(); !slices.Equal(got, []string{"no drains"}) {
+		t.Errorf("the lease's problems %q, want the stuck stretch left out", got)
+	}
+}

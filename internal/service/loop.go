@@ -39,6 +39,9 @@ type loopState struct {
 	rejectedNow map[string]string
 	// drain is what is out of placement on purpose (drain.go).
 	drain *drains
+	// health is the loop's health, which each snapshot carries
+	// (liveness.go).
+	health loopHealth
 }
 
 // newLoopState is p's loop state before anything is read: no plans, an
@@ -104,10 +107,9 @@ type loop struct {
 	dirtySince time.Time
 	maxWait    time.Duration
 	started    time.Time
-	// failures counts replans that failed in a row; lastFailure is the
-	// cause last logged, so a failing publish is said once, not every
-	// retry.
-	failures    int
+	// lastFailure is the cause last logged of the replans failed in a
+	// row (loopHealth.failures), so a failing publish is said once, not
+	// every retry.
 	lastFailure string
 	// standDowns counts the stand-downs since the last good replan.
 	standDowns int
@@ -126,8 +128,6 @@ type loop struct {
 	guardT    Timer
 	ride      rideGuard
 	stopWatch context.CancelFunc
-	// phase is where the loop stands (phase.go).
-	phase phase
 	// snapT fires when the snapshot's inventory, held back while the
 	// inventory changes fast (inventoryEvery), is to be published;
 	// snapArmed says it is armed.
@@ -185,22 +185,27 @@ func (l *loop) watchSpecs(ctx context.Context) error {
 	return nil
 }
 
-// watched notes a try to make watch (inventory, specs, drains): a
-// failure is a problem in Health and the lease (planner status shows
-// it) until a try succeeds, since the planner plans blind to what it
-// would deliver; a consumer cap reached is named as such. (The drain
-// watch's goroutine calls it too: problem and the metrics lock.)
-func (p *Service) watched(watch string, err error) {
+// watched notes a try to make watch (inventory, specs): a failure is a
+// problem in Health and the lease (planner status shows it) until a try
+// succeeds, since the planner plans blind to what it would deliver.
+func (p *loopState) watched(watch string, err error) {
+	n := p.watchNote(watch, err)
+	p.problem(n.key, n.msg)
+}
+
+// watchNote counts a try to make watch (inventory, specs, drains) and is
+// the problem it makes or clears (msg ""); a consumer cap reached is
+// named as such. The drain watch's goroutine sends it to the loop.
+func (p *Service) watchNote(watch string, err error) problemNote {
 	p.cfg.Metrics.Watched(watch, err != nil)
 	if err == nil {
-		p.problem("watch:"+watch, "")
-		return
+		return problemNote{key: "watch:" + watch}
 	}
 	why := fmt.Sprintf("cannot watch the %s: %v", watch, err)
 	if atConsumerCap(err) {
 		why = fmt.Sprintf("cannot watch the %s: the stream's consumers are at their cap (%v): its changes go unplanned until one is free", watch, err)
 	}
-	p.problem("watch:"+watch, why)
+	return problemNote{key: "watch:" + watch, msg: why}
 }
 
 // atConsumerCap reports whether err is the server's refusal of a
@@ -293,7 +298,10 @@ func (l *loop) run(ctx context.Context) error {
 	go func() { defer close(l.leaseDone); l.lease.run(ctx) }()
 	go func() { defer close(l.tombsDone); l.tombs.run(ctx) }()
 	drainsDone := make(chan struct{})
-	go func() { defer close(drainsDone); l.p.watchDrains(ctx, l.p.drain.updates, l.p.drain.restart) }()
+	go func() {
+		defer close(drainsDone)
+		l.p.watchDrains(ctx, l.p.drain.updates, l.p.drain.restart, l.p.drain.notes)
+	}()
 	for {
 		l.enter(l.phaseNow())
 		if l.p.publishSnapshot(false) && !l.snapArmed {
@@ -313,6 +321,12 @@ func (l *loop) run(ctx context.Context) error {
 			l.leaseChanged(ctx, ev)
 		case <-l.lease.done:
 			l.work("lease request done") // for quiet: nothing else to do
+		case why := <-l.lease.stuck:
+			l.work("the leaser's look at the loop")
+			l.p.problem(stuckKey, why)
+		case n := <-l.p.drain.notes:
+			l.work("drain watch")
+			l.p.problem(n.key, n.msg)
 		case <-l.snapT.C():
 			l.work("snapshot")
 			l.snapArmed = false // going idle, the loop publishes the inventory as it is
@@ -442,8 +456,7 @@ func (l *loop) leaseChanged(ctx context.Context, ev leaseEvent) {
 	cue(l.tombs.wake) // the expiries noticed as a standby are this planner's to mark now
 	// Failures as a standby (a replan refused for the lease) are no
 	// leader's: start afresh, so that kick arms the replan.
-	l.failures, l.lastFailure = 0, ""
-	l.p.setFailures(0)
+	l.p.health.failures, l.lastFailure = 0, ""
 	l.armCheck(0)
 	// Held out as a standby, or unstored by the leader before.
 	l.p.storeHoldOuts(ctx, true)
@@ -524,7 +537,7 @@ func (l *loop) kick() {
 	}
 	l.dirty = true
 	haveSpec := len(l.p.planned()) > 0
-	if l.synced && l.specsIn && l.p.drain.in && haveSpec && l.failures == 0 {
+	if l.synced && l.specsIn && l.p.drain.in && haveSpec && l.p.health.failures == 0 {
 		l.armReplan(max(0, min(l.p.cfg.Debounce, l.maxWait-l.p.since(l.dirtySince))))
 	}
 }
@@ -912,11 +925,10 @@ func (l *loop) replan(ctx context.Context) {
 				s.note = ""
 			}
 		}
-		if l.failures > 0 {
-			l.log.Info().Int("failures", l.failures).Msg("replanned after failures")
+		if l.p.health.failures > 0 {
+			l.log.Info().Int("failures", l.p.health.failures).Msg("replanned after failures")
 		}
-		l.failures, l.lastFailure, l.standDowns = 0, "", 0
-		l.p.setFailures(0)
+		l.p.health.failures, l.lastFailure, l.standDowns = 0, "", 0
 		l.p.stoodDownFor("", time.Time{})
 		return
 	}
@@ -924,10 +936,9 @@ func (l *loop) replan(ctx context.Context) {
 		return // stopping: a replan cut short is no failure
 	}
 	l.dirty = true
-	wait := bus.Backoff(l.failures + 3) // from about 1 s up to 5 s
-	l.failures++
-	l.p.setFailures(l.failures)
-	if l.failures >= l.p.cfg.StandDownAfter {
+	wait := bus.Backoff(l.p.health.failures + 3) // from about 1 s up to 5 s
+	l.p.health.failures++
+	if l.p.health.failures >= l.p.cfg.StandDownAfter {
 		l.standDown(err)
 		return
 	}
@@ -957,13 +968,12 @@ const (
 func (l *loop) standDown(err error) {
 	l.standDowns++
 	wait := min(l.p.cfg.StandDownBackoff<<min(l.standDowns-1, 16), maxStandDown)
-	why := fmt.Sprintf("%d replans in a row failed, the last with: %v", l.failures, err)
-	l.log.Error().Err(err).Int("failures", l.failures).Str("lead_again_in", dur(wait)).
+	why := fmt.Sprintf("%d replans in a row failed, the last with: %v", l.p.health.failures, err)
+	l.log.Error().Err(err).Int("failures", l.p.health.failures).Str("lead_again_in", dur(wait)).
 		Msg("standing down: replans keep failing against the store; giving the lease up so that another planner leads")
 	l.p.stoodDownFor(why, l.p.clock.Now().Add(wait))
 	// Given up (writes failing: the release may fail too, and the lease
 	// then lapses unrenewed), and none taken for wait.
 	l.unlead(leaseRequest{anyLease: true, why: "replans keep failing: " + why, release: true, hold: wait, look: true, next: wait})
-	l.failures, l.lastFailure = 0, ""
-	l.p.setFailures(0)
+	l.p.health.failures, l.lastFailure = 0, ""
 }

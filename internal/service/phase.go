@@ -2,7 +2,7 @@ package service
 
 import (
 	"context"
-	"sync"
+	"sync/atomic"
 )
 
 // phase is where the planner's loop stands. The loop derives it in one
@@ -56,7 +56,7 @@ func (l *loop) phaseNow() phase {
 		return phaseSyncing
 	case !l.leads():
 		return phaseStandingBy
-	case l.failures > 0:
+	case l.p.health.failures > 0:
 		return phaseBackingOff
 	case l.ride.settleWaiting:
 		return phaseSettling
@@ -80,44 +80,48 @@ func (l *loop) quiet() bool {
 	// The requests first: the leaser tells their events before it counts
 	// them done, so that none is missed below.
 	asked := l.lease.pending.Load() != 0
-	return !asked && l.phase != phaseSyncing && !l.armed && !l.checking && !l.snapArmed &&
-		len(l.followed) == 0 && len(l.events) == 0 && len(l.lease.events) == 0
+	return !asked && l.p.health.phase != phaseSyncing && !l.armed && !l.checking && !l.snapArmed &&
+		len(l.followed) == 0 && len(l.events) == 0 && len(l.lease.events) == 0 &&
+		len(l.lease.stuck) == 0 && len(l.p.drain.notes) == 0
 }
 
 // quiet is closed while the loop is idle with nothing pending
-// (loop.quiet), for Service.Idle. The loop's goroutine alone sets it.
+// (loop.quiet), for Service.Idle. The loop's goroutine alone sets it
+// and alone uses closed; Idle reads the channel, which set closes, or
+// replaces by an open one, without a lock.
 type quiet struct {
-	// mu is innermost: nothing is locked while it is held.
-	mu     sync.Mutex
-	ch     chan struct{}
+	ch     atomic.Pointer[chan struct{}]
 	closed bool
+}
+
+// current is the channel closed while the loop is quiet, made by the
+// first to ask (Idle may ask before the loop first sets it).
+func (q *quiet) current() chan struct{} {
+	if c := q.ch.Load(); c != nil {
+		return *c
+	}
+	c := make(chan struct{})
+	if q.ch.CompareAndSwap(nil, &c) {
+		return c
+	}
+	return *q.ch.Load()
 }
 
 // set marks the loop quiet or not.
 func (q *quiet) set(on bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.ch == nil {
-		q.ch = make(chan struct{})
-	}
 	switch {
 	case on && !q.closed:
-		close(q.ch)
+		close(q.current())
 		q.closed = true
 	case !on && q.closed:
-		q.ch, q.closed = make(chan struct{}), false
+		c := make(chan struct{})
+		q.ch.Store(&c)
+		q.closed = false
 	}
 }
 
 // wait is a channel closed when the loop is quiet.
-func (q *quiet) wait() <-chan struct{} {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.ch == nil {
-		q.ch = make(chan struct{})
-	}
-	return q.ch
-}
+func (q *quiet) wait() <-chan struct{} { return q.current() }
 
 // Idle returns once the planner's loop is idle with nothing pending
 // (every watch delivered what there is, no replan and no check of
@@ -138,10 +142,9 @@ func (p *Service) Idle(ctx context.Context) error {
 
 // enter makes ph the loop's phase, saying a change.
 func (l *loop) enter(ph phase) {
-	if ph == l.phase {
+	if ph == l.p.health.phase {
 		return
 	}
-	l.log.Debug().Stringer("from", l.phase).Stringer("to", ph).Msg("phase")
-	l.phase = ph
-	l.p.phase.Store(int32(ph))
+	l.log.Debug().Stringer("from", l.p.health.phase).Stringer("to", ph).Msg("phase")
+	l.p.health.phase = ph
 }

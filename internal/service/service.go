@@ -156,18 +156,21 @@ type Config struct {
 // answer requests; the stream refuses a revision whose planner lost the
 // lease.
 //
-// Who writes what: the loop's goroutine (loop.go) alone writes the plans'
-// states (states, each a planState) and the inventory view (live), and
-// takes no lock to: the request handlers, the GPU map and the plans'
-// follow goroutines read the snapshot the loop publishes (snap). The
-// leaser's goroutine (lease.go) owns the lease: its timing, its state
-// and the fence's sequence and epoch, which it alone writes; it tells
-// the loop what became of the lease (events), and the loop asks it to
+// Who writes what: the loop's goroutine (loop.go) alone holds its state
+// (loopState: the plans' states, the inventory view, the drains, its
+// health) and takes no lock to use it; a Service holds none of it, so
+// no request handler can reach it. The request handlers, the GPU map and
+// the plans' follow goroutines read the snapshot the loop publishes
+// (snap), health included. The leaser's goroutine (lease.go) owns the
+// lease: its timing, its state and the fence's sequence and epoch,
+// which it alone writes; it tells the loop what became of the lease
+// (events) and of the loop's progress (stuck), and the loop asks it to
 // step down, give the lease back or stand down (requests), never
-// writing the leaser's state itself. The loop alone writes led, the
-// lease it leads on. Locks, outermost first: fence.mu, healthMu,
-// leader.mu; the leaser's reqMu, the pulse's, the marks', the tombstones' and quiet's
-// are innermost.
+// writing the leaser's state itself. The drain watch's goroutine sends
+// the loop the drains and its problems. The loop alone writes led, the
+// lease it leads on, and quiet. Locks, outermost first: fence.mu,
+// leader.mu; the leaser's reqMu, the pulse's, the marks' and the
+// tombstones' are innermost.
 type Service struct {
 	cfg   Config
 	plans *store.PlanStore
@@ -182,9 +185,7 @@ type Service struct {
 	// goroutine alone writes it.
 	fence fence
 	led   atomic.Uint64
-	// phase is the loop's (a phase), for Health; quiet says when it is
-	// idle with nothing pending, for Idle.
-	phase atomic.Int32
+	// quiet says when the loop is idle with nothing pending, for Idle.
 	quiet quiet
 	// ready, made by Run before the service answers, is closed (once,
 	// readyOnce) when the loop first publishes a snapshot past syncing:
@@ -194,16 +195,9 @@ type Service struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 
-	// pulse is the loop's heartbeat (liveness.go); healthMu guards what
-	// Health reports: problems by key, the stand-down and the replans
-	// failed in a row (written by the loop and the leaser; taken after
-	// fence.mu, before the innermost locks).
-	pulse          *pulse
-	healthMu       sync.Mutex
-	problems       map[string]string
-	stoodDown      string
-	stoodDownUntil time.Time
-	failures       int
+	// pulse is the loop's heartbeat (liveness.go), which the leaser and
+	// Health read.
+	pulse *pulse
 	// marks are the plans' revision high-water marks (revisions.go).
 	marks *marks
 	// leader keeps the leader gauges (gauges.go).

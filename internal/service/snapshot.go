@@ -33,6 +33,8 @@ type snapshot struct {
 	// (its map is replaced, never changed): a validation grows elastic
 	// groups as the next replan would.
 	grow growWatch
+	// health is the loop's, for Health and the lease.
+	health loopHealth
 }
 
 // planView is one plan in a snapshot.
@@ -61,6 +63,7 @@ func (p *loopState) takeSnapshot(prev *snapshot, fresh bool) *snapshot {
 	}
 	sn.drains = p.drainViews()
 	sn.grow = p.grow
+	sn.health = p.health
 	now := p.clock.Now()
 	if prev != nil && (prev.gen == p.live.gen || !fresh && now.Sub(prev.taken) < inventoryEvery) {
 		sn.nodes, sn.docs, sn.gen, sn.taken = prev.nodes, prev.docs, prev.gen, prev.taken
@@ -85,7 +88,7 @@ const inventoryEvery = 250 * time.Millisecond
 func (p *loopState) publishSnapshot(fresh bool) (behind bool) {
 	sn := p.takeSnapshot(p.snap.Load(), fresh)
 	p.snap.Store(sn)
-	if p.ready != nil && phase(p.phase.Load()) != phaseSyncing && sn.gen == p.live.gen {
+	if p.ready != nil && p.health.phase != phaseSyncing && sn.gen == p.live.gen {
 		// Past syncing with the inventory as read, not a copy lent
 		// from before: validations may answer.
 		p.readyOnce.Do(func() { close(p.ready) })

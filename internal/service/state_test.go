@@ -13,3 +13,6 @@ func (p *loopState) own() *planState {
 	s.loaded = true
 	return s
 }
+
+// problemList is the problems the loop state records, sorted by key.
+func (p *loopState) problemList() []string { return sortedProblems(p.health.problems, "") }
