@@ -196,7 +196,7 @@ func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.D
 		}
 		if made {
 			// A watch made failed later (the bucket went away under it):
-			// watched said nothing of it.
+			// watchNote said nothing of it.
 			note(ctx, notes, problemNote{"drains", fmt.Sprintf("cannot read the drain bucket %s: %v (no replan until it is read)", client.DrainBucket, err)})
 		} else {
 			note(ctx, notes, problemNote{key: "drains"}) // watchNote says it, once
@@ -227,7 +227,7 @@ var errRestart = errors.New("the drain watch is made again")
 
 // followDrains is one watch of the drain bucket; made says whether the
 // watch was made (a failure to make it, the bucket missing included, is
-// said by watched, as the inventory's and the specs' are: it leaves the
+// said by watchNote, as the inventory's and the specs' are: it leaves the
 // planner blind to the drains, and unable to replan until they are
 // read).
 func (p *Service) followDrains(ctx context.Context, ds *store.DrainStore, out chan<- map[string]store.Drain, restart <-chan struct{}, notes chan<- problemNote) (made bool, err error) {

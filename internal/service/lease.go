@@ -50,9 +50,10 @@ type leaser struct {
 	// blocking: a newer event replaces one the loop has not read.
 	events chan leaseEvent
 	// reqs are the loop's requests not yet taken up, under reqMu
-	// (innermost: nothing is locked while it is held); asked cues the leaser's goroutine, their only
-	// doer, to do them; pending counts those asked and not yet done, and
-	// done cues the loop as they are (Idle waits for them).
+	// (innermost: nothing is locked while it is held); asked cues the
+	// leaser's goroutine, their only doer, to do them; pending counts
+	// those asked and not yet done, and done cues the loop as they are
+	// (Idle waits for them).
 	reqMu   sync.Mutex
 	reqs    []leaseRequest
 	asked   chan struct{}
