@@ -31,3 +31,25 @@ func TestInfoState(t *testing.T) {
 		}
 	}
 }
+
+// TestInfoMeta: a history's entry carries the event's place and headers
+// in the one metadata type a revision has.
+func TestInfoMeta(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		h    map[string]string
+		want Meta
+	}{
+		{"all headers", map[string]string{BaseHeader: "3", SpecDigestHeader: "d1", PlannerHeader: "p1"}, Meta{Seq: 7, Base: 3, SpecDigest: "d1", Publisher: "p1"}},
+		{"none", nil, Meta{Seq: 7}},
+		{"base unreadable", map[string]string{BaseHeader: "x"}, Meta{Seq: 7}},
+	} {
+		h := nats.Header{}
+		for k, v := range c.h {
+			h.Set(k, v)
+		}
+		if got := infoOf(7, time.Time{}, h).Meta; got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}

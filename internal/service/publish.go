@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -448,7 +449,7 @@ func (p *Service) published(s *planState, sp *store.StoredPlan, note string) {
 // a snapshot object the event names. A snapshot event carries the change
 // too when it fits, so that followers apply it without the object.
 func (p *Service) event(ctx context.Context, latest *store.StoredPlan, next *planner.Plan, change *plan.Change) (*plan.Event, *store.StoredPlan, error) {
-	stored := &store.StoredPlan{Plan: next, Base: next.Revision}
+	stored := &store.StoredPlan{Plan: next, Meta: client.Meta{Base: next.Revision}}
 	limit := min(maxChange, bus.BodyLimit(p.cfg.NC))
 	if next.Workers.Len() <= p.cfg.InlineWorkers {
 		ev := &plan.Event{Header: next.Header, Base: next.Revision, Placement: &next.Placement}

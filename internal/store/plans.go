@@ -35,13 +35,10 @@ var ErrConflict = errors.New("plan history moved on")
 // StoredPlan is a plan revision as the stream holds it.
 type StoredPlan struct {
 	Plan *planner.Plan
-	// Seq is the stream sequence of its event, the value to expect on the
-	// next publish.
-	Seq        uint64
-	SpecDigest string
-	// Base is the revision whose whole placement begins the chain of
-	// changes it ends (plan.Event.Base).
-	Base int
+	// Meta is where its event sits in the stream (Seq, the value to
+	// expect on the next publish), the chain it ends (Base), and its
+	// spec's digest and publisher.
+	client.Meta
 	// Unreadable marks a revision that could not be read: no change may
 	// build on it.
 	Unreadable bool
@@ -52,8 +49,6 @@ type StoredPlan struct {
 	// Changed lists the nodes its event says changed, when it carries a
 	// change; nil when it does not say (a whole event).
 	Changed []string
-	// Publisher is the planner instance that published it.
-	Publisher string
 	// Orphan marks a revision whose event the stream lost (the stream
 	// was recreated): the next revision must be whole, and published
 	// even if it places the same.
@@ -61,7 +56,7 @@ type StoredPlan struct {
 }
 
 func storedOf(r *client.Revision) *StoredPlan {
-	sp := &StoredPlan{Plan: &planner.Plan{Document: *r.Document}, Seq: r.Seq, SpecDigest: r.SpecDigest, Base: r.Event.Base, Publisher: r.Publisher}
+	sp := &StoredPlan{Plan: &planner.Plan{Document: *r.Document}, Meta: r.Meta}
 	if ch := r.Event.Change; ch != nil {
 		sp.Changed = make([]string, len(ch.Nodes))
 		for i, n := range ch.Nodes {
@@ -164,7 +159,7 @@ func (s *PlanStore) Latest(ctx context.Context, name string) (*StoredPlan, error
 	}
 	if errors.Is(err, client.ErrUnreadable) {
 		doc := plan.Document{Header: plan.Header{Name: name, Revision: rev, Error: fmt.Sprintf("revision %d is unreadable: %v", rev, err)}}
-		return &StoredPlan{Plan: &planner.Plan{Document: doc}, Seq: m.Sequence, Base: rev, Unreadable: true}, nil
+		return &StoredPlan{Plan: &planner.Plan{Document: doc}, Meta: client.Meta{Seq: m.Sequence, Base: rev}, Unreadable: true}, nil
 	}
 	if err != nil {
 		return nil, err
