@@ -13,13 +13,14 @@ import (
 // an event from before states reads as valid or invalid by its valid.
 func TestInfoState(t *testing.T) {
 	for _, c := range []struct {
-		valid, state, want string
+		valid, state string
+		want         plan.State
 	}{
 		{"true", "", plan.StateValid},
 		{"false", "", plan.StateInvalid},
-		{"false", plan.StateDegraded, plan.StateDegraded},
-		{"false", plan.StateInvalid, plan.StateInvalid},
-		{"true", plan.StateDegraded, plan.StateValid}, // valid says all
+		{"false", "degraded", plan.StateDegraded},
+		{"false", "invalid", plan.StateInvalid},
+		{"true", "degraded", plan.StateValid}, // valid says all
 	} {
 		h := nats.Header{}
 		h.Set(ValidHeader, c.valid)

@@ -18,10 +18,10 @@ import (
 // and its document, whole.
 //
 // A document that places workers is valid (every worker placed) or
-// degraded (Document.State "degraded": a fault left some workers without
-// a place; Valid is false, the workers it places run, and Unplaced lists
+// degraded (Document.Status.State StateDegraded: a fault left some workers
+// without a place; Valid() is false, the workers it places run, and Unplaced lists
 // the others with where they ran last, to which they return). Launchers
-// run the workers of either: test Document.Placed(), not Valid. A
+// run the workers of either: test Document.Placed(), not Valid(). A
 // document whose PendingSpec is set keeps the last spec's placement
 // while the stored spec cannot be placed.
 type Revision struct {
@@ -40,9 +40,9 @@ type Info struct {
 	Meta
 	Time  time.Time
 	Valid bool
-	// State is valid, degraded or invalid (plan.Header.State); for an
-	// event from before states, what Valid says.
-	State  string
+	// State is valid, degraded or invalid (the event's state header);
+	// for an event from before states, what Valid says.
+	State  plan.State
 	Moved  int
 	Reason string
 	Error  string
@@ -53,9 +53,12 @@ func infoOf(seq uint64, t time.Time, h nats.Header) Info {
 	rev, _ := strconv.Atoi(h.Get(RevisionHeader))
 	moved, _ := strconv.Atoi(h.Get(MovedHeader))
 	valid := h.Get(ValidHeader) == "true"
-	state := h.Get(StateHeader)
-	if valid || state != plan.StateDegraded {
-		state = (&plan.Header{Valid: valid}).PlanState()
+	state := plan.State(h.Get(StateHeader))
+	switch {
+	case valid:
+		state = plan.StateValid
+	case state != plan.StateDegraded:
+		state = plan.StateInvalid
 	}
 	return Info{Revision: rev, Meta: metaOf(seq, h), Time: t, Valid: valid, State: state, Moved: moved,
 		Reason: h.Get(ReasonHeader), Error: h.Get(ErrorHeader), Kind: h.Get(KindHeader)}

@@ -67,7 +67,7 @@ func (p *Service) Validate(ctx context.Context, data []byte, as string) (*client
 	} else {
 		doc, _ := planner.PlanBeside(spec, nodes, others)
 		reply = doc.Document
-		if !reply.Valid && len(others) > 0 {
+		if !reply.Valid() && len(others) > 0 {
 			reply.Error = whyNotBeside(doc, spec, nodes, others, reply.Error)
 		}
 	}
@@ -158,7 +158,7 @@ func replanAs(sn *snapshot, as string, spec *planner.Spec, opt planner.ElasticOp
 		jobs = append(jobs, planner.Job{Name: cmp.Or(as, "(new plan)"), Spec: spec, Age: age + 1})
 	}
 	o := planner.PlanAllWith(jobs, sn.nodes, opt)[at]
-	if o.Err != nil || o.Plan.PendingSpec != nil || !o.Plan.Valid {
+	if o.Err != nil || o.Plan.PendingSpec != nil || !o.Plan.Valid() {
 		return nil
 	}
 	return o.Plan
@@ -169,7 +169,7 @@ func replanAs(sn *snapshot, as string, spec *planner.Spec, opt planner.ElasticOp
 // error planned beside them, doc its plan). An error of the spec's own,
 // its quota above all, is never put down to others.
 func whyNotBeside(doc *planner.Plan, spec *planner.Spec, nodes []planner.Node, others []planner.Job, beside string) string {
-	if doc.Status != nil && doc.Status.Reason == plan.ReasonQuota {
+	if doc.Status.Reason == plan.ReasonQuota {
 		return beside
 	}
 	alone, err := planner.Compute(spec, nodes)
@@ -233,7 +233,7 @@ func (p *Service) Plans() []*planner.Plan {
 	var out []*planner.Plan
 	sn := p.view()
 	for _, n := range sn.names {
-		if s := sn.plans[n]; s.latest != nil && !s.latest.Unreadable && !s.latest.Plan.Removed {
+		if s := sn.plans[n]; s.latest != nil && !s.latest.Unreadable && !s.latest.Plan.Removed() {
 			out = append(out, s.latest.Plan)
 		}
 	}

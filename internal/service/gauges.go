@@ -22,11 +22,11 @@ func (p *Service) gauges(s *planState, sp *store.StoredPlan) {
 		return
 	}
 	pl := sp.Plan
-	if pl.Removed {
+	if pl.Removed() {
 		p.leader.ended(p, s.name)
 		return
 	}
-	p.cfg.Metrics.Published(s.name, pl.Revision, pl.Valid, pl.Workers.Len(), gpusHeld(pl), 0)
+	p.cfg.Metrics.Published(s.name, pl.Revision, pl.Valid(), pl.Workers.Len(), gpusHeld(pl), 0)
 	p.cfg.Metrics.Shared(s.name, pl.Priority, len(pl.PreemptedBy) > 0)
 	elasticMetrics(p.cfg.Metrics, pl, false)
 }

@@ -17,7 +17,7 @@ import (
 // is an error; without a state file nothing is kept.
 func TestKeptPlacement(t *testing.T) {
 	stored := func(rev, workers int) *store.StoredPlan {
-		doc := plan.Document{Header: plan.Header{Name: "p", Revision: rev, Valid: true}}
+		doc := plan.Document{Header: plan.Header{Name: "p", Revision: rev, Status: plan.Status{State: plan.StateValid}}}
 		ws := make([]plan.Worker, workers)
 		for i := range ws {
 			ws[i] = plan.Worker{Component: plan.Train, Index: i, NodeID: "n1", GPUs: []int{i % 8}, GPUUUIDs: []string{"GPU-x"}}

@@ -232,12 +232,12 @@ func (p *Service) load(ctx context.Context, s *planState) error {
 // the reason; the state is then dropped.
 func (p *Service) publishRemoved(ctx context.Context, s *planState) error {
 	latest := s.latest
-	if latest != nil && !latest.Plan.Removed {
+	if latest != nil && !latest.Plan.Removed() {
 		doc := &planner.Plan{}
 		doc.Header = latest.Plan.Header
-		doc.Valid, doc.Error, doc.Removed, doc.Moved, doc.GPUsHeld, doc.PreemptedBy = false, "spec removed (planner spec rm): workers released", true, 0, 0, nil
-		doc.State, doc.Unplaced, doc.PendingSpec = plan.StateInvalid, nil, nil
-		doc.Status = &plan.Status{State: plan.StateInvalid, Reason: plan.ReasonRemoved}
+		doc.Error, doc.Moved, doc.GPUsHeld, doc.PreemptedBy = "spec removed (planner spec rm): workers released", 0, 0, nil
+		doc.Unplaced, doc.PendingSpec = nil, nil
+		doc.Status = plan.Status{State: plan.StateInvalid, Reason: plan.ReasonRemoved}
 		doc.Explanations, doc.Warnings = nil, nil
 		doc.Placement = plan.Placement{ResourcePool: []plan.PoolExport{}, Pools: []plan.Pool{}, StorageToTrainWorkers: map[string][]int{}}
 		if err := p.publishNext(ctx, s, planner.Outcome{Plan: doc, Change: &planner.Change{}, Err: errors.New(doc.Error)}, nil); err != nil {
@@ -314,7 +314,7 @@ func (p *Service) publish(ctx context.Context, s *planState, o planner.Outcome, 
 	if latest != nil {
 		prev, expect = latest.Plan, latest.Seq
 	}
-	specChanged := latest != nil && latest.SpecDigest != digest && !o.Plan.Removed
+	specChanged := latest != nil && latest.SpecDigest != digest && !o.Plan.Removed()
 	next, ch := o.Plan, o.Change
 	// An unreadable latest is replaced even by the same placement.
 	if prev != nil && !latest.Unreadable && !latest.Orphan && planner.SamePlacement(prev, next) && prev.Priority == next.Priority {
@@ -327,15 +327,10 @@ func (p *Service) publish(ctx context.Context, s *planState, o planner.Outcome, 
 		next.Revision = prev.Revision + 1
 	}
 	next.CreatedAt = p.cfg.Now().UTC()
-	// Its status says whether this placement was made afresh, and why
-	// (a copy: the status may be the previous revision's, kept).
-	if next.Status != nil {
-		st := *next.Status
-		st.Fresh = ""
-		if ch != nil && ch.Fresh && next.Placed() {
-			st.Fresh = ch.FreshKind
-		}
-		next.Status = &st
+	// Its status says whether this placement was made afresh, and why.
+	next.Status.Fresh = ""
+	if ch != nil && ch.Fresh && next.Placed() {
+		next.Status.Fresh = ch.FreshKind
 	}
 	next.Reason = join(lead, join(note, fullReason(prev, next, changes, specChanged, ch)))
 	switch {
@@ -363,14 +358,14 @@ func (p *Service) publish(ctx context.Context, s *planState, o planner.Outcome, 
 	}
 	stored.Seq, stored.SpecDigest = seq, digest
 	p.published(s, stored, note)
-	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid, next.Workers.Len(), gpusHeld(next), next.Moved)
+	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid(), next.Workers.Len(), gpusHeld(next), next.Moved)
 	p.cfg.Metrics.Shared(next.Name, next.Priority, len(next.PreemptedBy) > 0)
 	elasticMetrics(p.cfg.Metrics, next, true)
 	line := s.log.Info()
-	if !next.Valid && !next.Removed {
+	if !next.Valid() && !next.Removed() {
 		line = s.log.Warn().Str("error", next.Error)
 	}
-	line.Int("revision", next.Revision).Bool("valid", next.Valid).Str("state", next.PlanState()).Int("unplaced", len(next.Unplaced)).
+	line.Int("revision", next.Revision).Bool("valid", next.Valid()).Str("state", string(next.PlanState())).Int("unplaced", len(next.Unplaced)).
 		Int("moved", next.Moved).Str("kind", ev.Kind()).Str("reason", next.Reason).Msg("plan published")
 	if err := p.publishAssignments(ctx, s, prev, next, change); err != nil {
 		s.reconcile = true
@@ -508,15 +503,15 @@ func fullReason(prev, next *planner.Plan, changes []string, specChanged bool, ch
 // GPUs, or gave room back.
 func sharing(prev, next *planner.Plan) string {
 	switch {
-	case next.Removed:
+	case next.Removed():
 		return "spec removed: the plan's workers are released"
-	case next.Status != nil && len(next.Status.Resized) > 0:
+	case len(next.Status.Resized) > 0:
 		return next.Status.ResizeWords(next.Name)
 	case len(next.PreemptedBy) > 0:
 		return "gave way to plan " + strings.Join(next.PreemptedBy, ", plan ") + " (higher priority)"
-	case prev != nil && prev.PlanState() == plan.StateDegraded && next.Valid:
+	case prev != nil && prev.PlanState() == plan.StateDegraded && next.Valid():
 		return "back whole: the unplaced workers are placed again"
-	case prev != nil && !prev.Valid && next.Valid:
+	case prev != nil && !prev.Valid() && next.Valid():
 		return "placed: there is room again"
 	}
 	return ""

@@ -263,8 +263,8 @@ func TestUnreadableLatest(t *testing.T) {
 			stop := h.planner(ctx, testSpec)
 			defer stop()
 			next := h.waitRevision(8)
-			if next.Valid != (nodes > 0) || strings.Contains(next.Error, "unreadable") {
-				t.Fatalf("revision 8: valid %v: %s", next.Valid, next.Error)
+			if next.Valid() != (nodes > 0) || strings.Contains(next.Error, "unreadable") {
+				t.Fatalf("revision 8: valid %v: %s", next.Valid(), next.Error)
 			}
 		})
 	}

@@ -623,7 +623,7 @@ func (p *Service) specLost(ctx context.Context) error {
 	}
 	lctx, cancel := context.WithTimeout(ctx, max(6*p.cfg.StoreTimeout, time.Minute))
 	defer cancel()
-	if sp, err := p.plans.Latest(lctx, p.cfg.Plan); err == nil && sp != nil && !sp.Plan.Removed {
+	if sp, err := p.plans.Latest(lctx, p.cfg.Plan); err == nil && sp != nil && !sp.Plan.Removed() {
 		return refuse(fmt.Sprintf("its record is gone without a removal, and its revision %d says it was never removed", sp.Plan.Revision))
 	}
 	lost := uint64(0)

@@ -205,8 +205,8 @@ func (s *PlanStore) PublishEvent(ctx context.Context, ev *plan.Event, specDigest
 	msg.Header.Set(client.RevisionHeader, strconv.Itoa(ev.Revision))
 	msg.Header.Set(client.BaseHeader, strconv.Itoa(ev.Base))
 	msg.Header.Set(client.KindHeader, ev.Kind())
-	msg.Header.Set(client.ValidHeader, strconv.FormatBool(ev.Valid))
-	msg.Header.Set(client.StateHeader, ev.PlanState())
+	msg.Header.Set(client.ValidHeader, strconv.FormatBool(ev.Valid()))
+	msg.Header.Set(client.StateHeader, string(ev.PlanState()))
 	msg.Header.Set(client.MovedHeader, strconv.Itoa(ev.Moved))
 	msg.Header.Set(client.ReasonHeader, oneLine(ev.Reason, 1024))
 	if ev.Error != "" {

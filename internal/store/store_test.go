@@ -424,7 +424,7 @@ func TestRevisionMeta(t *testing.T) {
 	}
 	var seqs []uint64
 	for rev, digest := range []string{"d1", "d2"} {
-		doc := plan.Document{Header: plan.Header{Name: "default", Revision: rev + 1, Valid: true, State: plan.StateValid}}
+		doc := plan.Document{Header: plan.Header{Name: "default", Revision: rev + 1, Status: plan.Status{State: plan.StateValid}}}
 		ev := &plan.Event{Header: doc.Header, Base: rev + 1, Placement: &doc.Placement}
 		var expect uint64
 		if len(seqs) > 0 {
