@@ -25,7 +25,7 @@ import (
 // stay.
 const ValidateMaxWorkers = 100_000
 
-// Validate implements store.Answerer: spec as the replan would place
+// Validate implements api.Answerer: spec as the replan would place
 // it, nothing published. A spec that fits is answered with what the
 // replan would publish: the same engine call as the loop's
 // (planner.PlanAllWith with its growth options, spec added as a new
@@ -193,7 +193,7 @@ func whyNotBeside(doc *planner.Plan, spec *planner.Spec, nodes []planner.Node, o
 	return fmt.Sprintf("it would fit the cluster, but plans of its priority or higher hold the room it lacks: %s: %s", strings.Join(holders, ", "), beside)
 }
 
-// Plan implements store.Answerer: the latest revision from memory, other
+// Plan implements api.Answerer: the latest revision from memory, other
 // plans and older revisions rebuilt from the stream.
 func (p *Service) Plan(ctx context.Context, req wire.PlanRequest) (*planner.Plan, error) {
 	name := req.Plan

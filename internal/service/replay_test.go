@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/api"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/natstest"
@@ -310,7 +311,7 @@ func TestOversizedMessages(t *testing.T) {
 	if ev, err := lastEvent(ctx, h.js); err != nil || ev.Header.Get(client.KindHeader) != "snapshot" {
 		t.Fatalf("event: %v", err)
 	}
-	svc, err := bus.AddService(h.nc, store.Endpoints(p))
+	svc, err := bus.AddService(h.nc, api.Endpoints(p))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/api"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/metrics"
@@ -396,7 +397,7 @@ func (p *Service) Run(ctx context.Context) error {
 	p.gauges(own, latest)
 	p.ready = make(chan struct{})
 	if !p.cfg.NoService {
-		svc, err := bus.AddService(p.cfg.NC, store.Endpoints(p))
+		svc, err := bus.AddService(p.cfg.NC, api.Endpoints(p))
 		if err != nil {
 			return err
 		}

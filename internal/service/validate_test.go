@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/api"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -142,7 +143,7 @@ func TestValidateBounded(t *testing.T) {
 		}
 	}
 	p.publishSnapshot(true) // as the loop does once it took them
-	svc, err := bus.AddService(h.nc, store.Endpoints(p))
+	svc, err := bus.AddService(h.nc, api.Endpoints(p))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,14 @@
 // Package store is the service's JetStream stores, typed over the plan
 // and inventory documents: the plan stream and its objects (revisions,
 // snapshots, assignments, retention, the lease), the spec bucket, the
-// inventory bucket and its watch; and the answers of the micro service
-// read off them (lookups, plan names).
+// inventory bucket and its watch, and the rule for the plan names that
+// key them.
+//
+// It is persistence only. Answering requests (lookups, validation, the
+// words of refusals, error kinds) is package api's; planning is package
+// planner's, of which store names only the types it stores and their
+// parsing (Plan, ParseSpec, NameRule): TestStoreIsPersistence in package
+// lint keeps it so.
 package store
 
 import (

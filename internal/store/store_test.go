@@ -288,7 +288,7 @@ func TestAssignmentObjects(t *testing.T) {
 		a := client.Assignment{Plan: "default", Revision: rev, NodeID: node}
 		for i := range n {
 			w := plan.Worker{Component: plan.Env, Index: i, NodeID: node, GPUs: []int{0}, GPUUUIDs: []string{rand.Text()}, GPUShare: 0.001}
-			a.Workers = append(a.Workers, Place("default", rev, w))
+			a.Workers = append(a.Workers, client.PlacedWorker{Worker: w, Plan: "default", Revision: rev, CUDAVisibleDevices: wire.VisibleDevices(w)})
 		}
 		return a
 	}
