@@ -695,6 +695,17 @@ func WithinQuota(o Outcome, spec *Spec) Outcome {
 	return o
 }
 
+// HeldShares is the GPUs a plan's workers hold, each worker's share of
+// each of its GPUs summed: what it uses, where HeldGPUs counts what it
+// keeps others off (a GPU shared by workers counts once, in whole).
+func HeldShares(p *Plan) float64 {
+	held := 0.0
+	for _, w := range p.Workers.All() {
+		held += w.GPUShare * float64(len(w.GPUs))
+	}
+	return held
+}
+
 // HeldGPUs counts the GPUs a plan holds, each once however many
 // workers share it: its workers' and those its pools allocate (a GPU
 // reserved for a buffer, a manual pool's ranges).

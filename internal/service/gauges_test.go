@@ -72,7 +72,7 @@ func wantGauges(p *planner.Plan) map[string]float64 {
 	if len(p.PreemptedBy) > 0 {
 		preempted = 1
 	}
-	v := []float64{float64(p.Revision), valid, float64(p.Workers.Len()), gpusHeld(p), float64(p.Priority), preempted}
+	v := []float64{float64(p.Revision), valid, float64(p.Workers.Len()), planner.HeldShares(p), float64(p.Priority), preempted}
 	out := map[string]float64{}
 	for i, g := range planGauges {
 		out[fmt.Sprintf("%s{plan=%q}", g, p.Name)] = v[i]

@@ -65,7 +65,7 @@ func setSpec(t fatal, p *Service, name, spec string, age uint64) {
 // heldOf is what a document holds by GPU UUID (its workers') and by
 // node:index (its workers' and its pools').
 func heldOf(d *plan.Document) map[string]bool {
-	return gpuKeys(&planner.Plan{Document: *d})
+	return planner.GPUKeys(&planner.Plan{Document: *d})
 }
 
 // streamCheck replays the plan stream from sequence from, for the plans

@@ -40,7 +40,7 @@ func (p *Service) afterFirstSync(s *planState) {
 // GPU to two plans, lower priorities giving way) and publishes each that
 // changed: its event, then the assignments of the nodes whose workers
 // changed; a removed plan's last revision releases its workers. The
-// publishes follow publishOrder: a GPU is published as taken only after
+// publishes follow planner.PublishOrder: a GPU is published as taken only after
 // the revision that gives it up, and a cycle of plans taking from each
 // other is broken by a release step (order.go). On a conflict (another
 // planner published first) it re-reads that plan's latest and plans
@@ -96,7 +96,11 @@ func (p *Service) replanOnce(ctx context.Context) error {
 	done := p.allow("planning", p.storeTimeout(len(nodes)+p.workersOf(states...)/8))
 	outs := planner.PlanAllWith(jobs, nodes, p.grow.options(p.clock.Now(), p.cfg.GrowAfter))
 	done()
-	held, next, touched := holdings(jobs, outs, planned)
+	changing := make([]bool, len(planned))
+	for i, s := range planned {
+		changing[i] = s != nil
+	}
+	held, next, touched := planner.Holdings(jobs, outs, changing)
 	changes := make([][]string, len(jobs))
 	for i, s := range planned {
 		if s != nil {
@@ -105,16 +109,16 @@ func (p *Service) replanOnce(ctx context.Context) error {
 	}
 	p.noteDrains(planned, outs, changes)
 	released := make([]bool, len(jobs))
-	for _, st := range publishOrder(held, next) {
-		i := st.plan
+	for _, st := range planner.PublishOrder(held, next) {
+		i := st.Plan
 		s := planned[i]
 		if s == nil {
 			continue // held as it was
 		}
 		var err error
 		switch {
-		case st.release:
-			err = p.publishRelease(ctx, s, outs[i].Plan, held[i], touched, takersOf(jobs, held, next, i), changes[i])
+		case st.Release:
+			err = p.publishRelease(ctx, s, outs[i].Plan, held[i], touched, planner.Takers(jobs, held, next, i), changes[i])
 			released[i] = err == nil
 		case released[i]:
 			// Moves counted from the release step, which placed some.
@@ -182,15 +186,6 @@ func conflicted(s *planState, err error) error {
 		return &conflict{state: s, err: err}
 	}
 	return err
-}
-
-func subset(a, b map[string]bool) bool {
-	for k := range a {
-		if !b[k] {
-			return false
-		}
-	}
-	return true
 }
 
 // load reads the plan's latest revision, once, for a state made when its
@@ -264,34 +259,17 @@ func (p *Service) publishNext(ctx context.Context, s *planState, o planner.Outco
 	return p.publish(ctx, s, o, changes, "")
 }
 
-// publishRelease publishes the plan's release step (releaseStep): next
+// publishRelease publishes the plan's release step (planner.ReleaseStep): next
 // restricted to what the plan holds (held), for the plans takers to
 // take what it gives up before its new revision takes what they give
 // up.
 func (p *Service) publishRelease(ctx context.Context, s *planState, next *planner.Plan, held, touched map[string]bool, takers []string, changes []string) error {
 	latest := p.latestPlan(s)
-	step := releaseStep(latest, next, held, touched, takers)
+	step := planner.ReleaseStep(latest, next, held, touched, takers)
 	step.Moved = planner.CountMoved(latest, step)
 	lead := fmt.Sprintf("release step: gives up the GPUs plan %s takes before this plan takes theirs; %d of %d workers wait for the next revision",
 		strings.Join(takers, ", plan "), next.Workers.Len()-step.Workers.Len(), next.Workers.Len())
 	return p.publish(ctx, s, planner.Outcome{Plan: step, Change: &planner.Change{}}, changes, lead)
-}
-
-// takersOf names the plans that take a GPU plan i gives up.
-func takersOf(jobs []planner.Job, held, next []map[string]bool, i int) []string {
-	var out []string
-	for j := range jobs {
-		if j == i {
-			continue
-		}
-		for k := range next[j] {
-			if held[i][k] && !next[i][k] && !held[j][k] {
-				out = append(out, jobs[j].Name)
-				break
-			}
-		}
-	}
-	return out
 }
 
 // latestPlan is the plan's latest revision (nil: none).
@@ -358,7 +336,7 @@ func (p *Service) publish(ctx context.Context, s *planState, o planner.Outcome, 
 	}
 	stored.Seq, stored.SpecDigest = seq, digest
 	p.published(s, stored, note)
-	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid(), next.Workers.Len(), gpusHeld(next), next.Moved)
+	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid(), next.Workers.Len(), planner.HeldShares(next), next.Moved)
 	p.cfg.Metrics.Shared(next.Name, next.Priority, len(next.PreemptedBy) > 0)
 	elasticMetrics(p.cfg.Metrics, next, true)
 	line := s.log.Info()
@@ -551,13 +529,4 @@ func join(a, b string) string {
 		return a
 	}
 	return a + "; " + b
-}
-
-// gpusHeld is the GPUs a plan's workers hold, fractional shares summed.
-func gpusHeld(p *planner.Plan) float64 {
-	held := 0.0
-	for _, w := range p.Workers.All() {
-		held += w.GPUShare * float64(len(w.GPUs))
-	}
-	return held
 }
