@@ -122,7 +122,7 @@ type Header struct {
 	// valid elsewhere. Status.Reason ReasonPreempted is the state.
 	PreemptedBy []string `json:"preempted_by,omitempty"`
 	// Status is the plan's state and why, as a value; its zero State
-	// reads as StateInvalid (a header that says nothing places nothing).
+	// (or one not known) reads as StateInvalid: see PlanState.
 	Status Status `json:"status"`
 }
 
@@ -210,9 +210,6 @@ const (
 	ReasonDrained Reason = "drained"
 )
 
-// Reasons are every Reason a planner writes, for checking and tests.
-var Reasons = []Reason{ReasonSpec, ReasonQuota, ReasonPreempted, ReasonWaiting, ReasonRemoved, ReasonDrained, ReasonShrunk, ReasonGrew}
-
 // State is a plan's state (Status.State).
 type State string
 
@@ -226,9 +223,6 @@ const (
 	// StateInvalid: no placement.
 	StateInvalid State = "invalid"
 )
-
-// States are every State, in that order.
-var States = []State{StateValid, StateDegraded, StateInvalid}
 
 // Unplaced is a worker of a degraded plan that has no place now.
 type Unplaced struct {
@@ -252,12 +246,14 @@ type PendingSpec struct {
 }
 
 // PlanState is the document's state: Status.State, StateInvalid when
-// it says none.
+// it says none or one this package does not know (a header that does
+// not say it places workers places none).
 func (h *Header) PlanState() State {
-	if h.Status.State == "" {
-		return StateInvalid
+	switch h.Status.State {
+	case StateValid, StateDegraded:
+		return h.Status.State
 	}
-	return h.Status.State
+	return StateInvalid
 }
 
 // Placed reports whether the document places workers that hold their

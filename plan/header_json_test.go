@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,15 +142,21 @@ func TestOldDocumentsDecode(t *testing.T) {
 	}
 }
 
+// Every State, and every Reason a planner writes.
+var (
+	states  = []State{StateValid, StateDegraded, StateInvalid}
+	reasons = []Reason{ReasonSpec, ReasonQuota, ReasonPreempted, ReasonWaiting, ReasonRemoved, ReasonDrained, ReasonShrunk, ReasonGrew}
+)
+
 // TestStatusRoundTrip: every state and reason, with what a status may
 // carry, is written with valid, state and removed derived from it, and
 // read back to itself, by either encoder; AppendJSON writes what
 // encoding/json writes.
 func TestStatusRoundTrip(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		st := Status{State: rapid.SampledFrom(States).Draw(t, "state")}
+		st := Status{State: rapid.SampledFrom(states).Draw(t, "state")}
 		if rapid.Bool().Draw(t, "reason") {
-			st.Reason = rapid.SampledFrom(Reasons).Draw(t, "kind")
+			st.Reason = rapid.SampledFrom(reasons).Draw(t, "kind")
 		}
 		st.By = rapid.SliceOfN(rapid.StringMatching(`[a-z"é]{1,4}`), 0, 3).Draw(t, "by")
 		if len(st.By) == 0 {
@@ -206,17 +213,24 @@ func TestStatusRoundTrip(t *testing.T) {
 	})
 }
 
-// TestZeroStatusIsInvalid: a header that says no state (one built in
-// code, not by a planner) places nothing, and is written so.
-func TestZeroStatusIsInvalid(t *testing.T) {
-	var h Header
-	if h.PlanState() != StateInvalid || h.Valid() || h.Placed() || h.Removed() {
-		t.Fatalf("zero header: state %q valid %v placed %v removed %v", h.PlanState(), h.Valid(), h.Placed(), h.Removed())
+// TestUnknownStateIsInvalid: a header that says no state (one built in
+// code, not by a planner), or one not known (another program's), places
+// nothing, and is written as invalid.
+func TestUnknownStateIsInvalid(t *testing.T) {
+	for _, st := range []State{"", "bogus"} {
+		h := Header{Status: Status{State: st}}
+		if h.PlanState() != StateInvalid || h.Valid() || h.Placed() || h.Removed() {
+			t.Fatalf("state %q: reads %q valid %v placed %v removed %v", st, h.PlanState(), h.Valid(), h.Placed(), h.Removed())
+		}
+		var back Header
+		b, _ := json.Marshal(h)
+		if err := json.Unmarshal(b, &back); err != nil || back.Status.State != StateInvalid || !strings.Contains(string(b), `"valid":false,"error":"","state":"invalid"`) {
+			t.Fatalf("state %q read back: %+v %v from %s", st, back.Status, err, b)
+		}
 	}
-	var back Header
-	b, _ := json.Marshal(h)
-	if err := json.Unmarshal(b, &back); err != nil || back.Status.State != StateInvalid {
-		t.Fatalf("zero header read back: %+v %v from %s", back.Status, err, b)
+	var d Document
+	if err := json.Unmarshal([]byte(`{"valid":false,"state":"degraded","status":{"state":"bogus"}}`), &d); err != nil || d.Placed() {
+		t.Fatalf("status.state bogus: placed %v, %v", d.Placed(), err)
 	}
 }
 
