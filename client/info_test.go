@@ -13,13 +13,14 @@ import (
 // an event from before states reads as valid or invalid by its valid.
 func TestInfoState(t *testing.T) {
 	for _, c := range []struct {
-		valid, state, want string
+		valid, state string
+		want         plan.State
 	}{
 		{"true", "", plan.StateValid},
 		{"false", "", plan.StateInvalid},
-		{"false", plan.StateDegraded, plan.StateDegraded},
-		{"false", plan.StateInvalid, plan.StateInvalid},
-		{"true", plan.StateDegraded, plan.StateValid}, // valid says all
+		{"false", "degraded", plan.StateDegraded},
+		{"false", "invalid", plan.StateInvalid},
+		{"true", "degraded", plan.StateValid}, // valid says all
 	} {
 		h := nats.Header{}
 		h.Set(ValidHeader, c.valid)
@@ -28,6 +29,28 @@ func TestInfoState(t *testing.T) {
 		}
 		if got := infoOf(1, time.Time{}, h).State; got != c.want {
 			t.Errorf("valid %s, state %q: %q, want %q", c.valid, c.state, got, c.want)
+		}
+	}
+}
+
+// TestInfoMeta: a history's entry carries the event's place and headers
+// in the one metadata type a revision has.
+func TestInfoMeta(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		h    map[string]string
+		want Meta
+	}{
+		{"all headers", map[string]string{BaseHeader: "3", SpecDigestHeader: "d1", PlannerHeader: "p1"}, Meta{Seq: 7, Base: 3, SpecDigest: "d1", Publisher: "p1"}},
+		{"none", nil, Meta{Seq: 7}},
+		{"base unreadable", map[string]string{BaseHeader: "x"}, Meta{Seq: 7}},
+	} {
+		h := nats.Header{}
+		for k, v := range c.h {
+			h.Set(k, v)
+		}
+		if got := infoOf(7, time.Time{}, h).Meta; got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
 	}
 }

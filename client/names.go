@@ -68,7 +68,7 @@ const (
 	ReasonHeader = "Poolplanner-Reason"
 	ErrorHeader  = "Poolplanner-Error"
 	// StateHeader repeats the event's state: valid, degraded (its
-	// workers run, some are unplaced) or invalid (plan.Header.State).
+	// workers run, some are unplaced) or invalid (plan.Header.Status.State).
 	// Events from before states have none: ValidHeader says.
 	StateHeader = "Poolplanner-State"
 	// SpecDigestHeader carries a digest of the spec a plan was made from.

@@ -18,50 +18,50 @@ import (
 // and its document, whole.
 //
 // A document that places workers is valid (every worker placed) or
-// degraded (Document.State "degraded": a fault left some workers without
-// a place; Valid is false, the workers it places run, and Unplaced lists
+// degraded (Document.Status.State StateDegraded: a fault left some workers
+// without a place; Valid() is false, the workers it places run, and Unplaced lists
 // the others with where they ran last, to which they return). Launchers
-// run the workers of either: test Document.Placed(), not Valid. A
+// run the workers of either: test Document.Placed(), not Valid(). A
 // document whose PendingSpec is set keeps the last spec's placement
 // while the stored spec cannot be placed.
 type Revision struct {
 	Event    *plan.Event
 	Document *plan.Document
-	// Seq is the stream sequence of the event.
-	Seq uint64
-	// SpecDigest and Publisher are the event's headers.
-	SpecDigest string
-	Publisher  string
+	// Meta is where the event sits in the stream and what its headers
+	// say of it.
+	Meta
 }
 
 // Info is one revision as a history lists it, read from its headers.
 type Info struct {
 	Revision int
-	Seq      uint64
-	Time     time.Time
-	Valid    bool
-	// State is valid, degraded or invalid (plan.Header.State); for an
-	// event from before states, what Valid says.
-	State     string
-	Moved     int
-	Reason    string
-	Error     string
-	Kind      string
-	Base      int
-	Publisher string
+	// Meta is where the event sits in the stream and what its headers
+	// say of it.
+	Meta
+	Time  time.Time
+	Valid bool
+	// State is valid, degraded or invalid (the event's state header);
+	// for an event from before states, what Valid says.
+	State  plan.State
+	Moved  int
+	Reason string
+	Error  string
+	Kind   string
 }
 
 func infoOf(seq uint64, t time.Time, h nats.Header) Info {
 	rev, _ := strconv.Atoi(h.Get(RevisionHeader))
-	base, _ := strconv.Atoi(h.Get(BaseHeader))
 	moved, _ := strconv.Atoi(h.Get(MovedHeader))
 	valid := h.Get(ValidHeader) == "true"
-	state := h.Get(StateHeader)
-	if valid || state != plan.StateDegraded {
-		state = (&plan.Header{Valid: valid}).PlanState()
+	state := plan.State(h.Get(StateHeader))
+	switch {
+	case valid:
+		state = plan.StateValid
+	case state != plan.StateDegraded:
+		state = plan.StateInvalid
 	}
-	return Info{Revision: rev, Seq: seq, Time: t, Valid: valid, State: state, Moved: moved,
-		Reason: h.Get(ReasonHeader), Error: h.Get(ErrorHeader), Kind: h.Get(KindHeader), Base: base, Publisher: h.Get(PlannerHeader)}
+	return Info{Revision: rev, Meta: metaOf(seq, h), Time: t, Valid: valid, State: state, Moved: moved,
+		Reason: h.Get(ReasonHeader), Error: h.Get(ErrorHeader), Kind: h.Get(KindHeader)}
 }
 
 // plans is the plan stream, for direct gets.
@@ -144,6 +144,14 @@ func eventAt(ctx context.Context, st jetstream.Stream, name string, rev int) (*j
 	return nil, fmt.Errorf("plan %s revision %d: %w", name, rev, ErrNotFound)
 }
 
+// eventMeta is the metadata of event ev, read at seq with headers h: its
+// body, checked against the headers, has the last word on its base.
+func eventMeta(seq uint64, h nats.Header, ev *plan.Event) Meta {
+	m := metaOf(seq, h)
+	m.Base = ev.Base
+	return m
+}
+
 func decodeEvent(m *jetstream.RawStreamMsg) (*plan.Event, error) {
 	var ev plan.Event
 	if err := wire.Decode(m.Data, m.Header, &ev); err != nil {
@@ -164,7 +172,7 @@ func (c *Client) rebuild(ctx context.Context, st jetstream.Stream, name string, 
 	if err != nil {
 		return nil, err
 	}
-	out := &Revision{Event: ev, Seq: m.Sequence, SpecDigest: m.Header.Get(SpecDigestHeader), Publisher: m.Header.Get(PlannerHeader)}
+	out := &Revision{Event: ev, Meta: eventMeta(m.Sequence, m.Header, ev)}
 	if ev.Kind() != "change" {
 		out.Document, err = c.whole(ctx, ev)
 		return out, unreadable(err)
@@ -390,7 +398,7 @@ func (f *follower) next(ctx context.Context, m jetstream.Msg) *Revision {
 	if err != nil {
 		return nil
 	}
-	r := &Revision{Event: ev, Seq: raw.Sequence, SpecDigest: raw.Header.Get(SpecDigestHeader), Publisher: raw.Header.Get(PlannerHeader)}
+	r := &Revision{Event: ev, Meta: eventMeta(raw.Sequence, raw.Header, ev)}
 	if f.replay != nil && ev.Follows(f.replay.Revision()) && f.replay.Apply(ev) == nil {
 		r.Document = f.replay.Document()
 		return r

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"encoding/json"
 	"errors"
 	"strconv"
 
@@ -82,4 +83,40 @@ type ValidateReply struct {
 	*plan.Document
 	// Nodes is how many nodes the live inventory had.
 	Nodes int `json:"nodes"`
+}
+
+// MarshalJSON writes the document's fields and nodes, as encoding/json
+// would were the document not its own encoder.
+func (r ValidateReply) MarshalJSON() ([]byte, error) {
+	var doc []byte
+	if r.Document == nil {
+		doc = []byte("{}")
+	} else {
+		var err error
+		if doc, err = r.Document.MarshalJSON(); err != nil {
+			return nil, err
+		}
+	}
+	b := append(doc[:len(doc)-1:len(doc)-1], `,"nodes":`...)
+	if len(doc) == 2 {
+		b = append(doc[:1:1], `"nodes":`...)
+	}
+	b = strconv.AppendInt(b, int64(r.Nodes), 10)
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (r *ValidateReply) UnmarshalJSON(b []byte) error {
+	var d plan.Document
+	if err := json.Unmarshal(b, &d); err != nil {
+		return err
+	}
+	var n struct {
+		Nodes int `json:"nodes"`
+	}
+	if err := json.Unmarshal(b, &n); err != nil {
+		return err
+	}
+	r.Document, r.Nodes = &d, n.Nodes
+	return nil
 }

@@ -99,8 +99,8 @@ func TestReplayDegraded(t *testing.T) {
 	if err := json.Unmarshal([]byte(seedDoc), &base); err != nil {
 		t.Fatal(err)
 	}
-	if base.State != "" || base.PlanState() != plan.StateValid || !base.Placed() {
-		t.Fatalf("a document from before states: state %q reads %q", base.State, base.PlanState())
+	if base.PlanState() != plan.StateValid || !base.Placed() {
+		t.Fatalf("a document from before states reads %q", base.PlanState())
 	}
 	if err := json.Unmarshal([]byte(seedDegraded), &ev); err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func TestReplayDegraded(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := r.Document()
-	if d.PlanState() != plan.StateDegraded || !d.Placed() || d.Valid || d.Workers.Len() != 3 || len(d.Unplaced) != 1 {
+	if d.PlanState() != plan.StateDegraded || !d.Placed() || d.Valid() || d.Workers.Len() != 3 || len(d.Unplaced) != 1 {
 		t.Fatalf("revision 2: %s", d.AppendJSON(nil))
 	}
 	if u := d.Unplaced[0]; u.Component != plan.Env || u.NodeID != "b" || len(u.GPUs) != 1 || u.GPUUUIDs[0] != "GPU-b-0" || u.Reason != "node left b" {
@@ -124,11 +124,11 @@ func TestReplayDegraded(t *testing.T) {
 	if err := json.Unmarshal(d.AppendJSON(nil), &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.State != plan.StateDegraded || len(back.Unplaced) != 1 || back.PendingSpec == nil || back.Workers.Len() != 3 {
+	if back.PlanState() != plan.StateDegraded || len(back.Unplaced) != 1 || back.PendingSpec == nil || back.Workers.Len() != 3 {
 		t.Fatalf("read back: %s", back.AppendJSON(nil))
 	}
-	// Removed, or invalid, whatever its state field says: nothing placed.
-	back.Removed = true
+	// Removed: nothing placed.
+	back.Status = plan.Status{State: plan.StateInvalid, Reason: plan.ReasonRemoved}
 	if back.Placed() || back.PlanState() != plan.StateInvalid {
 		t.Errorf("a removed plan reads as %q", back.PlanState())
 	}

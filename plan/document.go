@@ -75,8 +75,14 @@ type Document struct {
 }
 
 // Header is what a plan document says besides its placement: which
-// revision, why it exists, whether it is valid, and why the placement is
+// revision, why it exists, what state it is in, and why the placement is
 // as it is.
+//
+// Status is the one source of the plan's state: valid, state and removed,
+// which older readers rely on, are derived from it when the header is
+// written (MarshalJSON) and read into it from a document written before
+// it (UnmarshalJSON). Code asks Status, or Valid, Removed and PlanState,
+// which read it.
 type Header struct {
 	Name        string    `json:"name"`
 	Revision    int       `json:"revision"`
@@ -85,16 +91,9 @@ type Header struct {
 	Mode        string    `json:"mode"`
 	Strategy    string    `json:"strategy"`
 	EnvStrategy string    `json:"env_strategy"`
-	// Valid is true only when every worker the spec asks for is placed
-	// (State "valid"); old readers rely on it. Error says why not.
-	Valid bool   `json:"valid"`
+	// Error says in words, for people, why the plan is not valid (Status
+	// says it as a value); empty for a valid plan.
 	Error string `json:"error"`
-	// State is "valid" (every worker placed), "degraded" (the plan keeps
-	// every worker whose place still holds and lists the others in
-	// Unplaced: a fault, not a release) or "invalid" (no placement).
-	// Always written; a document from before states has none: read it
-	// with PlanState.
-	State string `json:"state"`
 	// Unplaced are a degraded plan's workers that have no place now, each
 	// with why and where it ran last (empty for one never placed). Its
 	// GPUs there stay the plan's: when they come back the worker returns
@@ -118,28 +117,33 @@ type Header struct {
 	Priority int `json:"priority"`
 	GPUsHeld int `json:"gpus_held"`
 	// PreemptedBy names the plans placed first (higher priority) that
-	// took GPUs this plan held, when it gave way to them.
+	// took GPUs this plan held, when it gave way to them. It is a fact of
+	// the revision, not its state: a plan moved off GPUs it held may be
+	// valid elsewhere. Status.Reason ReasonPreempted is the state.
 	PreemptedBy []string `json:"preempted_by,omitempty"`
-	// Removed: the plan's spec was removed and its workers released;
-	// the plan's last revision.
-	Removed bool `json:"removed,omitempty"`
-	// Status is State and the why of Error as a value, for programs:
-	// Error words it for people. Absent in documents from before it:
-	// read those with StatusOf.
-	Status *Status `json:"status,omitempty"`
+	// Status is the plan's state and why, as a value; its zero State
+	// (or one not known) reads as StateInvalid: see PlanState.
+	Status Status `json:"status"`
 }
+
+// Valid reports whether every worker the spec asks for is placed.
+func (h *Header) Valid() bool { return h.Status.State == StateValid }
+
+// Removed reports whether the plan's spec was removed and its workers
+// released: the plan's last revision.
+func (h *Header) Removed() bool { return h.Status.Reason == ReasonRemoved }
 
 // Status is a plan's state and why, as a value. Error says the same in
 // words; a reader that acts on why (a dashboard, the planner itself
 // comparing revisions) reads this instead of parsing the words.
 type Status struct {
 	// State is StateValid, StateDegraded or StateInvalid.
-	State string `json:"state"`
+	State State `json:"state"`
 	// Reason is why a plan is not valid (one of the Reason kinds);
 	// for a valid plan empty, or ReasonShrunk / ReasonGrew when its
 	// elastic groups were resized (Resized); empty too for an older
 	// document whose reason is not known.
-	Reason string `json:"reason,omitempty"`
+	Reason Reason `json:"reason,omitempty"`
 	// By names the plans the reason is about: those that preempted it,
 	// or hold the room it waits for.
 	By []string `json:"by,omitempty"`
@@ -182,48 +186,42 @@ const (
 	FreshQuota = "quota"
 )
 
+// Reason is why a plan is in its state (Status.Reason): why it is not
+// valid, or how a valid one's elastic groups changed.
+type Reason string
+
 // Why a plan is not valid (Status.Reason).
 const (
 	// ReasonSpec: the spec cannot be placed on the cluster, or has an
 	// error of its own; Cause says which.
-	ReasonSpec = "spec"
+	ReasonSpec Reason = "spec"
 	// ReasonQuota: the plan needs more GPUs than its max_gpus.
-	ReasonQuota = "quota"
+	ReasonQuota Reason = "quota"
 	// ReasonPreempted: plans of higher priority (By) took GPUs it held,
 	// and it would fit with them back.
-	ReasonPreempted = "preempted"
+	ReasonPreempted Reason = "preempted"
 	// ReasonWaiting: it would fit if the plans By (of its priority or
 	// higher) gave room back.
-	ReasonWaiting = "waiting"
+	ReasonWaiting Reason = "waiting"
 	// ReasonRemoved: the plan's spec was removed.
-	ReasonRemoved = "removed"
+	ReasonRemoved Reason = "removed"
 	// ReasonDrained: a degraded plan whose unplaced workers all left
 	// drained nodes or GPUs (Status.Drained): there is no room elsewhere.
-	ReasonDrained = "drained"
+	ReasonDrained Reason = "drained"
 )
 
-// StatusOf is the document's Status, or for a document from before it,
-// what State, Valid, Removed and PreemptedBy say (Reason empty when they
-// do not say it).
-func (h *Header) StatusOf() Status {
-	if h.Status != nil {
-		return *h.Status
-	}
-	st := Status{State: h.PlanState()}
-	switch {
-	case h.Removed:
-		st.Reason = ReasonRemoved
-	case st.State != StateValid && len(h.PreemptedBy) > 0:
-		st.Reason, st.By = ReasonPreempted, h.PreemptedBy
-	}
-	return st
-}
+// State is a plan's state (Status.State).
+type State string
 
-// The states of a plan document (Header.State).
+// The states of a plan document.
 const (
-	StateValid    = "valid"
-	StateDegraded = "degraded"
-	StateInvalid  = "invalid"
+	// StateValid: every worker the spec asks for is placed.
+	StateValid State = "valid"
+	// StateDegraded: the plan keeps every worker whose place still holds
+	// and lists the others in Unplaced: a fault, not a release.
+	StateDegraded State = "degraded"
+	// StateInvalid: no placement.
+	StateInvalid State = "invalid"
 )
 
 // Unplaced is a worker of a degraded plan that has no place now.
@@ -247,15 +245,13 @@ type PendingSpec struct {
 	Reason string `json:"reason"`
 }
 
-// PlanState is the document's state: State, or for a document from
-// before states (or one whose State was not kept up to date) what Valid
-// and Removed say.
-func (h *Header) PlanState() string {
-	switch {
-	case h.Valid:
-		return StateValid
-	case h.State == StateDegraded && !h.Removed:
-		return StateDegraded
+// PlanState is the document's state: Status.State, StateInvalid when
+// it says none or one this package does not know (a header that does
+// not say it places workers places none).
+func (h *Header) PlanState() State {
+	switch h.Status.State {
+	case StateValid, StateDegraded:
+		return h.Status.State
 	}
 	return StateInvalid
 }

@@ -10,10 +10,10 @@ const (
 	// ReasonShrunk: it gave up elastic workers (the highest indices) so
 	// that the plans By could be placed (itself: to re-place its own
 	// fixed workers after a loss).
-	ReasonShrunk = "shrunk"
+	ReasonShrunk Reason = "shrunk"
 	// ReasonGrew: it grew elastic workers (the next indices) into GPUs
 	// no plan needed.
-	ReasonGrew = "grew"
+	ReasonGrew Reason = "grew"
 )
 
 // Resize is one elastic group's change of size in a revision.

@@ -64,7 +64,7 @@ func (p *Document) appendHead(b []byte) []byte {
 	b = append(b, `,"env_strategy":`...)
 	b = appendString(b, p.EnvStrategy)
 	b = append(b, `,"valid":`...)
-	b = strconv.AppendBool(b, p.Valid)
+	b = strconv.AppendBool(b, p.Valid())
 	b = append(b, `,"error":`...)
 	b = appendString(b, p.Error)
 	b = p.Header.appendState(b)
@@ -139,7 +139,7 @@ func (p *Placement) appendTail(b []byte) []byte {
 // spec, each after a comma.
 func (p *Header) appendState(b []byte) []byte {
 	b = append(b, `,"state":`...)
-	b = appendString(b, p.State)
+	b = appendString(b, string(p.PlanState()))
 	if len(p.Unplaced) > 0 {
 		b = append(b, `,"unplaced":`...)
 		b = appendList(b, p.Unplaced, func(b []byte, u Unplaced) []byte {
@@ -208,31 +208,48 @@ func (p *Header) appendWhy(b []byte) []byte {
 		b = append(b, `,"preempted_by":`...)
 		b = appendList(b, p.PreemptedBy, appendString)
 	}
-	if p.Removed {
+	if p.Removed() {
 		b = append(b, `,"removed":true`...)
 	}
-	if st := p.Status; st != nil {
-		b = append(b, `,"status":{"state":`...)
-		b = appendString(b, st.State)
-		if st.Reason != "" {
-			b = append(b, `,"reason":`...)
-			b = appendString(b, st.Reason)
-		}
-		if len(st.By) > 0 {
-			b = append(b, `,"by":`...)
-			b = appendList(b, st.By, appendString)
-		}
-		if st.Cause != "" {
-			b = append(b, `,"cause":`...)
-			b = appendString(b, st.Cause)
-		}
-		if st.Fresh != "" {
-			b = append(b, `,"fresh":`...)
-			b = appendString(b, st.Fresh)
-		}
-		b = append(b, '}')
+	st := &p.Status
+	b = append(b, `,"status":{"state":`...)
+	b = appendString(b, string(p.PlanState()))
+	if st.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = appendString(b, string(st.Reason))
 	}
-	return b
+	if len(st.By) > 0 {
+		b = append(b, `,"by":`...)
+		b = appendList(b, st.By, appendString)
+	}
+	if st.Cause != "" {
+		b = append(b, `,"cause":`...)
+		b = appendString(b, st.Cause)
+	}
+	if st.Fresh != "" {
+		b = append(b, `,"fresh":`...)
+		b = appendString(b, st.Fresh)
+	}
+	// Resizes and drains are rare and small: encoding/json writes them.
+	b = appendMarshaled(b, "resized", st.Resized)
+	b = appendMarshaled(b, "drained", st.Drained)
+	b = appendMarshaled(b, "leaving", st.Leaving)
+	return append(b, '}')
+}
+
+// appendMarshaled writes ,"key":xs as encoding/json does, if xs has any.
+func appendMarshaled[T any](b []byte, key string, xs []T) []byte {
+	if len(xs) == 0 {
+		return b
+	}
+	js, err := json.Marshal(xs)
+	if err != nil {
+		return b
+	}
+	b = append(b, `,"`...)
+	b = append(b, key...)
+	b = append(b, `":`...)
+	return append(b, js...)
 }
 
 func appendDemands(b []byte, ds []Demand) []byte {

@@ -120,7 +120,7 @@ func writeValidation(cmd *cobra.Command, reply *client.ValidateReply, output str
 	if reply.Document == nil {
 		return fmt.Errorf("validate: the reply has no plan")
 	}
-	if !reply.Valid && output == "yaml" {
+	if !reply.Valid() && output == "yaml" {
 		// As planner plan: no resource_pool to print.
 		fmt.Fprintln(cmd.ErrOrStderr(), "planner: not valid on the live inventory: "+reply.Error)
 		return exitError{ExitInvalid}
@@ -128,7 +128,7 @@ func writeValidation(cmd *cobra.Command, reply *client.ValidateReply, output str
 	if err := writePlan(cmd.OutOrStdout(), &planner.Plan{Document: *reply.Document}, output); err != nil {
 		return err
 	}
-	if !reply.Valid {
+	if !reply.Valid() {
 		if output == "text" {
 			fmt.Fprintln(cmd.ErrOrStderr(), "planner: not valid on the live inventory: "+reply.Error)
 		}
@@ -352,7 +352,7 @@ func newHistoryCmd() *cobra.Command {
 					return fmt.Errorf("read the history: %w (nor does the planner answer: %v)", err, rerr)
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "history unavailable: %v; the planner's latest revision only\n", err)
-				entries = []historyEntry{{Revision: d.Revision, CreatedAt: d.CreatedAt.UTC(), Valid: d.Valid, Reason: d.Reason, Moved: d.Moved, Error: d.Error}}
+				entries = []historyEntry{{Revision: d.Revision, CreatedAt: d.CreatedAt.UTC(), Valid: d.Valid(), Reason: d.Reason, Moved: d.Moved, Error: d.Error}}
 			}
 			if output == "json" {
 				return writeJSON(cmd.OutOrStdout(), entries)
@@ -465,7 +465,7 @@ func checkSpecSet(cmd *cobra.Command, nc *nats.Conn, plan string, spec []byte, f
 		return "", fmt.Errorf("spec of plan %s not stored: validating it: %w (--force stores it unvalidated)", plan, err)
 	case reply.Document == nil:
 		return "", fmt.Errorf("validate: the reply has no plan")
-	case reply.Valid:
+	case reply.Valid():
 		return "", nil
 	case force:
 		return "stored (--force), but it cannot be placed now: " + reply.Error, nil

@@ -86,7 +86,7 @@ func TestFollowMJS(t *testing.T) {
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			d, rerr := c.RequestPlan(rctx, "default", rev)
-			if err = rerr; err != nil || !d.Valid {
+			if err = rerr; err != nil || !d.Valid() {
 				return false
 			}
 			b, _ := json.Marshal(d)

@@ -266,7 +266,7 @@ func waitPlan(b *testing.B, js jetstream.JetStream, name string) int {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		sp, err := plans.Latest(ctx, name)
 		cancel()
-		if err == nil && sp != nil && sp.Plan.Valid {
+		if err == nil && sp != nil && sp.Plan.Valid() {
 			return sp.Plan.Revision
 		}
 	}
@@ -327,7 +327,7 @@ func deathToRevision(b *testing.B, js jetstream.JetStream, docs [][]byte) time.D
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		sp, err := plans.Latest(ctx, "default")
 		cancel()
-		if err == nil && sp != nil && sp.Plan.Valid && !onNode(sp.Plan.Workers.Slice(), victim) {
+		if err == nil && sp != nil && sp.Plan.Valid() && !onNode(sp.Plan.Workers.Slice(), victim) {
 			return time.Since(last) - loadTTL
 		}
 		time.Sleep(50 * time.Millisecond)

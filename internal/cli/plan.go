@@ -186,15 +186,13 @@ func dryRunReason(prev, next *planner.Plan, ch *planner.Change) string {
 	}
 	what := ch.Summary()
 	switch {
-	case !next.Valid:
+	case !next.Valid():
 		what = "no valid plan"
 	case what == "":
 		what = "every worker keeps its place"
 	}
-	if next.Status != nil {
-		if r := next.Status.ResizeWords("(offline)"); r != "" {
-			what = r + "; " + what
-		}
+	if r := next.Status.ResizeWords("(offline)"); r != "" {
+		what = r + "; " + what
 	}
 	return "dry run from " + from + ": " + what
 }

@@ -67,8 +67,8 @@ func TestPlanOutputs(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("json output: %v", err)
 	}
-	if !doc.Valid || doc.Workers.Len() != 8+2+16+1 {
-		t.Fatalf("valid=%v workers=%d", doc.Valid, doc.Workers.Len())
+	if !doc.Valid() || doc.Workers.Len() != 8+2+16+1 {
+		t.Fatalf("valid=%v workers=%d", doc.Valid(), doc.Workers.Len())
 	}
 	for _, k := range []string{`"name"`, `"revision"`, `"created_at"`, `"reason"`, `"mode"`, `"strategy"`, `"env_strategy"`, `"valid"`, `"error"`, `"resource_pool"`, `"pools"`, `"workers"`, `"storage_to_train_workers"`, `"gpu_uuids"`, `"gpu_share"`, `"total_gpus"`, `"allocations"`} {
 		if !strings.Contains(out, k) {
@@ -110,8 +110,8 @@ func TestPlanInvalidExitsOne(t *testing.T) {
 		t.Fatalf("exit %d, want 1", code)
 	}
 	var doc planner.Plan
-	if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.Valid || !strings.Contains(doc.Error, "Insufficient GPUs: required 100.0, available 20") {
-		t.Fatalf("doc valid=%v error=%q (%v)", doc.Valid, doc.Error, err)
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.Valid() || !strings.Contains(doc.Error, "Insufficient GPUs: required 100.0, available 20") {
+		t.Fatalf("doc valid=%v error=%q (%v)", doc.Valid(), doc.Error, err)
 	}
 }
 
@@ -208,8 +208,8 @@ func TestPlanPrevious(t *testing.T) {
 	}
 	var before, after planner.Plan
 	_ = json.Unmarshal([]byte(prev), &before)
-	if err := json.Unmarshal([]byte(out), &after); err != nil || !after.Valid {
-		t.Fatalf("%v valid %v", err, after.Valid)
+	if err := json.Unmarshal([]byte(out), &after); err != nil || !after.Valid() {
+		t.Fatalf("%v valid %v", err, after.Valid())
 	}
 	gone := 0
 	for _, w := range before.Workers.All() {

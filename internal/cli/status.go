@@ -352,9 +352,9 @@ func (r *statusReport) readLatest(ctx context.Context, stream, planner *client.C
 	}
 	d := rev.Document
 	at := d.CreatedAt.UTC()
-	r.Revision, r.Valid, r.Reason, r.Error, r.At = d.Revision, d.Valid, d.Reason, d.Error, &at
-	st := d.StatusOf()
-	r.State, r.Status, r.Unplaced = st.State, &st, d.Unplaced
+	r.Revision, r.Valid, r.Reason, r.Error, r.At = d.Revision, d.Valid(), d.Reason, d.Error, &at
+	st := d.Status
+	r.State, r.Status, r.Unplaced = string(st.State), &st, d.Unplaced
 	if d.PendingSpec != nil {
 		r.Pending = d.PendingSpec.Reason
 	}
@@ -458,7 +458,7 @@ func (r *statusReport) readPlans(ctx context.Context, js jetstream.JetStream, c 
 			continue
 		}
 		d := rev.Document
-		if d.Removed {
+		if d.Removed() {
 			continue
 		}
 		r.docs = append(r.docs, d)
@@ -466,8 +466,8 @@ func (r *statusReport) readPlans(ctx context.Context, js jetstream.JetStream, c 
 		if d.PendingSpec != nil {
 			pending = d.PendingSpec.Reason
 		}
-		st := d.StatusOf()
-		r.Plans = append(r.Plans, planStatus{State: st.State, Status: &st, Unplaced: len(d.Unplaced), Pending: pending, Name: name, Priority: d.Priority, Revision: d.Revision, Valid: d.Valid,
+		st := d.Status
+		r.Plans = append(r.Plans, planStatus{State: string(st.State), Status: &st, Unplaced: len(d.Unplaced), Pending: pending, Name: name, Priority: d.Priority, Revision: d.Revision, Valid: d.Valid(),
 			GPUsHeld: d.GPUsHeld, Workers: d.Workers.Len(), Error: d.Error, PreemptedBy: d.PreemptedBy, Elastic: elasticOf(d)})
 		seen := map[string]bool{}
 		for _, w := range d.Workers.All() {

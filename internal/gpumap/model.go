@@ -123,7 +123,7 @@ func BuildDrained(plans []*planner.Plan, nodes []inventory.NodeInventory, drains
 		m.GPUs += len(cells[n.NodeID])
 	}
 	for i, p := range plans {
-		h := PlanHead{Name: p.Name, Revision: p.Revision, Valid: p.Valid, Reason: p.Reason, Error: p.Error,
+		h := PlanHead{Name: p.Name, Revision: p.Revision, Valid: p.Valid(), Reason: p.Reason, Error: p.Error,
 			Priority: p.Priority, GPUsHeld: p.GPUsHeld, Workers: p.Workers.Len(), Pools: []PoolHead{}}
 		for _, pl := range p.Pools {
 			h.Pools = append(h.Pools, PoolHead{Name: pl.Name, Nodes: len(pl.Nodes)})

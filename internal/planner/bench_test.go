@@ -33,7 +33,7 @@ func BenchmarkPlan(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				p, err := Compute(spec, nodes)
-				if err != nil || !p.Valid {
+				if err != nil || !p.Valid() {
 					b.Fatalf("plan: %v", err)
 				}
 			}
@@ -122,7 +122,7 @@ func BenchmarkPlanConstrained(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				p, err := Compute(spec, nodes)
-				if err != nil || !p.Valid {
+				if err != nil || !p.Valid() {
 					b.Fatalf("plan: %v", err)
 				}
 			}

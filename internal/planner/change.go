@@ -163,12 +163,12 @@ func (e *engine) moved() int {
 // Plans made one from another share the worker chunks neither changed,
 // and those compare at no cost.
 func SamePlacement(a, b *Plan) bool {
-	if a.Valid != b.Valid || a.Error != b.Error || a.Workers.Len() != b.Workers.Len() || len(a.Pools) != len(b.Pools) {
+	if a.Valid() != b.Valid() || a.Error != b.Error || a.Workers.Len() != b.Workers.Len() || len(a.Pools) != len(b.Pools) {
 		return false
 	}
 	if a.PlanState() != b.PlanState() || !slices.EqualFunc(a.Unplaced, b.Unplaced, sameUnplaced) ||
 		(a.PendingSpec == nil) != (b.PendingSpec == nil) || a.PendingSpec != nil && *a.PendingSpec != *b.PendingSpec ||
-		!sameStatus(a.StatusOf(), b.StatusOf()) {
+		!sameStatus(a.Status, b.Status) {
 		return false
 	}
 	chunks := b.Workers.Chunks()

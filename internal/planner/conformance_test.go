@@ -85,7 +85,7 @@ func TestConformance(t *testing.T) {
 					checkReject(t, &c, p, err)
 					return
 				}
-				if err != nil || !p.Valid {
+				if err != nil || !p.Valid() {
 					t.Fatalf("no valid plan: %v", err)
 				}
 				for _, e := range checkPlan(spec, nodes, p) {
@@ -113,7 +113,7 @@ func TestConformance(t *testing.T) {
 }
 
 func checkReject(t *testing.T, c *confCase, p *Plan, err error) {
-	if err == nil || p.Valid {
+	if err == nil || p.Valid() {
 		t.Fatalf("valid plan, want a refusal")
 	}
 	if strings.TrimSpace(p.Error) == "" {

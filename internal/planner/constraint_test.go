@@ -68,12 +68,12 @@ func TestConstraints(t *testing.T) {
 			spec := mustSpec(t, fmt.Sprintf("scheduling: {train: {worker_num: 4, num_cpus: 1, num_gpus: 1, %s}}\n", c.group))
 			p, _ := Compute(spec, c.nodes)
 			if c.err != "" {
-				if p.Valid || !strings.Contains(p.Error, c.err) {
-					t.Fatalf("valid %v, error %q; want %q", p.Valid, p.Error, c.err)
+				if p.Valid() || !strings.Contains(p.Error, c.err) {
+					t.Fatalf("valid %v, error %q; want %q", p.Valid(), p.Error, c.err)
 				}
 				return
 			}
-			if !p.Valid {
+			if !p.Valid() {
 				t.Fatalf("invalid: %s", p.Error)
 			}
 			var gpus []int
@@ -102,13 +102,13 @@ func TestConstraintsReplan(t *testing.T) {
 	nodes := []Node{modelNode("n0", 8, map[string]string{"zone": "a"}, l40s), modelNode("n1", 8, map[string]string{"zone": "a"}, h100)}
 	free := mustSpec(t, "scheduling: {train: {worker_num: 4, num_cpus: 1, num_gpus: 1}, eval: {worker_num: 2, num_cpus: 1, num_gpus: 1}}\n")
 	first, _ := Compute(free, nodes)
-	if !first.Valid || !onNodeOf(first, plan.Train, "n0") {
-		t.Fatalf("first plan: valid %v; train must start on n0 for the test to mean anything", first.Valid)
+	if !first.Valid() || !onNodeOf(first, plan.Train, "n0") {
+		t.Fatalf("first plan: valid %v; train must start on n0 for the test to mean anything", first.Valid())
 	}
 	pinned := mustSpec(t, "scheduling: {train: {worker_num: 4, num_cpus: 1, num_gpus: 1, gpu_model: H100}, eval: {worker_num: 2, num_cpus: 1, num_gpus: 1}}\n")
 	next, ch, _ := Replan(first, pinned, nodes)
-	if !next.Valid || onNodeOf(next, plan.Train, "n0") {
-		t.Fatalf("after gpu_model H100: valid %v (%s), train still on n0", next.Valid, next.Error)
+	if !next.Valid() || onNodeOf(next, plan.Train, "n0") {
+		t.Fatalf("after gpu_model H100: valid %v (%s), train still on n0", next.Valid(), next.Error)
 	}
 	if !strings.Contains(ch.Summary(), WhyConstraint) {
 		t.Errorf("the change does not say why: %s", ch.Summary())
@@ -116,7 +116,7 @@ func TestConstraintsReplan(t *testing.T) {
 	// The node's labels change: a selector on eval moves it.
 	sel := mustSpec(t, "scheduling: {train: {worker_num: 4, num_cpus: 1, num_gpus: 1, gpu_model: H100}, eval: {worker_num: 2, num_cpus: 1, num_gpus: 1, node_selector: {zone: a}}}\n")
 	third, _, _ := Replan(next, sel, nodes)
-	if !third.Valid {
+	if !third.Valid() {
 		t.Fatalf("third: %s", third.Error)
 	}
 	relabelled := []Node{nodes[0], modelNode("n1", 8, map[string]string{"zone": "b"}, h100)}
@@ -286,13 +286,13 @@ func TestConstraintProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		nodes, spec := genConstrained(t)
 		p, err := Compute(spec, nodes)
-		if (err == nil) != p.Valid {
-			t.Fatalf("error %v but valid=%v", err, p.Valid)
+		if (err == nil) != p.Valid() {
+			t.Fatalf("error %v but valid=%v", err, p.Valid())
 		}
-		if verr := Validate(spec, nodes); (verr == nil) != p.Valid {
-			t.Fatalf("validate says %v, plan valid=%v", verr, p.Valid)
+		if verr := Validate(spec, nodes); (verr == nil) != p.Valid() {
+			t.Fatalf("validate says %v, plan valid=%v", verr, p.Valid())
 		}
-		if !p.Valid {
+		if !p.Valid() {
 			return
 		}
 		for _, e := range checkPlan(spec, nodes, p) {
@@ -311,15 +311,15 @@ func TestConstraintProperties(t *testing.T) {
 		}
 		next[i] = n
 		r, _, err := Replan(p, spec, next)
-		if (err == nil) != r.Valid {
-			t.Fatalf("replan error %v but valid=%v", err, r.Valid)
+		if (err == nil) != r.Valid() {
+			t.Fatalf("replan error %v but valid=%v", err, r.Valid())
 		}
-		if r.Valid {
+		if r.Valid() {
 			for _, e := range checkPlan(spec, next, r) {
 				t.Fatal(e)
 			}
 			checkConstraints(t, spec, next, r)
-		} else if fresh, _ := Compute(spec, next); fresh.Valid {
+		} else if fresh, _ := Compute(spec, next); fresh.Valid() {
 			t.Fatalf("the replan is invalid (%s) where a fresh plan is valid", r.Error)
 		}
 	})
@@ -360,13 +360,13 @@ func TestGPULink(t *testing.T) {
 			spec := mustSpec(t, fmt.Sprintf("scheduling: {eval: {worker_num: 1, num_cpus: 1, num_gpus: 2, gpu_link: %s}}\n", c.link))
 			p, _ := Compute(spec, []Node{c.node})
 			if c.err != "" {
-				if p.Valid || !strings.Contains(p.Error, c.err) {
-					t.Fatalf("valid %v, error %q; want %q", p.Valid, p.Error, c.err)
+				if p.Valid() || !strings.Contains(p.Error, c.err) {
+					t.Fatalf("valid %v, error %q; want %q", p.Valid(), p.Error, c.err)
 				}
 				return
 			}
-			if !p.Valid || fmt.Sprint(p.Workers.At(0).GPUs) != fmt.Sprint(c.gpus) {
-				t.Fatalf("valid %v (%s), GPUs %v; want %v", p.Valid, p.Error, p.Workers.At(0).GPUs, c.gpus)
+			if !p.Valid() || fmt.Sprint(p.Workers.At(0).GPUs) != fmt.Sprint(c.gpus) {
+				t.Fatalf("valid %v (%s), GPUs %v; want %v", p.Valid(), p.Error, p.Workers.At(0).GPUs, c.gpus)
 			}
 			var noted bool
 			for _, x := range p.Explanations {
@@ -464,12 +464,12 @@ func TestNVLinkDomain(t *testing.T) {
 			y := fmt.Sprintf("scheduling: {train: {worker_num: %d, num_cpus: 1, num_gpus: 1, nvlink_domain: %s}}\n", c.workers, c.mode)
 			p, _ := Compute(mustSpec(t, y), nodes)
 			if c.err != "" {
-				if p.Valid || !strings.Contains(p.Error, c.err) {
-					t.Fatalf("valid %v, error %q; want %q", p.Valid, p.Error, c.err)
+				if p.Valid() || !strings.Contains(p.Error, c.err) {
+					t.Fatalf("valid %v, error %q; want %q", p.Valid(), p.Error, c.err)
 				}
 				return
 			}
-			if !p.Valid {
+			if !p.Valid() {
 				t.Fatal(p.Error)
 			}
 			seq, contiguous := domainsOf(p, nodes, plan.Train)
@@ -486,8 +486,8 @@ func TestNVLinkDomain(t *testing.T) {
 	// its domain.
 	mixed := append(nvlNodes(2, 2), modelNode("pcie-1", 8, nil, l40s))
 	p, _ := Compute(mustSpec(t, "scheduling: {eval: {worker_num: 2, num_cpus: 1, num_gpus: 2, gpu_model: L40S}, env: [{worker_num: 8, num_cpus: 1, num_gpus: 0.25, nvlink_domain: strict}]}\n"), mixed)
-	if !p.Valid || !onNodeOf(p, plan.Eval, "pcie-1") {
-		t.Errorf("eval on L40S with env strict elsewhere: valid %v: %s", p.Valid, p.Error)
+	if !p.Valid() || !onNodeOf(p, plan.Eval, "pcie-1") {
+		t.Errorf("eval on L40S with env strict elsewhere: valid %v: %s", p.Valid(), p.Error)
 	}
 	if _, err := ParseSpec([]byte("scheduling: {env: [{worker_num: 1, num_gpus: 0, nvlink_domain: pack}]}")); err == nil || !strings.Contains(err.Error(), "nvlink_domain: pack places GPU workers among NVLink domains: it needs num_gpus > 0") {
 		t.Errorf("nvlink_domain on CPU workers: %v", err)
@@ -548,10 +548,10 @@ func TestNVLinkDomainProperties(t *testing.T) {
 			return // the cluster cannot hold it
 		}
 		if mode == "strict" {
-			if p.Valid != (rooms[0] >= workers) {
-				t.Fatalf("strict: valid %v (%s), largest domain room %d, workers %d", p.Valid, p.Error, rooms[0], workers)
+			if p.Valid() != (rooms[0] >= workers) {
+				t.Fatalf("strict: valid %v (%s), largest domain room %d, workers %d", p.Valid(), p.Error, rooms[0], workers)
 			}
-			if !p.Valid {
+			if !p.Valid() {
 				return
 			}
 			if seq, _ := domainsOf(p, nodes, plan.Train); len(seq) != 1 {
@@ -567,15 +567,15 @@ func TestNVLinkDomainProperties(t *testing.T) {
 				next[i].Unhealthy = []int{0}
 			}
 			r, _, _ := Replan(p, spec, next)
-			if fresh, _ := Compute(spec, next); r.Valid != fresh.Valid {
-				t.Fatalf("replan valid %v (%s), fresh valid %v", r.Valid, r.Error, fresh.Valid)
+			if fresh, _ := Compute(spec, next); r.Valid() != fresh.Valid() {
+				t.Fatalf("replan valid %v (%s), fresh valid %v", r.Valid(), r.Error, fresh.Valid())
 			}
-			if seq, _ := domainsOf(r, next, plan.Train); r.Valid && len(seq) != 1 {
+			if seq, _ := domainsOf(r, next, plan.Train); r.Valid() && len(seq) != 1 {
 				t.Fatalf("strict after a replan: domains %v", seq)
 			}
 			return
 		}
-		if !p.Valid {
+		if !p.Valid() {
 			t.Fatalf("pack: invalid (%s) where the domains hold %d of %d", p.Error, sum, workers)
 		}
 		seq, contiguous := domainsOf(p, nodes, plan.Train)
@@ -636,7 +636,7 @@ resource_pool:
   - {name: p, num_node: 1, num_gpus: 8, node_ids: [n0], train: "0-7", worker_counts: {train: [2]}}
 `
 	p, _ := Compute(mustSpec(t, y), nodes)
-	if !p.Valid {
+	if !p.Valid() {
 		t.Fatal(p.Error)
 	}
 	for _, w := range p.Workers.Slice() {
@@ -645,8 +645,8 @@ resource_pool:
 		}
 	}
 	sel := strings.Replace(y, "gpu_model: H100", "node_selector: {zone: b}", 1)
-	if p, _ := Compute(mustSpec(t, sel), nodes); p.Valid || !strings.Contains(p.Error, "node_selector zone=b does not match") {
-		t.Errorf("manual pool on a zone-a node for a zone-b group: valid %v, %q", p.Valid, p.Error)
+	if p, _ := Compute(mustSpec(t, sel), nodes); p.Valid() || !strings.Contains(p.Error, "node_selector zone=b does not match") {
+		t.Errorf("manual pool on a zone-a node for a zone-b group: valid %v, %q", p.Valid(), p.Error)
 	}
 }
 
@@ -656,12 +656,12 @@ resource_pool:
 func TestConstraintGroups(t *testing.T) {
 	nodes := []Node{modelNode("a-h100", 4, nil, h100), modelNode("b-l40s", 4, nil, l40s)}
 	p, _ := Compute(mustSpec(t, "scheduling: {env: [{worker_num: 4, num_cpus: 1, num_gpus: 1, gpu_model: L40S}, {worker_num: 4, num_cpus: 1, num_gpus: 1, gpu_model: H100}]}\n"), nodes)
-	if !p.Valid {
+	if !p.Valid() {
 		t.Fatalf("groups of different models: %s", p.Error)
 	}
 	mixed := append(nvlNodes(2, 2), modelNode("pcie-1", 8, nil, l40s))
 	p, _ = Compute(mustSpec(t, "scheduling: {env: [{worker_num: 8, num_cpus: 1, num_gpus: 0.25}, {worker_num: 7, num_cpus: 1, num_gpus: 1, nvlink_domain: strict}]}\n"), mixed)
-	if !p.Valid {
+	if !p.Valid() {
 		t.Fatalf("a strict group beside a free one: %s", p.Error)
 	}
 	doms := map[string]bool{}
@@ -686,7 +686,7 @@ func TestStrictReplans(t *testing.T) {
 	nodes := nvlNodes(3, 3) // 12 GPUs a domain
 	spec := mustSpec(t, "scheduling: {train: {worker_num: 12, num_cpus: 1, num_gpus: 1, nvlink_domain: strict}}\n")
 	first, _ := Compute(spec, nodes)
-	if seq, _ := domainsOf(first, nodes, plan.Train); !first.Valid || len(seq) != 1 {
+	if seq, _ := domainsOf(first, nodes, plan.Train); !first.Valid() || len(seq) != 1 {
 		t.Fatalf("first: %v %s", seq, first.Error)
 	}
 	used := first.Workers.At(0).NodeID
@@ -703,8 +703,8 @@ func TestStrictReplans(t *testing.T) {
 		}
 		p, _, _ := Replan(first, spec, next)
 		seq, _ := domainsOf(p, next, plan.Train)
-		if !p.Valid || len(seq) != 1 {
-			t.Errorf("%s: valid %v (%s), domains %v", change, p.Valid, p.Error, seq)
+		if !p.Valid() || len(seq) != 1 {
+			t.Errorf("%s: valid %v (%s), domains %v", change, p.Valid(), p.Error, seq)
 		}
 	}
 }

@@ -187,10 +187,9 @@ func (e *engine) finishDegraded(cause string, afresh *Outcome) (*Plan, error) {
 		}
 		doc.Unplaced = append(doc.Unplaced, u)
 	}
-	doc.Valid, doc.State = false, plan.StateDegraded
 	doc.cause, doc.afresh = cause, afresh
 	doc.Error = degradedMsg(doc.Unplaced, cause)
-	doc.Status = &plan.Status{State: plan.StateDegraded, Reason: plan.ReasonSpec, Cause: cause}
+	doc.Status = plan.Status{State: plan.StateDegraded, Reason: plan.ReasonSpec, Cause: cause}
 	doc.takenBy = e.takenBy
 	return doc, &DegradedError{Msg: doc.Error, Unplaced: len(doc.Unplaced)}
 }

@@ -177,7 +177,7 @@ func (w *churnWorld) check(t *rapid.T, nodes []Node, out []Outcome, returned str
 		p := o.Plan
 		if p.Placed() {
 			if errs := checkPlan(job.Spec, nodes, p); len(errs) > 0 {
-				t.Fatalf("%s (%s): %v", job.Name, p.State, errs)
+				t.Fatalf("%s (%s): %v", job.Name, p.PlanState(), errs)
 			}
 			EachHeldGPU(p, func(node string, g int) {
 				k := fmt.Sprintf("%s:%d", node, g)
@@ -187,7 +187,7 @@ func (w *churnWorld) check(t *rapid.T, nodes []Node, out []Outcome, returned str
 				owner[k] = job.Name
 			})
 		}
-		w.stats[p.PlanState()]++
+		w.stats[string(p.PlanState())]++
 		prev := job.Prev
 		if prev == nil || !prev.Placed() {
 			continue
@@ -197,7 +197,7 @@ func (w *churnWorld) check(t *rapid.T, nodes []Node, out []Outcome, returned str
 		if !p.Placed() && !preempted {
 			t.Fatalf("%s released (%s) though no job of higher priority took anything", job.Name, p.Error)
 		}
-		if o.Change.Fresh && p.Valid {
+		if o.Change.Fresh && p.Valid() {
 			// No incremental plan places every worker (a multi-GPU worker
 			// finds its GPUs spread), and a plan made afresh does: whole
 			// beats keeping places, as a replan always chose.
@@ -213,7 +213,7 @@ func (w *churnWorld) check(t *rapid.T, nodes []Node, out []Outcome, returned str
 			}
 			if now := p.Workers.Find(wk.Component, wk.Index); now == nil || !samePlace(wk, now) {
 				w.dump(t, out)
-				t.Fatalf("%s %s %d moved from %s%v, where its place holds, to %v (%s, %s)", job.Name, wk.Component, wk.Index, wk.NodeID, wk.GPUs, now, p.State, o.Change.Summary())
+				t.Fatalf("%s %s %d moved from %s%v, where its place holds, to %v (%s, %s)", job.Name, wk.Component, wk.Index, wk.NodeID, wk.GPUs, now, p.PlanState(), o.Change.Summary())
 			}
 		}
 		if returned == "" {
@@ -263,7 +263,7 @@ func TestDegradedChurnHappens(t *testing.T) {
 			w.check(rt, nodes, out, returned)
 		}
 	})
-	if stats[plan.StateDegraded] == 0 || stats["returned"] == 0 {
+	if stats[string(plan.StateDegraded)] == 0 || stats["returned"] == 0 {
 		t.Fatalf("the churn reached no degraded plan, or no return: %v", stats)
 	}
 	t.Logf("outcomes: %v", stats)

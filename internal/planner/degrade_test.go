@@ -37,8 +37,8 @@ func replanAll(t *testing.T, jobs []Job, prev map[string]Outcome, nodes []Node) 
 	for _, j := range jobs {
 		o := out[j.Name]
 		var degraded *DegradedError
-		if o.Plan.State != o.Plan.PlanState() || (o.Plan.State == plan.StateDegraded) != errors.As(o.Err, &degraded) {
-			t.Fatalf("%s: state %q, valid %v, error %v", j.Name, o.Plan.State, o.Plan.Valid, o.Err)
+		if o.Plan.PlanState() != o.Plan.PlanState() || (o.Plan.PlanState() == plan.StateDegraded) != errors.As(o.Err, &degraded) {
+			t.Fatalf("%s: state %q, valid %v, error %v", j.Name, o.Plan.PlanState(), o.Plan.Valid(), o.Err)
 		}
 		if o.Plan.Placed() && o.Plan.spec != nil { // nil: held as it was read
 			if errs := checkPlan(o.Plan.spec, nodes, o.Plan); len(errs) > 0 {
@@ -71,7 +71,7 @@ func flapJobs(t *testing.T) ([]Node, []Job) {
 func TestDegradedNodeFlap(t *testing.T) {
 	nodes, jobs := flapJobs(t)
 	first := replanAll(t, jobs, nil, nodes)
-	if !first["default"].Plan.Valid || !first["exp"].Plan.Valid {
+	if !first["default"].Plan.Valid() || !first["exp"].Plan.Valid() {
 		t.Fatalf("setup: %v %v", first["default"].Err, first["exp"].Err)
 	}
 	for _, gone := range []string{"n1", "n2", "n3"} {
@@ -86,8 +86,8 @@ func TestDegradedNodeFlap(t *testing.T) {
 				}
 				out := replanAll(t, jobs, first, without(nodes, gone))
 				d := out["default"].Plan
-				if d.Valid || d.State != plan.StateDegraded || !d.Placed() {
-					t.Fatalf("default after %s left: valid %v, state %q: %s", gone, d.Valid, d.State, d.Error)
+				if d.Valid() || d.PlanState() != plan.StateDegraded || !d.Placed() {
+					t.Fatalf("default after %s left: valid %v, state %q: %s", gone, d.Valid(), d.PlanState(), d.Error)
 				}
 				if !strings.HasPrefix(d.Error, "degraded: ") || !strings.Contains(d.Error, "node left "+gone) {
 					t.Errorf("error %q", d.Error)
@@ -129,8 +129,8 @@ func TestDegradedNodeFlap(t *testing.T) {
 					out["default"] = o
 				}
 				back := replanAll(t, jobs, out, nodes)
-				if b := back["default"].Plan; !b.Valid || len(b.Unplaced) != 0 || !sameWorkers(first["default"].Plan, b) || b.Moved != len(on) {
-					t.Fatalf("the node is back: valid %v, %d unplaced, moved %d (%d were on it): %s", b.Valid, len(b.Unplaced), b.Moved, len(on), back["default"].Change.Summary())
+				if b := back["default"].Plan; !b.Valid() || len(b.Unplaced) != 0 || !sameWorkers(first["default"].Plan, b) || b.Moved != len(on) {
+					t.Fatalf("the node is back: valid %v, %d unplaced, moved %d (%d were on it): %s", b.Valid(), len(b.Unplaced), b.Moved, len(on), back["default"].Change.Summary())
 				}
 				for _, w := range back["default"].Plan.Workers.All() {
 					if was := first["default"].Plan.Workers.Find(w.Component, w.Index); was == nil || !samePlace(was, w) || !slices.Equal(was.GPUUUIDs, w.GPUUUIDs) {
@@ -158,15 +158,15 @@ func TestDegradedKeepsItsGPUs(t *testing.T) {
 	first := replanAll(t, []Job{a}, nil, nodes)
 	gone := without(nodes, "n2")
 	deg := replanAll(t, []Job{a}, first, gone)
-	if deg["a"].Plan.State != plan.StateDegraded || deg["a"].Plan.Workers.Len() != 8 || len(deg["a"].Plan.Unplaced) != 8 {
-		t.Fatalf("a: %s, %d workers", deg["a"].Plan.State, deg["a"].Plan.Workers.Len())
+	if deg["a"].Plan.PlanState() != plan.StateDegraded || deg["a"].Plan.Workers.Len() != 8 || len(deg["a"].Plan.Unplaced) != 8 {
+		t.Fatalf("a: %s, %d workers", deg["a"].Plan.PlanState(), deg["a"].Plan.Workers.Len())
 	}
 	for _, age := range []uint64{1, 9} { // older and younger
 		t.Run(fmt.Sprintf("age %d", age), func(t *testing.T) {
 			b := Job{Name: "b", Spec: trainSpec(t, 4, 0, 0), Age: age}
 			out := replanAll(t, []Job{a, b}, deg, gone)
 			if !SamePlacement(deg["a"].Plan, out["a"].Plan) || out["b"].Plan.Placed() {
-				t.Fatalf("a kept %v; b %s", SamePlacement(deg["a"].Plan, out["a"].Plan), out["b"].Plan.State)
+				t.Fatalf("a kept %v; b %s", SamePlacement(deg["a"].Plan, out["a"].Plan), out["b"].Plan.PlanState())
 			}
 			if e := out["b"].Plan.Error; !strings.HasPrefix(e, "waits for room held by plan a (priority 0): ") {
 				t.Fatalf("b's error %q", e)
@@ -174,8 +174,8 @@ func TestDegradedKeepsItsGPUs(t *testing.T) {
 			// The node comes back: a's workers go back to it; b takes none
 			// of their GPUs, and waits still (16 of 16 are a's).
 			back := replanAll(t, []Job{a, b}, out, nodes)
-			if p := back["a"].Plan; !p.Valid || !sameWorkers(first["a"].Plan, p) || back["b"].Plan.Placed() {
-				t.Fatalf("a back: valid %v, same %v; b %s", p.Valid, sameWorkers(first["a"].Plan, p), back["b"].Plan.State)
+			if p := back["a"].Plan; !p.Valid() || !sameWorkers(first["a"].Plan, p) || back["b"].Plan.Placed() {
+				t.Fatalf("a back: valid %v, same %v; b %s", p.Valid(), sameWorkers(first["a"].Plan, p), back["b"].Plan.PlanState())
 			}
 		})
 	}
@@ -189,21 +189,21 @@ func TestDegradedPreempted(t *testing.T) {
 	a := Job{Name: "a", Spec: trainSpec(t, 16, 0, 0), Age: 1}
 	first := replanAll(t, []Job{a}, nil, nodes[:2])
 	deg := replanAll(t, []Job{a}, first, nodes[:1])
-	if deg["a"].Plan.State != plan.StateDegraded {
-		t.Fatalf("a: %s", deg["a"].Plan.State)
+	if deg["a"].Plan.PlanState() != plan.StateDegraded {
+		t.Fatalf("a: %s", deg["a"].Plan.PlanState())
 	}
 	high := Job{Name: "high", Spec: trainSpec(t, 6, 5, 0), Age: 2}
 	out := replanAll(t, []Job{a, high}, deg, nodes[:1])
 	// Released, and told why: with high gone it would not fit either
 	// (16 GPUs on 8), so not "preempted by" but its own reason.
 	if p := out["a"].Plan; p.Placed() || !slices.Equal(p.PreemptedBy, []string{"high"}) || p.Error != "Insufficient GPUs: required 16.0, available 2" {
-		t.Fatalf("a: %s, preempted by %v: %s", p.State, p.PreemptedBy, p.Error)
+		t.Fatalf("a: %s, preempted by %v: %s", p.PlanState(), p.PreemptedBy, p.Error)
 	}
 	// With room elsewhere (n3 joins) high takes that: a keeps its workers
 	// and places two of the unplaced on what high leaves.
 	out = replanAll(t, []Job{a, high}, deg, []Node{nodes[0], nodes[2]})
-	if p := out["a"].Plan; p.State != plan.StateDegraded || !keptWorkers(deg["a"].Plan, p) || p.Workers.Len() != 10 || len(p.PreemptedBy) != 0 {
-		t.Fatalf("a beside high: %s, %d workers: %s", p.State, p.Workers.Len(), p.Error)
+	if p := out["a"].Plan; p.PlanState() != plan.StateDegraded || !keptWorkers(deg["a"].Plan, p) || p.Workers.Len() != 10 || len(p.PreemptedBy) != 0 {
+		t.Fatalf("a beside high: %s, %d workers: %s", p.PlanState(), p.Workers.Len(), p.Error)
 	}
 }
 
@@ -231,8 +231,8 @@ func TestDegradedFaults(t *testing.T) {
 			faulty := withNode(nodes, "n2", c.fault)
 			p, ch, err := Replan(first, spec, faulty)
 			var degraded *DegradedError
-			if !errors.As(err, &degraded) || p.State != plan.StateDegraded || len(p.Unplaced) != c.count || degraded.Unplaced != c.count {
-				t.Fatalf("err %v, state %q, %d unplaced", err, p.State, len(p.Unplaced))
+			if !errors.As(err, &degraded) || p.PlanState() != plan.StateDegraded || len(p.Unplaced) != c.count || degraded.Unplaced != c.count {
+				t.Fatalf("err %v, state %q, %d unplaced", err, p.PlanState(), len(p.Unplaced))
 			}
 			for _, u := range p.Unplaced {
 				was := first.Workers.Find(u.Component, u.Index)
@@ -273,8 +273,8 @@ resource_pool:
 		t.Fatal(err)
 	}
 	p, _, err := Replan(first, spec, without(nodes, "n2"))
-	if p.State != plan.StateDegraded || p.Workers.Len() != 4 || len(p.Unplaced) != 8 {
-		t.Fatalf("%v: %s, %d workers, %d unplaced", err, p.State, p.Workers.Len(), len(p.Unplaced))
+	if p.PlanState() != plan.StateDegraded || p.Workers.Len() != 4 || len(p.Unplaced) != 8 {
+		t.Fatalf("%v: %s, %d workers, %d unplaced", err, p.PlanState(), p.Workers.Len(), len(p.Unplaced))
 	}
 	if errs := checkPlan(spec, without(nodes, "n2"), p); len(errs) > 0 {
 		t.Fatal(errs)
@@ -321,8 +321,8 @@ resource_pool: [{name: train_pool, num_node: 1, num_gpus: 8, node_ids: [n7], tra
 			jobs[0].Spec = c.spec
 			out := replanAll(t, jobs, first, nodes)
 			p := out["a"].Plan
-			if !p.Valid || out["a"].Err != nil || p.PendingSpec == nil || p.PendingSpec.Reason != c.reason {
-				t.Fatalf("a: valid %v (%v), pending %+v; want %q", p.Valid, out["a"].Err, p.PendingSpec, c.reason)
+			if !p.Valid() || out["a"].Err != nil || p.PendingSpec == nil || p.PendingSpec.Reason != c.reason {
+				t.Fatalf("a: valid %v (%v), pending %+v; want %q", p.Valid(), out["a"].Err, p.PendingSpec, c.reason)
 			}
 			if !sameWorkers(first["a"].Plan, p) || !slices.Equal(p.Demands, first["a"].Plan.Demands) || p.Moved != 0 {
 				t.Fatalf("a's placement changed")
@@ -348,12 +348,12 @@ resource_pool: [{name: train_pool, num_node: 1, num_gpus: 8, node_ids: [n7], tra
 			jobs[0].PrevSpec = nil
 			held := replanAll(t, jobs, map[string]Outcome{"a": {Plan: &read}, "b": out["b"]}, nodes)
 			if !SamePlacement(p, held["a"].Plan) {
-				t.Fatalf("pending from JSON, spec not known: %s, %v", held["a"].Plan.State, held["a"].Plan.PendingSpec)
+				t.Fatalf("pending from JSON, spec not known: %s, %v", held["a"].Plan.PlanState(), held["a"].Plan.PendingSpec)
 			}
 			// A node leaves meanwhile: the kept placement degrades, pending.
 			deg := replanAll(t, jobs, out, without(nodes, "n1"))
-			if d := deg["a"].Plan; d.PendingSpec == nil || d.Valid && len(workersOn(p, "n1")) > 0 || !d.Placed() {
-				t.Fatalf("a with n1 gone: %s, pending %v", d.State, d.PendingSpec)
+			if d := deg["a"].Plan; d.PendingSpec == nil || d.Valid() && len(workersOn(p, "n1")) > 0 || !d.Placed() {
+				t.Fatalf("a with n1 gone: %s, pending %v", d.PlanState(), d.PendingSpec)
 			}
 		})
 	}
@@ -361,7 +361,7 @@ resource_pool: [{name: train_pool, num_node: 1, num_gpus: 8, node_ids: [n7], tra
 	jobs[0].Spec = trainSpec(t, 12, 0, 0)
 	out := replanAll(t, jobs, first, nodes)
 	moved := replanAll(t, jobs[:1], out, nodes)
-	if p := moved["a"].Plan; !p.Valid || p.PendingSpec != nil || p.Workers.Len() != 12 || !keptWorkers(first["a"].Plan, p) {
+	if p := moved["a"].Plan; !p.Valid() || p.PendingSpec != nil || p.Workers.Len() != 12 || !keptWorkers(first["a"].Plan, p) {
 		t.Fatalf("a on its new spec: %v, pending %v, %d workers", moved["a"].Err, p.PendingSpec, p.Workers.Len())
 	}
 }
@@ -373,7 +373,7 @@ func TestPendingNeverPlaced(t *testing.T) {
 	low.Spec = trainSpec(t, 6, 0, 0)
 	got := planAll(t, []Job{low, high}, nodes)["low"].Plan
 	if got.Placed() || got.PendingSpec != nil {
-		t.Fatalf("low: %s, pending %v", got.State, got.PendingSpec)
+		t.Fatalf("low: %s, pending %v", got.PlanState(), got.PendingSpec)
 	}
 }
 
@@ -463,18 +463,18 @@ func TestDegradedUpgraded(t *testing.T) {
 	left := without(nodes, gone)
 	out := replanAll(t, jobs, first, left)
 	d := out["default"].Plan
-	if d.State != plan.StateDegraded || d.Status == nil {
-		t.Fatalf("setup: state %q, status %+v", d.State, d.Status)
+	if d.PlanState() != plan.StateDegraded || d.Status.State != plan.StateDegraded {
+		t.Fatalf("setup: state %q, status %+v", d.PlanState(), d.Status)
 	}
 	if again := replanAll(t, jobs, out, left)["default"].Plan; !SamePlacement(d, again) {
 		t.Fatalf("degraded plan not put: %q then %q", d.Error, again.Error)
 	}
 	old := *d
-	old.Status = nil // as an older planner wrote it
+	old.Status = plan.Status{State: plan.StateDegraded} // as a document an older planner wrote reads
 	out["default"] = Outcome{Plan: &old}
 	next := replanAll(t, jobs, out, left)
 	got := next["default"].Plan
-	if got.Status == nil || got.Status.Reason == "" || SamePlacement(&old, got) {
+	if got.Status.Reason == "" || SamePlacement(&old, got) {
 		t.Fatalf("after the upgrade: status %+v, no news %v", got.Status, SamePlacement(&old, got))
 	}
 	if again := replanAll(t, jobs, next, left)["default"].Plan; !SamePlacement(got, again) {
@@ -501,8 +501,8 @@ func TestBufferFlap(t *testing.T) {
 			t.Run(fmt.Sprintf("%s json %v", gone, readBack), func(t *testing.T) {
 				d, ch, err := Replan(first, spec, without(nodes, gone))
 				var degraded *DegradedError
-				if !errors.As(err, &degraded) || d.State != plan.StateDegraded {
-					t.Fatalf("after %s left: state %q: %v", gone, d.State, err)
+				if !errors.As(err, &degraded) || d.PlanState() != plan.StateDegraded {
+					t.Fatalf("after %s left: state %q: %v", gone, d.PlanState(), err)
 				}
 				for _, w := range first.Workers.All() {
 					if w.Component != plan.Buffer {
@@ -528,8 +528,8 @@ func TestBufferFlap(t *testing.T) {
 					d = &p
 				}
 				back, _, err := Replan(d, spec, nodes)
-				if err != nil || !back.Valid || back.Moved != 9 {
-					t.Fatalf("the node is back: valid %v, moved %d: %v", back.Valid, back.Moved, err)
+				if err != nil || !back.Valid() || back.Moved != 9 {
+					t.Fatalf("the node is back: valid %v, moved %d: %v", back.Valid(), back.Moved, err)
 				}
 				for _, w := range back.Workers.All() {
 					if was := first.Workers.Find(w.Component, w.Index); was == nil || !samePlace(was, w) {

@@ -38,14 +38,13 @@ func (e *engine) finish(err error) (*Plan, error) {
 	doc.spec = e.spec
 	if err != nil {
 		e.invalid = true
-		doc.State = plan.StateInvalid
 		doc.Error = err.Error()
-		doc.Status = &plan.Status{State: plan.StateInvalid, Reason: plan.ReasonSpec, Cause: doc.Error}
+		doc.Status = plan.Status{State: plan.StateInvalid, Reason: plan.ReasonSpec, Cause: doc.Error}
 		doc.Explanations = e.explain()
 		doc.Notes = e.notesDoc()
 		return doc, err
 	}
-	doc.Valid, doc.State, doc.Status = true, plan.StateValid, &plan.Status{State: plan.StateValid}
+	doc.Status = plan.Status{State: plan.StateValid}
 	doc.StorageToTrainWorkers, e.bufferMoves = e.placeBuffers()
 	if e.store != nil {
 		doc.Workers = e.store.workers()

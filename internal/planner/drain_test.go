@@ -102,7 +102,7 @@ func TestReplanDrained(t *testing.T) {
 	}
 	// Undrained, the unplaced workers return to their places.
 	back, _, err := Replan(deg, spec, nodes)
-	if err != nil || !back.Valid {
+	if err != nil || !back.Valid() {
 		t.Fatalf("undrained: err %v", err)
 	}
 	for _, w := range back.Workers.All() {

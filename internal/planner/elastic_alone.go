@@ -31,7 +31,7 @@ func PlanAlone(prev *Plan, spec *Spec, nodes []Node) Outcome {
 // the minimum needs and what the cluster would give now.
 func growBeside(doc *Plan, spec *Spec, nodes []Node) *Plan {
 	refs := elasticRefs(spec)
-	if len(refs) == 0 || !doc.Valid {
+	if len(refs) == 0 || !doc.Valid() {
 		return doc
 	}
 	minGPUs := HeldGPUs(doc)

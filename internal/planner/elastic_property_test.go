@@ -137,11 +137,11 @@ func TestElasticProperties(t *testing.T) {
 			}
 			for j, o := range PlanAll(settled, w.nodes) {
 				if again[j].Plan.PendingSpec == nil && !SamePlacement(again[j].Plan, o.Plan) {
-					t.Fatalf("%s: no quiet after a grow back: %+v", jobs[j].Name, o.Plan.StatusOf())
+					t.Fatalf("%s: no quiet after a grow back: %+v", jobs[j].Name, o.Plan.Status)
 				}
 			}
 			for j, o := range again {
-				if out[j].Plan.StatusOf().Reason == plan.ReasonShrunk && o.Plan.StatusOf().Reason == plan.ReasonGrew && keptWorkers(out[j].Plan, o.Plan) {
+				if out[j].Plan.Status.Reason == plan.ReasonShrunk && o.Plan.Status.Reason == plan.ReasonGrew && keptWorkers(out[j].Plan, o.Plan) {
 					continue
 				}
 				// A pending spec's reason counts the room of plans of its
@@ -154,7 +154,7 @@ func TestElasticProperties(t *testing.T) {
 					for i := range jobs {
 						t.Logf("%s prio %d age %d eval %+v env %+v quota %d\n  prev %s %s\n  out  %s %s", jobs[i].Name, jobs[i].Spec.Priority, jobs[i].Age, *jobs[i].Spec.Scheduling.Eval, jobs[i].Spec.Scheduling.Env, jobs[i].Spec.MaxGPUs, placementOf(jobs[i].Prev), stateOf(jobs[i].Prev), placementOf(out[i].Plan), stateOf(out[i].Plan))
 					}
-					t.Fatalf("%s: a quiet cluster replanned: %s %+v pending %v (was %v)\n  was %s\n  now %s", jobs[j].Name, o.Plan.PlanState(), o.Plan.StatusOf(), o.Plan.PendingSpec, out[j].Plan.PendingSpec, placementOf(out[j].Plan), placementOf(o.Plan))
+					t.Fatalf("%s: a quiet cluster replanned: %s %+v pending %v (was %v)\n  was %s\n  now %s", jobs[j].Name, o.Plan.PlanState(), o.Plan.Status, o.Plan.PendingSpec, out[j].Plan.PendingSpec, placementOf(out[j].Plan), placementOf(o.Plan))
 				}
 			}
 			for i, n := range names {
@@ -190,7 +190,7 @@ func checkElasticWorld(t *rapid.T, nodes []Node, jobs []Job, out []Outcome, node
 				}
 			}
 		}
-		if o.Plan.Valid {
+		if o.Plan.Valid() {
 			seen := map[plan.Component][]int{}
 			for _, wk := range o.Plan.Workers.All() {
 				seen[wk.Component] = append(seen[wk.Component], wk.Index)
@@ -204,7 +204,7 @@ func checkElasticWorld(t *rapid.T, nodes []Node, jobs []Job, out []Outcome, node
 				}
 			}
 		}
-		if st := o.Plan.StatusOf(); st.Reason == plan.ReasonGrew && !nodeChanged && job.Name != changed && job.Prev != nil && job.Prev.Valid && job.Prev.PendingSpec == nil && len(o.Change.Displaced) == 0 && !o.Change.Fresh && len(o.Plan.PreemptedBy) == 0 && !keptElastic(job.Prev, o.Plan) {
+		if st := o.Plan.Status; st.Reason == plan.ReasonGrew && !nodeChanged && job.Name != changed && job.Prev != nil && job.Prev.Valid() && job.Prev.PendingSpec == nil && len(o.Change.Displaced) == 0 && !o.Change.Fresh && len(o.Plan.PreemptedBy) == 0 && !keptElastic(job.Prev, o.Plan) {
 			t.Fatalf("%s grew and moved a placed worker:\n  was %s\n  now %s", job.Name, placementOf(job.Prev), placementOf(o.Plan))
 		}
 	}
@@ -212,7 +212,7 @@ func checkElasticWorld(t *rapid.T, nodes []Node, jobs []Job, out []Outcome, node
 		return
 	}
 	for _, m := range planFixed(minimums(jobs), nodes) {
-		if !m.Plan.Valid {
+		if !m.Plan.Valid() {
 			return // no fresh plan of every minimum
 		}
 	}
@@ -230,7 +230,7 @@ func checkElasticWorld(t *rapid.T, nodes []Node, jobs []Job, out []Outcome, node
 	}
 	base := el.run(floor)
 	for j, o := range out {
-		if !o.Plan.Valid && base[j].Plan.Valid {
+		if !o.Plan.Valid() && base[j].Plan.Valid() {
 			for i := range jobs {
 				t.Logf("%s prio %d spec eval %+v env %+v quota %d\n  prev %s\n  now  %s (%s)", jobs[i].Name, jobs[i].Spec.Priority, *jobs[i].Spec.Scheduling.Eval, jobs[i].Spec.Scheduling.Env, jobs[i].Spec.MaxGPUs, placementOf(jobs[i].Prev), placementOf(out[i].Plan), out[i].Plan.Error)
 			}

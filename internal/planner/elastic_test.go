@@ -87,8 +87,8 @@ func TestElasticShareScenario(t *testing.T) {
 	a := Job{Name: "a", Spec: elasticSpec(t, 8, 4, 32, 0), Age: 1}
 	out := planAll(t, []Job{a}, nodes)
 	pa := out["a"].Plan
-	if !pa.Valid || countOf(pa, plan.Eval) != 24 || countOf(pa, plan.Train) != 8 {
-		t.Fatalf("a alone: valid %v, eval %d, want 24: %v", pa.Valid, countOf(pa, plan.Eval), out["a"].Err)
+	if !pa.Valid() || countOf(pa, plan.Eval) != 24 || countOf(pa, plan.Train) != 8 {
+		t.Fatalf("a alone: valid %v, eval %d, want 24: %v", pa.Valid(), countOf(pa, plan.Eval), out["a"].Err)
 	}
 	trainAt := placesOf(pa, plan.Train)
 
@@ -96,10 +96,10 @@ func TestElasticShareScenario(t *testing.T) {
 	b := Job{Name: "b", Spec: trainSpec(t, 12, 10, 0), Age: 2}
 	out = planAll(t, []Job{a, b}, nodes)
 	pa, pb := out["a"].Plan, out["b"].Plan
-	if !pa.Valid || !pb.Valid || countOf(pa, plan.Eval) != 12 || len(pa.PreemptedBy) != 0 {
-		t.Fatalf("with b: a valid %v eval %d preempted %v, b valid %v", pa.Valid, countOf(pa, plan.Eval), pa.PreemptedBy, pb.Valid)
+	if !pa.Valid() || !pb.Valid() || countOf(pa, plan.Eval) != 12 || len(pa.PreemptedBy) != 0 {
+		t.Fatalf("with b: a valid %v eval %d preempted %v, b valid %v", pa.Valid(), countOf(pa, plan.Eval), pa.PreemptedBy, pb.Valid())
 	}
-	if st := pa.StatusOf(); st.Reason != plan.ReasonShrunk || !slices.Equal(st.By, []string{"b"}) || st.ResizeWords("a") != "shrank eval 24 -> 12 for plan b" {
+	if st := pa.Status; st.Reason != plan.ReasonShrunk || !slices.Equal(st.By, []string{"b"}) || st.ResizeWords("a") != "shrank eval 24 -> 12 for plan b" {
 		t.Fatalf("a's status %+v (%q)", st, st.ResizeWords("a"))
 	}
 	if !maps.Equal(placesOf(pa, plan.Train), trainAt) {
@@ -109,7 +109,7 @@ func TestElasticShareScenario(t *testing.T) {
 	a.Prev, b.Prev = pa, pb
 	again := planAll(t, []Job{a, b}, nodes)
 	if !SamePlacement(pa, again["a"].Plan) || !SamePlacement(pb, again["b"].Plan) {
-		t.Fatalf("a quiet cluster replanned: a %+v", again["a"].Plan.StatusOf())
+		t.Fatalf("a quiet cluster replanned: a %+v", again["a"].Plan.Status)
 	}
 
 	// The node of a's train goes.
@@ -127,10 +127,10 @@ func TestElasticShareScenario(t *testing.T) {
 	}
 	out = planAll(t, []Job{a, b}, left)
 	pa, pb = out["a"].Plan, out["b"].Plan
-	if !pa.Valid || !pb.Valid || countOf(pa, plan.Eval) != 4 || countOf(pa, plan.Train) != 8 || pb.Moved != 0 {
-		t.Fatalf("after loss: a %s eval %d (%v), b valid %v moved %d", pa.PlanState(), countOf(pa, plan.Eval), out["a"].Err, pb.Valid, pb.Moved)
+	if !pa.Valid() || !pb.Valid() || countOf(pa, plan.Eval) != 4 || countOf(pa, plan.Train) != 8 || pb.Moved != 0 {
+		t.Fatalf("after loss: a %s eval %d (%v), b valid %v moved %d", pa.PlanState(), countOf(pa, plan.Eval), out["a"].Err, pb.Valid(), pb.Moved)
 	}
-	if st := pa.StatusOf(); st.Reason != plan.ReasonShrunk || !slices.Equal(st.By, []string{"a"}) || st.ResizeWords("a") != "shrank eval 12 -> 4 to re-place its own workers" {
+	if st := pa.Status; st.Reason != plan.ReasonShrunk || !slices.Equal(st.By, []string{"a"}) || st.ResizeWords("a") != "shrank eval 12 -> 4 to re-place its own workers" {
 		t.Fatalf("healed status %+v", st)
 	}
 
@@ -138,8 +138,8 @@ func TestElasticShareScenario(t *testing.T) {
 	a.Prev = pa
 	out = planAll(t, []Job{a}, left)
 	pa = out["a"].Plan
-	if !pa.Valid || countOf(pa, plan.Eval) != 16 || pa.StatusOf().ResizeWords("a") != "grew eval 4 -> 16" {
-		t.Fatalf("b gone: a eval %d, %q", countOf(pa, plan.Eval), pa.StatusOf().ResizeWords("a"))
+	if !pa.Valid() || countOf(pa, plan.Eval) != 16 || pa.Status.ResizeWords("a") != "grew eval 4 -> 16" {
+		t.Fatalf("b gone: a eval %d, %q", countOf(pa, plan.Eval), pa.Status.ResizeWords("a"))
 	}
 }
 
@@ -178,8 +178,8 @@ func TestElasticRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			out := planAll(t, tc.jobs, shareNodes(tc.nodes))
 			for name, want := range tc.want {
-				if o := out[name]; !o.Plan.Valid || countOf(o.Plan, plan.Eval) != want {
-					t.Errorf("%s: valid %v, eval %d, want %d (%v)", name, o.Plan.Valid, countOf(o.Plan, plan.Eval), want, o.Err)
+				if o := out[name]; !o.Plan.Valid() || countOf(o.Plan, plan.Eval) != want {
+					t.Errorf("%s: valid %v, eval %d, want %d (%v)", name, o.Plan.Valid(), countOf(o.Plan, plan.Eval), want, o.Err)
 				}
 			}
 		})
@@ -226,15 +226,15 @@ func TestBesideGrownElastic(t *testing.T) {
 			spec := trainSpec(t, tc.train, 0, 0)
 			others := []Job{{Name: "a", Spec: aSpec, Prev: grown, Age: 1}}
 			doc, err := PlanBeside(spec, nodes, others)
-			if doc.Valid != tc.valid || (err == nil) != tc.valid {
-				t.Fatalf("beside: valid %v, err %v; want valid %v", doc.Valid, err, tc.valid)
+			if doc.Valid() != tc.valid || (err == nil) != tc.valid {
+				t.Fatalf("beside: valid %v, err %v; want valid %v", doc.Valid(), err, tc.valid)
 			}
 			if !tc.valid && !strings.Contains(doc.Error, tc.err) {
 				t.Fatalf("beside: error %q, want it to say %q", doc.Error, tc.err)
 			}
 			out := PlanAll(append(others, Job{Name: "new", Spec: spec, Age: 2}), nodes)
-			if out[1].Plan.Valid != tc.valid || !out[0].Plan.Valid {
-				t.Fatalf("replan: new valid %v (%v), a valid %v; beside said %v", out[1].Plan.Valid, out[1].Err, out[0].Plan.Valid, tc.valid)
+			if out[1].Plan.Valid() != tc.valid || !out[0].Plan.Valid() {
+				t.Fatalf("replan: new valid %v (%v), a valid %v; beside said %v", out[1].Plan.Valid(), out[1].Err, out[0].Plan.Valid(), tc.valid)
 			}
 			if tc.valid && countOf(out[0].Plan, plan.Eval) != tc.evalThen {
 				t.Fatalf("replan: a's eval %d, want %d", countOf(out[0].Plan, plan.Eval), tc.evalThen)

@@ -106,8 +106,8 @@ func TestExplanations(t *testing.T) {
 
 func checkExplanation(t *testing.T, which string, c explainCase, p *Plan) {
 	t.Helper()
-	if p.Valid != c.valid {
-		t.Fatalf("%s: valid %v (%s), want %v", which, p.Valid, p.Error, c.valid)
+	if p.Valid() != c.valid {
+		t.Fatalf("%s: valid %v (%s), want %v", which, p.Valid(), p.Error, c.valid)
 	}
 	x := explanationOf(p, c.comp)
 	if x == nil {

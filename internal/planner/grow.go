@@ -141,7 +141,7 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 	final := el.runFrom(st.sizes, st.docs)
 	for j := range final {
 		doc := final[j].Plan
-		if st.docs[j] != out[j].Plan && (!doc.Valid || !keepsAll(st.docs[j], doc)) {
+		if st.docs[j] != out[j].Plan && (!doc.Valid() || !keepsAll(st.docs[j], doc)) {
 			return sizes, out // not kept as grown: no growth this run
 		}
 		if el.jobs[j].Spec == nil {
@@ -350,19 +350,14 @@ func (el *elastic) annotate(out []Outcome, sizes [][]int) {
 				shrunk = shrunk || to[k] < from[k]
 			}
 		}
-		var st plan.Status
-		if doc.Status != nil {
-			st = *doc.Status
-		} else {
-			st = plan.Status{State: doc.PlanState()}
-		}
+		st := doc.Status
+		st.State = doc.PlanState()
 		if len(rs) == 0 {
-			if ps := prev.Status; ps != nil && (ps.Reason == plan.ReasonShrunk || ps.Reason == plan.ReasonGrew) && doc.PlanState() == plan.StateValid {
+			if ps := prev.Status; (ps.Reason == plan.ReasonShrunk || ps.Reason == plan.ReasonGrew) && doc.PlanState() == plan.StateValid {
 				kept := *doc
-				c := *ps
-				kept.Status = &c
+				kept.Status = ps
 				if SamePlacement(prev, &kept) {
-					doc.Status = &c
+					doc.Status = ps
 				}
 			}
 			continue
@@ -380,7 +375,7 @@ func (el *elastic) annotate(out []Outcome, sizes [][]int) {
 				st.Reason, st.By = plan.ReasonShrunk, el.takers(prev, refs, to, holds)
 			}
 		}
-		doc.Status = &st
+		doc.Status = st
 	}
 }
 

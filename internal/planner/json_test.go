@@ -35,7 +35,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 			}
 		}
 		p, _ := Compute(spec, nodes)
-		if p.Valid && len(nodes) > 1 && rapid.Bool().Draw(t, "degrade") {
+		if p.Valid() && len(nodes) > 1 && rapid.Bool().Draw(t, "degrade") {
 			// A node leaves: degraded (or valid elsewhere), unplaced
 			// workers with where they ran.
 			i := rapid.IntRange(0, len(nodes)-1).Draw(t, "leaves")

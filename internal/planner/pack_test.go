@@ -103,7 +103,7 @@ func TestPackCases(t *testing.T) {
 					t.Fatalf("spec: %v", err)
 				}
 				p, err := Compute(spec, nodes)
-				if err != nil || !p.Valid {
+				if err != nil || !p.Valid() {
 					t.Fatalf("no valid plan: %v", err)
 				}
 				for _, e := range checkPlan(spec, nodes, p) {
@@ -214,7 +214,7 @@ func TestPackProperties(t *testing.T) {
 		}
 		spec.Placement = Placement{Mode: ModeAuto, Strategy: rapid.SampledFrom([]string{StrategyDisaggregate, StrategyColocate}).Draw(t, "strategy")}
 		p, err := Compute(spec, nodes)
-		if err != nil || !p.Valid {
+		if err != nil || !p.Valid() {
 			return // too much asked: the cluster's room is the witness tests' business
 		}
 		groups := [nComp][]WorkerGroup{groupList(spec.Scheduling.Train), groupList(spec.Scheduling.Eval), spec.Scheduling.Env}

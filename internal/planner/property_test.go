@@ -65,11 +65,11 @@ func TestPlanProperties(t *testing.T) {
 		nodes := genNodes(t)
 		spec := genSpec(t)
 		p, err := Compute(spec, nodes)
-		if (err == nil) != p.Valid {
-			t.Fatalf("error %v but valid=%v", err, p.Valid)
+		if (err == nil) != p.Valid() {
+			t.Fatalf("error %v but valid=%v", err, p.Valid())
 		}
-		if verr := Validate(spec, nodes); (verr == nil) != p.Valid {
-			t.Fatalf("validate says %v, plan valid=%v", verr, p.Valid)
+		if verr := Validate(spec, nodes); (verr == nil) != p.Valid() {
+			t.Fatalf("validate says %v, plan valid=%v", verr, p.Valid())
 		}
 		if err != nil {
 			if p.Error == "" {

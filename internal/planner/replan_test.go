@@ -194,10 +194,10 @@ func TestReplanFallsBack(t *testing.T) {
 		spec  *Spec
 		nodes []Node
 		fresh string // FreshWhy prefix; "" for an incremental attempt
-		state string
+		state plan.State
 		err   string
 	}{
-		{"invalid previous", &Plan{Document: plan.Document{Header: plan.Header{Valid: false}}}, spec, nodes, "the previous plan was not valid", plan.StateValid, ""},
+		{"invalid previous", &Plan{Document: plan.Document{Header: plan.Header{Status: plan.Status{State: plan.StateInvalid}}}}, spec, nodes, "the previous plan was not valid", plan.StateValid, ""},
 		{"placement changed", first, colo, nodes, "placement changed", plan.StateValid, ""},
 		// The same spec on too little: degraded, not released.
 		{"arithmetic refuses", first, spec, nodes[:2], "", plan.StateDegraded, "Insufficient GPUs"},
@@ -212,8 +212,8 @@ func TestReplanFallsBack(t *testing.T) {
 				t.Errorf("change %+v, want fresh %q", ch, tt.fresh)
 			}
 			valid := tt.state == plan.StateValid
-			if p.Valid != valid || p.State != tt.state || (err == nil) != valid || !strings.Contains(p.Error, tt.err) {
-				t.Errorf("valid %v state %q err %v, want state %q, error %q", p.Valid, p.State, err, tt.state, tt.err)
+			if p.Valid() != valid || p.PlanState() != tt.state || (err == nil) != valid || !strings.Contains(p.Error, tt.err) {
+				t.Errorf("valid %v state %q err %v, want state %q, error %q", p.Valid(), p.PlanState(), err, tt.state, tt.err)
 			}
 			switch tt.state {
 			case plan.StateValid:
@@ -313,7 +313,7 @@ resource_pool:
 // the workers hold and every worker names its GPUs' UUIDs.
 func checkStrict(t fataler, spec *Spec, nodes []Node, p *Plan) {
 	t.Helper()
-	if !p.Valid {
+	if !p.Valid() {
 		t.Fatalf("plan not valid: %s", p.Error)
 	}
 	if errs := checkPlan(spec, nodes, p); len(errs) > 0 {
@@ -507,15 +507,15 @@ func checkReplan(t *rapid.T, spec *Spec, prev *Plan, after []Node, next *Plan, c
 	var degraded *DegradedError
 	switch {
 	case err != nil && !errors.As(err, &degraded):
-		if next.Workers.Len() != 0 || len(next.Pools) != 0 || next.Error == "" || next.State != plan.StateInvalid {
+		if next.Workers.Len() != 0 || len(next.Pools) != 0 || next.Error == "" || next.PlanState() != plan.StateInvalid {
 			t.Fatalf("invalid plan carries a placement")
 		}
 		return
 	case err != nil:
 		// Degraded: the previous plan placed workers for this spec, and
 		// neither an incremental plan nor a fresh one places them all.
-		if next.State != plan.StateDegraded || next.Valid || degraded.Unplaced != len(next.Unplaced) || ch.Fresh || !prev.Placed() {
-			t.Fatalf("degraded: state %q valid %v, %d unplaced (error says %d), fresh %v", next.State, next.Valid, len(next.Unplaced), degraded.Unplaced, ch.Fresh)
+		if next.PlanState() != plan.StateDegraded || next.Valid() || degraded.Unplaced != len(next.Unplaced) || ch.Fresh || !prev.Placed() {
+			t.Fatalf("degraded: state %q valid %v, %d unplaced (error says %d), fresh %v", next.PlanState(), next.Valid(), len(next.Unplaced), degraded.Unplaced, ch.Fresh)
 		}
 		if errs := checkPlan(spec, after, next); len(errs) > 0 {
 			t.Fatalf("degraded invariants: %s", strings.Join(errs, "; "))
@@ -536,8 +536,8 @@ func checkReplan(t *rapid.T, spec *Spec, prev *Plan, after []Node, next *Plan, c
 		}
 	default:
 		checkStrict(t, spec, after, next)
-		if next.State != plan.StateValid || len(next.Unplaced) != 0 {
-			t.Fatalf("valid plan in state %q with %d unplaced", next.State, len(next.Unplaced))
+		if next.PlanState() != plan.StateValid || len(next.Unplaced) != 0 {
+			t.Fatalf("valid plan in state %q with %d unplaced", next.PlanState(), len(next.Unplaced))
 		}
 	}
 	checkReplay(t, prev, next)

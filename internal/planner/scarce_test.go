@@ -89,7 +89,7 @@ func TestScarceModels(t *testing.T) {
 			p, err := Compute(spec, nodes)
 			switch c.Class {
 			case "improve":
-				if err != nil || !p.Valid {
+				if err != nil || !p.Valid() {
 					t.Fatalf("no valid plan: %v", err)
 				}
 				for _, e := range checkPlan(spec, nodes, p) {
@@ -98,7 +98,7 @@ func TestScarceModels(t *testing.T) {
 				checkConstraints(t, spec, nodes, p)
 				exportLoadsBack(t, spec, nodes, p)
 			case "reject":
-				if err == nil || p.Valid {
+				if err == nil || p.Valid() {
 					t.Fatalf("valid plan, want a refusal")
 				}
 				rest := p.Error

@@ -361,7 +361,7 @@ func (a *allocator) placeJob(j int, own holding, placed, same, lower []blocker) 
 		held := *job.Prev
 		held.Moved, held.PreemptedBy = 0, nil
 		k = Outcome{Plan: &held, Change: &Change{}}
-		if !held.Valid {
+		if !held.Valid() {
 			k.Err = &DegradedError{Msg: held.Error, Unplaced: len(held.Unplaced)}
 		}
 	} else if k = a.unlessPreempted(j, old, a.place(job, old, true, own, placed, same, lower)); !k.Plan.Placed() {
@@ -500,19 +500,19 @@ func (a *allocator) explain(out []Outcome, prev, final []holding) {
 				}
 				w := a.reason(a.kept[j], afresh, err, holders, nil, final)
 				o.Plan.Error = degradedMsg(o.Plan.Unplaced, w.msg)
-				o.Plan.Status = &plan.Status{State: plan.StateDegraded, Reason: w.kind, By: w.by, Cause: o.Plan.cause}
+				o.Plan.Status = plan.Status{State: plan.StateDegraded, Reason: w.kind, By: w.by, Cause: o.Plan.cause}
 			}
 			o.Err = &DegradedError{Msg: o.Plan.Error, Unplaced: len(o.Plan.Unplaced)}
 			continue
 		}
-		if p := job.Prev; p != nil && p.PlanState() == plan.StateInvalid && p.Status != nil && waiting(p.Status.Reason) && samePlacing(p, o.Plan) &&
+		if p := job.Prev; p != nil && p.PlanState() == plan.StateInvalid && waiting(p.Status.Reason) && samePlacing(p, o.Plan) &&
 			p.Priority == job.Spec.Priority && allIn(p.PreemptedBy, names) && allIn(p.Status.By, names) {
 			o.Plan.Error, o.Plan.PreemptedBy, o.Plan.Status, o.Err = p.Error, p.PreemptedBy, p.Status, &PlanError{Msg: p.Error}
 			continue
 		}
 		if w := a.reason(job.Spec, o.Plan, o.Err, holders, by, final); w.kind != plan.ReasonSpec && w.kind != plan.ReasonQuota {
 			o.Plan.Error, o.Err = w.msg, &PlanError{Msg: w.msg}
-			o.Plan.Status = &plan.Status{State: plan.StateInvalid, Reason: w.kind, By: w.by, Cause: w.cause}
+			o.Plan.Status = plan.Status{State: plan.StateInvalid, Reason: w.kind, By: w.by, Cause: w.cause}
 		}
 	}
 }
@@ -525,15 +525,16 @@ func keepsReason(p, o *Plan, names []string) bool {
 		return false
 	}
 	st := p.Status
-	return st != nil && st.State == plan.StateDegraded && st.Cause == o.cause && allIn(st.By, names)
+	return st.State == plan.StateDegraded && st.Cause == o.cause && allIn(st.By, names)
 }
 
 // verdict is reason's answer: why, in words (msg) and as a value (kind,
 // a plan.Reason; by, the plans it names; cause, the spec's own reason
 // it comes down to).
 type verdict struct {
-	msg, kind, cause string
-	by               []string
+	msg, cause string
+	kind       plan.Reason
+	by         []string
 }
 
 // maxHolderChecks bounds the plans reason tries one by one as the one
@@ -554,7 +555,7 @@ func (a *allocator) reason(spec *Spec, doc *Plan, err error, holders, by []int, 
 	own := verdict{kind: plan.ReasonSpec}
 	if doc != nil {
 		own.msg, own.cause = doc.Error, doc.Error
-		if doc.Status != nil && doc.Status.Reason == plan.ReasonQuota {
+		if doc.Status.Reason == plan.ReasonQuota {
 			own.kind = plan.ReasonQuota
 		}
 	}
@@ -632,7 +633,7 @@ func allIn(names, set []string) bool {
 
 // waiting reports whether a plan's status reason is for want of room
 // others hold.
-func waiting(reason string) bool {
+func waiting(reason plan.Reason) bool {
 	return reason == plan.ReasonPreempted || reason == plan.ReasonWaiting
 }
 
@@ -692,6 +693,17 @@ func WithinQuota(o Outcome, spec *Spec) Outcome {
 		return Outcome{Plan: doc, Change: &Change{}, Err: &PlanError{Msg: msg}}
 	}
 	return o
+}
+
+// HeldShares is the GPUs a plan's workers hold, each worker's share of
+// each of its GPUs summed: what it uses, where HeldGPUs counts what it
+// keeps others off (a GPU shared by workers counts once, in whole).
+func HeldShares(p *Plan) float64 {
+	held := 0.0
+	for _, w := range p.Workers.All() {
+		held += w.GPUShare * float64(len(w.GPUs))
+	}
+	return held
 }
 
 // HeldGPUs counts the GPUs a plan holds, each once however many
@@ -764,9 +776,9 @@ func EachAllocated(p *Plan, fn func(pool, node string, c plan.Component, g int))
 func invalidDoc(doc *Plan, msg string) *Plan {
 	out := &Plan{}
 	out.Header = doc.Header
-	out.Valid, out.Error, out.Moved, out.GPUsHeld = false, msg, 0, 0
-	out.State, out.Unplaced, out.PendingSpec = plan.StateInvalid, nil, nil
-	out.Status = &plan.Status{State: plan.StateInvalid, Reason: plan.ReasonSpec, Cause: msg}
+	out.Error, out.Moved, out.GPUsHeld = msg, 0, 0
+	out.Unplaced, out.PendingSpec = nil, nil
+	out.Status = plan.Status{State: plan.StateInvalid, Reason: plan.ReasonSpec, Cause: msg}
 	out.Placement.ResourcePool = []plan.PoolExport{}
 	out.Placement.Pools = []plan.Pool{}
 	out.Placement.StorageToTrainWorkers = map[string][]int{}

@@ -118,9 +118,9 @@ func checkShared(t *rapid.T, nodes []Node, jobs []Job, out []Outcome) {
 	cpus := map[string]float64{}
 	for j, o := range out {
 		var degraded *DegradedError
-		if o.Err == nil != o.Plan.Valid || o.Plan.Valid != (o.Plan.State == plan.StateValid) ||
-			(o.Plan.State == plan.StateDegraded) != errors.As(o.Err, &degraded) {
-			t.Fatalf("%s: error %v, valid %v, state %q", jobs[j].Name, o.Err, o.Plan.Valid, o.Plan.State)
+		if o.Err == nil != o.Plan.Valid() || o.Plan.Valid() != (o.Plan.PlanState() == plan.StateValid) ||
+			(o.Plan.PlanState() == plan.StateDegraded) != errors.As(o.Err, &degraded) {
+			t.Fatalf("%s: error %v, valid %v, state %q", jobs[j].Name, o.Err, o.Plan.Valid(), o.Plan.PlanState())
 		}
 		if !o.Plan.Placed() {
 			if o.Plan.Workers.Len() != 0 || o.Plan.PendingSpec != nil {
@@ -160,7 +160,7 @@ func checkShared(t *rapid.T, nodes []Node, jobs []Job, out []Outcome) {
 	// and equal jobs.
 	a := newAllocator(jobs, nodes)
 	for j, o := range out {
-		if o.Plan.Valid && o.Plan.PendingSpec == nil || jobs[j].Spec.MaxGPUs > 0 && HeldGPUs(o.Plan) > 0 {
+		if o.Plan.Valid() && o.Plan.PendingSpec == nil || jobs[j].Spec.MaxGPUs > 0 && HeldGPUs(o.Plan) > 0 {
 			continue
 		}
 		var in []blocker
@@ -171,7 +171,7 @@ func checkShared(t *rapid.T, nodes []Node, jobs []Job, out []Outcome) {
 		}
 		alone, err := Compute(jobs[j].Spec, a.remainder(in, nil))
 		if err == nil && (jobs[j].Spec.MaxGPUs == 0 || HeldGPUs(alone) <= jobs[j].Spec.MaxGPUs) {
-			t.Fatalf("%s is %s (%s; pending %v) but fits alone on what higher or equal jobs leave", jobs[j].Name, o.Plan.State, o.Plan.Error, o.Plan.PendingSpec)
+			t.Fatalf("%s is %s (%s; pending %v) but fits alone on what higher or equal jobs leave", jobs[j].Name, o.Plan.PlanState(), o.Plan.Error, o.Plan.PendingSpec)
 		}
 	}
 }
@@ -210,12 +210,12 @@ func checkStable(t *rapid.T, jobs []Job, out []Outcome, changedJob, changedNode 
 		}
 		// A degraded job may place its unplaced workers, or be placed
 		// whole afresh (fragmentation kept them out); it keeps the rest.
-		afresh := !job.Prev.Valid && o.Plan.Valid && o.Change.Fresh
-		if !disturbed && !afresh && (job.Prev.Valid && !o.Plan.Valid || !o.Plan.Placed() || !keptWorkers(job.Prev, o.Plan)) {
+		afresh := !job.Prev.Valid() && o.Plan.Valid() && o.Change.Fresh
+		if !disturbed && !afresh && (job.Prev.Valid() && !o.Plan.Valid() || !o.Plan.Placed() || !keptWorkers(job.Prev, o.Plan)) {
 			for i := range jobs {
 				t.Logf("%s prio %d age %d spec %+v %+v\n  prev %s\n  now  %s", jobs[i].Name, jobs[i].Spec.Priority, jobs[i].Age, *jobs[i].Spec.Scheduling.Eval, jobs[i].Spec.MaxGPUs, placementOf(jobs[i].Prev), placementOf(out[i].Plan))
 			}
-			t.Fatalf("%s moved (valid %v, %s) though nothing above it changed", job.Name, o.Plan.Valid, o.Plan.Error)
+			t.Fatalf("%s moved (valid %v, %s) though nothing above it changed", job.Name, o.Plan.Valid(), o.Plan.Error)
 		}
 	}
 }
@@ -251,7 +251,7 @@ func keptWorkers(a, b *Plan) bool {
 // sameWorkers reports whether b places every train, eval and env worker
 // of a where a has it.
 func sameWorkers(a, b *Plan) bool {
-	if a.Valid != b.Valid || a.Workers.Len() != b.Workers.Len() {
+	if a.Valid() != b.Valid() || a.Workers.Len() != b.Workers.Len() {
 		return false
 	}
 	for _, w := range a.Workers.All() {

@@ -34,8 +34,8 @@ func planAll(t *testing.T, jobs []Job, nodes []Node) map[string]Outcome {
 	byName := map[string]Outcome{}
 	for j, o := range out {
 		byName[jobs[j].Name] = o
-		if o.Err == nil != o.Plan.Valid {
-			t.Fatalf("%s: error %v but valid %v", jobs[j].Name, o.Err, o.Plan.Valid)
+		if o.Err == nil != o.Plan.Valid() {
+			t.Fatalf("%s: error %v but valid %v", jobs[j].Name, o.Err, o.Plan.Valid())
 		}
 		for _, w := range o.Plan.Workers.All() {
 			for _, g := range w.GPUs {
@@ -57,7 +57,7 @@ func TestPlanAllShares(t *testing.T) {
 		{Name: "b", Spec: trainSpec(t, 12, 0, 0), Age: 2},
 	}
 	out := planAll(t, jobs, nodes)
-	if !out["a"].Plan.Valid || !out["b"].Plan.Valid || out["a"].Plan.GPUsHeld != 12 {
+	if !out["a"].Plan.Valid() || !out["b"].Plan.Valid() || out["a"].Plan.GPUsHeld != 12 {
 		t.Fatalf("two jobs of 12 GPUs on 32: %v %v", out["a"].Err, out["b"].Err)
 	}
 
@@ -67,11 +67,11 @@ func TestPlanAllShares(t *testing.T) {
 	jobs = append(jobs, Job{Name: "big", Spec: trainSpec(t, 16, 10, 0), Age: 3})
 	jobs[1].Spec = trainSpec(t, 12, -1, 0) // b is the lowest now
 	out = planAll(t, jobs, nodes)
-	if !out["big"].Plan.Valid || !out["a"].Plan.Valid || out["a"].Plan.Moved != 0 {
+	if !out["big"].Plan.Valid() || !out["a"].Plan.Valid() || out["a"].Plan.Moved != 0 {
 		t.Fatalf("big valid %v, a valid %v moved %d", out["big"].Err, out["a"].Err, out["a"].Plan.Moved)
 	}
 	b := out["b"]
-	if b.Plan.Valid {
+	if b.Plan.Valid() {
 		t.Fatalf("b should give way: 12+16+12 > 32")
 	}
 	if !strings.HasPrefix(b.Plan.Error, "preempted by plan big (priority 10): ") || len(b.Plan.PreemptedBy) != 1 {
@@ -81,7 +81,7 @@ func TestPlanAllShares(t *testing.T) {
 	// big leaves: b comes back.
 	jobs[0].Prev, jobs[1].Prev = out["a"].Plan, out["b"].Plan
 	out = planAll(t, jobs[:2], nodes)
-	if !out["b"].Plan.Valid || out["a"].Plan.Moved != 0 {
+	if !out["b"].Plan.Valid() || out["a"].Plan.Moved != 0 {
 		t.Fatalf("b back: %v; a moved %d", out["b"].Err, out["a"].Plan.Moved)
 	}
 }
@@ -95,8 +95,8 @@ func TestPlanAllPartialPreemption(t *testing.T) {
 	// only by giving up 4 (invalid: it needs 8 and 4 remain).
 	high := Job{Name: "high", Spec: trainSpec(t, 12, 5, 0), Age: 2}
 	out := planAll(t, []Job{low, high}, nodes)
-	if !out["high"].Plan.Valid || out["low"].Plan.Valid {
-		t.Fatalf("high %v, low %v", out["high"].Err, out["low"].Plan.Valid)
+	if !out["high"].Plan.Valid() || out["low"].Plan.Valid() {
+		t.Fatalf("high %v, low %v", out["high"].Err, out["low"].Plan.Valid())
 	}
 	// low asks for 4 instead: those of its workers whose GPUs high did
 	// not take stay where they were, the others move to the 4 left.
@@ -119,7 +119,7 @@ func TestPlanAllPartialPreemption(t *testing.T) {
 			}
 		}
 	}
-	if !lo.Plan.Valid || lo.Plan.Moved != 4-stayed {
+	if !lo.Plan.Valid() || lo.Plan.Moved != 4-stayed {
 		t.Fatalf("low of 4 beside high of 12: %v, moved %d, stayed %d", lo.Err, lo.Plan.Moved, stayed)
 	}
 	if lo.Change.Summary() != "" && stayed < 4 && !strings.Contains(lo.Change.Summary(), "preempted by plan high") {
@@ -135,8 +135,8 @@ func TestPlanAllEqualPriorityNeverDisturbed(t *testing.T) {
 	// told what holds the room.
 	newer := Job{Name: "newer", Spec: trainSpec(t, 8, 3, 0), Age: 2}
 	out := planAll(t, []Job{newer, old}, nodes)
-	if !out["old"].Plan.Valid || out["old"].Plan.Moved != 0 || out["newer"].Plan.Valid {
-		t.Fatalf("old %v moved %d; newer valid %v", out["old"].Err, out["old"].Plan.Moved, out["newer"].Plan.Valid)
+	if !out["old"].Plan.Valid() || out["old"].Plan.Moved != 0 || out["newer"].Plan.Valid() {
+		t.Fatalf("old %v moved %d; newer valid %v", out["old"].Err, out["old"].Plan.Moved, out["newer"].Plan.Valid())
 	}
 	if e := out["newer"].Plan.Error; !strings.HasPrefix(e, "waits for room held by plan old (priority 3): Insufficient GPUs") {
 		t.Fatalf("newer's error %q", e)
@@ -146,22 +146,22 @@ func TestPlanAllEqualPriorityNeverDisturbed(t *testing.T) {
 	young := Job{Name: "young", Spec: trainSpec(t, 12, 3, 0), Age: 5, Prev: old.Prev}
 	elder := Job{Name: "elder", Spec: trainSpec(t, 8, 3, 0), Age: 1}
 	out = planAll(t, []Job{young, elder}, nodes)
-	if !out["young"].Plan.Valid || out["young"].Plan.Moved != 0 || out["elder"].Plan.Valid {
-		t.Fatalf("young %v moved %d; elder valid %v", out["young"].Err, out["young"].Plan.Moved, out["elder"].Plan.Valid)
+	if !out["young"].Plan.Valid() || out["young"].Plan.Moved != 0 || out["elder"].Plan.Valid() {
+		t.Fatalf("young %v moved %d; elder valid %v", out["young"].Err, out["young"].Plan.Moved, out["elder"].Plan.Valid())
 	}
 }
 
 func TestPlanAllQuota(t *testing.T) {
 	nodes := shareNodes(4)
 	out := planAll(t, []Job{{Name: "exp", Spec: trainSpec(t, 12, 0, 8)}}, nodes)
-	if e := out["exp"].Plan.Error; out["exp"].Plan.Valid || e != "max_gpus: the plan needs 12 GPUs; its quota is 8" {
-		t.Fatalf("quota: valid %v, error %q", out["exp"].Plan.Valid, e)
+	if e := out["exp"].Plan.Error; out["exp"].Plan.Valid() || e != "max_gpus: the plan needs 12 GPUs; its quota is 8" {
+		t.Fatalf("quota: valid %v, error %q", out["exp"].Plan.Valid(), e)
 	}
 	if out["exp"].Plan.Workers.Len() != 0 || len(out["exp"].Plan.Pools) != 0 {
 		t.Fatal("an invalid plan places nothing")
 	}
 	out = planAll(t, []Job{{Name: "exp", Spec: trainSpec(t, 8, 0, 8)}}, nodes)
-	if !out["exp"].Plan.Valid || out["exp"].Plan.GPUsHeld != 8 {
+	if !out["exp"].Plan.Valid() || out["exp"].Plan.GPUsHeld != 8 {
 		t.Fatalf("within quota: %v", out["exp"].Err)
 	}
 }
@@ -173,8 +173,8 @@ func TestPlanAllCPUs(t *testing.T) {
 	}
 	out := planAll(t, []Job{{Name: "a", Spec: spec(1)}, {Name: "b", Spec: spec(0)}}, nodes)
 	// 8 CPUs to a leave 2: b's 8 do not fit though 6 GPUs are free.
-	if !out["a"].Plan.Valid || out["b"].Plan.Valid || !strings.Contains(out["b"].Plan.Error, "CPU") {
-		t.Fatalf("a %v; b valid %v: %q", out["a"].Err, out["b"].Plan.Valid, out["b"].Plan.Error)
+	if !out["a"].Plan.Valid() || out["b"].Plan.Valid() || !strings.Contains(out["b"].Plan.Error, "CPU") {
+		t.Fatalf("a %v; b valid %v: %q", out["a"].Err, out["b"].Plan.Valid(), out["b"].Plan.Error)
 	}
 }
 
@@ -224,7 +224,7 @@ resource_pool:
 			if again["a"].Plan.Moved != 0 || again["b"].Plan.Moved != 0 {
 				t.Fatalf("replanned unchanged: a moved %d, b moved %d (%s)", again["a"].Plan.Moved, again["b"].Plan.Moved, again["a"].Change.Summary())
 			}
-			if b := again["b"].Plan; b.Valid && b.GPUsHeld != HeldGPUs(b) {
+			if b := again["b"].Plan; b.Valid() && b.GPUsHeld != HeldGPUs(b) {
 				t.Fatalf("b holds %d, counts %d", b.GPUsHeld, HeldGPUs(b))
 			}
 		})
@@ -256,15 +256,15 @@ func TestPlanAllInvalidStaysPut(t *testing.T) {
 	// high shrinks by one: low still does not fit; its error stays.
 	high.Spec = trainSpec(t, 11, 5, 0)
 	out := planAll(t, []Job{low, high}, nodes)
-	if got := out["low"].Plan; got.Valid || got.Error != was || !SamePlacement(low.Prev, got) {
-		t.Fatalf("low: valid %v, error %q (was %q)", got.Valid, got.Error, was)
+	if got := out["low"].Plan; got.Valid() || got.Error != was || !SamePlacement(low.Prev, got) {
+		t.Fatalf("low: valid %v, error %q (was %q)", got.Valid(), got.Error, was)
 	}
 	// A job without a spec keeps its plan, and nobody takes its GPUs.
 	frozen := Job{Name: "frozen", Prev: out["high"].Plan, Age: 3}
 	newer := Job{Name: "newer", Spec: trainSpec(t, 8, 9, 0), Age: 4}
 	out = planAll(t, []Job{frozen, newer}, nodes)
-	if out["frozen"].Plan != frozen.Prev || out["newer"].Plan.Valid {
-		t.Fatalf("frozen kept %v; newer valid %v", out["frozen"].Plan == frozen.Prev, out["newer"].Plan.Valid)
+	if out["frozen"].Plan != frozen.Prev || out["newer"].Plan.Valid() {
+		t.Fatalf("frozen kept %v; newer valid %v", out["frozen"].Plan == frozen.Prev, out["newer"].Plan.Valid())
 	}
 }
 
@@ -274,8 +274,8 @@ func TestPlanAllInvalidSpecChanged(t *testing.T) {
 	nodes, low, high := preempted(t)
 	low.Spec = trainSpec(t, 6, 0, 0) // still more than the 4 left
 	got := planAll(t, []Job{low, high}, nodes)["low"].Plan
-	if got.Valid || got.Error == low.Prev.Error || !strings.Contains(got.Error, "required 6") {
-		t.Fatalf("low after its own change: valid %v, error %q (was %q)", got.Valid, got.Error, low.Prev.Error)
+	if got.Valid() || got.Error == low.Prev.Error || !strings.Contains(got.Error, "required 6") {
+		t.Fatalf("low after its own change: valid %v, error %q (was %q)", got.Valid(), got.Error, low.Prev.Error)
 	}
 }
 
@@ -286,8 +286,8 @@ func TestPlanAllWaitingReasonsRefresh(t *testing.T) {
 	nodes, low, _ := preempted(t)
 	other := Job{Name: "other", Spec: trainSpec(t, 12, 3, 0), Age: 3}
 	got := planAll(t, []Job{low, other}, nodes)["low"].Plan // high gone, other holds 12
-	if got.Valid || strings.Contains(got.Error, "plan high") || !strings.Contains(got.Error, "plan other") {
-		t.Fatalf("low with high gone: valid %v, error %q", got.Valid, got.Error)
+	if got.Valid() || strings.Contains(got.Error, "plan high") || !strings.Contains(got.Error, "plan other") {
+		t.Fatalf("low with high gone: valid %v, error %q", got.Valid(), got.Error)
 	}
 	low.Spec = specT(t, `
 scheduling: {train: {worker_num: 2, num_cpus: 1, num_gpus: 1}}
@@ -295,7 +295,7 @@ placement: {mode: manual}
 resource_pool: [{name: train_pool, num_node: 1, num_gpus: 8, node_ids: [n7], train: "0-7"}]
 `)
 	got = planAll(t, []Job{low, other}, nodes)["low"].Plan
-	if got.Valid || !strings.HasPrefix(got.Error, "resource_pool") {
+	if got.Valid() || !strings.HasPrefix(got.Error, "resource_pool") {
 		t.Fatalf("low's own error: %q", got.Error)
 	}
 }
@@ -311,8 +311,8 @@ func preempted(t *testing.T) ([]Node, Job, Job) {
 	high := Job{Name: "high", Spec: trainSpec(t, 12, 5, 0), Age: 2}
 	out := planAll(t, []Job{low, high}, nodes)
 	low.Prev, high.Prev = out["low"].Plan, out["high"].Plan
-	if low.Prev.Valid || !high.Prev.Valid {
-		t.Fatalf("low valid %v, high valid %v", low.Prev.Valid, high.Prev.Valid)
+	if low.Prev.Valid() || !high.Prev.Valid() {
+		t.Fatalf("low valid %v, high valid %v", low.Prev.Valid(), high.Prev.Valid())
 	}
 	return nodes, low, high
 }
@@ -333,13 +333,13 @@ func TestPlanBeside(t *testing.T) {
 		{trainSpec(t, 5, 0, 0), false},  // 4 left beside low and mid
 		{trainSpec(t, 4, 0, 4), true},
 	} {
-		if p, err := PlanBeside(c.spec, nodes, others); p.Valid != c.valid || (err == nil) != c.valid {
-			t.Errorf("%d train at priority %d: valid %v (%v), want %v", c.spec.Scheduling.Train.WorkerNum, c.spec.Priority, p.Valid, err, c.valid)
+		if p, err := PlanBeside(c.spec, nodes, others); p.Valid() != c.valid || (err == nil) != c.valid {
+			t.Errorf("%d train at priority %d: valid %v (%v), want %v", c.spec.Scheduling.Train.WorkerNum, c.spec.Priority, p.Valid(), err, c.valid)
 		}
 	}
 	// Held as it is (no spec): in the way whatever the priority.
 	others[0].Spec = nil
-	if p, _ := PlanBeside(trainSpec(t, 12, 5, 0), nodes, others); p.Valid {
+	if p, _ := PlanBeside(trainSpec(t, 12, 5, 0), nodes, others); p.Valid() {
 		t.Error("a plan held as it is was not in the way")
 	}
 }
@@ -363,10 +363,10 @@ func TestPlanAllKeepsOverLower(t *testing.T) {
 	// takes low's GPU, and its CPUs leave mine room only with low's gone.
 	elder := Job{Name: "elder", Spec: spec(2, "eval: {worker_num: 1, num_cpus: 4, num_gpus: 3}"), Age: 1}
 	out = planAll(t, []Job{mine, low, elder}, nodes)
-	if !out["elder"].Plan.Valid || !out["mine"].Plan.Valid || out["mine"].Plan.Moved != 0 {
+	if !out["elder"].Plan.Valid() || !out["mine"].Plan.Valid() || out["mine"].Plan.Moved != 0 {
 		t.Fatalf("elder %v; mine %v, moved %d (%s)", out["elder"].Err, out["mine"].Err, out["mine"].Plan.Moved, out["mine"].Change.Summary())
 	}
-	if w := out["low"].Plan; !w.Valid || w.Workers.At(0).NodeID != "n1" {
-		t.Fatalf("low: valid %v, %s", w.Valid, w.Error)
+	if w := out["low"].Plan; !w.Valid() || w.Workers.At(0).NodeID != "n1" {
+		t.Fatalf("low: valid %v, %s", w.Valid(), w.Error)
 	}
 }

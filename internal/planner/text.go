@@ -56,7 +56,7 @@ func WriteText(w io.Writer, p *Plan) error {
 	writeMoved(bw, p)
 	writeCounts(bw, p)
 	writeUnplaced(bw, p)
-	if !p.Valid {
+	if !p.Valid() {
 		writeDemands(bw, p)
 	}
 	if len(p.ResourcePool) > 0 {

@@ -237,7 +237,7 @@ func checkWitness(t interface {
 	Error(...any)
 }, spec *Spec, nodes []Node) {
 	p, err := Compute(spec, nodes)
-	if err != nil || !p.Valid {
+	if err != nil || !p.Valid() {
 		t.Fatalf("no plan where one exists: %v", err)
 	}
 	for _, e := range checkPlan(spec, nodes, p) {

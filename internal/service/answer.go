@@ -25,7 +25,7 @@ import (
 // stay.
 const ValidateMaxWorkers = 100_000
 
-// Validate implements store.Answerer: spec as the replan would place
+// Validate implements api.Answerer: spec as the replan would place
 // it, nothing published. A spec that fits is answered with what the
 // replan would publish: the same engine call as the loop's
 // (planner.PlanAllWith with its growth options, spec added as a new
@@ -67,7 +67,7 @@ func (p *Service) Validate(ctx context.Context, data []byte, as string) (*client
 	} else {
 		doc, _ := planner.PlanBeside(spec, nodes, others)
 		reply = doc.Document
-		if !reply.Valid && len(others) > 0 {
+		if !reply.Valid() && len(others) > 0 {
 			reply.Error = whyNotBeside(doc, spec, nodes, others, reply.Error)
 		}
 	}
@@ -158,7 +158,7 @@ func replanAs(sn *snapshot, as string, spec *planner.Spec, opt planner.ElasticOp
 		jobs = append(jobs, planner.Job{Name: cmp.Or(as, "(new plan)"), Spec: spec, Age: age + 1})
 	}
 	o := planner.PlanAllWith(jobs, sn.nodes, opt)[at]
-	if o.Err != nil || o.Plan.PendingSpec != nil || !o.Plan.Valid {
+	if o.Err != nil || o.Plan.PendingSpec != nil || !o.Plan.Valid() {
 		return nil
 	}
 	return o.Plan
@@ -169,7 +169,7 @@ func replanAs(sn *snapshot, as string, spec *planner.Spec, opt planner.ElasticOp
 // error planned beside them, doc its plan). An error of the spec's own,
 // its quota above all, is never put down to others.
 func whyNotBeside(doc *planner.Plan, spec *planner.Spec, nodes []planner.Node, others []planner.Job, beside string) string {
-	if doc.Status != nil && doc.Status.Reason == plan.ReasonQuota {
+	if doc.Status.Reason == plan.ReasonQuota {
 		return beside
 	}
 	alone, err := planner.Compute(spec, nodes)
@@ -193,7 +193,7 @@ func whyNotBeside(doc *planner.Plan, spec *planner.Spec, nodes []planner.Node, o
 	return fmt.Sprintf("it would fit the cluster, but plans of its priority or higher hold the room it lacks: %s: %s", strings.Join(holders, ", "), beside)
 }
 
-// Plan implements store.Answerer: the latest revision from memory, other
+// Plan implements api.Answerer: the latest revision from memory, other
 // plans and older revisions rebuilt from the stream.
 func (p *Service) Plan(ctx context.Context, req wire.PlanRequest) (*planner.Plan, error) {
 	name := req.Plan
@@ -233,7 +233,7 @@ func (p *Service) Plans() []*planner.Plan {
 	var out []*planner.Plan
 	sn := p.view()
 	for _, n := range sn.names {
-		if s := sn.plans[n]; s.latest != nil && !s.latest.Unreadable && !s.latest.Plan.Removed {
+		if s := sn.plans[n]; s.latest != nil && !s.latest.Unreadable && !s.latest.Plan.Removed() {
 			out = append(out, s.latest.Plan)
 		}
 	}

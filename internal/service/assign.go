@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/api"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
@@ -63,7 +64,7 @@ func (p *Service) noteAssignment(s *planState, a *client.Assignment) {
 func assignment(p *planner.Plan, node string, ws []plan.Worker) client.Assignment {
 	a := client.Assignment{Plan: p.Name, Revision: p.Revision, NodeID: node, Workers: make([]client.PlacedWorker, len(ws))}
 	for i, w := range ws {
-		a.Workers[i] = store.Place(p.Name, p.Revision, w)
+		a.Workers[i] = api.Place(p.Name, p.Revision, w)
 	}
 	return a
 }

@@ -65,7 +65,7 @@ func benchSetup(b *testing.B, n int) (serverNC, clientNC *nats.Conn, js jetstrea
 	case <-time.After(60 * time.Second):
 		b.Fatal("no first plan")
 	}
-	if !first.Plan.Valid {
+	if !first.Plan.Valid() {
 		b.Fatalf("first plan invalid: %s", first.Plan.Error)
 	}
 	return serverNC, clientNC, js, first, follow, stopFollow

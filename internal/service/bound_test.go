@@ -47,7 +47,7 @@ func TestHugeSpecBounded(t *testing.T) {
 		})
 	}
 	hugePlan("refused, naming its field", func(p *planner.Plan) bool {
-		return p.Revision == 1 && !p.Valid && strings.Contains(p.Error, hugeWhy) && p.Workers.Len() == 0
+		return p.Revision == 1 && !p.Valid() && strings.Contains(p.Error, hugeWhy) && p.Workers.Len() == 0
 	})
 
 	c, err := client.New(r.p.cfg.NC)
@@ -55,7 +55,7 @@ func TestHugeSpecBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	reply, err := c.Validate(ctx, []byte(hugeSpec))
-	if err != nil || reply.Valid || !strings.Contains(reply.Error, hugeWhy) {
+	if err != nil || reply.Valid() || !strings.Contains(reply.Error, hugeWhy) {
 		t.Fatalf("validating the huge spec: %v, %+v", err, reply)
 	}
 
@@ -93,7 +93,7 @@ func TestHugeSpecBounded(t *testing.T) {
 	if err := specs.Delete(ctx, "huge"); err != nil {
 		t.Fatal(err)
 	}
-	hugePlan("removed", func(p *planner.Plan) bool { return p.Removed })
+	hugePlan("removed", func(p *planner.Plan) bool { return p.Removed() })
 }
 
 // TestReadTimeoutScales: reading a plan's latest revision gets time for

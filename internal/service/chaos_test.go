@@ -172,7 +172,7 @@ func (x *chaos) await(what string, ok func(*planner.Plan) bool) time.Duration {
 	start := time.Now()
 	natstest.WaitFor(x.t, 60*time.Second, "a valid plan with "+what, func() bool {
 		p := x.latest()
-		return p != nil && p.Valid && ok(p)
+		return p != nil && p.Valid() && ok(p)
 	})
 	return time.Since(start)
 }
@@ -427,7 +427,7 @@ func (x *chaos) checkHistory() {
 // 0..n-1; no GPU shared beyond 1.0; a GPU on one node only.
 func lightInvariants(spec *planner.Spec, p *planner.Plan) []string {
 	var errs []string
-	if !p.Valid {
+	if !p.Valid() {
 		return []string{"invalid: " + p.Error}
 	}
 	want := map[plan.Component]int{plan.Train: spec.Scheduling.Train.WorkerNum, plan.Eval: spec.Scheduling.Eval.WorkerNum, plan.Env: spec.Scheduling.Env[0].WorkerNum}

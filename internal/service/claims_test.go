@@ -297,7 +297,7 @@ func TestTwoReportersOneUUID(t *testing.T) {
 	stopFirst := report(first)
 	stopSecond := report(second)
 	defer stopSecond()
-	both := next("of 15 workers on 15 GPUs", func(pl *planner.Plan) bool { return pl.Valid && pl.Workers.Len() == 15 })
+	both := next("of 15 workers on 15 GPUs", func(pl *planner.Plan) bool { return pl.Valid() && pl.Workers.Len() == 15 })
 	if !uses(both, "z1", stolen) || uses(both, "a2", stolen) {
 		t.Errorf("revision %d: the stolen UUID on z1 %v, on a2 %v; want z1 only", both.Revision, uses(both, "z1", stolen), uses(both, "a2", stolen))
 	}
@@ -335,7 +335,7 @@ func TestTwoReportersOneUUID(t *testing.T) {
 	// z1 leaves: a2 has its GPU 3 at once, 8 GPUs of the 15 needed.
 	stopFirst()
 	next("of a2's 8 GPUs", func(pl *planner.Plan) bool {
-		return !pl.Valid && strings.Contains(pl.Error, "Insufficient GPUs: required 15.0, available 8")
+		return !pl.Valid() && strings.Contains(pl.Error, "Insufficient GPUs: required 15.0, available 8")
 	})
 	if g := inventoryOf(p.Service, "a2").GPUs[3]; !g.Healthy {
 		t.Errorf("a2's GPU 3 after z1 left: %+v", g)
@@ -348,7 +348,7 @@ func TestTwoReportersOneUUID(t *testing.T) {
 	stopFirst = report(first)
 	defer stopFirst()
 	back := next("of 15 workers again", func(pl *planner.Plan) bool {
-		return pl.Valid && pl.Workers.Len() == 15 && len(pl.OnNode("z1")) > 0
+		return pl.Valid() && pl.Workers.Len() == 15 && len(pl.OnNode("z1")) > 0
 	})
 	if !uses(back, "z1", stolen) || uses(back, "a2", stolen) {
 		t.Errorf("revision %d: the stolen UUID on z1 %v, on a2 %v; want z1 only", back.Revision, uses(back, "z1", stolen), uses(back, "a2", stolen))

@@ -61,8 +61,8 @@ func nodeFlap(t *testing.T, spec string) {
 			buffers++
 		}
 	}
-	if !first.Valid || first.Workers.Len() != 32+buffers || strings.Contains(spec, "buffer") != (buffers == 4) {
-		t.Fatalf("revision 1: valid %v, %d workers, %d buffers", first.Valid, first.Workers.Len(), buffers)
+	if !first.Valid() || first.Workers.Len() != 32+buffers || strings.Contains(spec, "buffer") != (buffers == 4) {
+		t.Fatalf("revision 1: valid %v, %d workers, %d buffers", first.Valid(), first.Workers.Len(), buffers)
 	}
 	before := map[string]string{}
 	onN3 := 0
@@ -75,9 +75,9 @@ func nodeFlap(t *testing.T, spec string) {
 
 	h.kill("n3")
 	second := h.waitRevision(2)
-	if second.Valid || second.PlanState() != plan.StateDegraded || len(second.Unplaced) != onN3 || second.Workers.Len() != first.Workers.Len()-onN3 {
+	if second.Valid() || second.PlanState() != plan.StateDegraded || len(second.Unplaced) != onN3 || second.Workers.Len() != first.Workers.Len()-onN3 {
 		t.Fatalf("revision 2: valid %v, state %s, %d unplaced, %d placed; reason %q error %q",
-			second.Valid, second.PlanState(), len(second.Unplaced), second.Workers.Len(), second.Reason, second.Error)
+			second.Valid(), second.PlanState(), len(second.Unplaced), second.Workers.Len(), second.Reason, second.Error)
 	}
 	for _, w := range second.Workers.All() {
 		if got := place(*w); got != before[fmt.Sprint(w.Component, w.Index)] {
@@ -109,8 +109,8 @@ func nodeFlap(t *testing.T, spec string) {
 
 	h.node("n3")
 	third := h.waitRevision(3)
-	if !third.Valid || third.PlanState() != plan.StateValid || len(third.Unplaced) != 0 || third.Moved != onN3 {
-		t.Errorf("revision 3: valid %v, state %s, %d unplaced, moved %d; reason %q", third.Valid, third.PlanState(), len(third.Unplaced), third.Moved, third.Reason)
+	if !third.Valid() || third.PlanState() != plan.StateValid || len(third.Unplaced) != 0 || third.Moved != onN3 {
+		t.Errorf("revision 3: valid %v, state %s, %d unplaced, moved %d; reason %q", third.Valid(), third.PlanState(), len(third.Unplaced), third.Moved, third.Reason)
 	}
 	var moved []string
 	for _, w := range third.Workers.All() {
@@ -140,7 +140,7 @@ func TestForcedInfeasibleSpecKeepsPlacement(t *testing.T) {
 	specs := h.cluster(4, map[string]string{"default": "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"})
 	stop := h.plannerWith(context.Background(), Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()
-	first := h.waitFor("default", "a valid plan", func(p *planner.Plan) bool { return p.Valid })
+	first := h.waitFor("default", "a valid plan", func(p *planner.Plan) bool { return p.Valid() })
 	ctx := context.Background()
 	if _, err := specs.Put(ctx, "default", []byte("scheduling:\n  train: {worker_num: 64, num_cpus: 1, num_gpus: 1}\n")); err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func TestForcedInfeasibleSpecKeepsPlacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitFor("default", "the spec that fits", func(p *planner.Plan) bool {
-		return p.Valid && p.PendingSpec == nil && p.Workers.Len() == 24
+		return p.Valid() && p.PendingSpec == nil && p.Workers.Len() == 24
 	})
 }
 
@@ -173,7 +173,7 @@ func TestValidateSaysWhatIsInTheWay(t *testing.T) {
 	h.cluster(2, map[string]string{"default": "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"})
 	stop := h.plannerWith(context.Background(), Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()
-	h.waitFor("default", "a valid plan", func(p *planner.Plan) bool { return p.Valid })
+	h.waitFor("default", "a valid plan", func(p *planner.Plan) bool { return p.Valid() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, c := range []struct{ workers, want string }{
@@ -185,8 +185,8 @@ func TestValidateSaysWhatIsInTheWay(t *testing.T) {
 		if err := bus.Request(ctx, h.nc, client.ValidateSubject, body, &r); err != nil {
 			t.Fatal(err)
 		}
-		if r.Valid || !strings.Contains(r.Error, c.want) {
-			t.Errorf("%s workers: valid %v, error %q; want %q", c.workers, r.Valid, r.Error, c.want)
+		if r.Valid() || !strings.Contains(r.Error, c.want) {
+			t.Errorf("%s workers: valid %v, error %q; want %q", c.workers, r.Valid(), r.Error, c.want)
 		}
 	}
 }

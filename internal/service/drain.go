@@ -728,7 +728,7 @@ func (p *loopState) drainOf(where string) (plan.Drain, bool) {
 func (p *loopState) noteDrains(planned []*planState, outs []planner.Outcome, changes [][]string) {
 	for i, s := range planned {
 		o := outs[i]
-		if s == nil || o.Plan == nil || o.Plan.Status == nil {
+		if s == nil || o.Plan == nil {
 			continue
 		}
 		var drained []plan.Drain
@@ -759,13 +759,13 @@ func (p *loopState) noteDrains(planned []*planState, outs []planner.Outcome, cha
 			continue
 		}
 		slices.SortFunc(drained, func(a, b plan.Drain) int { return strings.Compare(a.Target(), b.Target()) })
-		st := *o.Plan.Status
+		st := o.Plan.Status
 		st.Drained, st.Leaving = drained, leaving
 		if st.State == plan.StateDegraded && st.Reason == plan.ReasonSpec && len(drained) > 0 && allDrained(o.Plan.Unplaced) {
 			// No room elsewhere for what the drains moved off.
 			st.Reason = plan.ReasonDrained
 		}
-		o.Plan.Status = &st
+		o.Plan.Status = st
 		for _, dr := range drained {
 			changes[i] = append(changes[i], dr.Text(false))
 		}

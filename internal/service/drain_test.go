@@ -73,7 +73,7 @@ func TestDrainNode(t *testing.T) {
 	url := h.nc.ConnectedUrl()
 	cfg := Config{Spec: []byte(drainSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
 	a := h.instance(url, cfg)
-	first := h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid })
+	first := h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid() })
 	b := h.instance(url, cfg)
 	victim := first.Workers.Find(plan.Train, 0).NodeID
 	lost := map[string]bool{}
@@ -87,11 +87,11 @@ func TestDrainNode(t *testing.T) {
 	h.drain(victim, nil, "driver upgrade", nil)
 	next := h.waitFor("default", "off the drained node", func(p *planner.Plan) bool { return !onNode(p, victim) })
 	t.Logf("drained %s: its %d workers off in %s", victim, len(lost), time.Since(drainedAt).Round(time.Millisecond))
-	if !next.Valid || next.Revision != first.Revision+1 {
-		t.Fatalf("revision %d after the drain: valid %v, error %q (revision %d before)", next.Revision, next.Valid, next.Error, first.Revision)
+	if !next.Valid() || next.Revision != first.Revision+1 {
+		t.Fatalf("revision %d after the drain: valid %v, error %q (revision %d before)", next.Revision, next.Valid(), next.Error, first.Revision)
 	}
 	checkOnlyMoved(t, first, next, lost)
-	st := next.StatusOf()
+	st := next.Status
 	if len(st.Drained) != 1 || st.Drained[0].NodeID != victim || st.Drained[0].GPU != nil || st.Drained[0].Reason != "driver upgrade" ||
 		st.Drained[0].Cause != plan.DrainOperator {
 		t.Errorf("status drained %+v, want %s (driver upgrade)", st.Drained, victim)
@@ -119,8 +119,8 @@ func TestDrainNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := h.waitFor("default", "the new spec after the failover", func(p *planner.Plan) bool { return p.Workers.Len() == 20 })
-	if !after.Valid || onNode(after, victim) {
-		t.Errorf("after the failover: valid %v, on the drained node %v (error %q)", after.Valid, onNode(after, victim), after.Error)
+	if !after.Valid() || onNode(after, victim) {
+		t.Errorf("after the failover: valid %v, on the drained node %v (error %q)", after.Valid(), onNode(after, victim), after.Error)
 	}
 	checkOnlyMoved(t, next, after, map[string]bool{"eval0": true, "eval1": true, "eval2": true, "eval3": true})
 
@@ -132,8 +132,8 @@ func TestDrainNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := h.waitFor("default", "the spec back after the restart", func(p *planner.Plan) bool { return p.Workers.Len() == 18 })
-	if !again.Valid || onNode(again, victim) {
-		t.Errorf("after the restart: valid %v, on the drained node %v", again.Valid, onNode(again, victim))
+	if !again.Valid() || onNode(again, victim) {
+		t.Errorf("after the restart: valid %v, on the drained node %v", again.Valid(), onNode(again, victim))
 	}
 	if ds := c.p.Drains(); len(ds) != 1 || ds[0].Target() != victim || ds[0].By != "test@host" {
 		t.Errorf("drains after the restart: %+v", ds)
@@ -148,19 +148,19 @@ func TestDrainGPU(t *testing.T) {
 	h.cluster(4, map[string]string{"default": drainSpec})
 	stop := h.plannerWith(context.Background(), Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()
-	first := h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid })
+	first := h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid() })
 	w := first.Workers.Find(plan.Train, 0)
 	gpu := w.GPUs[0]
 	h.drain(w.NodeID, &gpu, "", nil)
 	next := h.waitFor("default", "train 0 off its GPU", func(p *planner.Plan) bool {
 		return place(*p.Workers.Find(plan.Train, 0)) != place(*w)
 	})
-	if !next.Valid || next.Moved != 1 {
-		t.Errorf("after the GPU drain: valid %v, moved %d", next.Valid, next.Moved)
+	if !next.Valid() || next.Moved != 1 {
+		t.Errorf("after the GPU drain: valid %v, moved %d", next.Valid(), next.Moved)
 	}
 	checkOnlyMoved(t, first, next, map[string]bool{"train0": true})
 	target := fmt.Sprintf("%s:%d", w.NodeID, gpu)
-	if st := next.StatusOf(); len(st.Drained) != 1 || st.Drained[0].Target() != target {
+	if st := next.Status; len(st.Drained) != 1 || st.Drained[0].Target() != target {
 		t.Errorf("status drained %+v, want %s", st.Drained, target)
 	}
 	if !strings.Contains(next.Reason, "drained "+target) {
@@ -187,14 +187,14 @@ func TestDrainNoRoom(t *testing.T) {
 	h.cluster(4, map[string]string{"default": drainSpec})
 	stop := h.plannerWith(context.Background(), Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()
-	h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid })
+	h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid() })
 	h.drain("n1", nil, "rack power", nil)
-	first := h.waitFor("default", "off n1", func(p *planner.Plan) bool { return p.Valid && !onNode(p, "n1") })
+	first := h.waitFor("default", "off n1", func(p *planner.Plan) bool { return p.Valid() && !onNode(p, "n1") })
 	h.drain("n2", nil, "rack power", nil)
 	deg := h.waitFor("default", "degraded by the drains", func(p *planner.Plan) bool {
 		return p.PlanState() == plan.StateDegraded && !onNode(p, "n2")
 	})
-	st := deg.StatusOf()
+	st := deg.Status
 	if st.Reason != plan.ReasonDrained || len(st.Drained) == 0 {
 		t.Errorf("degraded status %+v, want reason %s naming the drains", st, plan.ReasonDrained)
 	}
@@ -205,7 +205,7 @@ func TestDrainNoRoom(t *testing.T) {
 	}
 	checkOnlyMoved(t, first, deg, nil)
 	h.undrain("n2", nil)
-	back := h.waitFor("default", "whole again", func(p *planner.Plan) bool { return p.Valid })
+	back := h.waitFor("default", "whole again", func(p *planner.Plan) bool { return p.Valid() })
 	checkOnlyMoved(t, first, back, map[string]bool{})
 }
 
@@ -218,11 +218,11 @@ func TestDrainDeadline(t *testing.T) {
 	h.cluster(4, map[string]string{"default": drainSpec})
 	stop := h.plannerWith(context.Background(), Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()
-	first := h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid })
+	first := h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid() })
 	victim := first.Workers.Find(plan.Train, 0).NodeID
 	deadline := time.Now().Add(3 * time.Second).UTC().Truncate(time.Second)
 	h.drain(victim, nil, "maintenance", &deadline)
-	leaving := h.waitFor("default", "saying they are leaving", func(p *planner.Plan) bool { return len(p.StatusOf().Leaving) > 0 })
+	leaving := h.waitFor("default", "saying they are leaving", func(p *planner.Plan) bool { return len(p.Status.Leaving) > 0 })
 	if time.Now().Before(deadline) {
 		checkOnlyMoved(t, first, leaving, map[string]bool{})
 	}
@@ -233,8 +233,8 @@ func TestDrainDeadline(t *testing.T) {
 	if time.Now().Before(deadline) {
 		t.Errorf("the workers left before the deadline")
 	}
-	if !gone.Valid || len(gone.StatusOf().Leaving) != 0 || len(gone.StatusOf().Drained) != 1 {
-		t.Errorf("after the deadline: valid %v, status %+v", gone.Valid, gone.StatusOf())
+	if !gone.Valid() || len(gone.Status.Leaving) != 0 || len(gone.Status.Drained) != 1 {
+		t.Errorf("after the deadline: valid %v, status %+v", gone.Valid(), gone.Status)
 	}
 }
 
@@ -250,7 +250,7 @@ func TestDrainWatchAfterLostBucket(t *testing.T) {
 		h.node(fmt.Sprintf("n%d", i))
 	}
 	in := h.instance(h.nc.ConnectedUrl(), Config{Spec: []byte(drainSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second})
-	h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid })
+	h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid() })
 	sees := func(targets ...string) func() bool {
 		return func() bool {
 			var got []string

@@ -3,6 +3,7 @@ package service
 import (
 	"sync"
 
+	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 )
 
@@ -22,11 +23,11 @@ func (p *Service) gauges(s *planState, sp *store.StoredPlan) {
 		return
 	}
 	pl := sp.Plan
-	if pl.Removed {
+	if pl.Removed() {
 		p.leader.ended(p, s.name)
 		return
 	}
-	p.cfg.Metrics.Published(s.name, pl.Revision, pl.Valid, pl.Workers.Len(), gpusHeld(pl), 0)
+	p.cfg.Metrics.Published(s.name, pl.Revision, pl.Valid(), pl.Workers.Len(), planner.HeldShares(pl), 0)
 	p.cfg.Metrics.Shared(s.name, pl.Priority, len(pl.PreemptedBy) > 0)
 	elasticMetrics(p.cfg.Metrics, pl, false)
 }

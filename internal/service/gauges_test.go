@@ -65,14 +65,14 @@ var planGauges = []string{"poolplanner_plan_revision", "poolplanner_plan_valid",
 // wantGauges are plan p's gauges as its revision says.
 func wantGauges(p *planner.Plan) map[string]float64 {
 	valid := 0.0
-	if p.Valid {
+	if p.Valid() {
 		valid = 1
 	}
 	preempted := 0.0
 	if len(p.PreemptedBy) > 0 {
 		preempted = 1
 	}
-	v := []float64{float64(p.Revision), valid, float64(p.Workers.Len()), gpusHeld(p), float64(p.Priority), preempted}
+	v := []float64{float64(p.Revision), valid, float64(p.Workers.Len()), planner.HeldShares(p), float64(p.Priority), preempted}
 	out := map[string]float64{}
 	for i, g := range planGauges {
 		out[fmt.Sprintf("%s{plan=%q}", g, p.Name)] = v[i]
@@ -90,7 +90,7 @@ func TestGaugesAtStart(t *testing.T) {
 	ctx := context.Background()
 	h.cluster(4, map[string]string{"default": shareSpec(8, 0), "exp": shareSpec(4, 2)})
 	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
-	valid := func(p *planner.Plan) bool { return p.Valid }
+	valid := func(p *planner.Plan) bool { return p.Valid() }
 	plans := []*planner.Plan{h.waitFor("default", "valid", valid), h.waitFor("exp", "valid", valid)}
 	stop()
 
@@ -143,7 +143,7 @@ func TestRemovedPlanSeriesEnd(t *testing.T) {
 	specs := h.cluster(2, map[string]string{"default": shareSpec(4, 0), "big": shareSpec(8, 5)})
 	reg := prometheus.NewRegistry()
 	defer h.plannerWith(ctx, Config{Debounce: 20 * time.Millisecond, Settle: -1, Metrics: metrics.NewPlanner(reg)})()
-	valid := func(p *planner.Plan) bool { return p.Valid }
+	valid := func(p *planner.Plan) bool { return p.Valid() }
 	h.waitFor("big", "valid", valid)
 	h.waitFor("default", "valid", valid)
 	waitScraped(t, reg, "with big's replans and leader", func(got map[string]float64) bool {
@@ -152,7 +152,7 @@ func TestRemovedPlanSeriesEnd(t *testing.T) {
 	if err := specs.Delete(ctx, "big"); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("big", "removed", func(p *planner.Plan) bool { return p.Removed })
+	h.waitFor("big", "removed", func(p *planner.Plan) bool { return p.Removed() })
 	// A replan after the one that removed it: the loop measured that one
 	// by then.
 	before := h.waitFor("default", "any", func(*planner.Plan) bool { return true }).Revision

@@ -79,7 +79,7 @@ func (w *growWatch) note(now time.Time, after time.Duration, jobs []planner.Job,
 				}
 			}
 		}
-		wants = wants || p.Valid && belowMax(p)
+		wants = wants || p.Valid() && belowMax(p)
 	}
 	next := make(map[string][]time.Time, len(nodes))
 	w.wake = time.Time{}
@@ -128,7 +128,7 @@ func elasticMetrics(m *metrics.Planner, p *planner.Plan, counted bool) {
 		name := plan.Resize{Component: d.Component, Group: max(env-1, 0)}.Name()
 		m.Elastic(p.Name, name, d.Workers)
 	}
-	if !counted || p.Status == nil {
+	if !counted {
 		return
 	}
 	for _, r := range p.Status.Resized {

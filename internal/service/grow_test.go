@@ -147,23 +147,23 @@ func TestElasticService(t *testing.T) {
 	}
 	evals := func(sp *store.StoredPlan) int { return count(sp.Plan, plan.Eval) }
 
-	first := latest("a", "valid at its minimum", func(sp *store.StoredPlan) bool { return sp.Plan.Valid && evals(sp) == 4 })
+	first := latest("a", "valid at its minimum", func(sp *store.StoredPlan) bool { return sp.Plan.Valid() && evals(sp) == 4 })
 	idle(t, p)
 	clock.advance(after + time.Second)
 	grown := latest("a", "grown to 24 eval", func(sp *store.StoredPlan) bool { return evals(sp) == 24 })
-	if !grown.Plan.Valid || grown.Plan.Revision != first.Plan.Revision+1 || !strings.Contains(grown.Plan.Reason, "grew eval 4 -> 24") {
-		t.Fatalf("grown: revision %d after %d, valid %v, reason %q", grown.Plan.Revision, first.Plan.Revision, grown.Plan.Valid, grown.Plan.Reason)
+	if !grown.Plan.Valid() || grown.Plan.Revision != first.Plan.Revision+1 || !strings.Contains(grown.Plan.Reason, "grew eval 4 -> 24") {
+		t.Fatalf("grown: revision %d after %d, valid %v, reason %q", grown.Plan.Revision, first.Plan.Revision, grown.Plan.Valid(), grown.Plan.Reason)
 	}
 	trainAt := componentPlaces(grown.Plan, plan.Train)
 
 	if _, err := specs.Put(ctx, "b", []byte(shareSpec(12, 10))); err != nil {
 		t.Fatal(err)
 	}
-	b := latest("b", "valid", func(sp *store.StoredPlan) bool { return sp.Plan.Valid })
+	b := latest("b", "valid", func(sp *store.StoredPlan) bool { return sp.Plan.Valid() })
 	shrunk := latest("a", "shrunk", func(sp *store.StoredPlan) bool { return evals(sp) != 24 })
-	st := shrunk.Plan.StatusOf()
-	if !shrunk.Plan.Valid || evals(shrunk) != 12 || st.Reason != plan.ReasonShrunk || !strings.Contains(shrunk.Plan.Reason, "shrank eval 24 -> 12 for plan b") {
-		t.Fatalf("a with b: valid %v, eval %d, status %+v, reason %q", shrunk.Plan.Valid, evals(shrunk), st, shrunk.Plan.Reason)
+	st := shrunk.Plan.Status
+	if !shrunk.Plan.Valid() || evals(shrunk) != 12 || st.Reason != plan.ReasonShrunk || !strings.Contains(shrunk.Plan.Reason, "shrank eval 24 -> 12 for plan b") {
+		t.Fatalf("a with b: valid %v, eval %d, status %+v, reason %q", shrunk.Plan.Valid(), evals(shrunk), st, shrunk.Plan.Reason)
 	}
 	if got := componentPlaces(shrunk.Plan, plan.Train); got != trainAt {
 		t.Fatalf("a's train moved: %s, was %s", got, trainAt)
@@ -176,7 +176,7 @@ func TestElasticService(t *testing.T) {
 	// The node of a's train dies: a heals from its eval surplus.
 	h.kill(shrunk.Plan.Workers.Find(plan.Train, 0).NodeID)
 	healed := latest("a", "healed", func(sp *store.StoredPlan) bool { return sp.Plan.Revision > shrunk.Plan.Revision })
-	if !healed.Plan.Valid || evals(healed) != 4 || count(healed.Plan, plan.Train) != 8 || !strings.Contains(healed.Plan.Reason, "shrank eval 12 -> 4 to re-place its own workers") {
+	if !healed.Plan.Valid() || evals(healed) != 4 || count(healed.Plan, plan.Train) != 8 || !strings.Contains(healed.Plan.Reason, "shrank eval 12 -> 4 to re-place its own workers") {
 		t.Fatalf("after the loss: %s, eval %d, reason %q", healed.Plan.PlanState(), evals(healed), healed.Plan.Reason)
 	}
 	bNow := latest("b", "any", func(*store.StoredPlan) bool { return true })
@@ -189,11 +189,11 @@ func TestElasticService(t *testing.T) {
 	if err := specs.Delete(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
-	latest("b", "removed", func(sp *store.StoredPlan) bool { return sp.Plan.Removed })
+	latest("b", "removed", func(sp *store.StoredPlan) bool { return sp.Plan.Removed() })
 	idle(t, p)
 	clock.advance(after + time.Second)
 	back := latest("a", "grown back", func(sp *store.StoredPlan) bool { return sp.Plan.Revision > healed.Plan.Revision })
-	if !back.Plan.Valid || evals(back) != 16 || !strings.Contains(back.Plan.Reason, "grew eval 4 -> 16") {
+	if !back.Plan.Valid() || evals(back) != 16 || !strings.Contains(back.Plan.Reason, "grew eval 4 -> 16") {
 		t.Fatalf("b gone: %s eval %d, reason %q", back.Plan.PlanState(), evals(back), back.Plan.Reason)
 	}
 
@@ -298,11 +298,11 @@ func TestElasticValidate(t *testing.T) {
 		Clock: clock, GrowAfter: after, LeaseTTL: time.Hour, StallAfter: time.Hour})
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	h.waitFor("a", "valid at its minimum", func(p *planner.Plan) bool { return p.Valid && count(p, plan.Eval) == 4 })
+	h.waitFor("a", "valid at its minimum", func(p *planner.Plan) bool { return p.Valid() && count(p, plan.Eval) == 4 })
 	idle(t, p)
 
 	own, err := p.Validate(ctx, []byte(elasticSpecA), "a")
-	if err != nil || !own.Valid || docCount(own.Document, plan.Eval) != 4 {
+	if err != nil || !own.Valid() || docCount(own.Document, plan.Eval) != 4 {
 		t.Fatalf("a's own spec before grow-after: %+v, %v; want valid, eval 4", own, err)
 	}
 
@@ -321,8 +321,8 @@ func TestElasticValidate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Valid != tc.valid || !strings.Contains(r.Error, tc.err) {
-			t.Fatalf("b of %d GPUs beside a grown: valid %v, error %q; want valid %v, error saying %q", tc.gpus, r.Valid, r.Error, tc.valid, tc.err)
+		if r.Valid() != tc.valid || !strings.Contains(r.Error, tc.err) {
+			t.Fatalf("b of %d GPUs beside a grown: valid %v, error %q; want valid %v, error saying %q", tc.gpus, r.Valid(), r.Error, tc.valid, tc.err)
 		}
 		if tc.valid && docCount(r.Document, plan.Train) != tc.gpus {
 			t.Fatalf("b of %d GPUs: %d train workers in the reply", tc.gpus, docCount(r.Document, plan.Train))
@@ -333,14 +333,14 @@ func TestElasticValidate(t *testing.T) {
 	const elasticC = "scheduling:\n  train: {worker_num: 4, num_cpus: 1, num_gpus: 1}\n  eval: {worker_num: {min: 2, max: 8}, num_cpus: 1, num_gpus: 1}\n"
 	c, err := p.Validate(ctx, []byte(elasticC), "c")
 	want := "elastic: the minimum needs 6 GPUs in all; the cluster would give eval 2 of 2..8 now (6 GPUs)"
-	if err != nil || !c.Valid || docCount(c.Document, plan.Eval) != 2 || !slices.Contains(c.Warnings, want) {
-		t.Fatalf("new elastic c beside a grown: %v; valid %v, eval %d, warnings %q; want valid, eval 2, %q", err, c.Valid, docCount(c.Document, plan.Eval), c.Warnings, want)
+	if err != nil || !c.Valid() || docCount(c.Document, plan.Eval) != 2 || !slices.Contains(c.Warnings, want) {
+		t.Fatalf("new elastic c beside a grown: %v; valid %v, eval %d, warnings %q; want valid, eval 2, %q", err, c.Valid(), docCount(c.Document, plan.Eval), c.Warnings, want)
 	}
 	if _, err := specs.Put(ctx, "b", []byte(shareSpec(12, 0))); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("b", "valid", func(p *planner.Plan) bool { return p.Valid && count(p, plan.Train) == 12 })
-	h.waitFor("a", "shrunk to 12 eval for b", func(p *planner.Plan) bool { return p.Valid && count(p, plan.Eval) == 12 })
+	h.waitFor("b", "valid", func(p *planner.Plan) bool { return p.Valid() && count(p, plan.Train) == 12 })
+	h.waitFor("a", "shrunk to 12 eval for b", func(p *planner.Plan) bool { return p.Valid() && count(p, plan.Eval) == 12 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -375,7 +375,7 @@ func TestGrowAfterFailedPublish(t *testing.T) {
 		StandDownAfter: 100, storeHook: failing.hook, Log: zerolog.Nop()})
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	first := h.waitFor("a", "valid at its minimum", func(p *planner.Plan) bool { return p.Valid && count(p, plan.Eval) == 4 })
+	first := h.waitFor("a", "valid at its minimum", func(p *planner.Plan) bool { return p.Valid() && count(p, plan.Eval) == 4 })
 	idle(t, p)
 
 	failing.armed.Store(true)

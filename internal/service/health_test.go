@@ -133,7 +133,7 @@ func TestXIDEndToEnd(t *testing.T) {
 	}()
 	stop := h.plannerWith(context.Background(), Config{Spec: []byte(drainSpec), Debounce: 50 * time.Millisecond, Settle: -1, Probation: 2 * time.Second})
 	defer stop()
-	first := h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid })
+	first := h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid() })
 	var w *plan.Worker
 	for _, x := range first.Workers.All() {
 		if x.NodeID == "n1" && len(x.GPUs) == 1 {
@@ -150,8 +150,8 @@ func TestXIDEndToEnd(t *testing.T) {
 		x := p.Workers.Find(w.Component, w.Index)
 		return x != nil && place(*x) != place(*w)
 	})
-	if !moved.Valid || !strings.Contains(moved.Reason, fmt.Sprintf("GPU unhealthy n1:%d", gpu)) {
-		t.Errorf("after the XID: valid %v, reason %q", moved.Valid, moved.Reason)
+	if !moved.Valid() || !strings.Contains(moved.Reason, fmt.Sprintf("GPU unhealthy n1:%d", gpu)) {
+		t.Errorf("after the XID: valid %v, reason %q", moved.Valid(), moved.Reason)
 	}
 	// The reporter finds it clean; the planner holds it out meanwhile.
 	kv, err := store.NewInventoryStore(h.js).KV(ctx)

@@ -80,7 +80,7 @@ func TestMissingSnapshot(t *testing.T) {
 	if err := q.replan(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := q.plans.Client().Plan(ctx, "default", 0); err != nil || r.Document.Revision != 2 || !r.Document.Valid {
+	if r, err := q.plans.Client().Plan(ctx, "default", 0); err != nil || r.Document.Revision != 2 || !r.Document.Valid() {
 		t.Fatalf("revision 2: %v", err)
 	}
 }
@@ -232,7 +232,7 @@ func TestRestartKeepsAssignments(t *testing.T) {
 	if err := q.replan(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if q.own().latest.Plan.Revision != 3 || !q.own().latest.Plan.Valid {
+	if q.own().latest.Plan.Revision != 3 || !q.own().latest.Plan.Valid() {
 		t.Fatalf("revision %d: %s", q.own().latest.Plan.Revision, q.own().latest.Plan.Error)
 	}
 	checkAssignments(t, q.plans.Client(), q.own().latest.Plan)

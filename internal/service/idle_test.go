@@ -27,7 +27,7 @@ func TestIdleAfterFirstPlan(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	first := h.waitRevision(1)
-	if st := first.StatusOf(); st.State != plan.StateValid || st.Fresh != plan.FreshFirst {
+	if st := first.Status; st.State != plan.StateValid || st.Fresh != plan.FreshFirst {
 		t.Errorf("revision 1's status %+v, want valid, fresh first", st)
 	}
 	ictx, icancel := context.WithTimeout(ctx, 10*time.Second)

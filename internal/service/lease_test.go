@@ -152,8 +152,8 @@ func TestFailover(t *testing.T) {
 
 	h.kill(first.Workers.At(0).NodeID)
 	second := h.waitRevision(2)
-	if !second.Valid || second.Reason == "" {
-		t.Fatalf("revision 2 after the takeover: valid %v, reason %q", second.Valid, second.Reason)
+	if !second.Valid() || second.Reason == "" {
+		t.Fatalf("revision 2 after the takeover: valid %v, reason %q", second.Valid(), second.Reason)
 	}
 
 	// A clean stop gives the lease back: a new standby leads at its

@@ -153,7 +153,7 @@ func TestStuckLoopLosesLease(t *testing.T) {
 	if a.p.leading() != 0 {
 		t.Fatal("the planner that was stuck leads again beside the standby")
 	}
-	if got := revisions(h.history()); !slices.Equal(got, []int{1, 2}) || !second.Valid {
+	if got := revisions(h.history()); !slices.Equal(got, []int{1, 2}) || !second.Valid() {
 		t.Fatalf("history %v", got)
 	}
 }
@@ -175,7 +175,7 @@ func TestStoreCallDeadline(t *testing.T) {
 	if _, err := store.NewSpecStore(h.js).Put(ctx, "exp", []byte(shareSpec(4, 0))); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("exp", "valid", func(p *planner.Plan) bool { return p.Valid })
+	h.waitFor("exp", "valid", func(p *planner.Plan) bool { return p.Valid() })
 	if slow.hung.Load() == 0 {
 		t.Fatal("the history read was never made")
 	}
@@ -233,7 +233,7 @@ func TestFailingWritesStandDown(t *testing.T) {
 	h.waitLeader(10*time.Second, a)
 	natstest.WaitFor(t, 10*time.Second, "the stand-down cleared", func() bool { return a.p.Health().StoodDown == "" })
 	h.kill(second.Workers.At(0).NodeID)
-	if third := h.waitRevision(3); !third.Valid {
+	if third := h.waitRevision(3); !third.Valid() {
 		t.Fatalf("revision 3: %s", third.Error)
 	}
 }
@@ -347,12 +347,12 @@ func TestRevisionsContinueAfterWipe(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	third := r.waitPlan(30*time.Second, "after the wipe", revisionAtLeast(1))
 	if third.Revision != 3 || !strings.Contains(third.Reason, "history was lost") {
-		t.Fatalf("after the wipe: revision %d, valid %v, reason %q", third.Revision, third.Valid, third.Reason)
+		t.Fatalf("after the wipe: revision %d, valid %v, reason %q", third.Revision, third.Valid(), third.Reason)
 	}
 	// The wiped store lost the inventory too: the first plan may have
 	// come before the reporters put their nodes again; a valid one
 	// follows, numbered on.
-	r.waitPlan(30*time.Second, "a valid revision after the wipe", func(p *planner.Plan) bool { return p.Revision >= 3 && p.Valid })
+	r.waitPlan(30*time.Second, "a valid revision after the wipe", func(p *planner.Plan) bool { return p.Revision >= 3 && p.Valid() })
 }
 
 // TestMarks: a plan's high-water mark only rises, survives in its file,
@@ -428,9 +428,9 @@ func TestWipeResumesPlacement(t *testing.T) {
 	// Well within the 20 s settle: the nodes report again, and nothing
 	// is published before.
 	next := r.waitPlan(15*time.Second, "after the wipe", revisionAtLeast(1))
-	if next.Revision != last.Revision+1 || !next.Valid || !planner.SamePlacement(last, next) || !strings.Contains(next.Reason, "history was lost") {
+	if next.Revision != last.Revision+1 || !next.Valid() || !planner.SamePlacement(last, next) || !strings.Contains(next.Reason, "history was lost") {
 		t.Fatalf("after the wipe: revision %d (want %d), valid %v, same placement %v, reason %q",
-			next.Revision, last.Revision+1, next.Valid, planner.SamePlacement(last, next), next.Reason)
+			next.Revision, last.Revision+1, next.Valid(), planner.SamePlacement(last, next), next.Reason)
 	}
 	if got := revisionsOf(t, r.js); len(got) != 1 {
 		t.Fatalf("%d revisions in the new stream, want 1: %v", len(got), revisions(got))

@@ -81,12 +81,12 @@ func TestLogLinesNamePlanOnce(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(rctx) }()
 	defer func() { cancel(); <-done }()
-	h.waitFor("exp", "valid", func(p *planner.Plan) bool { return p.Valid })
+	h.waitFor("exp", "valid", func(p *planner.Plan) bool { return p.Valid() })
 	if err := specs.Delete(ctx, "exp"); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("exp", "removed", func(p *planner.Plan) bool { return p.Removed })
-	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid })
+	h.waitFor("exp", "removed", func(p *planner.Plan) bool { return p.Removed() })
+	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
 	lines, plans := 0, 0
 	sc := bufio.NewScanner(strings.NewReader(logs.String()))
 	for sc.Scan() {
@@ -111,12 +111,12 @@ func TestRemovedLongAgo(t *testing.T) {
 	ctx := context.Background()
 	specs := h.cluster(2, map[string]string{"old": shareSpec(2, 0), "held": shareSpec(2, 0)})
 	stop := h.plannerWith(ctx, Config{Debounce: 20 * time.Millisecond, Settle: -1})
-	h.waitFor("held", "valid", func(p *planner.Plan) bool { return p.Valid })
-	h.waitFor("old", "valid", func(p *planner.Plan) bool { return p.Valid })
+	h.waitFor("held", "valid", func(p *planner.Plan) bool { return p.Valid() })
+	h.waitFor("old", "valid", func(p *planner.Plan) bool { return p.Valid() })
 	if err := specs.Delete(ctx, "old"); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("old", "removed", func(p *planner.Plan) bool { return p.Removed })
+	h.waitFor("old", "removed", func(p *planner.Plan) bool { return p.Removed() })
 	stop()
 	if err := specs.Delete(ctx, "held"); err != nil { // while no planner runs
 		t.Fatal(err)
@@ -220,7 +220,7 @@ func TestDeadPredecessorLeaseTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.planner(ctx, shareSpec(4, 0))()
-	if p := h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid }); p.Revision != 1 {
+	if p := h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() }); p.Revision != 1 {
 		t.Fatalf("revision %d", p.Revision)
 	}
 	if l, err := plans.ReadLease(ctx, bus.LeaseName); err != nil || l == nil || l.Holder == "killed" {

@@ -702,7 +702,7 @@ func (l *loop) removed(ctx context.Context, s *planState, name string, log zerol
 		s = l.addState(ctx, name, 0)
 	}
 	l.p.problem("spec:"+name, "")
-	done := s.loaded && (s.latest == nil || s.latest.Plan.Removed)
+	done := s.loaded && (s.latest == nil || s.latest.Plan.Removed())
 	live := s.spec != nil
 	if !done {
 		s.removing = true

@@ -65,7 +65,7 @@ func setSpec(t fatal, p *loopState, name, spec string, age uint64) {
 // heldOf is what a document holds by GPU UUID (its workers') and by
 // node:index (its workers' and its pools').
 func heldOf(d *plan.Document) map[string]bool {
-	return gpuKeys(&planner.Plan{Document: *d})
+	return planner.GPUKeys(&planner.Plan{Document: *d})
 }
 
 // streamCheck replays the plan stream from sequence from, for the plans
@@ -203,7 +203,7 @@ func TestSwapPublishesReleaseStep(t *testing.T) {
 	specs := h.cluster(2, map[string]string{"a": pinnedSpec(4, 1, "n1"), "b": pinnedSpec(4, 0, "n2")})
 	cfg := Config{Debounce: 20 * time.Millisecond, Settle: -1}
 	stop := h.plannerWith(ctx, cfg)
-	valid := func(p *planner.Plan) bool { return p.Valid }
+	valid := func(p *planner.Plan) bool { return p.Valid() }
 	a1, b1 := h.waitFor("a", "valid", valid), h.waitFor("b", "valid", valid)
 	stop()
 	for name, node := range map[string]string{"a": "n2", "b": "n1"} {
@@ -218,7 +218,7 @@ func TestSwapPublishesReleaseStep(t *testing.T) {
 	stop = h.plannerWith(ctx, cfg)
 	defer stop()
 	onNode := func(node string) func(*planner.Plan) bool {
-		return func(p *planner.Plan) bool { return p.Valid && p.Workers.Len() == 4 && p.Workers.At(0).NodeID == node }
+		return func(p *planner.Plan) bool { return p.Valid() && p.Workers.Len() == 4 && p.Workers.At(0).NodeID == node }
 	}
 	a2, b2 := h.waitFor("a", "on n2", onNode("n2")), h.waitFor("b", "on n1", onNode("n1"))
 	if a2.Revision+b2.Revision != a1.Revision+b1.Revision+3 {

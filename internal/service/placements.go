@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
@@ -99,7 +100,7 @@ func (k *marks) kept(name string, rev int) (*store.StoredPlan, error) {
 	if doc.Name != name || doc.Revision != rev {
 		return nil, nil
 	}
-	return &store.StoredPlan{Plan: &planner.Plan{Document: doc}, SpecDigest: f.SpecDigest, Base: rev}, nil
+	return &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Meta: client.Meta{Base: rev, SpecDigest: f.SpecDigest}}, nil
 }
 
 // keepPlacement keeps sp, plan s's new latest, logging a failure once

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
@@ -16,13 +17,13 @@ import (
 // is an error; without a state file nothing is kept.
 func TestKeptPlacement(t *testing.T) {
 	stored := func(rev, workers int) *store.StoredPlan {
-		doc := plan.Document{Header: plan.Header{Name: "p", Revision: rev, Valid: true}}
+		doc := plan.Document{Header: plan.Header{Name: "p", Revision: rev, Status: plan.Status{State: plan.StateValid}}}
 		ws := make([]plan.Worker, workers)
 		for i := range ws {
 			ws[i] = plan.Worker{Component: plan.Train, Index: i, NodeID: "n1", GPUs: []int{i % 8}, GPUUUIDs: []string{"GPU-x"}}
 		}
 		doc.Workers = plan.NewWorkers(ws)
-		return &store.StoredPlan{Plan: &planner.Plan{Document: doc}, SpecDigest: "d1"}
+		return &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Meta: client.Meta{SpecDigest: "d1"}}
 	}
 	k := newMarks(filepath.Join(t.TempDir(), "revisions.json"))
 	if err := k.keep("p", stored(3, 4)); err != nil {

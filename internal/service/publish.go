@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -39,7 +40,7 @@ func (p *loopState) afterFirstSync(s *planState) {
 // GPU to two plans, lower priorities giving way) and publishes each that
 // changed: its event, then the assignments of the nodes whose workers
 // changed; a removed plan's last revision releases its workers. The
-// publishes follow publishOrder: a GPU is published as taken only after
+// publishes follow planner.PublishOrder: a GPU is published as taken only after
 // the revision that gives it up, and a cycle of plans taking from each
 // other is broken by a release step (order.go). On a conflict (another
 // planner published first) it re-reads that plan's latest and plans
@@ -95,7 +96,11 @@ func (p *loopState) replanOnce(ctx context.Context) error {
 	done := p.allow("planning", p.storeTimeout(len(nodes)+p.workersOf(states...)/8))
 	outs := planner.PlanAllWith(jobs, nodes, p.grow.options(p.clock.Now(), p.cfg.GrowAfter))
 	done()
-	held, next, touched := holdings(jobs, outs, planned)
+	changing := make([]bool, len(planned))
+	for i, s := range planned {
+		changing[i] = s != nil
+	}
+	held, next, touched := planner.Holdings(jobs, outs, changing)
 	changes := make([][]string, len(jobs))
 	for i, s := range planned {
 		if s != nil {
@@ -104,16 +109,16 @@ func (p *loopState) replanOnce(ctx context.Context) error {
 	}
 	p.noteDrains(planned, outs, changes)
 	released := make([]bool, len(jobs))
-	for _, st := range publishOrder(held, next) {
-		i := st.plan
+	for _, st := range planner.PublishOrder(held, next) {
+		i := st.Plan
 		s := planned[i]
 		if s == nil {
 			continue // held as it was
 		}
 		var err error
 		switch {
-		case st.release:
-			err = p.publishRelease(ctx, s, outs[i].Plan, held[i], touched, takersOf(jobs, held, next, i), changes[i])
+		case st.Release:
+			err = p.publishRelease(ctx, s, outs[i].Plan, held[i], touched, planner.Takers(jobs, held, next, i), changes[i])
 			released[i] = err == nil
 		case released[i]:
 			// Moves counted from the release step, which placed some.
@@ -183,15 +188,6 @@ func conflicted(s *planState, err error) error {
 	return err
 }
 
-func subset(a, b map[string]bool) bool {
-	for k := range a {
-		if !b[k] {
-			return false
-		}
-	}
-	return true
-}
-
 // load reads the plan's latest revision, once, for a state made when its
 // spec appeared.
 func (p *loopState) load(ctx context.Context, s *planState) error {
@@ -231,12 +227,12 @@ func (p *loopState) load(ctx context.Context, s *planState) error {
 // the reason; the state is then dropped.
 func (p *loopState) publishRemoved(ctx context.Context, s *planState) error {
 	latest := s.latest
-	if latest != nil && !latest.Plan.Removed {
+	if latest != nil && !latest.Plan.Removed() {
 		doc := &planner.Plan{}
 		doc.Header = latest.Plan.Header
-		doc.Valid, doc.Error, doc.Removed, doc.Moved, doc.GPUsHeld, doc.PreemptedBy = false, "spec removed (planner spec rm): workers released", true, 0, 0, nil
-		doc.State, doc.Unplaced, doc.PendingSpec = plan.StateInvalid, nil, nil
-		doc.Status = &plan.Status{State: plan.StateInvalid, Reason: plan.ReasonRemoved}
+		doc.Error, doc.Moved, doc.GPUsHeld, doc.PreemptedBy = "spec removed (planner spec rm): workers released", 0, 0, nil
+		doc.Unplaced, doc.PendingSpec = nil, nil
+		doc.Status = plan.Status{State: plan.StateInvalid, Reason: plan.ReasonRemoved}
 		doc.Explanations, doc.Warnings = nil, nil
 		doc.Placement = plan.Placement{ResourcePool: []plan.PoolExport{}, Pools: []plan.Pool{}, StorageToTrainWorkers: map[string][]int{}}
 		if err := p.publishNext(ctx, s, planner.Outcome{Plan: doc, Change: &planner.Change{}, Err: errors.New(doc.Error)}, nil); err != nil {
@@ -263,34 +259,17 @@ func (p *loopState) publishNext(ctx context.Context, s *planState, o planner.Out
 	return p.publish(ctx, s, o, changes, "")
 }
 
-// publishRelease publishes the plan's release step (releaseStep): next
+// publishRelease publishes the plan's release step (planner.ReleaseStep): next
 // restricted to what the plan holds (held), for the plans takers to
 // take what it gives up before its new revision takes what they give
 // up.
 func (p *loopState) publishRelease(ctx context.Context, s *planState, next *planner.Plan, held, touched map[string]bool, takers []string, changes []string) error {
 	latest := p.latestPlan(s)
-	step := releaseStep(latest, next, held, touched, takers)
+	step := planner.ReleaseStep(latest, next, held, touched, takers)
 	step.Moved = planner.CountMoved(latest, step)
 	lead := fmt.Sprintf("release step: gives up the GPUs plan %s takes before this plan takes theirs; %d of %d workers wait for the next revision",
 		strings.Join(takers, ", plan "), next.Workers.Len()-step.Workers.Len(), next.Workers.Len())
 	return p.publish(ctx, s, planner.Outcome{Plan: step, Change: &planner.Change{}}, changes, lead)
-}
-
-// takersOf names the plans that take a GPU plan i gives up.
-func takersOf(jobs []planner.Job, held, next []map[string]bool, i int) []string {
-	var out []string
-	for j := range jobs {
-		if j == i {
-			continue
-		}
-		for k := range next[j] {
-			if held[i][k] && !next[i][k] && !held[j][k] {
-				out = append(out, jobs[j].Name)
-				break
-			}
-		}
-	}
-	return out
 }
 
 // latestPlan is the plan's latest revision (nil: none).
@@ -313,7 +292,7 @@ func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome
 	if latest != nil {
 		prev, expect = latest.Plan, latest.Seq
 	}
-	specChanged := latest != nil && latest.SpecDigest != digest && !o.Plan.Removed
+	specChanged := latest != nil && latest.SpecDigest != digest && !o.Plan.Removed()
 	next, ch := o.Plan, o.Change
 	// An unreadable latest is replaced even by the same placement.
 	if prev != nil && !latest.Unreadable && !latest.Orphan && planner.SamePlacement(prev, next) && prev.Priority == next.Priority {
@@ -326,15 +305,10 @@ func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome
 		next.Revision = prev.Revision + 1
 	}
 	next.CreatedAt = p.cfg.Now().UTC()
-	// Its status says whether this placement was made afresh, and why
-	// (a copy: the status may be the previous revision's, kept).
-	if next.Status != nil {
-		st := *next.Status
-		st.Fresh = ""
-		if ch != nil && ch.Fresh && next.Placed() {
-			st.Fresh = ch.FreshKind
-		}
-		next.Status = &st
+	// Its status says whether this placement was made afresh, and why.
+	next.Status.Fresh = ""
+	if ch != nil && ch.Fresh && next.Placed() {
+		next.Status.Fresh = ch.FreshKind
 	}
 	next.Reason = join(lead, join(note, fullReason(prev, next, changes, specChanged, ch)))
 	switch {
@@ -362,14 +336,14 @@ func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome
 	}
 	stored.Seq, stored.SpecDigest = seq, digest
 	p.published(s, stored, note)
-	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid, next.Workers.Len(), gpusHeld(next), next.Moved)
+	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid(), next.Workers.Len(), planner.HeldShares(next), next.Moved)
 	p.cfg.Metrics.Shared(next.Name, next.Priority, len(next.PreemptedBy) > 0)
 	elasticMetrics(p.cfg.Metrics, next, true)
 	line := s.log.Info()
-	if !next.Valid && !next.Removed {
+	if !next.Valid() && !next.Removed() {
 		line = s.log.Warn().Str("error", next.Error)
 	}
-	line.Int("revision", next.Revision).Bool("valid", next.Valid).Str("state", next.PlanState()).Int("unplaced", len(next.Unplaced)).
+	line.Int("revision", next.Revision).Bool("valid", next.Valid()).Str("state", string(next.PlanState())).Int("unplaced", len(next.Unplaced)).
 		Int("moved", next.Moved).Str("kind", ev.Kind()).Str("reason", next.Reason).Msg("plan published")
 	if err := p.publishAssignments(ctx, s, prev, next, change); err != nil {
 		s.reconcile = true
@@ -448,7 +422,7 @@ func (p *loopState) published(s *planState, sp *store.StoredPlan, note string) {
 // a snapshot object the event names. A snapshot event carries the change
 // too when it fits, so that followers apply it without the object.
 func (p *Service) event(ctx context.Context, latest *store.StoredPlan, next *planner.Plan, change *plan.Change) (*plan.Event, *store.StoredPlan, error) {
-	stored := &store.StoredPlan{Plan: next, Base: next.Revision}
+	stored := &store.StoredPlan{Plan: next, Meta: client.Meta{Base: next.Revision}}
 	limit := min(maxChange, bus.BodyLimit(p.cfg.NC))
 	if next.Workers.Len() <= p.cfg.InlineWorkers {
 		ev := &plan.Event{Header: next.Header, Base: next.Revision, Placement: &next.Placement}
@@ -507,15 +481,15 @@ func fullReason(prev, next *planner.Plan, changes []string, specChanged bool, ch
 // GPUs, or gave room back.
 func sharing(prev, next *planner.Plan) string {
 	switch {
-	case next.Removed:
+	case next.Removed():
 		return "spec removed: the plan's workers are released"
-	case next.Status != nil && len(next.Status.Resized) > 0:
+	case len(next.Status.Resized) > 0:
 		return next.Status.ResizeWords(next.Name)
 	case len(next.PreemptedBy) > 0:
 		return "gave way to plan " + strings.Join(next.PreemptedBy, ", plan ") + " (higher priority)"
-	case prev != nil && prev.PlanState() == plan.StateDegraded && next.Valid:
+	case prev != nil && prev.PlanState() == plan.StateDegraded && next.Valid():
 		return "back whole: the unplaced workers are placed again"
-	case prev != nil && !prev.Valid && next.Valid:
+	case prev != nil && !prev.Valid() && next.Valid():
 		return "placed: there is room again"
 	}
 	return ""
@@ -555,13 +529,4 @@ func join(a, b string) string {
 		return a
 	}
 	return a + "; " + b
-}
-
-// gpusHeld is the GPUs a plan's workers hold, fractional shares summed.
-func gpusHeld(p *planner.Plan) float64 {
-	held := 0.0
-	for _, w := range p.Workers.All() {
-		held += w.GPUShare * float64(len(w.GPUs))
-	}
-	return held
 }

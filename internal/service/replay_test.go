@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/api"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/natstest"
@@ -263,8 +264,8 @@ func TestUnreadableLatest(t *testing.T) {
 			stop := h.planner(ctx, testSpec)
 			defer stop()
 			next := h.waitRevision(8)
-			if next.Valid != (nodes > 0) || strings.Contains(next.Error, "unreadable") {
-				t.Fatalf("revision 8: valid %v: %s", next.Valid, next.Error)
+			if next.Valid() != (nodes > 0) || strings.Contains(next.Error, "unreadable") {
+				t.Fatalf("revision 8: valid %v: %s", next.Valid(), next.Error)
 			}
 		})
 	}
@@ -310,7 +311,7 @@ func TestOversizedMessages(t *testing.T) {
 	if ev, err := lastEvent(ctx, h.js); err != nil || ev.Header.Get(client.KindHeader) != "snapshot" {
 		t.Fatalf("event: %v", err)
 	}
-	svc, err := bus.AddService(h.nc, store.Endpoints(p))
+	svc, err := bus.AddService(h.nc, api.Endpoints(p))
 	if err != nil {
 		t.Fatal(err)
 	}

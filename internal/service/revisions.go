@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
@@ -188,7 +189,7 @@ func (p *Service) aboveMark(s *planState, sp *store.StoredPlan) *store.StoredPla
 	s.log.Error().Int("stream_revision", have).Int("high_water", mark).
 		Msg(why + "; the next revision continues after it")
 	doc := plan.Document{Header: plan.Header{Name: s.name, Revision: mark, Error: why}}
-	stand := &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Base: mark, Unreadable: true, Orphan: true}
+	stand := &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Meta: client.Meta{Base: mark}, Unreadable: true, Orphan: true}
 	if sp != nil {
 		stand.Seq = sp.Seq // what a publish without the lease expects
 	}

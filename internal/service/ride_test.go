@@ -167,8 +167,8 @@ func TestOutageLongerThanTTL(t *testing.T) {
 		t.Fatalf("the planner not idle after the outage: %v (health %+v)", err, r.p.Health())
 	}
 	for _, p := range revisionsOf(t, r.js) {
-		if p.Revision > 1 && (p.Moved > 0 || !p.Valid) {
-			t.Errorf("revision %d after an outage: valid %v, moved %d (%s)", p.Revision, p.Valid, p.Moved, p.Reason)
+		if p.Revision > 1 && (p.Moved > 0 || !p.Valid()) {
+			t.Errorf("revision %d after an outage: valid %v, moved %d (%s)", p.Revision, p.Valid(), p.Moved, p.Reason)
 		}
 	}
 }
@@ -195,7 +195,7 @@ func TestCutOffMissesExpiry(t *testing.T) {
 	p := r.waitPlan(15*time.Second, "without the dead node", func(p *planner.Plan) bool {
 		return p.Revision >= 2 && !onNode(p, victim)
 	})
-	if !p.Valid {
+	if !p.Valid() {
 		t.Fatalf("revision %d: %s", p.Revision, p.Error)
 	}
 }
@@ -305,16 +305,16 @@ func TestWipedStore(t *testing.T) {
 		}
 	}
 	second := r.waitPlan(20*time.Second, "after the streams were deleted", revisionAtLeast(2))
-	if second.Revision != 2 || !second.Valid || !strings.Contains(second.Reason, "history was lost") || !planner.SamePlacement(first, second) {
-		t.Fatalf("after deleting the streams: revision %d, valid %v, reason %q, same placement %v", second.Revision, second.Valid, second.Reason, planner.SamePlacement(first, second))
+	if second.Revision != 2 || !second.Valid() || !strings.Contains(second.Reason, "history was lost") || !planner.SamePlacement(first, second) {
+		t.Fatalf("after deleting the streams: revision %d, valid %v, reason %q, same placement %v", second.Revision, second.Valid(), second.Reason, planner.SamePlacement(first, second))
 	}
 	checkSpecBack(t, r.js)
 	settled(t, r, first)
 
 	r.srv.Wipe()
 	third := r.waitPlan(30*time.Second, "after the store was wiped", revisionAtLeast(1))
-	if third.Revision != 3 || !third.Valid || !planner.SamePlacement(first, third) {
-		t.Fatalf("after a wiped store: revision %d, valid %v, reason %q", third.Revision, third.Valid, third.Reason)
+	if third.Revision != 3 || !third.Valid() || !planner.SamePlacement(first, third) {
+		t.Fatalf("after a wiped store: revision %d, valid %v, reason %q", third.Revision, third.Valid(), third.Reason)
 	}
 	checkSpecBack(t, r.js)
 	select {
@@ -345,8 +345,8 @@ func settled(t *testing.T, r *ride, first *planner.Plan) {
 		t.Fatal(err)
 	}
 	for _, p := range revisionsOf(t, r.js) {
-		if !p.Valid || !planner.SamePlacement(first, p) {
-			t.Errorf("revision %d: valid %v, same placement %v, reason %q", p.Revision, p.Valid, planner.SamePlacement(first, p), p.Reason)
+		if !p.Valid() || !planner.SamePlacement(first, p) {
+			t.Errorf("revision %d: valid %v, same placement %v, reason %q", p.Revision, p.Valid(), planner.SamePlacement(first, p), p.Reason)
 		}
 	}
 }
@@ -393,8 +393,8 @@ func TestLastGoodSpec(t *testing.T) {
 		r.done <- New(Config{NC: nc, JS: pjs, Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second, Log: zerolog.New(&r.logs)}).Run(pctx)
 	}()
 	first := r.waitPlan(20*time.Second, "on the last good spec", revisionAtLeast(1))
-	if !first.Valid || first.Workers.Len() == 0 {
-		t.Fatalf("revision 1: valid %v, %d workers", first.Valid, first.Workers.Len())
+	if !first.Valid() || first.Workers.Len() == 0 {
+		t.Fatalf("revision 1: valid %v, %d workers", first.Valid(), first.Workers.Len())
 	}
 	// The leader's lease says what it finds wrong: the stored spec.
 	natstest.WaitFor(t, 10*time.Second, "the lease naming the spec that does not parse", func() bool {
@@ -405,7 +405,7 @@ func TestLastGoodSpec(t *testing.T) {
 	if _, err := specs.Put(ctx, "default", []byte(smaller)); err != nil {
 		t.Fatal(err)
 	}
-	r.waitPlan(10*time.Second, "on the new spec", func(p *planner.Plan) bool { return p.Revision == 2 && p.Valid })
+	r.waitPlan(10*time.Second, "on the new spec", func(p *planner.Plan) bool { return p.Revision == 2 && p.Valid() })
 }
 
 // TestSpecPrecedence: serve --spec seeds a plan that has no spec; a spec

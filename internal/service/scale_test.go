@@ -171,7 +171,7 @@ func TestScaleNodeLeaves(t *testing.T) {
 	s := startScale(t, n)
 	c, ctx := s.c, context.Background()
 	first := waitPlan(t, c, 1, 2*time.Minute)
-	if !first.Document.Valid {
+	if !first.Document.Valid() {
 		t.Fatalf("revision 1 invalid: %s", first.Document.Error)
 	}
 	checkEveryWorkerOnce(t, c, first.Document)
@@ -193,8 +193,8 @@ func TestScaleNodeLeaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := waitPlan(t, c, 2, time.Minute)
-	if !second.Document.Valid || second.Event.Kind() != "change" {
-		t.Fatalf("revision 2: valid %v, %s event: %s", second.Document.Valid, second.Event.Kind(), second.Document.Error)
+	if !second.Document.Valid() || second.Event.Kind() != "change" {
+		t.Fatalf("revision 2: valid %v, %s event: %s", second.Document.Valid(), second.Event.Kind(), second.Document.Error)
 	}
 	// Each node whose workers differ between the revisions gets its new
 	// list; no other node's subject is published on.
@@ -448,7 +448,7 @@ func benchNodeLeaves(b *testing.B, n int) {
 	s := startScale(b, n)
 	ctx := context.Background()
 	first := waitPlan(b, s.c, 1, 5*time.Minute)
-	if !first.Document.Valid {
+	if !first.Document.Valid() {
 		b.Fatalf("revision 1 invalid: %s", first.Document.Error)
 	}
 	fctx, stop := context.WithCancel(ctx)
@@ -587,8 +587,8 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !first.Document.Valid || first.Document.Workers.Len() < gpus/2 {
-		t.Fatalf("revision 1: valid %v, %d workers: %s", first.Document.Valid, first.Document.Workers.Len(), first.Document.Error)
+	if !first.Document.Valid() || first.Document.Workers.Len() < gpus/2 {
+		t.Fatalf("revision 1: valid %v, %d workers: %s", first.Document.Valid(), first.Document.Workers.Len(), first.Document.Error)
 	}
 	if got, want := string(first.Document.AppendJSON(nil)), string(p.own().latest.Plan.AppendJSON(nil)); got != want {
 		t.Fatal("revision 1 rebuilt differs from what the planner computed")

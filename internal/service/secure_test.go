@@ -163,7 +163,7 @@ func TestDrainNeedsAdmin(t *testing.T) {
 	var first *planner.Plan
 	natstest.WaitFor(t, 20*time.Second, "the first plan", func() bool {
 		ps := p.Plans()
-		if len(ps) == 1 && ps[0].Valid {
+		if len(ps) == 1 && ps[0].Valid() {
 			first = ps[0]
 		}
 		return first != nil

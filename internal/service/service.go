@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/api"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/metrics"
@@ -378,7 +379,7 @@ func (p *loopState) Run(ctx context.Context) error {
 	p.gauges(own, latest)
 	p.ready = make(chan struct{})
 	if !p.cfg.NoService {
-		svc, err := bus.AddService(p.cfg.NC, store.Endpoints(p))
+		svc, err := bus.AddService(p.cfg.NC, api.Endpoints(p))
 		if err != nil {
 			return err
 		}
@@ -605,7 +606,7 @@ func (p *Service) specLost(ctx context.Context) error {
 	}
 	lctx, cancel := context.WithTimeout(ctx, max(6*p.cfg.StoreTimeout, time.Minute))
 	defer cancel()
-	if sp, err := p.plans.Latest(lctx, p.cfg.Plan); err == nil && sp != nil && !sp.Plan.Removed {
+	if sp, err := p.plans.Latest(lctx, p.cfg.Plan); err == nil && sp != nil && !sp.Plan.Removed() {
 		return refuse(fmt.Sprintf("its record is gone without a removal, and its revision %d says it was never removed", sp.Plan.Revision))
 	}
 	lost := uint64(0)

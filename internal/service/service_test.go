@@ -255,8 +255,8 @@ func TestServiceEndToEnd(t *testing.T) {
 	}
 	stopA := start(ctx, testSpec)
 	first := h.waitRevision(1)
-	if !first.Valid || first.Reason != "first plan" {
-		t.Fatalf("revision 1: valid %v reason %q error %q", first.Valid, first.Reason, first.Error)
+	if !first.Valid() || first.Reason != "first plan" {
+		t.Fatalf("revision 1: valid %v reason %q error %q", first.Valid(), first.Reason, first.Error)
 	}
 
 	// A used node dies: a new revision in which only its workers moved.
@@ -322,8 +322,8 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 		t.Fatal(err)
 	}
 	third := h.waitRevision(3)
-	if third.Reason == "" || !third.Valid {
-		t.Fatalf("revision 3: valid %v reason %q", third.Valid, third.Reason)
+	if third.Reason == "" || !third.Valid() {
+		t.Fatalf("revision 3: valid %v reason %q", third.Valid(), third.Reason)
 	}
 	// The leader's replan done, the standby following: a second
 	// revision 3 would be in the history.
@@ -358,8 +358,8 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 	if err := bus.Request(ctx, h.nc, client.ValidateSubject, []byte(`{"scheduling": {"train": {"worker_num": 500, "num_cpus": 1, "num_gpus": 1}}, "placement": {"mode": "auto"}}`), &vr); err != nil {
 		t.Fatal(err)
 	}
-	if vr.Valid || vr.Error == "" || vr.Nodes != 4 {
-		t.Errorf("validate 500 train: valid %v error %q nodes %d", vr.Valid, vr.Error, vr.Nodes)
+	if vr.Valid() || vr.Error == "" || vr.Nodes != 4 {
+		t.Errorf("validate 500 train: valid %v error %q nodes %d", vr.Valid(), vr.Error, vr.Nodes)
 	}
 	var p1 planner.Plan
 	if err := bus.Request(ctx, h.nc, client.PlanSubject, wire.PlanRequest{Plan: "default", Revision: 1}, &p1); err != nil || p1.Revision != 1 {

@@ -45,7 +45,7 @@ func (h *harness) waitFor(name string, what string, ok func(*planner.Plan) bool)
 	waited := false
 	defer func() { // also as WaitFor fails the test
 		if !waited && last != nil {
-			h.t.Logf("plan %s: last revision seen %d valid %v error %q reason %q", name, last.Revision, last.Valid, last.Error, last.Reason)
+			h.t.Logf("plan %s: last revision seen %d valid %v error %q reason %q", name, last.Revision, last.Valid(), last.Error, last.Reason)
 		}
 	}()
 	natstest.WaitFor(h.t, 15*time.Second, fmt.Sprintf("plan %s: a revision %s", name, what), func() bool {
@@ -99,7 +99,7 @@ func TestSeveralPlans(t *testing.T) {
 	put("low", shareSpec(12, 0))
 	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()
-	valid := func(p *planner.Plan) bool { return p.Valid }
+	valid := func(p *planner.Plan) bool { return p.Valid() }
 	keep := h.waitFor("keep", "valid", valid)
 	low := h.waitFor("low", "valid", valid)
 	h.checkShared(keep, low)
@@ -111,7 +111,7 @@ func TestSeveralPlans(t *testing.T) {
 	// higher priority than low, stays where it is.
 	put("big", shareSpec(16, 10))
 	big := h.waitFor("big", "valid", valid)
-	gave := h.waitFor("low", "invalid", func(p *planner.Plan) bool { return !p.Valid })
+	gave := h.waitFor("low", "invalid", func(p *planner.Plan) bool { return !p.Valid() })
 	if !strings.HasPrefix(gave.Error, "preempted by plan big (priority 10): ") || !strings.Contains(gave.Reason, "gave way to plan big") {
 		t.Fatalf("low's error %q, reason %q", gave.Error, gave.Reason)
 	}
@@ -138,16 +138,16 @@ func TestSeveralPlans(t *testing.T) {
 		t.Fatalf("low still assigned on %s: %+v", a.NodeID, a.Workers)
 	}
 	reply, err := c.Validate(ctx, []byte(shareSpec(8, 10)))
-	if err != nil || !reply.Valid {
+	if err != nil || !reply.Valid() {
 		t.Fatalf("8 GPUs at priority 10 (4 free, low's would give way): %+v %v", reply, err)
 	}
 	reply, err = c.Validate(ctx, []byte(shareSpec(8, 5)))
-	if err != nil || reply.Valid {
-		t.Fatalf("8 GPUs at priority 5 (4 free beside keep and big): valid %v, %v", reply.Valid, err)
+	if err != nil || reply.Valid() {
+		t.Fatalf("8 GPUs at priority 5 (4 free beside keep and big): valid %v, %v", reply.Valid(), err)
 	}
 	// As keep's own new spec, keep's 12 GPUs are not in the way.
 	reply, err = c.ValidateAs(ctx, "keep", []byte(shareSpec(16, 5)))
-	if err != nil || !reply.Valid || reply.Name != "keep" {
+	if err != nil || !reply.Valid() || reply.Name != "keep" {
 		t.Fatalf("16 GPUs as keep (12 its own, 4 free): %+v, %v", reply, err)
 	}
 
@@ -155,9 +155,9 @@ func TestSeveralPlans(t *testing.T) {
 	if err := specs.Delete(ctx, "big"); err != nil {
 		t.Fatal(err)
 	}
-	gone := h.waitFor("big", "removed", func(p *planner.Plan) bool { return p.Removed })
-	if gone.Valid || gone.Workers.Len() != 0 || gone.Revision != big.Revision+1 {
-		t.Fatalf("big's last revision: valid %v, %d workers, revision %d", gone.Valid, gone.Workers.Len(), gone.Revision)
+	gone := h.waitFor("big", "removed", func(p *planner.Plan) bool { return p.Removed() })
+	if gone.Valid() || gone.Workers.Len() != 0 || gone.Revision != big.Revision+1 {
+		t.Fatalf("big's last revision: valid %v, %d workers, revision %d", gone.Valid(), gone.Workers.Len(), gone.Revision)
 	}
 	back := h.waitFor("low", "valid again", valid)
 	if back.Revision != gave.Revision+1 || !strings.Contains(back.Reason, "room again") {
@@ -178,14 +178,14 @@ func TestSeveralPlansQuota(t *testing.T) {
 	specs := h.cluster(2, map[string]string{"exp": "max_gpus: 4\n" + shareSpec(6, 0)})
 	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()
-	p := h.waitFor("exp", "invalid", func(p *planner.Plan) bool { return !p.Valid })
+	p := h.waitFor("exp", "invalid", func(p *planner.Plan) bool { return !p.Valid() })
 	if p.Error != "max_gpus: the plan needs 6 GPUs; its quota is 4" {
 		t.Fatalf("error %q", p.Error)
 	}
 	if _, err := specs.Put(ctx, "exp", []byte("max_gpus: 6\n"+shareSpec(6, 0))); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("exp", "valid", func(p *planner.Plan) bool { return p.Valid })
+	h.waitFor("exp", "valid", func(p *planner.Plan) bool { return p.Valid() })
 }
 
 // TestSeveralPlansFailover: of two planners of one cluster the standby
@@ -200,7 +200,7 @@ func TestSeveralPlansFailover(t *testing.T) {
 	url := h.nc.ConnectedUrl()
 	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
 	leader := h.instance(url, cfg)
-	valid := func(p *planner.Plan) bool { return p.Valid }
+	valid := func(p *planner.Plan) bool { return p.Valid() }
 	a1, b1 := h.waitFor("a", "valid", valid), h.waitFor("b", "valid", valid)
 	standby := h.instance(url, cfg)
 	if h.waitLeader(5*time.Second, leader, standby) != leader {
@@ -224,7 +224,7 @@ func TestSeveralPlansFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := h.waitFor("c", "valid", valid)
-	b2 := h.waitFor("b", "invalid", func(p *planner.Plan) bool { return !p.Valid })
+	b2 := h.waitFor("b", "invalid", func(p *planner.Plan) bool { return !p.Valid() })
 	if b2.Revision != b1.Revision+1 || !strings.HasPrefix(b2.Error, "preempted by plan c (priority 5)") {
 		t.Fatalf("b after c: revision %d, error %q", b2.Revision, b2.Error)
 	}
@@ -279,7 +279,7 @@ scheduling:
 	var victims []string
 	for _, name := range names {
 		sp := latest(name)
-		if !sp.Plan.Valid {
+		if !sp.Plan.Valid() {
 			b.Fatalf("%s: %s", name, sp.Plan.Error)
 		}
 		victims = append(victims, sp.Plan.Workers.At(0).NodeID)
@@ -337,7 +337,7 @@ func TestSeveralPlansNodeLeaves(t *testing.T) {
 	h.cluster(4, map[string]string{"a": shareSpec(8, 1), "b": shareSpec(8, 0), "c": shareSpec(4, 0)})
 	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()
-	valid := func(p *planner.Plan) bool { return p.Valid }
+	valid := func(p *planner.Plan) bool { return p.Valid() }
 	first := map[string]*planner.Plan{}
 	for _, name := range []string{"a", "b", "c"} {
 		first[name] = h.waitFor(name, "valid", valid)
@@ -345,8 +345,8 @@ func TestSeveralPlansNodeLeaves(t *testing.T) {
 	victim := first["b"].Workers.At(0).NodeID
 	h.kill(victim)
 	b := h.waitFor("b", "a revision after the node left", func(p *planner.Plan) bool { return p.Revision > first["b"].Revision })
-	if !b.Valid || !strings.Contains(b.Reason, "nodes left: "+victim) {
-		t.Fatalf("b's revision %d: valid %v, reason %q", b.Revision, b.Valid, b.Reason)
+	if !b.Valid() || !strings.Contains(b.Reason, "nodes left: "+victim) {
+		t.Fatalf("b's revision %d: valid %v, reason %q", b.Revision, b.Valid(), b.Reason)
 	}
 	// The replan that published b's revision planned a and c too.
 	h.waitPublished("b", 2)

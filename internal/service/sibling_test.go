@@ -73,7 +73,7 @@ func TestSpeclessPlanHolds(t *testing.T) {
 	ctx := context.Background()
 	specs := h.cluster(2, map[string]string{"x": shareSpec(8, 0)})
 	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
-	x := h.waitFor("x", "valid", func(p *planner.Plan) bool { return p.Valid })
+	x := h.waitFor("x", "valid", func(p *planner.Plan) bool { return p.Valid() })
 	stop()
 	kv, err := specs.KV(ctx)
 	if err != nil {
@@ -93,8 +93,8 @@ func TestSpeclessPlanHolds(t *testing.T) {
 	y := h.waitFor("y", "any", func(p *planner.Plan) bool { return true })
 	h.waitPublished("y", 1) // the replan of y planned x too
 	x2 := h.waitFor("x", "any", func(p *planner.Plan) bool { return true })
-	if x2.Revision != x.Revision || y.Valid {
-		t.Fatalf("x: revision %d valid %v (was %d); y: valid %v, %d GPUs, %q", x2.Revision, x2.Valid, x.Revision, y.Valid, y.GPUsHeld, y.Error)
+	if x2.Revision != x.Revision || y.Valid() {
+		t.Fatalf("x: revision %d valid %v (was %d); y: valid %v, %d GPUs, %q", x2.Revision, x2.Valid(), x.Revision, y.Valid(), y.GPUsHeld, y.Error)
 	}
 	h.checkShared(x2, y)
 }

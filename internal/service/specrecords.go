@@ -79,5 +79,5 @@ func (s *planState) claimsSpec() bool {
 	if s.removing {
 		return false
 	}
-	return s.spec != nil || s.loaded && s.latest != nil && !s.latest.Plan.Removed
+	return s.spec != nil || s.loaded && s.latest != nil && !s.latest.Plan.Removed()
 }

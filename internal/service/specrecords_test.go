@@ -69,7 +69,7 @@ func TestSpecRecordDamaged(t *testing.T) {
 	plans := store.NewPlanStore(r.js)
 	natstest.WaitFor(t, 10*time.Second, "plan other placed", func() bool {
 		sp, err := plans.Latest(ctx, "other")
-		return err == nil && sp != nil && sp.Plan.Valid
+		return err == nil && sp != nil && sp.Plan.Valid()
 	})
 
 	dir := r.srv.NATS().StoreDir()
@@ -98,7 +98,7 @@ func TestSpecRecordDamaged(t *testing.T) {
 		t.Errorf("plan other, whole, has a problem: %q", problems)
 	}
 	// Nothing released: the latest still places the first placement.
-	if sp, err := plans.Latest(ctx, "default"); err != nil || sp.Plan.Removed || !planner.SamePlacement(first, sp.Plan) {
+	if sp, err := plans.Latest(ctx, "default"); err != nil || sp.Plan.Removed() || !planner.SamePlacement(first, sp.Plan) {
 		t.Fatalf("after the damage: %v, revision %+v", err, sp.Plan.Status)
 	}
 
@@ -137,9 +137,9 @@ func TestSpecRecordDamaged(t *testing.T) {
 	}
 	natstest.WaitFor(t, 10*time.Second, "plan third placed", func() bool {
 		sp, err := plans.Latest(ctx, "third")
-		return err == nil && sp != nil && sp.Plan.Valid
+		return err == nil && sp != nil && sp.Plan.Valid()
 	})
-	if sp, err := plans.Latest(ctx, "default"); err != nil || sp.Plan.Removed || !planner.SamePlacement(first, sp.Plan) {
+	if sp, err := plans.Latest(ctx, "default"); err != nil || sp.Plan.Removed() || !planner.SamePlacement(first, sp.Plan) {
 		t.Fatalf("after the restart on the damage: %v, revision %+v", err, sp.Plan.Status)
 	}
 	// spec rm removes the damaged spec: the plan is released, and its
@@ -150,7 +150,7 @@ func TestSpecRecordDamaged(t *testing.T) {
 	natstest.WaitFor(t, 10*time.Second, "plan default removed, its problem gone", func() bool {
 		sp, err := plans.Latest(ctx, "default")
 		l, lerr := plans.ReadLease(ctx, "default")
-		return err == nil && sp != nil && sp.Plan.Removed && lerr == nil && l != nil &&
+		return err == nil && sp != nil && sp.Plan.Removed() && lerr == nil && l != nil &&
 			!slices.ContainsFunc(l.Problems, func(p string) bool { return strings.Contains(p, "plan default") })
 	})
 }

@@ -68,7 +68,7 @@ func newPlanState(name string, log zerolog.Logger) *planState {
 // planned says whether the loop plans the plan: it has a spec, its
 // removal is still to say, or its last revision holds workers.
 func (s *planState) planned() bool {
-	return s.spec != nil || s.removing || s.latest != nil && s.latest.Plan.Placed() && !s.latest.Plan.Removed
+	return s.spec != nil || s.removing || s.latest != nil && s.latest.Plan.Placed() && !s.latest.Plan.Removed()
 }
 
 // remember keeps a node's document as it was at the plan's latest

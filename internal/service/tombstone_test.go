@@ -27,7 +27,7 @@ func TestExpiredNodeTombstone(t *testing.T) {
 	h.node("n1")
 	h.node("n2")
 	defer h.planner(context.Background(), shareSpec(8, 0))()
-	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid })
+	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
 	kv, err := h.js.KeyValue(ctx, client.InventoryBucket)
 	if err != nil {
 		t.Fatal(err)

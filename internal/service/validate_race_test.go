@@ -69,8 +69,8 @@ func TestValidateSeesWhatLookupSaw(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reply.Valid || !strings.Contains(reply.Error, "available 8") {
-		t.Fatalf("validate vllm-tp4 as a new plan beside default's 24 GPUs: valid %v, error %q", reply.Valid, reply.Error)
+	if reply.Valid() || !strings.Contains(reply.Error, "available 8") {
+		t.Fatalf("validate vllm-tp4 as a new plan beside default's 24 GPUs: valid %v, error %q", reply.Valid(), reply.Error)
 	}
 	// The snapshot itself is as the loop published it.
 	if p.view().plans["default"].latest != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
+	"github.com/poolplanner/poolplanner/internal/api"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -142,7 +143,7 @@ func TestValidateBounded(t *testing.T) {
 		}
 	}
 	p.publishSnapshot(true) // as the loop does once it took them
-	svc, err := bus.AddService(h.nc, store.Endpoints(p))
+	svc, err := bus.AddService(h.nc, api.Endpoints(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,9 +154,9 @@ func TestValidateBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reply.Valid || reply.Workers.Len() != 0 || len(reply.Pools) != 0 || len(reply.ResourcePool) == 0 ||
+	if !reply.Valid() || reply.Workers.Len() != 0 || len(reply.Pools) != 0 || len(reply.ResourcePool) == 0 ||
 		len(reply.Warnings) == 0 || !strings.Contains(reply.Warnings[len(reply.Warnings)-1], "150000 workers") {
-		t.Fatalf("reply: valid %v, %d workers, %d pools, resource_pool %d, warnings %q", reply.Valid, reply.Workers.Len(), len(reply.Pools), len(reply.ResourcePool), reply.Warnings)
+		t.Fatalf("reply: valid %v, %d workers, %d pools, resource_pool %d, warnings %q", reply.Valid(), reply.Workers.Len(), len(reply.Pools), len(reply.ResourcePool), reply.Warnings)
 	}
 	small, err := c.Validate(ctx, []byte(`{"scheduling": {"train": {"worker_num": 4, "num_cpus": 1, "num_gpus": 1}}}`))
 	if err != nil || small.Workers.Len() != 4 {
@@ -183,7 +184,7 @@ func TestValidateOwnFaults(t *testing.T) {
 	c, _ := client.New(h.nc)
 	cases := []struct {
 		name, spec string
-		reason     string
+		reason     plan.Reason
 		want       string
 		others     bool
 	}{
@@ -200,10 +201,10 @@ func TestValidateOwnFaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if reply.Valid || !strings.Contains(reply.Error, tc.want) || strings.Contains(reply.Error, "default") != tc.others {
-				t.Fatalf("valid %v, error %q: want %q, naming default %v", reply.Valid, reply.Error, tc.want, tc.others)
+			if reply.Valid() || !strings.Contains(reply.Error, tc.want) || strings.Contains(reply.Error, "default") != tc.others {
+				t.Fatalf("valid %v, error %q: want %q, naming default %v", reply.Valid(), reply.Error, tc.want, tc.others)
 			}
-			if tc.reason != "" && (reply.Status == nil || reply.Status.Reason != tc.reason) {
+			if tc.reason != "" && reply.Status.Reason != tc.reason {
 				t.Errorf("status %+v, want reason %s", reply.Status, tc.reason)
 			}
 		})
@@ -232,7 +233,7 @@ placement: {mode: auto, strategy: colocate, env_strategy: default}
 `
 	c, _ := client.New(h.nc)
 	reply, err := c.ValidateAs(ctx, "default", []byte(next))
-	if err != nil || !reply.Valid {
+	if err != nil || !reply.Valid() {
 		t.Fatalf("validate: %v (error %q)", err, reply.Error)
 	}
 	if _, err := store.NewSpecStore(h.js).Put(ctx, "default", []byte(next)); err != nil {

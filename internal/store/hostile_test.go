@@ -18,7 +18,6 @@ import (
 	"github.com/poolplanner/poolplanner/internal/auth"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/natstest"
-	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/wire"
 )
 
@@ -26,11 +25,15 @@ import (
 // is a message too, and would land in a stream as well as any answer.
 type refusingAnswerer struct{}
 
-func (refusingAnswerer) Validate(context.Context, []byte, string) (*client.ValidateReply, error) {
+func (refusingAnswerer) Validate(context.Context, []byte, string) (any, error) {
 	return nil, fmt.Errorf("%w: no", client.ErrBadRequest)
 }
 
-func (refusingAnswerer) Plan(context.Context, wire.PlanRequest) (*planner.Plan, error) {
+func (refusingAnswerer) Lookup(context.Context, wire.LookupRequest) (any, error) {
+	return nil, fmt.Errorf("%w: no worker", client.ErrNotFound)
+}
+
+func (refusingAnswerer) Plan(context.Context, wire.PlanRequest) (any, error) {
 	return nil, fmt.Errorf("%w: no plan", client.ErrNotFound)
 }
 
@@ -67,7 +70,7 @@ func TestHostileReplies(t *testing.T) {
 	a, url := secureServer(t)
 	ctx := context.Background()
 	p := as(t, a, url, auth.Planner, "")
-	svc, err := bus.AddService(p.nc, Endpoints(refusingAnswerer{}))
+	svc, err := bus.AddService(p.nc, refusingAnswerer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +279,7 @@ func TestReplyOnlyToInboxes(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &countingAnswerer{codes: map[string]int{}}
-	svc, err := bus.AddService(nc, Endpoints(a))
+	svc, err := bus.AddService(nc, a)
 	if err != nil {
 		t.Fatal(err)
 	}

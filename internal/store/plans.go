@@ -1,8 +1,14 @@
 // Package store is the service's JetStream stores, typed over the plan
 // and inventory documents: the plan stream and its objects (revisions,
 // snapshots, assignments, retention, the lease), the spec bucket, the
-// inventory bucket and its watch; and the answers of the micro service
-// read off them (lookups, plan names).
+// inventory bucket and its watch, and the rule for the plan names that
+// key them.
+//
+// It is persistence only. Answering requests (lookups, validation, the
+// words of refusals, error kinds) is package api's; planning is package
+// planner's, of which store names only the types it stores and their
+// parsing (Plan, ParseSpec, NameRule): TestStoreIsPersistence in package
+// lint keeps it so.
 package store
 
 import (
@@ -35,13 +41,10 @@ var ErrConflict = errors.New("plan history moved on")
 // StoredPlan is a plan revision as the stream holds it.
 type StoredPlan struct {
 	Plan *planner.Plan
-	// Seq is the stream sequence of its event, the value to expect on the
-	// next publish.
-	Seq        uint64
-	SpecDigest string
-	// Base is the revision whose whole placement begins the chain of
-	// changes it ends (plan.Event.Base).
-	Base int
+	// Meta is where its event sits in the stream (Seq, the value to
+	// expect on the next publish), the chain it ends (Base), and its
+	// spec's digest and publisher.
+	client.Meta
 	// Unreadable marks a revision that could not be read: no change may
 	// build on it.
 	Unreadable bool
@@ -52,8 +55,6 @@ type StoredPlan struct {
 	// Changed lists the nodes its event says changed, when it carries a
 	// change; nil when it does not say (a whole event).
 	Changed []string
-	// Publisher is the planner instance that published it.
-	Publisher string
 	// Orphan marks a revision whose event the stream lost (the stream
 	// was recreated): the next revision must be whole, and published
 	// even if it places the same.
@@ -61,7 +62,7 @@ type StoredPlan struct {
 }
 
 func storedOf(r *client.Revision) *StoredPlan {
-	sp := &StoredPlan{Plan: &planner.Plan{Document: *r.Document}, Seq: r.Seq, SpecDigest: r.SpecDigest, Base: r.Event.Base, Publisher: r.Publisher}
+	sp := &StoredPlan{Plan: &planner.Plan{Document: *r.Document}, Meta: r.Meta}
 	if ch := r.Event.Change; ch != nil {
 		sp.Changed = make([]string, len(ch.Nodes))
 		for i, n := range ch.Nodes {
@@ -164,7 +165,7 @@ func (s *PlanStore) Latest(ctx context.Context, name string) (*StoredPlan, error
 	}
 	if errors.Is(err, client.ErrUnreadable) {
 		doc := plan.Document{Header: plan.Header{Name: name, Revision: rev, Error: fmt.Sprintf("revision %d is unreadable: %v", rev, err)}}
-		return &StoredPlan{Plan: &planner.Plan{Document: doc}, Seq: m.Sequence, Base: rev, Unreadable: true}, nil
+		return &StoredPlan{Plan: &planner.Plan{Document: doc}, Meta: client.Meta{Seq: m.Sequence, Base: rev}, Unreadable: true}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -210,8 +211,8 @@ func (s *PlanStore) PublishEvent(ctx context.Context, ev *plan.Event, specDigest
 	msg.Header.Set(client.RevisionHeader, strconv.Itoa(ev.Revision))
 	msg.Header.Set(client.BaseHeader, strconv.Itoa(ev.Base))
 	msg.Header.Set(client.KindHeader, ev.Kind())
-	msg.Header.Set(client.ValidHeader, strconv.FormatBool(ev.Valid))
-	msg.Header.Set(client.StateHeader, ev.PlanState())
+	msg.Header.Set(client.ValidHeader, strconv.FormatBool(ev.Valid()))
+	msg.Header.Set(client.StateHeader, string(ev.PlanState()))
 	msg.Header.Set(client.MovedHeader, strconv.Itoa(ev.Moved))
 	msg.Header.Set(client.ReasonHeader, oneLine(ev.Reason, 1024))
 	if ev.Error != "" {

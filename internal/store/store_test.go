@@ -288,7 +288,7 @@ func TestAssignmentObjects(t *testing.T) {
 		a := client.Assignment{Plan: "default", Revision: rev, NodeID: node}
 		for i := range n {
 			w := plan.Worker{Component: plan.Env, Index: i, NodeID: node, GPUs: []int{0}, GPUUUIDs: []string{rand.Text()}, GPUShare: 0.001}
-			a.Workers = append(a.Workers, Place("default", rev, w))
+			a.Workers = append(a.Workers, client.PlacedWorker{Worker: w, Plan: "default", Revision: rev, CUDAVisibleDevices: wire.VisibleDevices(w)})
 		}
 		return a
 	}
@@ -406,5 +406,68 @@ func TestReleaseLease(t *testing.T) {
 	}
 	if _, err := s.WriteLease(ctx, "default", &bus.Lease{Holder: "b", TTLSeconds: 60}, 0); err != nil {
 		t.Fatalf("taking the released lease: %v", err)
+	}
+}
+
+// TestRevisionMeta: a revision read back (latest, by number, followed)
+// carries what its publish said in the one metadata type: its event's
+// sequence, its base, its spec's digest and its publisher.
+func TestRevisionMeta(t *testing.T) {
+	_, url := startServer(t)
+	_, js := connect(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := NewPlanStore(js)
+	s.Publisher = "planner-a"
+	if err := s.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for rev, digest := range []string{"d1", "d2"} {
+		doc := plan.Document{Header: plan.Header{Name: "default", Revision: rev + 1, Status: plan.Status{State: plan.StateValid}}}
+		ev := &plan.Event{Header: doc.Header, Base: rev + 1, Placement: &doc.Placement}
+		var expect uint64
+		if len(seqs) > 0 {
+			expect = seqs[len(seqs)-1]
+		}
+		seq, err := s.PublishEvent(ctx, ev, digest, expect, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, seq)
+	}
+	want := client.Meta{Seq: seqs[1], Base: 2, SpecDigest: "d2", Publisher: "planner-a"}
+	latest, err := s.Latest(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Revision(ctx, "default", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	follow, err := s.Follow(ctx, "default", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	followed := <-follow
+	for _, c := range []struct {
+		name string
+		got  *StoredPlan
+		want client.Meta
+	}{
+		{"latest", latest, want},
+		{"revision 1", first, client.Meta{Seq: seqs[0], Base: 1, SpecDigest: "d1", Publisher: "planner-a"}},
+		{"followed", followed, want},
+	} {
+		if c.got == nil || c.got.Meta != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, c.got, c.want)
+		}
+	}
+	var infos []client.Meta
+	if err := s.Client().History(ctx, "default", func(i client.Info) bool { infos = append(infos, i.Meta); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 2 || infos[1] != want || infos[0].SpecDigest != "d1" {
+		t.Errorf("history metadata %+v, want the two revisions' (the last %+v)", infos, want)
 	}
 }

@@ -10,12 +10,12 @@ import (
 )
 
 func TestEncodeJSON(t *testing.T) {
-	small := &plan.Document{Header: plan.Header{Name: "p", Revision: 3, Valid: true}}
+	small := &plan.Document{Header: plan.Header{Name: "p", Revision: 3, Status: plan.Status{State: plan.StateValid}}}
 	data, h, err := wire.Encode(small)
 	if err != nil || h != nil || !strings.Contains(string(data), `"revision":3`) {
 		t.Fatalf("small plan: %s %v %v", data, h, err)
 	}
-	big := &plan.Document{Header: plan.Header{Name: "p", Valid: true}}
+	big := &plan.Document{Header: plan.Header{Name: "p", Status: plan.Status{State: plan.StateValid}}}
 	var ws []plan.Worker
 	for i := 0; i < 5000; i++ {
 		ws = append(ws, plan.Worker{Component: plan.Env, Index: i, Pool: "rollout_pool", NodeID: "node-0001", GPUs: []int{i % 8}, GPUShare: 0.25, CPUs: 1})

@@ -1,4 +1,4 @@
-package service
+package planner
 
 import (
 	"fmt"
@@ -9,7 +9,6 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -27,15 +26,15 @@ func keys(ks ...string) map[string]bool {
 // next. It fails when, after any step, one GPU is held by two plans,
 // when a plan's steps are not at most one release then one new
 // revision, or when the plans do not end holding next.
-func replaySteps(held, next []map[string]bool, steps []step) error {
+func replaySteps(held, next []map[string]bool, steps []Step) error {
 	cur := slices.Clone(held)
 	finals, releases := make([]int, len(held)), make([]int, len(held))
 	for pos, st := range steps {
-		i := st.plan
+		i := st.Plan
 		if finals[i] > 0 {
 			return fmt.Errorf("step %d: plan %d publishes after its new revision", pos, i)
 		}
-		if st.release {
+		if st.Release {
 			releases[i]++
 			both := map[string]bool{}
 			for k := range cur[i] {
@@ -69,11 +68,12 @@ func replaySteps(held, next []map[string]bool, steps []step) error {
 	return nil
 }
 
-func describe(steps []step) string {
+// describeSteps reads steps as A, release B, ...
+func describeSteps(steps []Step) string {
 	var parts []string
 	for _, st := range steps {
-		s := string(rune('A' + st.plan))
-		if st.release {
+		s := string(rune('A' + st.Plan))
+		if st.Release {
 			s = "release " + s
 		}
 		parts = append(parts, s)
@@ -101,8 +101,8 @@ func TestPublishOrder(t *testing.T) {
 		{"nothing held", []map[string]bool{keys(), keys()}, []map[string]bool{keys("a"), keys("b")}, "A, B"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			steps := publishOrder(tc.held, tc.next)
-			if got := describe(steps); got != tc.want {
+			steps := PublishOrder(tc.held, tc.next)
+			if got := describeSteps(steps); got != tc.want {
 				t.Errorf("order %q, want %q", got, tc.want)
 			}
 			if err := replaySteps(tc.held, tc.next, steps); err != nil {
@@ -113,7 +113,7 @@ func TestPublishOrder(t *testing.T) {
 	// New revisions that overlap (a bug elsewhere): every plan still
 	// publishes once.
 	held, next := []map[string]bool{keys("a"), keys()}, []map[string]bool{keys("a"), keys("a")}
-	if got := describe(publishOrder(held, next)); got != "A, B" {
+	if got := describeSteps(PublishOrder(held, next)); got != "A, B" {
 		t.Errorf("overlapping: %q", got)
 	}
 }
@@ -179,24 +179,24 @@ func TestPublishOrderProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 6).Draw(t, "plans")
 		held, next := drawHoldings(t, n)
-		steps := publishOrder(held, next)
+		steps := PublishOrder(held, next)
 		if err := replaySteps(held, next, steps); err != nil {
-			t.Fatalf("%s: %v", describe(steps), err)
+			t.Fatalf("%s: %v", describeSteps(steps), err)
 		}
 		releases := 0
 		for _, st := range steps {
-			if st.release {
+			if st.Release {
 				releases++
-				if subset(next[st.plan], held[st.plan]) {
-					t.Fatalf("%s: plan %d takes nothing, yet publishes a release step", describe(steps), st.plan)
+				if subset(next[st.Plan], held[st.Plan]) {
+					t.Fatalf("%s: plan %d takes nothing, yet publishes a release step", describeSteps(steps), st.Plan)
 				}
 			}
 		}
 		if releases > 0 && !cyclic(held, next) {
-			t.Fatalf("%s: release steps without a cycle", describe(steps))
+			t.Fatalf("%s: release steps without a cycle", describeSteps(steps))
 		}
 		if cyclic(held, next) && releases == 0 {
-			t.Fatalf("%s: a cycle, no release step", describe(steps))
+			t.Fatalf("%s: a cycle, no release step", describeSteps(steps))
 		}
 	})
 }
@@ -213,21 +213,21 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 
 // swapPlans are two plans on two 8-GPU nodes that swap: a held n1,
 // b n2; now a takes n2 and b n1.
-func swapPlans(t *testing.T) (aPrev, aNext, bPrev, bNext *planner.Plan) {
+func swapPlans(t *testing.T) (aPrev, aNext, bPrev, bNext *Plan) {
 	t.Helper()
-	spec, err := planner.ParseSpec([]byte(swapSpec))
+	spec, err := ParseSpec([]byte(swapSpec))
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := func(id string) planner.Node {
-		n := planner.Node{ID: id, IP: "10.0.0.1", CPUs: 64, GPUs: 8}
+	node := func(id string) Node {
+		n := Node{ID: id, IP: "10.0.0.1", CPUs: 64, GPUs: 8}
 		for g := range 8 {
 			n.GPUUUIDs = append(n.GPUUUIDs, fmt.Sprintf("GPU-%s-%d", id, g))
 		}
 		return n
 	}
-	on := func(id string) *planner.Plan {
-		p, err := planner.Compute(spec, []planner.Node{node(id)})
+	on := func(id string) *Plan {
+		p, err := Compute(spec, []Node{node(id)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,15 +242,15 @@ func swapPlans(t *testing.T) (aPrev, aNext, bPrev, bNext *planner.Plan) {
 func TestReleaseStep(t *testing.T) {
 	t.Parallel()
 	aPrev, aNext, bPrev, bNext := swapPlans(t)
-	held := []map[string]bool{gpuKeys(aPrev), gpuKeys(bPrev)}
-	next := []map[string]bool{gpuKeys(aNext), gpuKeys(bNext)}
-	steps := publishOrder(held, next)
-	if got := describe(steps); got != "release A, B, A" {
+	held := []map[string]bool{GPUKeys(aPrev), GPUKeys(bPrev)}
+	next := []map[string]bool{GPUKeys(aNext), GPUKeys(bNext)}
+	steps := PublishOrder(held, next)
+	if got := describeSteps(steps); got != "release A, B, A" {
 		t.Fatalf("order %q", got)
 	}
 	// Whole-node swap: nothing of a's new placement is on GPUs it
 	// holds; the release step places nothing.
-	step := releaseStep(aPrev, aNext, held[0], nil, []string{"b"})
+	step := ReleaseStep(aPrev, aNext, held[0], nil, []string{"b"})
 	if step.Workers.Len() != 0 || step.GPUsHeld != 0 || len(step.StorageToTrainWorkers) != 0 {
 		t.Fatalf("release step: %d workers, %d GPUs, buffers %v", step.Workers.Len(), step.GPUsHeld, step.StorageToTrainWorkers)
 	}
@@ -262,8 +262,8 @@ func TestReleaseStep(t *testing.T) {
 
 	// On nodes no plan changed on, nothing is known to be given up:
 	// everything stays.
-	if step := releaseStep(aPrev, aNext, map[string]bool{}, map[string]bool{"elsewhere": true}, []string{"b"}); step.Workers.Len() != aNext.Workers.Len() || step.GPUsHeld != planner.HeldGPUs(aNext) {
-		t.Fatalf("untouched nodes: %d of %d workers, %d of %d GPUs", step.Workers.Len(), aNext.Workers.Len(), step.GPUsHeld, planner.HeldGPUs(aNext))
+	if step := ReleaseStep(aPrev, aNext, map[string]bool{}, map[string]bool{"elsewhere": true}, []string{"b"}); step.Workers.Len() != aNext.Workers.Len() || step.GPUsHeld != HeldGPUs(aNext) {
+		t.Fatalf("untouched nodes: %d of %d workers, %d of %d GPUs", step.Workers.Len(), aNext.Workers.Len(), step.GPUsHeld, HeldGPUs(aNext))
 	}
 
 	// Half a node: a keeps what it has of n1 and gives the rest up.
@@ -272,14 +272,14 @@ func TestReleaseStep(t *testing.T) {
 		half[gpuKey("n2", g)] = true
 		half[fmt.Sprintf("uuid:GPU-n2-%d", g)] = true
 	}
-	step = releaseStep(bPrev, aNext, half, nil, []string{"b"})
+	step = ReleaseStep(bPrev, aNext, half, nil, []string{"b"})
 	for _, w := range step.Workers.All() {
 		if !within(w, half, nil) {
 			t.Fatalf("release step keeps %s %d on %s %v, not held", w.Component, w.Index, w.NodeID, w.GPUs)
 		}
 	}
-	if !subset(gpuKeys(step), half) {
-		t.Fatalf("release step holds %v beyond %v", gpuKeys(step), half)
+	if !subset(GPUKeys(step), half) {
+		t.Fatalf("release step holds %v beyond %v", GPUKeys(step), half)
 	}
 	kept := map[plan.Component]int{}
 	for _, w := range step.Workers.All() {
@@ -306,4 +306,65 @@ func TestReleaseStep(t *testing.T) {
 	if len(step.ResourcePool) != len(aNext.ResourcePool) || !strings.Contains(step.Warnings[len(step.Warnings)-1], "plan b") {
 		t.Fatalf("export %v, warnings %v", step.ResourcePool, step.Warnings)
 	}
+}
+
+// TestTakersProperties: for random holdings, Takers names exactly the
+// other plans that take a GPU a plan gives up (in plan order), and every
+// release step PublishOrder orders has someone waiting for it.
+func TestTakersProperties(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 6).Draw(t, "plans")
+		held, next := drawHoldings(t, n)
+		jobs := make([]Job, n)
+		for i := range jobs {
+			jobs[i].Name = string(rune('A' + i))
+		}
+		for i := range n {
+			var want []string
+			for j := range n {
+				for k := range held[i] {
+					if j != i && !next[i][k] && next[j][k] && !held[j][k] {
+						want = append(want, jobs[j].Name)
+						break
+					}
+				}
+			}
+			if got := Takers(jobs, held, next, i); !slices.Equal(got, want) {
+				t.Fatalf("plan %s: takers %v, want %v", jobs[i].Name, got, want)
+			}
+		}
+		for _, st := range PublishOrder(held, next) {
+			if st.Release && len(Takers(jobs, held, next, st.Plan)) == 0 {
+				t.Fatalf("%s: a release step of %s, whom nobody waits for", describeSteps(PublishOrder(held, next)), jobs[st.Plan].Name)
+			}
+		}
+	})
+}
+
+// TestHeldSharesProperties: what a plan's workers use (HeldShares) is
+// never negative nor more than the GPU places its workers name (a share
+// is at most a GPU), those places exactly when every worker holds its
+// GPUs whole, and nothing only when no worker uses any GPU. (It may pass
+// HeldGPUs: colocated workers share GPUs, which HeldGPUs counts once.)
+func TestHeldSharesProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p, err := Compute(genSpec(t), genNodes(t))
+		if err != nil {
+			return
+		}
+		shares := HeldShares(p)
+		whole, slots, uses := true, 0, false
+		for _, w := range p.Workers.All() {
+			whole = whole && (len(w.GPUs) == 0 || w.GPUShare == 1)
+			slots += len(w.GPUs)
+			uses = uses || len(w.GPUs) > 0 && w.GPUShare > 0
+		}
+		if shares < 0 || shares > float64(slots)+1e-9 || (shares > 0) != uses {
+			t.Fatalf("shares %v of %d GPU places (some used: %v)", shares, slots, uses)
+		}
+		if whole && shares != float64(slots) {
+			t.Fatalf("whole-GPU workers in %d GPU places hold %v shares", slots, shares)
+		}
+	})
 }

@@ -1,4 +1,8 @@
-package store
+// Package api answers the micro service's requests (validate, plan,
+// lookup): the rules a request must meet, the words of its refusals and
+// the kind each error travels as. The service answers what it holds
+// (Answerer); package store persists and never answers.
+package api
 
 import (
 	"context"
@@ -12,6 +16,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/internal/wire"
 	"github.com/poolplanner/poolplanner/plan"
 )
@@ -44,7 +49,7 @@ type observed struct {
 // Validate checks the plan name the request's header gives, then asks.
 func (e endpoints) Validate(ctx context.Context, spec []byte, name string) (any, error) {
 	if name != "" {
-		if err := ValidatePlanName(name); err != nil {
+		if err := store.ValidatePlanName(name); err != nil {
 			return nil, fmt.Errorf("%s header: %w", client.PlanHeader, err)
 		}
 	}

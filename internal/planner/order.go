@@ -1,4 +1,4 @@
-package service
+package planner
 
 import (
 	"fmt"
@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -24,15 +23,15 @@ import (
 // ordinary revisions, numbered in the plan's sequence: each is a
 // placement that was in force, in stream order.
 
-// step is one publish of a replan: plan (an index into publishOrder's
-// arguments) publishes its new revision, or, with release, its release
-// step.
-type step struct {
-	plan    int
-	release bool
+// Step is one publish of a replan: Plan (an index into PublishOrder's
+// arguments) publishes its new revision, or, with Release, its release
+// step (ReleaseStep).
+type Step struct {
+	Plan    int
+	Release bool
 }
 
-// publishOrder orders the publishes of a replan. held[i] is what plan
+// PublishOrder orders the publishes of a replan. held[i] is what plan
 // i's latest revision holds, next[i] what its new revision holds (GPU
 // keys, gpuKeys); the new revisions hold disjoint sets. A plan publishes
 // its new revision once no other plan's latest holds a GPU it takes;
@@ -46,7 +45,7 @@ type step struct {
 // other in no cycle, there is none. Should the new revisions overlap
 // (they must not), the plans that cannot go in turn publish in the
 // order given.
-func publishOrder(held, next []map[string]bool) []step {
+func PublishOrder(held, next []map[string]bool) []Step {
 	n := len(held)
 	// takers: who takes each GPU some plan takes; holders of such a GPU
 	// besides the taker are what the taker waits for.
@@ -99,7 +98,7 @@ func publishOrder(held, next []map[string]bool) []step {
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return rank[a] - rank[b] })
 
-	out := make([]step, 0, n)
+	out := make([]Step, 0, n)
 	done, freed := make([]bool, n), make([]bool, n)
 	free := func(k int) {
 		freed[k] = true
@@ -117,7 +116,7 @@ func publishOrder(held, next []map[string]bool) []step {
 			if done[i] || waiting[i] > 0 {
 				continue
 			}
-			out = append(out, step{plan: i})
+			out = append(out, Step{Plan: i})
 			done[i], progressed = true, true
 			left--
 			if !freed[i] {
@@ -150,32 +149,32 @@ func publishOrder(held, next []map[string]bool) []step {
 			// revisions. Publish the rest as given.
 			for _, i := range order {
 				if !done[i] {
-					out = append(out, step{plan: i})
+					out = append(out, Step{Plan: i})
 					done[i] = true
 				}
 			}
 			break
 		}
-		out = append(out, step{plan: best, release: true})
+		out = append(out, Step{Plan: best, Release: true})
 		free(best)
 	}
 	return out
 }
 
-// holdings are publishOrder's arguments for a replan's outcomes: what
+// Holdings are PublishOrder's arguments for a replan's outcomes: what
 // each plan holds before and after, as far as it matters. A plan whose
-// placement stays (or that is held as it was, planned nil) can neither
+// placement stays (or that is held as it was, planned[i] false) can neither
 // give up nor take anything (the outcomes hold disjoint GPUs), so it is
 // left out (nothing before, nothing after); with fewer than two plans
 // changing there is no order to find. Only GPUs of the nodes some plan
 // changed on count (touched): a replan's cost stays in proportion to
 // its change.
-func holdings(jobs []planner.Job, outs []planner.Outcome, planned []*planState) (held, next []map[string]bool, touched map[string]bool) {
+func Holdings(jobs []Job, outs []Outcome, planned []bool) (held, next []map[string]bool, touched map[string]bool) {
 	held, next = make([]map[string]bool, len(jobs)), make([]map[string]bool, len(jobs))
 	var changed []int
 	for i, j := range jobs {
 		held[i], next[i] = map[string]bool{}, map[string]bool{}
-		if planned[i] != nil && (j.Prev == nil || !planner.SamePlacement(j.Prev, outs[i].Plan)) {
+		if planned[i] && (j.Prev == nil || !SamePlacement(j.Prev, outs[i].Plan)) {
 			changed = append(changed, i)
 		}
 	}
@@ -184,7 +183,7 @@ func holdings(jobs []planner.Job, outs []planner.Outcome, planned []*planState) 
 		return held, next, touched
 	}
 	for _, i := range changed {
-		for _, nc := range planner.Diff(jobs[i].Prev, outs[i].Plan).Nodes {
+		for _, nc := range Diff(jobs[i].Prev, outs[i].Plan).Nodes {
 			touched[nc.NodeID] = true
 		}
 	}
@@ -194,14 +193,14 @@ func holdings(jobs []planner.Job, outs []planner.Outcome, planned []*planState) 
 	return held, next, touched
 }
 
-// gpuKeys is what a valid plan holds, as publishOrder compares it: each
+// GPUKeys is what a valid plan holds, as PublishOrder compares it: each
 // GPU its workers use or its pools allocate as node:index, and each of
 // its workers' GPU UUIDs as uuid:UUID, so that a GPU counts as held
 // whichever way it is named.
-func gpuKeys(p *planner.Plan) map[string]bool { return gpuKeysOn(p, nil) }
+func GPUKeys(p *Plan) map[string]bool { return gpuKeysOn(p, nil) }
 
-// gpuKeysOn is gpuKeys on the nodes of on (nil: every node).
-func gpuKeysOn(p *planner.Plan, on map[string]bool) map[string]bool {
+// gpuKeysOn is GPUKeys on the nodes of on (nil: every node).
+func gpuKeysOn(p *Plan, on map[string]bool) map[string]bool {
 	out := map[string]bool{}
 	if p == nil || !p.Placed() {
 		return out
@@ -217,7 +216,7 @@ func gpuKeysOn(p *planner.Plan, on map[string]bool) map[string]bool {
 			out["uuid:"+u] = true
 		}
 	}
-	planner.EachAllocated(p, func(_, node string, _ plan.Component, g int) {
+	EachAllocated(p, func(_, node string, _ plan.Component, g int) {
 		if on == nil || on[node] {
 			out[gpuKey(node, g)] = true
 		}
@@ -246,7 +245,7 @@ func within(w *plan.Worker, held, on map[string]bool) bool {
 	return true
 }
 
-// releaseStep is next, a plan's new revision, restricted to what the
+// ReleaseStep is next, a plan's new revision, restricted to what the
 // plan holds already (held, what prev holds): its workers whose GPUs
 // are all held (a worker without GPUs: where prev had it), its pools'
 // allocations of held GPUs, each pool node's worker counts less the
@@ -254,8 +253,8 @@ func within(w *plan.Worker, held, on map[string]bool) bool {
 // left. It takes nothing, and gives up what next gives up. takers names
 // the plans that wait for it. held is what the plan holds on the nodes
 // of on (nil: every node): elsewhere its GPUs are as they were.
-func releaseStep(prev, next *planner.Plan, held, on map[string]bool, takers []string) *planner.Plan {
-	doc := &planner.Plan{}
+func ReleaseStep(prev, next *Plan, held, on map[string]bool, takers []string) *Plan {
+	doc := &Plan{}
 	doc.Header = next.Header
 	was := func(*plan.Worker) bool { return false }
 	if prev != nil && prev.Placed() {
@@ -278,7 +277,7 @@ func releaseStep(prev, next *planner.Plan, held, on map[string]bool, takers []st
 			continue
 		}
 		k := at{w.Pool, w.NodeID, w.Component}
-		g := groupOf(groups[w.Component], w.Index)
+		g := groupAt(groups[w.Component], w.Index)
 		for len(out[k]) <= g {
 			out[k] = append(out[k], 0)
 		}
@@ -337,7 +336,7 @@ func releaseStep(prev, next *planner.Plan, held, on map[string]bool, takers []st
 			doc.Notes = append(doc.Notes, nt)
 		}
 	}
-	doc.GPUsHeld = planner.HeldGPUs(doc)
+	doc.GPUsHeld = HeldGPUs(doc)
 	waiting := next.Workers.Len() - len(kept)
 	doc.Warnings = append(slices.Clip(next.Warnings), fmt.Sprintf("release step: %d of %d workers wait for GPUs plan %s gives up; the next revision places them",
 		waiting, next.Workers.Len(), strings.Join(takers, ", plan ")))
@@ -359,13 +358,41 @@ func groupEnds(ds []plan.Demand) map[plan.Component][]int {
 	return out
 }
 
-// groupOf is the group of worker index i, given its component's group
+// groupAt is the group of worker index i, given its component's group
 // ends.
-func groupOf(ends []int, i int) int {
+func groupAt(ends []int, i int) int {
 	for g, e := range ends {
 		if i < e {
 			return g
 		}
 	}
 	return max(0, len(ends)-1)
+}
+
+// Takers names the plans that take a GPU plan i gives up (held, next:
+// Holdings').
+func Takers(jobs []Job, held, next []map[string]bool, i int) []string {
+	var out []string
+	for j := range jobs {
+		if j == i {
+			continue
+		}
+		for k := range next[j] {
+			if held[i][k] && !next[i][k] && !held[j][k] {
+				out = append(out, jobs[j].Name)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// subset reports whether every key of a is in b.
+func subset(a, b map[string]bool) bool {
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
 }
