@@ -185,8 +185,9 @@ func startCounts(j *Job, refs []elasticRef) []int {
 // truncated is prev without the workers of refs at counts or above
 // (the highest indices), its pools' allocations and counts as its
 // remaining workers have them, planned for spec (sized): what prev
-// holds once shrunk. prev itself is not changed.
-func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec) *Plan {
+// holds once shrunk. prev itself is not changed. From prev's state where
+// it has one (cutFast), else (and with readAll) from every worker.
+func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec, readAll bool) *Plan {
 	if prev == nil || !prev.Placed() {
 		return prev
 	}
@@ -197,6 +198,11 @@ func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec) *Plan {
 	}
 	if !cut {
 		return prev
+	}
+	if !readAll {
+		if out := cutFast(prev, refs, counts, spec); out != nil {
+			return out // made from prev's state: its nodes untouched
+		}
 	}
 	drop := func(c plan.Component, i int) bool {
 		for k, r := range refs {
@@ -307,6 +313,11 @@ type ElasticOptions struct {
 	// NoGrow plans no growth at all: only minimums, and surplus given up
 	// where others need it.
 	NoGrow bool
+	// readAll makes every trial of the search read every worker of the
+	// plans it starts from, as from their documents, instead of starting
+	// from their states at other sizes (resize.go): the same plans at a
+	// cost in proportion to the cluster, kept as the tests' oracle.
+	readAll bool
 }
 
 // elastic is one PlanAllWith run over jobs of which some are elastic.
@@ -318,6 +329,8 @@ type elastic struct {
 	a     *allocator
 	// rel is, per job, what its shrink gave up this run (grow.go).
 	rel map[int]holding
+	// readAll is ElasticOptions.readAll.
+	readAll bool
 }
 
 // PlanAllWith is PlanAll with elastic groups grown as opt says. With no
@@ -334,7 +347,7 @@ type elastic struct {
 // each growth adding workers with the next indices and moving no
 // placed worker, within max_gpus.
 func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
-	el := &elastic{jobs: jobs, nodes: nodes, refs: make([][]elasticRef, len(jobs)), start: make([][]int, len(jobs))}
+	el := &elastic{jobs: jobs, nodes: nodes, refs: make([][]elasticRef, len(jobs)), start: make([][]int, len(jobs)), readAll: opt.readAll}
 	any := false
 	for j := range jobs {
 		if jobs[j].Spec == nil {
@@ -345,7 +358,7 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 		}
 	}
 	if !any {
-		return planFixed(jobs, nodes)
+		return planRuns(jobs, nodes, opt.readAll)
 	}
 	sizes := el.start
 	out := el.run(sizes)
@@ -448,16 +461,16 @@ func (el *elastic) runFrom(sizes [][]int, from []*Plan) []Outcome {
 		if el.refs[j] == nil {
 			continue
 		}
-		cutTo(job, el.refs[j], sizes[j])
+		cutTo(job, el.refs[j], sizes[j], el.readAll)
 	}
-	return planFixed(jobs, el.nodes)
+	return planRuns(jobs, el.nodes, el.readAll)
 }
 
 // cutTo sets job's elastic groups (refs) to sizes: its spec sized, and
 // its previous placement cut to them where it follows this very spec
 // but for its sizes; one made for another spec is left to PlanAll's
 // rules for a spec change.
-func cutTo(job *Job, refs []elasticRef, sizes []int) {
+func cutTo(job *Job, refs []elasticRef, sizes []int, readAll bool) {
 	orig := job.Spec
 	job.Spec = sized(job.Spec, sizes)
 	ps := job.PrevSpec
@@ -470,9 +483,9 @@ func cutTo(job *Job, refs []elasticRef, sizes []int) {
 		if job.PrevSpec != nil {
 			job.PrevSpec = sized(ps, at)
 		}
-		job.Prev = truncated(job.Prev, elasticRefs(ps), at, sized(ps, at))
+		job.Prev = truncated(job.Prev, elasticRefs(ps), at, sized(ps, at), readAll)
 	case ps == nil && job.Prev != nil && slices.Equal(job.Prev.Demands, demandsOf(sized(orig, heldCounts(job.Prev, refs)))):
-		job.Prev = truncated(job.Prev, refs, sizes, job.Spec)
+		job.Prev = truncated(job.Prev, refs, sizes, job.Spec, readAll)
 	}
 }
 

@@ -295,16 +295,17 @@ func (el *elastic) probe(st *growState, j int, sizes []int, settle *blocker) *Pl
 	}
 	spec := sized(el.jobs[j].Spec, sizes)
 	cur := st.docs[j]
-	doc, ch, err := replan(cur, spec, el.a.remainder(in, st.holds[j]), false)
+	doc, ch, err := replanFrom(cur, spec, el.a.remainder(in, st.holds[j]), false, el.readAll)
 	if err != nil || ch.Fresh || doc.PlanState() != plan.StateValid {
 		return nil
 	}
 	if q := spec.MaxGPUs; q > 0 && HeldGPUs(doc) > q {
 		return nil
 	}
-	if !keepsAll(cur, doc) {
+	if !keptAll(cur, doc, ch) {
 		return nil
 	}
+	seedHeld(doc, cur)
 	return doc
 }
 

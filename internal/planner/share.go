@@ -88,8 +88,13 @@ func PlanAll(jobs []Job, nodes []Node) []Outcome {
 }
 
 // planFixed is PlanAll on fixed sizes.
-func planFixed(jobs []Job, nodes []Node) []Outcome {
+func planFixed(jobs []Job, nodes []Node) []Outcome { return planRuns(jobs, nodes, false) }
+
+// planRuns is planFixed; readAll refuses every replan a start from a
+// previous state of other elastic sizes (ElasticOptions.readAll).
+func planRuns(jobs []Job, nodes []Node, readAll bool) []Outcome {
 	a := newAllocator(jobs, nodes)
+	a.readAll = readAll
 	cur := make([]holding, len(jobs))
 	for j := range jobs {
 		cur[j] = a.holdingOf(jobs[j].Prev)
@@ -185,6 +190,9 @@ type allocator struct {
 	// was). Both are a pass's.
 	pending []*Outcome
 	kept    []*Spec
+	// readAll: replans never start from a state of other elastic sizes
+	// (ElasticOptions.readAll).
+	readAll bool
 }
 
 func newAllocator(jobs []Job, nodes []Node) *allocator {
@@ -400,7 +408,7 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 	// release is how many of the lowest jobs give way.
 	try := func(release int) Outcome {
 		nodes := a.remainder(slices.Concat(placed, same, lower[:len(lower)-release]), own)
-		doc, ch, err := replan(job.Prev, spec, nodes, keep)
+		doc, ch, err := replanFrom(job.Prev, spec, nodes, keep, a.readAll)
 		if doc.Placed() {
 			a.byID(doc) // kept with doc: HeldGPUs reads it
 		}
@@ -654,7 +662,7 @@ func PlanBeside(spec *Spec, nodes []Node, others []Job) (*Plan, error) {
 					floor[k] = r.min
 				}
 				cut := *o
-				cutTo(&cut, refs, floor)
+				cutTo(&cut, refs, floor, false)
 				prev = cut.Prev
 			}
 			in = append(in, blocker{o.Name, a.holdingOf(prev)})
