@@ -295,7 +295,7 @@ func (el *elastic) probe(st *growState, j int, sizes []int, settle *blocker) *Pl
 	}
 	spec := sized(el.jobs[j].Spec, sizes)
 	cur := st.docs[j]
-	doc, ch, err := replanFrom(cur, spec, el.a.remainder(in, st.holds[j]), false, el.readAll)
+	doc, ch, err := replanFrom(cur, spec, el.a.remainder(in, st.holds[j]), false, el.readAll, nil)
 	if err != nil || ch.Fresh || doc.PlanState() != plan.StateValid {
 		return nil
 	}

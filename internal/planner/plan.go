@@ -73,13 +73,17 @@ func Replan(prev *Plan, spec *Spec, nodes []Node) (*Plan, *Change, error) {
 // replan is Replan; keep says whether a plan that cannot place every
 // worker is degraded rather than released.
 func replan(prev *Plan, spec *Spec, nodes []Node, keep bool) (*Plan, *Change, error) {
-	return replanFrom(prev, spec, nodes, keep, false)
+	return replanFrom(prev, spec, nodes, keep, false, nil)
 }
 
 // replanFrom is replan; readAll refuses a start from prev's state when
 // it was made for other elastic sizes (resize.go): every worker is read
-// again, as from a document.
-func replanFrom(prev *Plan, spec *Spec, nodes []Node, keep, readAll bool) (*Plan, *Change, error) {
+// again, as from a document. released (nil: none) says, of the plans
+// holding GPUs of workers the run could not keep, whether they release
+// the plan (a higher priority took them): a plan that would be degraded
+// is then not made, and the plan made afresh, which failed, is the
+// outcome, as the allocator's unlessPreempted would make it.
+func replanFrom(prev *Plan, spec *Spec, nodes []Node, keep, readAll bool, released func(takenBy []string) bool) (*Plan, *Change, error) {
 	if why, kind := freshWhy(prev, spec); why != "" {
 		return fresh(prev, spec, nodes, why, kind)
 	}
@@ -91,6 +95,11 @@ func replanFrom(prev *Plan, spec *Spec, nodes []Node, keep, readAll bool) (*Plan
 	if errors.As(err, &short) {
 		doc, ch, ferr := fresh(prev, spec, nodes, "the incremental plan could not place every worker: "+err.Error(), plan.FreshShortfall)
 		if ferr == nil || !keep {
+			return doc, ch, ferr
+		}
+		if released != nil && spec.MaxGPUs == 0 && released(e.takenBy) {
+			// Released whole: its degraded plan, a document of every kept
+			// worker, would be made only to be dropped.
 			return doc, ch, ferr
 		}
 		return degraded(e, prev, spec, nodes, &Outcome{doc, ch, ferr})

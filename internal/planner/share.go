@@ -384,18 +384,23 @@ func (a *allocator) placeJob(j int, own holding, placed, same, lower []blocker) 
 // to a plan of higher priority, as preemption always did (its error is
 // a fresh plan's on what is left); only faults degrade.
 func (a *allocator) unlessPreempted(j int, spec *Spec, o Outcome) Outcome {
-	job := &a.jobs[j]
-	if o.Plan.PlanState() != plan.StateDegraded || o.Plan.afresh == nil {
+	if o.Plan.PlanState() != plan.StateDegraded || o.Plan.afresh == nil || !a.releases(&a.jobs[j], o.Plan.takenBy) {
 		return o
 	}
-	for _, name := range o.Plan.takenBy {
+	return WithinQuota(*o.Plan.afresh, spec)
+}
+
+// releases reports whether one of the plans named took GPUs of job as a
+// plan of higher priority.
+func (a *allocator) releases(job *Job, takenBy []string) bool {
+	for _, name := range takenBy {
 		for i := range a.jobs {
 			if a.jobs[i].Name == name && a.jobs[i].priority() > job.Spec.Priority {
-				return WithinQuota(*o.Plan.afresh, spec)
+				return true
 			}
 		}
 	}
-	return o
+	return false
 }
 
 // place plans job on spec beside the jobs placed before it and those
@@ -408,7 +413,13 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 	// release is how many of the lowest jobs give way.
 	try := func(release int) Outcome {
 		nodes := a.remainder(slices.Concat(placed, same, lower[:len(lower)-release]), own)
-		doc, ch, err := replanFrom(job.Prev, spec, nodes, keep, a.readAll)
+		var released func([]string) bool
+		if keep && len(lower) == 0 {
+			// Its only try, whose degraded outcome unlessPreempted
+			// releases when a plan of higher priority took its GPUs.
+			released = func(by []string) bool { return a.releases(job, by) }
+		}
+		doc, ch, err := replanFrom(job.Prev, spec, nodes, keep, a.readAll, released)
 		if doc.Placed() {
 			a.byID(doc) // kept with doc: HeldGPUs reads it
 		}
