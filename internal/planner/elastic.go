@@ -331,6 +331,9 @@ type elastic struct {
 	rel map[int]holding
 	// readAll is ElasticOptions.readAll.
 	readAll bool
+	// why words the reasons of a trial's outcomes (planTrial), by its
+	// first outcome, until they are kept (explained).
+	why map[*Outcome]func()
 }
 
 // PlanAllWith is PlanAll with elastic groups grown as opt says. With no
@@ -433,6 +436,7 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 	if atMin {
 		out = el.run(sizes)
 	}
+	el.explained(out)
 	if !opt.NoGrow {
 		sizes, out = el.grow(sizes, out, opt)
 	}
@@ -463,7 +467,26 @@ func (el *elastic) runFrom(sizes [][]int, from []*Plan) []Outcome {
 		}
 		cutTo(job, el.refs[j], sizes[j], el.readAll)
 	}
-	return planRuns(jobs, el.nodes, el.readAll)
+	out, why := planTrial(jobs, el.nodes, el.readAll)
+	if len(out) > 0 {
+		if el.why == nil {
+			el.why = map[*Outcome]func(){}
+		}
+		el.why[&out[0]] = why
+	}
+	return out
+}
+
+// explained gives the outcomes of a trial the reasons its run left
+// unworded: the trial is kept.
+func (el *elastic) explained(out []Outcome) {
+	if len(out) == 0 {
+		return
+	}
+	if why := el.why[&out[0]]; why != nil {
+		delete(el.why, &out[0])
+		why()
+	}
 }
 
 // cutTo sets job's elastic groups (refs) to sizes: its spec sized, and

@@ -93,6 +93,16 @@ func planFixed(jobs []Job, nodes []Node) []Outcome { return planRuns(jobs, nodes
 // planRuns is planFixed; readAll refuses every replan a start from a
 // previous state of other elastic sizes (ElasticOptions.readAll).
 func planRuns(jobs []Job, nodes []Node, readAll bool) []Outcome {
+	out, why := planTrial(jobs, nodes, readAll)
+	why()
+	return out
+}
+
+// planTrial is planRuns but for the reasons of the plans that are not
+// valid (explainWhy), which the outcomes get only once why is called: a
+// trial of the elastic search that is not kept needs no words, and
+// wording one may plan a spec again, in full.
+func planTrial(jobs []Job, nodes []Node, readAll bool) ([]Outcome, func()) {
 	a := newAllocator(jobs, nodes)
 	a.readAll = readAll
 	cur := make([]holding, len(jobs))
@@ -108,8 +118,8 @@ func planRuns(jobs []Job, nodes []Node, readAll bool) []Outcome {
 			next[j] = a.holdingOf(out[j].Plan)
 		}
 		if pass+1 == maxPasses || !anyInvalid(out) || slices.EqualFunc(next, cur, holding.equal) {
-			a.explain(out, prev, next)
-			return out
+			ws := a.explainWho(out, prev, next)
+			return out, func() { a.explainWhy(out, next, ws) }
 		}
 		cur = next
 	}
@@ -458,8 +468,9 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 	return all
 }
 
-// explain names, for each job, the jobs of higher priority that took
-// GPUs it held going in (prev), and says why a job is not valid, or
+// A run's explanation (explainWho, then explainWhy) names, for each
+// job, the jobs of higher priority that took GPUs it held going in
+// (prev), and says why a job is not valid, or
 // why its new spec is pending, in terms a person can act on (reason):
 // preempted by the plans that took its GPUs, or waiting for room held
 // by the plans that hold what it lacks, only where it would fit if they
@@ -470,28 +481,51 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 // preempted_by it had until it is placed again: what other plans do
 // meanwhile makes it no new revision. An error of the spec's own (a
 // manual pool naming a node not there) is never put down to others.
-func (a *allocator) explain(out []Outcome, prev, final []holding) {
+
+// inWay is, for one job, the jobs in its way (holders: placed before
+// it, or after it and of its priority or higher, which it may not take
+// from; names, theirs) and those of them of higher priority that took
+// GPUs it held going in (by).
+type inWay struct {
+	by, holders []int
+	names       []string
+}
+
+// explainWho is explain's first half: who is in each job's way, and
+// preempted_by. It is all that how a job fares (elastic.go's score)
+// reads; explainWhy words the reasons, which may plan the spec again.
+func (a *allocator) explainWho(out []Outcome, prev, final []holding) []inWay {
+	ws := make([]inWay, len(out))
 	for k, j := range a.order {
 		o, job := &out[j], &a.jobs[j]
 		if job.Spec == nil {
 			continue
 		}
-		// holders are the jobs in its way: placed before it, or after it
-		// and of its priority or higher (it may not take from them).
-		var by, holders []int
-		var names []string
+		w := &ws[j]
 		for n, i := range a.order {
 			other := &a.jobs[i]
 			if i == j || len(final[i]) == 0 || n > k && other.priority() < job.Spec.Priority {
 				continue
 			}
-			holders = append(holders, i)
-			names = append(names, other.Name)
+			w.holders = append(w.holders, i)
+			w.names = append(w.names, other.Name)
 			if other.priority() > job.Spec.Priority && final[i].overlaps(prev[j]) {
-				by = append(by, i)
+				w.by = append(w.by, i)
 				o.Plan.PreemptedBy = append(o.Plan.PreemptedBy, other.Name)
 			}
 		}
+	}
+	return ws
+}
+
+// explainWhy is explain's second half, on what explainWho found (ws).
+func (a *allocator) explainWhy(out []Outcome, final []holding, ws []inWay) {
+	for _, j := range a.order {
+		o, job := &out[j], &a.jobs[j]
+		if job.Spec == nil {
+			continue
+		}
+		by, holders, names := ws[j].by, ws[j].holders, ws[j].names
 		if p := a.pending[j]; p != nil {
 			// The new spec's reason: no job took anything for it.
 			w := a.reason(job.Spec, p.Plan, p.Err, holders, nil, final)
