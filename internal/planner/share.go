@@ -444,7 +444,7 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 		return o
 	}
 	o := try(0)
-	if len(lower) == 0 || o.Err == nil && o.Plan.Moved == 0 {
+	if len(lower) == 0 || o.Err == nil && (o.Plan.Moved == 0 || placesAnew(job, spec)) {
 		return o
 	}
 	// With every lower job released: if that fails, what higher and
@@ -466,6 +466,15 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 		}
 	}
 	return all
+}
+
+// placesAnew reports whether every plan of spec for job counts every
+// worker as moved, and has as many: it keeps none (no previous
+// placement), and has no buffers, whose number follows the nodes train
+// lands on. A valid plan beside every lower job is then as good as any
+// that takes room from them.
+func placesAnew(job *Job, spec *Spec) bool {
+	return (job.Prev == nil || !job.Prev.Placed()) && (spec.Scheduling.Buffer == nil || spec.Scheduling.Train == nil || spec.Scheduling.Train.WorkerNum <= 0)
 }
 
 // A run's explanation (explainWho, then explainWhy) names, for each
