@@ -186,31 +186,39 @@ func groupGPUs(s *Spec, r elasticRef) float64 {
 // eachFree calls fn for every healthy GPU no plan holds, until fn says
 // stop.
 func (el *elastic) eachFree(st *growState, fn func(node string, g int) bool) {
-	held := make(map[int32][]bool)
-	for _, h := range st.holds {
-		for _, x := range h {
-			b := held[x.at]
-			if b == nil {
-				b = make([]bool, el.nodes[x.at].GPUs)
-				held[x.at] = b
-			}
-			for _, g := range x.gpus {
-				if g >= 0 && g < len(b) {
-					b[g] = true
+	// Holdings are sorted by node: one cursor each, walked with the
+	// nodes, and one node's marks at a time (growth asks this several
+	// times a run; a map of every held node's GPUs cost more than the
+	// probes).
+	next := make([]int, len(st.holds))
+	var b []bool
+	for i := range el.nodes {
+		n := &el.nodes[i]
+		if cap(b) < n.GPUs {
+			b = make([]bool, n.GPUs)
+		}
+		b = b[:n.GPUs]
+		clear(b)
+		for j, h := range st.holds {
+			for ; next[j] < len(h) && h[next[j]].at <= int32(i); next[j]++ {
+				x := &h[next[j]]
+				if x.at != int32(i) {
+					continue
 				}
-			}
-			for _, g := range x.resv {
-				if g >= 0 && g < len(b) {
-					b[g] = true
+				for _, g := range x.gpus {
+					if g >= 0 && g < len(b) {
+						b[g] = true
+					}
+				}
+				for _, g := range x.resv {
+					if g >= 0 && g < len(b) {
+						b[g] = true
+					}
 				}
 			}
 		}
-	}
-	for i := range el.nodes {
-		n := &el.nodes[i]
-		b := held[int32(i)]
 		for g := range n.GPUs {
-			if b != nil && b[g] || !n.free(g) {
+			if b[g] || !n.free(g) {
 				continue
 			}
 			if !fn(n.ID, g) {

@@ -270,6 +270,11 @@ func (a *allocator) holdingOf(p *Plan) holding {
 // plan's, and of two that would return to one GPU the first placed
 // takes it.
 func (a *allocator) remainder(blockers []blocker, own holding) []Node {
+	if !slices.ContainsFunc(blockers, func(b blocker) bool { return len(b.h) > 0 }) {
+		// Nothing in the way: the nodes themselves, which no run writes
+		// (a plan alone on 20,000 nodes copies none).
+		return a.nodes
+	}
 	out := slices.Clone(a.nodes)
 	for _, b := range blockers {
 		for _, h := range b.h {
