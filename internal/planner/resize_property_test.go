@@ -104,6 +104,13 @@ func TestResizedAdoptAgrees(t *testing.T) {
 		if errFast == nil && !ch.Fresh && tailLayout(spec, from, to) && fast.state.from != prev.state.token {
 			t.Fatalf("%d -> %d: the replan read every worker again", from, to)
 		}
+		if fast.state != nil && fast.state.from == prev.state.token && fast.PlanState() == plan.StateValid {
+			// What the allocator keeps of a plan made from another's state:
+			// that plan's holding, patched on the nodes the run touched.
+			if got, want := patchHeld(fast, heldOf(prev)), scanHeld(fast); !slices.EqualFunc(got, want, sameIDHold) {
+				t.Fatalf("%d -> %d: patched holding %v, read %v", from, to, got, want)
+			}
+		}
 	})
 }
 
