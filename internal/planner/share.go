@@ -426,8 +426,10 @@ func (a *allocator) releases(job *Job, takenBy []string) bool {
 // lower ones unless that places it whole.
 func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, same, lower []blocker) Outcome {
 	// release is how many of the lowest jobs give way.
-	try := func(release int) Outcome {
-		nodes := a.remainder(slices.Concat(placed, same, lower[:len(lower)-release]), own)
+	room := func(release int) []Node {
+		return a.remainder(slices.Concat(placed, same, lower[:len(lower)-release]), own)
+	}
+	tryOn := func(nodes []Node) Outcome {
 		var released func([]string) bool
 		if keep && len(lower) == 0 {
 			// Its only try, whose degraded outcome unlessPreempted
@@ -448,22 +450,38 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 		}
 		return o
 	}
-	o := try(0)
-	if len(lower) == 0 || o.Err == nil && (o.Plan.Moved == 0 || placesAnew(job, spec)) {
-		return o
+	try := func(release int) Outcome { return tryOn(room(release)) }
+	first := room(0)
+	// A new plan that the arithmetic says cannot fit beside every lower
+	// plan fails there: unless it fails with them released too, that
+	// failure is never read, and planning it afresh on every node to
+	// find it out (a plan of higher priority arriving on a full cluster)
+	// is not done.
+	short := len(lower) > 0 && (job.Prev == nil || !job.Prev.Placed()) && cannotFit(spec, first)
+	var o Outcome
+	if !short {
+		o = tryOn(first)
+		if len(lower) == 0 || o.Err == nil && (o.Plan.Moved == 0 || placesAnew(job, spec)) {
+			return o
+		}
 	}
 	// With every lower job released: if that fails, what higher and
 	// equal jobs leave is too little. A job that fits among the lower
 	// ones only by moving its own workers takes room from them instead
 	// when that keeps more of its workers where they are.
 	all := try(len(lower))
-	switch {
-	case all.Err != nil && o.Err != nil && o.Plan.Placed():
-		return o
-	case all.Err != nil && o.Err != nil:
-		return all
-	case all.Err != nil || o.Err == nil && all.Plan.Moved >= o.Plan.Moved:
-		return o
+	if !short || all.Err != nil {
+		if short {
+			o = tryOn(first)
+		}
+		switch {
+		case all.Err != nil && o.Err != nil && o.Plan.Placed():
+			return o
+		case all.Err != nil && o.Err != nil:
+			return all
+		case all.Err != nil || o.Err == nil && all.Plan.Moved >= o.Plan.Moved:
+			return o
+		}
 	}
 	for r := 1; r < len(lower); r++ {
 		if some := try(r); some.Err == nil && some.Plan.Moved <= all.Plan.Moved {
