@@ -331,9 +331,13 @@ type elastic struct {
 	rel map[int]holding
 	// readAll is ElasticOptions.readAll.
 	readAll bool
-	// why words the reasons of a trial's outcomes (planTrial), by its
-	// first outcome, until they are kept (explained).
-	why map[*Outcome]func()
+}
+
+// trial is one run of PlanAllWith's search: its outcomes, whose reasons
+// why words (planTrial), once the trial is kept.
+type trial struct {
+	out []Outcome
+	why func()
 }
 
 // PlanAllWith is PlanAll with elastic groups grown as opt says. With no
@@ -364,22 +368,25 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 		return planRuns(jobs, nodes, opt.readAll)
 	}
 	sizes := el.start
-	out := el.run(sizes)
-	if el.hurt(out) && el.surplus(sizes) > 0 {
+	// Each run of the search is a trial, whose plans are worded (why)
+	// only if it is the one kept: how a plan fares (score) needs no words.
+	kept := el.trial(sizes)
+	if el.hurt(kept.out) && el.surplus(sizes) > 0 {
 		floor := make([][]int, len(jobs))
 		for j, rs := range el.refs {
 			for _, r := range rs {
 				floor[j] = append(floor[j], r.min)
 			}
 		}
-		base := el.run(floor)
-		if worse(out, base) {
+		baseRun := el.trial(floor)
+		base := baseRun.out
+		if worse(kept.out, base) {
 			units := el.units(sizes)
-			lo, hi, best := 0, len(units), base
+			lo, hi, best := 0, len(units), baseRun
 			// A first guess from the GPUs base leaves free, and the one
 			// below it: where the guess is right, one or two runs.
 			if k, exact := el.guess(units, base); k < hi {
-				if o := el.run(take(sizes, units[:k])); worse(o, base) {
+				if o := el.trial(take(sizes, units[:k])); worse(o.out, base) {
 					lo = k
 				} else {
 					hi, best = k, o
@@ -388,7 +395,7 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 						// fewer GPUs than the plans lack.
 						lo = k - 1
 					} else if k > 1 {
-						if o := el.run(take(sizes, units[:k-1])); worse(o, base) {
+						if o := el.trial(take(sizes, units[:k-1])); worse(o.out, base) {
 							lo = k - 1
 						} else {
 							hi, best = k-1, o
@@ -398,25 +405,27 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 			}
 			for hi-lo > 1 {
 				mid := (lo + hi) / 2
-				if o := el.run(take(sizes, units[:mid])); worse(o, base) {
+				if o := el.trial(take(sizes, units[:mid])); worse(o.out, base) {
 					lo = mid
 				} else {
 					hi, best = mid, o
 				}
 			}
 			taken := units[:hi]
-			sizes, out = take(sizes, taken), best
+			sizes, kept = take(sizes, taken), best
 			// The order gives up every lower plan's surplus (and each
 			// plan's last group's) before the next; a group whose surplus
 			// made no difference (the room needed was another's) keeps it.
 			for _, g := range groupsOf(taken) {
 				keep := slices.DeleteFunc(slices.Clone(taken), func(u shrinkUnit) bool { return u == g })
-				if o := el.run(take(el.start, keep)); !worse(o, base) {
-					taken, sizes, out = keep, take(el.start, keep), o
+				if o := el.trial(take(el.start, keep)); !worse(o.out, base) {
+					taken, sizes, kept = keep, take(el.start, keep), o
 				}
 			}
 		}
 	}
+	kept.why()
+	out := kept.out
 	// A plan left invalid is planned at its minimum from now on (it
 	// holds nothing to keep): say why at that size, as the next run will.
 	atMin := false
@@ -436,7 +445,6 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 	if atMin {
 		out = el.run(sizes)
 	}
-	el.explained(out)
 	if !opt.NoGrow {
 		sizes, out = el.grow(sizes, out, opt)
 	}
@@ -451,6 +459,16 @@ func (el *elastic) run(sizes [][]int) []Outcome { return el.runFrom(sizes, nil) 
 // runFrom is run with the previous plans of from (where not nil) in
 // place of the jobs' own: this run's plans, some grown.
 func (el *elastic) runFrom(sizes [][]int, from []*Plan) []Outcome {
+	t := el.trialFrom(sizes, from)
+	t.why()
+	return t.out
+}
+
+// trial is run, its reasons left to word.
+func (el *elastic) trial(sizes [][]int) trial { return el.trialFrom(sizes, nil) }
+
+// trialFrom is runFrom, its reasons left to word.
+func (el *elastic) trialFrom(sizes [][]int, from []*Plan) trial {
 	jobs := make([]Job, len(el.jobs))
 	copy(jobs, el.jobs)
 	for j := range jobs {
@@ -468,25 +486,7 @@ func (el *elastic) runFrom(sizes [][]int, from []*Plan) []Outcome {
 		cutTo(job, el.refs[j], sizes[j], el.readAll)
 	}
 	out, why := planTrial(jobs, el.nodes, el.readAll)
-	if len(out) > 0 {
-		if el.why == nil {
-			el.why = map[*Outcome]func(){}
-		}
-		el.why[&out[0]] = why
-	}
-	return out
-}
-
-// explained gives the outcomes of a trial the reasons its run left
-// unworded: the trial is kept.
-func (el *elastic) explained(out []Outcome) {
-	if len(out) == 0 {
-		return
-	}
-	if why := el.why[&out[0]]; why != nil {
-		delete(el.why, &out[0])
-		why()
-	}
+	return trial{out, why}
 }
 
 // cutTo sets job's elastic groups (refs) to sizes: its spec sized, and

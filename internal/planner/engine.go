@@ -166,9 +166,8 @@ type engine struct {
 	prevBuffers []int32
 	// resized is set when the run starts from the state of a plan made
 	// for the spec at other elastic sizes (resize.go), which readAll
-	// refuses; prevAsked,
-	// prevBase and prevSlots are that plan's layout of worker slots (the
-	// spec's own when not resized).
+	// refuses; prevAsked, prevBase and prevSlots are that plan's layout
+	// of worker slots (the spec's own when not resized).
 	resized   bool
 	readAll   bool
 	prevAsked [nComp]int

@@ -139,7 +139,6 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 	// said of the room as growth left it. Changes and moves stay counted
 	// from the jobs' own previous plans.
 	final := el.runFrom(st.sizes, st.docs)
-	el.explained(final)
 	for j := range final {
 		doc := final[j].Plan
 		if st.docs[j] != out[j].Plan && (!doc.Valid || !keepsAll(st.docs[j], doc)) {
