@@ -38,7 +38,7 @@ func (e *engine) placeBuffers() (map[string][]int, int) {
 	}
 	prevB := 0
 	if e.fast {
-		prevB = e.prev.Workers.Len() - e.slots
+		prevB = e.prev.Workers.Len() - e.prevSlots
 	}
 	hosts := 0
 	for k, at := range nodes {
@@ -52,15 +52,15 @@ func (e *engine) placeBuffers() (map[string][]int, int) {
 			continue // neither the node nor its buffer changed
 		}
 		w := e.bufferWorker(k, at)
-		if k >= prevB || !samePlace(e.prev.Workers.At(e.slots+k), &w) {
+		if k >= prevB || !samePlace(e.prev.Workers.At(e.prevSlots+k), &w) {
 			moved++
 		}
-		if e.prev != nil && (!same || e.fast && k < prevB && !samePlace(e.prev.Workers.At(e.slots+k), &w)) {
+		if e.prev != nil && (!same || e.fast && k < prevB && !samePlace(e.prev.Workers.At(e.prevSlots+k), &w)) {
 			from := ""
 			if k < len(e.prevBufferIDs) {
 				from = e.prevBufferIDs[k]
 			} else if k < prevB {
-				from = e.prev.Workers.At(e.slots + k).NodeID
+				from = e.prev.Workers.At(e.prevSlots + k).NodeID
 			}
 			e.displaced = append(e.displaced, Displaced{Component: plan.Buffer, Index: k, NodeID: from, Why: WhyBuffer})
 		}

@@ -36,6 +36,19 @@ func (e *engine) checkCapacity() error {
 		c.GPUsAvailable += len(ns.usable)
 		c.CPUsAvailable += ns.node.cpusFree()
 	}
+	if err := e.arithmetic(len(e.table)); err != nil {
+		return err
+	}
+	if e.rules.manual {
+		return nil
+	}
+	return e.checkWorkerSize()
+}
+
+// arithmetic is checkCapacity's sums of what the spec needs against
+// what e.cap says is available (on nodes nodes).
+func (e *engine) arithmetic(nodes int) error {
+	c := &e.cap
 	for _, d := range e.demands {
 		for _, g := range d.groups {
 			c.CPUsRequired += float64(g.WorkerNum) * g.NumCPUs
@@ -51,17 +64,35 @@ func (e *engine) checkCapacity() error {
 	c.GPUsRequired = e.required()
 	// No nodes at all (an empty inventory, a planner's first look): both
 	// run short, and GPUs are what the spec is about.
-	noGPUs := !e.rules.manual && len(e.table) == 0 && c.GPUsRequired > 0
+	noGPUs := !e.rules.manual && nodes == 0 && c.GPUsRequired > 0
 	if c.CPUsRequired > c.CPUsAvailable+eps && !noGPUs {
 		return &PlanError{Msg: fmt.Sprintf("Insufficient CPUs: required %s, available %s", pyFloat(c.CPUsRequired), pyFloat(c.CPUsAvailable))}
 	}
-	if e.rules.manual {
-		return nil
-	}
-	if c.GPUsRequired > float64(c.GPUsAvailable) {
+	if !e.rules.manual && c.GPUsRequired > float64(c.GPUsAvailable) {
 		return &PlanError{Msg: fmt.Sprintf("Insufficient GPUs: required %s, available %d", pyFloat(c.GPUsRequired), c.GPUsAvailable)}
 	}
-	return e.checkWorkerSize()
+	return nil
+}
+
+// cannotFit reports whether spec planned afresh on nodes fails its
+// capacity arithmetic (checkCapacity), read from the nodes alone,
+// summed in the order a run sums them (by id), without a state for each.
+func cannotFit(spec *Spec, nodes []Node) bool {
+	order, err := sortedNodes(nodes)
+	if err != nil {
+		return false // the run says why
+	}
+	e := newEngine(spec, Options{})
+	for _, i := range order {
+		n := &nodes[i]
+		for g := range n.GPUs {
+			if n.usable(g) {
+				e.cap.GPUsAvailable++
+			}
+		}
+		e.cap.CPUsAvailable += n.cpusFree()
+	}
+	return e.arithmetic(len(nodes)) != nil
 }
 
 // required is rlightning's GPU arithmetic, with each component counted as

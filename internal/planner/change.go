@@ -88,6 +88,9 @@ func CountMoved(prev, next *Plan) int {
 	}
 	var old *workerIndex
 	if prev != nil {
+		if n, ok := countInOrder(prev.Workers, next.Workers); ok {
+			return n
+		}
 		old = indexWorkers(prev.Workers)
 	}
 	moved := 0
@@ -97,6 +100,58 @@ func CountMoved(prev, next *Plan) int {
 		}
 	}
 	return moved
+}
+
+// countInOrder is CountMoved by one walk over both lists, with no index
+// of prev's 160,000 workers: ok only when each list is in strictly
+// increasing order of component and index, as the planner writes them
+// (a list read back may be in any order, or repeat a worker).
+func countInOrder(prev, next plan.Workers) (moved int, ok bool) {
+	key := func(w *plan.Worker) (int, bool) {
+		k := w.Component.Rank()
+		if k < 0 || w.Index < 0 || w.Index > MaxWorkers {
+			return 0, false
+		}
+		return k*(MaxWorkers+1) + w.Index, true
+	}
+	i, last, lastPrev := 0, -1, -1
+	for _, w := range next.All() {
+		k, valid := key(w)
+		if !valid || k <= last {
+			return 0, false
+		}
+		last = k
+		for ; i < prev.Len(); i++ {
+			p, valid := key(prev.At(i))
+			if !valid || p <= lastPrev {
+				return 0, false
+			}
+			if p >= k {
+				break
+			}
+			lastPrev = p
+		}
+		if i < prev.Len() {
+			if p, _ := key(prev.At(i)); p == k {
+				lastPrev = p
+				i++
+				if samePlace(prev.At(i-1), w) {
+					continue
+				}
+			}
+		}
+		moved++
+	}
+	for ; i < prev.Len(); i++ {
+		// The rest of prev must be in order too, or a repeat there could
+		// have been the worker a next one matched.
+		p, valid := key(prev.At(i))
+		if !valid || p <= lastPrev {
+			return 0, false
+		}
+		lastPrev = p
+	}
+	return moved, true
 }
 
 // samePlace reports whether two workers sit on the same node and GPUs.

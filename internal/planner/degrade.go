@@ -103,7 +103,7 @@ func degraded(e *engine, prev *Plan, spec *Spec, nodes []Node, afresh *Outcome) 
 	doc, err := e.finishDegraded(cause, afresh)
 	if q := spec.MaxGPUs; q > 0 && HeldGPUs(doc) > q {
 		k := newEngine(spec, Options{})
-		k.prev, k.prevState, k.degrade, k.keepOnly = prev, prev.state, true, true
+		k.prev, k.prevState, k.degrade, k.keepOnly, k.readAll = prev, prev.state, true, true, e.readAll
 		if k.run(nodes) != nil { // it falls short: it placed none of the displaced
 			e = k
 			doc, err = k.finishDegraded(cause, afresh)

@@ -185,8 +185,9 @@ func startCounts(j *Job, refs []elasticRef) []int {
 // truncated is prev without the workers of refs at counts or above
 // (the highest indices), its pools' allocations and counts as its
 // remaining workers have them, planned for spec (sized): what prev
-// holds once shrunk. prev itself is not changed.
-func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec) *Plan {
+// holds once shrunk. prev itself is not changed. From prev's state where
+// it has one (cutFast), else (and with readAll) from every worker.
+func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec, readAll bool) *Plan {
 	if prev == nil || !prev.Placed() {
 		return prev
 	}
@@ -197,6 +198,11 @@ func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec) *Plan {
 	}
 	if !cut {
 		return prev
+	}
+	if !readAll {
+		if out := cutFast(prev, refs, counts, spec); out != nil {
+			return out // made from prev's state: its nodes untouched
+		}
 	}
 	drop := func(c plan.Component, i int) bool {
 		for k, r := range refs {
@@ -307,6 +313,11 @@ type ElasticOptions struct {
 	// NoGrow plans no growth at all: only minimums, and surplus given up
 	// where others need it.
 	NoGrow bool
+	// readAll makes every trial of the search read every worker of the
+	// plans it starts from, as from their documents, instead of starting
+	// from their states at other sizes (resize.go): the same plans at a
+	// cost in proportion to the cluster, kept as the tests' oracle.
+	readAll bool
 }
 
 // elastic is one PlanAllWith run over jobs of which some are elastic.
@@ -318,6 +329,15 @@ type elastic struct {
 	a     *allocator
 	// rel is, per job, what its shrink gave up this run (grow.go).
 	rel map[int]holding
+	// readAll is ElasticOptions.readAll.
+	readAll bool
+}
+
+// trial is one run of PlanAllWith's search: its outcomes, whose reasons
+// why words (planTrial), once the trial is kept.
+type trial struct {
+	out []Outcome
+	why func()
 }
 
 // PlanAllWith is PlanAll with elastic groups grown as opt says. With no
@@ -334,7 +354,7 @@ type elastic struct {
 // each growth adding workers with the next indices and moving no
 // placed worker, within max_gpus.
 func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
-	el := &elastic{jobs: jobs, nodes: nodes, refs: make([][]elasticRef, len(jobs)), start: make([][]int, len(jobs))}
+	el := &elastic{jobs: jobs, nodes: nodes, refs: make([][]elasticRef, len(jobs)), start: make([][]int, len(jobs)), readAll: opt.readAll}
 	any := false
 	for j := range jobs {
 		if jobs[j].Spec == nil {
@@ -345,25 +365,28 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 		}
 	}
 	if !any {
-		return planFixed(jobs, nodes)
+		return planRuns(jobs, nodes, opt.readAll)
 	}
 	sizes := el.start
-	out := el.run(sizes)
-	if el.hurt(out) && el.surplus(sizes) > 0 {
+	// Each run of the search is a trial, whose plans are worded (why)
+	// only if it is the one kept: how a plan fares (score) needs no words.
+	kept := el.trial(sizes)
+	if el.hurt(kept.out) && el.surplus(sizes) > 0 {
 		floor := make([][]int, len(jobs))
 		for j, rs := range el.refs {
 			for _, r := range rs {
 				floor[j] = append(floor[j], r.min)
 			}
 		}
-		base := el.run(floor)
-		if worse(out, base) {
+		baseRun := el.trial(floor)
+		base := baseRun.out
+		if worse(kept.out, base) {
 			units := el.units(sizes)
-			lo, hi, best := 0, len(units), base
+			lo, hi, best := 0, len(units), baseRun
 			// A first guess from the GPUs base leaves free, and the one
 			// below it: where the guess is right, one or two runs.
 			if k, exact := el.guess(units, base); k < hi {
-				if o := el.run(take(sizes, units[:k])); worse(o, base) {
+				if o := el.trial(take(sizes, units[:k])); worse(o.out, base) {
 					lo = k
 				} else {
 					hi, best = k, o
@@ -372,7 +395,7 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 						// fewer GPUs than the plans lack.
 						lo = k - 1
 					} else if k > 1 {
-						if o := el.run(take(sizes, units[:k-1])); worse(o, base) {
+						if o := el.trial(take(sizes, units[:k-1])); worse(o.out, base) {
 							lo = k - 1
 						} else {
 							hi, best = k-1, o
@@ -382,25 +405,27 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 			}
 			for hi-lo > 1 {
 				mid := (lo + hi) / 2
-				if o := el.run(take(sizes, units[:mid])); worse(o, base) {
+				if o := el.trial(take(sizes, units[:mid])); worse(o.out, base) {
 					lo = mid
 				} else {
 					hi, best = mid, o
 				}
 			}
 			taken := units[:hi]
-			sizes, out = take(sizes, taken), best
+			sizes, kept = take(sizes, taken), best
 			// The order gives up every lower plan's surplus (and each
 			// plan's last group's) before the next; a group whose surplus
 			// made no difference (the room needed was another's) keeps it.
 			for _, g := range groupsOf(taken) {
 				keep := slices.DeleteFunc(slices.Clone(taken), func(u shrinkUnit) bool { return u == g })
-				if o := el.run(take(el.start, keep)); !worse(o, base) {
-					taken, sizes, out = keep, take(el.start, keep), o
+				if o := el.trial(take(el.start, keep)); !worse(o.out, base) {
+					taken, sizes, kept = keep, take(el.start, keep), o
 				}
 			}
 		}
 	}
+	kept.why()
+	out := kept.out
 	// A plan left invalid is planned at its minimum from now on (it
 	// holds nothing to keep): say why at that size, as the next run will.
 	atMin := false
@@ -434,6 +459,16 @@ func (el *elastic) run(sizes [][]int) []Outcome { return el.runFrom(sizes, nil) 
 // runFrom is run with the previous plans of from (where not nil) in
 // place of the jobs' own: this run's plans, some grown.
 func (el *elastic) runFrom(sizes [][]int, from []*Plan) []Outcome {
+	t := el.trialFrom(sizes, from)
+	t.why()
+	return t.out
+}
+
+// trial is run, its reasons left to word.
+func (el *elastic) trial(sizes [][]int) trial { return el.trialFrom(sizes, nil) }
+
+// trialFrom is runFrom, its reasons left to word.
+func (el *elastic) trialFrom(sizes [][]int, from []*Plan) trial {
 	jobs := make([]Job, len(el.jobs))
 	copy(jobs, el.jobs)
 	for j := range jobs {
@@ -448,16 +483,17 @@ func (el *elastic) runFrom(sizes [][]int, from []*Plan) []Outcome {
 		if el.refs[j] == nil {
 			continue
 		}
-		cutTo(job, el.refs[j], sizes[j])
+		cutTo(job, el.refs[j], sizes[j], el.readAll)
 	}
-	return planFixed(jobs, el.nodes)
+	out, why := planTrial(jobs, el.nodes, el.readAll)
+	return trial{out, why}
 }
 
 // cutTo sets job's elastic groups (refs) to sizes: its spec sized, and
 // its previous placement cut to them where it follows this very spec
 // but for its sizes; one made for another spec is left to PlanAll's
 // rules for a spec change.
-func cutTo(job *Job, refs []elasticRef, sizes []int) {
+func cutTo(job *Job, refs []elasticRef, sizes []int, readAll bool) {
 	orig := job.Spec
 	job.Spec = sized(job.Spec, sizes)
 	ps := job.PrevSpec
@@ -470,9 +506,9 @@ func cutTo(job *Job, refs []elasticRef, sizes []int) {
 		if job.PrevSpec != nil {
 			job.PrevSpec = sized(ps, at)
 		}
-		job.Prev = truncated(job.Prev, elasticRefs(ps), at, sized(ps, at))
+		job.Prev = truncated(job.Prev, elasticRefs(ps), at, sized(ps, at), readAll)
 	case ps == nil && job.Prev != nil && slices.Equal(job.Prev.Demands, demandsOf(sized(orig, heldCounts(job.Prev, refs)))):
-		job.Prev = truncated(job.Prev, refs, sizes, job.Spec)
+		job.Prev = truncated(job.Prev, refs, sizes, job.Spec, readAll)
 	}
 }
 
@@ -553,7 +589,9 @@ func (el *elastic) units(sizes [][]int) []shrinkUnit {
 		jx, jy := &el.jobs[x], &el.jobs[y]
 		return cmp.Or(cmp.Compare(jx.priority(), jy.priority()), cmp.Compare(jy.Age, jx.Age), strings.Compare(jy.Name, jx.Name))
 	})
-	var out []shrinkUnit
+	// One unit per surplus worker: 119,000 of them for a plan grown over
+	// a cluster, in one allocation.
+	out := make([]shrinkUnit, 0, el.surplus(sizes))
 	for _, j := range order {
 		for k := len(el.refs[j]) - 1; k >= 0; k-- {
 			for range sizes[j][k] - el.refs[j][k].min {

@@ -31,9 +31,22 @@ func elasticBench(b *testing.B, n, free int) ([]Node, Job) {
 
 // BenchmarkElastic: what a grow into k free GPUs, and a shrink of k for
 // a plan of higher priority, cost at 20,000 nodes, beside a replan that
-// changes nothing (steady).
+// changes nothing (steady) and the plan made afresh (afresh: what a
+// grow or a shrink that read the whole cluster would cost at least). A
+// grow or a shrink starts from the plan's state (resize.go), so its cost
+// follows k, beside a floor of a few walks over the node list.
 func BenchmarkElastic(b *testing.B) {
 	const n = 20000
+	b.Run(fmt.Sprintf("nodes=%d/afresh", n), func(b *testing.B) {
+		nodes, a := elasticBench(b, n, 0)
+		spec := sized(a.Spec, []int{countOf(a.Prev, "eval")})
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Compute(spec, nodes); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run(fmt.Sprintf("nodes=%d/steady", n), func(b *testing.B) {
 		nodes, a := elasticBench(b, n, 0)
 		b.ReportAllocs()

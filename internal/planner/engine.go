@@ -164,6 +164,15 @@ type engine struct {
 	prevState   *planState
 	fast        bool
 	prevBuffers []int32
+	// resized is set when the run starts from the state of a plan made
+	// for the spec at other elastic sizes (resize.go), which readAll
+	// refuses; prevAsked, prevBase and prevSlots are that plan's layout
+	// of worker slots (the spec's own when not resized).
+	resized   bool
+	readAll   bool
+	prevAsked [nComp]int
+	prevBase  [nComp]int
+	prevSlots int
 	// prevBufferIDs is the node of each buffer of a previous plan read
 	// back from JSON (adoptSlow).
 	prevBufferIDs []string

@@ -185,31 +185,39 @@ func groupGPUs(s *Spec, r elasticRef) float64 {
 // eachFree calls fn for every healthy GPU no plan holds, until fn says
 // stop.
 func (el *elastic) eachFree(st *growState, fn func(node string, g int) bool) {
-	held := make(map[int32][]bool)
-	for _, h := range st.holds {
-		for _, x := range h {
-			b := held[x.at]
-			if b == nil {
-				b = make([]bool, el.nodes[x.at].GPUs)
-				held[x.at] = b
-			}
-			for _, g := range x.gpus {
-				if g >= 0 && g < len(b) {
-					b[g] = true
+	// Holdings are sorted by node: one cursor each, walked with the
+	// nodes, and one node's marks at a time (growth asks this several
+	// times a run; a map of every held node's GPUs cost more than the
+	// probes).
+	next := make([]int, len(st.holds))
+	var b []bool
+	for i := range el.nodes {
+		n := &el.nodes[i]
+		if cap(b) < n.GPUs {
+			b = make([]bool, n.GPUs)
+		}
+		b = b[:n.GPUs]
+		clear(b)
+		for j, h := range st.holds {
+			for ; next[j] < len(h) && h[next[j]].at <= int32(i); next[j]++ {
+				x := &h[next[j]]
+				if x.at != int32(i) {
+					continue
 				}
-			}
-			for _, g := range x.resv {
-				if g >= 0 && g < len(b) {
-					b[g] = true
+				for _, g := range x.gpus {
+					if g >= 0 && g < len(b) {
+						b[g] = true
+					}
+				}
+				for _, g := range x.resv {
+					if g >= 0 && g < len(b) {
+						b[g] = true
+					}
 				}
 			}
 		}
-	}
-	for i := range el.nodes {
-		n := &el.nodes[i]
-		b := held[int32(i)]
 		for g := range n.GPUs {
-			if b != nil && b[g] || !n.free(g) {
+			if b[g] || !n.free(g) {
 				continue
 			}
 			if !fn(n.ID, g) {
@@ -295,16 +303,17 @@ func (el *elastic) probe(st *growState, j int, sizes []int, settle *blocker) *Pl
 	}
 	spec := sized(el.jobs[j].Spec, sizes)
 	cur := st.docs[j]
-	doc, ch, err := replan(cur, spec, el.a.remainder(in, st.holds[j]), false)
+	doc, ch, err := replanFrom(cur, spec, el.a.remainder(in, st.holds[j]), false, el.readAll, nil)
 	if err != nil || ch.Fresh || doc.PlanState() != plan.StateValid {
 		return nil
 	}
 	if q := spec.MaxGPUs; q > 0 && HeldGPUs(doc) > q {
 		return nil
 	}
-	if !keepsAll(cur, doc) {
+	if !keptAll(cur, doc, ch) {
 		return nil
 	}
+	seedHeld(doc, cur)
 	return doc
 }
 

@@ -70,6 +70,13 @@ func (a *allocator) derived(p *Plan) []idHold {
 	if base == nil {
 		return nil
 	}
+	return patchHeld(p, base)
+}
+
+// patchHeld is p's holding: base, the holding of the plan p's run
+// started from, with the nodes the run touched read again from p.
+func patchHeld(p *Plan, base []idHold) []idHold {
+	st := p.state
 	ids := st.changedIDs()
 	content := st.nodeContent(p)
 	out := make([]idHold, 0, len(base)+len(ids))

@@ -98,8 +98,9 @@ func (st *planState) rulesManual() bool { return st.spec.Placement.Mode == ModeM
 // work in proportion to what changed.
 func (e *engine) adoptFast(nodes []Node, order []int) {
 	ps := e.prevState
-	m := e.merge(ps.table, nodes, order)
+	m := e.merge(ps.table, nodes, order, e.dropNodes())
 	e.store = storeFrom(e.prev.Workers)
+	e.moveBuffers()
 	e.reserve = ps.reserveLeft
 	for p := range e.pools {
 		e.pools[p].order = remapAll(ps.order[p], m.remap)
@@ -114,6 +115,7 @@ func (e *engine) adoptFast(nodes []Node, order []int) {
 		e.reserve += len(ns.reserved())
 	}
 	e.room = e.roomAfterAdopt(ps.room, m.remap)
+	e.newWorkers()
 	for _, d := range e.demands {
 		ci := d.ci
 		d.only(e.displacedOf(ci))
@@ -137,8 +139,10 @@ type changedNode struct {
 
 // merge builds the run's table from the previous one and the inventory
 // (both in id order): a node whose facts are unchanged keeps its state,
-// a changed or new node gets a new one.
-func (e *engine) merge(prev []*nodeState, nodes []Node, order []int) merged {
+// a changed or new node gets a new one, as does a node of force (by
+// previous position; nil: none), which hosts a worker a resized run
+// drops.
+func (e *engine) merge(prev []*nodeState, nodes []Node, order []int, force []bool) merged {
 	m := merged{remap: make([]int32, len(prev))}
 	e.table = make([]*nodeState, 0, len(order))
 	var own []Node
@@ -155,7 +159,7 @@ func (e *engine) merge(prev []*nodeState, nodes []Node, order []int) merged {
 			old := prev[i]
 			m.remap[i] = at
 			i++
-			if sameFacts(old.node, n) {
+			if sameFacts(old.node, n) && (force == nil || !force[i-1]) {
 				e.table = append(e.table, old)
 				continue
 			}
@@ -199,6 +203,9 @@ func (e *engine) keepNode(at int32, old *nodeState) {
 	slots := slices.SortedFunc(slices.Values(old.slots), func(a, b slotRange) int { return int(a.first - b.first) })
 	for _, r := range slots {
 		for s := r.first; s < r.first+r.n; s++ {
+			if e.dropped(int(s)) {
+				continue
+			}
 			w := e.prev.Workers.At(int(s))
 			if why, where, by := e.keepOne(at, w); why != "" {
 				e.displace(w, why, where, by)
@@ -216,6 +223,9 @@ func (e *engine) keepNode(at int32, old *nodeState) {
 func (e *engine) displaceAll(ns *nodeState, why string) {
 	for _, r := range ns.slots {
 		for s := r.first; s < r.first+r.n; s++ {
+			if e.dropped(int(s)) {
+				continue
+			}
 			e.displace(e.prev.Workers.At(int(s)), why, ns.node.ID, "")
 		}
 	}

@@ -54,6 +54,12 @@ type Node struct {
 	Out     bool
 }
 
+// usable reports whether a run may use GPU g of n at all (a state's
+// usable GPUs).
+func (n *Node) usable(g int) bool {
+	return len(n.Unhealthy) == 0 && len(n.HeldBy) == 0 && len(n.Drained) == 0 && !n.Out || n.free(g)
+}
+
 // cpusFree is the CPUs this plan may use: none on a node drained whole,
 // so that no worker without GPUs lands there either.
 func (n *Node) cpusFree() float64 {
@@ -168,7 +174,7 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
 		*ns = nodeState{owner: owner, node: n, cpuLeft: n.cpusFree(), firstTrain: -1}
 		start := len(usable)
 		for g := 0; g < n.GPUs; g++ {
-			if len(n.Unhealthy) == 0 && len(n.HeldBy) == 0 && len(n.Drained) == 0 && !n.Out || n.free(g) {
+			if n.usable(g) {
 				usable = append(usable, g)
 			}
 		}

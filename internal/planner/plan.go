@@ -73,17 +73,33 @@ func Replan(prev *Plan, spec *Spec, nodes []Node) (*Plan, *Change, error) {
 // replan is Replan; keep says whether a plan that cannot place every
 // worker is degraded rather than released.
 func replan(prev *Plan, spec *Spec, nodes []Node, keep bool) (*Plan, *Change, error) {
+	return replanFrom(prev, spec, nodes, keep, false, nil)
+}
+
+// replanFrom is replan; readAll refuses a start from prev's state when
+// it was made for other elastic sizes (resize.go): every worker is read
+// again, as from a document. released (nil: none) says, of the plans
+// holding GPUs of workers the run could not keep, whether they release
+// the plan (a higher priority took them): a plan that would be degraded
+// is then not made, and the plan made afresh, which failed, is the
+// outcome, as the allocator's unlessPreempted would make it.
+func replanFrom(prev *Plan, spec *Spec, nodes []Node, keep, readAll bool, released func(takenBy []string) bool) (*Plan, *Change, error) {
 	if why, kind := freshWhy(prev, spec); why != "" {
 		return fresh(prev, spec, nodes, why, kind)
 	}
 	e := newEngine(spec, Options{})
-	e.prev, e.prevState = prev, prev.state
+	e.prev, e.prevState, e.readAll = prev, prev.state, readAll
 	e.degrade = keep
 	err := e.run(nodes)
 	var short *shortfallError
 	if errors.As(err, &short) {
 		doc, ch, ferr := fresh(prev, spec, nodes, "the incremental plan could not place every worker: "+err.Error(), plan.FreshShortfall)
 		if ferr == nil || !keep {
+			return doc, ch, ferr
+		}
+		if released != nil && spec.MaxGPUs == 0 && released(e.takenBy) {
+			// Released whole: its degraded plan, a document of every kept
+			// worker, would be made only to be dropped.
 			return doc, ch, ferr
 		}
 		return degraded(e, prev, spec, nodes, &Outcome{doc, ch, ferr})
@@ -181,14 +197,21 @@ func (e *engine) run(nodes []Node) error {
 			return err
 		}
 	}
+	e.prevAsked, e.prevBase, e.prevSlots = [nComp]int{}, e.base, e.slots
+	for _, d := range e.demands {
+		e.prevAsked[d.ci] = d.asked
+	}
 	e.fast = e.prev != nil && e.prevState.reusable(e.spec)
+	if !e.fast && e.prev != nil && e.prev.PlanState() == plan.StateValid {
+		if asked, base, slots, ok := e.prevLayout(); ok {
+			e.fast, e.resized = true, true
+			e.prevAsked, e.prevBase, e.prevSlots = asked, base, slots
+		}
+	}
 	if e.fast {
 		e.adoptFast(nodes, order)
 	} else {
 		e.loadAll(nodes, order)
-		if !e.opt.PoolsOnly {
-			e.store = newStore(e.slots)
-		}
 	}
 	if err := e.checkCapacity(); err != nil {
 		if !e.degrade {
@@ -196,6 +219,11 @@ func (e *engine) run(nodes []Node) error {
 		}
 		// Degraded, the plan places what it can all the same.
 		e.capErr = err
+	}
+	if !e.fast && !e.opt.PoolsOnly {
+		// Only once the arithmetic passed: a plan of 160,000 workers that
+		// cannot fit (a preempted plan's fresh try) allocates none.
+		e.store = newStore(e.slots)
 	}
 	if e.rules.manual {
 		if err := e.loadPools(); err != nil {

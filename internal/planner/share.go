@@ -88,8 +88,23 @@ func PlanAll(jobs []Job, nodes []Node) []Outcome {
 }
 
 // planFixed is PlanAll on fixed sizes.
-func planFixed(jobs []Job, nodes []Node) []Outcome {
+func planFixed(jobs []Job, nodes []Node) []Outcome { return planRuns(jobs, nodes, false) }
+
+// planRuns is planFixed; readAll refuses every replan a start from a
+// previous state of other elastic sizes (ElasticOptions.readAll).
+func planRuns(jobs []Job, nodes []Node, readAll bool) []Outcome {
+	out, why := planTrial(jobs, nodes, readAll)
+	why()
+	return out
+}
+
+// planTrial is planRuns but for the reasons of the plans that are not
+// valid (explainWhy), which the outcomes get only once why is called: a
+// trial of the elastic search that is not kept needs no words, and
+// wording one may plan a spec again, in full.
+func planTrial(jobs []Job, nodes []Node, readAll bool) ([]Outcome, func()) {
 	a := newAllocator(jobs, nodes)
+	a.readAll = readAll
 	cur := make([]holding, len(jobs))
 	for j := range jobs {
 		cur[j] = a.holdingOf(jobs[j].Prev)
@@ -103,8 +118,8 @@ func planFixed(jobs []Job, nodes []Node) []Outcome {
 			next[j] = a.holdingOf(out[j].Plan)
 		}
 		if pass+1 == maxPasses || !anyInvalid(out) || slices.EqualFunc(next, cur, holding.equal) {
-			a.explain(out, prev, next)
-			return out
+			ws := a.explainWho(out, prev, next)
+			return out, func() { a.explainWhy(out, next, ws) }
 		}
 		cur = next
 	}
@@ -185,6 +200,9 @@ type allocator struct {
 	// was). Both are a pass's.
 	pending []*Outcome
 	kept    []*Spec
+	// readAll: replans never start from a state of other elastic sizes
+	// (ElasticOptions.readAll).
+	readAll bool
 }
 
 func newAllocator(jobs []Job, nodes []Node) *allocator {
@@ -252,6 +270,11 @@ func (a *allocator) holdingOf(p *Plan) holding {
 // plan's, and of two that would return to one GPU the first placed
 // takes it.
 func (a *allocator) remainder(blockers []blocker, own holding) []Node {
+	if !slices.ContainsFunc(blockers, func(b blocker) bool { return len(b.h) > 0 }) {
+		// Nothing in the way: the nodes themselves, which no run writes
+		// (a plan alone on 20,000 nodes copies none).
+		return a.nodes
+	}
 	out := slices.Clone(a.nodes)
 	for _, b := range blockers {
 		for _, h := range b.h {
@@ -376,18 +399,23 @@ func (a *allocator) placeJob(j int, own holding, placed, same, lower []blocker) 
 // to a plan of higher priority, as preemption always did (its error is
 // a fresh plan's on what is left); only faults degrade.
 func (a *allocator) unlessPreempted(j int, spec *Spec, o Outcome) Outcome {
-	job := &a.jobs[j]
-	if o.Plan.PlanState() != plan.StateDegraded || o.Plan.afresh == nil {
+	if o.Plan.PlanState() != plan.StateDegraded || o.Plan.afresh == nil || !a.releases(&a.jobs[j], o.Plan.takenBy) {
 		return o
 	}
-	for _, name := range o.Plan.takenBy {
+	return WithinQuota(*o.Plan.afresh, spec)
+}
+
+// releases reports whether one of the plans named took GPUs of job as a
+// plan of higher priority.
+func (a *allocator) releases(job *Job, takenBy []string) bool {
+	for _, name := range takenBy {
 		for i := range a.jobs {
 			if a.jobs[i].Name == name && a.jobs[i].priority() > job.Spec.Priority {
-				return WithinQuota(*o.Plan.afresh, spec)
+				return true
 			}
 		}
 	}
-	return o
+	return false
 }
 
 // place plans job on spec beside the jobs placed before it and those
@@ -398,9 +426,17 @@ func (a *allocator) unlessPreempted(j int, spec *Spec, o Outcome) Outcome {
 // lower ones unless that places it whole.
 func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, same, lower []blocker) Outcome {
 	// release is how many of the lowest jobs give way.
-	try := func(release int) Outcome {
-		nodes := a.remainder(slices.Concat(placed, same, lower[:len(lower)-release]), own)
-		doc, ch, err := replan(job.Prev, spec, nodes, keep)
+	room := func(release int) []Node {
+		return a.remainder(slices.Concat(placed, same, lower[:len(lower)-release]), own)
+	}
+	tryOn := func(nodes []Node) Outcome {
+		var released func([]string) bool
+		if keep && len(lower) == 0 {
+			// Its only try, whose degraded outcome unlessPreempted
+			// releases when a plan of higher priority took its GPUs.
+			released = func(by []string) bool { return a.releases(job, by) }
+		}
+		doc, ch, err := replanFrom(job.Prev, spec, nodes, keep, a.readAll, released)
 		if doc.Placed() {
 			a.byID(doc) // kept with doc: HeldGPUs reads it
 		}
@@ -414,22 +450,38 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 		}
 		return o
 	}
-	o := try(0)
-	if len(lower) == 0 || o.Err == nil && o.Plan.Moved == 0 {
-		return o
+	try := func(release int) Outcome { return tryOn(room(release)) }
+	first := room(0)
+	// A new plan that the arithmetic says cannot fit beside every lower
+	// plan fails there: unless it fails with them released too, that
+	// failure is never read, and planning it afresh on every node to
+	// find it out (a plan of higher priority arriving on a full cluster)
+	// is not done.
+	short := len(lower) > 0 && (job.Prev == nil || !job.Prev.Placed()) && cannotFit(spec, first)
+	var o Outcome
+	if !short {
+		o = tryOn(first)
+		if len(lower) == 0 || o.Err == nil && (o.Plan.Moved == 0 || placesAnew(job, spec)) {
+			return o
+		}
 	}
 	// With every lower job released: if that fails, what higher and
 	// equal jobs leave is too little. A job that fits among the lower
 	// ones only by moving its own workers takes room from them instead
 	// when that keeps more of its workers where they are.
 	all := try(len(lower))
-	switch {
-	case all.Err != nil && o.Err != nil && o.Plan.Placed():
-		return o
-	case all.Err != nil && o.Err != nil:
-		return all
-	case all.Err != nil || o.Err == nil && all.Plan.Moved >= o.Plan.Moved:
-		return o
+	if !short || all.Err != nil {
+		if short {
+			o = tryOn(first)
+		}
+		switch {
+		case all.Err != nil && o.Err != nil && o.Plan.Placed():
+			return o
+		case all.Err != nil && o.Err != nil:
+			return all
+		case all.Err != nil || o.Err == nil && all.Plan.Moved >= o.Plan.Moved:
+			return o
+		}
 	}
 	for r := 1; r < len(lower); r++ {
 		if some := try(r); some.Err == nil && some.Plan.Moved <= all.Plan.Moved {
@@ -439,8 +491,18 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 	return all
 }
 
-// explain names, for each job, the jobs of higher priority that took
-// GPUs it held going in (prev), and says why a job is not valid, or
+// placesAnew reports whether every plan of spec for job counts every
+// worker as moved, and has as many: it keeps none (no previous
+// placement), and has no buffers, whose number follows the nodes train
+// lands on. A valid plan beside every lower job is then as good as any
+// that takes room from them.
+func placesAnew(job *Job, spec *Spec) bool {
+	return (job.Prev == nil || !job.Prev.Placed()) && (spec.Scheduling.Buffer == nil || spec.Scheduling.Train == nil || spec.Scheduling.Train.WorkerNum <= 0)
+}
+
+// A run's explanation (explainWho, then explainWhy) names, for each
+// job, the jobs of higher priority that took GPUs it held going in
+// (prev), and says why a job is not valid, or
 // why its new spec is pending, in terms a person can act on (reason):
 // preempted by the plans that took its GPUs, or waiting for room held
 // by the plans that hold what it lacks, only where it would fit if they
@@ -451,28 +513,51 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 // preempted_by it had until it is placed again: what other plans do
 // meanwhile makes it no new revision. An error of the spec's own (a
 // manual pool naming a node not there) is never put down to others.
-func (a *allocator) explain(out []Outcome, prev, final []holding) {
+
+// inWay is, for one job, the jobs in its way (holders: placed before
+// it, or after it and of its priority or higher, which it may not take
+// from; names, theirs) and those of them of higher priority that took
+// GPUs it held going in (by).
+type inWay struct {
+	by, holders []int
+	names       []string
+}
+
+// explainWho is explain's first half: who is in each job's way, and
+// preempted_by. It is all that how a job fares (elastic.go's score)
+// reads; explainWhy words the reasons, which may plan the spec again.
+func (a *allocator) explainWho(out []Outcome, prev, final []holding) []inWay {
+	ws := make([]inWay, len(out))
 	for k, j := range a.order {
 		o, job := &out[j], &a.jobs[j]
 		if job.Spec == nil {
 			continue
 		}
-		// holders are the jobs in its way: placed before it, or after it
-		// and of its priority or higher (it may not take from them).
-		var by, holders []int
-		var names []string
+		w := &ws[j]
 		for n, i := range a.order {
 			other := &a.jobs[i]
 			if i == j || len(final[i]) == 0 || n > k && other.priority() < job.Spec.Priority {
 				continue
 			}
-			holders = append(holders, i)
-			names = append(names, other.Name)
+			w.holders = append(w.holders, i)
+			w.names = append(w.names, other.Name)
 			if other.priority() > job.Spec.Priority && final[i].overlaps(prev[j]) {
-				by = append(by, i)
+				w.by = append(w.by, i)
 				o.Plan.PreemptedBy = append(o.Plan.PreemptedBy, other.Name)
 			}
 		}
+	}
+	return ws
+}
+
+// explainWhy is explain's second half, on what explainWho found (ws).
+func (a *allocator) explainWhy(out []Outcome, final []holding, ws []inWay) {
+	for _, j := range a.order {
+		o, job := &out[j], &a.jobs[j]
+		if job.Spec == nil {
+			continue
+		}
+		by, holders, names := ws[j].by, ws[j].holders, ws[j].names
 		if p := a.pending[j]; p != nil {
 			// The new spec's reason: no job took anything for it.
 			w := a.reason(job.Spec, p.Plan, p.Err, holders, nil, final)
@@ -655,7 +740,7 @@ func PlanBeside(spec *Spec, nodes []Node, others []Job) (*Plan, error) {
 					floor[k] = r.min
 				}
 				cut := *o
-				cutTo(&cut, refs, floor)
+				cutTo(&cut, refs, floor, false)
 				prev = cut.Prev
 			}
 			in = append(in, blocker{o.Name, a.holdingOf(prev)})
