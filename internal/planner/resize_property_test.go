@@ -171,8 +171,8 @@ func TestElasticIncrementalAgrees(t *testing.T) {
 			for j := range out {
 				if !SamePlacement(out[j].Plan, want[j].Plan) {
 					t.Fatalf("%s: from the run's states %s %s %+v\nfrom the documents  %s %s %+v", names[j],
-						placementOf(out[j].Plan), stateOf(out[j].Plan), out[j].Plan.StatusOf(),
-						placementOf(want[j].Plan), stateOf(want[j].Plan), want[j].Plan.StatusOf())
+						placementOf(out[j].Plan), stateOf(out[j].Plan), out[j].Plan.Status,
+						placementOf(want[j].Plan), stateOf(want[j].Plan), want[j].Plan.Status)
 				}
 			}
 			for i, n := range names {
