@@ -44,6 +44,7 @@ func TestClaims(t *testing.T) {
 		put    *NodeInventory // else remove, or own
 		remove string
 		own    string // "UUID>NODE": Own
+		owned  string // "UUID>NODE": Owned (persisted)
 		// refused: the put's refused GPUs as "INDEX>HOLDER";
 		// handovers as "UUID:FROM>TO"; changed: the nodes re-marked.
 		refused, handovers, changed []string
@@ -104,6 +105,21 @@ func TestClaims(t *testing.T) {
 			{put: put("rg", "u0")},
 			{put: put("r2", "u0"), handovers: []string{"u0:rg>r2"}, changed: []string{"rg"}},
 		}, holders: map[string]string{"u0": "r2"}},
+		{name: "a persisted owner decides over an inferred one", steps: []step{
+			// A planner started while rg squats: rg holds, and looks
+			// like the owner, until the persisted one is read.
+			{put: put("rg", "u0", "u1")},
+			{owned: "u0>r2"},
+			{owned: "u1>r2"},
+			{put: put("r2", "u0", "u1"), handovers: []string{"u0:rg>r2", "u1:rg>r2"}, changed: []string{"rg"}},
+		}, holders: map[string]string{"u0": "r2", "u1": "r2"}},
+		{name: "a persisted owner read first: the squatter never owns", steps: []step{
+			{owned: "u0>r2"},
+			{put: put("rg", "u0")},
+			{remove: "rg"},
+			{put: put("rg", "u0")},
+			{put: put("r2", "u0"), handovers: []string{"u0:rg>r2"}, changed: []string{"rg"}},
+		}, holders: map[string]string{"u0": "r2"}},
 		{name: "claim order among waiters", steps: []step{
 			{put: put("a", "u0")},
 			{put: put("c", "u0"), refused: []string{"0>a"}},
@@ -142,6 +158,11 @@ func TestClaims(t *testing.T) {
 				if s.own != "" {
 					u, n, _ := strings.Cut(s.own, ">")
 					claims.Own(u, n)
+					continue
+				}
+				if s.owned != "" {
+					u, n, _ := strings.Cut(s.owned, ">")
+					claims.Owned(u, n)
 					continue
 				}
 				if s.put != nil {
@@ -191,6 +212,53 @@ func TestClaims(t *testing.T) {
 				t.Errorf("holders %v, want %v", got, c.holders)
 			}
 		})
+	}
+}
+
+// TestTakeUnsaved: the owners this process inferred (first holders, a
+// plan read back) are handed on once each, per node; persisted ones
+// never.
+func TestTakeUnsaved(t *testing.T) {
+	var c Claims
+	c.Owned("u1", "x") // persisted: a's holding it infers nothing
+	c.Put("a", claimDoc("a", "u0", "u1"))
+	c.Put("b", claimDoc("b", "u2", "u0"))
+	c.Own("u3", "c")
+	for i, want := range []map[string][]string{
+		{"a": {"u0"}, "b": {"u2"}, "c": {"u3"}},
+		nil,
+	} {
+		if got := c.TakeUnsaved(); !reflect.DeepEqual(got, want) {
+			t.Errorf("take %d: %v, want %v", i, got, want)
+		}
+	}
+	c.Put("a", claimDoc("a", "u0", "u1", "u4"))
+	c.Owned("u3", "c")
+	if got, want := c.TakeUnsaved(), map[string][]string{"a": {"u4"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("after a new GPU: %v, want %v", got, want)
+	}
+	if got := c.Owner("u1"); got != "x" {
+		t.Errorf("owner of u1 %q, want the persisted x", got)
+	}
+}
+
+// TestPersistedOwnersKept: the owners forgotten to bound memory (a
+// reporter inventing UUIDs) are never the persisted ones, however many
+// nodes are away.
+func TestPersistedOwnersKept(t *testing.T) {
+	var c Claims
+	const away = maxIdleOwners + 100
+	for i := range away {
+		c.Owned(fmt.Sprintf("away%d", i), fmt.Sprintf("n%d", i/8))
+	}
+	for i := range maxIdleOwners + 50 {
+		c.Put("rogue", claimDoc("rogue", fmt.Sprintf("made-up%d", i)))
+	}
+	if got := c.Owner("away0"); got != "n0" {
+		t.Errorf("persisted owner of away0 %q, want n0", got)
+	}
+	if n := len(c.owner); n > away+1+maxIdleOwners {
+		t.Errorf("%d owners remembered, want at most %d", n, away+1+maxIdleOwners)
 	}
 }
 

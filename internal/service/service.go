@@ -178,6 +178,8 @@ type Service struct {
 	// The loop's goroutine alone uses them.
 	live   view
 	states map[string]*planState
+	// owners persists the GPU UUID owners the claims infer (owners.go).
+	owners *ownerBook
 	// grow is since when each GPU has been free, for elastic growth
 	// (grow.go): the loop's goroutine alone uses it.
 	grow growWatch
@@ -387,6 +389,7 @@ func (p *Service) Run(ctx context.Context) error {
 	if latest != nil {
 		p.learnOwners(latest.Plan) // before any node's document
 	}
+	p.loadOwners(ctx)
 	if latest != nil && latest.Plan.Placed() {
 		own.inherited = latest.Plan
 	}

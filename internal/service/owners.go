@@ -1,0 +1,142 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/store"
+)
+
+// ownerBook persists which node owns each GPU UUID (its first holder)
+// in store.OwnersBucket, so that a planner started at any time, while a
+// node is away and another lists its GPUs, still gives them back to it
+// when it returns (inventory.Claims.Owned). The loop hands it the
+// owners its claims inferred while it leads (saveOwners); its own
+// goroutine (run) alone writes the bucket.
+type ownerBook struct {
+	store *store.OwnerStore
+	saves chan map[string][]string
+}
+
+// ownersWindow is how many nodes' records are written at once: a
+// cluster's first start records every node.
+const ownersWindow = 32
+
+// loadOwners reads the persisted owners into the live claims before
+// any node's document, and starts the writer. A bucket that cannot be
+// read leaves ownership to this process's memory: said in a log line
+// and a problem until the writer reaches the bucket.
+func (p *Service) loadOwners(ctx context.Context) {
+	st := store.NewOwnerStore(p.cfg.JS)
+	st.Replicas = p.cfg.Replicas
+	p.owners = &ownerBook{store: st, saves: make(chan map[string][]string, 16)}
+	lctx, cancel := context.WithTimeout(ctx, max(p.cfg.StoreTimeout, 10*time.Second))
+	defer cancel()
+	owners, err := func() (map[string]string, error) {
+		if _, err := st.Ensure(lctx); err != nil {
+			return nil, err
+		}
+		return st.Load(lctx)
+	}()
+	if err != nil {
+		why := fmt.Sprintf("cannot read the GPU UUID owners (%v): a node away while another lists its GPUs may not get them back", err)
+		p.cfg.Log.Error().Err(err).Msg("cannot read the GPU UUID owners: ownership goes by what this planner sees")
+		p.problem("owners", why)
+	}
+	for u, n := range owners {
+		p.live.claims.Owned(u, n)
+	}
+	go p.owners.run(ctx, p.cfg.Log, p.clock, p.cfg.StoreTimeout, func(err error) {
+		if err == nil {
+			p.problem("owners", "")
+			return
+		}
+		p.problem("owners", fmt.Sprintf("cannot record the GPU UUID owners (%v): a planner started later may take a squatter for a node's GPUs' owner", err))
+	})
+}
+
+// saveOwners hands the owners the claims inferred to the writer, while
+// this planner leads (a standby keeps them until it leads: the leader
+// writes its own). A busy writer gets them at a later event.
+func (p *Service) saveOwners() {
+	if p.owners == nil || p.leading() == 0 || len(p.owners.saves) == cap(p.owners.saves) {
+		return
+	}
+	if u := p.live.claims.TakeUnsaved(); u != nil {
+		p.owners.saves <- u
+	}
+}
+
+// run writes what saves brings until ctx ends; what fails is tried
+// again a second later. said is told each pass's outcome.
+func (b *ownerBook) run(ctx context.Context, log zerolog.Logger, clock Clock, timeout time.Duration, said func(error)) {
+	pending := map[string][]string{}
+	retry := clock.NewTimer(time.Hour)
+	retry.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			retry.Stop()
+			return
+		case u := <-b.saves:
+			for n, us := range u {
+				pending[n] = append(pending[n], us...)
+			}
+		case <-retry.C():
+		}
+		err := b.write(ctx, pending, clock.Now(), max(timeout, 10*time.Second))
+		switch {
+		case err != nil:
+			if !failing {
+				log.Warn().Err(err).Msg("cannot record GPU UUID owners; trying again")
+			}
+			failing = true
+			said(err)
+			retry.Reset(time.Second)
+		case failing:
+			failing = false
+			said(nil)
+		}
+	}
+}
+
+// write records pending's owners, ownersWindow nodes at once, and
+// leaves in it those that failed; the first failure is returned.
+func (b *ownerBook) write(ctx context.Context, pending map[string][]string, now time.Time, timeout time.Duration) error {
+	var mu sync.Mutex
+	var first error
+	slots := make(chan struct{}, ownersWindow)
+	var wg sync.WaitGroup
+	done := make([]string, 0, len(pending))
+	for _, n := range slices.Sorted(maps.Keys(pending)) {
+		us := pending[n]
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			wctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			err := b.store.Add(wctx, n, us, now)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if first == nil {
+					first = err
+				}
+				return
+			}
+			done = append(done, n)
+		})
+	}
+	wg.Wait()
+	for _, n := range done {
+		delete(pending, n)
+	}
+	return first
+}
