@@ -31,6 +31,8 @@ type marks struct {
 	// mu is innermost: nothing is locked while it is held.
 	mu sync.Mutex
 	m  map[string]int
+	// maxWorkers bounds the plans kept whole (maxKeptWorkers).
+	maxWorkers int
 	// err is the last failure to read or write the file, said once;
 	// keepErr, to keep a plan's latest (placements.go).
 	err, keepErr error
@@ -49,7 +51,7 @@ type marksFile struct {
 }
 
 func newMarks(path string) *marks {
-	return &marks{path: path, m: map[string]int{}}
+	return &marks{path: path, m: map[string]int{}, maxWorkers: maxKeptWorkers}
 }
 
 // load reads the file; a missing one is empty. A file that cannot be
