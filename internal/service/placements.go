@@ -86,31 +86,49 @@ func appendKept(b []byte, digest string, doc *plan.Document) []byte {
 }
 
 // kept is plan name's latest revision as kept, if it is revision rev
-// (nil: none kept, or another).
-func (k *marks) kept(name string, rev int) (*store.StoredPlan, error) {
+// (nil: none kept, or another; found is the revision kept, 0 for none).
+func (k *marks) kept(name string, rev int) (sp *store.StoredPlan, found int, err error) {
 	path := k.placementPath(name)
 	if path == "" {
-		return nil, nil
+		return nil, 0, nil
 	}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kept plan %s: %w", name, err)
+		return nil, 0, fmt.Errorf("kept plan %s: %w", name, err)
 	}
 	var f keptPlan
 	var doc plan.Document
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("kept plan %s: %w", path, err)
+		return nil, 0, fmt.Errorf("kept plan %s: %w", path, err)
 	}
 	if err := json.Unmarshal(f.Document, &doc); err != nil {
-		return nil, fmt.Errorf("kept plan %s: %w", path, err)
+		return nil, 0, fmt.Errorf("kept plan %s: %w", path, err)
 	}
 	if doc.Name != name || doc.Revision != rev {
-		return nil, nil
+		return nil, doc.Revision, nil
 	}
-	return &store.StoredPlan{Plan: &planner.Plan{Document: doc}, SpecDigest: f.SpecDigest, Base: rev}, nil
+	return &store.StoredPlan{Plan: &planner.Plan{Document: doc}, SpecDigest: f.SpecDigest, Base: rev}, rev, nil
+}
+
+// lostPlacement says that plan s's placement of revision mark is lost
+// with the plan history and nothing here kept it (found: the revision
+// the state file keeps, 0 for none; err, why it could not be read): a
+// problem naming the plan, for as long as this planner runs, since its
+// workers may move.
+func (p *Service) lostPlacement(s *planState, mark, found int, err error) {
+	why := fmt.Sprintf("none was kept beside the state file %s (a plan of more than %d workers is not kept)", p.marks.path, p.marks.maxWorkers)
+	switch {
+	case err != nil:
+		why = fmt.Sprintf("the one kept cannot be read: %v", err)
+	case found > 0:
+		why = fmt.Sprintf("the state file %s keeps revision %d's, not its", p.marks.path, found)
+	}
+	msg := fmt.Sprintf("plan %s: its placement of revision %d was lost with the plan history, and %s: it is planned afresh on the inventory as the nodes report, and its workers may move", s.name, mark, why)
+	s.log.Error().Int("high_water", mark).Msg(msg)
+	p.problem("lost:"+s.name, msg)
 }
 
 // keepPlacement keeps sp, plan s's new latest, logging a failure once

@@ -34,10 +34,12 @@ func TestKeptPlacement(t *testing.T) {
 		rev     int
 		workers int // -1: none read back
 	}{{3, 4}, {2, -1}, {4, -1}} {
-		got, err := k.kept("p", c.rev)
+		got, found, err := k.kept("p", c.rev)
 		switch {
 		case err != nil:
 			t.Fatalf("revision %d: %v", c.rev, err)
+		case found != 3:
+			t.Errorf("revision %d: found revision %d kept, want 3", c.rev, found)
 		case c.workers < 0 && got != nil:
 			t.Errorf("revision %d read back as kept", c.rev)
 		case c.workers >= 0 && (got == nil || got.Plan.Workers.Len() != c.workers || got.SpecDigest != "d1" || !planner.SamePlacement(got.Plan, stored(3, 4).Plan)):
@@ -54,14 +56,14 @@ func TestKeptPlacement(t *testing.T) {
 	if err := os.WriteFile(k.placementPath("q"), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.kept("q", 1); err == nil {
+	if _, _, err := k.kept("q", 1); err == nil {
 		t.Error("a damaged kept plan read")
 	}
 	none := newMarks("")
 	if err := none.keep("p", stored(1, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := none.kept("p", 1); got != nil || err != nil {
+	if got, _, err := none.kept("p", 1); got != nil || err != nil {
 		t.Errorf("without a state file: %v, %v", got, err)
 	}
 }
@@ -89,7 +91,7 @@ func TestKeptPlacementRoundTrip(t *testing.T) {
 		if err := k.keep("p", &store.StoredPlan{Plan: &planner.Plan{Document: doc}, SpecDigest: digest}); err != nil {
 			rt.Fatal(err)
 		}
-		got, err := k.kept("p", doc.Revision)
+		got, _, err := k.kept("p", doc.Revision)
 		if err != nil || got == nil {
 			rt.Fatalf("read back: %v, %v", got, err)
 		}

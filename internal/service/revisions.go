@@ -167,6 +167,9 @@ func (p *Service) aboveMark(s *planState, sp *store.StoredPlan) *store.StoredPla
 		if sp != nil {
 			p.mark(s, have)
 			p.keepPlacement(s, sp)
+		} else if p.marks.path == "" {
+			// Nothing here can tell a first start from a wiped store.
+			s.log.Info().Msg("the plan stream has no revision of the plan and there is no --state-file: it is planned afresh (had the store been wiped, its last placement would be lost: only a state file keeps it)")
 		}
 		return sp
 	}
@@ -174,9 +177,8 @@ func (p *Service) aboveMark(s *planState, sp *store.StoredPlan) *store.StoredPla
 	if sp == nil {
 		why = fmt.Sprintf("the plan history was lost: the plan stream has no revision, but revision %d was published before", mark)
 	}
-	if kept, err := p.marks.kept(s.name, mark); err != nil {
-		s.log.Error().Err(err).Msg("cannot read the plan's kept latest revision")
-	} else if kept != nil {
+	kept, found, err := p.marks.kept(s.name, mark)
+	if kept != nil {
 		// Its placement known: the plan resumes on it, its nodes
 		// settling, and the next revision republishes it whole.
 		s.log.Error().Int("stream_revision", have).Int("high_water", mark).
@@ -189,6 +191,7 @@ func (p *Service) aboveMark(s *planState, sp *store.StoredPlan) *store.StoredPla
 	}
 	s.log.Error().Int("stream_revision", have).Int("high_water", mark).
 		Msg(why + "; the next revision continues after it")
+	p.lostPlacement(s, mark, found, err)
 	doc := plan.Document{Header: plan.Header{Name: s.name, Revision: mark, Error: why}}
 	stand := &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Base: mark, Unreadable: true, Orphan: true}
 	if sp != nil {

@@ -2,9 +2,14 @@ package service
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -52,5 +57,47 @@ func TestWipeResumesFromMemory(t *testing.T) {
 	case err := <-r.done:
 		t.Fatalf("the planner stopped: %v", err)
 	default:
+	}
+}
+
+// TestWipeLostPlacementSaid: a planner restarted on a wiped store whose
+// state file keeps no placement of the plan's last revision (a plan
+// over the bound is not kept; here the file is gone) cannot resume the
+// placement: it says so, a problem naming the plan and the revision
+// lost, and plans afresh above the mark, inventing nothing.
+func TestWipeLostPlacementSaid(t *testing.T) {
+	t.Parallel()
+	state := filepath.Join(t.TempDir(), "revisions.json")
+	cfg := Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second, StateFile: state}
+	r := newRide(t, 4, cfg)
+	last := r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
+	r.stop()
+	if err := <-r.done; err != nil {
+		t.Fatal(err)
+	}
+	kept := newMarks(state).placementPath("default")
+	if _, err := os.Stat(kept); err != nil {
+		t.Fatalf("no placement kept to lose: %v", err)
+	}
+	if err := os.Remove(kept); err != nil {
+		t.Fatal(err)
+	}
+	r.srv.Wipe()
+
+	nc, js := rideConn(t, r.srv.URL())
+	cfg.NC, cfg.JS, cfg.Log = nc, js, zerolog.New(&r.logs)
+	p := New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	natstest.WaitFor(t, 20*time.Second, "a problem naming the plan and its lost placement", func() bool {
+		return slices.ContainsFunc(p.Health().Problems, func(s string) bool {
+			return strings.HasPrefix(s, "plan default: its placement of revision 1 was lost") && strings.Contains(s, "planned afresh")
+		})
+	})
+	next := r.waitPlan(30*time.Second, "a revision after the wipe", func(p *planner.Plan) bool { return p.Revision >= 2 && p.Valid })
+	if next.Revision != last.Revision+1 || !strings.Contains(next.Reason, "history was lost") {
+		t.Errorf("after the wipe: revision %d (want %d), reason %q", next.Revision, last.Revision+1, next.Reason)
 	}
 }
