@@ -114,6 +114,15 @@ func TestLauncherCannotDelayStandby(t *testing.T) {
 	put("n1")
 	revision(1)
 
+	// A push consumer the launcher points at the republished subject:
+	// the standby and the map listening there are an audience, so it
+	// delivers the plan history to them (with an ack reply, which no
+	// republish has: dropped), and no stream stores it.
+	pushCfg, _ := json.Marshal(map[string]any{"stream_name": client.PlansStream, "config": map[string]any{
+		"name": "cues", "deliver_subject": client.PlanRepublishSubject("default"), "ack_policy": "none", "deliver_policy": "all"}})
+	if reply, err := lnc.Request("$JS.API.CONSUMER.CREATE."+client.PlansStream+".cues", pushCfg, 5*time.Second); err != nil || strings.Contains(string(reply.Data), `"error"`) {
+		t.Fatalf("the launcher's push consumer: %v %s", err, reply.Data)
+	}
 	// The launcher takes every slot the stream has left.
 	made := 0
 	for k := range 1100 {
@@ -156,6 +165,31 @@ func TestLauncherCannotDelayStandby(t *testing.T) {
 		t.Errorf("revision 3 published by %q, want the standby %q", by, standby.p.plans.Publisher)
 	}
 	events.want(t, 3)
+
+	// (Read without a consumer: the launcher holds every slot.)
+	st, err := ljs.Stream(ctx, client.PlansStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := st.Info(ctx, jetstream.WithSubjectFilter(client.PlanEventSubject("default")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := si.State.Subjects[client.PlanEventSubject("default")]; n != 3 {
+		t.Errorf("the plan stream holds %d events of the plan, want its 3 revisions", n)
+	}
+	reply, err := lnc.Request("$JS.API.CONSUMER.INFO."+client.PlansStream+".cues", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Delivered struct {
+			Consumer uint64 `json:"consumer_seq"`
+		} `json:"delivered"`
+	}
+	if err := json.Unmarshal(reply.Data, &info); err != nil || info.Delivered.Consumer == 0 {
+		t.Errorf("the launcher's push consumer delivered nothing (%v, %s): the test shows no audience at the cue subject", err, reply.Data)
+	}
 }
 
 // mapCues is a GPU map's event stream, read as it comes.
