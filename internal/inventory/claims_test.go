@@ -3,6 +3,7 @@ package inventory
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -441,3 +442,76 @@ func TestParseNodesOneGPUOneNode(t *testing.T) {
 		})
 	}
 }
+
+// TestPersistedOwnersAgree: a planner (Claims) started at any step,
+// given the owners another one persisted so far (TakeUnsaved, first
+// record wins) and the live documents in any order, agrees with it on
+// every UUID's owner from then on, and both give each UUID its owner
+// lists to its owner: the squatter that held it when the second one
+// started never counts as the owner.
+func TestPersistedOwnersAgree(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nodes := []string{"n0", "n1", "n2", "n3"}
+		uuids := []string{"u0", "u1", "u2", "u3", "u4"}
+		var a Claims
+		var b *Claims
+		stored := map[string]string{}
+		persist := func() {
+			for n, us := range a.TakeUnsaved() {
+				for _, u := range us {
+					if _, ok := stored[u]; !ok {
+						stored[u] = n
+					}
+				}
+			}
+		}
+		live := map[string]NodeInventory{}
+		steps := rapid.IntRange(1, 40).Draw(t, "steps")
+		start := rapid.IntRange(0, steps-1).Draw(t, "start")
+		for step := range steps {
+			if step == start {
+				persist()
+				b = &Claims{}
+				for u, n := range stored {
+					b.Owned(u, n)
+				}
+				ids := rapid.Permutation(slices.Sorted(maps.Keys(live))).Draw(t, "resync order")
+				for _, id := range ids {
+					b.Put(id, live[id])
+				}
+			}
+			id := rapid.SampledFrom(nodes).Draw(t, "node")
+			if rapid.IntRange(0, 3).Draw(t, "op") == 0 {
+				a.Remove(id)
+				if b != nil {
+					b.Remove(id)
+				}
+				delete(live, id)
+			} else {
+				d := claimDoc(id, rapid.SliceOfNDistinct(rapid.SampledFrom(uuids), 0, 3, rapid.ID[string]).Draw(t, "uuids")...)
+				a.Put(id, d)
+				if b != nil {
+					b.Put(id, d)
+				}
+				live[id] = d
+			}
+			if rapid.Bool().Draw(t, "persist") {
+				persist()
+			}
+			if b == nil {
+				continue
+			}
+			for _, u := range uuids {
+				o := a.Owner(u)
+				if got := b.Owner(u); got != o {
+					t.Fatalf("step %d: UUID %s owned by %q here, %q by the planner started at step %d", step, u, o, got, start)
+				}
+				if o != "" && lists(ptr(live[o]), u) && (a.Holder(u) != o || b.Holder(u) != o) {
+					t.Fatalf("step %d: UUID %s, its owner %s listing it, held by %q and %q", step, u, o, a.Holder(u), b.Holder(u))
+				}
+			}
+		}
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
