@@ -22,6 +22,20 @@ import (
 type ownerBook struct {
 	store *store.OwnerStore
 	saves chan map[string][]string
+	// failed is the writer's last pass's failure (nil: none), which the
+	// loop says as a problem: the writer never touches the loop's state.
+	mu     sync.Mutex
+	failed error
+	// said is whether the loop says the failure now; the loop alone
+	// uses it.
+	said bool
+}
+
+// failure is the writer's last failure, nil once a pass succeeded.
+func (b *ownerBook) failure() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.failed
 }
 
 // ownersWindow is how many nodes' records are written at once: a
@@ -31,7 +45,7 @@ const ownersWindow = 32
 // loadOwners reads the persisted owners into the live claims before
 // any node's document, and starts the writer. A bucket that cannot be
 // read leaves ownership to this process's memory: said in a log line
-// and a problem until the writer reaches the bucket.
+// and a problem for as long as it runs (a restart reads them again).
 func (p *Service) loadOwners(ctx context.Context) {
 	st := store.NewOwnerStore(p.cfg.JS)
 	st.Replicas = p.cfg.Replicas
@@ -47,25 +61,29 @@ func (p *Service) loadOwners(ctx context.Context) {
 	if err != nil {
 		why := fmt.Sprintf("cannot read the GPU UUID owners (%v): a node away while another lists its GPUs may not get them back", err)
 		p.cfg.Log.Error().Err(err).Msg("cannot read the GPU UUID owners: ownership goes by what this planner sees")
-		p.problem("owners", why)
+		p.problem("owners:read", why) // until a restart reads them: this planner goes without
 	}
 	for u, n := range owners {
 		p.live.claims.Owned(u, n)
 	}
-	go p.owners.run(ctx, p.cfg.Log, p.clock, p.cfg.StoreTimeout, func(err error) {
-		if err == nil {
-			p.problem("owners", "")
-			return
-		}
-		p.problem("owners", fmt.Sprintf("cannot record the GPU UUID owners (%v): a planner started later may take a squatter for a node's GPUs' owner", err))
-	})
+	go p.owners.run(ctx, p.cfg.Log, p.clock, p.cfg.StoreTimeout)
 }
 
 // saveOwners hands the owners the claims inferred to the writer, while
 // this planner leads (a standby keeps them until it leads: the leader
 // writes its own). A busy writer gets them at a later event.
 func (p *Service) saveOwners() {
-	if p.owners == nil || p.leading() == 0 || len(p.owners.saves) == cap(p.owners.saves) {
+	if p.owners == nil {
+		return
+	}
+	if err := p.owners.failure(); err != nil {
+		p.problem("owners:write", fmt.Sprintf("cannot record the GPU UUID owners (%v): a planner started later may take a squatter for a node's GPUs' owner", err))
+		p.owners.said = true
+	} else if p.owners.said {
+		p.problem("owners:write", "")
+		p.owners.said = false
+	}
+	if p.leading() == 0 || len(p.owners.saves) == cap(p.owners.saves) {
 		return
 	}
 	if u := p.live.claims.TakeUnsaved(); u != nil {
@@ -74,8 +92,8 @@ func (p *Service) saveOwners() {
 }
 
 // run writes what saves brings until ctx ends; what fails is tried
-// again a second later. said is told each pass's outcome.
-func (b *ownerBook) run(ctx context.Context, log zerolog.Logger, clock Clock, timeout time.Duration, said func(error)) {
+// again a second later.
+func (b *ownerBook) run(ctx context.Context, log zerolog.Logger, clock Clock, timeout time.Duration) {
 	pending := map[string][]string{}
 	retry := clock.NewTimer(time.Hour)
 	retry.Stop()
@@ -92,18 +110,16 @@ func (b *ownerBook) run(ctx context.Context, log zerolog.Logger, clock Clock, ti
 		case <-retry.C():
 		}
 		err := b.write(ctx, pending, clock.Now(), max(timeout, 10*time.Second))
-		switch {
-		case err != nil:
-			if !failing {
-				log.Warn().Err(err).Msg("cannot record GPU UUID owners; trying again")
-			}
-			failing = true
-			said(err)
-			retry.Reset(time.Second)
-		case failing:
-			failing = false
-			said(nil)
+		if err != nil && !failing {
+			log.Warn().Err(err).Msg("cannot record GPU UUID owners; trying again")
 		}
+		if err != nil {
+			retry.Reset(time.Second)
+		}
+		failing = err != nil
+		b.mu.Lock()
+		b.failed = err
+		b.mu.Unlock()
 	}
 }
 
