@@ -45,6 +45,11 @@ const (
 	// DrainBucket is the KV bucket of drained nodes and GPUs (planner
 	// drain): key node.NODE_ID or gpu.INDEX.NODE_ID, value a JSON drain.
 	DrainBucket = "poolplanner-drains"
+	// PlanRepublishPrefix prefixes poolplanner.planned.NAME, where the plan
+	// stream republishes the headers of each event of plan NAME it
+	// stores (the stream's RePublish): a follower that subscribes there
+	// needs no consumer (FollowOptions.Republished).
+	PlanRepublishPrefix = "poolplanner.planned."
 )
 
 // Message headers.

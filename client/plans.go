@@ -313,6 +313,15 @@ type FollowOptions struct {
 	// read; a revision it skips is not delivered (a planner skips its
 	// own).
 	Skip func(Info) bool
+	// Republished follows without a consumer: a subscription to the
+	// stream's republished headers (PlanRepublishPrefix+name) cues
+	// direct gets, and a poll now and then, and after a reconnect,
+	// reads whatever a lost cue would have said. It takes no slot of
+	// the stream's consumer cap, so a client holding every slot cannot
+	// delay it (the planner's standbys and GPU map follow so); it needs
+	// to subscribe there, which only the planner's account may under
+	// --auth.
+	Republished bool
 }
 
 // Follow delivers the latest revision of plan name, whole, and then every
@@ -320,6 +329,9 @@ type FollowOptions struct {
 // reconnects. Each revision is rebuilt from the one before where its
 // event carries a change.
 func (c *Client) Follow(ctx context.Context, name string, opts FollowOptions) (<-chan *Revision, error) {
+	if opts.Republished {
+		return c.followRepublished(ctx, name, opts)
+	}
 	st, err := c.plans(ctx)
 	if err != nil {
 		return nil, err
@@ -389,11 +401,15 @@ func (f *follower) next(ctx context.Context, m jetstream.Msg) *Revision {
 	if err != nil {
 		return nil
 	}
-	if f.opts.Skip != nil && f.opts.Skip(infoOf(md.Sequence.Stream, md.Timestamp, m.Headers())) {
-		f.replay = nil // the chain continues without us
+	return f.apply(ctx, &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp})
+}
+
+// apply is next of a message read however (a consumer's delivery, a
+// direct get).
+func (f *follower) apply(ctx context.Context, raw *jetstream.RawStreamMsg) *Revision {
+	if f.skips(infoOf(raw.Sequence, raw.Time, raw.Header)) {
 		return nil
 	}
-	raw := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp}
 	ev, err := decodeEvent(raw)
 	if err != nil {
 		return nil
@@ -409,6 +425,16 @@ func (f *follower) next(ctx context.Context, m jetstream.Msg) *Revision {
 	}
 	f.replay = plan.NewReplay(whole.Document)
 	return whole
+}
+
+// skips asks opts.Skip about a revision; one it skips breaks the chain
+// of replayed changes, which continues without it.
+func (f *follower) skips(i Info) bool {
+	if f.opts.Skip != nil && f.opts.Skip(i) {
+		f.replay = nil
+		return true
+	}
+	return false
 }
 
 func send[T any](ctx context.Context, out chan<- T, v T) bool {

@@ -50,6 +50,11 @@ func PlansStreamConfig(replicas int) jetstream.StreamConfig {
 		AllowDirect:       true,
 		// Leases lapse by their own TTL.
 		AllowMsgTTL: true,
+		// Each event's headers again on poolplanner.planned.NAME, which
+		// no stream stores: the planner's standbys and GPU map follow
+		// there, needing no consumer, so clients holding every slot of
+		// the stream's consumer cap cannot delay them.
+		RePublish: &jetstream.RePublish{Source: client.PlanSubjectPrefix + ">", Destination: client.PlanRepublishPrefix + ">", HeadersOnly: true},
 	}
 }
 

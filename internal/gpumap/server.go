@@ -8,12 +8,10 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/client"
@@ -83,18 +81,28 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
-// Serve serves the map on l until ctx ends; a consumer of every plan's
-// new revisions (headers only) cues the pages to redraw. A consumer, not
-// a subscription to the plans' subjects: a subscription there would be
-// an audience for a push consumer someone points at them, whose
-// deliveries the plan stream would then store.
+// Serve serves the map on l until ctx ends; the plan stream's
+// republished headers of every plan's new revisions
+// (client.PlanRepublishPrefix) cue the pages to redraw. A subscription
+// there takes no slot of the stream's consumer cap, which clients share
+// (one holding every slot would keep the map from redrawing), and no
+// stream stores those subjects, so a push consumer someone points at
+// them has its deliveries dropped (client.CueOf), never stored.
 func (s *Server) Serve(ctx context.Context, l net.Listener, nc *nats.Conn) error {
-	js, err := jetstream.New(nc)
+	cues := make(chan client.Cue, 64)
+	sub, err := nc.Subscribe(client.PlanRepublishPrefix+"*", func(m *nats.Msg) {
+		if cue, ok := client.CueOf(m); ok {
+			select {
+			case cues <- cue:
+			default: // the pages redraw on the next one
+			}
+		}
+	})
 	if err != nil {
 		_ = l.Close()
 		return fmt.Errorf("--http-listen: follow the plans: %w", err)
 	}
-	go s.follow(ctx, js)
+	go s.follow(ctx, nc, sub, cues)
 	lim := s.Limits
 	l = limitListener(l, lim.MaxConns)
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: lim.ReadHeader, ReadTimeout: lim.Read,
@@ -110,33 +118,28 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, nc *nats.Conn) error
 	return nil
 }
 
-// follow cues the pages with each new revision until ctx ends; the plan
-// stream may not exist yet (the planner makes it when it starts), so it
-// tries until it does.
-func (s *Server) follow(ctx context.Context, js jetstream.JetStream) {
-	for attempt := 0; ; attempt++ {
-		cons, err := js.OrderedConsumer(ctx, client.PlansStream, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{client.PlanSubjectPrefix + "*"},
-			DeliverPolicy:  jetstream.DeliverNewPolicy,
-			HeadersOnly:    true,
-		})
-		var cc jetstream.ConsumeContext
-		if err == nil {
-			cc, err = cons.Consume(func(m jetstream.Msg) {
-				rev, _ := strconv.Atoi(m.Headers().Get(client.RevisionHeader))
-				s.cue(ctx, Revision{Plan: strings.TrimPrefix(m.Subject(), client.PlanSubjectPrefix), Revision: rev})
-			})
-		}
-		if err == nil {
-			<-ctx.Done()
-			cc.Stop()
-			return
-		}
-		s.log.Debug().Err(err).Msg("GPU map: follow the plans; trying again")
+// follow cues the pages with each new revision until ctx ends. Cues
+// are core NATS messages, lost while the connection is down: after a
+// reconnect every plan the source holds is cued, so that a page shown
+// across the outage redraws once.
+func (s *Server) follow(ctx context.Context, nc *nats.Conn, sub *nats.Subscription, cues <-chan client.Cue) {
+	defer func() { _ = sub.Unsubscribe() }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	reconnects := nc.Stats().Reconnects
+	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second)):
+		case cue := <-cues:
+			s.cue(ctx, Revision{Plan: cue.Plan, Revision: cue.Info.Revision})
+		case <-tick.C:
+			if r := nc.Stats().Reconnects; r != reconnects {
+				reconnects = r
+				for _, p := range s.src.Plans() {
+					s.cue(ctx, Revision{Plan: p.Name, Revision: p.Revision})
+				}
+			}
 		}
 	}
 }

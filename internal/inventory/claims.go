@@ -27,6 +27,12 @@ import (
 // while that one was away (a rogue reporter putting its document)
 // holds them only until the node whose GPUs they are returns.
 //
+// An owner this process inferred (a first holder, or Own) is unsaved
+// until TakeUnsaved hands it on, for the planner to persist; one Owned
+// names (read back from where the planner persisted them) decides over
+// whatever this process inferred, so that every planner, started at any
+// time, agrees on the owner.
+//
 // GPUs with an empty UUID are not indexed (Validate refuses them in
 // documents). The zero value is empty and ready; not safe for
 // concurrent use.
@@ -39,6 +45,12 @@ type Claims struct {
 	// kept while the UUID is out of use, forgotten only when too many
 	// UUIDs nobody lists are remembered (maxIdleOwners).
 	owner map[string]string
+	// unsaved are the owners inferred here (a subset of owner) that
+	// TakeUnsaved has not handed on yet; persisted, the UUIDs whose
+	// owner Owned named, which are never forgotten (the store bounds
+	// them).
+	unsaved   map[string]string
+	persisted map[string]bool
 	// docs is every node's document as it reported it.
 	docs map[string]NodeInventory
 }
@@ -122,7 +134,45 @@ func (c *Claims) Own(uuid, node string) {
 	if c.owner == nil {
 		c.owner = map[string]string{}
 	}
-	c.owner[uuid] = node
+	if c.unsaved == nil {
+		c.unsaved = map[string]string{}
+	}
+	c.owner[uuid], c.unsaved[uuid] = node, node
+}
+
+// Owned names node the owner of uuid as persisted: over whatever this
+// process inferred. Like Own, the next document listing it decides by
+// it; a holder now keeps it until then.
+func (c *Claims) Owned(uuid, node string) {
+	if uuid == "" || node == "" {
+		return
+	}
+	if c.owner == nil {
+		c.owner = map[string]string{}
+	}
+	if c.persisted == nil {
+		c.persisted = map[string]bool{}
+	}
+	c.owner[uuid], c.persisted[uuid] = node, true
+	delete(c.unsaved, uuid)
+}
+
+// TakeUnsaved returns, per node, the UUIDs it owns that this process
+// inferred and has not handed on before, sorted, and forgets them: the
+// caller persists them (and hands back with Own any it could not).
+func (c *Claims) TakeUnsaved() map[string][]string {
+	if len(c.unsaved) == 0 {
+		return nil
+	}
+	out := map[string][]string{}
+	for u, n := range c.unsaved {
+		out[n] = append(out[n], u)
+	}
+	for _, us := range out {
+		slices.Sort(us)
+	}
+	clear(c.unsaved)
+	return out
 }
 
 // maxIdleOwners bounds the owners remembered of UUIDs nobody holds: a
@@ -131,7 +181,8 @@ const maxIdleOwners = 4096
 
 // Clone is an independent copy of c.
 func (c *Claims) Clone() *Claims {
-	out := &Claims{holder: maps.Clone(c.holder), docs: maps.Clone(c.docs), owner: maps.Clone(c.owner), waiting: make(map[string][]string, len(c.waiting))}
+	out := &Claims{holder: maps.Clone(c.holder), docs: maps.Clone(c.docs), owner: maps.Clone(c.owner), unsaved: maps.Clone(c.unsaved), persisted: maps.Clone(c.persisted),
+		waiting: make(map[string][]string, len(c.waiting))}
 	for u, w := range c.waiting {
 		out.waiting[u] = slices.Clone(w)
 	}
@@ -287,10 +338,12 @@ func (c *Claims) commit(id string, doc *NodeInventory) {
 		}
 	}
 	c.docs[id] = *doc
-	if len(c.owner) > len(c.holder)+maxIdleOwners {
+	if len(c.owner) > len(c.holder)+len(c.persisted)+maxIdleOwners {
 		// Forget the owners of the UUIDs nobody holds: every planner
-		// reading the same inventory forgets alike.
-		maps.DeleteFunc(c.owner, func(u, _ string) bool { _, held := c.holder[u]; return !held })
+		// reading the same inventory forgets alike. Persisted ones
+		// stay: a planner starts with every node's, held or not.
+		maps.DeleteFunc(c.owner, func(u, _ string) bool { _, held := c.holder[u]; return !held && !c.persisted[u] })
+		maps.DeleteFunc(c.unsaved, func(u, _ string) bool { _, owned := c.owner[u]; return !owned })
 	}
 }
 

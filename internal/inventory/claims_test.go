@@ -3,6 +3,7 @@ package inventory
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -44,6 +45,7 @@ func TestClaims(t *testing.T) {
 		put    *NodeInventory // else remove, or own
 		remove string
 		own    string // "UUID>NODE": Own
+		owned  string // "UUID>NODE": Owned (persisted)
 		// refused: the put's refused GPUs as "INDEX>HOLDER";
 		// handovers as "UUID:FROM>TO"; changed: the nodes re-marked.
 		refused, handovers, changed []string
@@ -104,6 +106,21 @@ func TestClaims(t *testing.T) {
 			{put: put("rg", "u0")},
 			{put: put("r2", "u0"), handovers: []string{"u0:rg>r2"}, changed: []string{"rg"}},
 		}, holders: map[string]string{"u0": "r2"}},
+		{name: "a persisted owner decides over an inferred one", steps: []step{
+			// A planner started while rg squats: rg holds, and looks
+			// like the owner, until the persisted one is read.
+			{put: put("rg", "u0", "u1")},
+			{owned: "u0>r2"},
+			{owned: "u1>r2"},
+			{put: put("r2", "u0", "u1"), handovers: []string{"u0:rg>r2", "u1:rg>r2"}, changed: []string{"rg"}},
+		}, holders: map[string]string{"u0": "r2", "u1": "r2"}},
+		{name: "a persisted owner read first: the squatter never owns", steps: []step{
+			{owned: "u0>r2"},
+			{put: put("rg", "u0")},
+			{remove: "rg"},
+			{put: put("rg", "u0")},
+			{put: put("r2", "u0"), handovers: []string{"u0:rg>r2"}, changed: []string{"rg"}},
+		}, holders: map[string]string{"u0": "r2"}},
 		{name: "claim order among waiters", steps: []step{
 			{put: put("a", "u0")},
 			{put: put("c", "u0"), refused: []string{"0>a"}},
@@ -142,6 +159,11 @@ func TestClaims(t *testing.T) {
 				if s.own != "" {
 					u, n, _ := strings.Cut(s.own, ">")
 					claims.Own(u, n)
+					continue
+				}
+				if s.owned != "" {
+					u, n, _ := strings.Cut(s.owned, ">")
+					claims.Owned(u, n)
 					continue
 				}
 				if s.put != nil {
@@ -191,6 +213,53 @@ func TestClaims(t *testing.T) {
 				t.Errorf("holders %v, want %v", got, c.holders)
 			}
 		})
+	}
+}
+
+// TestTakeUnsaved: the owners this process inferred (first holders, a
+// plan read back) are handed on once each, per node; persisted ones
+// never.
+func TestTakeUnsaved(t *testing.T) {
+	var c Claims
+	c.Owned("u1", "x") // persisted: a's holding it infers nothing
+	c.Put("a", claimDoc("a", "u0", "u1"))
+	c.Put("b", claimDoc("b", "u2", "u0"))
+	c.Own("u3", "c")
+	for i, want := range []map[string][]string{
+		{"a": {"u0"}, "b": {"u2"}, "c": {"u3"}},
+		nil,
+	} {
+		if got := c.TakeUnsaved(); !reflect.DeepEqual(got, want) {
+			t.Errorf("take %d: %v, want %v", i, got, want)
+		}
+	}
+	c.Put("a", claimDoc("a", "u0", "u1", "u4"))
+	c.Owned("u3", "c")
+	if got, want := c.TakeUnsaved(), map[string][]string{"a": {"u4"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("after a new GPU: %v, want %v", got, want)
+	}
+	if got := c.Owner("u1"); got != "x" {
+		t.Errorf("owner of u1 %q, want the persisted x", got)
+	}
+}
+
+// TestPersistedOwnersKept: the owners forgotten to bound memory (a
+// reporter inventing UUIDs) are never the persisted ones, however many
+// nodes are away.
+func TestPersistedOwnersKept(t *testing.T) {
+	var c Claims
+	const away = maxIdleOwners + 100
+	for i := range away {
+		c.Owned(fmt.Sprintf("away%d", i), fmt.Sprintf("n%d", i/8))
+	}
+	for i := range maxIdleOwners + 50 {
+		c.Put("rogue", claimDoc("rogue", fmt.Sprintf("made-up%d", i)))
+	}
+	if got := c.Owner("away0"); got != "n0" {
+		t.Errorf("persisted owner of away0 %q, want n0", got)
+	}
+	if n := len(c.owner); n > away+1+maxIdleOwners {
+		t.Errorf("%d owners remembered, want at most %d", n, away+1+maxIdleOwners)
 	}
 }
 
@@ -373,3 +442,76 @@ func TestParseNodesOneGPUOneNode(t *testing.T) {
 		})
 	}
 }
+
+// TestPersistedOwnersAgree: a planner (Claims) started at any step,
+// given the owners another one persisted so far (TakeUnsaved, first
+// record wins) and the live documents in any order, agrees with it on
+// every UUID's owner from then on, and both give each UUID its owner
+// lists to its owner: the squatter that held it when the second one
+// started never counts as the owner.
+func TestPersistedOwnersAgree(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nodes := []string{"n0", "n1", "n2", "n3"}
+		uuids := []string{"u0", "u1", "u2", "u3", "u4"}
+		var a Claims
+		var b *Claims
+		stored := map[string]string{}
+		persist := func() {
+			for n, us := range a.TakeUnsaved() {
+				for _, u := range us {
+					if _, ok := stored[u]; !ok {
+						stored[u] = n
+					}
+				}
+			}
+		}
+		live := map[string]NodeInventory{}
+		steps := rapid.IntRange(1, 40).Draw(t, "steps")
+		start := rapid.IntRange(0, steps-1).Draw(t, "start")
+		for step := range steps {
+			if step == start {
+				persist()
+				b = &Claims{}
+				for u, n := range stored {
+					b.Owned(u, n)
+				}
+				ids := rapid.Permutation(slices.Sorted(maps.Keys(live))).Draw(t, "resync order")
+				for _, id := range ids {
+					b.Put(id, live[id])
+				}
+			}
+			id := rapid.SampledFrom(nodes).Draw(t, "node")
+			if rapid.IntRange(0, 3).Draw(t, "op") == 0 {
+				a.Remove(id)
+				if b != nil {
+					b.Remove(id)
+				}
+				delete(live, id)
+			} else {
+				d := claimDoc(id, rapid.SliceOfNDistinct(rapid.SampledFrom(uuids), 0, 3, rapid.ID[string]).Draw(t, "uuids")...)
+				a.Put(id, d)
+				if b != nil {
+					b.Put(id, d)
+				}
+				live[id] = d
+			}
+			if rapid.Bool().Draw(t, "persist") {
+				persist()
+			}
+			if b == nil {
+				continue
+			}
+			for _, u := range uuids {
+				o := a.Owner(u)
+				if got := b.Owner(u); got != o {
+					t.Fatalf("step %d: UUID %s owned by %q here, %q by the planner started at step %d", step, u, o, got, start)
+				}
+				if o != "" && lists(ptr(live[o]), u) && (a.Holder(u) != o || b.Holder(u) != o) {
+					t.Fatalf("step %d: UUID %s, its owner %s listing it, held by %q and %q", step, u, o, a.Holder(u), b.Holder(u))
+				}
+			}
+		}
+	})
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -325,6 +325,7 @@ func (p *loopState) logClaims() {
 	}
 	clear(p.live.news)
 	p.live.news = p.live.news[:0]
+	p.saveOwners()
 }
 
 // rejected logs and counts a document the watch would not take: once

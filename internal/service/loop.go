@@ -42,6 +42,10 @@ type loopState struct {
 	// health is the loop's health, which each snapshot carries
 	// (liveness.go).
 	health loopHealth
+	// owners persists the GPU UUID owners the claims infer (owners.go):
+	// the loop hands it records; its writer goroutine alone writes the
+	// bucket.
+	owners *ownerBook
 }
 
 // newLoopState is p's loop state before anything is read: no plans, an

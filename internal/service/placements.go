@@ -23,9 +23,11 @@ import (
 // publishing an empty plan and then a fresh one moving every worker.
 
 // maxKeptWorkers bounds the plans kept whole: writing the plan at each
-// revision costs what encoding it does (about 150 bytes a worker); a
-// larger plan resumes from its revision number only.
-const maxKeptWorkers = 100_000
+// revision costs what encoding it does (about 200 bytes a worker, 75 ms
+// at 100,000 workers and 1.2 s at a million on a loaded 2-core machine:
+// BenchmarkKeepPlacement); a larger plan resumes from its revision
+// number only, and says so.
+const maxKeptWorkers = 1_000_000
 
 // keptPlan is one kept plan's file.
 type keptPlan struct {
@@ -50,19 +52,15 @@ func (k *marks) keep(name string, sp *store.StoredPlan) error {
 	if path == "" || sp == nil || sp.Unreadable || sp.Plan == nil {
 		return nil
 	}
-	if sp.Plan.Workers.Len() > maxKeptWorkers {
+	if sp.Plan.Workers.Len() > k.maxWorkers {
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("kept plan %s: %w", name, err)
 		}
 		return nil
 	}
-	doc, err := json.Marshal(&sp.Plan.Document)
-	if err != nil {
-		return fmt.Errorf("kept plan %s: %w", name, err)
-	}
-	data, _ := json.Marshal(keptPlan{SpecDigest: sp.SpecDigest, Document: doc})
+	data := appendKept(nil, sp.SpecDigest, &sp.Plan.Document)
 	tmp := path + ".tmp"
-	err = os.MkdirAll(filepath.Dir(path), 0o700)
+	err := os.MkdirAll(filepath.Dir(path), 0o700)
 	if err == nil {
 		err = os.WriteFile(tmp, data, 0o600)
 	}
@@ -75,32 +73,63 @@ func (k *marks) keep(name string, sp *store.StoredPlan) error {
 	return nil
 }
 
+// appendKept appends the keptPlan of doc: the document by its own
+// encoder (plan.Document.AppendJSON), not json.Marshal, which would
+// check a document's JSON twice over (its workers' MarshalJSON, then
+// the raw message), the most of what keeping cost at every revision.
+func appendKept(b []byte, digest string, doc *plan.Document) []byte {
+	b = append(b, `{"spec_digest":`...)
+	d, _ := json.Marshal(digest) // a string: cannot fail
+	b = append(b, d...)
+	b = append(b, `,"document":`...)
+	b = doc.AppendJSON(b)
+	return append(b, '}')
+}
+
 // kept is plan name's latest revision as kept, if it is revision rev
-// (nil: none kept, or another).
-func (k *marks) kept(name string, rev int) (*store.StoredPlan, error) {
+// (nil: none kept, or another; found is the revision kept, 0 for none).
+func (k *marks) kept(name string, rev int) (sp *store.StoredPlan, found int, err error) {
 	path := k.placementPath(name)
 	if path == "" {
-		return nil, nil
+		return nil, 0, nil
 	}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kept plan %s: %w", name, err)
+		return nil, 0, fmt.Errorf("kept plan %s: %w", name, err)
 	}
 	var f keptPlan
 	var doc plan.Document
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("kept plan %s: %w", path, err)
+		return nil, 0, fmt.Errorf("kept plan %s: %w", path, err)
 	}
 	if err := json.Unmarshal(f.Document, &doc); err != nil {
-		return nil, fmt.Errorf("kept plan %s: %w", path, err)
+		return nil, 0, fmt.Errorf("kept plan %s: %w", path, err)
 	}
 	if doc.Name != name || doc.Revision != rev {
-		return nil, nil
+		return nil, doc.Revision, nil
 	}
-	return &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Meta: client.Meta{Base: rev, SpecDigest: f.SpecDigest}}, nil
+	return &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Meta: client.Meta{Base: rev, SpecDigest: f.SpecDigest}}, rev, nil
+}
+
+// lostPlacement says that plan s's placement of revision mark is lost
+// with the plan history and nothing here kept it (found: the revision
+// the state file keeps, 0 for none; err, why it could not be read): a
+// problem naming the plan, for as long as this planner runs, since its
+// workers may move.
+func (p *loopState) lostPlacement(s *planState, mark, found int, err error) {
+	why := fmt.Sprintf("none was kept beside the state file %s (a plan of more than %d workers is not kept)", p.marks.path, p.marks.maxWorkers)
+	switch {
+	case err != nil:
+		why = fmt.Sprintf("the one kept cannot be read: %v", err)
+	case found > 0:
+		why = fmt.Sprintf("the state file %s keeps revision %d's, not its", p.marks.path, found)
+	}
+	msg := fmt.Sprintf("plan %s: its placement of revision %d was lost with the plan history, and %s: it is planned afresh on the inventory as the nodes report, and its workers may move", s.name, mark, why)
+	s.log.Error().Int("high_water", mark).Msg(msg)
+	p.problem("lost:"+s.name, msg)
 }
 
 // keepPlacement keeps sp, plan s's new latest, logging a failure once

@@ -32,6 +32,8 @@ type marks struct {
 	// mu is innermost: nothing is locked while it is held.
 	mu sync.Mutex
 	m  map[string]int
+	// maxWorkers bounds the plans kept whole (maxKeptWorkers).
+	maxWorkers int
 	// err is the last failure to read or write the file, said once;
 	// keepErr, to keep a plan's latest (placements.go).
 	err, keepErr error
@@ -50,7 +52,7 @@ type marksFile struct {
 }
 
 func newMarks(path string) *marks {
-	return &marks{path: path, m: map[string]int{}}
+	return &marks{path: path, m: map[string]int{}, maxWorkers: maxKeptWorkers}
 }
 
 // load reads the file; a missing one is empty. A file that cannot be
@@ -156,7 +158,7 @@ func (p *Service) mark(s *planState, rev int) {
 // (its mark), a stand-in for that revision: unreadable (its placement
 // is not known) and orphaned (its event is gone), so that the next
 // revision is the one after the mark, published whole.
-func (p *Service) aboveMark(s *planState, sp *store.StoredPlan) *store.StoredPlan {
+func (p *loopState) aboveMark(s *planState, sp *store.StoredPlan) *store.StoredPlan {
 	mark := p.marks.get(s.name)
 	have := 0
 	if sp != nil {
@@ -166,6 +168,9 @@ func (p *Service) aboveMark(s *planState, sp *store.StoredPlan) *store.StoredPla
 		if sp != nil {
 			p.mark(s, have)
 			p.keepPlacement(s, sp)
+		} else if p.marks.path == "" {
+			// Nothing here can tell a first start from a wiped store.
+			s.log.Info().Msg("the plan stream has no revision of the plan and there is no --state-file: it is planned afresh (had the store been wiped, its last placement would be lost: only a state file keeps it)")
 		}
 		return sp
 	}
@@ -173,9 +178,8 @@ func (p *Service) aboveMark(s *planState, sp *store.StoredPlan) *store.StoredPla
 	if sp == nil {
 		why = fmt.Sprintf("the plan history was lost: the plan stream has no revision, but revision %d was published before", mark)
 	}
-	if kept, err := p.marks.kept(s.name, mark); err != nil {
-		s.log.Error().Err(err).Msg("cannot read the plan's kept latest revision")
-	} else if kept != nil {
+	kept, found, err := p.marks.kept(s.name, mark)
+	if kept != nil {
 		// Its placement known: the plan resumes on it, its nodes
 		// settling, and the next revision republishes it whole.
 		s.log.Error().Int("stream_revision", have).Int("high_water", mark).
@@ -188,6 +192,8 @@ func (p *Service) aboveMark(s *planState, sp *store.StoredPlan) *store.StoredPla
 	}
 	s.log.Error().Int("stream_revision", have).Int("high_water", mark).
 		Msg(why + "; the next revision continues after it")
+	p.lostPlacement(s, mark, found, err)
+	s.lost = true
 	doc := plan.Document{Header: plan.Header{Name: s.name, Revision: mark, Error: why}}
 	stand := &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Meta: client.Meta{Base: mark}, Unreadable: true, Orphan: true}
 	if sp != nil {

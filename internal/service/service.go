@@ -370,6 +370,7 @@ func (p *loopState) Run(ctx context.Context) error {
 	if latest != nil {
 		p.learnOwners(latest.Plan) // before any node's document
 	}
+	p.loadOwners(ctx)
 	if latest != nil && latest.Plan.Placed() {
 		own.inherited = latest.Plan
 	}

@@ -33,6 +33,12 @@ type planState struct {
 	// whose nodes settle; reported, the nodes heard from since.
 	inherited *planner.Plan
 	reported  map[string]bool
+	// lost is set when the plan's placement was lost with the plan
+	// history and nothing kept it (aboveMark): which nodes it was on is
+	// unknown, so it waits out Settle whole, the time every reporter
+	// takes to put its key again, rather than publish on an inventory
+	// the wipe emptied.
+	lost bool
 	// reconcile is set while the assignment subjects may not match the
 	// latest plan (at start, after a failed publish); verify names the
 	// nodes of another planner's revision whose assignments to check.
@@ -126,7 +132,13 @@ func (s *planState) unreported() []string {
 // that reported and then left is not waited for, nor is a plan this
 // planner made. left is how much of the settle time is left.
 func (s *planState) settling(left time.Duration) time.Duration {
-	if left <= 0 || s.inherited == nil {
+	if left <= 0 {
+		return 0
+	}
+	if s.lost {
+		return left
+	}
+	if s.inherited == nil {
 		return 0
 	}
 	for _, pl := range s.inherited.Pools {

@@ -1,0 +1,158 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/poolplanner/poolplanner/internal/store"
+)
+
+// ownerBook persists which node owns each GPU UUID (its first holder)
+// in store.OwnersBucket, so that a planner started at any time, while a
+// node is away and another lists its GPUs, still gives them back to it
+// when it returns (inventory.Claims.Owned). The loop hands it the
+// owners its claims inferred while it leads (saveOwners); its own
+// goroutine (run) alone writes the bucket.
+type ownerBook struct {
+	store *store.OwnerStore
+	saves chan map[string][]string
+	// failed is the writer's last pass's failure (nil: none), which the
+	// loop says as a problem: the writer never touches the loop's state.
+	mu     sync.Mutex
+	failed error
+	// said is whether the loop says the failure now; the loop alone
+	// uses it.
+	said bool
+}
+
+// failure is the writer's last failure, nil once a pass succeeded.
+func (b *ownerBook) failure() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.failed
+}
+
+// ownersWindow is how many nodes' records are written at once: a
+// cluster's first start records every node.
+const ownersWindow = 32
+
+// loadOwners reads the persisted owners into the live claims before
+// any node's document, and starts the writer. A bucket that cannot be
+// read leaves ownership to this process's memory: said in a log line
+// and a problem for as long as it runs (a restart reads them again).
+func (p *loopState) loadOwners(ctx context.Context) {
+	st := store.NewOwnerStore(p.cfg.JS)
+	st.Replicas = p.cfg.Replicas
+	p.owners = &ownerBook{store: st, saves: make(chan map[string][]string, 16)}
+	lctx, cancel := context.WithTimeout(ctx, max(p.cfg.StoreTimeout, 10*time.Second))
+	defer cancel()
+	owners, err := func() (map[string]string, error) {
+		if _, err := st.Ensure(lctx); err != nil {
+			return nil, err
+		}
+		return st.Load(lctx)
+	}()
+	if err != nil {
+		why := fmt.Sprintf("cannot read the GPU UUID owners (%v): a node away while another lists its GPUs may not get them back", err)
+		p.cfg.Log.Error().Err(err).Msg("cannot read the GPU UUID owners: ownership goes by what this planner sees")
+		p.problem("owners:read", why) // until a restart reads them: this planner goes without
+	}
+	for u, n := range owners {
+		p.live.claims.Owned(u, n)
+	}
+	go p.owners.run(ctx, p.cfg.Log, p.clock, p.cfg.StoreTimeout)
+}
+
+// saveOwners hands the owners the claims inferred to the writer, while
+// this planner leads (a standby keeps them until it leads: the leader
+// writes its own). A busy writer gets them at a later event.
+func (p *loopState) saveOwners() {
+	if p.owners == nil {
+		return
+	}
+	if err := p.owners.failure(); err != nil {
+		p.problem("owners:write", fmt.Sprintf("cannot record the GPU UUID owners (%v): a planner started later may take a squatter for a node's GPUs' owner", err))
+		p.owners.said = true
+	} else if p.owners.said {
+		p.problem("owners:write", "")
+		p.owners.said = false
+	}
+	if p.leading() == 0 || len(p.owners.saves) == cap(p.owners.saves) {
+		return
+	}
+	if u := p.live.claims.TakeUnsaved(); u != nil {
+		p.owners.saves <- u
+	}
+}
+
+// run writes what saves brings until ctx ends; what fails is tried
+// again a second later.
+func (b *ownerBook) run(ctx context.Context, log zerolog.Logger, clock Clock, timeout time.Duration) {
+	pending := map[string][]string{}
+	retry := clock.NewTimer(time.Hour)
+	retry.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			retry.Stop()
+			return
+		case u := <-b.saves:
+			for n, us := range u {
+				pending[n] = append(pending[n], us...)
+			}
+		case <-retry.C():
+		}
+		err := b.write(ctx, pending, clock.Now(), max(timeout, 10*time.Second))
+		if err != nil && !failing {
+			log.Warn().Err(err).Msg("cannot record GPU UUID owners; trying again")
+		}
+		if err != nil {
+			retry.Reset(time.Second)
+		}
+		failing = err != nil
+		b.mu.Lock()
+		b.failed = err
+		b.mu.Unlock()
+	}
+}
+
+// write records pending's owners, ownersWindow nodes at once, and
+// leaves in it those that failed; the first failure is returned.
+func (b *ownerBook) write(ctx context.Context, pending map[string][]string, now time.Time, timeout time.Duration) error {
+	var mu sync.Mutex
+	var first error
+	slots := make(chan struct{}, ownersWindow)
+	var wg sync.WaitGroup
+	done := make([]string, 0, len(pending))
+	for _, n := range slices.Sorted(maps.Keys(pending)) {
+		us := pending[n]
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			wctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			err := b.store.Add(wctx, n, us, now)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if first == nil {
+					first = err
+				}
+				return
+			}
+			done = append(done, n)
+		})
+	}
+	wg.Wait()
+	for _, n := range done {
+		delete(pending, n)
+	}
+	return first
+}

@@ -1,0 +1,127 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/poolplanner/poolplanner/internal/inventory"
+	"github.com/poolplanner/poolplanner/internal/natstest"
+	"github.com/poolplanner/poolplanner/internal/store"
+)
+
+// smallSpec fits one node of 8 GPUs, so that no revision places a
+// worker on the second.
+const smallSpec = `
+scheduling:
+  train: {worker_num: 2, num_cpus: 1, num_gpus: 1}
+placement: {mode: auto, strategy: disaggregate, env_strategy: default}
+`
+
+// TestSquatterLosesToOwnerAcrossPlanners: node r2 reports (no revision
+// places a worker there) and leaves; while it is away a rogue reporter
+// of node rg puts r2's document (r2's UUIDs). A planner started then
+// (after a restart, or as a standby) knows from the owners the leader
+// persisted that they are r2's: when r2 returns it gets its GPUs back,
+// rg's copies are refused naming r2, and the conflict is a problem
+// naming both nodes. Without the persisted owners the fresh planner
+// takes rg, the first holder it saw, for the owner, and refuses r2.
+func TestSquatterLosesToOwnerAcrossPlanners(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		standby bool // the fresh planner starts as a standby, the first one leading
+	}{
+		{name: "restart"},
+		{name: "standby", standby: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			ctx := context.Background()
+			url := h.nc.ConnectedUrl()
+			cfg := Config{Spec: []byte(smallSpec), Debounce: 20 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
+			first := h.instance(url, cfg)
+			invs := store.NewInventoryStore(h.js)
+			put := func(id string, doc inventory.NodeInventory) {
+				t.Helper()
+				data, _ := json.Marshal(doc)
+				if _, err := invs.Put(ctx, id, data, false, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sees := func(in *instance, id string) func() bool {
+				return func() bool {
+					return slices.ContainsFunc(in.p.Inventory(), func(n inventory.NodeInventory) bool { return n.NodeID == id })
+				}
+			}
+			put("r1", claimant("r1", nil))
+			h.waitRevision(1)
+			put("r2", claimant("r2", nil))
+			natstest.WaitFor(t, 10*time.Second, "the leader seeing r2", sees(first, "r2"))
+			r2 := inventory.SimulatedUUID("r2", 0)
+			owners := store.NewOwnerStore(h.js)
+			natstest.WaitFor(t, 10*time.Second, "r2's GPUs recorded as r2's", func() bool {
+				o, err := owners.Load(ctx)
+				return err == nil && o[r2] == "r2" && o[inventory.SimulatedUUID("r2", 7)] == "r2"
+			})
+			for _, pl := range first.p.Plans() {
+				for _, w := range pl.Workers.All() {
+					if w.NodeID == "r2" {
+						t.Fatalf("revision %d places %s %d on r2: the plan would say whose GPUs they are", pl.Revision, w.Component, w.Index)
+					}
+				}
+			}
+
+			if err := invs.Delete(ctx, "r2", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			steal := map[int]string{}
+			for g := range 8 {
+				steal[g] = fmt.Sprintf("r2:%d", g)
+			}
+			put("rg", claimant("rg", steal))
+			natstest.WaitFor(t, 10*time.Second, "the leader seeing rg", sees(first, "rg"))
+			if !c.standby {
+				first.stop()
+			}
+			fresh := h.instance(url, cfg)
+			natstest.WaitFor(t, 10*time.Second, "the fresh planner seeing rg", sees(fresh, "rg"))
+			if docs := fresh.p.Inventory(); !slices.ContainsFunc(docs, func(n inventory.NodeInventory) bool {
+				return n.NodeID == "rg" && n.GPUs[0].Healthy
+			}) {
+				t.Fatalf("the squatter's GPUs refused before r2 is back: %+v", docs)
+			}
+
+			put("r2", claimant("r2", nil))
+			planners := []*instance{fresh}
+			if c.standby {
+				planners = append(planners, first)
+			}
+			for i, in := range planners {
+				natstest.WaitFor(t, 10*time.Second, fmt.Sprintf("planner %d: r2's GPUs healthy, rg's refused naming r2, a problem naming both", i), func() bool {
+					docs := in.p.Inventory()
+					var okR2, okRG bool
+					for _, d := range docs {
+						switch d.NodeID {
+						case "r2":
+							okR2 = !slices.ContainsFunc(d.GPUs, func(g inventory.GPU) bool { return !g.Healthy })
+						case "rg":
+							okRG = !slices.ContainsFunc(d.GPUs, func(g inventory.GPU) bool {
+								return g.Healthy || !strings.Contains(g.UnhealthyReason, "held by node r2")
+							})
+						}
+					}
+					said := slices.ContainsFunc(in.p.Health().Problems, func(s string) bool {
+						return strings.Contains(s, "GPU UUID conflict") && strings.Contains(s, "held by node r2") && strings.Contains(s, "listed by node rg")
+					})
+					return okR2 && okRG && said
+				})
+			}
+		})
+	}
+}

@@ -1,0 +1,188 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
+)
+
+// OwnersBucket is the KV bucket of GPU UUID owners: key = node id, value
+// an OwnerRecord, the UUIDs whose first holder the node was. The leading
+// planner writes it; every planner reads it at start, so that a planner
+// started while a node is away (another node listing its GPUs) still
+// knows whose GPUs they are (inventory.Claims.Owned).
+const OwnersBucket = "poolplanner-owners"
+
+// MaxOwnedPerNode bounds one node's record: a reporter inventing new
+// UUIDs at every put must not grow it for ever. Past it the record keeps
+// the UUIDs it has (the first ones the node held).
+const MaxOwnedPerNode = 1024
+
+// OwnerRecord is one node's record in OwnersBucket.
+type OwnerRecord struct {
+	NodeID string `json:"node_id"`
+	// GPUUUIDs are the UUIDs the node held first (as far as the
+	// planners' memory goes back), sorted.
+	GPUUUIDs []string `json:"gpu_uuids"`
+	// Since is when the record was made: of two records naming one
+	// UUID (planners that disagreed), the older one's node owns it.
+	Since time.Time `json:"since"`
+}
+
+// OwnerStore reads and writes OwnersBucket.
+type OwnerStore struct {
+	js jetstream.JetStream
+	// Replicas is how many servers keep the bucket (0: one).
+	Replicas int
+}
+
+// NewOwnerStore returns a store over js.
+func NewOwnerStore(js jetstream.JetStream) *OwnerStore { return &OwnerStore{js: js} }
+
+// Ensure creates the bucket if it is missing.
+func (s *OwnerStore) Ensure(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      OwnersBucket,
+		Description: "poolplanner GPU UUID owners, key = node id",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(s.Replicas, 1),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ensure bucket %s: %w", OwnersBucket, err)
+	}
+	return kv, nil
+}
+
+// Load reads every record and returns each UUID's owner. Keys come from
+// the stream's subjects and values from direct gets, listWindow at a
+// time, as List reads the inventory: no consumer.
+func (s *OwnerStore) Load(ctx context.Context) (map[string]string, error) {
+	kv, err := s.js.KeyValue(ctx, OwnersBucket)
+	if err != nil {
+		return nil, fmt.Errorf("read GPU UUID owners: %w", err)
+	}
+	ids, err := bucketKeys(ctx, s.js, OwnersBucket)
+	if err != nil {
+		return nil, fmt.Errorf("read GPU UUID owners: %w", err)
+	}
+	recs := make([]OwnerRecord, len(ids))
+	errs := make([]error, len(ids))
+	slots := make(chan struct{}, listWindow)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return nil, fmt.Errorf("read GPU UUID owners: %w", ctx.Err())
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			rec, _, err := getOwners(ctx, kv, id)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			recs[i] = rec
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("read GPU UUID owners of node %s: %w", ids[i], err)
+		}
+	}
+	slices.SortFunc(recs, func(a, b OwnerRecord) int {
+		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.NodeID, b.NodeID))
+	})
+	owners := map[string]string{}
+	for _, r := range recs {
+		for _, u := range r.GPUUUIDs {
+			if _, ok := owners[u]; !ok && u != "" {
+				owners[u] = r.NodeID
+			}
+		}
+	}
+	return owners, nil
+}
+
+// getOwners is node's record and its revision; a zero record (revision
+// 0) when there is none. A record that does not decode is an error
+// naming it: the planner says it rather than forget whose GPUs they
+// are.
+func getOwners(ctx context.Context, kv jetstream.KeyValue, node string) (OwnerRecord, uint64, error) {
+	e, err := kv.Get(ctx, node)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return OwnerRecord{NodeID: node}, 0, nil
+	}
+	if err != nil {
+		return OwnerRecord{}, 0, err
+	}
+	var rec OwnerRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return OwnerRecord{}, 0, fmt.Errorf("record at revision %d does not decode: %w", e.Revision(), err)
+	}
+	if rec.NodeID != node {
+		return OwnerRecord{}, 0, fmt.Errorf("record at revision %d names node %q", e.Revision(), rec.NodeID)
+	}
+	return rec, e.Revision(), nil
+}
+
+// Add records uuids as node's (those its record lacks), made at now if
+// it has none: a read, and a write only if the record grows, checked
+// against the revision read, so that two writers add to it rather than
+// replace each other's.
+func (s *OwnerStore) Add(ctx context.Context, node string, uuids []string, now time.Time) error {
+	kv, err := s.js.KeyValue(ctx, OwnersBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = s.Ensure(ctx) // lost with its server: made again
+	}
+	if err != nil {
+		return fmt.Errorf("record GPU UUID owners of node %s: %w", node, err)
+	}
+	for try := 0; ; try++ {
+		rec, rev, err := getOwners(ctx, kv, node)
+		if err != nil {
+			return fmt.Errorf("record GPU UUID owners of node %s: %w", node, err)
+		}
+		merged := slices.Clone(rec.GPUUUIDs)
+		for _, u := range uuids {
+			if len(merged) >= MaxOwnedPerNode {
+				break
+			}
+			if u != "" && !slices.Contains(merged, u) {
+				merged = append(merged, u)
+			}
+		}
+		if len(merged) == len(rec.GPUUUIDs) {
+			return nil
+		}
+		slices.Sort(merged)
+		rec.GPUUUIDs = merged
+		if rec.Since.IsZero() {
+			rec.Since = now.UTC()
+		}
+		data, _ := json.Marshal(rec)
+		if rev == 0 {
+			_, err = kv.Create(ctx, node, data)
+		} else {
+			_, err = kv.Update(ctx, node, data, rev)
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !bus.IsWrongLast(err) || try >= 16 {
+			return fmt.Errorf("record GPU UUID owners of node %s: %w", node, err)
+		}
+	}
+}
