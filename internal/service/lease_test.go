@@ -108,7 +108,7 @@ func (h *harness) waitLeader(within time.Duration, ins ...*instance) *instance {
 			return false
 		}
 		for _, in := range ins {
-			if in.p.plans.Publisher == l.Holder && in.p.leading() == l.Seq {
+			if in.p.plans.Publisher() == l.Holder && in.p.leading() == l.Seq {
 				leader = in
 			}
 		}
@@ -174,7 +174,7 @@ func TestPausedLeaderCannotPublish(t *testing.T) {
 	ctx := context.Background()
 	take := func(p *Service) {
 		t.Helper()
-		l := &bus.Lease{Holder: p.plans.Publisher, Since: time.Now(), Renewed: time.Now(), TTLSeconds: 1}
+		l := &bus.Lease{Holder: p.plans.Publisher(), Since: time.Now(), Renewed: time.Now(), TTLSeconds: 1}
 		natstest.WaitFor(t, 5*time.Second, "the lease taken", func() bool {
 			seq, err := p.plans.WriteLease(ctx, "default", l, 0)
 			if err == nil {
@@ -251,7 +251,7 @@ func TestDeposedLeaderAssignments(t *testing.T) {
 	if err := b.replan(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ours, err := b.plans.Client().Assignment(ctx, "default", node)
+	ours, err := wireClient(b).Assignment(ctx, "default", node)
 	if err != nil || len(ours.Workers) != 0 || ours.Revision != 2 {
 		t.Fatalf("the new leader's assignment of %s: %+v %v", node, ours, err)
 	}
@@ -261,7 +261,7 @@ func TestDeposedLeaderAssignments(t *testing.T) {
 	if err := a.sendAssignments(ctx, a.own(), []client.Assignment{stale}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := b.plans.Client().Assignment(ctx, "default", node)
+	got, err := wireClient(b).Assignment(ctx, "default", node)
 	if err != nil || got.Seq != ours.Seq || len(got.Workers) != 0 {
 		t.Fatalf("the deposed leader overwrote the assignment: %+v %v", got, err)
 	}

@@ -140,7 +140,7 @@ func TestStuckLoopLosesLease(t *testing.T) {
 		t.Fatal("the standby does not lead")
 	}
 	second := h.waitRevision(2)
-	if sp, err := b.p.plans.Latest(context.Background(), "default"); err != nil || sp.Publisher != b.p.plans.Publisher {
+	if sp, err := b.p.plans.Latest(context.Background(), "default"); err != nil || sp.Publisher != b.p.plans.Publisher() {
 		t.Fatalf("revision 2 not published by the standby: %v", err)
 	}
 	natstest.WaitFor(t, 5*time.Second, "the stuck planner standing by, saying why", func() bool {

@@ -94,7 +94,7 @@ func TestReplayChurn(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := New(Config{NC: h.nc, JS: h.js, Plan: "default", SnapshotEvery: 4, InlineWorkers: -1, Settle: -1, Log: zerolog.Nop()})
-	c := p.plans.Client()
+	c := wireClient(p)
 	if err := p.plans.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestRetain(t *testing.T) {
 	p := New(Config{NC: h.nc, JS: h.js, Plan: "default", SnapshotEvery: 3, InlineWorkers: -1, Settle: -1,
 		HistoryAge: -1, HistoryBytes: -1, Log: zerolog.Nop()})
 	churn(t, p, 30)
-	c := p.plans.Client()
+	c := wireClient(p)
 	infos := func() []client.Info {
 		var out []client.Info
 		if err := c.History(ctx, "default", func(i client.Info) bool { out = append(out, i); return true }); err != nil {
@@ -315,7 +315,7 @@ func TestOversizedMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = svc.Stop() }()
-	c := p.plans.Client()
+	c := wireClient(p)
 
 	st, _ := h.js.Stream(ctx, client.AssignmentsStream)
 	m, err := st.GetLastMsgForSubject(ctx, client.AssignmentSubject("default", "big"))

@@ -281,7 +281,7 @@ func (p *Service) restoreSpec(ctx context.Context, s *planState) error {
 	}
 	// Create, not put: a spec stored since (another planner restored
 	// it, someone set a new one) stays.
-	kv, err := p.specs.KV(ctx)
+	kv, err := p.specs.Bucket(ctx)
 	if err == nil {
 		_, err = kv.Create(ctx, s.name, spec)
 	}

@@ -169,10 +169,13 @@ type Config struct {
 // leader.mu; the leaser's reqMu, the pulse's, the marks', the tombstones' and quiet's
 // are innermost.
 type Service struct {
-	cfg   Config
-	plans *store.PlanStore
-	specs *store.SpecStore
-	inv   *store.InventoryStore
+	cfg Config
+	// plans, specs, inv and drains are the stores (stores.go); plans
+	// is nil without JetStream (a test driving the Service).
+	plans  planStore
+	specs  specStore
+	inv    inventoryStore
+	drains drainStore
 
 	// live is the live inventory; states, every plan's state by name.
 	// The loop's goroutine alone uses them.
@@ -269,18 +272,22 @@ func New(cfg Config) *Service {
 	if cfg.StandDownBackoff <= 0 {
 		cfg.StandDownBackoff = DefaultStandDownBackoff
 	}
-	var plans *store.PlanStore
+	var plans planStore
 	if cfg.JS != nil {
-		plans = store.NewPlanStore(cfg.JS)
-		plans.Publisher = nuid.Next()
-		plans.Replicas = cfg.Replicas
-		plans.LeaseName = bus.LeaseName
+		ps := store.NewPlanStore(cfg.JS)
+		ps.Publisher = nuid.Next()
+		ps.Replicas = cfg.Replicas
+		ps.LeaseName = bus.LeaseName
+		plans = jsPlans{ps}
 	}
+	specs, inv := store.NewSpecStore(cfg.JS), store.NewInventoryStore(cfg.JS)
+	specs.Replicas, inv.Replicas = cfg.Replicas, cfg.Replicas
 	p := &Service{
 		cfg:         cfg,
 		plans:       plans,
-		specs:       store.NewSpecStore(cfg.JS),
-		inv:         store.NewInventoryStore(cfg.JS),
+		specs:       jsSpecs{specs},
+		inv:         jsInventory{inv},
+		drains:      newJSDrains(cfg.JS, cfg.Replicas),
 		live:        newView(),
 		states:      map[string]*planState{},
 		rejectedNow: map[string]string{},
@@ -290,7 +297,6 @@ func New(cfg Config) *Service {
 		fence:       fence{mu: newChanMutex()},
 		drain:       newDrains(cfg.Clock),
 	}
-	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
 	p.live.changed = p.remember
 	p.publishSnapshot(true)
 	return p
@@ -373,7 +379,7 @@ func (p *Service) Run(ctx context.Context) error {
 		// Named in the state file, this planner's lease is known for its
 		// predecessor's by the next planner on this state, should this
 		// one die without giving it back.
-		if err := p.marks.claim(p.plans.Publisher); err != nil {
+		if err := p.marks.claim(p.plans.Publisher()); err != nil {
 			p.cfg.Log.Warn().Err(err).Msg("cannot name this planner in its state file: a planner restarted on it takes this one's lease, should it be left behind, for another planner's")
 		}
 	}
@@ -463,9 +469,7 @@ func (p *Service) start(ctx context.Context) (*store.StoredPlan, error) {
 	if _, err := p.inv.Ensure(ctx); err != nil {
 		return nil, err
 	}
-	drains := store.NewDrainStore(p.cfg.JS)
-	drains.Replicas = p.cfg.Replicas
-	if _, err := drains.Ensure(ctx); err != nil {
+	if _, err := p.drains.Ensure(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.seedSpec(ctx); err != nil {
@@ -526,7 +530,7 @@ func (p *Service) seedSpec(ctx context.Context) error {
 	case err != nil:
 		// None stored: create, so that of two planners starting at once
 		// the first one's stays.
-		kv, kerr := p.specs.KV(ctx)
+		kv, kerr := p.specs.Bucket(ctx)
 		if kerr != nil {
 			return kerr
 		}
