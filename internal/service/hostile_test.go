@@ -37,6 +37,9 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 func offline(t *testing.T, h *harness, nodes int) *Service {
 	t.Helper()
 	p := New(Config{NC: h.nc, JS: h.js, SnapshotEvery: 4, InlineWorkers: 10, Settle: -1, Log: zerolog.Nop()})
+	if h.mem != nil {
+		h.mem.onMem(p)
+	}
 	latest, err := p.start(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +135,7 @@ func TestHostileEvents(t *testing.T) {
 // and, a moment later, publishes the assignments of the nodes it changed.
 func TestAnotherPlannersAssignments(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	ctx := context.Background()
 	for i := range 4 {
 		h.node(fmt.Sprintf("n%02d", i))
@@ -155,10 +158,10 @@ func TestAnotherPlannersAssignments(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, "the node that left without its assignment", func() bool {
-		a, err := wireClient(b).Assignment(ctx, "default", victim)
+		a, err := b.plans.Assignment(ctx, "default", victim)
 		return err == nil && a.Revision == 2 && len(a.Workers) == 0
 	})
-	checkAssignments(t, wireClient(b), next)
+	checkAssignments(t, b.plans, next)
 }
 
 // TestRepairsKeepNewer: a repair never replaces an assignment of a newer

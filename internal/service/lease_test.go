@@ -236,7 +236,7 @@ func onNode(p *planner.Plan, node string) bool {
 // since; it is refused, and left to reconcile.
 func TestDeposedLeaderAssignments(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	ctx := context.Background()
 	a := offline(t, h, 4)
 	if err := a.replan(ctx); err != nil {
@@ -251,7 +251,7 @@ func TestDeposedLeaderAssignments(t *testing.T) {
 	if err := b.replan(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ours, err := wireClient(b).Assignment(ctx, "default", node)
+	ours, err := b.plans.Assignment(ctx, "default", node)
 	if err != nil || len(ours.Workers) != 0 || ours.Revision != 2 {
 		t.Fatalf("the new leader's assignment of %s: %+v %v", node, ours, err)
 	}
@@ -261,7 +261,7 @@ func TestDeposedLeaderAssignments(t *testing.T) {
 	if err := a.sendAssignments(ctx, a.own(), []client.Assignment{stale}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := wireClient(b).Assignment(ctx, "default", node)
+	got, err := b.plans.Assignment(ctx, "default", node)
 	if err != nil || got.Seq != ours.Seq || len(got.Workers) != 0 {
 		t.Fatalf("the deposed leader overwrote the assignment: %+v %v", got, err)
 	}
@@ -276,7 +276,7 @@ func TestDeposedLeaderAssignments(t *testing.T) {
 // loop publishes nothing unfenced.
 func TestRenewalsDoNotRefusePublishes(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	ctx := context.Background()
 	p := offline(t, h, 4)
 	p.cfg.LeaseTTL = 5 * time.Second

@@ -121,7 +121,7 @@ func (p *Service) newLoop(ctx context.Context) (*loop, error) {
 	l.snapT.Stop()
 	l.growT = p.clock.NewTimer(time.Hour)
 	l.growT.Stop()
-	l.ride.reconnects = p.cfg.NC.Stats().Reconnects
+	l.ride.reconnects = p.link.Reconnects()
 	l.ride.outageReconnects = l.ride.reconnects
 	l.followed, l.following = make(chan followedPlan, 64), map[*planState]context.CancelFunc{}
 	for _, s := range p.all() {

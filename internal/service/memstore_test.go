@@ -801,6 +801,21 @@ func (s memSpecs) delete(name string) {
 	s.kv.write(name, nil, jetstream.KeyValueDelete, 0)
 }
 
+// Delete removes plan name's spec as store.SpecStore.Delete does: a plan
+// with no spec is ErrNotFound.
+func (s memSpecs) Delete(ctx context.Context, name string) error {
+	if err := store.ValidatePlanName(name); err != nil {
+		return err
+	}
+	s.kv.js.mu.Lock()
+	defer s.kv.js.mu.Unlock()
+	if e, ok := s.kv.current(name); !ok || e.op != jetstream.KeyValuePut {
+		return fmt.Errorf("spec %s: %w", name, client.ErrNotFound)
+	}
+	s.kv.write(name, nil, jetstream.KeyValueDelete, 0)
+	return ctx.Err()
+}
+
 // memDrains is memJS's drain bucket as a drainStore.
 type memDrains struct{ kv *memKV }
 
@@ -1009,4 +1024,89 @@ func memSend[T any](ctx context.Context, out chan<- T, v T) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// memLink is memJS's link: always connected, never reconnecting; its
+// state streams are there unless their bucket was lost.
+type memLink struct{ js *memJS }
+
+var _ link = memLink{}
+
+func (memLink) Reconnects() uint64 { return 0 }
+func (memLink) Connected() bool    { return true }
+
+// BodyLimit is a default server's (1 MiB), less the headers' room, as
+// bus.BodyLimit says of one.
+func (memLink) BodyLimit() int { return 1<<20 - 16<<10 }
+
+func (l memLink) Stream(ctx context.Context, name string) (streamState, error) {
+	m := l.js
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	kv := map[string]*memKV{bus.InventoryStream: m.inv, "KV_" + client.SpecBucket: m.specs, "KV_" + client.DrainBucket: m.drains}[name]
+	switch {
+	case kv != nil && kv.gone:
+		return streamState{}, jetstream.ErrStreamNotFound
+	case kv != nil:
+		return streamState{LastSeq: kv.seq, Msgs: uint64(len(kv.recs))}, ctx.Err()
+	}
+	return streamState{LastSeq: m.seq, Msgs: uint64(len(m.msgs))}, ctx.Err()
+}
+
+// expire makes node id's key run out now, as its TTL would once its
+// reporter stopped: what a reporter killed comes to, without the wait.
+func (s memInventory) expire(id string) {
+	s.kv.js.mu.Lock()
+	defer s.kv.js.mu.Unlock()
+	now := s.kv.js.clock.Now()
+	for i := range s.kv.recs {
+		if e := &s.kv.recs[i]; e.key == id && (e.expires.IsZero() || now.Before(e.expires)) {
+			e.expires = now
+		}
+	}
+	s.kv.js.wrote()
+}
+
+// onMem makes p plan on m's stores (each planner its own publisher
+// name, as New gives it) and link.
+func (m *memJS) onMem(p *Service) {
+	p.plans = m.plans(nuid.Next())
+	p.specs, p.inv, p.drains, p.link = memSpecs{m.specs}, memInventory{m.inv}, memDrains{m.drains}, memLink{m}
+}
+
+// revisions is plan name's revisions the stream keeps, oldest first (a
+// history's).
+func (m *memJS) revisions(name string) []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []int
+	for _, x := range m.live(client.PlanEventSubject(name)) {
+		out = append(out, x.ev.Revision)
+	}
+	return out
+}
+
+// undrain ends the drain of node (gpu nil) or its GPU as
+// store.DrainStore.Undrain does: the audit record, then the delete; a
+// target not drained is ErrNotFound.
+func (s memDrains) undrain(node string, gpu *int, by string, at time.Time) error {
+	key := store.DrainKey(node, gpu)
+	s.kv.js.mu.Lock()
+	defer s.kv.js.mu.Unlock()
+	if err := s.kv.bind(); err != nil {
+		return err
+	}
+	e, ok := s.kv.current(key)
+	if !ok || e.op != jetstream.KeyValuePut {
+		return fmt.Errorf("undrain %s: not drained: %w", plan.Drain{NodeID: node, GPU: gpu}.Target(), client.ErrNotFound)
+	}
+	d, err := store.DecodeDrain(key, e.value)
+	if err != nil {
+		d = store.Drain{NodeID: node, GPU: gpu, Cause: plan.DrainOperator}
+	}
+	d.Undrained, d.By, d.At = true, by, at.UTC()
+	data, _ := json.Marshal(d) // plain data
+	s.kv.write(key, data, jetstream.KeyValuePut, 0)
+	s.kv.write(key, nil, jetstream.KeyValueDelete, 0)
+	return nil
 }

@@ -147,7 +147,7 @@ func TestReplayChurn(t *testing.T) {
 
 // checkAssignments: each node of the plan has its workers on its
 // assignment subject, and every other node none.
-func checkAssignments(t *testing.T, c *client.Client, p *planner.Plan) {
+func checkAssignments(t *testing.T, c assignmentReader, p *planner.Plan) {
 	t.Helper()
 	ctx := context.Background()
 	want := map[string][]plan.Worker{}
@@ -362,4 +362,10 @@ func TestOversizedMessages(t *testing.T) {
 			t.Errorf("object %s left behind", o.Name)
 		}
 	}
+}
+
+// assignmentReader reads a plan's assignments back, as a launcher does
+// (*client.Client; a planStore too).
+type assignmentReader interface {
+	Assignments(ctx context.Context, name string, fn func(*client.Assignment) bool) error
 }

@@ -176,6 +176,8 @@ type Service struct {
 	specs  specStore
 	inv    inventoryStore
 	drains drainStore
+	// link is the connection and the streams themselves (stores.go).
+	link link
 
 	// live is the live inventory; states, every plan's state by name.
 	// The loop's goroutine alone uses them.
@@ -288,6 +290,7 @@ func New(cfg Config) *Service {
 		specs:       jsSpecs{specs},
 		inv:         jsInventory{inv},
 		drains:      newJSDrains(cfg.JS, cfg.Replicas),
+		link:        jsLink{nc: cfg.NC, js: cfg.JS},
 		live:        newView(),
 		states:      map[string]*planState{},
 		rejectedNow: map[string]string{},
@@ -598,15 +601,10 @@ var errSpecLost = errors.New("the spec bucket lost its contents")
 // lost. Nil when the key is whole, as far as it can tell (a bucket made
 // anew, a spec never stored, or one removed, whose marker stays).
 func (p *Service) specLost(ctx context.Context) error {
-	st, err := p.cfg.JS.Stream(ctx, "KV_"+client.SpecBucket)
+	s, err := p.link.Stream(ctx, "KV_"+client.SpecBucket)
 	if err != nil {
 		return nil // Get read the bucket: an error here is an outage's
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil
-	}
-	s := info.State
 	if s.LastSeq == 0 {
 		return nil // made anew: nothing stored, nothing lost
 	}
@@ -630,12 +628,8 @@ func (p *Service) specLost(ctx context.Context) error {
 	if sp, err := p.plans.Latest(lctx, p.cfg.Plan); err == nil && sp != nil && !sp.Plan.Removed {
 		return refuse(fmt.Sprintf("its record is gone without a removal, and its revision %d says it was never removed", sp.Plan.Revision))
 	}
-	lost := uint64(0)
-	if s.Lost != nil {
-		lost = uint64(len(s.Lost.Msgs))
-	}
-	if lost == 0 && s.Msgs > 0 {
+	if s.Lost == 0 && s.Msgs > 0 {
 		return nil
 	}
-	return refuse(fmt.Sprintf("the bucket has stored %d messages and holds %d (%d reported lost)", s.LastSeq, s.Msgs, lost))
+	return refuse(fmt.Sprintf("the bucket has stored %d messages and holds %d (%d reported lost)", s.LastSeq, s.Msgs, s.Lost))
 }

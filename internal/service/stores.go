@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/poolplanner/poolplanner/client"
@@ -151,4 +152,54 @@ func bucket(kv jetstream.KeyValue, err error) (kvBucket, error) {
 		return nil, err
 	}
 	return kv, nil
+}
+
+// link is what the service needs of its NATS connection and of the state
+// streams themselves, beside what the stores hold.
+type link interface {
+	// Reconnects counts the connection's reconnects so far.
+	Reconnects() uint64
+	Connected() bool
+	// BodyLimit is the largest message body the server takes (less
+	// room for headers).
+	BodyLimit() int
+	// Stream is state stream name as it stands;
+	// jetstream.ErrStreamNotFound where it is missing.
+	Stream(ctx context.Context, name string) (streamState, error)
+}
+
+// streamState is what the service reads of a state stream itself.
+type streamState struct {
+	LastSeq uint64
+	// Msgs is how many messages it holds; Lost, how many the server
+	// reports lost (a damaged store).
+	Msgs, Lost uint64
+	// Created is when the stream was made: a stream made anew since it
+	// was last looked at began its sequences again.
+	Created time.Time
+}
+
+// jsLink is the link over a NATS connection and its JetStream.
+type jsLink struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+var _ link = jsLink{}
+
+func (l jsLink) Reconnects() uint64 { return l.nc.Stats().Reconnects }
+func (l jsLink) Connected() bool    { return l.nc.IsConnected() }
+func (l jsLink) BodyLimit() int     { return bus.BodyLimit(l.nc) }
+
+func (l jsLink) Stream(ctx context.Context, name string) (streamState, error) {
+	st, err := l.js.Stream(ctx, name)
+	if err != nil {
+		return streamState{}, err
+	}
+	info := st.CachedInfo()
+	out := streamState{LastSeq: info.State.LastSeq, Msgs: info.State.Msgs, Created: info.Created}
+	if info.State.Lost != nil {
+		out.Lost = uint64(len(info.State.Lost.Msgs))
+	}
+	return out, nil
 }
