@@ -138,11 +138,11 @@ func planOn(ids ...string) *planner.Plan {
 // inventory event: the change it cannot plan on is nothing pending.
 func TestIdleOnStandby(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	for _, id := range []string{"n1", "n2", "n3"} {
 		h.node(id)
 	}
-	url := h.nc.ConnectedUrl()
+	url := h.url()
 	cfg := Config{Spec: []byte(testSpec), Debounce: 20 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
 	a := h.instance(url, cfg)
 	h.waitRevision(1)

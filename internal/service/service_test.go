@@ -560,3 +560,12 @@ func (g memInvGetter) Get(_ context.Context, key string) (jetstream.KeyValueEntr
 	}
 	return nil, jetstream.ErrKeyNotFound
 }
+
+// url is the harness's server's ("" on memJS, where instances need
+// none).
+func (h *harness) url() string {
+	if h.mem != nil {
+		return ""
+	}
+	return h.nc.ConnectedUrl()
+}

@@ -206,7 +206,7 @@ func TestSeveralPlansFailover(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	specs := h.cluster(4, map[string]string{"a": shareSpec(12, 1), "b": shareSpec(12, 0)})
-	url := h.nc.ConnectedUrl()
+	url := h.url()
 	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
 	leader := h.instance(url, cfg)
 	valid := func(p *planner.Plan) bool { return p.Valid }
