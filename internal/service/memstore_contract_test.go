@@ -171,24 +171,65 @@ func planFencing(t *testing.T, b backend) {
 	if last, err := ps.LastSeq(ctx, client.PlanEventSubject("p")); err != nil || last != s2 {
 		t.Errorf("LastSeq = %d, %v; want %d", last, err, s2)
 	}
+	// Changes: revisions 3 and 4 rebuilt from base 2 through the chain.
+	pool := plan.PoolOrder{Name: "train", Add: []string{"n1"}}
+	change := func(rev int, reason string, pools ...plan.PoolOrder) *plan.Event {
+		return &plan.Event{Header: plan.Header{Name: "p", Revision: rev, Valid: true, Reason: reason}, Base: 2,
+			Change: &plan.Change{Pools: pools}}
+	}
+	s3, err := ps.PublishEvent(ctx, change(3, "three", pool), "d2", s2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s4, err := ps.PublishEvent(ctx, change(4, "four", pool, plan.PoolOrder{Name: "env"}), "d2", s3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		rev    int
+		seq    uint64
+		reason string
+		pools  []string
+	}{{3, s3, "three", []string{"train"}}, {4, s4, "four", []string{"train", "env"}}} {
+		sp, err := ps.Revision(ctx, "p", c.rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pools []string
+		for _, pl := range sp.Plan.Pools {
+			pools = append(pools, pl.Name)
+		}
+		if sp.Seq != c.seq || sp.Base != 2 || sp.Plan.Reason != c.reason || !slices.Equal(pools, c.pools) {
+			t.Errorf("revision %d = seq %d base %d reason %q pools %v; want %d 2 %q %v",
+				c.rev, sp.Seq, sp.Base, sp.Plan.Reason, pools, c.seq, c.reason, c.pools)
+		}
+	}
+	// A change that skips a revision breaks its chain: unreadable.
+	s6, err := ps.PublishEvent(ctx, change(6, "six", pool), "d2", s4, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp, err := ps.Latest(ctx, "p"); err != nil || !sp.Unreadable || sp.Plan.Revision != 6 || sp.Seq != s6 {
+		t.Fatalf("Latest of a broken chain = %+v, %v; want revision 6 unreadable", sp, err)
+	}
 	// A snapshot names the whole document; dropped, its revision is
 	// unreadable, never an error that stops planning.
-	doc := &plan.Document{Header: plan.Header{Name: "p", Revision: 3, Valid: true, Reason: "snap"}}
+	doc := &plan.Document{Header: plan.Header{Name: "p", Revision: 7, Valid: true, Reason: "snap"}}
 	obj, _, err := ps.PutSnapshot(ctx, doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s3, err := ps.PublishEvent(ctx, &plan.Event{Header: doc.Header, Base: 3, Snapshot: obj}, "d2", s2, 0)
+	s7, err := ps.PublishEvent(ctx, &plan.Event{Header: doc.Header, Base: 7, Snapshot: obj}, "d2", s6, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sp, err := ps.Latest(ctx, "p"); err != nil || sp.Plan.Revision != 3 || sp.Plan.Reason != "snap" || sp.Unreadable {
+	if sp, err := ps.Latest(ctx, "p"); err != nil || sp.Plan.Revision != 7 || sp.Plan.Reason != "snap" || sp.Unreadable {
 		t.Fatalf("Latest of a snapshot = %+v, %v", sp, err)
 	}
 	ps.DropSnapshot(ctx, obj)
 	sp, err = ps.Latest(ctx, "p")
-	if err != nil || !sp.Unreadable || sp.Plan.Revision != 3 || sp.Seq != s3 {
-		t.Errorf("Latest with its snapshot gone = %+v, %v; want revision 3 unreadable at %d", sp, err, s3)
+	if err != nil || !sp.Unreadable || sp.Plan.Revision != 7 || sp.Seq != s7 {
+		t.Errorf("Latest with its snapshot gone = %+v, %v; want revision 7 unreadable at %d", sp, err, s7)
 	}
 }
 
