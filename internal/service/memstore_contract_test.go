@@ -108,6 +108,7 @@ func TestMemStoresAsJetStream(t *testing.T) {
 			t.Run("plan events fenced by the last sequence", func(t *testing.T) { planFencing(t, b) })
 			t.Run("lease", func(t *testing.T) { leaseFencing(t, b) })
 			t.Run("follow", func(t *testing.T) { follow(t, b) })
+			t.Run("retain", func(t *testing.T) { retain(t, b) })
 			t.Run("spec bucket", func(t *testing.T) { specBucket(t, b) })
 			t.Run("drain bucket", func(t *testing.T) { drainBucket(t, b) })
 			t.Run("inventory watch", func(t *testing.T) { inventoryWatch(t, b) })
@@ -515,5 +516,46 @@ func inventoryWatch(t *testing.T, b backend) {
 	}
 	if got := next(); got.Op != store.Removed || got.NodeID != "n3" || got.Reason != store.ReasonExpired || !got.Marker {
 		t.Fatalf("after n3's tombstone: %+v, want n3 removed (expired, by a marker)", see(got))
+	}
+}
+
+func retain(t *testing.T, b backend) {
+	ctx := context.Background()
+	ps := b.plans("a")
+	var seq uint64
+	publish := func(ev *plan.Event) {
+		t.Helper()
+		var err error
+		if seq, err = ps.PublishEvent(ctx, ev, "d", seq, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	change := func(rev, base int) *plan.Event {
+		return &plan.Event{Header: plan.Header{Name: "r", Revision: rev, Valid: true}, Base: base, Change: &plan.Change{}}
+	}
+	publish(wholeEvent("r", 1))
+	publish(change(2, 1))
+	publish(wholeEvent("r", 3))
+	publish(change(4, 3))
+	// No limit reached: all kept.
+	if err := ps.Retain(ctx, "r", time.Hour, -1, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps.Revision(ctx, "r", 1); err != nil {
+		t.Fatalf("revision 1 within the age limit: %v", err)
+	}
+	// Every revision past the age limit: the cut keeps the newest whole
+	// one and what builds on it.
+	if err := ps.Retain(ctx, "r", time.Hour, -1, time.Now().Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	for rev, kept := range map[int]bool{1: false, 2: false, 3: true, 4: true} {
+		sp, err := ps.Revision(ctx, "r", rev)
+		switch {
+		case kept && (err != nil || sp.Plan.Revision != rev):
+			t.Errorf("revision %d: %v, want it kept and rebuilt", rev, err)
+		case !kept && !errors.Is(err, client.ErrNotFound):
+			t.Errorf("revision %d: %v, want ErrNotFound (cut)", rev, err)
+		}
 	}
 }

@@ -427,6 +427,8 @@ func (s *memPlans) Retain(ctx context.Context, name string, maxAge time.Duration
 		return out
 	}
 	if maxAge >= 0 {
+		// What is kept starts at the newest whole revision older than
+		// the cutoff: the base of the first one young enough.
 		cutoff := now.Add(-maxAge)
 		var keep uint64
 		for _, x := range m.live(subject) {
@@ -437,16 +439,7 @@ func (s *memPlans) Retain(ctx context.Context, name string, maxAge time.Duration
 				keep = x.seq
 			}
 		}
-		// Past the cutoff, the newest whole revision at or before the
-		// first one young enough starts what is kept.
-		for _, x := range m.live(subject) {
-			if !x.at.Before(cutoff) && x.ev.Kind() != "change" && (keep == 0 || x.seq <= keep) {
-				keep = x.seq
-			}
-		}
-		if keep != 0 {
-			cutBefore(keep)
-		}
+		cutBefore(keep)
 	}
 	size := func() (n int64) {
 		for _, x := range m.msgs {
