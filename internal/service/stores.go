@@ -13,12 +13,14 @@ import (
 	"github.com/poolplanner/poolplanner/plan"
 )
 
-// The service reaches JetStream only through the interfaces below, each
-// the methods it calls of one store and no more, so that a test of the
-// loop's behaviour (not of the wire) can run it on an in-memory store
-// that keeps the same promises: a stream's sequence numbers, a publish
-// fenced by the subject's last sequence, a watch delivering in the
-// order written, a bucket's revisions and its delete markers.
+// The service reaches JetStream's state only through the interfaces
+// below (its request endpoints alone are served on the connection
+// itself, bus.AddService), each the methods it calls of one store and no
+// more, so that a test of the loop's behaviour (not of the wire) can run
+// it on an in-memory store that keeps the same promises: a stream's
+// sequence numbers, a publish fenced by the subject's last sequence, a
+// watch delivering in the order written, a bucket's revisions and its
+// delete markers.
 
 // planStore is what the service needs of the plan stream, its snapshot
 // object store and the lease (store.PlanStore, through jsPlans).
@@ -29,9 +31,10 @@ type planStore interface {
 	Ensure(ctx context.Context) error
 	Latest(ctx context.Context, name string) (*store.StoredPlan, error)
 	Revision(ctx context.Context, name string, rev int) (*store.StoredPlan, error)
-	// PublishEvent is refused (client.ErrConflict) unless plan ev.Name's
-	// last event is at sequence expect and the lease's last write at
-	// lease (0: not checked).
+	// PublishEvent is refused (store.ErrConflict) unless plan ev.Name's
+	// last event is at sequence expect (0: none) or, with a lease
+	// (nonzero), unless the lease's last write is still at lease
+	// (bus.ErrLeaseLost); a second event of one revision is refused too.
 	PublishEvent(ctx context.Context, ev *plan.Event, specDigest string, expect, lease uint64) (uint64, error)
 	PutSnapshot(ctx context.Context, doc *plan.Document) (name string, size int, err error)
 	DropSnapshot(ctx context.Context, name string)
