@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
@@ -58,11 +59,17 @@ type memJS struct {
 // memMsg is one message of the plan stream: an event (ev, with its
 // spec digest and publisher) or a lease (lease).
 type memMsg struct {
-	seq        uint64
-	subject    string
-	at         time.Time
-	expires    time.Time // zero: never
+	seq     uint64
+	subject string
+	at      time.Time
+	expires time.Time // zero: never
+	// ev is the event as stored, for what it says of itself; data and
+	// hdr, its encoding, which each read decodes afresh (fresh), as
+	// the real stream's readers do: what one reader changes of its
+	// document is no other's.
 	ev         *plan.Event
+	data       []byte
+	hdr        nats.Header
 	size       int
 	specDigest string
 	publisher  string
@@ -157,7 +164,7 @@ func (m *memJS) rebuild(name string, x *memMsg) (*store.StoredPlan, error) {
 	ev := x.ev
 	sp := &store.StoredPlan{Seq: x.seq, SpecDigest: x.specDigest, Base: ev.Base, Publisher: x.publisher}
 	if ev.Kind() != "change" {
-		doc, err := m.whole(ev)
+		doc, err := m.whole(x)
 		if err != nil {
 			return nil, err
 		}
@@ -177,7 +184,7 @@ func (m *memJS) rebuild(name string, x *memMsg) (*store.StoredPlan, error) {
 	if base == nil {
 		return nil, fmt.Errorf("plan %s revision %d: %w: base %d gone", name, ev.Revision, client.ErrUnreadable, ev.Base)
 	}
-	doc, err := m.whole(base.ev)
+	doc, err := m.whole(base)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +193,11 @@ func (m *memJS) rebuild(name string, x *memMsg) (*store.StoredPlan, error) {
 		if y.ev.Revision != r.Revision()+1 {
 			return nil, fmt.Errorf("plan %s revision %d: %w: the chain from base %d breaks at sequence %d", name, ev.Revision, client.ErrUnreadable, ev.Base, y.seq)
 		}
-		if err := r.Apply(y.ev); err != nil {
+		e, err := y.fresh()
+		if err == nil {
+			err = r.Apply(e)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("plan %s: %w: %w", name, client.ErrUnreadable, err)
 		}
 	}
@@ -197,9 +208,22 @@ func (m *memJS) rebuild(name string, x *memMsg) (*store.StoredPlan, error) {
 	return sp, nil
 }
 
-// whole is the document of an event that carries or names it whole;
+// fresh is x's event decoded anew.
+func (x *memMsg) fresh() (*plan.Event, error) {
+	var ev plan.Event
+	if err := wire.Decode(x.data, x.hdr, &ev); err != nil {
+		return nil, fmt.Errorf("event at sequence %d: %w: %w", x.seq, client.ErrUnreadable, err)
+	}
+	return &ev, nil
+}
+
+// whole is the document of x's event, which carries or names it whole;
 // m.mu is held.
-func (m *memJS) whole(ev *plan.Event) (*plan.Document, error) {
+func (m *memJS) whole(x *memMsg) (*plan.Document, error) {
+	ev, err := x.fresh()
+	if err != nil {
+		return nil, err
+	}
 	if ev.Placement != nil {
 		return &plan.Document{Header: ev.Header, Placement: *ev.Placement}, nil
 	}
@@ -246,7 +270,7 @@ func (s *memPlans) PublishEvent(ctx context.Context, ev *plan.Event, specDigest 
 	}
 	m.ids[id] = true
 	m.seq++
-	m.msgs = append(m.msgs, memMsg{seq: m.seq, subject: subject, at: m.clock.Now(), ev: &stored, size: len(data),
+	m.msgs = append(m.msgs, memMsg{seq: m.seq, subject: subject, at: m.clock.Now(), ev: &stored, data: data, hdr: h, size: len(data),
 		specDigest: specDigest, publisher: s.publisher})
 	m.wrote()
 	return m.seq, nil
