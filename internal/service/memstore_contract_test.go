@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -109,6 +110,7 @@ func TestMemStoresAsJetStream(t *testing.T) {
 			t.Run("lease", func(t *testing.T) { leaseFencing(t, b) })
 			t.Run("follow", func(t *testing.T) { follow(t, b) })
 			t.Run("retain", func(t *testing.T) { retain(t, b) })
+			t.Run("assignments", func(t *testing.T) { assignments(t, b) })
 			t.Run("spec bucket", func(t *testing.T) { specBucket(t, b) })
 			t.Run("drain bucket", func(t *testing.T) { drainBucket(t, b) })
 			t.Run("inventory watch", func(t *testing.T) { inventoryWatch(t, b) })
@@ -557,5 +559,40 @@ func retain(t *testing.T, b backend) {
 		case !kept && !errors.Is(err, client.ErrNotFound):
 			t.Errorf("revision %d: %v, want ErrNotFound (cut)", rev, err)
 		}
+	}
+}
+
+func assignments(t *testing.T, b backend) {
+	ctx := context.Background()
+	ps := b.plans("a")
+	if err := ps.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	as := []client.Assignment{{Plan: "as", Revision: 1, NodeID: "n1"}, {Plan: "as", Revision: 1, NodeID: "n2"}}
+	if refused, err := ps.PublishAssignments(ctx, as, true); err != nil || refused != 0 {
+		t.Fatalf("first assignments: %d refused, %v", refused, err)
+	}
+	if as[0].Seq == 0 || as[1].Seq <= as[0].Seq {
+		t.Fatalf("sequences %d, %d: want each set, in order", as[0].Seq, as[1].Seq)
+	}
+	// n1's replaces the one at its Seq; n2's is stale (expects none).
+	next := []client.Assignment{{Plan: "as", Revision: 2, NodeID: "n1", Seq: as[0].Seq}, {Plan: "as", Revision: 2, NodeID: "n2"}}
+	if refused, err := ps.PublishAssignments(ctx, next, true); err != nil || refused != 1 || next[1].Seq != 0 || next[0].Seq <= as[1].Seq {
+		t.Fatalf("second assignments: %d refused (want 1), %v; sequences %d, %d", refused, err, next[0].Seq, next[1].Seq)
+	}
+	a, err := ps.Assignment(ctx, "as", "n1")
+	if err != nil || a.Revision != 2 || a.Seq != next[0].Seq {
+		t.Fatalf("n1's assignment = %+v, %v; want revision 2 at %d", a, err, next[0].Seq)
+	}
+	if _, err := ps.Assignment(ctx, "as", "n9"); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("an assignment never published = %v, want ErrNotFound", err)
+	}
+	var got []string
+	err = ps.Assignments(ctx, "as", func(a *client.Assignment) bool {
+		got = append(got, fmt.Sprintf("%s@%d", a.NodeID, a.Revision))
+		return true
+	})
+	if err != nil || !slices.Equal(got, []string{"n2@1", "n1@2"}) {
+		t.Errorf("Assignments = %v, %v; want [n2@1 n1@2] (each node's last, in stream order)", got, err)
 	}
 }

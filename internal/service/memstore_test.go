@@ -48,9 +48,9 @@ type memJS struct {
 	ids     map[string]bool
 	objects map[string][]byte
 	// aseq is the assignment stream's last sequence; assigns its
-	// messages, by plan, then node: the last of each.
+	// messages, by plan, then node: the last of each, as JSON.
 	aseq    uint64
-	assigns map[string]map[string]client.Assignment
+	assigns map[string]map[string]memAssignment
 	specs   *memKV
 	drains  *memKV
 	inv     *memKV
@@ -78,7 +78,7 @@ type memMsg struct {
 
 func newMemJS(clock Clock) *memJS {
 	m := &memJS{clock: clock, changed: make(chan struct{}), ids: map[string]bool{}, objects: map[string][]byte{},
-		assigns: map[string]map[string]client.Assignment{}}
+		assigns: map[string]map[string]memAssignment{}}
 	m.specs = &memKV{js: m, bucket: client.SpecBucket, history: bus.SpecHistory, missing: store.ErrNoSpecBucket}
 	m.drains = &memKV{js: m, bucket: client.DrainBucket, history: bus.DrainHistory, missing: store.ErrNoDrainBucket}
 	m.inv = &memKV{js: m, bucket: client.InventoryBucket, history: 1, missing: store.ErrNoBucket}
@@ -306,44 +306,54 @@ func (s *memPlans) PublishAssignments(ctx context.Context, as []client.Assignmen
 		a := &as[i]
 		byNode := m.assigns[a.Plan]
 		if byNode == nil {
-			byNode = map[string]client.Assignment{}
+			byNode = map[string]memAssignment{}
 			m.assigns[a.Plan] = byNode
 		}
-		if expect && byNode[a.NodeID].Seq != a.Seq {
+		if expect && byNode[a.NodeID].seq != a.Seq {
 			// One published since the Seq this one replaces is newer.
 			a.Seq = 0
 			refused++
 			continue
 		}
+		data, err := json.Marshal(a)
+		if err != nil {
+			return refused, fmt.Errorf("assignment of %s: %w", a.NodeID, err)
+		}
 		m.aseq++
 		a.Seq = m.aseq
-		byNode[a.NodeID] = cloneAssignment(*a)
+		byNode[a.NodeID] = memAssignment{seq: a.Seq, data: data}
 	}
 	m.wrote()
 	return refused, nil
 }
 
-// cloneAssignment is a through the wire's JSON: the stored copy shares
-// nothing with the caller's.
-func cloneAssignment(a client.Assignment) client.Assignment {
-	data, err := json.Marshal(a)
-	if err != nil {
-		panic(fmt.Sprintf("assignment of %s does not encode: %v", a.NodeID, err)) // a test's own value
+// memAssignment is one assignment message: its sequence and its JSON,
+// which each read decodes afresh.
+type memAssignment struct {
+	seq  uint64
+	data []byte
+}
+
+func (x memAssignment) decode() (client.Assignment, error) {
+	var a client.Assignment
+	if err := json.Unmarshal(x.data, &a); err != nil {
+		return a, fmt.Errorf("assignment at sequence %d: %w: %w", x.seq, client.ErrUnreadable, err)
 	}
-	var out client.Assignment
-	if err := json.Unmarshal(data, &out); err != nil {
-		panic(fmt.Sprintf("assignment of %s does not decode: %v", a.NodeID, err))
-	}
-	out.Seq = a.Seq
-	return out
+	a.Seq = x.seq
+	return a, nil
 }
 
 func (s *memPlans) Assignments(ctx context.Context, name string, fn func(*client.Assignment) bool) error {
 	s.js.mu.Lock()
 	byNode := s.js.assigns[name]
 	as := make([]client.Assignment, 0, len(byNode))
-	for _, a := range byNode {
-		as = append(as, cloneAssignment(a))
+	for _, x := range byNode {
+		a, err := x.decode()
+		if err != nil {
+			s.js.mu.Unlock()
+			return err
+		}
+		as = append(as, a)
 	}
 	s.js.mu.Unlock()
 	// In stream order, as a consumer reads them.
@@ -362,11 +372,14 @@ func (s *memPlans) Assignments(ctx context.Context, name string, fn func(*client
 func (s *memPlans) Assignment(ctx context.Context, name, node string) (*client.Assignment, error) {
 	s.js.mu.Lock()
 	defer s.js.mu.Unlock()
-	a, ok := s.js.assigns[name][node]
+	x, ok := s.js.assigns[name][node]
 	if !ok {
 		return nil, fmt.Errorf("assignment of %s in plan %s: %w", node, name, client.ErrNotFound)
 	}
-	a = cloneAssignment(a)
+	a, err := x.decode()
+	if err != nil {
+		return nil, err
+	}
 	return &a, ctx.Err()
 }
 
