@@ -113,7 +113,7 @@ func (p *loopState) reconcileAssignments(ctx context.Context, s *planState) erro
 	}
 	var as []client.Assignment
 	octx, done := p.op(ctx, "reading plan "+s.name+"'s assignments", p.storeTimeout(len(left)+p.nodes()))
-	err := p.plans.Client().Assignments(octx, s.name, func(a *client.Assignment) bool {
+	err := p.plans.Assignments(octx, s.name, func(a *client.Assignment) bool {
 		p.noteAssignment(s, a)
 		if st := stale(latest.Plan, a.NodeID, on(a.NodeID), a); st != nil {
 			as = append(as, *st)
@@ -200,12 +200,11 @@ func (p *loopState) verifyAssignments(ctx context.Context, s *planState) error {
 		return nil
 	}
 	on := latest.Plan.NodeIndex()
-	c := p.plans.Client()
 	var as []client.Assignment
 	octx, done := p.op(ctx, "checking plan "+s.name+"'s assignments", p.storeTimeout(len(nodes)))
 	defer done()
 	for node := range nodes {
-		have, err := c.Assignment(octx, s.name, node)
+		have, err := p.plans.Assignment(octx, s.name, node)
 		switch {
 		case errors.Is(err, client.ErrNotFound):
 			have = nil

@@ -319,7 +319,7 @@ func TestChaos(t *testing.T) {
 	natstest.WaitFor(t, 10*time.Second, "a planner leading", func() bool {
 		h := holder()
 		for _, in := range x.planners {
-			if in.p.plans.Publisher == h {
+			if in.p.plans.Publisher() == h {
 				leader = in
 			}
 		}
@@ -336,7 +336,7 @@ func TestChaos(t *testing.T) {
 	natstest.WaitFor(t, time.Minute, "a standby leading", func() bool {
 		l := lease()
 		took = l.Since.Sub(crashed)
-		return l.Holder != "" && l.Holder != leader.p.plans.Publisher
+		return l.Holder != "" && l.Holder != leader.p.plans.Publisher()
 	})
 	report = append(report, fmt.Sprintf("leader killed: a standby led %s after (lease TTL %s)", took.Round(10*time.Millisecond), chaosLease))
 	x.planner()

@@ -113,7 +113,12 @@ func TestLauncherCannotBlindPlanner(t *testing.T) {
 			wg.Go(func() {
 				for k := g; k < 1100; k += n {
 					cctx, ccancel := context.WithTimeout(ctx, timeout)
-					if _, err := ljs.CreateConsumer(cctx, st, jetstream.ConsumerConfig{Durable: fmt.Sprintf("squat-%d", k)}); err == nil {
+					// In memory: the cap and the permissions count them
+					// as any, and the server makes (and, at shutdown,
+					// closes) a file-backed one's store for each: some
+					// 30 s for the thousands.
+					cfg := jetstream.ConsumerConfig{Durable: fmt.Sprintf("squat-%d", k), MemoryStorage: true}
+					if _, err := ljs.CreateConsumer(cctx, st, cfg); err == nil {
 						made[i][g]++
 					}
 					ccancel()
@@ -205,8 +210,10 @@ func TestWatchAtCapIsProblem(t *testing.T) {
 			h.drain("n1", new(2), "", nil)
 			// The server's default cap (the stream sets none): the
 			// planner's own account holds every slot.
+			// In memory: the cap counts them all the same, and a file-backed
+			// one costs the server a file to make (seconds for the thousand).
 			for i := range 1000 {
-				if _, err := h.js.CreateConsumer(ctx, c.stream, jetstream.ConsumerConfig{Durable: fmt.Sprintf("hog-%d", i)}); err != nil {
+				if _, err := h.js.CreateConsumer(ctx, c.stream, jetstream.ConsumerConfig{Durable: fmt.Sprintf("hog-%d", i), MemoryStorage: true}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -136,7 +136,7 @@ func nodeFlap(t *testing.T, spec string) {
 // pending and why; a spec that fits again is planned on at once.
 func TestForcedInfeasibleSpecKeepsPlacement(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	specs := h.cluster(4, map[string]string{"default": "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"})
 	stop := h.plannerWith(context.Background(), Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()

@@ -180,13 +180,12 @@ func (d *drains) touch(id string) { d.touched[id] = true }
 // one restart asks to be (at once). What it cannot read it tells on
 // notes, for the loop's health.
 func (p *Service) watchDrains(ctx context.Context, out chan<- map[string]store.Drain, restart <-chan struct{}, notes chan<- problemNote) {
-	ds := store.NewDrainStore(p.cfg.JS)
-	// Made at start; a bucket lost since is the guard's to make again,
-	// with the drains this planner knows (restoreDrains): a watch that
-	// made it empty would undrain everything.
-	ds.NoCreate = true
+	// Made at start (p.drains binds, never makes); a bucket lost since
+	// is the guard's to make again, with the drains this planner knows
+	// (restoreDrains): a watch that made it empty would undrain
+	// everything.
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		made, err := p.followDrains(ctx, ds, out, restart, notes)
+		made, err := p.followDrains(ctx, out, restart, notes)
 		if ctx.Err() != nil {
 			return
 		}
@@ -230,9 +229,9 @@ var errRestart = errors.New("the drain watch is made again")
 // said by watchNote, as the inventory's and the specs' are: it leaves the
 // planner blind to the drains, and unable to replan until they are
 // read).
-func (p *Service) followDrains(ctx context.Context, ds *store.DrainStore, out chan<- map[string]store.Drain, restart <-chan struct{}, notes chan<- problemNote) (made bool, err error) {
+func (p *Service) followDrains(ctx context.Context, out chan<- map[string]store.Drain, restart <-chan struct{}, notes chan<- problemNote) (made bool, err error) {
 	kctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
-	kv, err := ds.KV(kctx)
+	kv, err := p.drains.Bucket(kctx)
 	cancel()
 	if err == nil {
 		var w jetstream.KeyWatcher
@@ -293,9 +292,7 @@ func (p *Service) drainUpdates(ctx context.Context, w jetstream.KeyWatcher, out 
 // operator's drain holds until an undrain, whatever became of the
 // bucket. A drain stored since stays.
 func (p *loopState) restoreDrains(ctx context.Context) error {
-	ds := store.NewDrainStore(p.cfg.JS)
-	ds.Replicas = p.cfg.Replicas
-	kv, err := ds.Ensure(ctx)
+	kv, err := p.drains.Ensure(ctx)
 	if err != nil {
 		return err
 	}
@@ -674,17 +671,16 @@ func (p *loopState) storeHoldOuts(ctx context.Context, now bool) {
 	if !p.leads() || (!now && p.clock.Now().Before(d.retryAt)) {
 		return
 	}
-	ds := store.NewDrainStore(p.cfg.JS)
 	// A lost bucket is the guard's to make again, with every drain this
-	// planner knows (restoreDrains); one made here would lack them.
-	ds.NoCreate = true
+	// planner knows (restoreDrains); one made here would lack them (the
+	// store's Put never makes it).
 	for _, k := range slices.Sorted(maps.Keys(d.unstored)) {
 		h := d.unstored[k]
 		if h.stored {
 			continue
 		}
 		octx, done := p.op(ctx, "storing the hold-out of "+h.d.Target(), p.cfg.StoreTimeout)
-		err := ds.Put(octx, h.d)
+		err := p.drains.Put(octx, h.d)
 		done()
 		if err != nil {
 			d.tries++

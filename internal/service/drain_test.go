@@ -31,14 +31,24 @@ func places(p *planner.Plan) map[string]string {
 func (h *harness) drain(node string, gpu *int, reason string, deadline *time.Time) {
 	h.t.Helper()
 	d := store.Drain{NodeID: node, GPU: gpu, Cause: plan.DrainOperator, Reason: reason, Deadline: deadline, By: "test@host", At: time.Now().UTC()}
-	if err := store.NewDrainStore(h.js).Put(context.Background(), d); err != nil {
+	put := store.NewDrainStore(h.js).Put
+	if h.mem != nil {
+		put = memDrains{h.mem.drains}.Put
+	}
+	if err := put(context.Background(), d); err != nil {
 		h.t.Fatal(err)
 	}
 }
 
 func (h *harness) undrain(node string, gpu *int) {
 	h.t.Helper()
-	if err := store.NewDrainStore(h.js).Undrain(context.Background(), node, gpu, "test@host", "", time.Now()); err != nil {
+	undrain := func() error {
+		return store.NewDrainStore(h.js).Undrain(context.Background(), node, gpu, "test@host", "", time.Now())
+	}
+	if h.mem != nil {
+		undrain = func() error { return memDrains{h.mem.drains}.undrain(node, gpu, "test@host", time.Now()) }
+	}
+	if err := undrain(); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -70,7 +80,7 @@ func TestDrainNode(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		h.node(fmt.Sprintf("n%d", i))
 	}
-	url := h.nc.ConnectedUrl()
+	url := h.url()
 	cfg := Config{Spec: []byte(drainSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
 	a := h.instance(url, cfg)
 	first := h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid() })
@@ -183,7 +193,7 @@ func TestDrainGPU(t *testing.T) {
 // they ran, moving nobody else.
 func TestDrainNoRoom(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	h.cluster(4, map[string]string{"default": drainSpec})
 	stop := h.plannerWith(context.Background(), Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()
@@ -214,7 +224,7 @@ func TestDrainNoRoom(t *testing.T) {
 // leave.
 func TestDrainDeadline(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	h.cluster(4, map[string]string{"default": drainSpec})
 	stop := h.plannerWith(context.Background(), Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	defer stop()
@@ -249,7 +259,7 @@ func TestDrainWatchAfterLostBucket(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		h.node(fmt.Sprintf("n%d", i))
 	}
-	in := h.instance(h.nc.ConnectedUrl(), Config{Spec: []byte(drainSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second})
+	in := h.instance(h.url(), Config{Spec: []byte(drainSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second})
 	h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid() })
 	sees := func(targets ...string) func() bool {
 		return func() bool {

@@ -161,8 +161,8 @@ func TestLauncherCannotDelayStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	revision(3)
-	if _, by := latest(); by != standby.p.plans.Publisher {
-		t.Errorf("revision 3 published by %q, want the standby %q", by, standby.p.plans.Publisher)
+	if _, by := latest(); by != standby.p.plans.Publisher() {
+		t.Errorf("revision 3 published by %q, want the standby %q", by, standby.p.plans.Publisher())
 	}
 	events.want(t, 3)
 

@@ -86,7 +86,7 @@ func wantGauges(p *planner.Plan) map[string]float64 {
 // every plan; a standby has them too, its leader gauges 0.
 func TestGaugesAtStart(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	ctx := context.Background()
 	h.cluster(4, map[string]string{"default": shareSpec(8, 0), "exp": shareSpec(4, 2)})
 	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
@@ -138,7 +138,7 @@ func TestGaugesAtStart(t *testing.T) {
 // time and leader gauge included, and no later replan brings one back.
 func TestRemovedPlanSeriesEnd(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	ctx := context.Background()
 	specs := h.cluster(2, map[string]string{"default": shareSpec(4, 0), "big": shareSpec(8, 5)})
 	reg := prometheus.NewRegistry()

@@ -363,7 +363,7 @@ func docCount(d *plan.Document, c plan.Component) int {
 // retry grows onto them at once, not another grow-after later.
 func TestGrowAfterFailedPublish(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	h.cluster(4, map[string]string{"a": elasticSpecA})
@@ -373,6 +373,7 @@ func TestGrowAfterFailedPublish(t *testing.T) {
 	p := New(Config{NC: h.nc, JS: h.js, Debounce: 50 * time.Millisecond, Settle: -1, NoService: true,
 		Clock: clock, GrowAfter: after, LeaseTTL: 2 * time.Second, StallAfter: time.Hour, StoreTimeout: time.Second,
 		StandDownAfter: 100, storeHook: failing.hook, Log: zerolog.Nop()})
+	h.mem.onMem(p)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	first := h.waitFor("a", "valid at its minimum", func(p *planner.Plan) bool { return p.Valid() && count(p, plan.Eval) == 4 })

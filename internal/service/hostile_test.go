@@ -37,6 +37,9 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 func offline(t *testing.T, h *harness, nodes int) *loopState {
 	t.Helper()
 	p := drive(New(Config{NC: h.nc, JS: h.js, SnapshotEvery: 4, InlineWorkers: 10, Settle: -1, Log: zerolog.Nop()}))
+	if h.mem != nil {
+		h.mem.onMem(p.Service)
+	}
 	latest, err := p.start(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -65,12 +68,12 @@ func TestMissingSnapshot(t *testing.T) {
 	if err := p.replan(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err := p.plans.Client().Plan(ctx, "default", 1)
+	r, err := wireClient(p).Plan(ctx, "default", 1)
 	if err != nil || r.Event.Snapshot == "" {
 		t.Fatalf("revision 1: %v, a %s event", err, r.Event.Kind())
 	}
 	p.plans.DropSnapshot(ctx, r.Event.Snapshot)
-	if _, err := p.plans.Client().Plan(ctx, "default", 0); !errors.Is(err, client.ErrUnreadable) {
+	if _, err := wireClient(p).Plan(ctx, "default", 0); !errors.Is(err, client.ErrUnreadable) {
 		t.Fatalf("latest without its snapshot: %v, want unreadable", err)
 	}
 	q := offline(t, h, 4)
@@ -80,7 +83,7 @@ func TestMissingSnapshot(t *testing.T) {
 	if err := q.replan(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := q.plans.Client().Plan(ctx, "default", 0); err != nil || r.Document.Revision != 2 || !r.Document.Valid() {
+	if r, err := wireClient(q).Plan(ctx, "default", 0); err != nil || r.Document.Revision != 2 || !r.Document.Valid() {
 		t.Fatalf("revision 2: %v", err)
 	}
 }
@@ -96,7 +99,7 @@ func TestHostileEvents(t *testing.T) {
 	if err := p.replan(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c := p.plans.Client()
+	c := wireClient(p)
 	for i, body := range []string{
 		`{"name":"default","revision":2,"base":5,"change":{"nodes":[],"pools":[],"export":{"node_ids":[],"worker_counts":[0,0,0]}}}`,
 		`{"name":"default","revision":3,"base":2,"change":{"nodes":[],"pools":[],"export":{"node_ids":[],"worker_counts":[0,0,0]}}}`,
@@ -132,7 +135,7 @@ func TestHostileEvents(t *testing.T) {
 // and, a moment later, publishes the assignments of the nodes it changed.
 func TestAnotherPlannersAssignments(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	ctx := context.Background()
 	for i := range 4 {
 		h.node(fmt.Sprintf("n%02d", i))
@@ -155,10 +158,10 @@ func TestAnotherPlannersAssignments(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, "the node that left without its assignment", func() bool {
-		a, err := b.plans.Client().Assignment(ctx, "default", victim)
+		a, err := b.plans.Assignment(ctx, "default", victim)
 		return err == nil && a.Revision == 2 && len(a.Workers) == 0
 	})
-	checkAssignments(t, b.plans.Client(), next)
+	checkAssignments(t, b.plans, next)
 }
 
 // TestRepairsKeepNewer: a repair never replaces an assignment of a newer
@@ -177,7 +180,7 @@ func TestRepairsKeepNewer(t *testing.T) {
 	if newer == damaged {
 		t.Fatal("want workers on two nodes")
 	}
-	c := p.plans.Client()
+	c := wireClient(p)
 	ahead := client.Assignment{Plan: "default", Revision: 9, NodeID: newer, Workers: []client.PlacedWorker{}}
 	if _, err := p.plans.PublishAssignments(ctx, []client.Assignment{ahead}, false); err != nil {
 		t.Fatal(err)
@@ -235,7 +238,7 @@ func TestRestartKeepsAssignments(t *testing.T) {
 	if q.own().latest.Plan.Revision != 3 || !q.own().latest.Plan.Valid() {
 		t.Fatalf("revision %d: %s", q.own().latest.Plan.Revision, q.own().latest.Plan.Error)
 	}
-	checkAssignments(t, q.plans.Client(), q.own().latest.Plan)
+	checkAssignments(t, wireClient(q), q.own().latest.Plan)
 	// Every assignment was stored (acknowledged) before replan returned,
 	// so sent to the subscription before the flush's reply: all are
 	// pending on it now.

@@ -17,13 +17,14 @@ import (
 // workers leaving makes a revision, after which it is idle again with
 // no other.
 func TestIdleAfterFirstPlan(t *testing.T) {
-	h := newHarness(t)
+	h := newMemHarness(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, id := range []string{"n1", "n2", "n3"} {
 		h.node(id)
 	}
 	p := New(Config{NC: h.nc, JS: h.js, Spec: []byte(testSpec), Debounce: 20 * time.Millisecond, Settle: -1, NoService: true, Log: zerolog.Nop()})
+	h.mem.onMem(p)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	first := h.waitRevision(1)
@@ -138,11 +139,11 @@ func planOn(ids ...string) *planner.Plan {
 // inventory event: the change it cannot plan on is nothing pending.
 func TestIdleOnStandby(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	for _, id := range []string{"n1", "n2", "n3"} {
 		h.node(id)
 	}
-	url := h.nc.ConnectedUrl()
+	url := h.url()
 	cfg := Config{Spec: []byte(testSpec), Debounce: 20 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
 	a := h.instance(url, cfg)
 	h.waitRevision(1)

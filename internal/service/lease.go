@@ -275,7 +275,7 @@ func (ls *leaser) tend(ctx context.Context) time.Duration {
 		ls.log.Debug().Err(err).Msg("cannot read the plan's lease")
 		return 0
 	}
-	if cur != nil && cur.Holder == ls.p.plans.Publisher {
+	if cur != nil && cur.Holder == ls.p.plans.Publisher() {
 		ls.resume(cur) // stood down while its lease stood: it leads still
 		return 0
 	}
@@ -395,7 +395,7 @@ func (ls *leaser) resume(cur *bus.Lease) {
 // body is this planner's lease body.
 func (ls *leaser) body(since time.Time) *bus.Lease {
 	host, _ := os.Hostname()
-	return &bus.Lease{Holder: ls.p.plans.Publisher, Host: host, PID: os.Getpid(), Since: since.UTC(),
+	return &bus.Lease{Holder: ls.p.plans.Publisher(), Host: host, PID: os.Getpid(), Since: since.UTC(),
 		Renewed: ls.p.clock.Now().UTC(), TTLSeconds: ls.p.cfg.LeaseTTL.Seconds(), Problems: ls.p.leaseProblems()}
 }
 
@@ -426,7 +426,7 @@ func (ls *leaser) write(ctx context.Context, since time.Time, expect uint64) (ui
 	case errors.Is(err, bus.ErrLeaseHeld) && expect != 0:
 		// A renewal stored whose answer was lost leaves this planner's
 		// lease at another sequence: take that one.
-		if cur, rerr := ls.p.plans.ReadLease(ctx, bus.LeaseName); rerr == nil && cur != nil && cur.Holder == ls.p.plans.Publisher {
+		if cur, rerr := ls.p.plans.ReadLease(ctx, bus.LeaseName); rerr == nil && cur != nil && cur.Holder == ls.p.plans.Publisher() {
 			ls.set(expect, cur.Seq)
 			return cur.Seq, nil
 		}

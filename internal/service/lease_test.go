@@ -19,7 +19,6 @@ import (
 	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
-	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // instance is a planner on a connection of its own, so that a test can
@@ -33,14 +32,22 @@ type instance struct {
 	reg *prometheus.Registry
 }
 
+// On a memJS harness (newMemHarness) url is unused: the planner plans on
+// h.mem, with no connection to cut (crash is NATS's).
 func (h *harness) instance(url string, cfg Config) *instance {
 	h.t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		h.t.Fatal(err)
+	var nc *nats.Conn
+	if h.mem == nil {
+		var err error
+		if nc, err = nats.Connect(url); err != nil {
+			h.t.Fatal(err)
+		}
+		js, _ := jetstream.New(nc)
+		cfg.NC, cfg.JS = nc, js
+	} else {
+		cfg.NoService = true // requests are the wire's, tested on NATS
 	}
-	js, _ := jetstream.New(nc)
-	cfg.NC, cfg.JS, cfg.Log = nc, js, zerolog.Nop()
+	cfg.Log = zerolog.Nop()
 	var reg *prometheus.Registry
 	if cfg.Metrics == nil {
 		reg = prometheus.NewRegistry()
@@ -48,6 +55,9 @@ func (h *harness) instance(url string, cfg Config) *instance {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{p: New(cfg), nc: nc, cancel: cancel, done: make(chan struct{}), reg: reg}
+	if h.mem != nil {
+		h.mem.onMem(in.p)
+	}
 	go func() {
 		defer close(in.done)
 		if err := in.p.Run(ctx); err != nil {
@@ -60,6 +70,9 @@ func (h *harness) instance(url string, cfg Config) *instance {
 
 // crash cuts the planner off without a word: no lease given back.
 func (in *instance) crash() {
+	if in.nc == nil {
+		panic("crash cuts a NATS connection: the test needs newHarness")
+	}
 	in.nc.Close()
 	in.stop()
 }
@@ -67,7 +80,9 @@ func (in *instance) crash() {
 func (in *instance) stop() {
 	in.cancel()
 	<-in.done
-	in.nc.Close()
+	if in.nc != nil {
+		in.nc.Close()
+	}
 }
 
 // following waits until the planner holds the latest revision of each
@@ -100,7 +115,7 @@ func (in *instance) replanned(t *testing.T, plan string) {
 // waitLeader waits until one of ins holds the lease, and returns it.
 func (h *harness) waitLeader(within time.Duration, ins ...*instance) *instance {
 	h.t.Helper()
-	plans := store.NewPlanStore(h.js)
+	plans := h.plans()
 	var leader *instance
 	natstest.WaitFor(h.t, within, fmt.Sprintf("one of %d planners leading", len(ins)), func() bool {
 		l, err := plans.ReadLease(context.Background(), "default")
@@ -108,7 +123,7 @@ func (h *harness) waitLeader(within time.Duration, ins ...*instance) *instance {
 			return false
 		}
 		for _, in := range ins {
-			if in.p.plans.Publisher == l.Holder && in.p.leading() == l.Seq {
+			if in.p.plans.Publisher() == l.Holder && in.p.leading() == l.Seq {
 				leader = in
 			}
 		}
@@ -128,7 +143,7 @@ func TestFailover(t *testing.T) {
 	for i := range 4 {
 		h.node(fmt.Sprintf("n%02d", i))
 	}
-	url := h.nc.ConnectedUrl()
+	url := h.url()
 	cfg := Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
 	a := h.instance(url, cfg)
 	first := h.waitRevision(1)
@@ -174,7 +189,7 @@ func TestPausedLeaderCannotPublish(t *testing.T) {
 	ctx := context.Background()
 	take := func(p *loopState) {
 		t.Helper()
-		l := &bus.Lease{Holder: p.plans.Publisher, Since: time.Now(), Renewed: time.Now(), TTLSeconds: 1}
+		l := &bus.Lease{Holder: p.plans.Publisher(), Since: time.Now(), Renewed: time.Now(), TTLSeconds: 1}
 		natstest.WaitFor(t, 5*time.Second, "the lease taken", func() bool {
 			seq, err := p.plans.WriteLease(ctx, "default", l, 0)
 			if err == nil {
@@ -236,7 +251,7 @@ func onNode(p *planner.Plan, node string) bool {
 // since; it is refused, and left to reconcile.
 func TestDeposedLeaderAssignments(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	ctx := context.Background()
 	a := offline(t, h, 4)
 	if err := a.replan(ctx); err != nil {
@@ -251,7 +266,7 @@ func TestDeposedLeaderAssignments(t *testing.T) {
 	if err := b.replan(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ours, err := b.plans.Client().Assignment(ctx, "default", node)
+	ours, err := b.plans.Assignment(ctx, "default", node)
 	if err != nil || len(ours.Workers) != 0 || ours.Revision != 2 {
 		t.Fatalf("the new leader's assignment of %s: %+v %v", node, ours, err)
 	}
@@ -261,7 +276,7 @@ func TestDeposedLeaderAssignments(t *testing.T) {
 	if err := a.sendAssignments(ctx, a.own(), []client.Assignment{stale}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := b.plans.Client().Assignment(ctx, "default", node)
+	got, err := b.plans.Assignment(ctx, "default", node)
 	if err != nil || got.Seq != ours.Seq || len(got.Workers) != 0 {
 		t.Fatalf("the deposed leader overwrote the assignment: %+v %v", got, err)
 	}
@@ -276,7 +291,7 @@ func TestDeposedLeaderAssignments(t *testing.T) {
 // loop publishes nothing unfenced.
 func TestRenewalsDoNotRefusePublishes(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	ctx := context.Background()
 	p := offline(t, h, 4)
 	p.cfg.LeaseTTL = 5 * time.Second

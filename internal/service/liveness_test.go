@@ -116,11 +116,11 @@ func (h *hang) free() { h.once.Do(func() { close(h.release) }) }
 // linear.
 func TestStuckLoopLosesLease(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	for i := range 4 {
 		h.node(fmt.Sprintf("n%02d", i))
 	}
-	url := h.nc.ConnectedUrl()
+	url := h.url()
 	cfg := Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second, StoreTimeout: 2 * time.Second}
 	stuck := newHang("", true)
 	acfg := cfg
@@ -140,7 +140,7 @@ func TestStuckLoopLosesLease(t *testing.T) {
 		t.Fatal("the standby does not lead")
 	}
 	second := h.waitRevision(2)
-	if sp, err := b.p.plans.Latest(context.Background(), "default"); err != nil || sp.Publisher != b.p.plans.Publisher {
+	if sp, err := b.p.plans.Latest(context.Background(), "default"); err != nil || sp.Publisher != b.p.plans.Publisher() {
 		t.Fatalf("revision 2 not published by the standby: %v", err)
 	}
 	natstest.WaitFor(t, 5*time.Second, "the stuck planner standing by, saying why", func() bool {
@@ -169,7 +169,7 @@ func TestStoreCallDeadline(t *testing.T) {
 	h.cluster(4, nil)
 	slow := newHang("reading the history of plan exp", false)
 	slow.armed.Store(true)
-	in := h.instance(h.nc.ConnectedUrl(), Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1,
+	in := h.instance(h.url(), Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1,
 		LeaseTTL: time.Second, StoreTimeout: time.Second, storeHook: slow.hook})
 	h.waitRevision(1)
 	if _, err := store.NewSpecStore(h.js).Put(ctx, "exp", []byte(shareSpec(4, 0))); err != nil {
@@ -198,11 +198,11 @@ func TestStoreCallDeadline(t *testing.T) {
 // writing again, it leads again and its health clears.
 func TestFailingWritesStandDown(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	for i := range 4 {
 		h.node(fmt.Sprintf("n%02d", i))
 	}
-	url := h.nc.ConnectedUrl()
+	url := h.url()
 	cfg := Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second,
 		StoreTimeout: time.Second, StandDownAfter: 2, StandDownBackoff: 2 * time.Second}
 	failing := newHang("publishing plan ", false)

@@ -68,7 +68,7 @@ func TestLogLinesNamePlanOnce(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	specs := h.cluster(2, map[string]string{"default": shareSpec(4, 0), "exp": shareSpec(2, 1)})
-	kv, err := specs.KV(ctx)
+	kv, err := specs.(*store.SpecStore).KV(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -156,7 +156,7 @@ func (p *loopState) newLoop(ctx context.Context) (*loop, error) {
 	l.snapT.Stop()
 	l.growT = p.clock.NewTimer(time.Hour)
 	l.growT.Stop()
-	l.ride.reconnects = p.cfg.NC.Stats().Reconnects
+	l.ride.reconnects = p.link.Reconnects()
 	l.ride.outageReconnects = l.ride.reconnects
 	l.followed, l.following = make(chan followedPlan, 64), map[*planState]context.CancelFunc{}
 	for _, s := range p.all() {
@@ -173,7 +173,7 @@ func (p *loopState) newLoop(ctx context.Context) (*loop, error) {
 // watchSpecs (re)starts the spec watch.
 func (l *loop) watchSpecs(ctx context.Context) error {
 	kctx, done := l.p.op(ctx, "opening the spec bucket", l.p.cfg.StoreTimeout)
-	specKV, err := l.p.specs.KV(kctx)
+	specKV, err := l.p.specs.Bucket(kctx)
 	done()
 	if err != nil {
 		return err
@@ -268,7 +268,7 @@ func (l *loop) unfollow(s *planState) {
 // and those it has.
 func (p *Service) followPlans(ctx context.Context, s *planState) (<-chan *store.StoredPlan, error) {
 	return p.plans.Follow(ctx, s.name, func(i client.Info) bool {
-		if i.Publisher == p.plans.Publisher {
+		if i.Publisher == p.plans.Publisher() {
 			return true // ours: replan stored it as latest already
 		}
 		// By revision, not stream sequence: a recreated stream starts
@@ -787,7 +787,7 @@ func (l *loop) firstRevision(ctx context.Context, name string, rev uint64) uint6
 func (l *loop) specHistory(ctx context.Context, name string) ([]jetstream.KeyValueEntry, error) {
 	ctx, done := l.p.op(ctx, "reading the history of plan "+name+"'s spec", l.p.cfg.StoreTimeout)
 	defer done()
-	kv, err := l.p.specs.KV(ctx)
+	kv, err := l.p.specs.Bucket(ctx)
 	if err != nil {
 		return nil, err
 	}

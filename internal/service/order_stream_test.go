@@ -185,7 +185,7 @@ func TestPublishOrderOnStream(t *testing.T) {
 				rt.Fatal(err)
 			}
 		}
-		e, r := streamCheck(rt, h.js, p.plans.Client(), from, names)
+		e, r := streamCheck(rt, h.js, wireClient(p), from, names)
 		events, releases = events+e, releases+r
 	})
 	t.Logf("%d revisions replayed, %d of them release steps", events, releases)

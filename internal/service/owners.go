@@ -6,11 +6,10 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
-
-	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // ownerBook persists which node owns each GPU UUID (its first holder)
@@ -20,12 +19,11 @@ import (
 // owners its claims inferred while it leads (saveOwners); its own
 // goroutine (run) alone writes the bucket.
 type ownerBook struct {
-	store *store.OwnerStore
+	store ownerStore
 	saves chan map[string][]string
 	// failed is the writer's last pass's failure (nil: none), which the
 	// loop says as a problem: the writer never touches the loop's state.
-	mu     sync.Mutex
-	failed error
+	failed atomic.Pointer[error]
 	// said is whether the loop says the failure now; the loop alone
 	// uses it.
 	said bool
@@ -33,9 +31,10 @@ type ownerBook struct {
 
 // failure is the writer's last failure, nil once a pass succeeded.
 func (b *ownerBook) failure() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.failed
+	if err := b.failed.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // ownersWindow is how many nodes' records are written at once: a
@@ -47,17 +46,10 @@ const ownersWindow = 32
 // read leaves ownership to this process's memory: said in a log line
 // and a problem for as long as it runs (a restart reads them again).
 func (p *loopState) loadOwners(ctx context.Context) {
-	st := store.NewOwnerStore(p.cfg.JS)
-	st.Replicas = p.cfg.Replicas
-	p.owners = &ownerBook{store: st, saves: make(chan map[string][]string, 16)}
+	p.owners = &ownerBook{store: p.ownerStore, saves: make(chan map[string][]string, 16)}
 	lctx, cancel := context.WithTimeout(ctx, max(p.cfg.StoreTimeout, 10*time.Second))
 	defer cancel()
-	owners, err := func() (map[string]string, error) {
-		if _, err := st.Ensure(lctx); err != nil {
-			return nil, err
-		}
-		return st.Load(lctx)
-	}()
+	owners, err := p.ownerStore.Load(lctx)
 	if err != nil {
 		why := fmt.Sprintf("cannot read the GPU UUID owners (%v): a node away while another lists its GPUs may not get them back", err)
 		p.cfg.Log.Error().Err(err).Msg("cannot read the GPU UUID owners: ownership goes by what this planner sees")
@@ -117,9 +109,11 @@ func (b *ownerBook) run(ctx context.Context, log zerolog.Logger, clock Clock, ti
 			retry.Reset(time.Second)
 		}
 		failing = err != nil
-		b.mu.Lock()
-		b.failed = err
-		b.mu.Unlock()
+		if err != nil {
+			b.failed.Store(&err)
+		} else {
+			b.failed.Store(nil)
+		}
 	}
 }
 

@@ -423,7 +423,7 @@ func (p *loopState) published(s *planState, sp *store.StoredPlan, note string) {
 // too when it fits, so that followers apply it without the object.
 func (p *Service) event(ctx context.Context, latest *store.StoredPlan, next *planner.Plan, change *plan.Change) (*plan.Event, *store.StoredPlan, error) {
 	stored := &store.StoredPlan{Plan: next, Meta: client.Meta{Base: next.Revision}}
-	limit := min(maxChange, bus.BodyLimit(p.cfg.NC))
+	limit := min(maxChange, p.link.BodyLimit())
 	if next.Workers.Len() <= p.cfg.InlineWorkers {
 		ev := &plan.Event{Header: next.Header, Base: next.Revision, Placement: &next.Placement}
 		if data, _, err := wire.Encode(ev); err == nil && len(data) <= limit {

@@ -95,7 +95,7 @@ func TestReplayChurn(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := drive(New(Config{NC: h.nc, JS: h.js, Plan: "default", SnapshotEvery: 4, InlineWorkers: -1, Settle: -1, Log: zerolog.Nop()}))
-	c := p.plans.Client()
+	c := wireClient(p.Service)
 	if err := p.plans.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestReplayChurn(t *testing.T) {
 
 // checkAssignments: each node of the plan has its workers on its
 // assignment subject, and every other node none.
-func checkAssignments(t *testing.T, c *client.Client, p *planner.Plan) {
+func checkAssignments(t *testing.T, c assignmentReader, p *planner.Plan) {
 	t.Helper()
 	ctx := context.Background()
 	want := map[string][]plan.Worker{}
@@ -189,7 +189,7 @@ func TestRetain(t *testing.T) {
 	p := drive(New(Config{NC: h.nc, JS: h.js, Plan: "default", SnapshotEvery: 3, InlineWorkers: -1, Settle: -1,
 		HistoryAge: -1, HistoryBytes: -1, Log: zerolog.Nop()}))
 	churn(t, p, 30)
-	c := p.plans.Client()
+	c := wireClient(p)
 	infos := func() []client.Info {
 		var out []client.Info
 		if err := c.History(ctx, "default", func(i client.Info) bool { out = append(out, i); return true }); err != nil {
@@ -316,7 +316,7 @@ func TestOversizedMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = svc.Stop() }()
-	c := p.plans.Client()
+	c := wireClient(p)
 
 	st, _ := h.js.Stream(ctx, client.AssignmentsStream)
 	m, err := st.GetLastMsgForSubject(ctx, client.AssignmentSubject("default", "big"))
@@ -363,4 +363,10 @@ func TestOversizedMessages(t *testing.T) {
 			t.Errorf("object %s left behind", o.Name)
 		}
 	}
+}
+
+// assignmentReader reads a plan's assignments back, as a launcher does
+// (*client.Client; a planStore too).
+type assignmentReader interface {
+	Assignments(ctx context.Context, name string, fn func(*client.Assignment) bool) error
 }

@@ -82,13 +82,13 @@ const guardEvery = 2 * time.Second
 func (l *loop) guard(ctx context.Context) {
 	l.p.cfg.Metrics.Inventory(l.p.inventorySize())
 	l.conflictKeys = l.p.sayConflicts(l.conflictKeys)
-	if !l.p.cfg.NC.IsConnected() {
+	if !l.p.link.Connected() {
 		return
 	}
 	// A reconnect stays news until the inventory is re-read for it: a
 	// guard that returns early (the streams cannot be checked) leaves it
 	// to the next.
-	reconnects := l.p.cfg.NC.Stats().Reconnects
+	reconnects := l.p.link.Reconnects()
 	reconnected := reconnects != l.ride.reconnects
 	if reconnected {
 		l.ride.noteReconnect(reconnects, l.p.clock.Now())
@@ -197,16 +197,16 @@ func (p *Service) missing(ctx context.Context, plansCreated *time.Time) ([]strin
 	var out []string
 	var invLast uint64
 	for _, name := range bus.StateStreams() {
-		st, err := p.cfg.JS.Stream(ctx, name)
+		st, err := p.link.Stream(ctx, name)
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			out = append(out, name)
 		case err != nil:
 			return nil, 0, err
 		case name == bus.InventoryStream:
-			invLast = st.CachedInfo().State.LastSeq
+			invLast = st.LastSeq
 		case name == client.PlansStream:
-			created := st.CachedInfo().Created
+			created := st.Created
 			if !plansCreated.IsZero() && !created.Equal(*plansCreated) {
 				out = append(out, name)
 			}
@@ -281,7 +281,7 @@ func (p *Service) restoreSpec(ctx context.Context, s *planState) error {
 	}
 	// Create, not put: a spec stored since (another planner restored
 	// it, someone set a new one) stays.
-	kv, err := p.specs.KV(ctx)
+	kv, err := p.specs.Bucket(ctx)
 	if err == nil {
 		_, err = kv.Create(ctx, s.name, spec)
 	}
@@ -333,7 +333,7 @@ func (l *loop) restartWatches(ctx context.Context) {
 // report, up to Settle, and the revision says so. It returns whether it
 // started settling.
 func (l *loop) outage() bool {
-	l.ride.noteReconnect(l.p.cfg.NC.Stats().Reconnects, l.p.clock.Now())
+	l.ride.noteReconnect(l.p.link.Reconnects(), l.p.clock.Now())
 	for _, s := range l.p.planned() {
 		if l.outageOf(s) {
 			return true

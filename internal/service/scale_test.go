@@ -582,7 +582,7 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 		t.Fatal(err)
 	}
 	took := time.Since(t0)
-	c := p.plans.Client()
+	c := wireClient(p)
 	first, err := c.Plan(ctx, "default", 1)
 	if err != nil {
 		t.Fatal(err)

@@ -173,10 +173,17 @@ type Config struct {
 // leader.mu; the leaser's reqMu, the pulse's, the marks' and the
 // tombstones' are innermost.
 type Service struct {
-	cfg   Config
-	plans *store.PlanStore
-	specs *store.SpecStore
-	inv   *store.InventoryStore
+	cfg Config
+	// plans, specs, inv and drains are the stores (stores.go); plans
+	// is nil without JetStream (a test driving the Service).
+	plans  planStore
+	specs  specStore
+	inv    inventoryStore
+	drains drainStore
+	// ownerStore is the GPU UUID owners bucket (owners.go).
+	ownerStore ownerStore
+	// link is the connection and the streams themselves (stores.go).
+	link link
 
 	// snap is the loop's state as others read it.
 	snap atomic.Pointer[snapshot]
@@ -250,24 +257,29 @@ func New(cfg Config) *Service {
 	if cfg.StandDownBackoff <= 0 {
 		cfg.StandDownBackoff = DefaultStandDownBackoff
 	}
-	var plans *store.PlanStore
+	var plans planStore
 	if cfg.JS != nil {
-		plans = store.NewPlanStore(cfg.JS)
-		plans.Publisher = nuid.Next()
-		plans.Replicas = cfg.Replicas
-		plans.LeaseName = bus.LeaseName
+		ps := store.NewPlanStore(cfg.JS)
+		ps.Publisher = nuid.Next()
+		ps.Replicas = cfg.Replicas
+		ps.LeaseName = bus.LeaseName
+		plans = jsPlans{ps}
 	}
+	specs, inv := store.NewSpecStore(cfg.JS), store.NewInventoryStore(cfg.JS)
+	specs.Replicas, inv.Replicas = cfg.Replicas, cfg.Replicas
 	p := &Service{
-		cfg:   cfg,
-		plans: plans,
-		specs: store.NewSpecStore(cfg.JS),
-		inv:   store.NewInventoryStore(cfg.JS),
-		pulse: newPulse(cfg.Clock.Now),
-		clock: cfg.Clock,
-		marks: newMarks(cfg.StateFile),
-		fence: fence{mu: newChanMutex()},
+		cfg:        cfg,
+		plans:      plans,
+		specs:      jsSpecs{specs},
+		inv:        jsInventory{inv},
+		drains:     newJSDrains(cfg.JS, cfg.Replicas),
+		ownerStore: newJSOwners(cfg.JS, cfg.Replicas),
+		link:       jsLink{nc: cfg.NC, js: cfg.JS},
+		pulse:      newPulse(cfg.Clock.Now),
+		clock:      cfg.Clock,
+		marks:      newMarks(cfg.StateFile),
+		fence:      fence{mu: newChanMutex()},
 	}
-	p.specs.Replicas, p.inv.Replicas = cfg.Replicas, cfg.Replicas
 	// The first snapshot is of nothing: Run's loop state publishes the
 	// next.
 	newLoopState(p).publishSnapshot(true)
@@ -356,7 +368,7 @@ func (p *loopState) Run(ctx context.Context) error {
 		// Named in the state file, this planner's lease is known for its
 		// predecessor's by the next planner on this state, should this
 		// one die without giving it back.
-		if err := p.marks.claim(p.plans.Publisher); err != nil {
+		if err := p.marks.claim(p.plans.Publisher()); err != nil {
 			p.cfg.Log.Warn().Err(err).Msg("cannot name this planner in its state file: a planner restarted on it takes this one's lease, should it be left behind, for another planner's")
 		}
 	}
@@ -447,9 +459,7 @@ func (p *Service) start(ctx context.Context) (*store.StoredPlan, error) {
 	if _, err := p.inv.Ensure(ctx); err != nil {
 		return nil, err
 	}
-	drains := store.NewDrainStore(p.cfg.JS)
-	drains.Replicas = p.cfg.Replicas
-	if _, err := drains.Ensure(ctx); err != nil {
+	if _, err := p.drains.Ensure(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.seedSpec(ctx); err != nil {
@@ -510,7 +520,7 @@ func (p *Service) seedSpec(ctx context.Context) error {
 	case err != nil:
 		// None stored: create, so that of two planners starting at once
 		// the first one's stays.
-		kv, kerr := p.specs.KV(ctx)
+		kv, kerr := p.specs.Bucket(ctx)
 		if kerr != nil {
 			return kerr
 		}
@@ -578,15 +588,10 @@ var errSpecLost = errors.New("the spec bucket lost its contents")
 // lost. Nil when the key is whole, as far as it can tell (a bucket made
 // anew, a spec never stored, or one removed, whose marker stays).
 func (p *Service) specLost(ctx context.Context) error {
-	st, err := p.cfg.JS.Stream(ctx, "KV_"+client.SpecBucket)
+	s, err := p.link.Stream(ctx, "KV_"+client.SpecBucket)
 	if err != nil {
 		return nil // Get read the bucket: an error here is an outage's
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil
-	}
-	s := info.State
 	if s.LastSeq == 0 {
 		return nil // made anew: nothing stored, nothing lost
 	}
@@ -610,12 +615,8 @@ func (p *Service) specLost(ctx context.Context) error {
 	if sp, err := p.plans.Latest(lctx, p.cfg.Plan); err == nil && sp != nil && !sp.Plan.Removed() {
 		return refuse(fmt.Sprintf("its record is gone without a removal, and its revision %d says it was never removed", sp.Plan.Revision))
 	}
-	lost := uint64(0)
-	if s.Lost != nil {
-		lost = uint64(len(s.Lost.Msgs))
-	}
-	if lost == 0 && s.Msgs > 0 {
+	if s.Lost == 0 && s.Msgs > 0 {
 		return nil
 	}
-	return refuse(fmt.Sprintf("the bucket has stored %d messages and holds %d (%d reported lost)", s.LastSeq, s.Msgs, lost))
+	return refuse(fmt.Sprintf("the bucket has stored %d messages and holds %d (%d reported lost)", s.LastSeq, s.Msgs, s.Lost))
 }

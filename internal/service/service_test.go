@@ -51,6 +51,25 @@ type harness struct {
 	// must see no node expire on a loaded machine, where a heartbeat may
 	// come seconds late, gives a longer one.
 	ttl time.Duration
+	// mem, when set, is the stores the planners use instead of srv's
+	// (newMemHarness): srv, nc and js are then nil.
+	mem *memJS
+}
+
+// newMemHarness is a harness whose planners run on an in-memory store
+// (memJS) on the system's clock: for tests of the loop's behaviour, not
+// of the wire.
+func newMemHarness(t *testing.T) *harness {
+	t.Helper()
+	h := &harness{t: t, mem: newMemJS(systemClock{}), beats: map[string]context.CancelFunc{}}
+	t.Cleanup(func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, c := range h.beats {
+			c()
+		}
+	})
+	return h
 }
 
 // newHarness starts the harness's server (natstest's, with opts).
@@ -75,10 +94,24 @@ func newHarness(t *testing.T, opts ...natstest.Option) *harness {
 func (h *harness) node(id string) {
 	h.t.Helper()
 	doc := simDoc(id)
-	invs := store.NewInventoryStore(h.js)
 	ctx, cancel := context.WithCancel(context.Background())
 	ttl := cmp.Or(h.ttl, time.Second)
-	if _, err := invs.Put(ctx, id, doc, false, ttl); err != nil {
+	put := func(heartbeat bool) error {
+		_, err := store.NewInventoryStore(h.js).Put(ctx, id, doc, heartbeat, ttl)
+		return err
+	}
+	if h.mem != nil {
+		var n inventory.NodeInventory
+		if err := json.Unmarshal(doc, &n); err != nil {
+			h.t.Fatal(err)
+		}
+		put = func(heartbeat bool) error {
+			_, err := memInventory{h.mem.inv}.put(n, heartbeat, ttl)
+			return err
+		}
+	}
+	if err := put(false); err != nil {
+		cancel()
 		h.t.Fatal(err)
 	}
 	h.mu.Lock()
@@ -92,7 +125,7 @@ func (h *harness) node(id string) {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				_, _ = invs.Put(ctx, id, doc, true, ttl)
+				_ = put(true)
 			}
 		}
 	}()
@@ -103,10 +136,7 @@ func (h *harness) node(id string) {
 func (h *harness) heartbeats() {
 	h.t.Helper()
 	ctx := context.Background()
-	kv, err := store.NewInventoryStore(h.js).KV(ctx)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	kv := h.inventory()
 	h.mu.Lock()
 	var ids []string
 	for id := range h.beats {
@@ -129,11 +159,15 @@ func (h *harness) heartbeats() {
 	})
 }
 
-// kill stops id's heartbeats without deleting its key: it expires.
+// kill stops id's heartbeats without deleting its key: it expires (on
+// memJS at once, as if its TTL had passed).
 func (h *harness) kill(id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.beats[id]()
+	if h.mem != nil {
+		memInventory{h.mem.inv}.expire(id)
+	}
 }
 
 func (h *harness) planner(ctx context.Context, spec string) context.CancelFunc {
@@ -148,7 +182,13 @@ func (h *harness) plannerWith(ctx context.Context, cfg Config) context.CancelFun
 		h.reg = prometheus.NewRegistry()
 		cfg.Metrics = metrics.NewPlanner(h.reg)
 	}
+	if h.mem != nil {
+		cfg.NoService = true // requests are the wire's, tested on NATS
+	}
 	p := New(cfg)
+	if h.mem != nil {
+		h.mem.onMem(p)
+	}
 	go func() {
 		defer close(done)
 		if err := p.Run(ctx); err != nil {
@@ -161,14 +201,21 @@ func (h *harness) plannerWith(ctx context.Context, cfg Config) context.CancelFun
 // history is every revision of the default plan, each rebuilt whole.
 func (h *harness) history() []*planner.Plan {
 	h.t.Helper()
-	plans := store.NewPlanStore(h.js)
 	var revs []int
-	err := plans.Client().History(context.Background(), "default", func(i client.Info) bool {
-		revs = append(revs, i.Revision)
-		return true
-	})
-	if err != nil {
-		h.t.Fatal(err)
+	var plans planStore
+	if h.mem != nil {
+		plans = h.mem.plans("")
+		revs = h.mem.revisions("default")
+	} else {
+		ps := store.NewPlanStore(h.js)
+		plans = jsPlans{ps}
+		err := ps.Client().History(context.Background(), "default", func(i client.Info) bool {
+			revs = append(revs, i.Revision)
+			return true
+		})
+		if err != nil {
+			h.t.Fatal(err)
+		}
 	}
 	var out []*planner.Plan
 	for _, rev := range revs {
@@ -189,7 +236,7 @@ func (h *harness) waitRevision(rev int) *planner.Plan {
 	// Bounds here are what a loaded machine (load 10, -race) needs, not
 	// what a test takes: a condition met returns at once.
 	natstest.WaitFor(h.t, 30*time.Second, fmt.Sprintf("revision %d", rev), func() bool {
-		sp, err := store.NewPlanStore(h.js).Latest(context.Background(), "default")
+		sp, err := h.plans().Latest(context.Background(), "default")
 		if err != nil || sp == nil || sp.Plan.Revision < rev {
 			return false
 		}
@@ -399,7 +446,7 @@ func revisions(ps []*planner.Plan) []int {
 // has not reported yet waits for it, instead of replanning without it.
 func TestRestartSettles(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	ctx := context.Background()
 	for i := 1; i <= 3; i++ {
 		h.node(fmt.Sprintf("n%d", i))
@@ -411,10 +458,7 @@ func TestRestartSettles(t *testing.T) {
 	// The node's key expires while no planner runs.
 	victim := first.Workers.At(0).NodeID
 	h.kill(victim)
-	kv, err := store.NewInventoryStore(h.js).KV(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := h.inventory()
 	natstest.WaitFor(t, 5*time.Second, victim+" expired", func() bool {
 		_, err := kv.Get(ctx, victim)
 		return err != nil
@@ -440,7 +484,7 @@ func TestRestartSettles(t *testing.T) {
 // once it had reported, is replanned at once, however long --settle is.
 func TestSettleOnlyForSilentNodes(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	ctx := context.Background()
 	for i := 1; i <= 4; i++ {
 		h.node(fmt.Sprintf("n%d", i))
@@ -475,4 +519,53 @@ func simDoc(id string, sick ...int) []byte {
 	}
 	doc, _ := json.Marshal(inv)
 	return doc
+}
+
+// inventory is the inventory bucket, to read keys from.
+func (h *harness) inventory() kvGetter {
+	h.t.Helper()
+	if h.mem != nil {
+		return memInvGetter{h.mem}
+	}
+	kv, err := store.NewInventoryStore(h.js).KV(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return kv
+}
+
+// plans is the plan store the harness's planners publish to, as a
+// reader.
+func (h *harness) plans() planStore {
+	if h.mem != nil {
+		return h.mem.plans("")
+	}
+	return jsPlans{store.NewPlanStore(h.js)}
+}
+
+// kvGetter reads a key's newest record, as jetstream.KeyValue does.
+type kvGetter interface {
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+}
+
+// memInvGetter is memJS's inventory bucket as a kvGetter.
+type memInvGetter struct{ m *memJS }
+
+func (g memInvGetter) Get(_ context.Context, key string) (jetstream.KeyValueEntry, error) {
+	kv := g.m.inv
+	kv.js.mu.Lock()
+	defer kv.js.mu.Unlock()
+	if e, ok := kv.current(key); ok && e.op == jetstream.KeyValuePut {
+		return e, nil
+	}
+	return nil, jetstream.ErrKeyNotFound
+}
+
+// url is the harness's server's ("" on memJS, where instances need
+// none).
+func (h *harness) url() string {
+	if h.mem != nil {
+		return ""
+	}
+	return h.nc.ConnectedUrl()
 }

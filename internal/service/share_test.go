@@ -21,14 +21,23 @@ func shareSpec(workers, priority int) string {
 	return fmt.Sprintf("priority: %d\nscheduling:\n  train: {worker_num: %d, num_cpus: 1, num_gpus: 1}\n", priority, workers)
 }
 
+// specWriter writes specs as an operator does (planner spec set, rm).
+type specWriter interface {
+	Put(ctx context.Context, name string, spec []byte) (uint64, error)
+	Delete(ctx context.Context, name string) error
+}
+
 // cluster starts simulated nodes n1..nN and stores specs (plan name →
-// spec); it returns the spec store.
-func (h *harness) cluster(n int, specs map[string]string) *store.SpecStore {
+// spec); it returns the spec store (a *store.SpecStore on NATS).
+func (h *harness) cluster(n int, specs map[string]string) specWriter {
 	h.t.Helper()
 	for i := 1; i <= n; i++ {
 		h.node(fmt.Sprintf("n%d", i))
 	}
-	ss := store.NewSpecStore(h.js)
+	var ss specWriter = store.NewSpecStore(h.js)
+	if h.mem != nil {
+		ss = memSpecs{h.mem.specs}
+	}
 	for name, spec := range specs {
 		if _, err := ss.Put(context.Background(), name, []byte(spec)); err != nil {
 			h.t.Fatal(err)
@@ -40,7 +49,7 @@ func (h *harness) cluster(n int, specs map[string]string) *store.SpecStore {
 // waitFor waits for plan name's latest revision to satisfy ok.
 func (h *harness) waitFor(name string, what string, ok func(*planner.Plan) bool) *planner.Plan {
 	h.t.Helper()
-	plans := store.NewPlanStore(h.js)
+	plans := h.plans()
 	var last *planner.Plan
 	waited := false
 	defer func() { // also as WaitFor fails the test
@@ -173,7 +182,7 @@ func TestSeveralPlans(t *testing.T) {
 // so; its quota raised, it is placed.
 func TestSeveralPlansQuota(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	ctx := context.Background()
 	specs := h.cluster(2, map[string]string{"exp": "max_gpus: 4\n" + shareSpec(6, 0)})
 	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
@@ -197,7 +206,7 @@ func TestSeveralPlansFailover(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	specs := h.cluster(4, map[string]string{"a": shareSpec(12, 1), "b": shareSpec(12, 0)})
-	url := h.nc.ConnectedUrl()
+	url := h.url()
 	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
 	leader := h.instance(url, cfg)
 	valid := func(p *planner.Plan) bool { return p.Valid() }
@@ -332,7 +341,7 @@ scheduling:
 // log), and a plan that had none publishes nothing.
 func TestSeveralPlansNodeLeaves(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newMemHarness(t)
 	ctx := context.Background()
 	h.cluster(4, map[string]string{"a": shareSpec(8, 1), "b": shareSpec(8, 0), "c": shareSpec(4, 0)})
 	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
@@ -75,7 +76,7 @@ func TestSpeclessPlanHolds(t *testing.T) {
 	stop := h.plannerWith(ctx, Config{Debounce: 50 * time.Millisecond, Settle: -1})
 	x := h.waitFor("x", "valid", func(p *planner.Plan) bool { return p.Valid() })
 	stop()
-	kv, err := specs.KV(ctx)
+	kv, err := specs.(*store.SpecStore).KV(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

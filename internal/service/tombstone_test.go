@@ -72,7 +72,7 @@ func TestTombstoneSparesNodeBack(t *testing.T) {
 	}
 	seen := map[string]uint64{}
 	for _, id := range []string{"back", "gone"} {
-		rev, err := p.inv.Put(ctx, id, simDoc(id), false, time.Second)
+		rev, err := p.inv.(jsInventory).Put(ctx, id, simDoc(id), false, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestTombstoneSparesNodeBack(t *testing.T) {
 			return errors.Is(err, jetstream.ErrKeyNotFound)
 		})
 	}
-	back, err := p.inv.Put(ctx, "back", simDoc("back"), false, time.Minute)
+	back, err := p.inv.(jsInventory).Put(ctx, "back", simDoc("back"), false, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
