@@ -24,9 +24,12 @@ type ownerBook struct {
 	// failed is the writer's last pass's failure (nil: none), which the
 	// loop says as a problem: the writer never touches the loop's state.
 	failed atomic.Pointer[error]
-	// said is whether the loop says the failure now; the loop alone
-	// uses it.
-	said bool
+	// said is whether the loop says the failure now; unread, whether
+	// the owners are still to be read (the last read, at triedAt,
+	// failed): the loop alone uses them.
+	said    bool
+	unread  bool
+	triedAt time.Time
 }
 
 // failure is the writer's last failure, nil once a pass succeeded.
@@ -43,22 +46,51 @@ const ownersWindow = 32
 
 // loadOwners reads the persisted owners into the live claims before
 // any node's document, and starts the writer. A bucket that cannot be
-// read leaves ownership to this process's memory: said in a log line
-// and a problem for as long as it runs (a restart reads them again).
+// read leaves ownership to this process's memory meanwhile: said in a
+// log line and a problem until a later read succeeds (retryOwners, at
+// the loop's guard rounds).
 func (p *loopState) loadOwners(ctx context.Context) {
 	p.owners = &ownerBook{store: p.ownerStore, saves: make(chan map[string][]string, 16)}
+	p.readOwners(ctx)
+	go p.owners.run(ctx, p.cfg.Log, p.clock, p.cfg.StoreTimeout)
+}
+
+// ownersRetry is how often a planner that could not read the owners
+// tries again.
+const ownersRetry = 10 * time.Second
+
+// readOwners reads the persisted owners into the live claims; a failure
+// is the problem owners:read, and leaves the read to retryOwners.
+func (p *loopState) readOwners(ctx context.Context) {
 	lctx, cancel := context.WithTimeout(ctx, max(p.cfg.StoreTimeout, 10*time.Second))
 	defer cancel()
+	p.owners.triedAt = p.clock.Now()
 	owners, err := p.ownerStore.Load(lctx)
 	if err != nil {
-		why := fmt.Sprintf("cannot read the GPU UUID owners (%v): a node away while another lists its GPUs may not get them back", err)
-		p.cfg.Log.Error().Err(err).Msg("cannot read the GPU UUID owners: ownership goes by what this planner sees")
-		p.problem("owners:read", why) // until a restart reads them: this planner goes without
+		if !p.owners.unread {
+			p.cfg.Log.Error().Err(err).Msg("cannot read the GPU UUID owners: ownership goes by what this planner sees until they are read")
+		}
+		p.owners.unread = true
+		p.problem("owners:read", fmt.Sprintf("cannot read the GPU UUID owners (%v): a node away while another lists its GPUs may not get them back", err))
+		return
 	}
+	if p.owners.unread {
+		p.cfg.Log.Info().Int("uuids", len(owners)).Msg("read the GPU UUID owners")
+		p.problem("owners:read", "")
+	}
+	p.owners.unread = false
 	for u, n := range owners {
 		p.live.claims.Owned(u, n)
 	}
-	go p.owners.run(ctx, p.cfg.Log, p.clock, p.cfg.StoreTimeout)
+}
+
+// retryOwners reads the owners again when the last read failed, at
+// most every ownersRetry.
+func (p *loopState) retryOwners(ctx context.Context) {
+	if p.owners == nil || !p.owners.unread || p.clock.Now().Sub(p.owners.triedAt) < ownersRetry {
+		return
+	}
+	p.readOwners(ctx)
 }
 
 // saveOwners hands the owners the claims inferred to the writer, while

@@ -125,3 +125,56 @@ func TestSquatterLosesToOwnerAcrossPlanners(t *testing.T) {
 		})
 	}
 }
+
+// flakyOwners is an owners bucket whose first fail reads fail.
+type flakyOwners struct {
+	fail, reads int
+	owners      map[string]string
+}
+
+func (f *flakyOwners) Load(context.Context) (map[string]string, error) {
+	f.reads++
+	if f.reads <= f.fail {
+		return nil, fmt.Errorf("read %d: %w", f.reads, context.DeadlineExceeded)
+	}
+	return f.owners, nil
+}
+
+func (f *flakyOwners) Add(context.Context, string, []string, time.Time) error { return nil }
+
+// TestOwnersReadAgain: a planner that could not read the owners at start
+// says so as a problem, reads them again at a guard round once
+// ownersRetry has passed (not before), and then goes by them and clears
+// the problem, rather than going without them until a restart.
+func TestOwnersReadAgain(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	p := drive(New(Config{Clock: clock, StoreTimeout: time.Second}))
+	st := &flakyOwners{fail: 2, owners: map[string]string{"GPU-r2-0": "r2"}}
+	p.ownerStore = st
+	p.owners = &ownerBook{store: st, saves: make(chan map[string][]string, 1)}
+	ctx := context.Background()
+	problem := func() bool { _, ok := p.health.problems["owners:read"]; return ok }
+
+	p.readOwners(ctx)
+	if !problem() || p.live.claims.Owner("GPU-r2-0") != "" {
+		t.Fatalf("after a failed read: problem %v, owner %q", problem(), p.live.claims.Owner("GPU-r2-0"))
+	}
+	for _, step := range []struct {
+		after   time.Duration
+		reads   int
+		problem bool
+		owner   string
+	}{
+		{after: time.Second, reads: 1, problem: true},                    // too soon: not read
+		{after: ownersRetry, reads: 2, problem: true},                    // read again, fails again
+		{after: ownersRetry, reads: 3, problem: false, owner: "r2"},      // read: owners known
+		{after: 10 * ownersRetry, reads: 3, problem: false, owner: "r2"}, // read once is enough
+	} {
+		clock.now = clock.now.Add(step.after)
+		p.retryOwners(ctx)
+		if st.reads != step.reads || problem() != step.problem || p.live.claims.Owner("GPU-r2-0") != step.owner {
+			t.Fatalf("%s on: %d reads (want %d), problem %v (want %v), owner %q (want %q)",
+				step.after, st.reads, step.reads, problem(), step.problem, p.live.claims.Owner("GPU-r2-0"), step.owner)
+		}
+	}
+}

@@ -111,6 +111,7 @@ func (l *loop) guard(ctx context.Context) {
 		l.log.Warn().Uint64("stream", invLast).Uint64("watch", l.ride.seen).Msg("the inventory watch is stuck behind the stream (its consumer went with a server?)")
 	}
 	l.specsStuck(ctx)
+	l.p.retryOwners(ctx)
 	if l.specRecordsDue(reconnected || stalled || len(missing) > 0) {
 		_ = l.checkSpecRecords(ctx)
 	}
