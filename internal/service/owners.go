@@ -107,7 +107,10 @@ func (p *loopState) saveOwners() {
 		p.problem("owners:write", "")
 		p.owners.said = false
 	}
-	if p.leading() == 0 || len(p.owners.saves) == cap(p.owners.saves) {
+	// Owners inferred before the records were read are kept back: the
+	// records may say otherwise (Owned), and a write would make this
+	// planner's guess a record.
+	if p.leading() == 0 || p.owners.unread || len(p.owners.saves) == cap(p.owners.saves) {
 		return
 	}
 	if u := p.live.claims.TakeUnsaved(); u != nil {

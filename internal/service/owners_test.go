@@ -145,7 +145,8 @@ func (f *flakyOwners) Add(context.Context, string, []string, time.Time) error { 
 // TestOwnersReadAgain: a planner that could not read the owners at start
 // says so as a problem, reads them again at a guard round once
 // ownersRetry has passed (not before), and then goes by them and clears
-// the problem, rather than going without them until a restart.
+// the problem, rather than going without them until a restart; what it
+// inferred meanwhile it neither records nor keeps over the records.
 func TestOwnersReadAgain(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
 	p := drive(New(Config{Clock: clock, StoreTimeout: time.Second}))
@@ -159,14 +160,22 @@ func TestOwnersReadAgain(t *testing.T) {
 	if !problem() || p.live.claims.Owner("GPU-r2-0") != "" {
 		t.Fatalf("after a failed read: problem %v, owner %q", problem(), p.live.claims.Owner("GPU-r2-0"))
 	}
+	// What it infers meanwhile (a squatter seen first) it does not
+	// record, leading or not: the records may say otherwise.
+	p.live.claims.Own("GPU-r2-0", "rg")
+	p.fence.seq.Store(1)
+	p.saveOwners()
+	if len(p.owners.saves) != 0 {
+		t.Fatalf("recorded %v before the owners were read", <-p.owners.saves)
+	}
 	for _, step := range []struct {
 		after   time.Duration
 		reads   int
 		problem bool
 		owner   string
 	}{
-		{after: time.Second, reads: 1, problem: true},                    // too soon: not read
-		{after: ownersRetry, reads: 2, problem: true},                    // read again, fails again
+		{after: time.Second, reads: 1, problem: true, owner: "rg"},       // too soon: not read
+		{after: ownersRetry, reads: 2, problem: true, owner: "rg"},       // read again, fails again
 		{after: ownersRetry, reads: 3, problem: false, owner: "r2"},      // read: owners known
 		{after: 10 * ownersRetry, reads: 3, problem: false, owner: "r2"}, // read once is enough
 	} {
@@ -176,5 +185,9 @@ func TestOwnersReadAgain(t *testing.T) {
 			t.Fatalf("%s on: %d reads (want %d), problem %v (want %v), owner %q (want %q)",
 				step.after, st.reads, step.reads, problem(), step.problem, p.live.claims.Owner("GPU-r2-0"), step.owner)
 		}
+	}
+	p.saveOwners()
+	if len(p.owners.saves) != 0 {
+		t.Fatalf("recorded %v, the squatter's inference the records overrode", <-p.owners.saves)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -33,9 +34,22 @@ type OwnerRecord struct {
 	// GPUUUIDs are the UUIDs the node held first (as far as the
 	// planners' memory goes back), sorted.
 	GPUUUIDs []string `json:"gpu_uuids"`
-	// Since is when the record was made: of two records naming one
-	// UUID (planners that disagreed), the older one's node owns it.
+	// Since is when the record was made.
 	Since time.Time `json:"since"`
+	// Added is when each UUID joined the record (one missing: Since, as
+	// records written before Added have it): of two records naming one
+	// UUID (planners that disagreed), the node that was recorded with it
+	// first owns it. Not the older record's: a UUID added later to an
+	// old record must not win over the node recorded with it before.
+	Added map[string]time.Time `json:"added,omitempty"`
+}
+
+// addedAt is when u joined r.
+func (r *OwnerRecord) addedAt(u string) time.Time {
+	if t, ok := r.Added[u]; ok {
+		return t
+	}
+	return r.Since
 }
 
 // OwnerStore reads and writes OwnersBucket.
@@ -102,18 +116,34 @@ func (s *OwnerStore) Load(ctx context.Context) (map[string]string, error) {
 			return nil, fmt.Errorf("read GPU UUID owners of node %s: %w", ids[i], err)
 		}
 	}
-	slices.SortFunc(recs, func(a, b OwnerRecord) int {
-		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.NodeID, b.NodeID))
-	})
-	owners := map[string]string{}
-	for _, r := range recs {
+	return ownersOf(recs), nil
+}
+
+// ownersOf is each UUID's owner by recs: the node recorded with it
+// first (ties: the lower node id).
+func ownersOf(recs []OwnerRecord) map[string]string {
+	type claim struct {
+		node string
+		at   time.Time
+	}
+	first := map[string]claim{}
+	for i := range recs {
+		r := &recs[i]
 		for _, u := range r.GPUUUIDs {
-			if _, ok := owners[u]; !ok && u != "" {
-				owners[u] = r.NodeID
+			if u == "" {
+				continue
+			}
+			c := claim{r.NodeID, r.addedAt(u)}
+			if old, ok := first[u]; !ok || cmp.Or(c.at.Compare(old.at), cmp.Compare(c.node, old.node)) < 0 {
+				first[u] = c
 			}
 		}
 	}
-	return owners, nil
+	owners := make(map[string]string, len(first))
+	for u, c := range first {
+		owners[u] = c.node
+	}
+	return owners
 }
 
 // getOwners is node's record and its revision; a zero record (revision
@@ -155,13 +185,18 @@ func (s *OwnerStore) Add(ctx context.Context, node string, uuids []string, now t
 		if err != nil {
 			return fmt.Errorf("record GPU UUID owners of node %s: %w", node, err)
 		}
+		if rec.Since.IsZero() {
+			rec.Since = now.UTC()
+		}
 		merged := slices.Clone(rec.GPUUUIDs)
+		added := map[string]time.Time{}
 		for _, u := range uuids {
 			if len(merged) >= MaxOwnedPerNode {
 				break
 			}
 			if u != "" && !slices.Contains(merged, u) {
 				merged = append(merged, u)
+				added[u] = now.UTC()
 			}
 		}
 		if len(merged) == len(rec.GPUUUIDs) {
@@ -169,8 +204,12 @@ func (s *OwnerStore) Add(ctx context.Context, node string, uuids []string, now t
 		}
 		slices.Sort(merged)
 		rec.GPUUUIDs = merged
-		if rec.Since.IsZero() {
-			rec.Since = now.UTC()
+		if len(rec.GPUUUIDs) > len(added) || rec.Added != nil {
+			// Not every UUID joined now: say when these did.
+			if rec.Added == nil {
+				rec.Added = map[string]time.Time{}
+			}
+			maps.Copy(rec.Added, added)
 		}
 		data, _ := json.Marshal(rec)
 		if rev == 0 {

@@ -13,7 +13,8 @@ import (
 )
 
 // TestOwnerStore: records grow, never shrink; a UUID two records name
-// is the older record's node's; writers at once add to a record rather
+// is the node's recorded with it first (not the older record's: u2
+// joined a's record after b's was made with it); writers at once add to a record rather
 // than replace each other's; a record is bounded; one that does not
 // decode is an error naming its node.
 func TestOwnerStore(t *testing.T) {
@@ -32,7 +33,7 @@ func TestOwnerStore(t *testing.T) {
 		at    time.Time
 	}{
 		{"a", []string{"u0", "u1"}, t0},
-		{"a", []string{"u1", "u2"}, t0.Add(time.Hour)}, // grows; keeps its time
+		{"a", []string{"u1", "u2"}, t0.Add(time.Hour)}, // grows; u2 joins at its own time
 		{"b", []string{"u2", "u3"}, t0.Add(time.Minute)},
 		{"a", []string{"u0"}, t0.Add(2 * time.Hour)}, // nothing new: no write
 	} {
@@ -44,7 +45,7 @@ func TestOwnerStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"u0": "a", "u1": "a", "u2": "a", "u3": "b"}
+	want := map[string]string{"u0": "a", "u1": "a", "u2": "b", "u3": "b"}
 	if !maps.Equal(got, want) {
 		t.Errorf("owners %v, want %v", got, want)
 	}
@@ -82,5 +83,37 @@ func TestOwnerStore(t *testing.T) {
 	}
 	if _, err := s.Load(ctx); err == nil || !strings.Contains(err.Error(), "node d") {
 		t.Errorf("a record that does not decode: %v, want an error naming node d", err)
+	}
+}
+
+// TestOwnersOf: each UUID is the node's recorded with it first, by the
+// time it joined its record (Added), else the record's Since (records
+// written before Added); ties go to the lower node id.
+func TestOwnersOf(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		recs []OwnerRecord
+		want map[string]string
+	}{
+		{"older record, no added times", []OwnerRecord{
+			{NodeID: "x", GPUUUIDs: []string{"u1"}, Since: t0.Add(time.Minute)},
+			{NodeID: "y", GPUUUIDs: []string{"u1"}, Since: t0},
+		}, map[string]string{"u1": "y"}},
+		{"added later to an older record loses", []OwnerRecord{
+			{NodeID: "x", GPUUUIDs: []string{"u0", "u1"}, Since: t0, Added: map[string]time.Time{"u1": t0.Add(time.Hour)}},
+			{NodeID: "y", GPUUUIDs: []string{"u1"}, Since: t0.Add(time.Minute)},
+		}, map[string]string{"u0": "x", "u1": "y"}},
+		{"tie to the lower node id", []OwnerRecord{
+			{NodeID: "z", GPUUUIDs: []string{"u1"}, Since: t0},
+			{NodeID: "b", GPUUUIDs: []string{"u1"}, Since: t0},
+		}, map[string]string{"u1": "b"}},
+		{"empty UUIDs ignored", []OwnerRecord{{NodeID: "x", GPUUUIDs: []string{""}, Since: t0}}, map[string]string{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := ownersOf(c.recs); !maps.Equal(got, c.want) {
+				t.Errorf("owners %v, want %v", got, c.want)
+			}
+		})
 	}
 }
