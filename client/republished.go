@@ -105,6 +105,10 @@ func (c *Client) followRepublished(ctx context.Context, name string, opts Follow
 	if err != nil {
 		return nil, fmt.Errorf("follow plan %s: %w", name, err)
 	}
+	// Cues are headers: a flood pointed here (a push consumer delivering
+	// whole events, which CueOf drops) is dropped past these, not queued
+	// in memory; a cue lost so is made up by the poll.
+	_ = sub.SetPendingLimits(4096, 4<<20)
 	f := &republished{follower: follower{c: c, st: st, name: name, opts: opts}}
 	cur, err := c.Plan(ctx, name, 0)
 	switch {

@@ -81,6 +81,13 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
+// cuePendingMsgs and cuePendingBytes bound what a cue subscription
+// queues: cues are a few hundred bytes of headers.
+const (
+	cuePendingMsgs  = 4096
+	cuePendingBytes = 4 << 20
+)
+
 // Serve serves the map on l until ctx ends; the plan stream's
 // republished headers of every plan's new revisions
 // (client.PlanRepublishPrefix) cue the pages to redraw. A subscription
@@ -102,6 +109,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, nc *nats.Conn) error
 		_ = l.Close()
 		return fmt.Errorf("--http-listen: follow the plans: %w", err)
 	}
+	// Cues are headers: a flood pointed here (a push consumer delivering
+	// whole events) is dropped past these, not queued in memory.
+	_ = sub.SetPendingLimits(cuePendingMsgs, cuePendingBytes)
 	go s.follow(ctx, nc, sub, cues)
 	lim := s.Limits
 	l = limitListener(l, lim.MaxConns)
@@ -127,16 +137,29 @@ func (s *Server) follow(ctx context.Context, nc *nats.Conn, sub *nats.Subscripti
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	reconnects := nc.Stats().Reconnects
+	// seen is the newest revision of each plan cued: every tick, a plan
+	// the source holds newer than that is cued too, so that a cue lost
+	// (a full buffer, a flood, a stream whose RePublish an older planner
+	// removed) delays a redraw by a second at most.
+	seen := map[string]int{}
+	for _, p := range s.src.Plans() {
+		seen[p.Name] = p.Revision
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case cue := <-cues:
+			seen[cue.Plan] = max(seen[cue.Plan], cue.Info.Revision)
 			s.cue(ctx, Revision{Plan: cue.Plan, Revision: cue.Info.Revision})
 		case <-tick.C:
+			again := false
 			if r := nc.Stats().Reconnects; r != reconnects {
-				reconnects = r
-				for _, p := range s.src.Plans() {
+				reconnects, again = r, true
+			}
+			for _, p := range s.src.Plans() {
+				if again || p.Revision > seen[p.Name] {
+					seen[p.Name] = max(seen[p.Name], p.Revision)
 					s.cue(ctx, Revision{Plan: p.Name, Revision: p.Revision})
 				}
 			}
