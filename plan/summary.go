@@ -1,8 +1,9 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
-	"maps"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,54 +48,162 @@ type NodeRun struct {
 const maxSummaryNodes = 1 << 22
 
 // SummaryOf summarizes d; seq is its event's stream sequence (0 when it
-// has none).
+// has none). The service makes one with every revision of a large plan,
+// so it costs a map lookup per node, not per worker, where a node's
+// workers follow one another, and no sort by CompareNodeIDs.
 func SummaryOf(d *Document, seq uint64) *Summary {
-	byNode := map[string][]int{}
-	for _, w := range d.Workers.All() {
-		if len(w.GPUs) > 0 {
-			byNode[w.NodeID] = append(byNode[w.NodeID], w.GPUs...)
-		}
+	nodes := 0
+	for _, pl := range d.Pools {
+		nodes += len(pl.Nodes)
 	}
-	return SummaryFrom(d.Name, d.Revision, seq, d.Workers.Len(), byNode)
+	b := summaryBuilder{at: make(map[string]int, nodes), nodes: make([]heldNode, 0, nodes)}
+	last, at := "", -1
+	for _, w := range d.Workers.All() {
+		if len(w.GPUs) == 0 {
+			continue
+		}
+		if at < 0 || w.NodeID != last {
+			last, at = w.NodeID, b.node(w.NodeID)
+		}
+		b.add(at, w.GPUs)
+	}
+	return b.summary(d.Name, d.Revision, seq, d.Workers.Len())
 }
 
 // SummaryFrom makes a summary of held, each node's GPUs used (in any
-// order, repeated or not), which it may reorder.
+// order, repeated or not).
 func SummaryFrom(name string, rev int, seq uint64, workers int, held map[string][]int) *Summary {
-	s := &Summary{Name: name, Revision: rev, Seq: seq, Workers: workers, Held: []HeldGPUs{}}
-	groups := map[string][]string{}
-	sets := map[string][]Range{}
+	var b summaryBuilder
 	for node, gpus := range held {
-		slices.Sort(gpus)
-		rs := RangesOf(slices.Compact(gpus))
-		key := FormatRanges(rs)
-		if _, ok := sets[key]; !ok {
-			sets[key] = rs
-		}
-		groups[key] = append(groups[key], node)
+		b.add(b.node(node), gpus)
 	}
-	for _, key := range slices.Sorted(maps.Keys(groups)) {
-		nodes := groups[key]
-		slices.SortFunc(nodes, CompareNodeIDs)
+	return b.summary(name, rev, seq, workers)
+}
+
+// summaryBuilder collects the GPUs used per node: a bit per GPU below
+// 64 (every GPU of every node made so far), the rest listed.
+type summaryBuilder struct {
+	at    map[string]int
+	nodes []heldNode
+}
+
+type heldNode struct {
+	id   string
+	mask uint64
+	more []int
+}
+
+func (b *summaryBuilder) node(id string) int {
+	if b.at == nil {
+		b.at = map[string]int{}
+	}
+	i, ok := b.at[id]
+	if !ok {
+		i = len(b.nodes)
+		b.at[id] = i
+		b.nodes = append(b.nodes, heldNode{id: id})
+	}
+	return i
+}
+
+func (b *summaryBuilder) add(i int, gpus []int) {
+	n := &b.nodes[i]
+	for _, g := range gpus {
+		if g >= 0 && g < 64 {
+			n.mask |= 1 << g
+		} else {
+			n.more = append(n.more, g)
+		}
+	}
+}
+
+// gpus is the node's GPUs as ranges.
+func (n *heldNode) gpus() []Range {
+	all := slices.Clone(n.more)
+	for m := n.mask; m != 0; m &= m - 1 {
+		all = append(all, bits.TrailingZeros64(m))
+	}
+	slices.Sort(all)
+	return RangesOf(slices.Compact(all))
+}
+
+// numbered is a node id split at its last number, for folding.
+type numbered struct {
+	id, stem, suffix, digits string
+	n                        uint64
+	ok                       bool
+}
+
+func numberedOf(id string) numbered {
+	start, digits, end, ok := lastNumber(id)
+	x := numbered{id: id}
+	if !ok {
+		return x
+	}
+	n, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil {
+		return x
+	}
+	x.stem, x.suffix, x.digits, x.n, x.ok = id[:start], id[end:], digits, n, true
+	return x
+}
+
+// follows is Follows(a.id, x.id), from their parts: x is NextNodeID(a).
+func (x *numbered) follows(a *numbered) bool {
+	if !x.ok || !a.ok || a.n == ^uint64(0) || x.n != a.n+1 || x.stem != a.stem || x.suffix != a.suffix {
+		return false
+	}
+	if len(a.digits) > 1 && a.digits[0] == '0' {
+		return len(x.digits) == len(a.digits)
+	}
+	return x.digits[0] != '0'
+}
+
+func (b *summaryBuilder) summary(name string, rev int, seq uint64, workers int) *Summary {
+	s := &Summary{Name: name, Revision: rev, Seq: seq, Workers: workers, Held: []HeldGPUs{}}
+	// Nodes alike (by their GPUs' set) together, in an order of that
+	// set's text, each set's nodes by stem and number so that runs lie
+	// side by side.
+	type entry struct {
+		key string
+		numbered
+	}
+	entries := make([]entry, len(b.nodes))
+	sets := map[string][]Range{}
+	byMask := map[uint64]string{}
+	for i := range b.nodes {
+		n := &b.nodes[i]
+		key, ok := byMask[n.mask]
+		if !ok || n.more != nil {
+			rs := n.gpus()
+			key = FormatRanges(rs)
+			if _, seen := sets[key]; !seen {
+				sets[key] = rs
+			}
+			if n.more == nil {
+				byMask[n.mask] = key
+			}
+		}
+		entries[i] = entry{key: key, numbered: numberedOf(n.id)}
+	}
+	slices.SortFunc(entries, func(a, b entry) int {
+		return cmp.Or(strings.Compare(a.key, b.key), strings.Compare(a.stem, b.stem), strings.Compare(a.suffix, b.suffix),
+			cmp.Compare(a.n, b.n), cmp.Compare(len(a.digits), len(b.digits)), strings.Compare(a.id, b.id))
+	})
+	for i := 0; i < len(entries); {
+		key := entries[i].key
 		h := HeldGPUs{GPUs: sets[key]}
-		for i := 0; i < len(nodes); {
+		for i < len(entries) && entries[i].key == key {
 			j := i + 1
-			for j < len(nodes) && nodes[j] == nextOr(nodes[j-1]) {
+			for j < len(entries) && entries[j].key == key && entries[j].follows(&entries[j-1].numbered) {
 				j++
 			}
-			h.Nodes = append(h.Nodes, NodeRun{First: nodes[i], Count: j - i})
+			h.Nodes = append(h.Nodes, NodeRun{First: entries[i].id, Count: j - i})
 			i = j
 		}
 		s.Held = append(s.Held, h)
 	}
 	return s
-}
-
-// nextOr is id's NextNodeID, or "" when it has none (no node id is
-// empty, so nothing matches it).
-func nextOr(id string) string {
-	next, _ := NextNodeID(id)
-	return next
 }
 
 // Each calls fn with every node the summary holds GPUs on and those GPUs'

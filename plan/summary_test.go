@@ -168,3 +168,31 @@ func TestSummaryEachRefuses(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSummaryOf summarizes a plan of 20,000 8-GPU nodes: 160,000
+// one-GPU workers and 240,000 quarter-GPU ones.
+func BenchmarkSummaryOf(b *testing.B) {
+	var ws []Worker
+	for n := range 20000 {
+		node := fmt.Sprintf("sim-h100-%d", n+1)
+		for g := range 8 {
+			if g < 4 {
+				ws = append(ws, Worker{Component: Train, NodeID: node, GPUs: []int{g}, GPUShare: 1})
+				continue
+			}
+			for range 3 {
+				ws = append(ws, Worker{Component: Env, NodeID: node, GPUs: []int{g}, GPUShare: 0.25})
+			}
+		}
+	}
+	pool := Pool{Name: "all"}
+	for n := range 20000 {
+		pool.Nodes = append(pool.Nodes, PoolNode{NodeID: fmt.Sprintf("sim-h100-%d", n+1)})
+	}
+	d := &Document{Header: Header{Name: "default", Revision: 1}, Placement: Placement{Workers: NewWorkers(ws), Pools: []Pool{pool}}}
+	for b.Loop() {
+		if s := SummaryOf(d, 1); len(s.Held) != 1 {
+			b.Fatalf("held %v", s.Held)
+		}
+	}
+}
