@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -267,7 +266,7 @@ func (s *InventoryStore) Get(ctx context.Context, nodeID string) (inventory.Node
 		return inventory.NodeInventory{}, 0, fmt.Errorf("get inventory %s: %w", nodeID, err)
 	}
 	var inv inventory.NodeInventory
-	if err := json.Unmarshal(e.Value(), &inv); err != nil {
+	if err := inventory.Decode(e.Value(), &inv); err != nil {
 		return inventory.NodeInventory{}, 0, fmt.Errorf("get inventory %s: revision %d: %w", nodeID, e.Revision(), err)
 	}
 	return inv, e.Revision(), nil
@@ -331,7 +330,7 @@ func (s *InventoryStore) listBatched(ctx context.Context, ids []string) ([]inven
 			continue
 		}
 		var inv inventory.NodeInventory
-		if err := json.Unmarshal(v.Data, &inv); err != nil {
+		if err := inventory.Decode(v.Data, &inv); err != nil {
 			return nil, fmt.Errorf("list inventory: %s: get inventory %s: revision %d: %w", id, id, v.Seq, err)
 		}
 		out = append(out, inv)
