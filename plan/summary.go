@@ -10,11 +10,12 @@ import (
 )
 
 // Summary is what a reader that lists plans (planner status) needs of a
-// revision beyond its header: how many workers it places and which GPUs
-// of each node they use. It is a small fraction of the document (a few
-// hundred bytes for 20,000 numbered nodes held alike, against tens of
-// megabytes for the whole placement), so that such a reader need not
-// rebuild 400,000 workers to count them.
+// revision beyond its header: how many workers it places on each node
+// and which GPUs of the node they use. It is a small fraction of the
+// document (a few hundred bytes for 20,000 numbered nodes held alike,
+// against tens of megabytes for the whole placement), so that such a
+// reader need not rebuild 400,000 workers to count them; and a change
+// event (its nodes whole) applies to it (SummaryBuilder).
 type Summary struct {
 	Name     string `json:"name"`
 	Revision int    `json:"revision"`
@@ -23,17 +24,20 @@ type Summary struct {
 	// latest knows it is not the latest's.
 	Seq     uint64 `json:"seq"`
 	Workers int    `json:"workers"`
-	// Held groups the nodes the plan's workers use by which of their
-	// GPUs they use (wholly or in part, each GPU once).
+	// Held groups the nodes the plan's workers are on by which of their
+	// GPUs they use (wholly or in part, each GPU once) and how many
+	// workers are there.
 	Held []HeldGPUs `json:"held"`
 }
 
-// HeldGPUs is a set of nodes on each of which the plan's workers use the
-// same GPUs: GPUs (node-local indices), on Nodes, numbered series of
-// node ids folded into runs.
+// HeldGPUs is a set of nodes on each of which the plan has the same
+// number of workers (Workers), using the same GPUs (node-local indices;
+// none for workers without GPUs): Nodes, numbered series of node ids
+// folded into runs.
 type HeldGPUs struct {
-	GPUs  []Range   `json:"gpus"`
-	Nodes []NodeRun `json:"nodes"`
+	GPUs    []Range   `json:"gpus"`
+	Workers int       `json:"workers"`
+	Nodes   []NodeRun `json:"nodes"`
 }
 
 // NodeRun is Count node ids from First on, each the NextNodeID of the
@@ -47,53 +51,59 @@ type NodeRun struct {
 // or hostile one costs its reader an error, not its memory.
 const maxSummaryNodes = 1 << 22
 
+// maxNodeWorkers bounds the workers a summary says one node holds (a
+// plan of 1,000 workers per GPU on 64 GPUs is far below it).
+const maxNodeWorkers = 1 << 20
+
 // SummaryOf summarizes d; seq is its event's stream sequence (0 when it
-// has none). The service makes one with every revision of a large plan,
-// so it costs a map lookup per node, not per worker, where a node's
-// workers follow one another, and no sort by CompareNodeIDs.
+// has none). It costs a map lookup per node, not per worker, where a
+// node's workers follow one another, and no sort by CompareNodeIDs.
 func SummaryOf(d *Document, seq uint64) *Summary {
 	nodes := 0
 	for _, pl := range d.Pools {
 		nodes += len(pl.Nodes)
 	}
-	b := summaryBuilder{at: make(map[string]int, nodes), nodes: make([]heldNode, 0, nodes)}
+	b := SummaryBuilder{at: make(map[string]int, nodes), nodes: make([]heldNode, 0, nodes)}
 	last, at := "", -1
 	for _, w := range d.Workers.All() {
-		if len(w.GPUs) == 0 {
-			continue
-		}
 		if at < 0 || w.NodeID != last {
 			last, at = w.NodeID, b.node(w.NodeID)
 		}
+		b.nodes[at].workers++
 		b.add(at, w.GPUs)
 	}
-	return b.summary(d.Name, d.Revision, seq, d.Workers.Len())
+	return b.Summary(d.Name, d.Revision, seq)
 }
 
-// SummaryFrom makes a summary of held, each node's GPUs used (in any
-// order, repeated or not).
-func SummaryFrom(name string, rev int, seq uint64, workers int, held map[string][]int) *Summary {
-	var b summaryBuilder
-	for node, gpus := range held {
-		b.add(b.node(node), gpus)
-	}
-	return b.summary(name, rev, seq, workers)
-}
-
-// summaryBuilder collects the GPUs used per node: a bit per GPU below
-// 64 (every GPU of every node made so far), the rest listed.
-type summaryBuilder struct {
+// SummaryBuilder makes a Summary node by node: from a document's
+// workers (SummaryOf), or from a summary with the nodes of the change
+// events after it set again (what a reader of a chain of changes does).
+// Its zero value is empty.
+type SummaryBuilder struct {
 	at    map[string]int
 	nodes []heldNode
 }
 
+// heldNode is one node's workers and GPUs used: a bit per GPU below 64
+// (every GPU of every node made so far), the rest listed.
 type heldNode struct {
-	id   string
-	mask uint64
-	more []int
+	id      string
+	mask    uint64
+	more    []int
+	workers int
+	gone    bool
 }
 
-func (b *summaryBuilder) node(id string) int {
+// Set makes node's entry workers workers using gpus (node-local
+// indices, in any order, repeated or not), whatever it was; a node with
+// no workers is left out.
+func (b *SummaryBuilder) Set(node string, workers int, gpus []int) {
+	i := b.node(node)
+	b.nodes[i] = heldNode{id: node, workers: workers, gone: workers == 0}
+	b.add(i, gpus)
+}
+
+func (b *SummaryBuilder) node(id string) int {
 	if b.at == nil {
 		b.at = map[string]int{}
 	}
@@ -106,7 +116,7 @@ func (b *summaryBuilder) node(id string) int {
 	return i
 }
 
-func (b *summaryBuilder) add(i int, gpus []int) {
+func (b *SummaryBuilder) add(i int, gpus []int) {
 	n := &b.nodes[i]
 	for _, g := range gpus {
 		if g >= 0 && g < 64 {
@@ -159,20 +169,27 @@ func (x *numbered) follows(a *numbered) bool {
 	return x.digits[0] != '0'
 }
 
-func (b *summaryBuilder) summary(name string, rev int, seq uint64, workers int) *Summary {
-	s := &Summary{Name: name, Revision: rev, Seq: seq, Workers: workers, Held: []HeldGPUs{}}
-	// Nodes alike (by their GPUs' set) together, in an order of that
-	// set's text, each set's nodes by stem and number so that runs lie
-	// side by side.
+// Summary is the summary of the nodes set so far, as revision rev of
+// plan name whose event is at seq.
+func (b *SummaryBuilder) Summary(name string, rev int, seq uint64) *Summary {
+	s := &Summary{Name: name, Revision: rev, Seq: seq, Held: []HeldGPUs{}}
+	// Nodes alike (by their GPUs' set and workers) together, in an
+	// order of that set's text, each set's nodes by stem and number so
+	// that runs lie side by side.
 	type entry struct {
-		key string
+		key     string
+		workers int
 		numbered
 	}
-	entries := make([]entry, len(b.nodes))
+	entries := make([]entry, 0, len(b.nodes))
 	sets := map[string][]Range{}
 	byMask := map[uint64]string{}
 	for i := range b.nodes {
 		n := &b.nodes[i]
+		if n.gone || n.workers == 0 {
+			continue
+		}
+		s.Workers += n.workers
 		key, ok := byMask[n.mask]
 		if !ok || n.more != nil {
 			rs := n.gpus()
@@ -184,18 +201,22 @@ func (b *summaryBuilder) summary(name string, rev int, seq uint64, workers int) 
 				byMask[n.mask] = key
 			}
 		}
-		entries[i] = entry{key: key, numbered: numberedOf(n.id)}
+		entries = append(entries, entry{key: key, workers: n.workers, numbered: numberedOf(n.id)})
 	}
 	slices.SortFunc(entries, func(a, b entry) int {
-		return cmp.Or(strings.Compare(a.key, b.key), strings.Compare(a.stem, b.stem), strings.Compare(a.suffix, b.suffix),
+		return cmp.Or(strings.Compare(a.key, b.key), cmp.Compare(a.workers, b.workers), strings.Compare(a.stem, b.stem), strings.Compare(a.suffix, b.suffix),
 			cmp.Compare(a.n, b.n), cmp.Compare(len(a.digits), len(b.digits)), strings.Compare(a.id, b.id))
 	})
 	for i := 0; i < len(entries); {
-		key := entries[i].key
-		h := HeldGPUs{GPUs: sets[key]}
-		for i < len(entries) && entries[i].key == key {
+		key, workers := entries[i].key, entries[i].workers
+		h := HeldGPUs{GPUs: sets[key], Workers: workers}
+		if h.GPUs == nil {
+			h.GPUs = []Range{}
+		}
+		alike := func(e *entry) bool { return e.key == key && e.workers == workers }
+		for i < len(entries) && alike(&entries[i]) {
 			j := i + 1
-			for j < len(entries) && entries[j].key == key && entries[j].follows(&entries[j-1].numbered) {
+			for j < len(entries) && alike(&entries[j]) && entries[j].follows(&entries[j-1].numbered) {
 				j++
 			}
 			h.Nodes = append(h.Nodes, NodeRun{First: entries[i].id, Count: j - i})
@@ -206,25 +227,17 @@ func (b *summaryBuilder) summary(name string, rev int, seq uint64, workers int) 
 	return s
 }
 
-// Each calls fn with every node the summary holds GPUs on and those GPUs'
-// ranges (shared between nodes: do not change them), until fn returns
-// false. A summary that cannot be expanded (a run past the end of its
-// series, a bad range, too many nodes) is an error naming what is wrong.
-func (s *Summary) Each(fn func(node string, gpus []Range) bool) error {
-	total := 0
+// Each calls fn with every node the plan has workers on, how many, and
+// the ranges of the GPUs they use (shared between nodes: do not change
+// them), until fn returns false. A summary that cannot be expanded (a
+// run past the end of its series, a bad range, too many nodes, worker
+// counts that do not add up) is an error naming what is wrong.
+func (s *Summary) Each(fn func(node string, workers int, gpus []Range) bool) error {
+	if err := s.check(); err != nil {
+		return err
+	}
 	for i, h := range s.Held {
-		for _, r := range h.GPUs {
-			if r.First < 0 || r.Last < r.First {
-				return fmt.Errorf("summary of plan %s revision %d: held[%d].gpus: range [%d, %d]: want 0 <= first <= last", s.Name, s.Revision, i, r.First, r.Last)
-			}
-		}
 		for _, run := range h.Nodes {
-			if run.Count < 1 || run.First == "" {
-				return fmt.Errorf("summary of plan %s revision %d: held[%d].nodes: run %q of %d: want a node id and a count of at least 1", s.Name, s.Revision, i, run.First, run.Count)
-			}
-			if total += run.Count; total > maxSummaryNodes {
-				return fmt.Errorf("summary of plan %s revision %d: held: over %d nodes", s.Name, s.Revision, maxSummaryNodes)
-			}
 			id := run.First
 			for k := range run.Count {
 				if k > 0 {
@@ -234,11 +247,39 @@ func (s *Summary) Each(fn func(node string, gpus []Range) bool) error {
 					}
 					id = next
 				}
-				if !fn(id, h.GPUs) {
+				if !fn(id, h.Workers, h.GPUs) {
 					return nil
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// check is what Each checks before it expands the runs.
+func (s *Summary) check() error {
+	total, workers := 0, 0
+	for i, h := range s.Held {
+		for _, r := range h.GPUs {
+			if r.First < 0 || r.Last < r.First {
+				return fmt.Errorf("summary of plan %s revision %d: held[%d].gpus: range [%d, %d]: want 0 <= first <= last", s.Name, s.Revision, i, r.First, r.Last)
+			}
+		}
+		if h.Workers < 1 || h.Workers > maxNodeWorkers {
+			return fmt.Errorf("summary of plan %s revision %d: held[%d].workers: %d: want 1 to %d", s.Name, s.Revision, i, h.Workers, maxNodeWorkers)
+		}
+		for _, run := range h.Nodes {
+			if run.Count < 1 || run.First == "" {
+				return fmt.Errorf("summary of plan %s revision %d: held[%d].nodes: run %q of %d: want a node id and a count of at least 1", s.Name, s.Revision, i, run.First, run.Count)
+			}
+			if total += run.Count; total > maxSummaryNodes {
+				return fmt.Errorf("summary of plan %s revision %d: held: over %d nodes", s.Name, s.Revision, maxSummaryNodes)
+			}
+			workers += run.Count * h.Workers
+		}
+	}
+	if workers != s.Workers {
+		return fmt.Errorf("summary of plan %s revision %d: workers: %d, but its nodes hold %d", s.Name, s.Revision, s.Workers, workers)
 	}
 	return nil
 }

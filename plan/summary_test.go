@@ -66,16 +66,39 @@ func TestNextNodeIDIsWhatFollows(t *testing.T) {
 }
 
 // TestSummaryRoundTrip: a summary, through JSON and expanded, holds
-// exactly the nodes and GPUs it was made of, each node once.
+// exactly the nodes, workers and GPUs it was made of, each node once;
+// a node set again holds what it was set to last, one set with no
+// workers is gone.
 func TestSummaryRoundTrip(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		held := map[string][]int{}
+		var b SummaryBuilder
+		want := map[string]string{}
+		total := 0
+		set := func(id string) {
+			workers := rapid.IntRange(0, 40).Draw(t, "workers")
+			gpus := rapid.SliceOfN(rapid.IntRange(0, 70), 0, 12).Draw(t, "gpus")
+			b.Set(id, workers, gpus)
+			if old, ok := want[id]; ok {
+				var n int
+				fmt.Sscan(old, &n)
+				total -= n
+				delete(want, id)
+			}
+			if workers > 0 {
+				g := slices.Clone(gpus)
+				slices.Sort(g)
+				want[id] = fmt.Sprint(workers, slices.Compact(g))
+				total += workers
+			}
+		}
+		var ids []string
 		for range rapid.IntRange(0, 40).Draw(t, "nodes") {
 			id := nodeIDGen().Draw(t, "id")
 			if rapid.Bool().Draw(t, "series") {
 				// A series of ids, as clusters number their nodes.
 				for range rapid.IntRange(1, 30).Draw(t, "series len") {
-					held[id] = rapid.SliceOfN(rapid.IntRange(0, 9), 1, 12).Draw(t, "gpus")
+					set(id)
+					ids = append(ids, id)
 					if next, ok := NextNodeID(id); ok && rapid.IntRange(0, 5).Draw(t, "gap") > 0 {
 						id = next
 					} else {
@@ -84,15 +107,16 @@ func TestSummaryRoundTrip(t *testing.T) {
 				}
 				continue
 			}
-			held[id] = rapid.SliceOfN(rapid.IntRange(0, 70), 1, 12).Draw(t, "gpus")
+			set(id)
+			ids = append(ids, id)
 		}
-		want := map[string]string{}
-		for id, gpus := range held {
-			g := slices.Clone(gpus)
-			slices.Sort(g)
-			want[id] = fmt.Sprint(slices.Compact(g))
+		// Some nodes set again, as a change event sets them.
+		if len(ids) > 0 {
+			for range rapid.IntRange(0, 5).Draw(t, "again") {
+				set(rapid.SampledFrom(ids).Draw(t, "again id"))
+			}
 		}
-		s := SummaryFrom("p", 3, 9, 17, held)
+		s := b.Summary("p", 3, 9)
 		data, err := json.Marshal(s)
 		if err != nil {
 			t.Fatal(err)
@@ -102,17 +126,17 @@ func TestSummaryRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := map[string]string{}
-		err = back.Each(func(node string, rs []Range) bool {
+		err = back.Each(func(node string, workers int, rs []Range) bool {
 			if _, dup := got[node]; dup {
 				t.Fatalf("node %s twice", node)
 			}
-			var gpus []int
+			gpus := []int{}
 			for _, r := range rs {
 				for g := r.First; g <= r.Last; g++ {
 					gpus = append(gpus, g)
 				}
 			}
-			got[node] = fmt.Sprint(gpus)
+			got[node] = fmt.Sprint(workers, gpus)
 			return true
 		})
 		if err != nil {
@@ -121,24 +145,29 @@ func TestSummaryRoundTrip(t *testing.T) {
 		if !maps.Equal(got, want) {
 			t.Fatalf("expanded %v, want %v (summary %s)", got, want, data)
 		}
-		if back.Name != "p" || back.Revision != 3 || back.Seq != 9 || back.Workers != 17 {
-			t.Fatalf("header fields %+v", back)
+		if back.Name != "p" || back.Revision != 3 || back.Seq != 9 || back.Workers != total {
+			t.Fatalf("header fields %+v, want %d workers", back, total)
 		}
 	})
 }
 
 // TestSummaryFolds: 20,000 numbered nodes held alike are a few runs.
 func TestSummaryFolds(t *testing.T) {
-	held := map[string][]int{}
+	var b SummaryBuilder
 	for i := 1; i <= 10000; i++ {
-		held[fmt.Sprintf("sim-h100-%d", i)] = []int{7, 6, 5, 4, 3, 2, 1, 0}
-		held[fmt.Sprintf("sim-h200-%05d", i)] = []int{0, 1, 2, 3, 4, 5, 6, 7}
+		b.Set(fmt.Sprintf("sim-h100-%d", i), 8, []int{7, 6, 5, 4, 3, 2, 1, 0})
+		b.Set(fmt.Sprintf("sim-h200-%05d", i), 8, []int{0, 1, 2, 3, 4, 5, 6, 7})
 	}
-	held["sim-h100-77"] = []int{0, 1, 1, 3}
-	data, _ := json.Marshal(SummaryFrom("default", 1, 1, 351563, held))
-	want := `{"name":"default","revision":1,"seq":1,"workers":351563,"held":[` +
-		`{"gpus":[[0,1],[3,3]],"nodes":[{"first":"sim-h100-77","count":1}]},` +
-		`{"gpus":[[0,7]],"nodes":[{"first":"sim-h100-1","count":76},{"first":"sim-h100-78","count":9923},{"first":"sim-h200-00001","count":10000}]}]}`
+	b.Set("sim-h100-77", 3, []int{0, 1, 1, 3})
+	b.Set("sim-h100-5000", 8, nil)
+	b.Set("sim-h100-5000", 0, nil)
+	b.Set("buffers", 2, nil)
+	data, _ := json.Marshal(b.Summary("default", 1, 1))
+	want := `{"name":"default","revision":1,"seq":1,"workers":159989,"held":[` +
+		`{"gpus":[],"workers":2,"nodes":[{"first":"buffers","count":1}]},` +
+		`{"gpus":[[0,1],[3,3]],"workers":3,"nodes":[{"first":"sim-h100-77","count":1}]},` +
+		`{"gpus":[[0,7]],"workers":8,"nodes":[{"first":"sim-h100-1","count":76},{"first":"sim-h100-78","count":4922},` +
+		`{"first":"sim-h100-5001","count":5000},{"first":"sim-h200-00001","count":10000}]}]}`
 	if string(data) != want {
 		t.Errorf("summary\n got %s\nwant %s", data, want)
 	}
@@ -148,20 +177,23 @@ func TestSummaryFolds(t *testing.T) {
 // that names the part at fault, never a panic or a flood of nodes.
 func TestSummaryEachRefuses(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		held []HeldGPUs
-		want string
+		name    string
+		workers int
+		held    []HeldGPUs
+		want    string
 	}{
-		{"no next id", []HeldGPUs{{GPUs: []Range{{0, 7}}, Nodes: []NodeRun{{"host", 2}}}}, `"host" has no next node id`},
-		{"zero count", []HeldGPUs{{GPUs: []Range{{0, 7}}, Nodes: []NodeRun{{"n1", 0}}}}, "count of at least 1"},
-		{"empty id", []HeldGPUs{{GPUs: []Range{{0, 7}}, Nodes: []NodeRun{{"", 1}}}}, "want a node id"},
-		{"reversed range", []HeldGPUs{{GPUs: []Range{{7, 0}}, Nodes: []NodeRun{{"n1", 1}}}}, "held[0].gpus: range [7, 0]"},
-		{"negative range", []HeldGPUs{{GPUs: []Range{{-1, 0}}, Nodes: []NodeRun{{"n1", 1}}}}, "0 <= first"},
-		{"too many", []HeldGPUs{{GPUs: []Range{{0, 0}}, Nodes: []NodeRun{{"n1", maxSummaryNodes + 1}}}}, "over 4194304 nodes"},
+		{"no next id", 16, []HeldGPUs{{GPUs: []Range{{0, 7}}, Workers: 8, Nodes: []NodeRun{{"host", 2}}}}, `"host" has no next node id`},
+		{"zero count", 0, []HeldGPUs{{GPUs: []Range{{0, 7}}, Workers: 8, Nodes: []NodeRun{{"n1", 0}}}}, "count of at least 1"},
+		{"empty id", 8, []HeldGPUs{{GPUs: []Range{{0, 7}}, Workers: 8, Nodes: []NodeRun{{"", 1}}}}, "want a node id"},
+		{"reversed range", 8, []HeldGPUs{{GPUs: []Range{{7, 0}}, Workers: 8, Nodes: []NodeRun{{"n1", 1}}}}, "held[0].gpus: range [7, 0]"},
+		{"negative range", 8, []HeldGPUs{{GPUs: []Range{{-1, 0}}, Workers: 8, Nodes: []NodeRun{{"n1", 1}}}}, "0 <= first"},
+		{"too many", 0, []HeldGPUs{{GPUs: []Range{{0, 0}}, Workers: 1, Nodes: []NodeRun{{"n1", maxSummaryNodes + 1}}}}, "over 4194304 nodes"},
+		{"no workers", 0, []HeldGPUs{{GPUs: []Range{{0, 0}}, Nodes: []NodeRun{{"n1", 1}}}}, "held[0].workers: 0: want 1 to"},
+		{"workers off", 9, []HeldGPUs{{GPUs: []Range{{0, 0}}, Workers: 4, Nodes: []NodeRun{{"n1", 2}}}}, "workers: 9, but its nodes hold 8"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := &Summary{Name: "p", Revision: 2, Held: c.held}
-			err := s.Each(func(string, []Range) bool { return true })
+			s := &Summary{Name: "p", Revision: 2, Workers: c.workers, Held: c.held}
+			err := s.Each(func(string, int, []Range) bool { return true })
 			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "summary of plan p revision 2: ") {
 				t.Errorf("error %v, want one with %q", err, c.want)
 			}

@@ -489,10 +489,13 @@ func (r *statusReport) readPlans(ctx context.Context, js jetstream.JetStream, c 
 		r.Plans = append(r.Plans, planStatus{State: st.State, Status: &st, Unplaced: len(d.Unplaced), Pending: pending, Name: name, Priority: d.Priority, Revision: d.Revision, Valid: d.Valid,
 			GPUsHeld: d.GPUsHeld, Workers: sum.Summary.Workers, Error: d.Error, PreemptedBy: d.PreemptedBy, Elastic: elasticOf(d)})
 		// Client.Summary checked that it expands.
-		_ = sum.Summary.Each(func(node string, gpus []plan.Range) bool {
+		_ = sum.Summary.Each(func(node string, _ int, gpus []plan.Range) bool {
 			n := 0
 			for _, g := range gpus {
 				n += g.Len()
+			}
+			if n == 0 {
+				return true // workers without GPUs hold none of the node's
 			}
 			if held[node] == nil {
 				held[node] = map[string]int{}
