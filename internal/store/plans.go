@@ -255,7 +255,8 @@ func oneLine(s string, n int) string {
 // object, and returns the object's name.
 func (s *PlanStore) PutSnapshot(ctx context.Context, doc *plan.Document) (name string, size int, err error) {
 	name = wire.SnapshotObject(doc.Name, doc.Revision, nuid.Next())
-	if size, err = s.putObject(ctx, client.PlansBucket, name, doc.AppendJSON(nil)); err != nil {
+	// Streamed: a large plan's JSON is never held whole.
+	if size, err = bus.StoreStreamed(ctx, s.js, client.PlansBucket, name, doc.WriteJSON); err != nil {
 		return "", 0, fmt.Errorf("snapshot of plan %s revision %d: %w", doc.Name, doc.Revision, err)
 	}
 	return name, size, nil
