@@ -48,7 +48,7 @@ func TestStatusElastic(t *testing.T) {
 		want  []string
 		not   string
 	}{
-		{name: "elastic", plans: []planStatus{{Name: "a", Status: &st, Elastic: elasticOf(doc)}, {Name: "b", Status: &st}},
+		{name: "elastic", plans: []planStatus{{Name: "a", Status: &st, Elastic: elasticOf(&doc.Header)}, {Name: "b", Status: &st}},
 			want: []string{"ELASTIC", "eval 12 (4..32), env[1] 3 (1..6)", "\nb "}},
 		{name: "fixed only", plans: []planStatus{{Name: "b", Status: &st}}, want: []string{"PLAN  PRIORITY  REVISION  GPUS  WORKERS  STATE\n"}, not: "ELASTIC"},
 	} {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -63,8 +62,9 @@ type statusReport struct {
 	// Drained are the nodes and GPUs out of placement (planner drain,
 	// and GPUs the planner holds out for flapping).
 	Drained []drainListing `json:"drained"`
-	// docs are the plans' latest revisions, read for Unplanned.
-	docs []*plan.Document
+	// held are the GPUs the plans' latest revisions use, per node, read
+	// for Unplanned.
+	held map[string][]plan.Range
 	// noSpec: the plan has no stored spec (read, not unavailable).
 	noSpec bool
 	// leaseRead is when the lease was read: its expiry is told as of
@@ -124,7 +124,7 @@ type elasticGroup struct {
 }
 
 // elasticOf is d's elastic groups, named as a spec names them.
-func elasticOf(d *plan.Document) []elasticGroup {
+func elasticOf(d *plan.Header) []elasticGroup {
 	var out []elasticGroup
 	env := 0
 	for _, dm := range d.Demands {
@@ -291,7 +291,7 @@ func readStatus(ctx context.Context, js jetstream.JetStream, c *client.Client, p
 	wg.Wait()
 	r.Unplanned = []inventory.UnplannedGPU{}
 	if plansRead && nodes != nil {
-		r.Unplanned = inventory.UnplannedUse(nodes, inventory.PlacedUUIDs(r.docs...))
+		r.Unplanned = inventory.UnplannedUse(nodes, placedUUIDs(nodes, r.held))
 	}
 	r.noSpec = noSpec
 	if spec != nil {
@@ -334,7 +334,9 @@ func (r *statusReport) unavailable(format string, args ...any) {
 func (r *statusReport) readLatest(ctx context.Context, stream, planner *client.Client) {
 	pctx, cancel := context.WithTimeout(ctx, statusPartTimeout)
 	defer cancel()
-	rev, err := stream.Plan(pctx, r.Plan, 0)
+	// The header alone says all this prints: the summary, not the
+	// whole revision (400,000 workers at 20,000 nodes).
+	sum, err := stream.Summary(pctx, r.Plan)
 	if err != nil && !errors.Is(err, client.ErrNotFound) {
 		rctx, cancel := context.WithTimeout(ctx, statusPartTimeout)
 		defer cancel()
@@ -345,12 +347,12 @@ func (r *statusReport) readLatest(ctx context.Context, stream, planner *client.C
 			return
 		}
 		r.unavailable("the plan stream (%v): plan %s's latest revision came from the planner", err, r.Plan)
-		rev, err = &client.Revision{Document: d}, nil
+		sum, err = &client.Summarized{Header: d.Header}, nil
 	}
 	if err != nil {
 		return
 	}
-	d := rev.Document
+	d := &sum.Header
 	at := d.CreatedAt.UTC()
 	r.Revision, r.Valid, r.Reason, r.Error, r.At = d.Revision, d.Valid(), d.Reason, d.Error, &at
 	st := d.Status
@@ -375,6 +377,21 @@ func (r *statusReport) readLeader(ctx context.Context, js jetstream.JetStream, p
 	}
 	r.LeaderUnknown = true
 	r.unavailable("the leader: the lease cannot be read: %v", err)
+}
+
+// placedUUIDs is the UUIDs, as nodes report them, of the GPUs held
+// uses: a GPU is placed when a plan's worker uses its index on its node.
+func placedUUIDs(nodes []inventory.NodeInventory, held map[string][]plan.Range) map[string]bool {
+	out := map[string]bool{}
+	for _, n := range nodes {
+		rs := held[n.NodeID]
+		for _, g := range n.GPUs {
+			if slices.ContainsFunc(rs, func(r plan.Range) bool { return r.First <= g.Index && g.Index <= r.Last }) {
+				out[g.UUID] = true
+			}
+		}
+	}
+	return out
 }
 
 // judgeServers marks a server offline on every stream once the streams
@@ -450,37 +467,43 @@ func (r *statusReport) readPlans(ctx context.Context, js jetstream.JetStream, c 
 		return fmt.Errorf("read the plans: %w", err)
 	}
 	held := map[string]map[string]int{}
+	r.held = map[string][]plan.Range{}
 	for subject := range info.State.Subjects {
 		name := strings.TrimPrefix(subject, client.PlanSubjectPrefix)
-		rev, err := c.Plan(ctx, name, 0)
+		// Its summary, not its whole revision: status lists what the
+		// header and the summary say.
+		sum, err := c.Summary(ctx, name)
 		if err != nil {
 			r.Plans = append(r.Plans, planStatus{Name: name, Error: "unreadable: " + err.Error()})
 			continue
 		}
-		d := rev.Document
+		d := &sum.Header
 		if d.Removed() {
 			continue
 		}
-		r.docs = append(r.docs, d)
 		pending := ""
 		if d.PendingSpec != nil {
 			pending = d.PendingSpec.Reason
 		}
 		st := d.Status
 		r.Plans = append(r.Plans, planStatus{State: string(st.State), Status: &st, Unplaced: len(d.Unplaced), Pending: pending, Name: name, Priority: d.Priority, Revision: d.Revision, Valid: d.Valid(),
-			GPUsHeld: d.GPUsHeld, Workers: d.Workers.Len(), Error: d.Error, PreemptedBy: d.PreemptedBy, Elastic: elasticOf(d)})
-		seen := map[string]bool{}
-		for _, w := range d.Workers.All() {
-			for _, g := range w.GPUs {
-				if k := w.NodeID + ":" + strconv.Itoa(g); !seen[k] {
-					seen[k] = true
-					if held[w.NodeID] == nil {
-						held[w.NodeID] = map[string]int{}
-					}
-					held[w.NodeID][name]++
-				}
+			GPUsHeld: d.GPUsHeld, Workers: sum.Summary.Workers, Error: d.Error, PreemptedBy: d.PreemptedBy, Elastic: elasticOf(d)})
+		// Client.Summary checked that it expands.
+		_ = sum.Summary.Each(func(node string, _ int, gpus []plan.Range) bool {
+			n := 0
+			for _, g := range gpus {
+				n += g.Len()
 			}
-		}
+			if n == 0 {
+				return true // workers without GPUs hold none of the node's
+			}
+			if held[node] == nil {
+				held[node] = map[string]int{}
+			}
+			held[node][name] += n
+			r.held[node] = append(r.held[node], gpus...)
+			return true
+		})
 	}
 	slices.SortFunc(r.Plans, func(a, b planStatus) int {
 		return cmp.Or(cmp.Compare(b.Priority, a.Priority), strings.Compare(a.Name, b.Name))

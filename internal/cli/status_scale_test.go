@@ -11,13 +11,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/natstest"
+	"github.com/poolplanner/poolplanner/internal/wire"
 )
 
 // TestStatusAtScale: at 20,000 nodes and a plan of 351,563 workers,
 // planner status reads the plan (no "unreadable", not INVALID, its row
-// in the table) and tells a lease that does not expire in the past. A
-// long test (POOLPLANNER_LONG_TESTS).
+// in the table) and tells a lease that does not expire in the past. It
+// reads the plan's summary, not the whole plan: the snapshot that holds
+// revision 1 whole is deleted first. A long test
+// (POOLPLANNER_LONG_TESTS).
 func TestStatusAtScale(t *testing.T) {
 	if testing.Short() || os.Getenv("POOLPLANNER_LONG_TESTS") == "" {
 		t.Skip("20,000 nodes: a long test; set POOLPLANNER_LONG_TESTS=1 (and no -short) to run it")
@@ -51,6 +58,40 @@ placement: {mode: auto, strategy: disaggregate, env_strategy: default}
 	natstest.WaitEvery(t, 10*time.Minute, time.Second, "revision 1 published", func() bool {
 		return strings.Contains(stderr.String(), `"revision":1,"valid":true`)
 	})
+	// Status lists the plan from its event and summary: with revision
+	// 1's snapshot gone, the whole plan cannot be rebuilt, and a status
+	// that rebuilt it would say "unreadable".
+	nc, err := nats.Connect("nats://" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	obs, err := js.ObjectStore(ctx, client.PlansBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stored beside revision 1's assignments, after its event.
+	natstest.WaitEvery(t, 2*time.Minute, 100*time.Millisecond, "revision 1's summary stored", func() bool {
+		_, err := obs.GetInfo(ctx, wire.SummaryObject("default"))
+		return err == nil
+	})
+	infos, err := obs.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped := 0
+	for _, info := range infos {
+		if strings.HasPrefix(info.Name, wire.SnapshotPrefix("default")) {
+			if err := obs.Delete(ctx, info.Name); err != nil {
+				t.Fatal(err)
+			}
+			dropped++
+		}
+	}
+	if dropped == 0 {
+		t.Fatalf("no snapshot of plan default among %d objects: the test no longer tells a summary from a rebuild", len(infos))
+	}
 	t0 := time.Now()
 	code, out, errOut := run(t, "status", "--server", "nats://"+addr)
 	took := time.Since(t0)

@@ -290,6 +290,20 @@ func (s *memPlans) PutSnapshot(ctx context.Context, doc *plan.Document) (string,
 	return name, len(data), nil
 }
 
+func (s *memPlans) PutSummary(ctx context.Context, sum *plan.Summary) error {
+	data, err := json.Marshal(sum)
+	if err != nil {
+		return fmt.Errorf("summary of plan %s revision %d: %w", sum.Name, sum.Revision, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("summary of plan %s revision %d: %w", sum.Name, sum.Revision, err)
+	}
+	s.js.mu.Lock()
+	defer s.js.mu.Unlock()
+	s.js.objects[wire.SummaryObject(sum.Name)] = data
+	return nil
+}
+
 func (s *memPlans) DropSnapshot(_ context.Context, name string) {
 	s.js.mu.Lock()
 	defer s.js.mu.Unlock()

@@ -345,6 +345,9 @@ func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome
 	}
 	line.Int("revision", next.Revision).Bool("valid", next.Valid()).Str("state", string(next.PlanState())).Int("unplaced", len(next.Unplaced)).
 		Int("moved", next.Moved).Str("kind", ev.Kind()).Str("reason", next.Reason).Msg("plan published")
+	if ev.Kind() == "snapshot" {
+		defer p.storeSummary(ctx, s, next, seq)()
+	}
 	if err := p.publishAssignments(ctx, s, prev, next, change); err != nil {
 		s.reconcile = true
 		return err

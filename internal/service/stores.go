@@ -38,6 +38,9 @@ type planStore interface {
 	PublishEvent(ctx context.Context, ev *plan.Event, specDigest string, expect, lease uint64) (uint64, error)
 	PutSnapshot(ctx context.Context, doc *plan.Document) (name string, size int, err error)
 	DropSnapshot(ctx context.Context, name string)
+	// PutSummary stores a snapshot revision's summary, for the readers
+	// that list plans (client.Summary).
+	PutSummary(ctx context.Context, sum *plan.Summary) error
 	PublishAssignments(ctx context.Context, as []client.Assignment, expect bool) (refused int, err error)
 	// Assignments and Assignment read the assignment stream back, as a
 	// launcher would.

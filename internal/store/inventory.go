@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -267,7 +266,7 @@ func (s *InventoryStore) Get(ctx context.Context, nodeID string) (inventory.Node
 		return inventory.NodeInventory{}, 0, fmt.Errorf("get inventory %s: %w", nodeID, err)
 	}
 	var inv inventory.NodeInventory
-	if err := json.Unmarshal(e.Value(), &inv); err != nil {
+	if err := inventory.Decode(e.Value(), &inv); err != nil {
 		return inventory.NodeInventory{}, 0, fmt.Errorf("get inventory %s: revision %d: %w", nodeID, e.Revision(), err)
 	}
 	return inv, e.Revision(), nil
@@ -292,6 +291,58 @@ func (s *InventoryStore) List(ctx context.Context) ([]inventory.NodeInventory, e
 	if err != nil {
 		return nil, fmt.Errorf("list inventory: %w", err)
 	}
+	out, err := s.listBatched(ctx, ids)
+	if !errors.Is(err, errNoMultiLast) {
+		return out, err
+	}
+	return s.listEach(ctx, ids)
+}
+
+// listBatched is List in batched direct gets (lastValues), all as of
+// one stream sequence.
+func (s *InventoryStore) listBatched(ctx context.Context, ids []string) ([]inventory.NodeInventory, error) {
+	prefix := "$KV." + client.InventoryBucket + "."
+	subjects := make([]string, len(ids))
+	for i, id := range ids {
+		subjects[i] = prefix + id
+	}
+	api := s.js.Options().APIPrefix
+	if api == "" {
+		api = jetstream.DefaultAPIPrefix
+	}
+	values, err := lastValues(ctx, s.js, api, bus.InventoryStream, subjects, 0, listWindow/16)
+	if err != nil {
+		return nil, fmt.Errorf("list inventory: %w", err)
+	}
+	byID := make(map[string]*lastValue, len(values))
+	for i := range values {
+		v := &values[i]
+		switch v.Header.Get(kvOperationHeader) {
+		case "DEL", "PURGE":
+			continue // deleted or expired, as Get's ErrKeyNotFound
+		}
+		byID[strings.TrimPrefix(v.Subject, prefix)] = v
+	}
+	out := make([]inventory.NodeInventory, 0, len(byID))
+	for _, id := range ids {
+		v, ok := byID[id]
+		if !ok {
+			continue
+		}
+		var inv inventory.NodeInventory
+		if err := inventory.Decode(v.Data, &inv); err != nil {
+			return nil, fmt.Errorf("list inventory: %s: get inventory %s: revision %d: %w", id, id, v.Seq, err)
+		}
+		out = append(out, inv)
+	}
+	return out, nil
+}
+
+// kvOperationHeader marks a KV bucket's delete and purge markers.
+const kvOperationHeader = "KV-Operation"
+
+// listEach is List key by key, for servers without batched direct gets.
+func (s *InventoryStore) listEach(ctx context.Context, ids []string) ([]inventory.NodeInventory, error) {
 	docs := make([]inventory.NodeInventory, len(ids))
 	have := make([]bool, len(ids))
 	errs := make([]error, len(ids))

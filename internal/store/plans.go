@@ -256,7 +256,8 @@ func oneLine(s string, n int) string {
 // object, and returns the object's name.
 func (s *PlanStore) PutSnapshot(ctx context.Context, doc *plan.Document) (name string, size int, err error) {
 	name = wire.SnapshotObject(doc.Name, doc.Revision, nuid.Next())
-	if size, err = s.putObject(ctx, client.PlansBucket, name, doc.AppendJSON(nil)); err != nil {
+	// Streamed: a large plan's JSON is never held whole.
+	if size, err = bus.StoreStreamed(ctx, s.js, client.PlansBucket, name, doc.WriteJSON); err != nil {
 		return "", 0, fmt.Errorf("snapshot of plan %s revision %d: %w", doc.Name, doc.Revision, err)
 	}
 	return name, size, nil
@@ -336,7 +337,12 @@ const assignmentWindow = 512
 // assignmentMsg is a's message, and the object that holds a when it is
 // too large for one ("" when it is not).
 func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment) (*nats.Msg, string, error) {
-	data, h, err := wire.Encode(a)
+	// Without reflection: 20,000 of them at a first revision.
+	raw, err := a.JSON()
+	if err != nil {
+		return nil, "", err
+	}
+	data, h, err := wire.Encode(json.RawMessage(raw))
 	if err != nil {
 		return nil, "", err
 	}
@@ -346,7 +352,6 @@ func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment) (*n
 	var object string
 	if len(data) > bus.BodyLimit(s.js.Conn()) {
 		object = wire.AssignmentObject(a.Plan, a.NodeID, nuid.Next())
-		raw, _ := json.Marshal(a)
 		size, err := s.putObject(ctx, client.PlansBucket, object, raw)
 		if err != nil {
 			return nil, "", fmt.Errorf("assignment of %s: %w", a.NodeID, err)

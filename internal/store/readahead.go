@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -84,6 +83,6 @@ func fetch(ctx context.Context, s *InventoryStore, msg jetstream.Msg) fetched {
 		return fetched{err: err}
 	}
 	var f fetched
-	f.decodeErr = json.Unmarshal(e.Value(), &f.inv)
+	f.decodeErr = inventory.Decode(e.Value(), &f.inv)
 	return f
 }

@@ -46,3 +46,10 @@ func AssignmentObjectPrefix(name, node string) string {
 // ReplyObjectPrefix begins the names of reply objects in the replies
 // bucket.
 const ReplyObjectPrefix = "reply/"
+
+// SummaryObject names the object, in the plans bucket, holding the
+// summary (plan.Summary) of plan name's latest revision: one per plan,
+// replaced with every revision, so readers match its seq to the latest
+// event's. No snapshot or assignment name is it ("summary" is neither
+// "snapshots/" nor "assignments/").
+func SummaryObject(name string) string { return name + "/summary" }
