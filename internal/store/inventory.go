@@ -301,27 +301,9 @@ func (s *InventoryStore) List(ctx context.Context) ([]inventory.NodeInventory, e
 // listBatched is List in batched direct gets (lastValues), all as of
 // one stream sequence.
 func (s *InventoryStore) listBatched(ctx context.Context, ids []string) ([]inventory.NodeInventory, error) {
-	prefix := "$KV." + client.InventoryBucket + "."
-	subjects := make([]string, len(ids))
-	for i, id := range ids {
-		subjects[i] = prefix + id
-	}
-	api := s.js.Options().APIPrefix
-	if api == "" {
-		api = jetstream.DefaultAPIPrefix
-	}
-	values, err := lastValues(ctx, s.js, api, bus.InventoryStream, subjects, 0, listWindow/16)
+	byID, err := bucketValues(ctx, s.js, client.InventoryBucket, bus.InventoryStream, ids)
 	if err != nil {
 		return nil, fmt.Errorf("list inventory: %w", err)
-	}
-	byID := make(map[string]*lastValue, len(values))
-	for i := range values {
-		v := &values[i]
-		switch v.Header.Get(kvOperationHeader) {
-		case "DEL", "PURGE":
-			continue // deleted or expired, as Get's ErrKeyNotFound
-		}
-		byID[strings.TrimPrefix(v.Subject, prefix)] = v
 	}
 	out := make([]inventory.NodeInventory, 0, len(byID))
 	for _, id := range ids {
@@ -336,6 +318,36 @@ func (s *InventoryStore) listBatched(ctx context.Context, ids []string) ([]inven
 		out = append(out, inv)
 	}
 	return out, nil
+}
+
+// bucketValues is the value of each of keys of KV bucket (its stream
+// stream) in batched direct gets (lastValues), all as of one stream
+// sequence: a key deleted, expired or never put is left out.
+// errNoMultiLast where the server does not batch.
+func bucketValues(ctx context.Context, js jetstream.JetStream, bucket, stream string, keys []string) (map[string]*lastValue, error) {
+	prefix := "$KV." + bucket + "."
+	subjects := make([]string, len(keys))
+	for i, k := range keys {
+		subjects[i] = prefix + k
+	}
+	api := js.Options().APIPrefix
+	if api == "" {
+		api = jetstream.DefaultAPIPrefix
+	}
+	values, err := lastValues(ctx, js, api, stream, subjects, 0, listWindow/16)
+	if err != nil {
+		return nil, err
+	}
+	byKey := make(map[string]*lastValue, len(values))
+	for i := range values {
+		v := &values[i]
+		switch v.Header.Get(kvOperationHeader) {
+		case "DEL", "PURGE":
+			continue // deleted or expired, as Get's ErrKeyNotFound
+		}
+		byKey[strings.TrimPrefix(v.Subject, prefix)] = v
+	}
+	return byKey, nil
 }
 
 // kvOperationHeader marks a KV bucket's delete and purge markers.

@@ -49,6 +49,14 @@ func TestOwnerStore(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Errorf("owners %v, want %v", got, want)
 	}
+	// Key by key (a server that does not batch) reads the same.
+	ids, err := bucketKeys(ctx, js, OwnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := loadEach(ctx, kv, ids); err != nil || !maps.Equal(ownersOf(recs), want) {
+		t.Errorf("read key by key: %v, %v; want %v", ownersOf(recs), err, want)
+	}
 	if e, _ := kv.Get(ctx, "a"); e.Revision() != 2 {
 		t.Errorf("a's record at revision %d, want 2 (an add of nothing new writes nothing)", e.Revision())
 	}
