@@ -223,6 +223,24 @@ func (s *OwnerStore) Add(ctx context.Context, node string, uuids []string, now t
 	if err != nil {
 		return fmt.Errorf("record GPU UUID owners of node %s: %w", node, err)
 	}
+	// Most records are made once, by the first planner to see the node:
+	// made at once, one round trip; one that exists is read and grown.
+	fresh := OwnerRecord{NodeID: node, Since: now.UTC()}
+	for _, u := range uuids {
+		if len(fresh.GPUUUIDs) < MaxOwnedPerNode && u != "" && !slices.Contains(fresh.GPUUUIDs, u) {
+			fresh.GPUUUIDs = append(fresh.GPUUUIDs, u)
+		}
+	}
+	if len(fresh.GPUUUIDs) == 0 {
+		return nil
+	}
+	slices.Sort(fresh.GPUUUIDs)
+	data, _ := json.Marshal(fresh)
+	if _, err := kv.Create(ctx, node, data); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("record GPU UUID owners of node %s: %w", node, err)
+	}
 	for try := 0; ; try++ {
 		rec, rev, err := getOwners(ctx, kv, node)
 		if err != nil {
