@@ -175,6 +175,22 @@ func (c *Claims) TakeUnsaved() map[string][]string {
 	return out
 }
 
+// Owners returns, per node, every UUID it owns (persisted or inferred),
+// sorted: what a planner puts back in a bucket that was lost.
+func (c *Claims) Owners() map[string][]string {
+	if len(c.owner) == 0 {
+		return nil
+	}
+	out := map[string][]string{}
+	for u, n := range c.owner {
+		out[n] = append(out[n], u)
+	}
+	for _, us := range out {
+		slices.Sort(us)
+	}
+	return out
+}
+
 // maxIdleOwners bounds the owners remembered of UUIDs nobody holds: a
 // reporter inventing UUIDs must not grow the claims for ever.
 const maxIdleOwners = 4096

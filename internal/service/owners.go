@@ -30,6 +30,9 @@ type ownerBook struct {
 	said    bool
 	unread  bool
 	triedAt time.Time
+	// resave is set when the bucket was lost: every owner this planner
+	// knows is handed to the writer again (the loop alone uses it).
+	resave bool
 }
 
 // failure is the writer's last failure, nil once a pass succeeded.
@@ -111,6 +114,15 @@ func (p *loopState) saveOwners() {
 	// records may say otherwise (Owned), and a write would make this
 	// planner's guess a record.
 	if p.leading() == 0 || p.owners.unread || len(p.owners.saves) == cap(p.owners.saves) {
+		return
+	}
+	if p.owners.resave {
+		// The bucket was lost: all of them, the unsaved among them.
+		p.live.claims.TakeUnsaved()
+		if all := p.live.claims.Owners(); all != nil {
+			p.owners.saves <- all
+		}
+		p.owners.resave = false
 		return
 	}
 	if u := p.live.claims.TakeUnsaved(); u != nil {

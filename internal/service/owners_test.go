@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -190,4 +191,31 @@ func TestOwnersReadAgain(t *testing.T) {
 	if len(p.owners.saves) != 0 {
 		t.Fatalf("recorded %v, the squatter's inference the records overrode", <-p.owners.saves)
 	}
+}
+
+// TestOwnersBucketLostRefilled: the owners bucket deleted under a
+// leading planner is made again at its next guard round and refilled
+// with every owner it knows, not only those it learns from then on: a
+// planner started later still knows whose GPUs they are.
+func TestOwnersBucketLostRefilled(t *testing.T) {
+	t.Parallel()
+	r := newRide(t, 4, Config{Spec: []byte(smallSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second})
+	r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
+	st := store.NewOwnerStore(r.js)
+	var before map[string]string
+	natstest.WaitFor(t, 20*time.Second, "the owners of the 4 nodes' 32 GPUs recorded", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		before, _ = st.Load(ctx)
+		return len(before) == 32
+	})
+	if err := r.js.DeleteKeyValue(context.Background(), store.OwnersBucket); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 20*time.Second, "the owners bucket made again with every owner", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		after, err := st.Load(ctx)
+		return err == nil && maps.Equal(after, before)
+	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // rideGuard is what the loop keeps to ride out NATS trouble (guard,
@@ -197,7 +198,7 @@ func (p *Service) missing(ctx context.Context, plansCreated *time.Time) ([]strin
 	defer done()
 	var out []string
 	var invLast uint64
-	for _, name := range bus.StateStreams() {
+	for _, name := range append(bus.StateStreams(), "KV_"+store.OwnersBucket) {
 		st, err := p.link.Stream(ctx, name)
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -263,6 +264,15 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 			}
 			l.unlead(leaseRequest{epoch: epoch, why: "the plan stream, and the lease with it, was lost", look: true, next: wait})
 			l.kick()
+		case "KV_" + store.OwnersBucket:
+			// Made again (Load makes it), and refilled with every owner
+			// this planner knows once it leads (saveOwners).
+			if _, err := p.ownerStore.Load(ctx); err != nil {
+				return err
+			}
+			if p.owners != nil {
+				p.owners.resave = true
+			}
 		case client.AssignmentsStream, "OBJ_" + client.PlansBucket:
 			for _, s := range p.states {
 				s.reconcile = s.latest != nil
