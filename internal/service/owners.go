@@ -24,12 +24,14 @@ type ownerBook struct {
 	// failed is the writer's last pass's failure (nil: none), which the
 	// loop says as a problem: the writer never touches the loop's state.
 	failed atomic.Pointer[error]
+	// loaded brings the owners read again (reread) after the read at
+	// start failed.
+	loaded chan map[string]string
 	// said is whether the loop says the failure now; unread, whether
-	// the owners are still to be read (the last read, at triedAt,
-	// failed): the loop alone uses them.
-	said    bool
-	unread  bool
-	triedAt time.Time
+	// the owners are still to be read (the read at start failed): the
+	// loop alone uses them.
+	said   bool
+	unread bool
 	// resave is set when the bucket was lost: every owner this planner
 	// knows is handed to the writer again (the loop alone uses it).
 	resave bool
@@ -50,11 +52,21 @@ const ownersWindow = 32
 // loadOwners reads the persisted owners into the live claims before
 // any node's document, and starts the writer. A bucket that cannot be
 // read leaves ownership to this process's memory meanwhile: said in a
-// log line and a problem until a later read succeeds (retryOwners, at
-// the loop's guard rounds).
+// log line and a problem until a later read succeeds; reread tries
+// again every ownersRetry off the loop, and the loop takes what it
+// reads at a guard round (retryOwners), never waiting on the store.
 func (p *loopState) loadOwners(ctx context.Context) {
-	p.owners = &ownerBook{store: p.ownerStore, saves: make(chan map[string][]string, 16)}
-	p.readOwners(ctx)
+	p.owners = &ownerBook{store: p.ownerStore, saves: make(chan map[string][]string, 16), loaded: make(chan map[string]string, 1)}
+	lctx, cancel := context.WithTimeout(ctx, max(p.cfg.StoreTimeout, 10*time.Second))
+	owners, err := p.ownerStore.Load(lctx)
+	cancel()
+	if err != nil {
+		p.cfg.Log.Error().Err(err).Msg("cannot read the GPU UUID owners: ownership goes by what this planner sees until they are read")
+		p.owners.unread = true
+		p.problem("owners:read", fmt.Sprintf("cannot read the GPU UUID owners (%v): a node away while another lists its GPUs may not get them back", err))
+		go p.owners.reread(ctx, p.cfg.Log, p.clock, p.cfg.StoreTimeout)
+	}
+	p.learnOwned(owners)
 	go p.owners.run(ctx, p.cfg.Log, p.clock, p.cfg.StoreTimeout)
 }
 
@@ -62,38 +74,59 @@ func (p *loopState) loadOwners(ctx context.Context) {
 // tries again.
 const ownersRetry = 10 * time.Second
 
-// readOwners reads the persisted owners into the live claims; a failure
-// is the problem owners:read, and leaves the read to retryOwners.
-func (p *loopState) readOwners(ctx context.Context) {
-	lctx, cancel := context.WithTimeout(ctx, max(p.cfg.StoreTimeout, 10*time.Second))
-	defer cancel()
-	p.owners.triedAt = p.clock.Now()
-	owners, err := p.ownerStore.Load(lctx)
-	if err != nil {
-		if !p.owners.unread {
-			p.cfg.Log.Error().Err(err).Msg("cannot read the GPU UUID owners: ownership goes by what this planner sees until they are read")
-		}
-		p.owners.unread = true
-		p.problem("owners:read", fmt.Sprintf("cannot read the GPU UUID owners (%v): a node away while another lists its GPUs may not get them back", err))
-		return
-	}
-	if p.owners.unread {
-		p.cfg.Log.Info().Int("uuids", len(owners)).Msg("read the GPU UUID owners")
-		p.problem("owners:read", "")
-	}
-	p.owners.unread = false
+// learnOwned puts persisted owners into the live claims, over what this
+// planner inferred.
+func (p *loopState) learnOwned(owners map[string]string) {
 	for u, n := range owners {
 		p.live.claims.Owned(u, n)
 	}
 }
 
-// retryOwners reads the owners again when the last read failed, at
-// most every ownersRetry.
-func (p *loopState) retryOwners(ctx context.Context) {
-	if p.owners == nil || !p.owners.unread || p.clock.Now().Sub(p.owners.triedAt) < ownersRetry {
+// retryOwners takes the owners reread brought, if it has: they decide
+// from then on, and the problem goes.
+func (p *loopState) retryOwners() {
+	if p.owners == nil || !p.owners.unread {
 		return
 	}
-	p.readOwners(ctx)
+	select {
+	case owners := <-p.owners.loaded:
+		p.cfg.Log.Info().Int("uuids", len(owners)).Msg("read the GPU UUID owners")
+		p.owners.unread = false
+		p.problem("owners:read", "")
+		p.learnOwned(owners)
+	default:
+	}
+}
+
+// reread reads the owners every ownersRetry until a read succeeds, and
+// hands the loop what it read (loaded).
+func (b *ownerBook) reread(ctx context.Context, log zerolog.Logger, clock Clock, timeout time.Duration) {
+	t := clock.NewTimer(ownersRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if owners, ok := b.tryLoad(ctx, log, timeout); ok {
+			b.loaded <- owners // cap 1, and the only send
+			return
+		}
+		t.Reset(ownersRetry)
+	}
+}
+
+// tryLoad is one read of the owners, bounded by timeout (at least 10 s).
+func (b *ownerBook) tryLoad(ctx context.Context, log zerolog.Logger, timeout time.Duration) (map[string]string, bool) {
+	lctx, cancel := context.WithTimeout(ctx, max(timeout, 10*time.Second))
+	defer cancel()
+	owners, err := b.store.Load(lctx)
+	if err != nil {
+		log.Debug().Err(err).Msg("cannot read the GPU UUID owners yet")
+		return nil, false
+	}
+	return owners, true
 }
 
 // saveOwners hands the owners the claims inferred to the writer, while

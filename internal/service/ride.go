@@ -83,6 +83,7 @@ const guardEvery = 2 * time.Second
 func (l *loop) guard(ctx context.Context) {
 	l.p.cfg.Metrics.Inventory(l.p.inventorySize())
 	l.conflictKeys = l.p.sayConflicts(l.conflictKeys)
+	l.p.retryOwners() // takes what a reread brought: no store call
 	if !l.p.link.Connected() {
 		return
 	}
@@ -112,7 +113,6 @@ func (l *loop) guard(ctx context.Context) {
 		l.log.Warn().Uint64("stream", invLast).Uint64("watch", l.ride.seen).Msg("the inventory watch is stuck behind the stream (its consumer went with a server?)")
 	}
 	l.specsStuck(ctx)
-	l.p.retryOwners(ctx)
 	if l.specRecordsDue(reconnected || stalled || len(missing) > 0) {
 		_ = l.checkSpecRecords(ctx)
 	}
