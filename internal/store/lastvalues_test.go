@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 )
 
@@ -92,5 +95,85 @@ func BenchmarkInventoryList(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestListBatchedHostileHeaders: a reporter's own put carries headers of
+// its choosing (Status, Nats-Subject, Nats-Stream); the batched listing
+// still reads every node, each its own document, as key by key does:
+// the server's headers, last, decide what a reply is.
+func TestListBatchedHostileHeaders(t *testing.T) {
+	for _, h := range []struct{ k, v string }{
+		{"Status", "204"}, {"Status", "404"}, {"Status", "408"},
+		{"Nats-Subject", "$KV.poolplanner-inventory.n0005"}, {"Nats-Sequence", "1"}, {"Nats-Stream", "OTHER"},
+	} {
+		t.Run(h.k+"="+h.v, func(t *testing.T) {
+			_, url := startServer(t)
+			_, js := connect(t, url)
+			ctx := context.Background()
+			s := NewInventoryStore(js)
+			for i := range 10 {
+				id := fmt.Sprintf("n%04d", i)
+				if _, err := s.Put(ctx, id, testDoc(t, id), false, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m := nats.NewMsg("$KV.poolplanner-inventory.n0002")
+			m.Data = testDoc(t, "n0002")
+			m.Header.Set(h.k, h.v)
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			ids, err := bucketKeys(ctx, js, "poolplanner-inventory")
+			if err != nil {
+				t.Fatal(err)
+			}
+			each, err := s.listEach(ctx, ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batched, err := s.listBatched(ctx, ids)
+			if err != nil {
+				t.Fatalf("batched: %v", err)
+			}
+			a, _ := json.Marshal(each)
+			b, _ := json.Marshal(batched)
+			if len(each) != 10 || string(a) != string(b) {
+				t.Fatalf("batched listing differs: %d nodes, key by key %d", len(batched), len(each))
+			}
+		})
+	}
+}
+
+// TestLastBatchPastByteLimit: a batch the server stops at its byte
+// limit (it says how many it left) is asked again for the rest: every
+// subject's last message comes back, each once.
+func TestLastBatchPastByteLimit(t *testing.T) {
+	_, url := startServer(t)
+	nc, js := connect(t, url)
+	ctx := context.Background()
+	s := NewInventoryStore(js)
+	var subjects []string
+	for i := range 40 {
+		id := fmt.Sprintf("n%04d", i)
+		if _, err := s.Put(ctx, id, testDoc(t, id), false, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		subjects = append(subjects, "$KV.poolplanner-inventory."+id)
+	}
+	subjects = append(subjects, "$KV.poolplanner-inventory.never-put")
+	got, _, err := lastBatch(ctx, nc, "$JS.API.DIRECT.GET."+bus.InventoryStream, subjects, 0, 2<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, v := range got {
+		if seen[v.Subject] {
+			t.Fatalf("%s twice", v.Subject)
+		}
+		seen[v.Subject] = true
+	}
+	if len(got) != 40 {
+		t.Fatalf("%d of 40 subjects read past the byte limit", len(got))
 	}
 }
