@@ -318,6 +318,9 @@ type ElasticOptions struct {
 	// from their states at other sizes (resize.go): the same plans at a
 	// cost in proportion to the cluster, kept as the tests' oracle.
 	readAll bool
+	// searchOnly always runs the search of trials, never the one trial
+	// arithmetic sizes (direct): the tests' oracle for that shortcut.
+	searchOnly bool
 }
 
 // elastic is one PlanAllWith run over jobs of which some are elastic.
@@ -370,8 +373,33 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 	sizes := el.start
 	// Each run of the search is a trial, whose plans are worded (why)
 	// only if it is the one kept: how a plan fares (score) needs no words.
-	kept := el.trial(sizes)
-	if el.hurt(kept.out) && el.surplus(sizes) > 0 {
+	// Where arithmetic alone says how much surplus must go (direct), the
+	// one trial at that size is the search's answer when every plan fares
+	// well there; else the search runs as if it had not been tried.
+	var kept trial
+	done := false
+	if k, short, ok := el.direct(sizes); ok && !opt.searchOnly {
+		taken := el.units(sizes)[:k]
+		if o := el.trial(take(sizes, taken)); !el.hurt(o.out) {
+			sizes, kept, done = take(sizes, taken), o, true
+			// As the search does below: a group whose surplus made no
+			// difference keeps it, tried only where what the other units
+			// free covers the takers' need.
+			for _, g := range groupsOf(taken) {
+				keep := slices.DeleteFunc(slices.Clone(taken), func(u shrinkUnit) bool { return u == g })
+				if el.unitGPUs(keep) < short {
+					continue
+				}
+				if o := el.trial(take(el.start, keep)); !el.hurt(o.out) {
+					taken, sizes, kept = keep, take(el.start, keep), o
+				}
+			}
+		}
+	}
+	if !done {
+		kept = el.trial(sizes)
+	}
+	if !done && el.hurt(kept.out) && el.surplus(sizes) > 0 {
 		floor := make([][]int, len(jobs))
 		for j, rs := range el.refs {
 			for _, r := range rs {
@@ -642,6 +670,95 @@ func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool)
 		k++
 	}
 	return k, whole && need == 0 && k > 1
+}
+
+// direct is how many of the units of sizes to give up, by arithmetic
+// alone, for the plans that hold nothing yet (takers) to fit (short: the
+// GPUs they need beyond those free, which the units must free): the GPUs
+// their specs need (the capacity arithmetic every plan is checked by)
+// beyond the GPUs no previous plan holds, counted off the units in
+// order. ok only where that count is the search's own answer once its
+// trial places every plan well: every other plan holds its previous
+// placement, valid, for its spec unchanged, so that the as-is trial
+// would leave a taker short; every unit frees whole GPUs that no other
+// component shares (no colocation), so that one unit fewer leaves a
+// taker short too (and so does keeping any group's surplus, which gives
+// up fewer units still).
+func (el *elastic) direct(sizes [][]int) (k int, short float64, ok bool) {
+	need := 0.0
+	for j := range el.jobs {
+		job := &el.jobs[j]
+		if job.Spec == nil {
+			continue // held as it is
+		}
+		spec := job.Spec
+		if el.refs[j] != nil {
+			spec = sized(spec, sizes[j])
+		}
+		p := job.Prev
+		if p == nil || !p.Placed() {
+			e := newEngine(spec, Options{})
+			if e.rules.manual {
+				return 0, 0, false
+			}
+			need += e.required()
+			continue
+		}
+		if p.PlanState() != plan.StateValid || p.PendingSpec != nil || len(p.PreemptedBy) > 0 || len(p.Unplaced) > 0 {
+			return 0, 0, false
+		}
+		ps := job.placeSpec()
+		switch {
+		case ps == nil:
+			return 0, 0, false
+		case el.refs[j] == nil && !specEqual(ps, job.Spec):
+			return 0, 0, false
+		case el.refs[j] != nil:
+			if r := newRules(spec.Placement); r.colocate || r.deviceColocate {
+				return 0, 0, false // a worker given up may leave its GPU to another component
+			}
+			held := heldCounts(p, el.refs[j])
+			if !sameShape(elasticRefs(ps), el.refs[j]) || !slices.Equal(held, sizes[j]) || !specEqual(sized(ps, held), sized(job.Spec, held)) {
+				return 0, 0, false
+			}
+		}
+	}
+	if need <= 0 {
+		return 0, 0, false
+	}
+	el.allocator()
+	st := &growState{holds: make([]holding, len(el.jobs))}
+	for j := range el.jobs {
+		st.holds[j] = el.a.holdingOf(el.jobs[j].Prev)
+	}
+	el.eachFree(st, func(string, int) bool {
+		need--
+		return need > 0
+	})
+	if need <= 0 {
+		return 0, 0, false // room enough as it is, as far as arithmetic knows
+	}
+	short = need
+	units := el.units(sizes)
+	for k < len(units) && need > 0 {
+		u := units[k]
+		g := groupGPUs(el.jobs[u.j].Spec, el.refs[u.j][u.k])
+		if g < 1 || g != math.Trunc(g) {
+			return 0, 0, false
+		}
+		need -= g
+		k++
+	}
+	return k, short, need <= 0
+}
+
+// unitGPUs is the GPUs units' workers ask for.
+func (el *elastic) unitGPUs(units []shrinkUnit) float64 {
+	n := 0.0
+	for _, u := range units {
+		n += groupGPUs(el.jobs[u.j].Spec, el.refs[u.j][u.k])
+	}
+	return n
 }
 
 // groupsOf is the groups of units, in order, but the group of the last
