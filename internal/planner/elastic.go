@@ -379,7 +379,7 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 	var kept trial
 	done := false
 	if k, short, ok := el.direct(sizes); ok && !opt.searchOnly {
-		taken := el.units(sizes)[:k]
+		taken := el.firstUnits(sizes, k)
 		if o := el.trial(take(sizes, taken)); !el.hurt(o.out) {
 			sizes, kept, done = take(sizes, taken), o, true
 			// As the search does below: a group whose surplus made no
@@ -607,6 +607,28 @@ type shrinkUnit struct{ j, k int }
 // the youngest first among equals, each job's last elastic group first,
 // one worker per unit (the highest index first).
 func (el *elastic) units(sizes [][]int) []shrinkUnit {
+	// One unit per surplus worker: 119,000 of them for a plan grown over
+	// a cluster, in one allocation.
+	return el.firstUnits(sizes, el.surplus(sizes))
+}
+
+// firstUnits is the first k of units(sizes) (all where there are fewer):
+// a shrink by arithmetic (direct) lists only the units it gives up.
+func (el *elastic) firstUnits(sizes [][]int, k int) []shrinkUnit {
+	out := make([]shrinkUnit, 0, k)
+	el.eachUnit(sizes, func(u shrinkUnit) bool {
+		if len(out) == k {
+			return false
+		}
+		out = append(out, u)
+		return true
+	})
+	return out
+}
+
+// eachUnit calls fn for each of units(sizes) in order, until fn says
+// stop.
+func (el *elastic) eachUnit(sizes [][]int, fn func(shrinkUnit) bool) {
 	var order []int
 	for j := range el.jobs {
 		if el.refs[j] != nil {
@@ -617,17 +639,15 @@ func (el *elastic) units(sizes [][]int) []shrinkUnit {
 		jx, jy := &el.jobs[x], &el.jobs[y]
 		return cmp.Or(cmp.Compare(jx.priority(), jy.priority()), cmp.Compare(jy.Age, jx.Age), strings.Compare(jy.Name, jx.Name))
 	})
-	// One unit per surplus worker: 119,000 of them for a plan grown over
-	// a cluster, in one allocation.
-	out := make([]shrinkUnit, 0, el.surplus(sizes))
 	for _, j := range order {
 		for k := len(el.refs[j]) - 1; k >= 0; k-- {
 			for range sizes[j][k] - el.refs[j][k].min {
-				out = append(out, shrinkUnit{j, k})
+				if !fn(shrinkUnit{j, k}) {
+					return
+				}
 			}
 		}
 	}
-	return out
 }
 
 // take is sizes less the units given up.
@@ -714,8 +734,8 @@ func (el *elastic) direct(sizes [][]int) (k int, short float64, ok bool) {
 		case el.refs[j] == nil && !specEqual(ps, job.Spec):
 			return 0, 0, false
 		case el.refs[j] != nil:
-			if r := newRules(spec.Placement); r.colocate || r.deviceColocate {
-				return 0, 0, false // a worker given up may leave its GPU to another component
+			if colocated(spec) {
+				return 0, 0, false
 			}
 			held := heldCounts(p, el.refs[j])
 			if !sameShape(elasticRefs(ps), el.refs[j]) || !slices.Equal(held, sizes[j]) || !specEqual(sized(ps, held), sized(job.Spec, held)) {
@@ -738,18 +758,24 @@ func (el *elastic) direct(sizes [][]int) (k int, short float64, ok bool) {
 	if need <= 0 {
 		return 0, 0, false // room enough as it is, as far as arithmetic knows
 	}
-	short = need
-	units := el.units(sizes)
-	for k < len(units) && need > 0 {
-		u := units[k]
+	short, whole := need, true
+	el.eachUnit(sizes, func(u shrinkUnit) bool {
 		g := groupGPUs(el.jobs[u.j].Spec, el.refs[u.j][u.k])
-		if g < 1 || g != math.Trunc(g) {
-			return 0, 0, false
-		}
+		whole = whole && g >= 1 && g == math.Trunc(g)
 		need -= g
 		k++
-	}
-	return k, short, need <= 0
+		return whole && need > 0
+	})
+	return k, short, whole && need <= 0
+}
+
+// colocated reports whether spec's components may share GPUs (colocate,
+// device-colocate): an elastic worker given up there may leave its GPUs
+// to another component of its plan, freeing none, so that counting the
+// GPUs workers ask for overstates what a shrink frees.
+func colocated(s *Spec) bool {
+	r := newRules(s.Placement)
+	return r.colocate || r.deviceColocate
 }
 
 // unitGPUs is the GPUs units' workers ask for.
