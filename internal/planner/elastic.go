@@ -665,8 +665,9 @@ func take(sizes [][]int, units []shrinkUnit) [][]int {
 // guess is how many of units to give up for every plan to fare as in
 // base (every elastic group at its minimum): the surplus must fit in
 // what base leaves free, so the units' GPUs beyond that are counted off
-// in order (at least one unit). exact: every unit takes whole GPUs and
-// the count came out even, so that one unit fewer cannot fit.
+// in order (at least one unit). exact: every unit takes whole GPUs that
+// no other component shares (colocated) and the count came out even, so
+// that one unit fewer cannot fit.
 func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool) {
 	el.allocator()
 	st := &growState{holds: make([]holding, len(base))}
@@ -685,7 +686,7 @@ func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool)
 	for k < len(units) && (need > 0 || k == 0) {
 		u := units[k]
 		g := groupGPUs(el.jobs[u.j].Spec, el.refs[u.j][u.k])
-		whole = whole && g >= 1 && g == math.Trunc(g)
+		whole = whole && g >= 1 && g == math.Trunc(g) && !colocated(el.jobs[u.j].Spec)
 		need -= g
 		k++
 	}
