@@ -706,24 +706,31 @@ func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool)
 // taker short too (and so does keeping any group's surplus, which gives
 // up fewer units still).
 func (el *elastic) direct(sizes [][]int) (k int, short float64, ok bool) {
+	// The takers' need first: a run with none (most runs) stops here.
 	need := 0.0
 	for j := range el.jobs {
 		job := &el.jobs[j]
-		if job.Spec == nil {
-			continue // held as it is
+		if job.Spec == nil || job.Prev != nil && job.Prev.Placed() {
+			continue
 		}
 		spec := job.Spec
 		if el.refs[j] != nil {
 			spec = sized(spec, sizes[j])
 		}
+		e := newEngine(spec, Options{})
+		if e.rules.manual {
+			return 0, 0, false
+		}
+		need += e.required()
+	}
+	if need <= 0 {
+		return 0, 0, false
+	}
+	for j := range el.jobs {
+		job := &el.jobs[j]
 		p := job.Prev
-		if p == nil || !p.Placed() {
-			e := newEngine(spec, Options{})
-			if e.rules.manual {
-				return 0, 0, false
-			}
-			need += e.required()
-			continue
+		if job.Spec == nil || p == nil || !p.Placed() {
+			continue // held as it is, or a taker
 		}
 		if p.PlanState() != plan.StateValid || p.PendingSpec != nil || len(p.PreemptedBy) > 0 || len(p.Unplaced) > 0 {
 			return 0, 0, false
@@ -735,7 +742,7 @@ func (el *elastic) direct(sizes [][]int) (k int, short float64, ok bool) {
 		case el.refs[j] == nil && !specEqual(ps, job.Spec):
 			return 0, 0, false
 		case el.refs[j] != nil:
-			if colocated(spec) {
+			if colocated(job.Spec) {
 				return 0, 0, false
 			}
 			held := heldCounts(p, el.refs[j])
@@ -743,9 +750,6 @@ func (el *elastic) direct(sizes [][]int) (k int, short float64, ok bool) {
 				return 0, 0, false
 			}
 		}
-	}
-	if need <= 0 {
-		return 0, 0, false
 	}
 	el.allocator()
 	st := &growState{holds: make([]holding, len(el.jobs))}
