@@ -718,8 +718,8 @@ func (el *elastic) direct(sizes [][]int) (k int, short float64, ok bool) {
 			spec = sized(spec, sizes[j])
 		}
 		e := newEngine(spec, Options{})
-		if e.rules.manual {
-			return 0, 0, false
+		if e.rules.manual || spec.MaxGPUs > 0 && e.required() > float64(spec.MaxGPUs) {
+			return 0, 0, false // placed by hand, or never within its quota
 		}
 		need += e.required()
 	}

@@ -45,6 +45,7 @@ func TestElasticDirect(t *testing.T) {
 		{"higher priority", func(t *testing.T) *Spec { return trainSpec(t, 12, 10, 0) }, 12, 12},
 		{"lower priority", func(t *testing.T) *Spec { return trainSpec(t, 3, 0, 0) }, 3, 21},
 		{"more than the surplus", func(t *testing.T) *Spec { return trainSpec(t, 21, 10, 0) }, 0, 0}, // a preempted whole
+		{"taker over its quota", func(t *testing.T) *Spec { return trainSpec(t, 12, 10, 8) }, 0, 24},
 		{"fractional taker", func(t *testing.T) *Spec {
 			return specT(t, "priority: 10\nscheduling:\n  train: {worker_num: 2, num_cpus: 1, num_gpus: 1}\n  eval: {worker_num: 3, num_cpus: 1, num_gpus: 0.5}\n")
 		}, 4, 20},
@@ -62,7 +63,7 @@ func TestElasticDirect(t *testing.T) {
 			got := PlanAllWith(jobs, nodes, ElasticOptions{})
 			want := PlanAllWith(jobs, nodes, ElasticOptions{searchOnly: true})
 			sameOutcomes(t, []string{"a", "b"}, got, want)
-			if n := countOf(got[0].Plan, "eval"); n != tc.eval || !got[1].Plan.Valid() {
+			if n := countOf(got[0].Plan, "eval"); n != tc.eval || got[1].Plan.Valid() != (tc.eval != 24) {
 				t.Fatalf("a's eval %d, want %d; b valid %v: %v", n, tc.eval, got[1].Plan.Valid(), got[1].Err)
 			}
 		})
