@@ -78,3 +78,56 @@ func TestElasticQuietAfterShrink(t *testing.T) {
 		}
 	}
 }
+
+// TestElasticGrowAfterHeal: another case TestElasticProperties found
+// (seed 706213843943127792 on this branch before the fix). j1's new spec
+// asks train 4 beside its elastic eval and env: it heals from its own
+// surplus (eval 2 -> 1, its train on GPUs eval held) and one GPU is left
+// free. Growth held the GPUs eval gave up from j1's own growth, its train
+// among them, so every probe failed and env grew onto the free GPU only
+// on the next, quiet run, changing j0's "available" from 1 to 0. Now
+// env grows in the run that healed, and a quiet cluster changes no plan.
+func TestElasticGrowAfterHeal(t *testing.T) {
+	var ns []Node
+	for i := range 4 {
+		ns = append(ns, Node{ID: fmt.Sprintf("n%d", i), IP: "10.0.0.1", CPUs: 64, GPUs: 4})
+	}
+	jobs := map[string]*Job{}
+	last := map[string]*Plan{}
+	names := []string{"j0", "j1", "j2"}
+	step := func(name string, age uint64, s *Spec) []Outcome {
+		if jobs[name] == nil {
+			jobs[name] = &Job{Name: name, Age: age}
+		}
+		jobs[name].Spec = s
+		var js []Job
+		for _, n := range names {
+			if jobs[n] != nil {
+				j := *jobs[n]
+				j.Prev = last[n]
+				js = append(js, j)
+			}
+		}
+		out := PlanAll(js, ns)
+		for i := range js {
+			last[js[i].Name] = out[i].Plan
+		}
+		return out
+	}
+	step("j1", 1, quietSpec(0, 1, 0, 1, 1, 1, 0.25, 0, EnvStrategyDefault))
+	step("j0", 2, quietSpec(2, 1, 0, 1, 2, 2, 1, 4, EnvStrategyDefault)) // never within max_gpus 4
+	step("j1", 1, quietSpec(0, 1, 2, 1, 0, 0, 0, 0, EnvStrategyDefault))
+	step("j2", 3, quietSpec(0, 3, 0, 2, 1, 1, 0.25, 0, EnvStrategyDefault))
+	out := step("j1", 1, quietSpec(4, 1, 4, 2, 2, 3, 1, 0, EnvStrategyDefault))
+	if p := out[1].Plan; !p.Valid() || countOf(p, plan.Train) != 4 || countOf(p, plan.Eval) != 1 || countOf(p, plan.Env) != 3 {
+		t.Fatalf("j1 healed: valid %v train %d eval %d env %d, want 4, 1, 3: %s", p.Valid(), countOf(p, plan.Train), countOf(p, plan.Eval), countOf(p, plan.Env), placementOf(p))
+	}
+	for run := range 2 {
+		again := step("j1", 1, jobs["j1"].Spec)
+		for j, o := range again {
+			if !SamePlacement(out[j].Plan, o.Plan) || !reflect.DeepEqual(out[j].Plan.Status, o.Plan.Status) || o.Plan.Error != out[j].Plan.Error {
+				t.Fatalf("quiet run %d: %s: %s %+v %q, was %s %+v %q", run, names[j], placementOf(o.Plan), o.Plan.Status, o.Plan.Error, placementOf(out[j].Plan), out[j].Plan.Status, out[j].Plan.Error)
+			}
+		}
+	}
+}

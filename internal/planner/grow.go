@@ -481,11 +481,17 @@ func (el *elastic) released(sizes [][]int, outs []Outcome) map[int]holding {
 				}
 			}
 		}
+		// A GPU the plan holds again (its own fixed workers re-placed
+		// there: it healed from its surplus) is not given up: held from
+		// its own growth, it would make every probe fail to keep them.
+		own := el.a.holdingOf(outs[j].Plan)
 		var hs holding
 		for _, h := range by {
 			slices.Sort(h.gpus)
-			h.gpus = slices.Compact(h.gpus)
-			hs = append(hs, *h)
+			h.gpus = slices.DeleteFunc(slices.Compact(h.gpus), func(g int) bool { return own.has(h.at, g) })
+			if len(h.gpus) > 0 {
+				hs = append(hs, *h)
+			}
 		}
 		slices.SortFunc(hs, func(x, y hold) int { return int(x.at - y.at) })
 		out[j] = hs
