@@ -131,3 +131,62 @@ func TestElasticGrowAfterHeal(t *testing.T) {
 		}
 	}
 }
+
+// TestElasticGrowWithinQuota: a case TestElasticProperties found (seed
+// 10125136232867587374, on main too). j0 (eval 1..4 of half a GPU,
+// max_gpus 5) holds 5 GPUs, one of them half used; j1 arrives. Growing
+// eval by one, the packing put the worker on a free GPU, past max_gpus,
+// so the probe failed; once j1 had grown over every free GPU, the next,
+// quiet run put it on the half-used GPU and grew. Now the probe tries
+// the GPUs j0 holds when the free ones take it past its quota, and the
+// growth comes in the run that makes room for it.
+func TestElasticGrowWithinQuota(t *testing.T) {
+	var ns []Node
+	for i, g := range []int{4, 4, 4, 8} {
+		ns = append(ns, Node{ID: fmt.Sprintf("n%d", i), IP: "10.0.0.1", CPUs: 64, GPUs: g})
+	}
+	jobs := map[string]*Job{}
+	last := map[string]*Plan{}
+	names := []string{"j0", "j1"}
+	step := func(name string, age uint64, s *Spec) []Outcome {
+		if s == nil {
+			delete(jobs, name)
+			delete(last, name)
+		} else {
+			if jobs[name] == nil {
+				jobs[name] = &Job{Name: name, Age: age}
+			}
+			jobs[name].Spec = s
+		}
+		var js []Job
+		for _, n := range names {
+			if jobs[n] != nil {
+				j := *jobs[n]
+				j.Prev = last[n]
+				js = append(js, j)
+			}
+		}
+		out := PlanAll(js, ns)
+		for i := range js {
+			last[js[i].Name] = out[i].Plan
+		}
+		return out
+	}
+	step("j1", 1, quietSpec(1, 2, 7, 1, 0, 0, 0, 0, EnvStrategyDefault))
+	ns = ns[1:] // n0 lost
+	step("j1", 1, jobs["j1"].Spec)
+	step("j0", 2, quietSpec(1, 1, 4, 0.5, 1, 2, 1, 5, EnvStrategyDefault))
+	step("j1", 0, nil)
+	out := step("j1", 3, quietSpec(1, 1, 0, 1, 1, 6, 1, 0, EnvStrategyDefault))
+	if p := out[0].Plan; !p.Valid() || countOf(p, plan.Eval) != 4 || HeldGPUs(p) > 5 {
+		t.Fatalf("j0: valid %v eval %d on %d GPUs, want 4 on at most 5: %s", p.Valid(), countOf(p, plan.Eval), HeldGPUs(p), placementOf(p))
+	}
+	for run := range 2 {
+		again := step("j1", 3, jobs["j1"].Spec)
+		for j, o := range again {
+			if !SamePlacement(out[j].Plan, o.Plan) || o.Plan.Error != out[j].Plan.Error {
+				t.Fatalf("quiet run %d: %s: %s %+v, was %s %+v", run, names[j], placementOf(o.Plan), o.Plan.Status, placementOf(out[j].Plan), out[j].Plan.Status)
+			}
+		}
+	}
+}
