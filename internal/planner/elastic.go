@@ -318,6 +318,9 @@ type ElasticOptions struct {
 	// from their states at other sizes (resize.go): the same plans at a
 	// cost in proportion to the cluster, kept as the tests' oracle.
 	readAll bool
+	// searchOnly always runs the search of trials, never the one trial
+	// arithmetic sizes (direct): the tests' oracle for that shortcut.
+	searchOnly bool
 }
 
 // elastic is one PlanAllWith run over jobs of which some are elastic.
@@ -370,8 +373,33 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 	sizes := el.start
 	// Each run of the search is a trial, whose plans are worded (why)
 	// only if it is the one kept: how a plan fares (score) needs no words.
-	kept := el.trial(sizes)
-	if el.hurt(kept.out) && el.surplus(sizes) > 0 {
+	// Where arithmetic alone says how much surplus must go (direct), the
+	// one trial at that size is the search's answer when every plan fares
+	// well there; else the search runs as if it had not been tried.
+	var kept trial
+	done := false
+	if k, short, ok := el.direct(sizes); ok && !opt.searchOnly {
+		taken := el.firstUnits(sizes, k)
+		if o := el.trial(take(sizes, taken)); !el.hurt(o.out) {
+			sizes, kept, done = take(sizes, taken), o, true
+			// As the search does below: a group whose surplus made no
+			// difference keeps it, tried only where what the other units
+			// free covers the takers' need.
+			for _, g := range groupsOf(taken) {
+				keep := slices.DeleteFunc(slices.Clone(taken), func(u shrinkUnit) bool { return u == g })
+				if el.unitGPUs(keep) < short {
+					continue
+				}
+				if o := el.trial(take(el.start, keep)); !el.hurt(o.out) {
+					taken, sizes, kept = keep, take(el.start, keep), o
+				}
+			}
+		}
+	}
+	if !done {
+		kept = el.trial(sizes)
+	}
+	if !done && el.hurt(kept.out) && el.surplus(sizes) > 0 {
 		floor := make([][]int, len(jobs))
 		for j, rs := range el.refs {
 			for _, r := range rs {
@@ -579,6 +607,28 @@ type shrinkUnit struct{ j, k int }
 // the youngest first among equals, each job's last elastic group first,
 // one worker per unit (the highest index first).
 func (el *elastic) units(sizes [][]int) []shrinkUnit {
+	// One unit per surplus worker: 119,000 of them for a plan grown over
+	// a cluster, in one allocation.
+	return el.firstUnits(sizes, el.surplus(sizes))
+}
+
+// firstUnits is the first k of units(sizes) (all where there are fewer):
+// a shrink by arithmetic (direct) lists only the units it gives up.
+func (el *elastic) firstUnits(sizes [][]int, k int) []shrinkUnit {
+	out := make([]shrinkUnit, 0, k)
+	el.eachUnit(sizes, func(u shrinkUnit) bool {
+		if len(out) == k {
+			return false
+		}
+		out = append(out, u)
+		return true
+	})
+	return out
+}
+
+// eachUnit calls fn for each of units(sizes) in order, until fn says
+// stop.
+func (el *elastic) eachUnit(sizes [][]int, fn func(shrinkUnit) bool) {
 	var order []int
 	for j := range el.jobs {
 		if el.refs[j] != nil {
@@ -589,17 +639,15 @@ func (el *elastic) units(sizes [][]int) []shrinkUnit {
 		jx, jy := &el.jobs[x], &el.jobs[y]
 		return cmp.Or(cmp.Compare(jx.priority(), jy.priority()), cmp.Compare(jy.Age, jx.Age), strings.Compare(jy.Name, jx.Name))
 	})
-	// One unit per surplus worker: 119,000 of them for a plan grown over
-	// a cluster, in one allocation.
-	out := make([]shrinkUnit, 0, el.surplus(sizes))
 	for _, j := range order {
 		for k := len(el.refs[j]) - 1; k >= 0; k-- {
 			for range sizes[j][k] - el.refs[j][k].min {
-				out = append(out, shrinkUnit{j, k})
+				if !fn(shrinkUnit{j, k}) {
+					return
+				}
 			}
 		}
 	}
-	return out
 }
 
 // take is sizes less the units given up.
@@ -617,8 +665,9 @@ func take(sizes [][]int, units []shrinkUnit) [][]int {
 // guess is how many of units to give up for every plan to fare as in
 // base (every elastic group at its minimum): the surplus must fit in
 // what base leaves free, so the units' GPUs beyond that are counted off
-// in order (at least one unit). exact: every unit takes whole GPUs and
-// the count came out even, so that one unit fewer cannot fit.
+// in order (at least one unit). exact: every unit takes whole GPUs that
+// no other component shares (colocated) and the count came out even, so
+// that one unit fewer cannot fit.
 func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool) {
 	el.allocator()
 	st := &growState{holds: make([]holding, len(base))}
@@ -637,11 +686,110 @@ func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool)
 	for k < len(units) && (need > 0 || k == 0) {
 		u := units[k]
 		g := groupGPUs(el.jobs[u.j].Spec, el.refs[u.j][u.k])
-		whole = whole && g >= 1 && g == math.Trunc(g)
+		whole = whole && g >= 1 && g == math.Trunc(g) && !colocated(el.jobs[u.j].Spec)
 		need -= g
 		k++
 	}
 	return k, whole && need == 0 && k > 1
+}
+
+// direct is how many of the units of sizes to give up, by arithmetic
+// alone, for the plans that hold nothing yet (takers) to fit (short: the
+// GPUs they need beyond those free, which the units must free): the GPUs
+// their specs need (the capacity arithmetic every plan is checked by)
+// beyond the GPUs no previous plan holds, counted off the units in
+// order. ok only where that count is the search's own answer once its
+// trial places every plan well: every other plan holds its previous
+// placement, valid, for its spec unchanged, so that the as-is trial
+// would leave a taker short; every unit frees whole GPUs that no other
+// component shares (no colocation), so that one unit fewer leaves a
+// taker short too (and so does keeping any group's surplus, which gives
+// up fewer units still).
+func (el *elastic) direct(sizes [][]int) (k int, short float64, ok bool) {
+	// The takers' need first: a run with none (most runs) stops here.
+	need := 0.0
+	for j := range el.jobs {
+		job := &el.jobs[j]
+		if job.Spec == nil || job.Prev != nil && job.Prev.Placed() {
+			continue
+		}
+		spec := job.Spec
+		if el.refs[j] != nil {
+			spec = sized(spec, sizes[j])
+		}
+		e := newEngine(spec, Options{})
+		if e.rules.manual || spec.MaxGPUs > 0 && e.required() > float64(spec.MaxGPUs) {
+			return 0, 0, false // placed by hand, or never within its quota
+		}
+		need += e.required()
+	}
+	if need <= 0 {
+		return 0, 0, false
+	}
+	for j := range el.jobs {
+		job := &el.jobs[j]
+		p := job.Prev
+		if job.Spec == nil || p == nil || !p.Placed() {
+			continue // held as it is, or a taker
+		}
+		if p.PlanState() != plan.StateValid || p.PendingSpec != nil || len(p.PreemptedBy) > 0 || len(p.Unplaced) > 0 {
+			return 0, 0, false
+		}
+		ps := job.placeSpec()
+		switch {
+		case ps == nil:
+			return 0, 0, false
+		case el.refs[j] == nil && !specEqual(ps, job.Spec):
+			return 0, 0, false
+		case el.refs[j] != nil:
+			if colocated(job.Spec) {
+				return 0, 0, false
+			}
+			held := heldCounts(p, el.refs[j])
+			if !sameShape(elasticRefs(ps), el.refs[j]) || !slices.Equal(held, sizes[j]) || !specEqual(sized(ps, held), sized(job.Spec, held)) {
+				return 0, 0, false
+			}
+		}
+	}
+	el.allocator()
+	st := &growState{holds: make([]holding, len(el.jobs))}
+	for j := range el.jobs {
+		st.holds[j] = el.a.holdingOf(el.jobs[j].Prev)
+	}
+	el.eachFree(st, func(string, int) bool {
+		need--
+		return need > 0
+	})
+	if need <= 0 {
+		return 0, 0, false // room enough as it is, as far as arithmetic knows
+	}
+	short, whole := need, true
+	el.eachUnit(sizes, func(u shrinkUnit) bool {
+		g := groupGPUs(el.jobs[u.j].Spec, el.refs[u.j][u.k])
+		whole = whole && g >= 1 && g == math.Trunc(g)
+		need -= g
+		k++
+		return whole && need > 0
+	})
+	return k, short, whole && need <= 0
+}
+
+// colocated reports whether spec's components may share GPUs (colocate,
+// device-colocate): an elastic worker given up there may leave its GPUs
+// to another component of its plan, freeing none, so that counting the
+// GPUs workers ask for overstates what a shrink frees.
+func colocated(s *Spec) bool {
+	r := newRules(s.Placement)
+	return r.colocate || r.deviceColocate
+}
+
+// unitGPUs is the GPUs units' workers ask for.
+func (el *elastic) unitGPUs(units []shrinkUnit) float64 {
+	n := 0.0
+	for _, u := range units {
+		n += groupGPUs(el.jobs[u.j].Spec, el.refs[u.j][u.k])
+	}
+	return n
 }
 
 // groupsOf is the groups of units, in order, but the group of the last

@@ -233,10 +233,16 @@ func (el *elastic) settling(st *growState, opt ElasticOptions) *blocker {
 	if opt.GrowInto == nil {
 		return nil
 	}
+	return el.freeHeld(st, func(node string, g int) bool { return !opt.GrowInto(node, g) })
+}
+
+// freeHeld is the free GPUs held reports, as a holding of the settling
+// (nil: none).
+func (el *elastic) freeHeld(st *growState, held func(node string, g int) bool) *blocker {
 	by := map[int32]*hold{}
 	var order []int32
 	el.eachFree(st, func(node string, g int) bool {
-		if opt.GrowInto(node, g) {
+		if !held(node, g) {
 			return true
 		}
 		at, ok := el.a.pos(node)
@@ -308,7 +314,19 @@ func (el *elastic) probe(st *growState, j int, sizes []int, settle *blocker) *Pl
 		return nil
 	}
 	if q := spec.MaxGPUs; q > 0 && HeldGPUs(doc) > q {
-		return nil
+		// Over max_gpus on GPUs it did not hold: the workers added may
+		// still fit in the room of the GPUs it holds (a shared GPU's
+		// other share), where the packing goes once no GPU is free (on
+		// the next, quiet run: growth then would change a quiet
+		// cluster).
+		free := el.freeHeld(st, func(string, int) bool { return true })
+		if free == nil {
+			return nil
+		}
+		doc, ch, err = replanFrom(cur, spec, el.a.remainder(append(in, *free), st.holds[j]), false, el.readAll, nil)
+		if err != nil || ch.Fresh || doc.PlanState() != plan.StateValid || HeldGPUs(doc) > q {
+			return nil
+		}
 	}
 	if !keptAll(cur, doc, ch) {
 		return nil
@@ -481,11 +499,17 @@ func (el *elastic) released(sizes [][]int, outs []Outcome) map[int]holding {
 				}
 			}
 		}
+		// A GPU the plan holds again (its own fixed workers re-placed
+		// there: it healed from its surplus) is not given up: held from
+		// its own growth, it would make every probe fail to keep them.
+		own := el.a.holdingOf(outs[j].Plan)
 		var hs holding
 		for _, h := range by {
 			slices.Sort(h.gpus)
-			h.gpus = slices.Compact(h.gpus)
-			hs = append(hs, *h)
+			h.gpus = slices.DeleteFunc(slices.Compact(h.gpus), func(g int) bool { return own.has(h.at, g) })
+			if len(h.gpus) > 0 {
+				hs = append(hs, *h)
+			}
 		}
 		slices.SortFunc(hs, func(x, y hold) int { return int(x.at - y.at) })
 		out[j] = hs

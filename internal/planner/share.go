@@ -276,10 +276,23 @@ func (a *allocator) remainder(blockers []blocker, own holding) []Node {
 		return a.nodes
 	}
 	out := slices.Clone(a.nodes)
+	// A node a blocker holds whole (most of a full cluster's) shares one
+	// list of its name: a list with no GPU left unnamed is never written.
+	whole := map[string][]string{}
 	for _, b := range blockers {
 		for _, h := range b.h {
 			n := &out[h.at]
 			n.CPUsHeld += h.cpus
+			if n.HeldBy == nil && len(h.gpus) == n.GPUs && n.GPUs > 0 && h.gpus[0] == 0 && h.gpus[n.GPUs-1] == n.GPUs-1 {
+				// Sorted, each once, from 0 to GPUs-1: every GPU.
+				l := whole[b.name]
+				if len(l) < n.GPUs {
+					l = slices.Repeat([]string{b.name}, n.GPUs)
+					whole[b.name] = l
+				}
+				n.HeldBy = l[:n.GPUs:n.GPUs]
+				continue
+			}
 			hold := func(g int) {
 				if g < 0 || g >= n.GPUs {
 					return
