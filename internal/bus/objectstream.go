@@ -34,7 +34,11 @@ func StoreStreamed(ctx context.Context, js jetstream.JetStream, bucket, name str
 	}()
 	chunk := uint32(min(objectChunk, BodyLimit(js.Conn())))
 	meta := jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: chunk}}
-	_, perr := obs.Put(ctx, meta, pr)
+	// The object store sends each Read as a chunk: a pipe's Read is one
+	// of the compressor's writes, often a few bytes, so a large snapshot
+	// was thousands of tiny chunks, past the async publish window under
+	// load. Each Read fills a chunk.
+	_, perr := obs.Put(ctx, meta, fullReader{pr})
 	// A put that stopped reading must not leave the writer blocked.
 	pr.CloseWithError(io.ErrClosedPipe)
 	werr := <-done
@@ -45,6 +49,17 @@ func StoreStreamed(ctx context.Context, js jetstream.JetStream, bucket, name str
 		return 0, fmt.Errorf("store object %s/%s: %w", bucket, name, werr)
 	}
 	return counted.n, nil
+}
+
+// fullReader reads whole buffers of r: each Read fills p but at r's end.
+type fullReader struct{ r io.Reader }
+
+func (f fullReader) Read(p []byte) (int, error) {
+	n, err := io.ReadFull(f.r, p)
+	if err == io.ErrUnexpectedEOF {
+		err = nil // the last, short part; the next Read says EOF
+	}
+	return n, err
 }
 
 // countingWriter counts the bytes written through it.
