@@ -259,7 +259,7 @@ func TestDrainWatchAfterLostBucket(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		h.node(fmt.Sprintf("n%d", i))
 	}
-	in := h.instance(h.url(), Config{Spec: []byte(drainSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second})
+	in := h.instance(h.url(), Config{Spec: []byte(drainSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second, guardRound: quickGuard})
 	h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid() })
 	sees := func(targets ...string) func() bool {
 		return func() bool {

@@ -93,6 +93,11 @@ func newRide(t *testing.T, nodes int, cfg Config) *ride {
 	return r
 }
 
+// quickGuard is the guard round (Config.guardRound) of tests that wait
+// for what a round does: short, yet long enough that the rounds' store
+// calls do not crowd a loaded machine.
+const quickGuard = 300 * time.Millisecond
+
 // reporter runs a real reporter for node id (8 H100s; heartbeat 300ms,
 // TTL 1s) on a connection of its own.
 func (r *ride) reporter(id string) {
