@@ -61,7 +61,15 @@ type harness struct {
 // of the wire.
 func newMemHarness(t *testing.T) *harness {
 	t.Helper()
-	h := &harness{t: t, mem: newMemJS(systemClock{}), beats: map[string]context.CancelFunc{}}
+	return newMemHarnessOn(t, systemClock{})
+}
+
+// newMemHarnessOn is newMemHarness on clock: the store's, and its
+// planners' unless their Config names another. A test on a clock it
+// moves (skewClock) passes a deadline or a wait at once.
+func newMemHarnessOn(t *testing.T, clock Clock) *harness {
+	t.Helper()
+	h := &harness{t: t, mem: newMemJS(clock), beats: map[string]context.CancelFunc{}}
 	t.Cleanup(func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -184,6 +192,9 @@ func (h *harness) plannerWith(ctx context.Context, cfg Config) context.CancelFun
 	}
 	if h.mem != nil {
 		cfg.NoService = true // requests are the wire's, tested on NATS
+		if cfg.Clock == nil {
+			cfg.Clock = h.mem.clock
+		}
 	}
 	p := New(cfg)
 	if h.mem != nil {
