@@ -474,7 +474,7 @@ func TestRestartSettles(t *testing.T) {
 		_, err := kv.Get(ctx, victim)
 		return err != nil
 	})
-	stopB := h.plannerWith(ctx, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: time.Minute})
+	stopB := h.plannerWith(ctx, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: time.Minute, guardRound: quickGuard})
 	defer stopB()
 	// The restarted planner leads and holds the inventory without the
 	// victim (its inventory gauge, set every guard round).
