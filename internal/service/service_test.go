@@ -42,8 +42,9 @@ type harness struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
 	// reg is the metrics of the newest planner plannerWith started
-	// (replans and waitReplans read it).
-	reg *prometheus.Registry
+	// (replans and waitReplans read it), newest that planner.
+	reg    *prometheus.Registry
+	newest *Service
 	// beats keeps simulated nodes alive; cancel one to let it expire.
 	mu    sync.Mutex
 	beats map[string]context.CancelFunc
@@ -197,6 +198,7 @@ func (h *harness) plannerWith(ctx context.Context, cfg Config) context.CancelFun
 		}
 	}
 	p := New(cfg)
+	h.newest = p
 	if h.mem != nil {
 		h.mem.onMem(p)
 	}
