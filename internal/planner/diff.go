@@ -35,7 +35,7 @@ func (s *Spec) isManual() bool { return s.Placement.Mode == ModeManual }
 
 // changedIDs are the ids of the nodes the run may have changed, and of
 // those that left, once each, sorted.
-func (st *planState) changedIDs() []string {
+func (st *runState) changedIDs() []string {
 	out := slices.Clone(st.gone)
 	for _, at := range st.changed {
 		out = append(out, st.table[at].node.ID)
@@ -47,7 +47,7 @@ func (st *planState) changedIDs() []string {
 // nodeContent returns what a node holds in p, read from the run's state:
 // its workers by their slots, its buffer, its auto pool entries, its
 // notes. A node not in the table holds nothing.
-func (st *planState) nodeContent(p *Plan) func(id string) plan.NodeChange {
+func (st *runState) nodeContent(p *Plan) func(id string) plan.NodeChange {
 	bufferOf := st.bufferIndex()
 	slots := p.Workers.Len() - len(st.buffers)
 	return func(id string) plan.NodeChange {
@@ -84,7 +84,7 @@ func (st *planState) nodeContent(p *Plan) func(id string) plan.NodeChange {
 
 // bufferIndex maps a node's position to its buffer's index, built once:
 // lookups by node ask it at every request.
-func (st *planState) bufferIndex() map[int32]int {
+func (st *runState) bufferIndex() map[int32]int {
 	st.bufferOnce.Do(func() {
 		st.bufferOf = make(map[int32]int, len(st.buffers))
 		for k, at := range st.buffers {

@@ -208,8 +208,8 @@ func unhealthyOf(n *Node) []int {
 }
 
 // save keeps what the next incremental run needs.
-func (e *engine) save() *planState {
-	st := &planState{spec: e.spec, table: e.table, buffers: e.buffers, reserveLeft: e.reserve,
+func (e *engine) save() *runState {
+	st := &runState{spec: e.spec, table: e.table, buffers: e.buffers, reserveLeft: e.reserve,
 		names: e.rules.names, token: e.token, changed: append(e.touched, e.rebuffered...), gone: e.gone}
 	if e.fast {
 		st.from = e.prevState.token

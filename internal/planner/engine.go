@@ -161,7 +161,7 @@ type engine struct {
 	// of each of its buffers (-1: gone), and room the nodes with room
 	// once its workers were kept.
 	prev        *Plan
-	prevState   *planState
+	prevState   *runState
 	fast        bool
 	prevBuffers []int32
 	// resized is set when the run starts from the state of a plan made

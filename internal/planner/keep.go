@@ -49,11 +49,11 @@ type Displaced struct {
 	By    string
 }
 
-// planState is what a plan keeps of the run that made it, so that the
+// runState is what a plan keeps of the run that made it, so that the
 // next run can start from it and touch only what changed: the node states
 // by id, the nodes with room, the auto pools' node order and the buffers.
 // It is read-only; runs copy the states they change.
-type planState struct {
+type runState struct {
 	spec        *Spec
 	table       []*nodeState
 	room        []int32
@@ -81,11 +81,11 @@ type planState struct {
 // reusable reports whether a run of spec can start from st without
 // checking every worker again: same spec, auto placement (manual pools
 // pick nodes by id, so a node joining can change them).
-func (st *planState) reusable(spec *Spec) bool {
+func (st *runState) reusable(spec *Spec) bool {
 	return st != nil && !st.rulesManual() && specEqual(st.spec, spec)
 }
 
-func (st *planState) rulesManual() bool { return st.spec.Placement.Mode == ModeManual }
+func (st *runState) rulesManual() bool { return st.spec.Placement.Mode == ModeManual }
 
 // adoptFast and adoptSlow are one rule at two costs (TestAdoptPathsAgree
 // holds them to the same placements): a planner that restarted reads its

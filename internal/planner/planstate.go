@@ -8,7 +8,7 @@ type Plan struct {
 	plan.Document
 	// state is nil for a plan read back from JSON, and for a degraded
 	// plan (its workers are not its run's slots).
-	state *planState
+	state *runState
 	// spec is the spec the run that made the plan placed (nil: read back
 	// from JSON): a degraded plan's, or a kept placement's whose new spec
 	// is pending, is what the next run re-checks it against.

@@ -46,6 +46,7 @@ const (
 	chaosTTL      = 2 * time.Second
 	chaosDebounce = 100 * time.Millisecond
 	chaosLease    = time.Second
+	chaosSettle   = 3 * time.Second
 	chaosBound    = chaosTTL + chaosDebounce + chaosLease + time.Second
 	chaosLimit    = 5 * chaosBound
 )
@@ -107,7 +108,10 @@ type chaos struct {
 	left     map[string]bool // the nodes the test made leave
 	next     int
 	planners []*instance
-	logs     syncBuffer
+	// loaded says when each planner was first seen with its spec loaded
+	// (its loop started before).
+	loaded map[*instance]chan time.Time
+	logs   syncBuffer
 }
 
 func (x *chaos) join() string {
@@ -142,7 +146,7 @@ func (x *chaos) planner() *instance {
 	}
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{p: New(Config{NC: nc, JS: js, Spec: []byte(chaosSpec), Debounce: chaosDebounce, Settle: 3 * time.Second,
+	in := &instance{p: New(Config{NC: nc, JS: js, Spec: []byte(chaosSpec), Debounce: chaosDebounce, Settle: chaosSettle,
 		LeaseTTL: chaosLease, Replicas: 3, Log: zerolog.New(&x.logs).Hook(millis).With().Str("planner", fmt.Sprint(len(x.planners))).Logger()}), nc: nc, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(in.done)
@@ -152,6 +156,25 @@ func (x *chaos) planner() *instance {
 	}()
 	x.t.Cleanup(in.stop)
 	x.planners = append(x.planners, in)
+	// Watched from the start, so that standby knows how long each has
+	// run, however long the test took to get there.
+	seen := make(chan time.Time, 1)
+	x.loaded[in] = seen
+	go func() {
+		tick := time.NewTicker(natstest.Poll)
+		defer tick.Stop()
+		for {
+			if s, ok := in.p.view().plans[in.p.cfg.Plan]; ok && s.spec != nil {
+				seen <- time.Now()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 	return in
 }
 
@@ -225,7 +248,8 @@ func TestChaos(t *testing.T) {
 		t.Skip("chaos: a minute of clustered servers")
 	}
 	t.Parallel()
-	x := &chaos{t: t, c: testcluster.Start(t, 3, nil), nodes: map[string]*sickSource{}, stops: map[string]context.CancelFunc{}, left: map[string]bool{}}
+	x := &chaos{t: t, c: testcluster.Start(t, 3, nil), nodes: map[string]*sickSource{}, stops: map[string]context.CancelFunc{}, left: map[string]bool{},
+		loaded: map[*instance]chan time.Time{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("planner log:\n%s", x.logs.String())
@@ -366,14 +390,19 @@ func TestChaos(t *testing.T) {
 func (x *chaos) standby() {
 	x.t.Helper()
 	for _, in := range x.planners {
-		natstest.WaitFor(x.t, 60*time.Second, "every planner started", func() bool {
-			s, ok := in.p.view().plans[in.p.cfg.Plan]
-			return ok && s.spec != nil
-		})
+		var at time.Time
+		select {
+		case at = <-x.loaded[in]:
+			x.loaded[in] <- at // for a later call
+		case <-time.After(60 * time.Second):
+			x.t.Fatal("not every planner started within 1m0s")
+		}
+		// The settle is a span from the planner's start, not a state the
+		// planner shows: waiting it out is the condition. It started
+		// before its spec was seen loaded, and the test's wait for the
+		// first revision often outlasted the settle already.
+		natstest.WaitFor(x.t, chaosSettle+10*time.Second, "the settle over", func() bool { return time.Since(at) > chaosSettle })
 	}
-	// The settle is a span from the planner's start, not a state the
-	// planner shows: waiting it out is the condition.
-	time.Sleep(3 * time.Second)
 }
 
 // andMore is how a reason ends a list it shortens.

@@ -234,8 +234,11 @@ func TestTwoReportersOneUUID(t *testing.T) {
 	}
 	var logs syncBuffer
 	reg := prometheus.NewRegistry()
-	p := drive(New(Config{NC: h.nc, JS: h.js, Spec: []byte(shareSpec(15, 0)), Debounce: 20 * time.Millisecond, Settle: -1, Log: zerolog.New(&logs),
-		Metrics: metrics.NewPlanner(reg)}))
+	// The guard says the conflict and sets its gauge, and the lease
+	// carries it at its next renewal (a third of its TTL): the test
+	// waits for both, six times.
+	p := drive(New(Config{NC: h.nc, JS: h.js, Spec: []byte(shareSpec(15, 0)), Debounce: 20 * time.Millisecond, Settle: -1, LeaseTTL: time.Second,
+		guardRound: quickGuard, Log: zerolog.New(&logs), Metrics: metrics.NewPlanner(reg)}))
 	pctx, stopPlanner := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.Run(pctx) }()

@@ -27,10 +27,18 @@ func places(p *planner.Plan) map[string]string {
 	return out
 }
 
+// now is the time of the harness's store: its clock's, in memory.
+func (h *harness) now() time.Time {
+	if h.mem != nil {
+		return h.mem.clock.Now()
+	}
+	return time.Now()
+}
+
 // drain stores an operator's drain of node (gpu nil) or its GPU.
 func (h *harness) drain(node string, gpu *int, reason string, deadline *time.Time) {
 	h.t.Helper()
-	d := store.Drain{NodeID: node, GPU: gpu, Cause: plan.DrainOperator, Reason: reason, Deadline: deadline, By: "test@host", At: time.Now().UTC()}
+	d := store.Drain{NodeID: node, GPU: gpu, Cause: plan.DrainOperator, Reason: reason, Deadline: deadline, By: "test@host", At: h.now().UTC()}
 	put := store.NewDrainStore(h.js).Put
 	if h.mem != nil {
 		put = memDrains{h.mem.drains}.Put
@@ -43,10 +51,10 @@ func (h *harness) drain(node string, gpu *int, reason string, deadline *time.Tim
 func (h *harness) undrain(node string, gpu *int) {
 	h.t.Helper()
 	undrain := func() error {
-		return store.NewDrainStore(h.js).Undrain(context.Background(), node, gpu, "test@host", "", time.Now())
+		return store.NewDrainStore(h.js).Undrain(context.Background(), node, gpu, "test@host", "", h.now())
 	}
 	if h.mem != nil {
-		undrain = func() error { return memDrains{h.mem.drains}.undrain(node, gpu, "test@host", time.Now()) }
+		undrain = func() error { return memDrains{h.mem.drains}.undrain(node, gpu, "test@host", h.now()) }
 	}
 	if err := undrain(); err != nil {
 		h.t.Fatal(err)
@@ -224,23 +232,29 @@ func TestDrainNoRoom(t *testing.T) {
 // leave.
 func TestDrainDeadline(t *testing.T) {
 	t.Parallel()
-	h := newMemHarness(t)
+	// The deadline passes when the test moves the clock past it, not
+	// seconds later: the nodes' keys outlast the jump, and so does the
+	// loop's pulse.
+	clock := &skewClock{}
+	h := newMemHarnessOn(t, clock)
+	h.ttl = time.Minute
 	h.cluster(4, map[string]string{"default": drainSpec})
-	stop := h.plannerWith(context.Background(), Config{Debounce: 50 * time.Millisecond, Settle: -1})
+	stop := h.plannerWith(context.Background(), Config{Debounce: 50 * time.Millisecond, Settle: -1, StallAfter: time.Minute})
 	defer stop()
 	first := h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid() })
 	victim := first.Workers.Find(plan.Train, 0).NodeID
-	deadline := time.Now().Add(3 * time.Second).UTC().Truncate(time.Second)
+	deadline := clock.Now().Add(3 * time.Second).UTC().Truncate(time.Second)
 	h.drain(victim, nil, "maintenance", &deadline)
 	leaving := h.waitFor("default", "saying they are leaving", func(p *planner.Plan) bool { return len(p.Status.Leaving) > 0 })
-	if time.Now().Before(deadline) {
+	if clock.Now().Before(deadline) {
 		checkOnlyMoved(t, first, leaving, map[string]bool{})
 	}
 	if !strings.Contains(leaving.Reason, victim+" draining: its workers leave at "+deadline.Format(time.RFC3339)) {
 		t.Errorf("reason %q does not say they leave at the deadline", leaving.Reason)
 	}
+	clock.advance(deadline.Sub(clock.Now()) + time.Millisecond)
 	gone := h.waitFor("default", "off the node after the deadline", func(p *planner.Plan) bool { return !onNode(p, victim) })
-	if time.Now().Before(deadline) {
+	if clock.Now().Before(deadline) {
 		t.Errorf("the workers left before the deadline")
 	}
 	if !gone.Valid() || len(gone.Status.Leaving) != 0 || len(gone.Status.Drained) != 1 {
@@ -259,7 +273,7 @@ func TestDrainWatchAfterLostBucket(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		h.node(fmt.Sprintf("n%d", i))
 	}
-	in := h.instance(h.url(), Config{Spec: []byte(drainSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second})
+	in := h.instance(h.url(), Config{Spec: []byte(drainSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second, guardRound: quickGuard})
 	h.waitFor("default", "placing 24 GPUs", func(p *planner.Plan) bool { return p.Valid() })
 	sees := func(targets ...string) func() bool {
 		return func() bool {

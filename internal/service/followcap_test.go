@@ -123,11 +123,13 @@ func TestLauncherCannotDelayStandby(t *testing.T) {
 	if reply, err := lnc.Request("$JS.API.CONSUMER.CREATE."+client.PlansStream+".cues", pushCfg, 5*time.Second); err != nil || strings.Contains(string(reply.Data), `"error"`) {
 		t.Fatalf("the launcher's push consumer: %v %s", err, reply.Data)
 	}
-	// The launcher takes every slot the stream has left.
+	// The launcher takes every slot the stream has left. In memory: the
+	// cap counts them as any, and a file-backed one costs the server a
+	// store to make and, at shutdown, to close (seconds for the thousand).
 	made := 0
 	for k := range 1100 {
 		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := ljs.CreateConsumer(cctx, client.PlansStream, jetstream.ConsumerConfig{Durable: fmt.Sprintf("squat-%d", k)})
+		_, err := ljs.CreateConsumer(cctx, client.PlansStream, jetstream.ConsumerConfig{Durable: fmt.Sprintf("squat-%d", k), MemoryStorage: true})
 		ccancel()
 		if errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
 			break

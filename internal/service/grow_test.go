@@ -80,6 +80,16 @@ func (t *skewTimer) fire() {
 	}
 }
 
+// hurrying is cond with the clock moved step ahead before each check: a
+// wait (natstest.WaitFor) on it passes the clock's time some ten times as
+// fast as the wall's, for a wait on a timer the test does not time.
+func (c *skewClock) hurrying(step time.Duration, cond func() bool) func() bool {
+	return func() bool {
+		c.advance(step)
+		return cond()
+	}
+}
+
 // Stop and Reset leave no stale tick in the channel, as Go's timers do.
 func (t *skewTimer) Stop() bool {
 	t.mu.Lock()

@@ -46,6 +46,9 @@ func (h *harness) instance(url string, cfg Config) *instance {
 		cfg.NC, cfg.JS = nc, js
 	} else {
 		cfg.NoService = true // requests are the wire's, tested on NATS
+		if cfg.Clock == nil {
+			cfg.Clock = h.mem.clock
+		}
 	}
 	cfg.Log = zerolog.Nop()
 	var reg *prometheus.Registry

@@ -203,8 +203,11 @@ func TestFailingWritesStandDown(t *testing.T) {
 		h.node(fmt.Sprintf("n%02d", i))
 	}
 	url := h.url()
+	// Each failing publish waits out the store deadline, and the planner
+	// that stood down its backoff: both short (the memory store answers
+	// at once), the test times neither.
 	cfg := Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second,
-		StoreTimeout: time.Second, StandDownAfter: 2, StandDownBackoff: 2 * time.Second}
+		StoreTimeout: 500 * time.Millisecond, StandDownAfter: 2, StandDownBackoff: time.Second}
 	failing := newHang("publishing plan ", false)
 	acfg := cfg
 	acfg.storeHook = failing.hook

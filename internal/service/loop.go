@@ -151,7 +151,7 @@ func (p *loopState) newLoop(ctx context.Context) (*loop, error) {
 	l.check.Stop()
 	l.lease = newLeaser(p.Service, l.log)
 	l.tombs = newTombstones(p.Service, l.log)
-	l.guardT = p.clock.NewTimer(guardEvery)
+	l.guardT = p.clock.NewTimer(p.cfg.guardRound)
 	l.snapT = p.clock.NewTimer(time.Hour)
 	l.snapT.Stop()
 	l.growT = p.clock.NewTimer(time.Hour)
@@ -337,7 +337,7 @@ func (l *loop) run(ctx context.Context) error {
 		case <-l.guardT.C():
 			l.work("guard")
 			l.guard(ctx)
-			l.guardT.Reset(guardEvery)
+			l.guardT.Reset(l.p.cfg.guardRound)
 		case <-l.retry.C():
 			l.work("inventory watch")
 			l.watch(ctx)

@@ -1010,8 +1010,18 @@ func (s memInventory) Watch(ctx context.Context) (<-chan store.Event, error) {
 				}
 			}
 			from = kv.seq
+			// expire cuts a record's TTL short in place: the watch goes by
+			// the record's expiry, not the one it held when it delivered it.
+			expires := make(map[uint64]time.Time, len(kv.recs))
+			for _, r := range kv.recs {
+				expires[r.rev] = r.expires
+			}
 			var next time.Time
 			for key, e := range held {
+				if at, ok := expires[e.rev]; ok && !at.Equal(e.expires) {
+					e.expires = at
+					held[key] = e
+				}
 				switch {
 				case e.expires.IsZero():
 				case !now.Before(e.expires):

@@ -93,6 +93,11 @@ func newRide(t *testing.T, nodes int, cfg Config) *ride {
 	return r
 }
 
+// quickGuard is the guard round (Config.guardRound) of tests that wait
+// for what a round does: short, yet long enough that the rounds' store
+// calls do not crowd a loaded machine.
+const quickGuard = 300 * time.Millisecond
+
 // reporter runs a real reporter for node id (8 H100s; heartbeat 300ms,
 // TTL 1s) on a connection of its own.
 func (r *ride) reporter(id string) {
@@ -146,7 +151,8 @@ func revisionAtLeast(rev int) func(*planner.Plan) bool {
 // and moves nobody.
 func TestOutageLongerThanTTL(t *testing.T) {
 	t.Parallel()
-	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 5 * time.Second, LeaseTTL: time.Second})
+	r := newRide(t, 4, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 5 * time.Second, LeaseTTL: time.Second,
+		guardRound: quickGuard})
 	r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
 	r.srv.Stop()
 	// The outage is the scenario: a span of time with the server away,
@@ -154,7 +160,7 @@ func TestOutageLongerThanTTL(t *testing.T) {
 	// watched meanwhile.
 	time.Sleep(2500 * time.Millisecond)
 	r.srv.Start()
-	// Back, the planner notices the reconnect (its guard, every 2 s) and
+	// Back, the planner notices the reconnect (its guard, each round) and
 	// re-reads the inventory (counted, by why), waits (the settle, 5 s
 	// at most) for its nodes to report again, and replans; then it is
 	// idle.

@@ -145,6 +145,10 @@ type Config struct {
 	// zero; negative: at once): a GPU a plan just gave up goes to whoever
 	// needs it first, not back to the elastic plan that held it.
 	GrowAfter time.Duration
+	// guardRound, in tests, replaces guardEvery as the time between the
+	// loop's guard rounds: a test that waits for what a round does (a
+	// problem said, a gauge set, a lost bucket restored) waits less.
+	guardRound time.Duration
 	// storeHook, in tests, is called at the start of each bounded store
 	// call of the loop (Service.op), with its context: a hook that blocks
 	// is a store that hangs.
@@ -256,6 +260,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.StandDownBackoff <= 0 {
 		cfg.StandDownBackoff = DefaultStandDownBackoff
+	}
+	if cfg.guardRound <= 0 {
+		cfg.guardRound = guardEvery
 	}
 	var plans planStore
 	if cfg.JS != nil {

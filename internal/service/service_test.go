@@ -42,8 +42,9 @@ type harness struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
 	// reg is the metrics of the newest planner plannerWith started
-	// (replans and waitReplans read it).
-	reg *prometheus.Registry
+	// (replans and waitReplans read it), newest that planner.
+	reg    *prometheus.Registry
+	newest *Service
 	// beats keeps simulated nodes alive; cancel one to let it expire.
 	mu    sync.Mutex
 	beats map[string]context.CancelFunc
@@ -61,7 +62,15 @@ type harness struct {
 // of the wire.
 func newMemHarness(t *testing.T) *harness {
 	t.Helper()
-	h := &harness{t: t, mem: newMemJS(systemClock{}), beats: map[string]context.CancelFunc{}}
+	return newMemHarnessOn(t, systemClock{})
+}
+
+// newMemHarnessOn is newMemHarness on clock: the store's, and its
+// planners' unless their Config names another. A test on a clock it
+// moves (skewClock) passes a deadline or a wait at once.
+func newMemHarnessOn(t *testing.T, clock Clock) *harness {
+	t.Helper()
+	h := &harness{t: t, mem: newMemJS(clock), beats: map[string]context.CancelFunc{}}
 	t.Cleanup(func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -184,8 +193,12 @@ func (h *harness) plannerWith(ctx context.Context, cfg Config) context.CancelFun
 	}
 	if h.mem != nil {
 		cfg.NoService = true // requests are the wire's, tested on NATS
+		if cfg.Clock == nil {
+			cfg.Clock = h.mem.clock
+		}
 	}
 	p := New(cfg)
+	h.newest = p
 	if h.mem != nil {
 		h.mem.onMem(p)
 	}
@@ -463,7 +476,7 @@ func TestRestartSettles(t *testing.T) {
 		_, err := kv.Get(ctx, victim)
 		return err != nil
 	})
-	stopB := h.plannerWith(ctx, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: time.Minute})
+	stopB := h.plannerWith(ctx, Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: time.Minute, guardRound: quickGuard})
 	defer stopB()
 	// The restarted planner leads and holds the inventory without the
 	// victim (its inventory gauge, set every guard round).

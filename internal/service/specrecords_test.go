@@ -59,7 +59,11 @@ func flipSpecByte(t *testing.T, dir, name string) {
 // placement.
 func TestSpecRecordDamaged(t *testing.T) {
 	t.Parallel()
-	cfg := Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
+	// A 2 s store deadline: a spec watch held back by the damage is
+	// noticed at the first guard round after it has waited that long (5 s
+	// by default).
+	cfg := Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second, StoreTimeout: 2 * time.Second,
+		guardRound: quickGuard}
 	r := newRide(t, 4, cfg)
 	first := r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
 	ctx := context.Background()
