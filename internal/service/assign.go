@@ -22,9 +22,8 @@ import (
 // refusal leaves the subjects to the next reconcile, which reads them.
 func (p *Service) publishAssignments(ctx context.Context, s *planState, prev, next *planner.Plan, change *plan.Change) error {
 	out := assignmentSender{p: p, s: s}
-	for node, ws := range changedWorkers(prev, next, change) {
-		a := assignment(next, node, ws)
-		a.Seq = s.assignSeq[node]
+	for a := range changedAssignments(prev, next, change) {
+		a.Seq = s.assignSeq[a.NodeID]
 		if err := out.add(ctx, a); err != nil {
 			s.refusedAssignments(out.refused)
 			return err
@@ -33,16 +32,24 @@ func (p *Service) publishAssignments(ctx context.Context, s *planState, prev, ne
 	return out.done(ctx)
 }
 
-// changedWorkers yields, in node order, each node of the change whose
-// workers changed and its workers in next. A nil change is a first
-// revision's (prev nil): every node next places workers on, read from
-// next one node at a time rather than copied whole into a change first.
-func changedWorkers(prev, next *planner.Plan, change *plan.Change) iter.Seq2[string, []plan.Worker] {
-	return func(yield func(string, []plan.Worker) bool) {
+// changedAssignments yields, in node order, the assignment of each node
+// of the change whose workers changed, with its workers in next. A nil
+// change is a first revision's (prev nil): every node next places
+// workers on, read from next one node at a time rather than copied
+// whole into a change first.
+func changedAssignments(prev, next *planner.Plan, change *plan.Change) iter.Seq[client.Assignment] {
+	return func(yield func(client.Assignment) bool) {
 		if change == nil {
-			on := next.NodeIndex()
+			var on func(string) []plan.Worker
 			for _, id := range placedNodes(next) {
-				if ws := on(id); len(ws) > 0 && !yield(id, ws) {
+				a := client.Assignment{Plan: next.Name, Revision: next.Revision, NodeID: id}
+				if !next.EachOnNode(id, func(w *plan.Worker) { a.Workers = append(a.Workers, api.Place(next.Name, next.Revision, *w)) }) {
+					if on == nil {
+						on = next.NodeIndex()
+					}
+					a = assignment(next, id, on(id))
+				}
+				if len(a.Workers) > 0 && !yield(a) {
 					return
 				}
 			}
@@ -56,7 +63,7 @@ func changedWorkers(prev, next *planner.Plan, change *plan.Change) iter.Seq2[str
 			if old := was(nc.NodeID); len(old) == 0 && len(nc.Workers) == 0 || slices.EqualFunc(old, nc.Workers, planner.SameWorker) {
 				continue
 			}
-			if !yield(nc.NodeID, nc.Workers) {
+			if !yield(assignment(next, nc.NodeID, nc.Workers)) {
 				return
 			}
 		}

@@ -18,9 +18,10 @@ import (
 )
 
 // TestFirstRevisionAssignments: a first revision's assignments, read
-// from the plan node by node (no change), are the ones its change from
-// nothing (planner.Diff) gives, node for node and in the same order;
-// and every node with workers gets one.
+// from the plan node by node (no change), from its run's state or from
+// the document alone, are the ones its change from nothing
+// (planner.Diff) gives, node for node and in the same order; and every
+// node with workers gets one.
 func TestFirstRevisionAssignments(t *testing.T) {
 	for _, n := range []int{1, 16, 48} {
 		t.Run(fmt.Sprintf("nodes=%d", n), func(t *testing.T) {
@@ -43,20 +44,22 @@ func TestFirstRevisionAssignments(t *testing.T) {
 			if err != nil {
 				t.Fatalf("plan: %v", err)
 			}
-			type sent struct {
-				node    string
-				workers []plan.Worker
-			}
-			collect := func(change *plan.Change) []sent {
-				var out []sent
-				for id, ws := range changedWorkers(nil, next, change) {
-					out = append(out, sent{id, ws})
+			collect := func(p *planner.Plan, change *plan.Change) []client.Assignment {
+				var out []client.Assignment
+				for a := range changedAssignments(nil, p, change) {
+					out = append(out, a)
 				}
 				return out
 			}
-			got, want := collect(nil), collect(planner.Diff(nil, next))
+			got, want := collect(next, nil), collect(next, planner.Diff(nil, next))
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("read node by node: %v\nfrom the change: %v", got, want)
+			}
+			// A plan read back (no run's state) reads its workers by node
+			// from one index.
+			back := &planner.Plan{Document: next.Document}
+			if got := collect(back, nil); !reflect.DeepEqual(got, want) {
+				t.Fatalf("read back: %v\nfrom the change: %v", got, want)
 			}
 			placed := map[string]bool{}
 			for _, w := range next.Workers.All() {
