@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -155,6 +157,11 @@ type serveOptions struct {
 	leaseTTL            time.Duration
 	// probation: how long a GPU that recovered stays out.
 	probation time.Duration
+
+	// memoryLimit is --memory-limit as given; memLimit, as bytes (0: the
+	// runtime's own, GOMEMLIMIT or none).
+	memoryLimit string
+	memLimit    uint64
 }
 
 func newServeCmd() *cobra.Command {
@@ -178,6 +185,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.httpListen, "http-listen", "", "serve the live GPU map at http://HOST:PORT/")
 	f.IntVar(&o.simCPUs, "cpus", 0, "CPUs of each simulated node (default: its model's host's)")
 	f.StringVar(&o.simMemory, "memory", "", "memory of each simulated node, bytes or with Ki, Mi, Gi, Ti (default: its model's host's)")
+	f.StringVar(&o.memoryLimit, "memory-limit", "", "soft limit on the process's memory (planner and embedded server), bytes or with Ki, Mi, Gi, Ti: the Go collector works harder near it, trading CPU for a lower peak (default: $GOMEMLIMIT, else none)")
 	f.BoolVar(&o.noLocal, "no-local-reporter", false, "do not report this machine's inventory in-process")
 	durationVar(f, &o.debounce, "debounce", service.DefaultDebounce, "quiet time after an inventory change before replanning")
 	durationVar(f, &o.growAfter, "grow-after", service.DefaultGrowAfter, "how long a GPU must be free before an elastic group (worker_num {min, max}) grows onto it (0: at once)")
@@ -247,7 +255,17 @@ func (o *serveOptions) check() ([]simNodes, []byte, error) {
 	if o.simBytes, err = parseBytes(o.simMemory); err != nil {
 		return nil, nil, usagef("--memory %q: %v", o.simMemory, err)
 	}
+	if o.memLimit, err = parseBytes(o.memoryLimit); err != nil {
+		return nil, nil, usagef("--memory-limit %q: %v", o.memoryLimit, err)
+	}
 	return sims, spec, checkServeSecurity(o.server, o.listen, o.secure, o.insecure, o.tlsCert, o.tlsKey)
+}
+
+// setMemoryLimit sets the Go runtime's soft memory limit to n bytes and
+// returns the one before. Soft: past it the collector runs more often
+// (CPU), it never fails an allocation.
+func setMemoryLimit(n uint64) int64 {
+	return debug.SetMemoryLimit(int64(min(n, math.MaxInt64)))
 }
 
 // checkCluster checks the cluster flags: they need the embedded server,
@@ -290,6 +308,11 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if src := o.specSource; src != nil && src.Format != planner.FormatNative {
 		log.Info().Str("spec", o.specPath).Str("format", src.Format.String()).Strs("assumed", assumedFields(src)).Int("ignored", len(src.Ignored)).
 			Msg("--spec read as the scheduling rlightning builds from it; planner spec convert prints the spec served")
+	}
+	if o.memLimit > 0 {
+		// The process's for as long as it serves: not restored.
+		setMemoryLimit(o.memLimit)
+		log.Info().Uint64("bytes", o.memLimit).Msg("memory limit set (--memory-limit)")
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -189,7 +189,7 @@ func heldCount(h []idHold) int {
 // service's are) are matched by a merge, not looked up one by one.
 func (a *allocator) dense(byID []idHold) holding {
 	out := make(holding, 0, len(byID))
-	if a.index == nil && slices.IsSortedFunc(a.nodes, func(x, y Node) int { return strings.Compare(x.ID, y.ID) }) {
+	if a.index == nil && a.nodesSorted() {
 		i := 0
 		for _, x := range byID {
 			for i < len(a.nodes) && a.nodes[i].ID < x.id {

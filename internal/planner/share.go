@@ -203,6 +203,9 @@ type allocator struct {
 	// readAll: replans never start from a state of other elastic sizes
 	// (ElasticOptions.readAll).
 	readAll bool
+
+	// sorted says whether nodes are sorted by id, once asked (nodesSorted).
+	sorted nodesOrder
 }
 
 func newAllocator(jobs []Job, nodes []Node) *allocator {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 
 	"github.com/poolplanner/poolplanner/client"
@@ -20,27 +21,123 @@ import (
 // revision and its assignments cannot overwrite the new leader's. A
 // refusal leaves the subjects to the next reconcile, which reads them.
 func (p *Service) publishAssignments(ctx context.Context, s *planState, prev, next *planner.Plan, change *plan.Change) error {
-	was := func(string) []plan.Worker { return nil }
-	if prev != nil && len(change.Nodes) > 0 {
-		was = prev.NodeIndex()
-	}
-	var as []client.Assignment
-	for _, nc := range change.Nodes {
-		if old := was(nc.NodeID); len(old) == 0 && len(nc.Workers) == 0 || slices.EqualFunc(old, nc.Workers, planner.SameWorker) {
-			continue
+	out := assignmentSender{p: p, s: s}
+	for a := range changedAssignments(prev, next, change) {
+		a.Seq = s.assignSeq[a.NodeID]
+		if err := out.add(ctx, a); err != nil {
+			s.refusedAssignments(out.refused)
+			return err
 		}
-		as = append(as, assignment(next, nc.NodeID, nc.Workers))
 	}
-	for i := range as {
-		as[i].Seq = s.assignSeq[as[i].NodeID]
+	return out.done(ctx)
+}
+
+// changedAssignments yields, in node order, the assignment of each node
+// of the change whose workers changed, with its workers in next. A nil
+// change is a first revision's (prev nil): every node next places
+// workers on, read from next one node at a time rather than copied
+// whole into a change first.
+func changedAssignments(prev, next *planner.Plan, change *plan.Change) iter.Seq[client.Assignment] {
+	return func(yield func(client.Assignment) bool) {
+		if change == nil {
+			var on func(string) []plan.Worker
+			for _, id := range placedNodes(next) {
+				a := client.Assignment{Plan: next.Name, Revision: next.Revision, NodeID: id}
+				if !next.EachOnNode(id, func(w *plan.Worker) { a.Workers = append(a.Workers, api.Place(next.Name, next.Revision, *w)) }) {
+					if on == nil {
+						on = next.NodeIndex()
+					}
+					a = assignment(next, id, on(id))
+				}
+				if len(a.Workers) > 0 && !yield(a) {
+					return
+				}
+			}
+			return
+		}
+		was := func(string) []plan.Worker { return nil }
+		if prev != nil && len(change.Nodes) > 0 {
+			was = prev.NodeIndex()
+		}
+		for _, nc := range change.Nodes {
+			if old := was(nc.NodeID); len(old) == 0 && len(nc.Workers) == 0 || slices.EqualFunc(old, nc.Workers, planner.SameWorker) {
+				continue
+			}
+			if !yield(assignment(next, nc.NodeID, nc.Workers)) {
+				return
+			}
+		}
 	}
-	return p.sendAssignments(ctx, s, as)
+}
+
+// placedNodes lists, sorted, the nodes p places a worker on.
+func placedNodes(p *planner.Plan) []string {
+	seen := map[string]bool{}
+	var ids []string
+	for _, w := range p.Workers.All() {
+		if !seen[w.NodeID] {
+			seen[w.NodeID] = true
+			ids = append(ids, w.NodeID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// assignBatch is how many assignments are built before they are sent:
+// a first revision's 20,000 nodes are not all held built (their workers
+// copied once more) at once.
+const assignBatch = 1024
+
+// assignmentSender sends assignments in batches of assignBatch, and
+// says once, at the end, how many were refused.
+type assignmentSender struct {
+	p       *Service
+	s       *planState
+	batch   []client.Assignment
+	refused int
+}
+
+func (o *assignmentSender) add(ctx context.Context, a client.Assignment) error {
+	o.batch = append(o.batch, a)
+	if len(o.batch) < assignBatch {
+		return nil
+	}
+	return o.flush(ctx)
+}
+
+func (o *assignmentSender) flush(ctx context.Context) error {
+	if len(o.batch) == 0 {
+		return nil
+	}
+	refused, err := o.p.sendBatch(ctx, o.s, o.batch)
+	o.refused += refused
+	// The next batch reuses the slice; what it pointed at is garbage.
+	clear(o.batch)
+	o.batch = o.batch[:0]
+	return err
+}
+
+// done sends what is left and notes the refusals (a subject written by
+// someone else since), which call for a reconcile.
+func (o *assignmentSender) done(ctx context.Context) error {
+	err := o.flush(ctx)
+	o.s.refusedAssignments(o.refused)
+	return err
 }
 
 // sendAssignments publishes as, each replacing only the message at its
 // Seq, and notes where each now is; refusals (a subject written by
 // someone else since) call for a reconcile.
 func (p *Service) sendAssignments(ctx context.Context, s *planState, as []client.Assignment) error {
+	refused, err := p.sendBatch(ctx, s, as)
+	s.refusedAssignments(refused)
+	return err
+}
+
+// sendBatch publishes as and notes where each now is; it says how many
+// were refused.
+func (p *Service) sendBatch(ctx context.Context, s *planState, as []client.Assignment) (int, error) {
 	octx, done := p.op(ctx, fmt.Sprintf("publishing %d assignments of plan %s", len(as), s.name), p.storeTimeout(len(as)))
 	refused, err := p.plans.PublishAssignments(octx, as, true)
 	done()
@@ -49,11 +146,16 @@ func (p *Service) sendAssignments(ctx context.Context, s *planState, as []client
 			s.assignSeq[a.NodeID] = a.Seq
 		}
 	}
-	if refused > 0 {
+	return refused, err
+}
+
+// refusedAssignments takes n assignments refused as written by someone
+// else since: a reconcile reads them.
+func (s *planState) refusedAssignments(n int) {
+	if n > 0 {
 		s.reconcile = true
-		s.log.Warn().Int("nodes", refused).Msg("assignments written by another planner since; reconciling them with the latest plan")
+		s.log.Warn().Int("nodes", n).Msg("assignments written by another planner since; reconciling them with the latest plan")
 	}
-	return err
 }
 
 // noteAssignment records where a node's assignment was read.

@@ -164,7 +164,7 @@ func (v *view) setOut(id string, o nodeOut) bool {
 	if doc, ok := v.docs[id]; ok {
 		if n, err := doc.PlannerNode(); err == nil {
 			v.nodes[id] = o.apply(n)
-			v.gen++
+			v.touch(id)
 		}
 	}
 	return true

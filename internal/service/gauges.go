@@ -3,7 +3,6 @@ package service
 import (
 	"sync"
 
-	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 )
 
@@ -27,7 +26,7 @@ func (p *Service) gauges(s *planState, sp *store.StoredPlan) {
 		p.leader.ended(p, s.name)
 		return
 	}
-	p.cfg.Metrics.Published(s.name, pl.Revision, pl.Valid(), pl.Workers.Len(), planner.HeldShares(pl), 0)
+	p.cfg.Metrics.Published(s.name, pl.Revision, pl.Valid(), pl.Workers.Len(), s.heldShares(nil, pl), 0)
 	p.cfg.Metrics.Shared(s.name, pl.Priority, len(pl.PreemptedBy) > 0)
 	elasticMetrics(p.cfg.Metrics, pl, false)
 }

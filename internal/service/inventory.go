@@ -81,7 +81,7 @@ func (v *view) put(id string, doc inventory.NodeInventory) (bool, error) {
 			// depends on them, so nothing is replanned and no change is
 			// noted: the stored document just lists them (unplanned use).
 			v.docs[id] = withProcesses(v.docs[id], doc)
-			v.gen++
+			v.touch(id)
 			return false, nil
 		}
 	}
@@ -117,7 +117,7 @@ func (v *view) remove(id string) bool {
 		v.docIDs = slices.Delete(v.docIDs, i, i+1)
 	}
 	v.tally.drop(id)
-	v.gen++
+	v.touch(id)
 	v.dropNode(id)
 	v.follow(out)
 	return true
@@ -133,7 +133,7 @@ func (v *view) set(id string, doc inventory.NodeInventory) error {
 	}
 	v.docs[id] = doc
 	v.tally.count(id, doc, &v.claims)
-	v.gen++
+	v.touch(id)
 	n, err := doc.PlannerNode()
 	if err != nil {
 		v.dropNode(id)
@@ -169,43 +169,6 @@ func (v *view) dropNode(id string) {
 	if i, found := slices.BinarySearch(v.ids, id); found {
 		v.ids = slices.Delete(v.ids, i, i+1)
 	}
-}
-
-// planNodes is the inventory for planning, by id: made once per
-// generation, and shared (the replan and the snapshot readers) as it
-// is never changed.
-func (v *view) planNodes() []planner.Node {
-	if c := &v.cache; c.nodes != nil && c.nodesGen == v.gen {
-		return c.nodes
-	}
-	out := make([]planner.Node, len(v.ids))
-	for i, id := range v.ids {
-		out[i] = v.nodes[id]
-	}
-	v.cache.nodes, v.cache.nodesGen = out, v.gen
-	return out
-}
-
-// sortedDocs is every document, by node id: made once per generation,
-// and shared as it is never changed.
-func (v *view) sortedDocs() []inventory.NodeInventory {
-	if c := &v.cache; c.docs != nil && c.docsGen == v.gen {
-		return c.docs
-	}
-	out := make([]inventory.NodeInventory, len(v.docIDs))
-	for i, id := range v.docIDs {
-		out[i] = v.docs[id]
-	}
-	v.cache.docs, v.cache.docsGen = out, v.gen
-	return out
-}
-
-// viewCache is what the view made for a generation of it.
-type viewCache struct {
-	nodes    []planner.Node
-	docs     []inventory.NodeInventory
-	nodesGen uint64
-	docsGen  uint64
 }
 
 // changes says what changed since the plan's latest revision, as live

@@ -318,7 +318,13 @@ func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome
 	case latest != nil && latest.Orphan:
 		next.Reason = join(fmt.Sprintf("the plan history was lost (stream recreated): revision %d republished whole", next.Revision), next.Reason)
 	}
-	change := planner.Diff(prev, next)
+	// With no latest no event carries a change, and the assignments read
+	// next node by node: a first revision's change, every worker copied,
+	// would be garbage the moment it was made.
+	var change *plan.Change
+	if latest != nil {
+		change = planner.Diff(prev, next)
+	}
 	ev, stored, err := p.event(ctx, latest, next, change)
 	if err != nil {
 		return err
@@ -336,7 +342,7 @@ func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome
 	}
 	stored.Seq, stored.SpecDigest = seq, digest
 	p.published(s, stored, note)
-	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid(), next.Workers.Len(), planner.HeldShares(next), next.Moved)
+	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid(), next.Workers.Len(), s.heldShares(prev, next), next.Moved)
 	p.cfg.Metrics.Shared(next.Name, next.Priority, len(next.PreemptedBy) > 0)
 	elasticMetrics(p.cfg.Metrics, next, true)
 	line := s.log.Info()

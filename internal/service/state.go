@@ -64,6 +64,25 @@ type planState struct {
 	// recordLost is why its spec record is damaged (checkSpecRecords);
 	// empty while it is whole.
 	recordLost string
+	// shares is planner.HeldShares of sharesOf, the last plan it was
+	// summed for: the next revision's is summed from it.
+	sharesOf *planner.Plan
+	shares   float64
+}
+
+// heldShares is planner.HeldShares(next), summed from prev's where that
+// is the plan summed last (next made from prev reads only the nodes its
+// run touched).
+func (s *planState) heldShares(prev, next *planner.Plan) float64 {
+	switch {
+	case next == s.sharesOf:
+	case prev != nil && prev == s.sharesOf:
+		s.shares = planner.HeldSharesFrom(prev, next, s.shares)
+	default:
+		s.shares = planner.HeldShares(next)
+	}
+	s.sharesOf = next
+	return s.shares
 }
 
 func newPlanState(name string, log zerolog.Logger) *planState {
