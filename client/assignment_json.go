@@ -40,72 +40,13 @@ func (a *Assignment) appendJSON(b []byte) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = a.Workers[i].appendPlain(b)
+			// A plain worker's fields need no escaping, so the
+			// worker's own writer (lookups') writes them as Marshal.
+			b = a.Workers[i].AppendJSON(b)
 		}
 		b = append(b, ']')
 	}
 	return append(b, '}')
-}
-
-// appendPlain appends a plain worker (Assignment.plain), fields in
-// Marshal's order: the embedded Worker's, then PlacedWorker's own.
-func (w *PlacedWorker) appendPlain(b []byte) []byte {
-	b = append(b, `{"component":`...)
-	b = appendPlain(b, string(w.Component))
-	b = append(b, `,"index":`...)
-	b = strconv.AppendInt(b, int64(w.Index), 10)
-	b = append(b, `,"pool":`...)
-	b = appendPlain(b, w.Pool)
-	b = append(b, `,"node_id":`...)
-	b = appendPlain(b, w.NodeID)
-	b = append(b, `,"ip":`...)
-	b = appendPlain(b, w.IP)
-	b = append(b, `,"gpus":`...)
-	if w.GPUs == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, g := range w.GPUs {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(b, int64(g), 10)
-		}
-		b = append(b, ']')
-	}
-	b = append(b, `,"gpu_uuids":`...)
-	if w.GPUUUIDs == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, u := range w.GPUUUIDs {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendPlain(b, u)
-		}
-		b = append(b, ']')
-	}
-	b = append(b, `,"gpu_share":`...)
-	b = appendPlainFloat(b, w.GPUShare)
-	b = append(b, `,"cpus":`...)
-	b = appendPlainFloat(b, w.CPUs)
-	b = append(b, `,"cuda_visible_devices":`...)
-	b = appendPlain(b, w.CUDAVisibleDevices)
-	b = append(b, `,"plan":`...)
-	b = appendPlain(b, w.Plan)
-	b = append(b, `,"revision":`...)
-	b = strconv.AppendInt(b, int64(w.Revision), 10)
-	return append(b, '}')
-}
-
-// appendPlainFloat appends a plain float (plainFloat) as Marshal does:
-// whole ones (the CPUs and shares of 1 most workers hold) as integers.
-func appendPlainFloat(b []byte, f float64) []byte {
-	if f == math.Trunc(f) && math.Abs(f) < 1<<53 && !(f == 0 && math.Signbit(f)) {
-		return strconv.AppendInt(b, int64(f), 10)
-	}
-	return strconv.AppendFloat(b, f, 'f', -1, 64)
 }
 
 // plain says whether every string and number of a is one the hand-made
