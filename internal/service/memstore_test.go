@@ -1134,6 +1134,8 @@ func (m *memJS) onMem(p *Service) {
 // memOwners is the owners bucket: each node's UUIDs, which only grow.
 type memOwners struct{ js *memJS }
 
+func (o memOwners) Ensure(context.Context) error { return nil }
+
 func (o memOwners) Load(ctx context.Context) (map[string]string, error) {
 	o.js.mu.Lock()
 	defer o.js.mu.Unlock()

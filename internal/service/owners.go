@@ -61,7 +61,7 @@ func (p *loopState) loadOwners(ctx context.Context) {
 	owners, err := p.ownerStore.Load(lctx)
 	cancel()
 	if err != nil {
-		p.cfg.Log.Error().Err(err).Msg("cannot read the GPU UUID owners: ownership goes by what this planner sees until they are read")
+		p.cfg.Log.Warn().Err(err).Msg("cannot read the GPU UUID owners: ownership goes by what this planner sees until they are read (tried again every 10 s)")
 		p.owners.unread = true
 		p.problem("owners:read", fmt.Sprintf("cannot read the GPU UUID owners (%v): a node away while another lists its GPUs may not get them back", err))
 		go p.owners.reread(ctx, p.cfg.Log, p.clock, p.cfg.StoreTimeout)

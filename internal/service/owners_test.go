@@ -143,6 +143,8 @@ func (f *flakyOwners) Load(context.Context) (map[string]string, error) {
 	return f.owners, nil
 }
 
+func (f *flakyOwners) Ensure(context.Context) error { return nil }
+
 func (f *flakyOwners) Add(context.Context, string, []string, time.Time) error { return nil }
 
 // TestOwnersReadAgain: a planner that could not read the owners at start

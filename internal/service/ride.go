@@ -265,9 +265,9 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 			l.unlead(leaseRequest{epoch: epoch, why: "the plan stream, and the lease with it, was lost", look: true, next: wait})
 			l.kick()
 		case "KV_" + store.OwnersBucket:
-			// Made again (Load makes it), and refilled with every owner
-			// this planner knows once it leads (saveOwners).
-			if _, err := p.ownerStore.Load(ctx); err != nil {
+			// Made again, and refilled with every owner this planner
+			// knows once it leads (saveOwners).
+			if err := p.ownerStore.Ensure(ctx); err != nil {
 				return err
 			}
 			if p.owners != nil {

@@ -469,6 +469,12 @@ func (p *Service) start(ctx context.Context) (*store.StoredPlan, error) {
 	if _, err := p.drains.Ensure(ctx); err != nil {
 		return nil, err
 	}
+	// Made here, with the others, rather than at its first read: planners
+	// starting together on a cluster race to make each bucket, a make can
+	// time out, and here that is retried quietly while the cluster forms.
+	if err := p.ownerStore.Ensure(ctx); err != nil {
+		return nil, err
+	}
 	if err := p.seedSpec(ctx); err != nil {
 		return nil, err
 	}

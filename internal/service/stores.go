@@ -141,8 +141,9 @@ func (s jsInventory) Ensure(ctx context.Context) (kvBucket, error) {
 // ownerStore is what the service needs of the GPU UUID owners bucket
 // (store.OwnerStore, through jsOwners).
 type ownerStore interface {
-	// Load makes the bucket where it is missing and reads every UUID's
-	// owner.
+	// Ensure makes the bucket where it is missing.
+	Ensure(ctx context.Context) error
+	// Load reads every UUID's owner (a missing bucket is an error).
 	Load(ctx context.Context) (map[string]string, error)
 	// Add records uuids as node's (those its record lacks), made at now
 	// if it has none; two writers add to a record rather than replace
@@ -158,12 +159,12 @@ func newJSOwners(js jetstream.JetStream, replicas int) jsOwners {
 	return jsOwners{s}
 }
 
-func (o jsOwners) Load(ctx context.Context) (map[string]string, error) {
-	if _, err := o.s.Ensure(ctx); err != nil {
-		return nil, err
-	}
-	return o.s.Load(ctx)
+func (o jsOwners) Ensure(ctx context.Context) error {
+	_, err := o.s.Ensure(ctx)
+	return err
 }
+
+func (o jsOwners) Load(ctx context.Context) (map[string]string, error) { return o.s.Load(ctx) }
 
 func (o jsOwners) Add(ctx context.Context, node string, uuids []string, now time.Time) error {
 	return o.s.Add(ctx, node, uuids, now)
