@@ -189,5 +189,9 @@ const objectChunk = 128 << 10
 // and object stores' included, in the order `planner status` lists them:
 // what the service watches for loss and the status reports on.
 func StateStreams() []string {
-	return []string{InventoryStream, "KV_" + client.SpecBucket, "KV_" + client.DrainBucket, client.PlansStream, client.AssignmentsStream, "OBJ_" + client.PlansBucket}
+	return []string{InventoryStream, "KV_" + client.SpecBucket, "KV_" + client.DrainBucket, client.PlansStream, client.AssignmentsStream, "OBJ_" + client.PlansBucket,
+		"KV_" + OwnersBucket}
 }
+
+// OwnersBucket is the KV bucket of GPU UUID owners (store.OwnerStore).
+const OwnersBucket = "poolplanner-owners"

@@ -198,7 +198,7 @@ func (p *Service) missing(ctx context.Context, plansCreated *time.Time) ([]strin
 	defer done()
 	var out []string
 	var invLast uint64
-	for _, name := range append(bus.StateStreams(), "KV_"+store.OwnersBucket) {
+	for _, name := range bus.StateStreams() {
 		st, err := p.link.Stream(ctx, name)
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):

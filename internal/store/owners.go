@@ -21,7 +21,7 @@ import (
 // planner writes it; every planner reads it at start, so that a planner
 // started while a node is away (another node listing its GPUs) still
 // knows whose GPUs they are (inventory.Claims.Owned).
-const OwnersBucket = "poolplanner-owners"
+const OwnersBucket = bus.OwnersBucket
 
 // MaxOwnedPerNode bounds one node's record: a reporter inventing new
 // UUIDs at every put must not grow it for ever. Past it the record keeps
