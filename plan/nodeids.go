@@ -48,7 +48,7 @@ func Follows(prev, next string) bool {
 	}
 	a, err1 := strconv.ParseUint(pn, 10, 64)
 	b, err2 := strconv.ParseUint(nn, 10, 64)
-	if err1 != nil || err2 != nil || b != a+1 {
+	if err1 != nil || err2 != nil || a == ^uint64(0) || b != a+1 { // no id follows the largest
 		return false
 	}
 	padded := len(pn) > 1 && pn[0] == '0' || len(nn) > 1 && nn[0] == '0'

@@ -63,6 +63,10 @@ func TestNextNodeIDIsWhatFollows(t *testing.T) {
 			t.Errorf("NextNodeID(%q) = %q, %v; want %q, %v", c.id, next, ok, c.next, c.ok)
 		}
 	}
+	// The largest number has no follower: one past it wraps to 0.
+	if Follows("n18446744073709551615z", "n0z") {
+		t.Error(`"n0z" follows "n18446744073709551615z"`)
+	}
 }
 
 // TestSummaryRoundTrip: a summary, through JSON and expanded, holds
