@@ -46,8 +46,10 @@ func (b *ownerBook) failure() error {
 }
 
 // ownersWindow is how many nodes' records are written at once: a
-// cluster's first start records every node.
-const ownersWindow = 32
+// cluster's first start records every node (20,000 creates), in the
+// background, and must not crowd out the reporters' first puts and the
+// first revision's assignments on the same servers.
+const ownersWindow = 8
 
 // loadOwners reads the persisted owners into the live claims before
 // any node's document, and starts the writer. A bucket that cannot be
