@@ -193,5 +193,9 @@ func StateStreams() []string {
 		"KV_" + OwnersBucket}
 }
 
-// OwnersBucket is the KV bucket of GPU UUID owners (store.OwnerStore).
+// OwnersBucket is the KV bucket of GPU UUID owners: key = node id, value
+// the UUIDs whose first holder the node was (store.OwnerRecord). The
+// leading planner writes it; every planner reads it at start, so that a
+// planner started while a node is away (another node listing its GPUs)
+// still knows whose GPUs they are (inventory.Claims.Owned).
 const OwnersBucket = "poolplanner-owners"

@@ -13,7 +13,7 @@ import (
 )
 
 // ownerBook persists which node owns each GPU UUID (its first holder)
-// in store.OwnersBucket, so that a planner started at any time, while a
+// in bus.OwnersBucket, so that a planner started at any time, while a
 // node is away and another lists its GPUs, still gives them back to it
 // when it returns (inventory.Claims.Owned). The loop hands it the
 // owners its claims inferred while it leads (saveOwners); its own

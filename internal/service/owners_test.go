@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/store"
@@ -215,7 +216,7 @@ func TestOwnersBucketLostRefilled(t *testing.T) {
 		before, _ = st.Load(ctx)
 		return len(before) == 32
 	})
-	if err := r.js.DeleteKeyValue(context.Background(), store.OwnersBucket); err != nil {
+	if err := r.js.DeleteKeyValue(context.Background(), bus.OwnersBucket); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 20*time.Second, "the owners bucket made again with every owner", func() bool {

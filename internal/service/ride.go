@@ -10,7 +10,6 @@ import (
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
-	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // rideGuard is what the loop keeps to ride out NATS trouble (guard,
@@ -264,7 +263,7 @@ func (l *loop) recreate(ctx context.Context, missing []string) error {
 			}
 			l.unlead(leaseRequest{epoch: epoch, why: "the plan stream, and the lease with it, was lost", look: true, next: wait})
 			l.kick()
-		case "KV_" + store.OwnersBucket:
+		case "KV_" + bus.OwnersBucket:
 			// Made again, and refilled with every owner this planner
 			// knows once it leads (saveOwners).
 			if err := p.ownerStore.Ensure(ctx); err != nil {

@@ -16,19 +16,12 @@ import (
 	"github.com/poolplanner/poolplanner/internal/bus"
 )
 
-// OwnersBucket is the KV bucket of GPU UUID owners: key = node id, value
-// an OwnerRecord, the UUIDs whose first holder the node was. The leading
-// planner writes it; every planner reads it at start, so that a planner
-// started while a node is away (another node listing its GPUs) still
-// knows whose GPUs they are (inventory.Claims.Owned).
-const OwnersBucket = bus.OwnersBucket
-
 // MaxOwnedPerNode bounds one node's record: a reporter inventing new
 // UUIDs at every put must not grow it for ever. Past it the record keeps
 // the UUIDs it has (the first ones the node held).
 const MaxOwnedPerNode = 1024
 
-// OwnerRecord is one node's record in OwnersBucket.
+// OwnerRecord is one node's record in bus.OwnersBucket.
 type OwnerRecord struct {
 	NodeID string `json:"node_id"`
 	// GPUUUIDs are the UUIDs the node held first (as far as the
@@ -52,7 +45,7 @@ func (r *OwnerRecord) addedAt(u string) time.Time {
 	return r.Since
 }
 
-// OwnerStore reads and writes OwnersBucket.
+// OwnerStore reads and writes bus.OwnersBucket.
 type OwnerStore struct {
 	js jetstream.JetStream
 	// Replicas is how many servers keep the bucket (0: one).
@@ -65,14 +58,14 @@ func NewOwnerStore(js jetstream.JetStream) *OwnerStore { return &OwnerStore{js: 
 // Ensure creates the bucket if it is missing.
 func (s *OwnerStore) Ensure(ctx context.Context) (jetstream.KeyValue, error) {
 	kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      OwnersBucket,
+		Bucket:      bus.OwnersBucket,
 		Description: "poolplanner GPU UUID owners, key = node id",
 		History:     1,
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(s.Replicas, 1),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ensure bucket %s: %w", OwnersBucket, err)
+		return nil, fmt.Errorf("ensure bucket %s: %w", bus.OwnersBucket, err)
 	}
 	return kv, nil
 }
@@ -82,11 +75,11 @@ func (s *OwnerStore) Ensure(ctx context.Context) (jetstream.KeyValue, error) {
 // listWindow at a time, on a server that does not batch), as List reads
 // the inventory: no consumer, and 20 round trips at 20,000 nodes.
 func (s *OwnerStore) Load(ctx context.Context) (map[string]string, error) {
-	kv, err := s.js.KeyValue(ctx, OwnersBucket)
+	kv, err := s.js.KeyValue(ctx, bus.OwnersBucket)
 	if err != nil {
 		return nil, fmt.Errorf("read GPU UUID owners: %w", err)
 	}
-	ids, err := bucketKeys(ctx, s.js, OwnersBucket)
+	ids, err := bucketKeys(ctx, s.js, bus.OwnersBucket)
 	if err != nil {
 		return nil, fmt.Errorf("read GPU UUID owners: %w", err)
 	}
@@ -102,7 +95,7 @@ func (s *OwnerStore) Load(ctx context.Context) (map[string]string, error) {
 
 // loadBatched is Load's records in batched direct gets.
 func (s *OwnerStore) loadBatched(ctx context.Context, ids []string) ([]OwnerRecord, error) {
-	byID, err := bucketValues(ctx, s.js, OwnersBucket, "KV_"+OwnersBucket, ids)
+	byID, err := bucketValues(ctx, s.js, bus.OwnersBucket, "KV_"+bus.OwnersBucket, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read GPU UUID owners: %w", err)
 	}
@@ -216,7 +209,7 @@ func decodeOwners(node string, data []byte, rev uint64) (OwnerRecord, error) {
 // against the revision read, so that two writers add to it rather than
 // replace each other's.
 func (s *OwnerStore) Add(ctx context.Context, node string, uuids []string, now time.Time) error {
-	kv, err := s.js.KeyValue(ctx, OwnersBucket)
+	kv, err := s.js.KeyValue(ctx, bus.OwnersBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = s.Ensure(ctx) // lost with its server: made again
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 )
 
@@ -50,7 +51,7 @@ func TestOwnerStore(t *testing.T) {
 		t.Errorf("owners %v, want %v", got, want)
 	}
 	// Key by key (a server that does not batch) reads the same.
-	ids, err := bucketKeys(ctx, js, OwnersBucket)
+	ids, err := bucketKeys(ctx, js, bus.OwnersBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
