@@ -3,15 +3,12 @@ package service
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -37,31 +34,7 @@ import (
 // consumer, it never replans either.
 func TestLauncherCannotBlindPlanner(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	a, err := auth.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: dir, Auth: a})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	connect := func(role auth.Role, node string) (*nats.Conn, jetstream.JetStream) {
-		creds, err := a.Creds(role, node, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), "user.creds")
-		_ = os.WriteFile(path, creds, 0o600)
-		nc, err := bus.Connect(url, string(role), zerolog.Nop(), bus.Security{Creds: path})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, _ := jetstream.New(nc)
-		return nc, js
-	}
+	connect := secureServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := func() (*Service, func()) {

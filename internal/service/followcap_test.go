@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,7 +18,6 @@ import (
 
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/auth"
-	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/gpumap"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -36,31 +33,7 @@ import (
 // used before, neither follows until a slot is free.
 func TestLauncherCannotDelayStandby(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	a, err := auth.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: dir, Auth: a})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	connect := func(role auth.Role, node string) (*nats.Conn, jetstream.JetStream) {
-		creds, err := a.Creds(role, node, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), "user.creds")
-		_ = os.WriteFile(path, creds, 0o600)
-		nc, err := bus.Connect(url, string(role), zerolog.Nop(), bus.Security{Creds: path})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, _ := jetstream.New(nc)
-		return nc, js
-	}
+	connect := secureServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	type running struct {

@@ -21,12 +21,10 @@ import (
 	"github.com/poolplanner/poolplanner/plan"
 )
 
-// TestSecureService: on a server that requires credentials, each role
-// does its part with its own: reporters put their nodes, the planner
-// plans, a launcher looks up and follows its node, an admin changes the
-// spec and the planner replans.
-func TestSecureService(t *testing.T) {
-	t.Parallel()
+// secureServer starts an embedded server that requires credentials and
+// returns how to connect to it as a role (node: the reporter's node).
+func secureServer(t *testing.T) func(role auth.Role, node string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
 	dir := t.TempDir()
 	a, err := auth.Open(dir)
 	if err != nil {
@@ -37,7 +35,7 @@ func TestSecureService(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	connect := func(role auth.Role, node string) (*nats.Conn, jetstream.JetStream) {
+	return func(role auth.Role, node string) (*nats.Conn, jetstream.JetStream) {
 		creds, err := a.Creds(role, node, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -52,6 +50,15 @@ func TestSecureService(t *testing.T) {
 		js, _ := jetstream.New(nc)
 		return nc, js
 	}
+}
+
+// TestSecureService: on a server that requires credentials, each role
+// does its part with its own: reporters put their nodes, the planner
+// plans, a launcher looks up and follows its node, an admin changes the
+// spec and the planner replans.
+func TestSecureService(t *testing.T) {
+	t.Parallel()
+	connect := secureServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -75,6 +82,7 @@ func TestSecureService(t *testing.T) {
 	lnc, _ := connect(auth.Launcher, "")
 	c, _ := client.New(lnc)
 	var w *client.PlacedWorker
+	var err error
 	natstest.WaitFor(t, 20*time.Second, "the launcher looking up train 0", func() bool {
 		w, err = c.Lookup(ctx, "default", "train", 0)
 		return w != nil
@@ -110,45 +118,14 @@ func TestSecureService(t *testing.T) {
 // and the planner moves the workers off.
 func TestDrainNeedsAdmin(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	a, err := auth.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, url, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: dir, Auth: a})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	connectConn := secureServer(t)
 	connect := func(role auth.Role, node string) jetstream.JetStream {
-		creds, err := a.Creds(role, node, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), "user.creds")
-		_ = os.WriteFile(path, creds, 0o600)
-		nc, err := bus.Connect(url, string(role), zerolog.Nop(), bus.Security{Creds: path})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, _ := jetstream.New(nc)
+		_, js := connectConn(role, node)
 		return js
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pnc, pjs := func() (*nats.Conn, jetstream.JetStream) {
-		creds, _ := a.Creds(auth.Planner, "", 0)
-		path := filepath.Join(t.TempDir(), "planner.creds")
-		_ = os.WriteFile(path, creds, 0o600)
-		nc, err := bus.Connect(url, "planner", zerolog.Nop(), bus.Security{Creds: path})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, _ := jetstream.New(nc)
-		return nc, js
-	}()
+	pnc, pjs := connectConn(auth.Planner, "")
 	p := New(Config{NC: pnc, JS: pjs, Spec: []byte(testSpec), Debounce: 20 * time.Millisecond, Settle: -1, Log: zerolog.Nop()})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.Run(ctx) }()
