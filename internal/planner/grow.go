@@ -34,7 +34,8 @@ func (g *growState) clone() *growState {
 // same number of workers as far as all can (a binary search), then one
 // worker each in turn until each is full or finds no room. A job grows
 // only from a valid plan in place, and each growth is an incremental
-// plan that keeps every worker where it was and stays within max_gpus.
+// plan that keeps every worker where it was and stays within max_gpus;
+// a group that gave up workers this run does not grow in it (gaveUp).
 func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]int, []Outcome) {
 	el.allocator()
 	a := el.a
@@ -49,7 +50,12 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 			continue
 		}
 		for k, r := range el.refs[j] {
-			if sizes[j][k] < r.max {
+			// A group that gave up workers this run does not grow in it:
+			// its next indices are the ones it just gave up, so growing
+			// would place them again elsewhere, moving them in the one
+			// revision a launcher sees. It grows on a later run, into
+			// what the takers left.
+			if sizes[j][k] < r.max && !el.gaveUp(sizes, j, k) {
 				all = append(all, grower{j, k})
 			}
 		}
@@ -157,6 +163,13 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 		doc.Moved = CountMoved(el.jobs[j].Prev, doc)
 	}
 	return st.sizes, final
+}
+
+// gaveUp reports whether job j's group k is planned at sizes below the
+// size it started the run at: it gave up workers this run. (A plan
+// grown beside others, growBeside, starts at sizes.)
+func (el *elastic) gaveUp(sizes [][]int, j, k int) bool {
+	return j < len(el.start) && k < len(el.start[j]) && sizes[j][k] < el.start[j][k]
 }
 
 // roomToGrow reports whether growth is worth trying: a free GPU it may

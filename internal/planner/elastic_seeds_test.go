@@ -1,0 +1,125 @@
+package planner
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/poolplanner/poolplanner/plan"
+)
+
+// seedStep is one event of a case TestElasticProperties found: job
+// name's spec arrives or changes (age: the job's if it is new), or,
+// with spec nil, the job leaves; or, with lose set, node lose goes.
+type seedStep struct {
+	name string
+	age  uint64
+	spec *Spec
+	lose string
+}
+
+// seedWorld replays seedSteps as TestElasticProperties does: every job
+// planned from its last plan, in name order.
+type seedWorld struct {
+	nodes []Node
+	jobs  map[string]*Job
+	last  map[string]*Plan
+}
+
+func newSeedWorld(gpus ...int) *seedWorld {
+	w := &seedWorld{jobs: map[string]*Job{}, last: map[string]*Plan{}}
+	for i, g := range gpus {
+		w.nodes = append(w.nodes, Node{ID: fmt.Sprintf("n%d", i), IP: "10.0.0.1", CPUs: 64, GPUs: g})
+	}
+	return w
+}
+
+// step applies s and plans every job: the jobs (their Prev as planned
+// from) and their outcomes, in name order.
+func (w *seedWorld) step(s seedStep) ([]Job, []Outcome) {
+	switch {
+	case s.lose != "":
+		w.nodes = slices.DeleteFunc(slices.Clone(w.nodes), func(n Node) bool { return n.ID == s.lose })
+	case s.spec == nil:
+		delete(w.jobs, s.name)
+		delete(w.last, s.name)
+	default:
+		if w.jobs[s.name] == nil {
+			w.jobs[s.name] = &Job{Name: s.name, Age: s.age}
+		}
+		w.jobs[s.name].Spec = s.spec
+	}
+	var names []string
+	for n := range w.jobs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	jobs := make([]Job, len(names))
+	for i, n := range names {
+		jobs[i] = *w.jobs[n]
+		jobs[i].Prev = w.last[n]
+	}
+	out := PlanAll(jobs, w.nodes)
+	for i, n := range names {
+		w.last[n] = out[i].Plan
+	}
+	return jobs, out
+}
+
+// prio is s at priority p.
+func prio(s *Spec, p int) *Spec {
+	s.Priority = p
+	return s
+}
+
+// TestElasticSeeds: cases TestElasticProperties found, written out and
+// cut to the steps that matter (the repository keeps no rapid fail
+// files). Each replays its steps and checks the last run.
+func TestElasticSeeds(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		seed  string
+		gpus  []int
+		steps []seedStep
+		check func(t *testing.T, jobs []Job, out []Outcome)
+	}{
+		{
+			// j0 (eval 1..9 of half a GPU) holds eval 0-7 on n1; j1's new
+			// spec (priority 0 -> 1, eval 2 under device-colocate) takes
+			// n1:5 from it. j0 gave up eval 4-7 for it, then grew eval
+			// 4-8 onto free GPUs in the same run: eval 4-7 moved in the
+			// one revision, which said "grew 8 -> 9".
+			name: "shrunk, not grown back in the same run", seed: "11394689735786806703",
+			gpus: []int{4, 8},
+			steps: []seedStep{
+				{name: "j1", age: 1, spec: prio(quietSpec(1, 2, 0, 2, 1, 2, 1, 0, EnvStrategyDefault), 0)},
+				{name: "j0", age: 2, spec: prio(quietSpec(0, 1, 9, 0.5, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+				{name: "j1"},
+				{name: "j2", age: 3, spec: prio(quietSpec(1, 1, 0, 1, 1, 1, 0.25, 0, EnvStrategyDefault), 1)},
+				{name: "j1", age: 4, spec: prio(quietSpec(1, 4, 0, 1, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+				{name: "j1", spec: prio(quietSpec(0, 2, 0, 1, 0, 0, 0, 0, EnvStrategyDeviceColocate), 1)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				was, now := jobs[0].Prev, out[0].Plan
+				for _, w := range now.Workers.All() {
+					if o := was.Workers.Find(w.Component, w.Index); o != nil && !samePlace(o, w) {
+						t.Fatalf("j0 moved %s %d: was %s, now %s (%+v)", w.Component, w.Index, placementOf(was), placementOf(now), now.Status)
+					}
+				}
+				if st := now.Status; st.Reason != plan.ReasonShrunk || !slices.Equal(st.By, []string{"j1"}) || countOf(now, plan.Eval) >= countOf(was, plan.Eval) {
+					t.Fatalf("j0 %+v with %d eval, want shrunk for j1 from %d", st, countOf(now, plan.Eval), countOf(was, plan.Eval))
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newSeedWorld(tc.gpus...)
+			var jobs []Job
+			var out []Outcome
+			for _, s := range tc.steps {
+				jobs, out = w.step(s)
+			}
+			tc.check(t, jobs, out)
+		})
+	}
+}
