@@ -334,6 +334,10 @@ type elastic struct {
 	rel map[int]holding
 	// readAll is ElasticOptions.readAll.
 	readAll bool
+	// from is, per job (where not nil), the plan every trial plans it
+	// from in place of its own previous plan: where a second search
+	// starts a plan new this run (search).
+	from []*Plan
 }
 
 // trial is one run of PlanAllWith's search: its outcomes, whose reasons
@@ -370,6 +374,59 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 	if !any {
 		return planRuns(jobs, nodes, opt.readAll)
 	}
+	sizes, kept := el.search(opt.searchOnly)
+	var first []Outcome
+	if from := el.placedTakers(kept.out); from != nil && el.surplus(sizes) > 0 && slices.ContainsFunc(kept.out, func(o Outcome) bool { return score(o) == 4 }) {
+		// A plan left invalid beside surplus, where a plan new this run
+		// was placed: the search's yardstick (every group at its minimum)
+		// placed the new plan afresh there too, and may have cut up the
+		// room the invalid one needs. The next run starts from where the
+		// new plan went; so does a second search, kept where it places
+		// the new plans as the first did and leaves every plan better
+		// off or as well, so that the next run, on a quiet cluster, has
+		// nothing left to do.
+		el.from, first = from, kept.out
+		if s2, k2 := el.search(true); el.improves(k2.out, first, from) {
+			sizes, kept = s2, k2
+			el.asFirst(kept.out, first)
+		} else {
+			el.from = nil
+		}
+	}
+	kept.why()
+	out := kept.out
+	// A plan left invalid is planned at its minimum from now on (it
+	// holds nothing to keep): say why at that size, as the next run will.
+	atMin := false
+	for j, rs := range el.refs {
+		if rs == nil || out[j].Plan.Placed() {
+			continue
+		}
+		for k, r := range rs {
+			if sizes[j][k] != r.min {
+				if !atMin {
+					sizes = take(sizes, nil)
+				}
+				sizes[j][k], atMin = r.min, true
+			}
+		}
+	}
+	if atMin {
+		out = el.run(sizes)
+		el.asFirst(out, first)
+	}
+	if !opt.NoGrow {
+		sizes, out = el.grow(sizes, out, opt)
+	}
+	el.annotate(out, sizes)
+	return out
+}
+
+// search sizes every elastic group for this run (PlanAllWith): the
+// sizes and the trial at them, its reasons left to word. searchOnly:
+// never the one trial arithmetic sizes (direct).
+func (el *elastic) search(searchOnly bool) ([][]int, trial) {
+	jobs := el.jobs
 	sizes := el.start
 	// Each run of the search is a trial, whose plans are worded (why)
 	// only if it is the one kept: how a plan fares (score) needs no words.
@@ -378,7 +435,7 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 	// well there; else the search runs as if it had not been tried.
 	var kept trial
 	done := false
-	if k, short, ok := el.direct(sizes); ok && !opt.searchOnly {
+	if k, short, ok := el.direct(sizes); ok && !searchOnly {
 		taken := el.firstUnits(sizes, k)
 		if o := el.trial(take(sizes, taken)); !el.hurt(o.out) {
 			sizes, kept, done = take(sizes, taken), o, true
@@ -452,32 +509,7 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 			}
 		}
 	}
-	kept.why()
-	out := kept.out
-	// A plan left invalid is planned at its minimum from now on (it
-	// holds nothing to keep): say why at that size, as the next run will.
-	atMin := false
-	for j, rs := range el.refs {
-		if rs == nil || out[j].Plan.Placed() {
-			continue
-		}
-		for k, r := range rs {
-			if sizes[j][k] != r.min {
-				if !atMin {
-					sizes = take(sizes, nil)
-				}
-				sizes[j][k], atMin = r.min, true
-			}
-		}
-	}
-	if atMin {
-		out = el.run(sizes)
-	}
-	if !opt.NoGrow {
-		sizes, out = el.grow(sizes, out, opt)
-	}
-	el.annotate(out, sizes)
-	return out
+	return sizes, kept
 }
 
 // run plans every job with its elastic groups at sizes, each previous
@@ -497,6 +529,9 @@ func (el *elastic) trial(sizes [][]int) trial { return el.trialFrom(sizes, nil) 
 
 // trialFrom is runFrom, its reasons left to word.
 func (el *elastic) trialFrom(sizes [][]int, from []*Plan) trial {
+	if from == nil {
+		from = el.from
+	}
 	jobs := make([]Job, len(el.jobs))
 	copy(jobs, el.jobs)
 	for j := range jobs {
@@ -552,6 +587,55 @@ func clampTo(refs []elasticRef, counts []int) []int {
 		out[k] = min(max(counts[k], r.min), r.max)
 	}
 	return out
+}
+
+// placedTakers is, per job, its plan in out where it holds nothing
+// going in and out places it (nil: none such).
+func (el *elastic) placedTakers(out []Outcome) []*Plan {
+	var from []*Plan
+	for j := range out {
+		job := &el.jobs[j]
+		if job.Spec == nil || job.Prev != nil && job.Prev.Placed() || !out[j].Plan.Placed() {
+			continue
+		}
+		if from == nil {
+			from = make([]*Plan, len(out))
+		}
+		from[j] = out[j].Plan
+	}
+	return from
+}
+
+// improves reports whether out (a search from the plans of from) does
+// better than first: every plan of from placed as it was there, no job
+// worse off, and some job better.
+func (el *elastic) improves(out, first []Outcome, from []*Plan) bool {
+	better := false
+	for j := range out {
+		if p := from[j]; p != nil {
+			if q := out[j].Plan; !q.Valid() || q.Workers.Len() != p.Workers.Len() || !keepsAll(p, q) {
+				return false
+			}
+		}
+		switch a, b := score(out[j]), score(first[j]); {
+		case a > b:
+			return false
+		case a < b:
+			better = true
+		}
+	}
+	return better
+}
+
+// asFirst puts back, in out (a run from el.from), the first search's
+// outcome of each plan placed there as it was: a plan new this run,
+// whose change is its first placement, not one from where it went.
+func (el *elastic) asFirst(out, first []Outcome) {
+	for j, p := range el.from {
+		if q := out[j].Plan; p != nil && q.Valid() && q.Workers.Len() == p.Workers.Len() && keepsAll(p, q) {
+			out[j] = first[j]
+		}
+	}
 }
 
 // hurt reports whether some job fares worse than valid and in place.

@@ -82,6 +82,9 @@ func TestElasticSeeds(t *testing.T) {
 		gpus  []int
 		steps []seedStep
 		check func(t *testing.T, jobs []Job, out []Outcome)
+		// regrows: the next run may grow a plan shrunk in the last one
+		// back (TestElasticProperties' exception), not stay quiet.
+		regrows bool
 	}{
 		{
 			// j0 (eval 1..9 of half a GPU) holds eval 0-7 on n1; j1's new
@@ -90,7 +93,7 @@ func TestElasticSeeds(t *testing.T) {
 			// 4-8 onto free GPUs in the same run: eval 4-7 moved in the
 			// one revision, which said "grew 8 -> 9".
 			name: "shrunk, not grown back in the same run", seed: "11394689735786806703",
-			gpus: []int{4, 8},
+			gpus: []int{4, 8}, regrows: true,
 			steps: []seedStep{
 				{name: "j1", age: 1, spec: prio(quietSpec(1, 2, 0, 2, 1, 2, 1, 0, EnvStrategyDefault), 0)},
 				{name: "j0", age: 2, spec: prio(quietSpec(0, 1, 9, 0.5, 0, 0, 0, 0, EnvStrategyDefault), 0)},
@@ -111,6 +114,36 @@ func TestElasticSeeds(t *testing.T) {
 				}
 			},
 		},
+		{
+			// j2 (priority 1, 11 GPUs) waits; j0's new spec (priority
+			// 1 -> 0, eval 2 of 2 GPUs) lets j2 take j0's GPUs. With j1
+			// (priority 1, eval 2..4 of 2 GPUs) at its minimum the search
+			// placed j2 afresh across n1, cutting up the room j0 needed,
+			// so no shrink made j0 better off and j0 was left invalid;
+			// the next, quiet run started from where j2 went, shrank j1
+			// and placed j0. Now a second search from there does so in
+			// this run.
+			name: "a lower minimum placed where the new plan went", seed: "7385574614553959336",
+			gpus: []int{4, 4, 8, 8},
+			steps: []seedStep{
+				{name: "j0", age: 1, spec: prio(quietSpec(1, 3, 0, 1, 1, 1, 0.25, 0, EnvStrategyDefault), 1)},
+				{name: "j1", age: 2, spec: prio(quietSpec(1, 2, 4, 2, 0, 0, 0, 0, EnvStrategyDefault), 1)},
+				{lose: "n0"},
+				{name: "j2", age: 3, spec: prio(quietSpec(6, 2, 0, 1, 3, 3, 1, 0, EnvStrategyDefault), 1)},
+				{name: "j0", spec: prio(quietSpec(0, 2, 0, 2, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if !out[0].Plan.Valid() || !out[2].Plan.Valid() {
+					t.Fatalf("j0 %s (%s), j2 %s", out[0].Plan.PlanState(), out[0].Plan.Error, out[2].Plan.PlanState())
+				}
+				if p := out[1].Plan; countOf(p, plan.Eval) != 2 || p.Status.Reason != plan.ReasonShrunk || !slices.Equal(p.Status.By, []string{"j0"}) {
+					t.Fatalf("j1 eval %d %+v, want shrunk to 2 for j0", countOf(p, plan.Eval), p.Status)
+				}
+				if ch := out[2].Change; ch == nil || !ch.Fresh || ch.FreshKind != plan.FreshAfterInvalid {
+					t.Fatalf("j2's change %+v, want a fresh plan after an invalid one", ch)
+				}
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newSeedWorld(tc.gpus...)
@@ -120,6 +153,20 @@ func TestElasticSeeds(t *testing.T) {
 				jobs, out = w.step(s)
 			}
 			tc.check(t, jobs, out)
+			// Planned again from what it made, a quiet cluster changes
+			// nothing (but a plan that shrank may grow back, keeping every
+			// worker).
+			for i := range jobs {
+				jobs[i].Prev = out[i].Plan
+			}
+			for i, o := range PlanAll(jobs, w.nodes) {
+				if tc.regrows && out[i].Plan.Status.Reason == plan.ReasonShrunk && o.Plan.Status.Reason == plan.ReasonGrew && keptWorkers(out[i].Plan, o.Plan) {
+					continue
+				}
+				if !SamePlacement(out[i].Plan, o.Plan) || o.Plan.Error != out[i].Plan.Error {
+					t.Fatalf("quiet: %s: %s %+v %q, was %s %+v %q", jobs[i].Name, placementOf(o.Plan), o.Plan.Status, o.Plan.Error, placementOf(out[i].Plan), out[i].Plan.Status, out[i].Plan.Error)
+				}
+			}
 		})
 	}
 }
