@@ -213,7 +213,7 @@ func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec, readAll 
 		return false
 	}
 	out := *prev
-	out.state, out.afresh, out.takenBy = nil, nil, nil
+	out.state, out.afresh, out.takenBy, out.releasedAs = nil, nil, nil, nil
 	var ws []plan.Worker
 	type key struct {
 		pool, node string

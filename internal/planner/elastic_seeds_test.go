@@ -168,6 +168,29 @@ func TestElasticSeeds(t *testing.T) {
 				}
 			},
 		},
+		{
+			// The planning core, every plan fixed: j0 (priority 1, 9 GPUs)
+			// loses n1, and j1 (priority 2) moves onto n0 GPUs j0 held,
+			// so j0 is released. Its error was that of a fresh plan
+			// beside j2 (priority 0, one GPU), "available 3"; the next
+			// run, j0 holding nothing, plans it with j2 giving way,
+			// "available 4". Now it is released with the words of the
+			// try that lets lower plans give way, as the next run says.
+			name: "released as the next run words it", seed: "246203144228599",
+			gpus: []int{8, 8},
+			steps: []seedStep{
+				{name: "j0", age: 1, spec: prio(quietSpec(0, 1, 0, 1, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+				{name: "j1", age: 2, spec: prio(quietSpec(0, 4, 0, 1, 0, 0, 0, 0, EnvStrategyDefault), 2)},
+				{name: "j0", spec: prio(quietSpec(6, 3, 0, 1, 0, 0, 0, 0, EnvStrategyDefault), 1)},
+				{name: "j2", age: 3, spec: prio(quietSpec(0, 1, 0, 1, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+				{lose: "n1"},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if p := out[0].Plan; p.PlanState() != plan.StateInvalid || !slices.Equal(p.PreemptedBy, []string{"j1"}) {
+					t.Fatalf("j0 %s preempted by %v, want invalid, preempted by j1", p.PlanState(), p.PreemptedBy)
+				}
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newSeedWorld(tc.gpus...)

@@ -21,4 +21,9 @@ type Plan struct {
 	cause   string
 	afresh  *Outcome
 	takenBy []string
+	// releasedAs, where set, is what a degraded plan is released as in
+	// afresh's place: the plan made afresh with every plan of lower
+	// priority given way (place), as the next run plans a job that holds
+	// nothing, so that its words do not change on a quiet cluster.
+	releasedAs *Outcome
 }

@@ -177,7 +177,7 @@ func cutFast(prev *Plan, refs []elasticRef, counts []int, spec *Spec) *Plan {
 	out.StorageToTrainWorkers = doc.StorageToTrainWorkers
 	out.Unplaced = nil
 	out.Demands = demandsOf(spec)
-	out.state, out.afresh, out.takenBy = doc.state, nil, nil
+	out.state, out.afresh, out.takenBy, out.releasedAs = doc.state, nil, nil, nil
 	if prev.spec != nil {
 		out.spec = spec
 	}

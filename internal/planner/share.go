@@ -418,6 +418,9 @@ func (a *allocator) unlessPreempted(j int, spec *Spec, o Outcome) Outcome {
 	if o.Plan.PlanState() != plan.StateDegraded || o.Plan.afresh == nil || !a.releases(&a.jobs[j], o.Plan.takenBy) {
 		return o
 	}
+	if r := o.Plan.releasedAs; r != nil {
+		return WithinQuota(*r, spec)
+	}
 	return WithinQuota(*o.Plan.afresh, spec)
 }
 
@@ -492,6 +495,11 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 		}
 		switch {
 		case all.Err != nil && o.Err != nil && o.Plan.Placed():
+			if all.Plan.afresh != nil {
+				o.Plan.releasedAs = all.Plan.afresh
+			} else if !all.Plan.Placed() {
+				o.Plan.releasedAs = &all
+			}
 			return o
 		case all.Err != nil && o.Err != nil:
 			return all
