@@ -191,6 +191,33 @@ func TestElasticSeeds(t *testing.T) {
 				}
 			},
 		},
+		{
+			// j2's new spec (9 GPUs) is pending; j3's new spec drops its
+			// train, freeing 3 GPUs. j2, placed first of the three
+			// (oldest), saw j3's room as it was going in, so its spec
+			// stayed pending while j3 grew into the room; the next, quiet
+			// run placed j2's spec, shrinking j3 and j0 for it. PlanAll
+			// ran again on the new holdings only for an invalid plan; it
+			// does so for a pending spec too.
+			name: "a pending spec placed in the run that makes room", seed: "2403324749174",
+			gpus: []int{8, 8, 8},
+			steps: []seedStep{
+				{name: "j2", age: 1, spec: prio(quietSpec(0, 1, 0, 1, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+				{name: "j0", age: 2, spec: prio(quietSpec(0, 1, 0, 1, 1, 1, 0.25, 4, EnvStrategyDefault), 0)},
+				{name: "j3", age: 3, spec: prio(quietSpec(3, 1, 0, 1, 1, 1, 0.25, 0, EnvStrategyDefault), 0)},
+				{name: "j0", spec: prio(quietSpec(3, 4, 6, 2, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+				{name: "j2", spec: prio(quietSpec(6, 2, 0, 1, 1, 1, 0.25, 0, EnvStrategyDefault), 0)},
+				{name: "j3", spec: prio(quietSpec(0, 1, 3, 1, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if p := out[1].Plan; !p.Valid() || p.PendingSpec != nil || countOf(p, plan.Train) != 6 {
+					t.Fatalf("j2 %s pending %v with %d train, want its new spec placed", p.PlanState(), p.PendingSpec, countOf(p, plan.Train))
+				}
+				if st := out[0].Plan.Status; st.Reason != plan.ReasonShrunk || !slices.Equal(st.By, []string{"j2"}) {
+					t.Fatalf("j0 %+v, want shrunk for j2", st)
+				}
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newSeedWorld(tc.gpus...)

@@ -76,9 +76,9 @@ const maxPasses = 4
 //
 // A job placed before one of the same priority sees that one's room as
 // it was going in; when that shrinks during the run (a spec scaled down)
-// and some job is invalid, PlanAll runs again on the new holdings, so a
-// job is invalid only if what higher- and equal-priority jobs finally hold
-// leaves it no room. Outcomes are in the order of jobs.
+// and some job is invalid or its new spec pending, PlanAll runs again on
+// the new holdings, so a job is invalid (or its spec pending) only if
+// what higher- and equal-priority jobs finally hold leaves it no room. Outcomes are in the order of jobs.
 //
 // Elastic groups (worker_num {min, max}) are sized first (PlanAllWith):
 // a plan gives up its surplus before anyone is preempted for it, and
@@ -117,7 +117,7 @@ func planTrial(jobs []Job, nodes []Node, readAll bool) ([]Outcome, func()) {
 		for j := range out {
 			next[j] = a.holdingOf(out[j].Plan)
 		}
-		if pass+1 == maxPasses || !anyInvalid(out) || slices.EqualFunc(next, cur, holding.equal) {
+		if pass+1 == maxPasses || !anyShort(out) || slices.EqualFunc(next, cur, holding.equal) {
 			ws := a.explainWho(out, prev, next)
 			return out, func() { a.explainWhy(out, next, ws) }
 		}
@@ -125,8 +125,10 @@ func planTrial(jobs []Job, nodes []Node, readAll bool) ([]Outcome, func()) {
 	}
 }
 
-func anyInvalid(out []Outcome) bool {
-	return slices.ContainsFunc(out, func(o Outcome) bool { return o.Err != nil })
+// anyShort reports whether some job is not valid or keeps its previous
+// placement, its new spec pending: one another pass may place.
+func anyShort(out []Outcome) bool {
+	return slices.ContainsFunc(out, func(o Outcome) bool { return o.Err != nil || o.Plan.PendingSpec != nil })
 }
 
 // hold is what one job holds on one node: the GPUs its workers and
