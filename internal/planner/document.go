@@ -209,7 +209,7 @@ func unhealthyOf(n *Node) []int {
 
 // save keeps what the next incremental run needs.
 func (e *engine) save() *runState {
-	st := &runState{spec: e.spec, table: e.table, buffers: e.buffers, reserveLeft: e.reserve,
+	st := &runState{spec: e.spec, table: e.table, nodes: e.nodes, buffers: e.buffers, reserveLeft: e.reserve,
 		names: e.rules.names, token: e.token, changed: append(e.touched, e.rebuffered...), gone: e.gone}
 	if e.fast {
 		st.from = e.prevState.token

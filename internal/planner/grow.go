@@ -322,7 +322,8 @@ func (el *elastic) probe(st *growState, j int, sizes []int, settle *blocker) *Pl
 	}
 	spec := sized(el.jobs[j].Spec, sizes)
 	cur := st.docs[j]
-	doc, ch, err := replanFrom(cur, spec, el.a.remainder(in, st.holds[j]), false, el.readAll, nil)
+	room := el.a.remainder(in, st.holds[j])
+	doc, ch, err := replanFrom(cur, spec, room, false, el.readAll, nil, el.a.owns(room))
 	if err != nil || ch.Fresh || doc.PlanState() != plan.StateValid {
 		return nil
 	}
@@ -336,7 +337,8 @@ func (el *elastic) probe(st *growState, j int, sizes []int, settle *blocker) *Pl
 		if free == nil {
 			return nil
 		}
-		doc, ch, err = replanFrom(cur, spec, el.a.remainder(append(in, *free), st.holds[j]), false, el.readAll, nil)
+		room = el.a.remainder(append(in, *free), st.holds[j])
+		doc, ch, err = replanFrom(cur, spec, room, false, el.readAll, nil, el.a.owns(room))
 		if err != nil || ch.Fresh || doc.PlanState() != plan.StateValid || HeldGPUs(doc) > q {
 			return nil
 		}

@@ -54,8 +54,12 @@ type Displaced struct {
 // by id, the nodes with room, the auto pools' node order and the buffers.
 // It is read-only; runs copy the states they change.
 type runState struct {
-	spec        *Spec
-	table       []*nodeState
+	spec  *Spec
+	table []*nodeState
+	// nodes is the engine's (nil: none such): the nodes of table, in its
+	// order, unwritten, which a run of the same nodes may be given as
+	// they are (cutFast).
+	nodes       []Node
 	room        []int32
 	order       [2][]int32
 	buffers     []int32 // buffer index -> node position

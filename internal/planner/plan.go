@@ -73,7 +73,7 @@ func Replan(prev *Plan, spec *Spec, nodes []Node) (*Plan, *Change, error) {
 // replan is Replan; keep says whether a plan that cannot place every
 // worker is degraded rather than released.
 func replan(prev *Plan, spec *Spec, nodes []Node, keep bool) (*Plan, *Change, error) {
-	return replanFrom(prev, spec, nodes, keep, false, nil)
+	return replanFrom(prev, spec, nodes, keep, false, nil, false)
 }
 
 // replanFrom is replan; readAll refuses a start from prev's state when
@@ -83,17 +83,18 @@ func replan(prev *Plan, spec *Spec, nodes []Node, keep bool) (*Plan, *Change, er
 // the plan (a higher priority took them): a plan that would be degraded
 // is then not made, and the plan made afresh, which failed, is the
 // outcome, as the allocator's unlessPreempted would make it.
-func replanFrom(prev *Plan, spec *Spec, nodes []Node, keep, readAll bool, released func(takenBy []string) bool) (*Plan, *Change, error) {
+func replanFrom(prev *Plan, spec *Spec, nodes []Node, keep, readAll bool, released func(takenBy []string) bool, owns bool) (*Plan, *Change, error) {
+	opt := Options{ownsNodes: owns}
 	if why, kind := freshWhy(prev, spec); why != "" {
-		return fresh(prev, spec, nodes, why, kind)
+		return freshWith(prev, spec, nodes, why, kind, opt)
 	}
-	e := newEngine(spec, Options{})
+	e := newEngine(spec, opt)
 	e.prev, e.prevState, e.readAll = prev, prev.state, readAll
 	e.degrade = keep
 	err := e.run(nodes)
 	var short *shortfallError
 	if errors.As(err, &short) {
-		doc, ch, ferr := fresh(prev, spec, nodes, "the incremental plan could not place every worker: "+err.Error(), plan.FreshShortfall)
+		doc, ch, ferr := freshWith(prev, spec, nodes, "the incremental plan could not place every worker: "+err.Error(), plan.FreshShortfall, opt)
 		if ferr == nil || !keep {
 			return doc, ch, ferr
 		}
@@ -105,7 +106,7 @@ func replanFrom(prev *Plan, spec *Spec, nodes []Node, keep, readAll bool, releas
 		return degraded(e, prev, spec, nodes, &Outcome{doc, ch, ferr})
 	}
 	if comp := e.strictSpread(); err == nil && comp != "" {
-		return fresh(prev, spec, nodes, "nvlink_domain strict: the "+comp+" workers kept span several NVLink domains", plan.FreshDomains)
+		return freshWith(prev, spec, nodes, "nvlink_domain strict: the "+comp+" workers kept span several NVLink domains", plan.FreshDomains, opt)
 	}
 	doc, err := e.finish(err)
 	if err != nil {
@@ -126,7 +127,12 @@ func replanFrom(prev *Plan, spec *Spec, nodes []Node, keep, readAll bool, releas
 // fresh plans spec on nodes afresh; why says why in words, kind as a
 // plan.Fresh kind.
 func fresh(prev *Plan, spec *Spec, nodes []Node, why, kind string) (*Plan, *Change, error) {
-	doc, err := Compute(spec, nodes)
+	return freshWith(prev, spec, nodes, why, kind, Options{})
+}
+
+// freshWith is fresh with options.
+func freshWith(prev *Plan, spec *Spec, nodes []Node, why, kind string, opt Options) (*Plan, *Change, error) {
+	doc, err := ComputeWith(spec, nodes, opt)
 	if err == nil {
 		doc.Moved = CountMoved(prev, doc)
 		if prev != nil && prev.Placed() {

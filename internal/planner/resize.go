@@ -159,9 +159,12 @@ func cutFast(prev *Plan, refs []elasticRef, counts []int, spec *Spec) *Plan {
 		}
 		at[k] = min(at[k], held[k])
 	}
-	nodes := make([]Node, len(st.table))
-	for i, ns := range st.table {
-		nodes[i] = *ns.node
+	nodes := st.nodes
+	if nodes == nil {
+		nodes = make([]Node, len(st.table))
+		for i, ns := range st.table {
+			nodes[i] = *ns.node
+		}
 	}
 	e := newEngine(sized(spec, at), Options{})
 	e.prev, e.prevState, e.keepOnly = prev, st, true

@@ -322,6 +322,13 @@ func (a *allocator) remainder(blockers []blocker, own holding) []Node {
 	return out
 }
 
+// owns reports whether nodes is a remainder's copy of the nodes, made
+// for the runs on it and never written again (Options.ownsNodes), not
+// the nodes themselves.
+func (a *allocator) owns(nodes []Node) bool {
+	return len(nodes) > 0 && len(a.nodes) > 0 && &nodes[0] != &a.nodes[0]
+}
+
 // pass places every job in order, the jobs not yet placed holding cur.
 func (a *allocator) pass(cur []holding) []Outcome {
 	out := make([]Outcome, len(a.jobs))
@@ -457,7 +464,7 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 			// releases when a plan of higher priority took its GPUs.
 			released = func(by []string) bool { return a.releases(job, by) }
 		}
-		doc, ch, err := replanFrom(job.Prev, spec, nodes, keep, a.readAll, released)
+		doc, ch, err := replanFrom(job.Prev, spec, nodes, keep, a.readAll, released, a.owns(nodes))
 		if doc.Placed() {
 			a.byID(doc) // kept with doc: HeldGPUs reads it
 		}
@@ -465,7 +472,7 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 		if o.Err != nil && err == nil && job.Prev != nil {
 			// Kept workers may hold more GPUs than a fresh packing.
 			why := fmt.Sprintf("max_gpus %d: the incremental plan needs %d GPUs", spec.MaxGPUs, HeldGPUs(doc))
-			if f := WithinQuota(outcome(fresh(job.Prev, spec, nodes, why, plan.FreshQuota)), spec); f.Err == nil {
+			if f := WithinQuota(outcome(freshWith(job.Prev, spec, nodes, why, plan.FreshQuota, Options{ownsNodes: a.owns(nodes)})), spec); f.Err == nil {
 				return f
 			}
 		}
