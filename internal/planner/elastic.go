@@ -758,15 +758,23 @@ func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool)
 	for j := range base {
 		st.holds[j] = el.a.holdingOf(base[j].Plan)
 	}
-	need := 0.0
-	for _, u := range units {
-		need += groupGPUs(el.jobs[u.j].Spec, el.refs[u.j][u.k])
+	// The surplus's GPUs are counted exactly only where every unit takes
+	// whole GPUs of its own: a share of a GPU may fit beside the group's
+	// other workers on a GPU it holds at its minimum, and so need no free
+	// GPU at all.
+	need, exactNeed := 0.0, true
+	for i, u := range units {
+		g := groupGPUs(el.jobs[u.j].Spec, el.refs[u.j][u.k])
+		need += g
+		if i == 0 || u != units[i-1] { // units come by group: each group once
+			exactNeed = exactNeed && g >= 1 && g == math.Trunc(g) && !colocated(el.jobs[u.j].Spec)
+		}
 	}
 	el.eachFree(st, func(string, int) bool {
 		need--
 		return true
 	})
-	whole := true
+	whole := exactNeed
 	for k < len(units) && (need > 0 || k == 0) {
 		u := units[k]
 		g := groupGPUs(el.jobs[u.j].Spec, el.refs[u.j][u.k])

@@ -256,3 +256,33 @@ func TestElasticSeeds(t *testing.T) {
 		})
 	}
 }
+
+// TestElasticGuessShares: a case TestElasticDirectAgrees found (seed
+// 2679801026, on main too). j2 (8 GPUs) arrives beside j1, whose env
+// (1 GPU a worker) grew to 7 and whose eval (half a GPU) to 4, and j0,
+// whose env (a quarter) grew to 3: one env worker given up makes room,
+// as arithmetic says (direct). The search's first guess counted every
+// unit's GPUs against the free ones, the shares among them too, though
+// they fit on GPUs their groups hold at the minimum; it came out even
+// and, taken as exact, two env workers went. Now a guess is exact only
+// where every unit takes whole GPUs, and the search gives up one.
+func TestElasticGuessShares(t *testing.T) {
+	w := newSeedWorld(4, 4, 4, 8)
+	w.step(seedStep{name: "j0", age: 1, spec: prio(quietSpec(0, 1, 0, 1, 1, 3, 0.25, 0, EnvStrategyDefault), 0)})
+	w.step(seedStep{name: "j1", age: 2, spec: prio(quietSpec(2, 3, 4, 0.5, 3, 7, 1, 0, EnvStrategyDefault), 0)})
+	if p := w.last["j1"]; countOf(p, plan.Env) != 7 || countOf(p, plan.Eval) != 4 {
+		t.Fatalf("j1 grew to env %d eval %d, want 7 and 4: %s", countOf(p, plan.Env), countOf(p, plan.Eval), placementOf(p))
+	}
+	w.jobs["j2"] = &Job{Name: "j2", Age: 3, Spec: prio(quietSpec(4, 4, 0, 1, 0, 0, 0, 0, EnvStrategyDefault), 0)}
+	var jobs []Job
+	for _, n := range []string{"j0", "j1", "j2"} {
+		j := *w.jobs[n]
+		j.Prev = w.last[n]
+		jobs = append(jobs, j)
+	}
+	search := PlanAllWith(jobs, w.nodes, ElasticOptions{searchOnly: true})
+	if p := search[1].Plan; countOf(p, plan.Env) != 6 || !search[2].Plan.Valid() {
+		t.Fatalf("search: j1 env %d (want 6), j2 %s", countOf(p, plan.Env), search[2].Plan.PlanState())
+	}
+	sameOutcomes(t, []string{"j0", "j1", "j2"}, PlanAllWith(jobs, w.nodes, ElasticOptions{}), search)
+}
