@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,9 +35,15 @@ const execEnv = "POOLPLANNER_TEST_EXEC_PLANNER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(execEnv) != "" {
-		ctx, stop := context.WithCancel(context.Background())
-		defer stop()
-		os.Exit(Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+		// As cmd/planner's main: SIGTERM stops serve in order (its lease
+		// released), so that a process benchmark can restart it.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	if spec := os.Getenv(execNATSEnv); spec != "" {
+		os.Exit(runNATS(spec))
 	}
 	os.Exit(m.Run())
 }
