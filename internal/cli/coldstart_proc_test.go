@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/metrics"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +32,47 @@ import (
 // SIGTERM: the process benchmark's server, apart from the planner it
 // measures, as `planner serve --server` runs beside a stock nats-server.
 const execNATSEnv = "POOLPLANNER_TEST_EXEC_NATS"
+
+// execHeapProfileEnv, set to a file's path in a planner child's
+// environment (execEnv), has it write its heap's profile there each time
+// the live heap after a collection passes its largest so far: the
+// profile of what is live at the process's worst moment
+// (go tool pprof -sample_index=inuse_space).
+const execHeapProfileEnv = "POOLPLANNER_TEST_HEAP_PROFILE"
+
+// plannerGODEBUGEnv is the GODEBUG of the benchmark's planner processes
+// alone (gctrace=1: the collections that make their peak), not of the
+// benchmark's or its NATS server's.
+const plannerGODEBUGEnv = "POOLPLANNER_TEST_PLANNER_GODEBUG"
+
+// profileHeapPeaks writes path's profile at each new peak of the live
+// heap, until ctx is done.
+func profileHeapPeaks(ctx context.Context, path string) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	var most uint64
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		metrics.Read(sample)
+		live := sample[0].Value.Uint64()
+		if live <= most+most/20 {
+			continue
+		}
+		most = live
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return
+		}
+		_ = pprof.Lookup("heap").WriteTo(f, 0)
+		_ = f.Close()
+	}
+}
 
 // runNATS is the test binary as execNATSEnv's server; it returns the
 // process's exit code.
@@ -185,6 +228,9 @@ func startPlannerProc(b *testing.B, url, spec string) *proc {
 	cmd := exec.Command(self, "serve", "--server", url, "--spec", spec, "--settle", "-1s", "--no-local-reporter",
 		"--metrics-listen", maddr, "--log-level", "error")
 	cmd.Env = append(os.Environ(), execEnv+"=1")
+	if d := os.Getenv(plannerGODEBUGEnv); d != "" {
+		cmd.Env = append(cmd.Env, "GODEBUG="+d)
+	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

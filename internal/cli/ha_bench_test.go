@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 		// As cmd/planner's main: SIGTERM stops serve in order (its lease
 		// released), so that a process benchmark can restart it.
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		if path := os.Getenv(execHeapProfileEnv); path != "" {
+			go profileHeapPeaks(ctx, path)
+		}
 		code := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)

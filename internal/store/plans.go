@@ -407,12 +407,14 @@ func (s *PlanStore) dropObject(ctx context.Context, name string) {
 	}
 }
 
-// Follow delivers the latest revision of plan name and then every new
-// one that skip does not skip, until ctx is done. It follows the
+// Follow delivers the latest revision of plan name and every new one
+// that skip does not skip, until ctx is done: skip is asked about the
+// latest too, on its headers, so that a planner that read it already
+// does not read a large plan a second time while it starts. It follows the
 // stream's republished headers, with no consumer: the planner's follow
 // takes no slot a client could hold.
 func (s *PlanStore) Follow(ctx context.Context, name string, skip func(client.Info) bool) (<-chan *StoredPlan, error) {
-	ch, err := s.client.Follow(ctx, name, client.FollowOptions{Skip: skip, Republished: true})
+	ch, err := s.client.Follow(ctx, name, client.FollowOptions{Skip: skip, Republished: true, SkipLatest: true})
 	if err != nil {
 		return nil, err
 	}
