@@ -82,7 +82,7 @@ func unplannedUse(src gpumap.Source) []inventory.UnplannedGPU {
 	for i, p := range plans {
 		docs[i] = &p.Document
 	}
-	return inventory.UnplannedUse(src.Inventory(), inventory.PlacedUUIDs(docs...))
+	return inventory.UnplannedIn(src.Inventory(), docs...)
 }
 
 // DefaultListen is where `planner serve` listens, and where the client
