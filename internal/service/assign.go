@@ -43,7 +43,14 @@ func changedAssignments(prev, next *planner.Plan, change *plan.Change) iter.Seq[
 			var on func(string) []plan.Worker
 			for _, id := range placedNodes(next) {
 				a := client.Assignment{Plan: next.Name, Revision: next.Revision, NodeID: id}
-				if !next.EachOnNode(id, func(w *plan.Worker) { a.Workers = append(a.Workers, api.Place(next.Name, next.Revision, *w)) }) {
+				// Counted first, so that each node's list is made once, not
+				// grown through four arrays left as garbage (some 100 MB
+				// at 20,000 nodes, while the first revision's heap peaks).
+				n := 0
+				if next.EachOnNode(id, func(*plan.Worker) { n++ }) {
+					a.Workers = make([]client.PlacedWorker, 0, n)
+					next.EachOnNode(id, func(w *plan.Worker) { a.Workers = append(a.Workers, api.Place(next.Name, next.Revision, *w)) })
+				} else {
 					if on == nil {
 						on = next.NodeIndex()
 					}
