@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
@@ -50,6 +51,7 @@ const plannerGODEBUGEnv = "POOLPLANNER_TEST_PLANNER_GODEBUG"
 func profileHeapPeaks(ctx context.Context, path string) {
 	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	var most uint64
+	k := 0
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -64,7 +66,11 @@ func profileHeapPeaks(ctx context.Context, path string) {
 			continue
 		}
 		most = live
-		f, err := os.Create(path)
+		// A profile says what the last collection but one found live: a
+		// collection now makes it this moment's.
+		runtime.GC()
+		k++
+		f, err := os.Create(fmt.Sprintf("%s.%d", path, k))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return
