@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -35,10 +37,13 @@ import (
 const execNATSEnv = "POOLPLANNER_TEST_EXEC_NATS"
 
 // execHeapProfileEnv, set to a file's path in a planner child's
-// environment (execEnv), has it write its heap's profile there each time
-// the live heap after a collection passes its largest so far: the
-// profile of what is live at the process's worst moment
-// (go tool pprof -sample_index=inuse_space).
+// environment (execEnv), has it write its heap's profile, after a
+// collection, each time the live heap passes its largest so far by a
+// quarter (few enough that the collections forced do not change much),
+// as FILE.PID.1, FILE.PID.2, ...: the last says what is live at the
+// process's worst moment (go tool pprof -sample_index=inuse_space), two
+// diffed (-diff_base) what it allocated in between; FILE.PID.end, written
+// once serve has stopped, what it allocated in all (-sample_index=alloc_space).
 const execHeapProfileEnv = "POOLPLANNER_TEST_HEAP_PROFILE"
 
 // plannerGODEBUGEnv is the GODEBUG of the benchmark's planner processes
@@ -62,7 +67,7 @@ func profileHeapPeaks(ctx context.Context, path string) {
 		}
 		metrics.Read(sample)
 		live := sample[0].Value.Uint64()
-		if live <= most+most/20 {
+		if live <= most+most/4 {
 			continue
 		}
 		most = live
@@ -70,14 +75,19 @@ func profileHeapPeaks(ctx context.Context, path string) {
 		// collection now makes it this moment's.
 		runtime.GC()
 		k++
-		f, err := os.Create(fmt.Sprintf("%s.%d", path, k))
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return
-		}
-		_ = pprof.Lookup("heap").WriteTo(f, 0)
-		_ = f.Close()
+		writeHeapProfile(fmt.Sprintf("%s.%d.%d", path, os.Getpid(), k))
 	}
+}
+
+// writeHeapProfile writes the heap's profile to path.
+func writeHeapProfile(path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	_ = pprof.Lookup("heap").WriteTo(f, 0)
+	_ = f.Close()
 }
 
 // runNATS is the test binary as execNATSEnv's server; it returns the
@@ -246,11 +256,22 @@ func startPlannerProc(b *testing.B, url, spec string) *proc {
 }
 
 // waitPublished waits until the planner's replan that published a
-// revision is done, every assignment of it acknowledged.
+// revision is done, every assignment of it acknowledged. It scrapes the
+// metrics four times a second, uncompressed: a scrape costs the planner
+// garbage (a gzip writer, a megabyte, each), and one every few
+// milliseconds would raise the peak it measures.
 func (p *proc) waitPublished(b *testing.B) {
 	b.Helper()
-	natstest.WaitEvery(b, 5*time.Minute, 50*time.Millisecond, "a revision published", func() bool {
-		return metricValue(scrapeQuiet(p.metrics), `poolplanner_inventory_change_to_publish_seconds_count{plan="default"}`) >= 1
+	hc := &http.Client{Transport: &http.Transport{DisableCompression: true}, Timeout: 5 * time.Second}
+	defer hc.CloseIdleConnections()
+	natstest.WaitEvery(b, 5*time.Minute, 250*time.Millisecond, "a revision published", func() bool {
+		resp, err := hc.Get(p.metrics)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		text, _ := io.ReadAll(resp.Body)
+		return metricValue(string(text), `poolplanner_inventory_change_to_publish_seconds_count{plan="default"}`) >= 1
 	})
 }
 

@@ -43,6 +43,9 @@ func TestMain(m *testing.M) {
 		}
 		code := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 		stop()
+		if path := os.Getenv(execHeapProfileEnv); path != "" {
+			writeHeapProfile(fmt.Sprintf("%s.%d.end", path, os.Getpid()))
+		}
 		os.Exit(code)
 	}
 	if spec := os.Getenv(execNATSEnv); spec != "" {

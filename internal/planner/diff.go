@@ -159,7 +159,7 @@ func workersByNode(p *Plan) nodeIndex {
 	}
 	slab := make([]int32, 0, p.Workers.Len())
 	for id, c := range count {
-		x.nodes[id] = &nodeEntry{workers: slab[len(slab):len(slab):len(slab)+int(c)]}
+		x.nodes[id] = &nodeEntry{workers: slab[len(slab) : len(slab) : len(slab)+int(c)]}
 		slab = slab[:len(slab)+int(c)]
 	}
 	for i, w := range p.Workers.All() {
