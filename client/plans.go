@@ -346,9 +346,9 @@ func (c *Client) followStart(ctx context.Context, st jetstream.Stream, name stri
 }
 
 // Follow delivers the latest revision of plan name, whole (unless
-// SkipLatest skips it), and then every new one, until ctx is done; the channel is then closed. It survives
-// reconnects. Each revision is rebuilt from the one before where its
-// event carries a change.
+// SkipLatest skips it), and then every new one, until ctx is done; the
+// channel is then closed. It survives reconnects. Each revision is
+// rebuilt from the one before where its event carries a change.
 func (c *Client) Follow(ctx context.Context, name string, opts FollowOptions) (<-chan *Revision, error) {
 	if opts.Republished {
 		return c.followRepublished(ctx, name, opts)

@@ -35,8 +35,10 @@ const execEnv = "POOLPLANNER_TEST_EXEC_PLANNER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(execEnv) != "" {
-		// As cmd/planner's main: SIGTERM stops serve in order (its lease
-		// released), so that a process benchmark can restart it.
+		// As cmd/planner's main: the context ends at SIGTERM (serve stops
+		// in order on it, its lease released, so that the process
+		// benchmark can restart it), and the heap profiles it asks for
+		// with it.
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		if path := os.Getenv(execHeapProfileEnv); path != "" {
 			go profileHeapPeaks(ctx, path)
