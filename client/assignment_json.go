@@ -20,6 +20,23 @@ func (a *Assignment) JSON() ([]byte, error) {
 	return a.appendJSON(nil), nil
 }
 
+// AppendJSON is JSON appended to b (b's bytes reused where its room
+// holds it): a publisher that sends thousands reuses the buffers of
+// those acknowledged rather than making garbage of each.
+func (a *Assignment) AppendJSON(b []byte) ([]byte, error) {
+	if !a.plain() {
+		raw, err := json.Marshal(a)
+		if err != nil {
+			return nil, err
+		}
+		return append(b, raw...), nil
+	}
+	if b == nil {
+		return a.appendJSON(nil), nil
+	}
+	return a.appendJSON(b), nil
+}
+
 // appendJSON appends a plain assignment.
 func (a *Assignment) appendJSON(b []byte) []byte {
 	if b == nil {

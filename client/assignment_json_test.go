@@ -59,6 +59,13 @@ func TestAssignmentJSONIsMarshal(t *testing.T) {
 		if fmt.Sprint(err) != fmt.Sprint(wantErr) || !bytes.Equal(got, want) {
 			t.Fatalf("JSON:\n got %s, %v\nwant %s, %v", got, err, want, wantErr)
 		}
+		// Appended to a buffer reused (another body's bytes left in its
+		// room, or too little room), it writes the same.
+		buf := rapid.SliceOfN(rapid.Byte(), 0, 600).Draw(t, "old body")[:0]
+		got, err = a.AppendJSON(buf)
+		if fmt.Sprint(err) != fmt.Sprint(wantErr) || !bytes.Equal(got, want) {
+			t.Fatalf("AppendJSON:\n got %s, %v\nwant %s, %v", got, err, want, wantErr)
+		}
 	})
 }
 

@@ -322,12 +322,33 @@ type FollowOptions struct {
 	// to subscribe there, which only the planner's account may under
 	// --auth.
 	Republished bool
+	// SkipLatest asks Skip about the latest revision too, on its event's
+	// headers, before reading it: one it skips is neither read nor
+	// delivered, and the follow goes on from it. A planner that has read
+	// the latest already so does not hold a second copy of a large plan
+	// while it starts.
+	SkipLatest bool
 }
 
-// Follow delivers the latest revision of plan name, whole, and then every
-// new one, until ctx is done; the channel is then closed. It survives
-// reconnects. Each revision is rebuilt from the one before where its
-// event carries a change.
+// followStart is where a follow of plan name starts: the latest
+// revision, whole; or, when opts skips it (SkipLatest), nil and its
+// event, unread beyond its headers.
+func (c *Client) followStart(ctx context.Context, st jetstream.Stream, name string, opts FollowOptions) (*Revision, *jetstream.RawStreamMsg, error) {
+	m, err := lastEvent(ctx, st, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if opts.SkipLatest && opts.Skip != nil && opts.Skip(infoOf(m.Sequence, m.Time, m.Header)) {
+		return nil, m, nil
+	}
+	cur, err := c.rebuild(ctx, st, name, m)
+	return cur, m, err
+}
+
+// Follow delivers the latest revision of plan name, whole (unless
+// SkipLatest skips it), and then every new one, until ctx is done; the
+// channel is then closed. It survives reconnects. Each revision is
+// rebuilt from the one before where its event carries a change.
 func (c *Client) Follow(ctx context.Context, name string, opts FollowOptions) (<-chan *Revision, error) {
 	if opts.Republished {
 		return c.followRepublished(ctx, name, opts)
@@ -336,11 +357,13 @@ func (c *Client) Follow(ctx context.Context, name string, opts FollowOptions) (<
 	if err != nil {
 		return nil, err
 	}
-	cur, err := c.Plan(ctx, name, 0)
+	cur, last, err := c.followStart(ctx, st, name, opts)
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{PlanEventSubject(name)}, DeliverPolicy: jetstream.DeliverNewPolicy}
 	switch {
-	case err == nil:
+	case err == nil && cur != nil:
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, cur.Seq+1
+	case err == nil: // skipped (SkipLatest)
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, last.Sequence+1
 	case errors.Is(err, ErrUnreadable):
 		// The latest cannot be read: follow what comes after it.
 		cur = nil

@@ -110,10 +110,12 @@ func (c *Client) followRepublished(ctx context.Context, name string, opts Follow
 	// in memory; a cue lost so is made up by the poll.
 	_ = sub.SetPendingLimits(4096, 4<<20)
 	f := &republished{follower: follower{c: c, st: st, name: name, opts: opts}}
-	cur, err := c.Plan(ctx, name, 0)
+	cur, last, err := c.followStart(ctx, st, name, opts)
 	switch {
-	case err == nil:
+	case err == nil && cur != nil:
 		f.last, f.rev = cur.Seq, cur.Event.Revision
+	case err == nil: // skipped (SkipLatest)
+		f.last, f.rev = last.Sequence, infoOf(last.Sequence, last.Time, last.Header).Revision
 	case errors.Is(err, ErrUnreadable):
 		// The latest cannot be read: follow what comes after it.
 		cur = nil

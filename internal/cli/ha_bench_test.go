@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,9 +35,23 @@ const execEnv = "POOLPLANNER_TEST_EXEC_PLANNER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(execEnv) != "" {
-		ctx, stop := context.WithCancel(context.Background())
-		defer stop()
-		os.Exit(Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+		// As cmd/planner's main: the context ends at SIGTERM (serve stops
+		// in order on it, its lease released, so that the process
+		// benchmark can restart it), and the heap profiles it asks for
+		// with it.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		if path := os.Getenv(execHeapProfileEnv); path != "" {
+			go profileHeapPeaks(ctx, path)
+		}
+		code := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		if path := os.Getenv(execHeapProfileEnv); path != "" {
+			writeHeapProfile(fmt.Sprintf("%s.%d.end", path, os.Getpid()))
+		}
+		os.Exit(code)
+	}
+	if spec := os.Getenv(execNATSEnv); spec != "" {
+		os.Exit(runNATS(spec))
 	}
 	os.Exit(m.Run())
 }

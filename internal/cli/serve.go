@@ -33,7 +33,6 @@ import (
 	"github.com/poolplanner/poolplanner/internal/reporter"
 	"github.com/poolplanner/poolplanner/internal/service"
 	"github.com/poolplanner/poolplanner/internal/store"
-	"github.com/poolplanner/poolplanner/plan"
 )
 
 // logger is the log --log-level and --log-format ask for.
@@ -72,17 +71,6 @@ func serveMap(ctx context.Context, l net.Listener, p *service.Service, nc *nats.
 	}
 	log.Info().Str("url", "http://"+l.Addr().String()+"/").Msg("GPU map")
 	return nil
-}
-
-// unplannedUse is the GPUs of src's inventory that run processes though
-// no worker of its plans is placed on them.
-func unplannedUse(src gpumap.Source) []inventory.UnplannedGPU {
-	plans := src.Plans()
-	docs := make([]*plan.Document, len(plans))
-	for i, p := range plans {
-		docs[i] = &p.Document
-	}
-	return inventory.UnplannedUse(src.Inventory(), inventory.PlacedUUIDs(docs...))
 }
 
 // DefaultListen is where `planner serve` listens, and where the client
@@ -325,7 +313,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		pm, rm = metrics.NewPlanner(reg), metrics.NewReporter(reg)
 		metrics.UnplannedUse(reg, func() int {
 			if p := served.Load(); p != nil {
-				return len(unplannedUse(p))
+				return len(p.UnplannedUse())
 			}
 			return 0
 		})

@@ -171,7 +171,9 @@ func (c *Claims) TakeUnsaved() map[string][]string {
 	for _, us := range out {
 		slices.Sort(us)
 	}
-	clear(c.unsaved)
+	// Dropped, not cleared: a cleared map keeps its buckets, some 10 MB
+	// once a first start at 20,000 nodes inferred every UUID's owner.
+	c.unsaved = nil
 	return out
 }
 

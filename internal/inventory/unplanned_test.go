@@ -1,9 +1,14 @@
 package inventory
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 func TestUnplannedUse(t *testing.T) {
@@ -61,4 +66,41 @@ func TestProcessList(t *testing.T) {
 	if got := ProcessList(many); len(got) > 1024 || !strings.HasSuffix(got, "and 56 more") {
 		t.Errorf("%d processes of %d-byte names: %d bytes: %.200q", len(many), len(long), len(got), got)
 	}
+}
+
+// TestUnplannedInIsUnplannedUse: UnplannedIn, which looks up only the
+// busy GPUs, says what UnplannedUse says with the set of every UUID the
+// documents place workers on.
+func TestUnplannedInIsUnplannedUse(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		uuid := rapid.SampledFrom([]string{"GPU-0", "GPU-1", "GPU-2", "GPU-3", "GPU-4", "GPU-5"})
+		var nodes []NodeInventory
+		for i := range rapid.IntRange(0, 4).Draw(t, "nodes") {
+			n := NodeInventory{NodeID: fmt.Sprintf("n%d", i)}
+			for j := range rapid.IntRange(0, 4).Draw(t, "gpus") {
+				g := GPU{Index: j, UUID: uuid.Draw(t, "uuid")}
+				if rapid.Bool().Draw(t, "busy") {
+					g.Processes = []Process{{PID: uint32(j + 1), Name: "python"}}
+				}
+				n.GPUs = append(n.GPUs, g)
+			}
+			nodes = append(nodes, n)
+		}
+		var docs []*plan.Document
+		placed := map[string]bool{}
+		for range rapid.IntRange(0, 3).Draw(t, "docs") {
+			var ws []plan.Worker
+			for range rapid.IntRange(0, 4).Draw(t, "workers") {
+				us := rapid.SliceOfN(uuid, 0, 3).Draw(t, "placed on")
+				for _, u := range us {
+					placed[u] = true
+				}
+				ws = append(ws, plan.Worker{GPUUUIDs: us})
+			}
+			docs = append(docs, &plan.Document{Placement: plan.Placement{Workers: plan.NewWorkers(ws)}})
+		}
+		if got, want := UnplannedIn(nodes, docs...), UnplannedUse(nodes, placed); !reflect.DeepEqual(got, want) {
+			t.Fatalf("UnplannedIn %+v, UnplannedUse %+v", got, want)
+		}
+	})
 }

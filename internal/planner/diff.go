@@ -98,47 +98,92 @@ func sortedSlots(rs []slotRange) []slotRange {
 	return slices.SortedFunc(slices.Values(rs), func(a, b slotRange) int { return int(a.first - b.first) })
 }
 
-// nodeIndex is a document's placement node by node.
-type nodeIndex map[string]*plan.NodeChange
+// nodeIndex is a document's placement node by node. It holds where each
+// node's workers sit in the document, not copies of them: two plans of
+// 400,000 workers copied so were some 200 MB, at every restart's first
+// replan (prev read back from JSON).
+type nodeIndex struct {
+	p     *Plan
+	nodes map[string]*nodeEntry
+}
 
+// nodeEntry is one node of a nodeIndex: its workers' positions in the
+// document, in document order, its pool entries and its notes.
+type nodeEntry struct {
+	workers []int32
+	pools   map[string]plan.PoolNode
+	notes   []plan.Note
+}
+
+// indexNodes indexes p's workers, pool entries and notes by node.
 func indexNodes(p *Plan) nodeIndex {
-	x := nodeIndex{}
+	x := workersByNode(p)
 	if p == nil {
 		return x
 	}
-	node := func(id string) *plan.NodeChange {
-		n := x[id]
+	node := func(id string) *nodeEntry {
+		n := x.nodes[id]
 		if n == nil {
-			n = &plan.NodeChange{NodeID: id}
-			x[id] = n
+			n = &nodeEntry{}
+			x.nodes[id] = n
 		}
 		return n
-	}
-	for _, w := range p.Workers.All() {
-		n := node(w.NodeID)
-		n.Workers = append(n.Workers, *w)
 	}
 	for _, pl := range p.Pools {
 		for _, pn := range pl.Nodes {
 			n := node(pn.NodeID)
-			if n.Pools == nil {
-				n.Pools = map[string]plan.PoolNode{}
+			if n.pools == nil {
+				n.pools = map[string]plan.PoolNode{}
 			}
-			n.Pools[pl.Name] = pn
+			n.pools[pl.Name] = pn
 		}
 	}
 	for _, note := range p.Notes {
 		n := node(note.NodeID)
-		n.Notes = append(n.Notes, note)
+		n.notes = append(n.notes, note)
 	}
 	return x
 }
 
-func (x nodeIndex) content(id string) plan.NodeChange {
-	if n := x[id]; n != nil {
-		return *n
+// workersByNode indexes p's workers alone by node.
+func workersByNode(p *Plan) nodeIndex {
+	x := nodeIndex{p: p, nodes: map[string]*nodeEntry{}}
+	if p == nil {
+		return x
 	}
-	return plan.NodeChange{NodeID: id}
+	// Counted first, so that every node's positions are a window of one
+	// array rather than each a slice grown by appending.
+	count := map[string]int32{}
+	for _, w := range p.Workers.All() {
+		count[w.NodeID]++
+	}
+	slab := make([]int32, 0, p.Workers.Len())
+	for id, c := range count {
+		x.nodes[id] = &nodeEntry{workers: slab[len(slab) : len(slab) : len(slab)+int(c)]}
+		slab = slab[:len(slab)+int(c)]
+	}
+	for i, w := range p.Workers.All() {
+		n := x.nodes[w.NodeID]
+		n.workers = append(n.workers, int32(i))
+	}
+	return x
+}
+
+// content is node id's workers (copied out of the document), pool
+// entries and notes.
+func (x nodeIndex) content(id string) plan.NodeChange {
+	n := x.nodes[id]
+	if n == nil {
+		return plan.NodeChange{NodeID: id}
+	}
+	nc := plan.NodeChange{NodeID: id, Pools: n.pools, Notes: n.notes}
+	if len(n.workers) > 0 {
+		nc.Workers = make([]plan.Worker, len(n.workers))
+		for i, k := range n.workers {
+			nc.Workers[i] = *x.p.Workers.At(int(k))
+		}
+	}
+	return nc
 }
 
 // changedNodes compares two documents node by node: the ids, sorted, of
@@ -146,13 +191,13 @@ func (x nodeIndex) content(id string) plan.NodeChange {
 func changedNodes(prev, next *Plan) ([]string, nodeIndex) {
 	was, now := indexNodes(prev), indexNodes(next)
 	var ids []string
-	for id, n := range now {
-		if !sameNode(was[id], n) {
+	for id, n := range now.nodes {
+		if !sameNode(was, was.nodes[id], now, n) {
 			ids = append(ids, id)
 		}
 	}
-	for id := range was {
-		if now[id] == nil {
+	for id := range was.nodes {
+		if now.nodes[id] == nil {
 			ids = append(ids, id)
 		}
 	}
@@ -160,16 +205,21 @@ func changedNodes(prev, next *Plan) ([]string, nodeIndex) {
 	return ids, now
 }
 
-func sameNode(a, b *plan.NodeChange) bool {
+// sameNode compares node entry a of index xa with entry b of xb.
+func sameNode(xa nodeIndex, a *nodeEntry, xb nodeIndex, b *nodeEntry) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	if !slices.EqualFunc(a.Workers, b.Workers, SameWorker) ||
-		!slices.Equal(a.Notes, b.Notes) || len(a.Pools) != len(b.Pools) {
+	if len(a.workers) != len(b.workers) || !slices.Equal(a.notes, b.notes) || len(a.pools) != len(b.pools) {
 		return false
 	}
-	for name, pa := range a.Pools {
-		if pb, ok := b.Pools[name]; !ok || !samePoolNode(pa, pb) {
+	for i := range a.workers {
+		if !SameWorker(*xa.p.Workers.At(int(a.workers[i])), *xb.p.Workers.At(int(b.workers[i]))) {
+			return false
+		}
+	}
+	for name, pa := range a.pools {
+		if pb, ok := b.pools[name]; !ok || !samePoolNode(pa, pb) {
 			return false
 		}
 	}
@@ -253,11 +303,11 @@ func (p *Plan) NodeIndex() func(id string) []plan.Worker {
 		content := p.state.nodeContent(p)
 		return func(id string) []plan.Worker { return content(id).Workers }
 	}
-	byNode := map[string][]plan.Worker{} // workers sit by component, buffers last
-	for _, w := range p.Workers.All() {
-		byNode[w.NodeID] = append(byNode[w.NodeID], *w)
-	}
-	return func(id string) []plan.Worker { return byNode[id] }
+	// Positions, not copies: a plan read back holds 400,000 workers, and
+	// a copy of each, by node, was 55 MB more while a restarted planner
+	// reconciles its assignments; each call copies out its node's.
+	x := workersByNode(p)
+	return func(id string) []plan.Worker { return x.content(id).Workers }
 }
 
 // OnNode lists the workers p places on node id, buffers last: from the

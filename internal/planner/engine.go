@@ -624,6 +624,13 @@ func (e *engine) record(tg target, at int32, ns *nodeState, s seat) {
 		case uuids != nil:
 			w.GPUUUIDs = uuids
 		case ns.node.hasUUIDs():
+			if len(e.uuids)+len(gpus) > cap(e.uuids) {
+				// A new slab rather than append's growth: the workers
+				// recorded keep windows of the old array, so growing
+				// would keep every array it grew through alive (35 MB of
+				// 7 MB of UUIDs at 400,000 workers).
+				e.uuids = make([]string, 0, max(uuidSlab, len(gpus)))
+			}
 			start := len(e.uuids)
 			for _, x := range gpus {
 				e.uuids = append(e.uuids, ns.node.GPUUUIDs[x])
@@ -633,6 +640,10 @@ func (e *engine) record(tg target, at int32, ns *nodeState, s seat) {
 	}
 	e.store.set(slot, w)
 }
+
+// uuidSlab is how many GPU UUIDs each of the engine's slabs of workers'
+// UUIDs holds.
+const uuidSlab = 4096
 
 // member reports whether ns belongs to auto pool p: it hosts one of its
 // components' workers, or (train's pool) GPUs reserved for a buffer.

@@ -41,6 +41,8 @@ type planStore interface {
 	// PutSummary stores a snapshot revision's summary, for the readers
 	// that list plans (client.Summary).
 	PutSummary(ctx context.Context, sum *plan.Summary) error
+	// PublishAssignments keeps nothing of as once it returns: the caller
+	// writes the next assignments into their worker lists.
 	PublishAssignments(ctx context.Context, as []client.Assignment, expect bool) (refused int, err error)
 	// Assignments and Assignment read the assignment stream back, as a
 	// launcher would.

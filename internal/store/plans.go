@@ -286,7 +286,18 @@ func (s *PlanStore) putObject(ctx context.Context, bucket, name string, data []b
 func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignment, expect bool) (refused int, err error) {
 	acks := make([]jetstream.PubAckFuture, len(as))
 	objects := make([]string, len(as))
+	// Each body's buffer, free again once its publish is answered (a
+	// publish is retried, until then, from its message): the window's
+	// buffers go round rather than 20,000 of them made and dropped while
+	// a first revision's heap is at its largest.
+	bodies := make([][]byte, len(as))
+	var free [][]byte
 	wait := func(i int) error {
+		defer func() {
+			if bodies[i] != nil {
+				free, bodies[i] = append(free, bodies[i][:0]), nil
+			}
+		}()
 		select {
 		case ack := <-acks[i].Ok():
 			as[i].Seq = ack.Sequence
@@ -310,11 +321,15 @@ func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignme
 				return refused, err
 			}
 		}
-		msg, object, err := s.assignmentMsg(ctx, &as[i])
+		var buf []byte
+		if n := len(free); n > 0 {
+			buf, free = free[n-1], free[:n-1]
+		}
+		msg, object, raw, err := s.assignmentMsg(ctx, &as[i], buf)
 		if err != nil {
 			return refused, err
 		}
-		objects[i] = object
+		objects[i], bodies[i] = object, raw
 		var opts []jetstream.PublishOpt
 		if expect {
 			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(as[i].Seq))
@@ -334,17 +349,18 @@ func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignme
 // assignmentWindow is how many assignment publishes may await their acks.
 const assignmentWindow = 512
 
-// assignmentMsg is a's message, and the object that holds a when it is
-// too large for one ("" when it is not).
-func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment) (*nats.Msg, string, error) {
+// assignmentMsg is a's message, the object that holds a when it is too
+// large for one ("" when it is not), and a's JSON, written into buf's
+// room (the caller's to reuse once the message is answered).
+func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment, buf []byte) (*nats.Msg, string, []byte, error) {
 	// Without reflection: 20,000 of them at a first revision.
-	raw, err := a.JSON()
+	raw, err := a.AppendJSON(buf)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	data, h, err := wire.Encode(json.RawMessage(raw))
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	if h == nil {
 		h = nats.Header{}
@@ -354,13 +370,13 @@ func (s *PlanStore) assignmentMsg(ctx context.Context, a *client.Assignment) (*n
 		object = wire.AssignmentObject(a.Plan, a.NodeID, nuid.Next())
 		size, err := s.putObject(ctx, client.PlansBucket, object, raw)
 		if err != nil {
-			return nil, "", fmt.Errorf("assignment of %s: %w", a.NodeID, err)
+			return nil, "", nil, fmt.Errorf("assignment of %s: %w", a.NodeID, err)
 		}
 		data, _ = json.Marshal(wire.ObjectRef{Bucket: client.PlansBucket, Object: object, Size: uint64(size)})
 		h = nats.Header{wire.ObjectHeader: []string{"1"}}
 	}
 	h.Set(client.RevisionHeader, strconv.Itoa(a.Revision))
-	return &nats.Msg{Subject: client.AssignmentSubject(a.Plan, a.NodeID), Header: h, Data: data}, object, nil
+	return &nats.Msg{Subject: client.AssignmentSubject(a.Plan, a.NodeID), Header: h, Data: data}, object, raw, nil
 }
 
 // assignmentStored deletes a node's assignment objects other than the
@@ -407,12 +423,14 @@ func (s *PlanStore) dropObject(ctx context.Context, name string) {
 	}
 }
 
-// Follow delivers the latest revision of plan name and then every new
-// one that skip does not skip, until ctx is done. It follows the
+// Follow delivers the latest revision of plan name and every new one
+// that skip does not skip, until ctx is done: skip is asked about the
+// latest too, on its headers, so that a planner that read it already
+// does not read a large plan a second time while it starts. It follows the
 // stream's republished headers, with no consumer: the planner's follow
 // takes no slot a client could hold.
 func (s *PlanStore) Follow(ctx context.Context, name string, skip func(client.Info) bool) (<-chan *StoredPlan, error) {
-	ch, err := s.client.Follow(ctx, name, client.FollowOptions{Skip: skip, Republished: true})
+	ch, err := s.client.Follow(ctx, name, client.FollowOptions{Skip: skip, Republished: true, SkipLatest: true})
 	if err != nil {
 		return nil, err
 	}
