@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -179,16 +180,20 @@ func Gunzip(data []byte, limit int64) ([]byte, error) {
 }
 
 // gunzipHint is the buffer to gunzip data into: its trailer's size (the
-// last 4 bytes, little-endian, mod 2^32), unless that is past limit or
-// past a ratio no JSON of ours reaches; plus room for the read that
-// finds the end.
+// last 4 bytes, little-endian, mod 2^32), unless that is past limit,
+// past what an int holds (32-bit builds), or past a ratio of the body
+// our documents do not reach (a plan's JSON compresses about 10:1), so
+// that junk claiming a size costs little before its checksum fails;
+// plus room for the read that finds the end. A body past the ratio is
+// still read, by doubling.
 func gunzipHint(data []byte, limit int64) int {
 	const room = 512 // bytes.Buffer.ReadFrom's bytes.MinRead
+	const ratio = 64
 	if len(data) < 4 {
 		return room
 	}
 	n := int64(binary.LittleEndian.Uint32(data[len(data)-4:]))
-	if n > limit || n > 256*int64(len(data)) {
+	if n > limit || n > ratio*int64(len(data)) || n > int64(math.MaxInt-room) {
 		return room
 	}
 	return int(n) + room
