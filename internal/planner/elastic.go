@@ -589,13 +589,17 @@ func clampTo(refs []elasticRef, counts []int) []int {
 	return out
 }
 
-// placedTakers is, per job, its plan in out where it holds nothing
-// going in and out places it (nil: none such).
+// placedTakers is, per job, its plan in out where out places it anew:
+// it holds nothing going in, or its placement follows another spec (not
+// merely other sizes) and out places the new one (nil: none such).
 func (el *elastic) placedTakers(out []Outcome) []*Plan {
 	var from []*Plan
 	for j := range out {
 		job := &el.jobs[j]
-		if job.Spec == nil || job.Prev != nil && job.Prev.Placed() || !out[j].Plan.Placed() {
+		switch p := out[j].Plan; {
+		case job.Spec == nil || !p.Placed():
+			continue
+		case job.Prev != nil && job.Prev.Placed() && (!el.respecced(j) || !p.Valid() || p.PendingSpec != nil):
 			continue
 		}
 		if from == nil {
@@ -604,6 +608,45 @@ func (el *elastic) placedTakers(out []Outcome) []*Plan {
 		from[j] = out[j].Plan
 	}
 	return from
+}
+
+// respecced reports whether job j's previous placement follows a spec
+// other than its own beyond its elastic groups' sizes (a spec change),
+// so that its run places it anew, as a fresh plan is, not from its
+// placement cut to new sizes. A placement whose spec is not known
+// (placeSpec) is held as it is: not anew.
+func (el *elastic) respecced(j int) bool {
+	job := &el.jobs[j]
+	ps := job.placeSpec()
+	if ps == nil {
+		return false
+	}
+	refs := el.refs[j]
+	if refs == nil {
+		return !specEqual(ps, job.Spec)
+	}
+	held := heldCounts(job.Prev, refs)
+	if !sameShape(elasticRefs(ps), refs) || slices.Contains(held, -1) {
+		return true
+	}
+	return !specEqual(unranged(ps, held), unranged(job.Spec, held))
+}
+
+// unranged is spec sized to counts with its elastic groups' ranges
+// left out: a range changed alone is not a spec change here, as cutTo
+// plans it from the previous placement cut to size.
+func unranged(s *Spec, counts []int) *Spec {
+	out := *sized(s, counts)
+	if out.Scheduling.Eval.Elastic() {
+		g := *out.Scheduling.Eval
+		g.Min, g.Max = 0, 0
+		out.Scheduling.Eval = &g
+	}
+	out.Scheduling.Env = slices.Clone(out.Scheduling.Env)
+	for i := range out.Scheduling.Env {
+		out.Scheduling.Env[i].Min, out.Scheduling.Env[i].Max = 0, 0
+	}
+	return &out
 }
 
 // improves reports whether out (a search from the plans of from) does
