@@ -218,6 +218,63 @@ func TestElasticSeeds(t *testing.T) {
 				}
 			},
 		},
+		{
+			// j0 (priority 1: eval 4, env 1 of a quarter GPU on n0:4) takes
+			// n0 from j1 (4 GPUs); j0's new spec (priority 0, train 1, eval
+			// 1..2 of 2 GPUs, env 2) is placed anew, env 0 kept on n0:4. At
+			// eval 1 the new env 1 opened GPU 3, the first that fit, not
+			// n0:4 beside env 0: the yardstick (every group at its
+			// minimum) left j1 3 GPUs, no better than eval 2 did, so j0
+			// grew; the next, quiet run, from j0 as placed, found j1 room
+			// at eval 1 and shrank j0. Now a share goes beside its own on
+			// a GPU its component partly holds before it opens one.
+			name: "a share added beside its own", seed: "1719667119782",
+			gpus: []int{8},
+			steps: []seedStep{
+				{name: "j1", age: 1, spec: prio(quietSpec(1, 1, 0, 1, 3, 3, 1, 0, EnvStrategyDeviceColocate), 0)},
+				{name: "j0", age: 2, spec: prio(quietSpec(0, 4, 0, 1, 1, 1, 0.25, 0, EnvStrategyDefault), 1)},
+				{name: "j0", spec: prio(quietSpec(1, 1, 2, 2, 2, 2, 0.25, 0, EnvStrategyDefault), 0)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				p := out[0].Plan
+				if !out[1].Plan.Valid() || countOf(p, plan.Eval) != 1 {
+					t.Fatalf("j1 %s, j0 eval %d: want j1 placed beside j0 at eval 1", out[1].Plan.PlanState(), countOf(p, plan.Eval))
+				}
+				if e0, e1 := p.Workers.Find(plan.Env, 0), p.Workers.Find(plan.Env, 1); e0 == nil || e1 == nil || !slices.Equal(e0.GPUs, e1.GPUs) {
+					t.Fatalf("j0 %s: want env 1 on env 0's GPU", placementOf(p))
+				}
+				if st := p.Status; st.Reason != plan.ReasonShrunk || !slices.Contains(st.By, "j1") {
+					t.Fatalf("j0 %+v, want shrunk for j1", st)
+				}
+			},
+		},
+		{
+			// j1's new spec (priority 0 -> 1, 12 GPUs) is placed anew and
+			// preempts j2 (9 GPUs); j0 (eval 4..15) holds 12 eval. The
+			// yardstick (every group at its minimum) placed j1 anew there
+			// too, across the GPUs j0 gave up, leaving j2 one GPU, no
+			// better than as it was, so j0 kept its surplus; the next,
+			// quiet run, j1 where it went, shrank j0 for j2. Now the
+			// second search from where this run placed its new plans
+			// starts a plan placed for a new spec from there as well.
+			name: "a new spec placed where it went", seed: "273102796316576",
+			gpus: []int{8, 8, 8, 4},
+			steps: []seedStep{
+				{name: "j0", age: 1, spec: prio(quietSpec(3, 4, 15, 1, 2, 4, 1, 0, EnvStrategyDefault), 0)},
+				{name: "j2", age: 2, spec: prio(quietSpec(2, 2, 0, 1, 2, 2, 1, 0, EnvStrategyDefault), 0)},
+				{name: "j1", age: 3, spec: prio(quietSpec(0, 1, 0, 1, 2, 2, 1, 0, EnvStrategyDeviceColocate), 0)},
+				{name: "j2", spec: prio(quietSpec(6, 3, 0, 1, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+				{name: "j1", spec: prio(quietSpec(2, 4, 0, 2, 2, 2, 1, 0, EnvStrategyDeviceColocate), 1)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if !out[1].Plan.Valid() || !out[2].Plan.Valid() {
+					t.Fatalf("j1 %s, j2 %s (%s): want both placed", out[1].Plan.PlanState(), out[2].Plan.PlanState(), out[2].Plan.Error)
+				}
+				if st := out[0].Plan.Status; st.Reason != plan.ReasonShrunk || !slices.Equal(st.By, []string{"j2"}) {
+					t.Fatalf("j0 %+v, want shrunk for j2", st)
+				}
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newSeedWorld(tc.gpus...)
