@@ -397,21 +397,30 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 	out := kept.out
 	// A plan left invalid is planned at its minimum from now on (it
 	// holds nothing to keep): say why at that size, as the next run will.
-	atMin := false
-	for j, rs := range el.refs {
-		if rs == nil || out[j].Plan.Placed() {
-			continue
-		}
-		for k, r := range rs {
-			if sizes[j][k] != r.min {
-				if !atMin {
-					sizes = take(sizes, nil)
+	// The run at the new sizes may leave another plan invalid that was
+	// placed before, still at its larger size; the next run would word it
+	// at its minimum, a new revision on a quiet cluster. So it is set to
+	// its minimum too and the run repeated until no invalid plan is left
+	// above its minimum: each round sets at least one group down, so it
+	// ends within as many rounds as there are groups.
+	for {
+		atMin := false
+		for j, rs := range el.refs {
+			if rs == nil || out[j].Plan.Placed() {
+				continue
+			}
+			for k, r := range rs {
+				if sizes[j][k] != r.min {
+					if !atMin {
+						sizes = take(sizes, nil)
+					}
+					sizes[j][k], atMin = r.min, true
 				}
-				sizes[j][k], atMin = r.min, true
 			}
 		}
-	}
-	if atMin {
+		if !atMin {
+			break
+		}
 		out = el.run(sizes)
 		el.asFirst(out, first)
 	}
