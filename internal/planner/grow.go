@@ -100,12 +100,14 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 					hi = mid
 				}
 			}
+			grewAny := best != st
 			st = best
-			var still []grower
+			var still, open []grower
 			for _, g := range level {
 				if st.sizes[g.j][g.k] >= el.refs[g.j][g.k].max {
 					continue
 				}
+				open = append(open, g)
 				if per := el.wholeGPUs([]grower{g}); per > 0 && float64(el.freeFor(st, opt)) < per {
 					continue
 				}
@@ -115,6 +117,15 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 				}
 			}
 			level = still
+			if grewAny || len(still) > 0 {
+				// A group that found no room this round may find it once
+				// another has grown (under device-colocate, env workers
+				// grown are GPUs an eval worker can go beside): it is
+				// tried again next round, else the next run, on a quiet
+				// cluster, would grow it. Every round that keeps a group
+				// grew something, so this ends within the rounds' bound.
+				level = open
+			}
 		}
 	}
 	grew, settled := false, true
