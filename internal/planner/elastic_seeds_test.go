@@ -3,6 +3,7 @@ package planner
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/poolplanner/poolplanner/plan"
@@ -272,6 +273,54 @@ func TestElasticSeeds(t *testing.T) {
 				}
 				if st := out[0].Plan.Status; st.Reason != plan.ReasonShrunk || !slices.Equal(st.By, []string{"j2"}) {
 					t.Fatalf("j0 %+v, want shrunk for j2", st)
+				}
+			},
+		},
+		{
+			// j2's new spec (priority 0 -> 1, 9 GPUs) preempts j1 (train 4,
+			// eval 3..4) and leaves j0 (eval 2, env 2..5 of a quarter GPU)
+			// short. The search left j1 invalid at eval 4 and j0 placed at
+			// env 5; set to its minimum, j1 was placed and j0, still at env
+			// 5, was left invalid in that run, worded "required 4.0"; the
+			// next, quiet run worded it at its minimum ("required 3.0").
+			// Now every plan the run at the minimum leaves invalid is set
+			// to its minimum too, until none is left: j0 (older) placed at
+			// env 2, j1 invalid at its minimum. j0 grows back on the next
+			// run into what j1 cannot use.
+			name: "every plan left invalid worded at its minimum", seed: "41546275",
+			gpus: []int{8, 8}, regrows: true,
+			steps: []seedStep{
+				{name: "j0", age: 1, spec: prio(quietSpec(0, 2, 0, 1, 2, 5, 0.25, 0, EnvStrategyDefault), 0)},
+				{name: "j2", age: 2, spec: prio(quietSpec(0, 2, 0, 1, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+				{name: "j1", age: 3, spec: prio(quietSpec(4, 3, 4, 1, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+				{name: "j2", spec: prio(quietSpec(5, 4, 0, 1, 0, 0, 0, 0, EnvStrategyDeviceColocate), 1)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if p := out[0].Plan; !p.Valid() || countOf(p, plan.Env) != 2 {
+					t.Fatalf("j0 %s with env %d (%s), want placed at env 2", p.PlanState(), countOf(p, plan.Env), p.Error)
+				}
+				if p := out[1].Plan; p.PlanState() != plan.StateInvalid || !strings.Contains(p.Error, "required 7.0") {
+					t.Fatalf("j1 %s %q, want invalid at its minimum (7 GPUs)", p.PlanState(), p.Error)
+				}
+			},
+		},
+		{
+			// j0 leaves; j1 (eval 1..2 of 2 GPUs, env 2..4 under
+			// device-colocate, max_gpus 5) grows. In the round eval was
+			// tried first, found no room and was dropped for the rest of
+			// the run; env then grew 3 -> 4, onto a GPU eval 1 could go
+			// beside, and the next, quiet run grew eval 1 -> 2. Now a
+			// group that found no room is tried again while others grow.
+			name: "a group grows into what another's growth made", seed: "4300459083202475551",
+			gpus: []int{4, 4},
+			steps: []seedStep{
+				{name: "j0", age: 1, spec: prio(quietSpec(2, 1, 2, 1, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+				{name: "j1", age: 2, spec: prio(quietSpec(1, 1, 2, 2, 2, 4, 1, 5, EnvStrategyDeviceColocate), 0)},
+				{name: "j0"},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if p := out[0].Plan; countOf(p, plan.Eval) != 2 || countOf(p, plan.Env) != 4 || p.Status.Reason != plan.ReasonGrew {
+					t.Fatalf("j1 %s %+v, want grown to eval 2, env 4", placementOf(p), p.Status)
 				}
 			},
 		},
