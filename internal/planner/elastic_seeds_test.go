@@ -345,8 +345,16 @@ func TestElasticSeeds(t *testing.T) {
 					if tc.regrows && out[i].Plan.Status.Reason == plan.ReasonShrunk && o.Plan.Status.Reason == plan.ReasonGrew && keptWorkers(out[i].Plan, o.Plan) {
 						continue
 					}
-					if tc.regrows && !out[i].Plan.Placed() && !o.Plan.Placed() {
-						continue // its words count the room the grow back took
+					if tc.regrows && !out[i].Plan.Placed() {
+						// Its words count the room the grow back took, as
+						// TestElasticProperties allows; its state, reason,
+						// the plans it names and its preempted_by stay.
+						words := *o.Plan
+						words.Error, words.Status.Cause = out[i].Plan.Error, out[i].Plan.Status.Cause
+						if !SamePlacement(out[i].Plan, &words) || !slices.Equal(out[i].Plan.PreemptedBy, o.Plan.PreemptedBy) {
+							t.Fatalf("quiet: %s: %s %+v preempted by %v, was %s %+v preempted by %v", jobs[i].Name, o.Plan.PlanState(), o.Plan.Status, o.Plan.PreemptedBy, out[i].Plan.PlanState(), out[i].Plan.Status, out[i].Plan.PreemptedBy)
+						}
+						continue
 					}
 					if !SamePlacement(out[i].Plan, o.Plan) || o.Plan.Error != out[i].Plan.Error {
 						t.Fatalf("quiet: %s: %s %+v %q, was %s %+v %q", jobs[i].Name, placementOf(o.Plan), o.Plan.Status, o.Plan.Error, placementOf(out[i].Plan), out[i].Plan.Status, out[i].Plan.Error)
