@@ -397,21 +397,30 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 	out := kept.out
 	// A plan left invalid is planned at its minimum from now on (it
 	// holds nothing to keep): say why at that size, as the next run will.
-	atMin := false
-	for j, rs := range el.refs {
-		if rs == nil || out[j].Plan.Placed() {
-			continue
-		}
-		for k, r := range rs {
-			if sizes[j][k] != r.min {
-				if !atMin {
-					sizes = take(sizes, nil)
+	// The run at the new sizes may leave another plan invalid that was
+	// placed before, still at its larger size; the next run would word it
+	// at its minimum, a new revision on a quiet cluster. So it is set to
+	// its minimum too and the run repeated until no invalid plan is left
+	// above its minimum: each round sets at least one group down, so it
+	// ends within as many rounds as there are groups.
+	for {
+		atMin := false
+		for j, rs := range el.refs {
+			if rs == nil || out[j].Plan.Placed() {
+				continue
+			}
+			for k, r := range rs {
+				if sizes[j][k] != r.min {
+					if !atMin {
+						sizes = take(sizes, nil)
+					}
+					sizes[j][k], atMin = r.min, true
 				}
-				sizes[j][k], atMin = r.min, true
 			}
 		}
-	}
-	if atMin {
+		if !atMin {
+			break
+		}
 		out = el.run(sizes)
 		el.asFirst(out, first)
 	}
@@ -589,13 +598,17 @@ func clampTo(refs []elasticRef, counts []int) []int {
 	return out
 }
 
-// placedTakers is, per job, its plan in out where it holds nothing
-// going in and out places it (nil: none such).
+// placedTakers is, per job, its plan in out where out places it anew:
+// it holds nothing going in, or its placement follows another spec (not
+// merely other sizes) and out places the new one (nil: none such).
 func (el *elastic) placedTakers(out []Outcome) []*Plan {
 	var from []*Plan
 	for j := range out {
 		job := &el.jobs[j]
-		if job.Spec == nil || job.Prev != nil && job.Prev.Placed() || !out[j].Plan.Placed() {
+		switch p := out[j].Plan; {
+		case job.Spec == nil || !p.Placed():
+			continue
+		case job.Prev != nil && job.Prev.Placed() && (!el.respecced(j) || !p.Valid() || p.PendingSpec != nil):
 			continue
 		}
 		if from == nil {
@@ -604,6 +617,45 @@ func (el *elastic) placedTakers(out []Outcome) []*Plan {
 		from[j] = out[j].Plan
 	}
 	return from
+}
+
+// respecced reports whether job j's previous placement follows a spec
+// other than its own beyond its elastic groups' sizes (a spec change),
+// so that its run places it anew, as a fresh plan is, not from its
+// placement cut to new sizes. A placement whose spec is not known
+// (placeSpec) is held as it is: not anew.
+func (el *elastic) respecced(j int) bool {
+	job := &el.jobs[j]
+	ps := job.placeSpec()
+	if ps == nil {
+		return false
+	}
+	refs := el.refs[j]
+	if refs == nil {
+		return !specEqual(ps, job.Spec)
+	}
+	held := heldCounts(job.Prev, refs)
+	if !sameShape(elasticRefs(ps), refs) || slices.Contains(held, -1) {
+		return true
+	}
+	return !specEqual(unranged(ps, held), unranged(job.Spec, held))
+}
+
+// unranged is spec sized to counts with its elastic groups' ranges
+// left out: a range changed alone is not a spec change here, as cutTo
+// plans it from the previous placement cut to size.
+func unranged(s *Spec, counts []int) *Spec {
+	out := *sized(s, counts)
+	if out.Scheduling.Eval.Elastic() {
+		g := *out.Scheduling.Eval
+		g.Min, g.Max = 0, 0
+		out.Scheduling.Eval = &g
+	}
+	out.Scheduling.Env = slices.Clone(out.Scheduling.Env)
+	for i := range out.Scheduling.Env {
+		out.Scheduling.Env[i].Min, out.Scheduling.Env[i].Max = 0, 0
+	}
+	return &out
 }
 
 // improves reports whether out (a search from the plans of from) does

@@ -158,7 +158,7 @@ func TestElasticProperties(t *testing.T) {
 				if regrew && !out[j].Plan.Placed() {
 					words := *o.Plan
 					words.Error, words.Status.Cause = out[j].Plan.Error, out[j].Plan.Status.Cause
-					if SamePlacement(out[j].Plan, &words) {
+					if SamePlacement(out[j].Plan, &words) && slices.Equal(out[j].Plan.PreemptedBy, o.Plan.PreemptedBy) {
 						continue
 					}
 				}

@@ -3,6 +3,7 @@ package planner
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/poolplanner/poolplanner/plan"
@@ -218,6 +219,111 @@ func TestElasticSeeds(t *testing.T) {
 				}
 			},
 		},
+		{
+			// j0 (priority 1: eval 4, env 1 of a quarter GPU on n0:4) takes
+			// n0 from j1 (4 GPUs); j0's new spec (priority 0, train 1, eval
+			// 1..2 of 2 GPUs, env 2) is placed anew, env 0 kept on n0:4. At
+			// eval 1 the new env 1 opened GPU 3, the first that fit, not
+			// n0:4 beside env 0: the yardstick (every group at its
+			// minimum) left j1 3 GPUs, no better than eval 2 did, so j0
+			// grew; the next, quiet run, from j0 as placed, found j1 room
+			// at eval 1 and shrank j0. Now a share goes beside its own on
+			// a GPU its component partly holds before it opens one.
+			name: "a share added beside its own", seed: "1719667119782",
+			gpus: []int{8},
+			steps: []seedStep{
+				{name: "j1", age: 1, spec: prio(quietSpec(1, 1, 0, 1, 3, 3, 1, 0, EnvStrategyDeviceColocate), 0)},
+				{name: "j0", age: 2, spec: prio(quietSpec(0, 4, 0, 1, 1, 1, 0.25, 0, EnvStrategyDefault), 1)},
+				{name: "j0", spec: prio(quietSpec(1, 1, 2, 2, 2, 2, 0.25, 0, EnvStrategyDefault), 0)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				p := out[0].Plan
+				if !out[1].Plan.Valid() || countOf(p, plan.Eval) != 1 {
+					t.Fatalf("j1 %s, j0 eval %d: want j1 placed beside j0 at eval 1", out[1].Plan.PlanState(), countOf(p, plan.Eval))
+				}
+				if e0, e1 := p.Workers.Find(plan.Env, 0), p.Workers.Find(plan.Env, 1); e0 == nil || e1 == nil || !slices.Equal(e0.GPUs, e1.GPUs) {
+					t.Fatalf("j0 %s: want env 1 on env 0's GPU", placementOf(p))
+				}
+				if st := p.Status; st.Reason != plan.ReasonShrunk || !slices.Contains(st.By, "j1") {
+					t.Fatalf("j0 %+v, want shrunk for j1", st)
+				}
+			},
+		},
+		{
+			// j1's new spec (priority 0 -> 1, 12 GPUs) is placed anew and
+			// preempts j2 (9 GPUs); j0 (eval 4..15) holds 12 eval. The
+			// yardstick (every group at its minimum) placed j1 anew there
+			// too, across the GPUs j0 gave up, leaving j2 one GPU, no
+			// better than as it was, so j0 kept its surplus; the next,
+			// quiet run, j1 where it went, shrank j0 for j2. Now the
+			// second search from where this run placed its new plans
+			// starts a plan placed for a new spec from there as well.
+			name: "a new spec placed where it went", seed: "273102796316576",
+			gpus: []int{8, 8, 8, 4},
+			steps: []seedStep{
+				{name: "j0", age: 1, spec: prio(quietSpec(3, 4, 15, 1, 2, 4, 1, 0, EnvStrategyDefault), 0)},
+				{name: "j2", age: 2, spec: prio(quietSpec(2, 2, 0, 1, 2, 2, 1, 0, EnvStrategyDefault), 0)},
+				{name: "j1", age: 3, spec: prio(quietSpec(0, 1, 0, 1, 2, 2, 1, 0, EnvStrategyDeviceColocate), 0)},
+				{name: "j2", spec: prio(quietSpec(6, 3, 0, 1, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+				{name: "j1", spec: prio(quietSpec(2, 4, 0, 2, 2, 2, 1, 0, EnvStrategyDeviceColocate), 1)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if !out[1].Plan.Valid() || !out[2].Plan.Valid() {
+					t.Fatalf("j1 %s, j2 %s (%s): want both placed", out[1].Plan.PlanState(), out[2].Plan.PlanState(), out[2].Plan.Error)
+				}
+				if st := out[0].Plan.Status; st.Reason != plan.ReasonShrunk || !slices.Equal(st.By, []string{"j2"}) {
+					t.Fatalf("j0 %+v, want shrunk for j2", st)
+				}
+			},
+		},
+		{
+			// j2's new spec (priority 0 -> 1, 9 GPUs) preempts j1 (train 4,
+			// eval 3..4) and leaves j0 (eval 2, env 2..5 of a quarter GPU)
+			// short. The search left j1 invalid at eval 4 and j0 placed at
+			// env 5; set to its minimum, j1 was placed and j0, still at env
+			// 5, was left invalid in that run, worded "required 4.0"; the
+			// next, quiet run worded it at its minimum ("required 3.0").
+			// Now every plan the run at the minimum leaves invalid is set
+			// to its minimum too, until none is left: j0 (older) placed at
+			// env 2, j1 invalid at its minimum. j0 grows back on the next
+			// run into what j1 cannot use.
+			name: "every plan left invalid worded at its minimum", seed: "41546275",
+			gpus: []int{8, 8}, regrows: true,
+			steps: []seedStep{
+				{name: "j0", age: 1, spec: prio(quietSpec(0, 2, 0, 1, 2, 5, 0.25, 0, EnvStrategyDefault), 0)},
+				{name: "j2", age: 2, spec: prio(quietSpec(0, 2, 0, 1, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+				{name: "j1", age: 3, spec: prio(quietSpec(4, 3, 4, 1, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+				{name: "j2", spec: prio(quietSpec(5, 4, 0, 1, 0, 0, 0, 0, EnvStrategyDeviceColocate), 1)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if p := out[0].Plan; !p.Valid() || countOf(p, plan.Env) != 2 {
+					t.Fatalf("j0 %s with env %d (%s), want placed at env 2", p.PlanState(), countOf(p, plan.Env), p.Error)
+				}
+				if p := out[1].Plan; p.PlanState() != plan.StateInvalid || !strings.Contains(p.Error, "required 7.0") {
+					t.Fatalf("j1 %s %q, want invalid at its minimum (7 GPUs)", p.PlanState(), p.Error)
+				}
+			},
+		},
+		{
+			// j0 leaves; j1 (eval 1..2 of 2 GPUs, env 2..4 under
+			// device-colocate, max_gpus 5) grows. In the round eval was
+			// tried first, found no room and was dropped for the rest of
+			// the run; env then grew 3 -> 4, onto a GPU eval 1 could go
+			// beside, and the next, quiet run grew eval 1 -> 2. Now a
+			// group that found no room is tried again while others grow.
+			name: "a group grows into what another's growth made", seed: "4300459083202475551",
+			gpus: []int{4, 4},
+			steps: []seedStep{
+				{name: "j0", age: 1, spec: prio(quietSpec(2, 1, 2, 1, 0, 0, 0, 0, EnvStrategyDefault), 0)},
+				{name: "j1", age: 2, spec: prio(quietSpec(1, 1, 2, 2, 2, 4, 1, 5, EnvStrategyDeviceColocate), 0)},
+				{name: "j0"},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if p := out[0].Plan; countOf(p, plan.Eval) != 2 || countOf(p, plan.Env) != 4 || p.Status.Reason != plan.ReasonGrew {
+					t.Fatalf("j1 %s %+v, want grown to eval 2, env 4", placementOf(p), p.Status)
+				}
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newSeedWorld(tc.gpus...)
@@ -239,8 +345,16 @@ func TestElasticSeeds(t *testing.T) {
 					if tc.regrows && out[i].Plan.Status.Reason == plan.ReasonShrunk && o.Plan.Status.Reason == plan.ReasonGrew && keptWorkers(out[i].Plan, o.Plan) {
 						continue
 					}
-					if tc.regrows && !out[i].Plan.Placed() && !o.Plan.Placed() {
-						continue // its words count the room the grow back took
+					if tc.regrows && !out[i].Plan.Placed() {
+						// Its words count the room the grow back took, as
+						// TestElasticProperties allows; its state, reason,
+						// the plans it names and its preempted_by stay.
+						words := *o.Plan
+						words.Error, words.Status.Cause = out[i].Plan.Error, out[i].Plan.Status.Cause
+						if !SamePlacement(out[i].Plan, &words) || !slices.Equal(out[i].Plan.PreemptedBy, o.Plan.PreemptedBy) {
+							t.Fatalf("quiet: %s: %s %+v preempted by %v, was %s %+v preempted by %v", jobs[i].Name, o.Plan.PlanState(), o.Plan.Status, o.Plan.PreemptedBy, out[i].Plan.PlanState(), out[i].Plan.Status, out[i].Plan.PreemptedBy)
+						}
+						continue
 					}
 					if !SamePlacement(out[i].Plan, o.Plan) || o.Plan.Error != out[i].Plan.Error {
 						t.Fatalf("quiet: %s: %s %+v %q, was %s %+v %q", jobs[i].Name, placementOf(o.Plan), o.Plan.Status, o.Plan.Error, placementOf(out[i].Plan), out[i].Plan.Status, out[i].Plan.Error)

@@ -141,7 +141,21 @@ func (e *engine) feasible(p *probe) (held []int, cpus float64, r refusal) {
 		if p.pos == len(p.gpus) {
 			return nil, cpus, refusal{link: chainShare, reason: ReasonNoFreeGPUs, gpu: -1}
 		}
-		return p.gpus[p.pos : p.pos+1 : p.pos+1], cpus, refusal{}
+		at := p.pos
+		if frac < 1 && ns.share[g.c][p.gpus[at]] <= eps {
+			// A share goes beside its component's own on a GPU it partly
+			// holds before it opens one: a plan filled in order holds no
+			// such GPU past the first that fits, but one replanned keeps
+			// its workers where they were, and a worker it adds would
+			// otherwise open a GPU that a plan made afresh leaves free.
+			for i := at + 1; i < len(p.gpus); i++ {
+				if x := p.gpus[i]; ns.share[g.c][x] > eps && e.fits(ns, g.c, x, frac) {
+					at = i
+					break
+				}
+			}
+		}
+		return p.gpus[at : at+1 : at+1], cpus, refusal{}
 	}
 	held, why, compromise := e.pickLinked(ns, g.c, g.i, p.gpus, &p.pos, count)
 	switch {

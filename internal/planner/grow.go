@@ -73,6 +73,7 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 			n++
 		}
 		level := all[:n]
+		whole := level
 		all = all[n:]
 		for round := 0; len(level) > 0 && round < 2*n+2; round++ {
 			room := 0
@@ -100,8 +101,9 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 					hi = mid
 				}
 			}
+			grewAny := best != st
 			st = best
-			var still []grower
+			in := map[grower]bool{}
 			for _, g := range level {
 				if st.sizes[g.j][g.k] >= el.refs[g.j][g.k].max {
 					continue
@@ -110,11 +112,31 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 					continue
 				}
 				if next, ok := el.growBy(st, []grower{g}, 1, settle); ok {
-					st = next
-					still = append(still, g)
+					st, in[g], grewAny = next, true, true
 				}
 			}
-			level = still
+			if grewAny {
+				// A group that found no room may find it once another has
+				// grown (under device-colocate, an env worker grown is a
+				// GPU an eval worker can go beside): it is tried again
+				// after every round in which something grew, else the
+				// next run, on a quiet cluster, would grow it. It joins
+				// the level's common growth only once it grows, so that
+				// a full group does not hold the others to one worker a
+				// round.
+				for _, g := range whole {
+					if in[g] || st.sizes[g.j][g.k] >= el.refs[g.j][g.k].max {
+						continue
+					}
+					if per := el.wholeGPUs([]grower{g}); per > 0 && float64(el.freeFor(st, opt)) < per {
+						continue
+					}
+					if next, ok := el.growBy(st, []grower{g}, 1, settle); ok {
+						st, in[g] = next, true
+					}
+				}
+			}
+			level = slices.DeleteFunc(slices.Clone(whole), func(g grower) bool { return !in[g] })
 		}
 	}
 	grew, settled := false, true

@@ -302,8 +302,15 @@ func (a *allocator) remainder(blockers []blocker, own holding) []Node {
 				if g < 0 || g >= n.GPUs {
 					return
 				}
-				if n.HeldBy == nil {
-					n.HeldBy = make([]string, n.GPUs)
+				in := a.nodes[h.at].HeldBy
+				if n.HeldBy == nil || len(in) > 0 && &n.HeldBy[0] == &in[0] && (g >= len(in) || in[g] == "") {
+					// A list of this remainder's own: the caller's (a
+					// cluster shared with plans outside this run) is
+					// copied on the first write, so that PlanAll never
+					// writes its input, and only where it writes.
+					l := make([]string, max(n.GPUs, len(in)))
+					copy(l, in)
+					n.HeldBy = l
 				}
 				if n.HeldBy[g] == "" {
 					n.HeldBy[g] = b.name
