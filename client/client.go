@@ -87,7 +87,7 @@ type objectRule struct {
 // when the message says it is stored as one, as far as rule allows.
 func (c *Client) decodeBody(ctx context.Context, data []byte, h nats.Header, v any, rule objectRule) error {
 	if h.Get(wire.ObjectHeader) == "" {
-		if err := wire.Decode(data, h, v); err != nil {
+		if err := wire.DecodeWith(data, h, func(b []byte) error { return unmarshal(b, v) }); err != nil {
 			return fmt.Errorf("%w: %w", ErrUnreadable, err)
 		}
 		return nil
@@ -101,6 +101,15 @@ func (c *Client) decodeBody(ctx context.Context, data []byte, h nats.Header, v a
 	}
 	// The message exists, so its object missing makes it unreadable.
 	return unreadable(c.getObject(ctx, ref.Bucket, ref.Object, rule.limit, v))
+}
+
+// unmarshal is json.Unmarshal, but that an assignment, which a planner
+// reads one per node, is read without reflection (decodeAssignment).
+func unmarshal(data []byte, v any) error {
+	if a, ok := v.(*Assignment); ok {
+		return decodeAssignment(data, a)
+	}
+	return json.Unmarshal(data, v)
 }
 
 // getObject reads an object of gzipped JSON, expanding to at most limit
@@ -130,7 +139,7 @@ func (c *Client) getObject(ctx context.Context, bucket, name string, limit int64
 	if data, err = wire.Gunzip(data, limit); err != nil {
 		return fmt.Errorf("object %s/%s: %w: %w", bucket, name, ErrUnreadable, err)
 	}
-	if err := json.Unmarshal(data, v); err != nil {
+	if err := unmarshal(data, v); err != nil {
 		return fmt.Errorf("object %s/%s: %w: %w", bucket, name, ErrUnreadable, err)
 	}
 	return nil

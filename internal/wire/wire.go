@@ -143,6 +143,12 @@ func Gzip(data []byte) ([]byte, error) {
 // Decode reads a body Encode wrote into v, expanding a gzipped one to at
 // most MaxDecoded bytes.
 func Decode(data []byte, h nats.Header, v any) error {
+	return DecodeWith(data, h, func(b []byte) error { return json.Unmarshal(b, v) })
+}
+
+// DecodeWith is Decode with unmarshal reading the JSON: a reader of many
+// bodies of one type decodes them without reflection.
+func DecodeWith(data []byte, h nats.Header, unmarshal func([]byte) error) error {
 	switch enc := h.Get(EncodingHeader); enc {
 	case "":
 	case EncodingGzip:
@@ -153,7 +159,7 @@ func Decode(data []byte, h nats.Header, v any) error {
 	default:
 		return fmt.Errorf("body encoded as %q; this client reads plain or gzip", enc)
 	}
-	return json.Unmarshal(data, v)
+	return unmarshal(data)
 }
 
 // Gunzip expands data, refusing more than limit bytes.
