@@ -43,7 +43,9 @@ func NewInventoryStore(js jetstream.JetStream) *InventoryStore {
 // Ensure creates the bucket if it is missing, or brings its settings to
 // InventoryStreamConfig.
 func (s *InventoryStore) Ensure(ctx context.Context) (jetstream.KeyValue, error) {
-	if _, err := s.js.CreateOrUpdateStream(ctx, bus.InventoryStreamConfig(s.Replicas)); err != nil {
+	cfg := bus.InventoryStreamConfig(s.Replicas)
+	if _, err := bus.CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.Stream, error) { return s.js.CreateStream(ctx, cfg) },
+		func(ctx context.Context) (jetstream.Stream, error) { return s.js.UpdateStream(ctx, cfg) }); err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: %w", client.InventoryBucket, bus.ReplicasErr(err, s.Replicas))
 	}
 	kv, err := s.js.KeyValue(ctx, client.InventoryBucket)
@@ -86,6 +88,20 @@ func bindKV(ctx context.Context, js jetstream.JetStream, bucket string, noCreate
 		return nil, missing
 	}
 	return ensure(ctx)
+}
+
+// ensureKV makes bucket cfg, or brings it to cfg's settings, the way
+// bus.CreateOrUpdate does a stream: an update only where the bucket
+// differs.
+func ensureKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	return bus.CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateKeyValue(ctx, cfg) },
+		func(ctx context.Context) (jetstream.KeyValue, error) { return js.UpdateKeyValue(ctx, cfg) })
+}
+
+// ensureObjectStore is ensureKV for an object store.
+func ensureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	return bus.CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.ObjectStore, error) { return js.CreateObjectStore(ctx, cfg) },
+		func(ctx context.Context) (jetstream.ObjectStore, error) { return js.UpdateObjectStore(ctx, cfg) })
 }
 
 // Put stores doc (a NodeInventory as JSON) under nodeID with a TTL. A
