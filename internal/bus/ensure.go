@@ -66,11 +66,21 @@ func retryLost[T any](ctx context.Context, first, within time.Duration, call fun
 // stream a third had just made left its replicas to elect a leader by
 // timeout (seconds), answering no one meanwhile. A create of a stream
 // that exists with the same settings changes nothing and is answered at
-// once.
+// once; but a server alone (not clustered) checks its storage for it as
+// if the stream's bytes were not reserved yet, so a create refused for
+// storage is tried as an update, and only a stream that is not there
+// takes the create's refusal.
 func CreateOrUpdate[T any](ctx context.Context, create, update func(context.Context) (T, error)) (T, error) {
 	v, err := RetryLost(ctx, create)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
 		return RetryLost(ctx, update)
+	case IsInsufficient(err):
+		uv, uerr := RetryLost(ctx, update)
+		if errors.Is(uerr, jetstream.ErrStreamNotFound) || errors.Is(uerr, jetstream.ErrBucketNotFound) {
+			return v, err
+		}
+		return uv, uerr
 	}
 	return v, err
 }

@@ -91,10 +91,13 @@ func TestRetryLost(t *testing.T) {
 }
 
 // TestCreateOrUpdate: create first; update only where a stream of that
-// name exists with other settings; any other refusal is the answer.
+// name exists with other settings, or where a create is refused for
+// storage (whose refusal stands where there is nothing to update); any
+// other refusal is the answer.
 func TestCreateOrUpdate(t *testing.T) {
 	inUse := fmt.Errorf("bucket exists: %w", jetstream.ErrStreamNameAlreadyInUse)
 	refused := errors.New("refused")
+	noRoom := &jetstream.APIError{Code: 500, ErrorCode: 10047, Description: "insufficient storage resources available"}
 	for _, c := range []struct {
 		name           string
 		create, update error
@@ -105,6 +108,11 @@ func TestCreateOrUpdate(t *testing.T) {
 		{"there with other settings", inUse, nil, "cu", nil},
 		{"there with other settings, update refused", inUse, refused, "cu", refused},
 		{"create refused", refused, nil, "c", refused},
+		// A server alone checks a create of a stream it has as if new.
+		{"no room for it again", noRoom, nil, "cu", nil},
+		{"no room for it again, update refused", noRoom, refused, "cu", refused},
+		{"no room, not there", noRoom, jetstream.ErrStreamNotFound, "cu", noRoom},
+		{"no room, no bucket", noRoom, fmt.Errorf("%w: b", jetstream.ErrBucketNotFound), "cu", noRoom},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var calls string
