@@ -48,7 +48,18 @@ func (s *InventoryStore) Ensure(ctx context.Context) (jetstream.KeyValue, error)
 		func(ctx context.Context) (jetstream.Stream, error) { return s.js.UpdateStream(ctx, cfg) }); err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: %w", client.InventoryBucket, bus.ReplicasErr(err, s.Replicas))
 	}
+	// Made or found, the stream can still be "not found" for a moment to
+	// the server answering its info, in a loaded cluster (one that has
+	// not applied the create its peers answered): asked again, briefly.
 	kv, err := s.js.KeyValue(ctx, client.InventoryBucket)
+	for wait := 20 * time.Millisecond; errors.Is(err, jetstream.ErrBucketNotFound) && wait < time.Second; wait *= 2 {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("ensure bucket %s: %w", client.InventoryBucket, ctx.Err())
+		case <-time.After(wait):
+		}
+		kv, err = s.js.KeyValue(ctx, client.InventoryBucket)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: %w", client.InventoryBucket, err)
 	}
