@@ -336,6 +336,14 @@ func TestRevisionsContinueAfterWipe(t *testing.T) {
 	gone := first.Workers.At(0).NodeID
 	r.crashReporter(gone)
 	r.waitPlan(20*time.Second, "revision 2", func(p *planner.Plan) bool { return p.Revision >= 2 && !onNode(p, gone) })
+	// The planner marks a revision once its publish is acknowledged,
+	// which can be after the stream shows it to the test: stopped in
+	// between, its mark is 1, and after the wipe it rightly republishes
+	// 2.
+	natstest.WaitFor(t, 10*time.Second, "revision 2 marked in the state file", func() bool {
+		k := newMarks(state)
+		return k.load() == nil && k.get("default") >= 2
+	})
 	r.stop()
 	if err := <-r.done; err != nil {
 		t.Fatal(err)
@@ -406,6 +414,11 @@ func TestWipeResumesPlacement(t *testing.T) {
 	gone := first.Workers.At(0).NodeID
 	r.crashReporter(gone)
 	last := r.waitPlan(20*time.Second, "revision 2", func(p *planner.Plan) bool { return p.Revision >= 2 && !onNode(p, gone) })
+	// Kept once its publish is acknowledged (see TestRevisionsContinueAfterWipe).
+	natstest.WaitFor(t, 10*time.Second, "revision 2 kept", func() bool {
+		sp, _, err := newMarks(state).kept("default", last.Revision)
+		return err == nil && sp != nil
+	})
 	r.reporter(gone) // back: a node joining moves nobody
 	natstest.WaitFor(t, 10*time.Second, gone+" back in the planner's view", func() bool { return len(r.p.view().nodes) == 4 })
 	spec, err := planner.ParseSpec([]byte(testSpec))

@@ -73,11 +73,18 @@ func TestWipeLostPlacementSaid(t *testing.T) {
 	cfg := Config{Spec: []byte(testSpec), Debounce: 50 * time.Millisecond, Settle: 2 * time.Second, LeaseTTL: time.Second, StateFile: state}
 	r := newRide(t, 4, cfg)
 	last := r.waitPlan(20*time.Second, "revision 1", revisionAtLeast(1))
+	// The planner keeps a revision once its publish is acknowledged,
+	// which can be after the stream shows it to the test: stopped in
+	// between, it kept nothing, and there is nothing to lose.
+	kept := newMarks(state).placementPath("default")
+	natstest.WaitFor(t, 10*time.Second, "revision 1's placement kept", func() bool {
+		_, err := os.Stat(kept)
+		return err == nil
+	})
 	r.stop()
 	if err := <-r.done; err != nil {
 		t.Fatal(err)
 	}
-	kept := newMarks(state).placementPath("default")
 	if _, err := os.Stat(kept); err != nil {
 		t.Fatalf("no placement kept to lose: %v", err)
 	}

@@ -100,3 +100,43 @@ func TestReplicasTooMany(t *testing.T) {
 		t.Fatalf("three replicas on one server: %v", err)
 	}
 }
+
+// TestConcurrentEnsure: three planners making the streams and buckets
+// at once, each on its own server of a new cluster, all succeed on
+// their first call. They used to wait out their deadline and fail: a
+// create-or-update updated first, an update of a stream another planner
+// had just made dropped its preferred leader, and the cluster answered
+// no one until its replicas elected a leader by timeout; a request whose
+// answer is lost is now asked again (bus.CreateOrUpdate, bus.RetryLost).
+func TestConcurrentEnsure(t *testing.T) {
+	c := testcluster.Start(t, 3, nil)
+	errs := make(chan error, 3)
+	for i := range 3 {
+		nc, err := bus.Connect(c.URL(i), "test", zerolog.Nop(), bus.Security{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		go func() {
+			// Long enough for any loaded machine: a lost answer waited on
+			// would still fail it.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			plans, specs, inv, drains, owners := store.NewPlanStore(js), store.NewSpecStore(js), store.NewInventoryStore(js), store.NewDrainStore(js), store.NewOwnerStore(js)
+			plans.Replicas, specs.Replicas, inv.Replicas, drains.Replicas, owners.Replicas = 3, 3, 3, 3, 3
+			err := plans.Ensure(ctx)
+			for _, ensure := range []func(context.Context) (jetstream.KeyValue, error){specs.Ensure, inv.Ensure, drains.Ensure, owners.Ensure} {
+				if err == nil {
+					_, err = ensure(ctx)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for i := range 3 {
+		if err := <-errs; err != nil {
+			t.Errorf("planner %d of 3 making the streams and buckets: %v", i+1, err)
+		}
+	}
+}

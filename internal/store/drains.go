@@ -163,7 +163,7 @@ func (s *DrainStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 // Ensure creates the drain bucket, or brings its settings to
 // DrainBucketConfig.
 func (s *DrainStore) Ensure(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := s.js.CreateOrUpdateKeyValue(ctx, bus.DrainBucketConfig(s.Replicas))
+	kv, err := ensureKV(ctx, s.js, bus.DrainBucketConfig(s.Replicas))
 	if err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: %w", client.DrainBucket, bus.ReplicasErr(err, s.Replicas))
 	}

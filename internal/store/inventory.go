@@ -43,10 +43,23 @@ func NewInventoryStore(js jetstream.JetStream) *InventoryStore {
 // Ensure creates the bucket if it is missing, or brings its settings to
 // InventoryStreamConfig.
 func (s *InventoryStore) Ensure(ctx context.Context) (jetstream.KeyValue, error) {
-	if _, err := s.js.CreateOrUpdateStream(ctx, bus.InventoryStreamConfig(s.Replicas)); err != nil {
+	cfg := bus.InventoryStreamConfig(s.Replicas)
+	if _, err := bus.CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.Stream, error) { return s.js.CreateStream(ctx, cfg) },
+		func(ctx context.Context) (jetstream.Stream, error) { return s.js.UpdateStream(ctx, cfg) }); err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: %w", client.InventoryBucket, bus.ReplicasErr(err, s.Replicas))
 	}
+	// Made or found, the stream can still be "not found" for a moment to
+	// the server answering its info, in a loaded cluster (one that has
+	// not applied the create its peers answered): asked again, briefly.
 	kv, err := s.js.KeyValue(ctx, client.InventoryBucket)
+	for wait := 20 * time.Millisecond; errors.Is(err, jetstream.ErrBucketNotFound) && wait < time.Second; wait *= 2 {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("ensure bucket %s: %w", client.InventoryBucket, ctx.Err())
+		case <-time.After(wait):
+		}
+		kv, err = s.js.KeyValue(ctx, client.InventoryBucket)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: %w", client.InventoryBucket, err)
 	}
@@ -86,6 +99,20 @@ func bindKV(ctx context.Context, js jetstream.JetStream, bucket string, noCreate
 		return nil, missing
 	}
 	return ensure(ctx)
+}
+
+// ensureKV makes bucket cfg, or brings it to cfg's settings, the way
+// bus.CreateOrUpdate does a stream: an update only where the bucket
+// differs.
+func ensureKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	return bus.CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateKeyValue(ctx, cfg) },
+		func(ctx context.Context) (jetstream.KeyValue, error) { return js.UpdateKeyValue(ctx, cfg) })
+}
+
+// ensureObjectStore is ensureKV for an object store.
+func ensureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	return bus.CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.ObjectStore, error) { return js.CreateObjectStore(ctx, cfg) },
+		func(ctx context.Context) (jetstream.ObjectStore, error) { return js.UpdateObjectStore(ctx, cfg) })
 }
 
 // Put stores doc (a NodeInventory as JSON) under nodeID with a TTL. A

@@ -57,7 +57,7 @@ func NewOwnerStore(js jetstream.JetStream) *OwnerStore { return &OwnerStore{js: 
 
 // Ensure creates the bucket if it is missing.
 func (s *OwnerStore) Ensure(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := ensureKV(ctx, s.js, jetstream.KeyValueConfig{
 		Bucket:      bus.OwnersBucket,
 		Description: "poolplanner GPU UUID owners, key = node id",
 		History:     1,

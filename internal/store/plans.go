@@ -110,18 +110,19 @@ func (s *PlanStore) Client() *client.Client { return s.client }
 func (s *PlanStore) Ensure(ctx context.Context) error {
 	r := max(s.Replicas, 1)
 	for _, cfg := range []jetstream.StreamConfig{bus.PlansStreamConfig(r), bus.AssignmentsStreamConfig(r)} {
-		if _, err := s.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		if _, err := bus.CreateOrUpdate(ctx, func(ctx context.Context) (jetstream.Stream, error) { return s.js.CreateStream(ctx, cfg) },
+			func(ctx context.Context) (jetstream.Stream, error) { return s.js.UpdateStream(ctx, cfg) }); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, bus.ReplicasErr(err, r))
 		}
 	}
 	snapshots := jetstream.ObjectStoreConfig{Bucket: client.PlansBucket, Description: "poolplanner: plan snapshots, oversized assignments", Storage: jetstream.FileStorage, Replicas: r}
-	if _, err := s.js.CreateOrUpdateObjectStore(ctx, snapshots); err != nil {
+	if _, err := ensureObjectStore(ctx, s.js, snapshots); err != nil {
 		return fmt.Errorf("ensure object store %s: %w", snapshots.Bucket, bus.ReplicasErr(err, r))
 	}
 	replies := jetstream.ObjectStoreConfig{Bucket: client.RepliesBucket, Description: "poolplanner: replies too large for a message", Storage: jetstream.FileStorage, TTL: bus.RepliesTTL, Replicas: r}
 	for size := int64(bus.RepliesMaxBytes); ; size /= 2 {
 		replies.MaxBytes = size
-		_, err := s.js.CreateOrUpdateObjectStore(ctx, replies)
+		_, err := ensureObjectStore(ctx, s.js, replies)
 		if err == nil {
 			s.RepliesBytes = size
 			return nil
@@ -477,7 +478,7 @@ func (s *SpecStore) KV(ctx context.Context) (jetstream.KeyValue, error) {
 // Ensure creates the spec bucket, or brings its settings (replicas) to
 // SpecBucketConfig.
 func (s *SpecStore) Ensure(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := s.js.CreateOrUpdateKeyValue(ctx, bus.SpecBucketConfig(s.Replicas))
+	kv, err := ensureKV(ctx, s.js, bus.SpecBucketConfig(s.Replicas))
 	if err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: %w", client.SpecBucket, bus.ReplicasErr(err, s.Replicas))
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 )
 
@@ -44,6 +45,17 @@ func TestEnsureFitsStorage(t *testing.T) {
 			}
 			if err != nil || store.RepliesBytes != c.want {
 				t.Fatalf("Ensure: %v, replies bucket %d bytes, want %d", err, store.RepliesBytes, c.want)
+			}
+			// Ensured again (a restart), the bucket keeps its size: the
+			// server checks a create of it, even one changing nothing, as
+			// if its bytes were not reserved yet.
+			again := NewPlanStore(js)
+			if err := again.Ensure(ctx); err != nil || again.RepliesBytes != c.want {
+				t.Fatalf("Ensure again: %v, replies bucket %d bytes, want %d", err, again.RepliesBytes, c.want)
+			}
+			st, err := js.Stream(ctx, "OBJ_"+client.RepliesBucket)
+			if err != nil || st.CachedInfo().Config.MaxBytes != c.want {
+				t.Fatalf("replies bucket after Ensure again: %v, %d bytes, want %d", err, st.CachedInfo().Config.MaxBytes, c.want)
 			}
 		})
 	}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package service
+
+// raceEnabled: built with -race.
+const raceEnabled = false
