@@ -150,6 +150,21 @@ func StorageErr(err error, replicas int, bytes int64) error {
 		ErrStorage, asked, max(replicas, 1), err)
 }
 
+// MayBeForming says whether a refusal for want of servers (ErrReplicas)
+// may be a cluster still forming: the server answers 10005 naming no
+// cause both when the cluster has fewer servers than asked and when the
+// servers that will make up the number have not joined it yet (a server
+// that has joined and left is named: "peer offline", waited out). Only
+// time tells the two apart.
+func MayBeForming(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.Is(err, ErrReplicas) || !errors.As(err, &apiErr) || apiErr.ErrorCode != 10005 {
+		return false
+	}
+	_, causes, _ := strings.Cut(apiErr.Description, "no suitable peers for placement")
+	return strings.TrimSpace(causes) == ""
+}
+
 // ErrReplicas is a stream or bucket refused for want of servers: a
 // setting to change, not an outage to wait out.
 var ErrReplicas = errors.New("not enough servers")

@@ -34,6 +34,8 @@ type Planner struct {
 	// grows and shrinks.
 	elastic *prometheus.GaugeVec
 	resized *prometheus.CounterVec
+	// startRetries counts failed starts retried, by cause.
+	startRetries *prometheus.CounterVec
 }
 
 // NewPlanner makes the planner's metrics, registered on reg.
@@ -55,6 +57,8 @@ func NewPlanner(reg prometheus.Registerer) *Planner {
 		elastic:   f("plan_elastic_workers", "Workers an elastic group (worker_num {min, max}) of the plan's latest revision holds, by component (eval, env or env[i]).", "plan", "component"),
 		resized: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_plan_elastic_resizes_total",
 			Help: "Revisions that resized an elastic group, by component and direction (grow or shrink)."}, []string{"plan", "component", "direction"}),
+		startRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_start_retries_total",
+			Help: "Starts (making the streams and buckets, reading the latest plan) that failed and are retried, by cause: unavailable (JetStream away, or a request refused or unanswered), forming (fewer JetStream servers than --replicas so far: retried for a minute after start, as a cluster may still be forming)."}, []string{"cause"}),
 		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolplanner_plan_workers_moved_total",
 			Help: "Workers moved by the plan's revisions, summed."}, []string{"plan"}),
 		replan: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "poolplanner_replan_duration_seconds",
@@ -79,7 +83,7 @@ func NewPlanner(reg prometheus.Registerer) *Planner {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "poolplanner_request_duration_seconds",
 			Help: "Time to answer a request, by endpoint.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"endpoint"}),
 	}
-	reg.MustRegister(m.moved, m.resized, m.replan, m.changeToPublish, m.nodes, m.unhealthy, m.conflicts,
+	reg.MustRegister(m.startRetries, m.moved, m.resized, m.replan, m.changeToPublish, m.nodes, m.unhealthy, m.conflicts,
 		m.rejected, m.resyncs, m.claims, m.watchFailures, m.requests, m.latency)
 	return m
 }
@@ -198,6 +202,14 @@ func (m *Planner) Watched(watch string, failed bool) {
 func (m *Planner) Rejected(reason string) {
 	if m != nil {
 		m.rejected.WithLabelValues(reason).Inc()
+	}
+}
+
+// StartRetried records a failed start that will be tried again, and its
+// cause (unavailable, forming).
+func (m *Planner) StartRetried(cause string) {
+	if m != nil {
+		m.startRetries.WithLabelValues(cause).Inc()
 	}
 }
 

@@ -59,6 +59,7 @@ func TestInventoryFaults(t *testing.T) {
 	var none *Planner
 	none.Rejected("invalid")
 	none.Resynced("reconnect")
+	none.StartRetried("forming")
 	none.Claimed(1, 1)
 	none.Inventory(1, 1, 1)
 
@@ -68,6 +69,9 @@ func TestInventoryFaults(t *testing.T) {
 	m.Rejected("invalid")
 	m.Rejected("key_mismatch")
 	m.Resynced("reconnect")
+	m.StartRetried("forming")
+	m.StartRetried("forming")
+	m.StartRetried("unavailable")
 	m.Claimed(2, 0)
 	m.Claimed(1, 3)
 	m.Claimed(0, 0)
@@ -93,6 +97,8 @@ func TestInventoryFaults(t *testing.T) {
 		{"poolplanner_inventory_rejected_total{reason=invalid}", 2},
 		{"poolplanner_inventory_rejected_total{reason=key_mismatch}", 1},
 		{"poolplanner_inventory_resyncs_total{why=reconnect}", 1},
+		{"poolplanner_start_retries_total{cause=forming}", 2},
+		{"poolplanner_start_retries_total{cause=unavailable}", 1},
 		{"poolplanner_gpu_uuid_claims_total{outcome=refused}", 3},
 		{"poolplanner_gpu_uuid_claims_total{outcome=handover}", 3},
 		{"poolplanner_gpu_uuid_conflicts", 2},

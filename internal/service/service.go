@@ -429,17 +429,32 @@ func (p *Service) startRetrying(ctx context.Context) (*store.StoredPlan, bool, e
 		if err == nil {
 			return latest, true, nil
 		}
-		if errors.Is(err, bus.ErrReplicas) || errors.Is(err, bus.ErrStorage) || errors.Is(err, errSpecLost) {
+		elapsed := p.clock.Now().Sub(begin)
+		// Fewer servers than --replicas is a setting to change, unless the
+		// rest have not joined yet: the server says both alike, so the
+		// first minute tells them apart.
+		forming := bus.MayBeForming(err) && elapsed < bus.StartGrace
+		if !forming && (errors.Is(err, bus.ErrReplicas) || errors.Is(err, bus.ErrStorage) || errors.Is(err, errSpecLost)) {
+			if bus.MayBeForming(err) {
+				err = fmt.Errorf("%w (still after %s: no more servers joined)", err, elapsed.Round(time.Second))
+			}
 			return nil, false, err
 		}
 		if ctx.Err() != nil {
 			return nil, false, nil
 		}
 		wait := bus.Backoff(attempt)
-		// A cluster forming answers nothing for a while: expected at
-		// first (bus.StartGrace), a warning past it.
-		p.cfg.Log.WithLevel(bus.StartLevel(p.clock.Now().Sub(begin))).Err(err).Str("retry_in", dur(wait)).
-			Msg("cannot start (JetStream away, or the stream refuses); retrying")
+		if forming {
+			p.cfg.Metrics.StartRetried("forming")
+			p.cfg.Log.Info().Err(err).Str("retry_in", dur(wait)).Str("gives_up_in", dur(bus.StartGrace-elapsed)).
+				Msg("fewer JetStream servers than --replicas so far: the cluster may still be forming; retrying")
+		} else {
+			p.cfg.Metrics.StartRetried("unavailable")
+			// A cluster forming answers nothing for a while: expected at
+			// first (bus.StartGrace), a warning past it.
+			p.cfg.Log.WithLevel(bus.StartLevel(elapsed)).Err(err).Str("retry_in", dur(wait)).
+				Msg("cannot start (JetStream away, or the stream refuses); retrying")
+		}
 		c, stop := p.after(wait)
 		select {
 		case <-ctx.Done():

@@ -46,10 +46,23 @@ func Start(t testing.TB, n int, a *auth.Authority) *Cluster {
 // bounded to maxStore bytes, as a modest server's max_file_store does.
 func StartLimited(t testing.TB, n int, a *auth.Authority, maxStore int64) *Cluster {
 	t.Helper()
+	return start(t, n, n, a, maxStore)
+}
+
+// StartForming is a cluster of n servers of which only the first up
+// have started (the others start with StartServer): a cluster still
+// forming, whose missing servers its members have never seen.
+func StartForming(t testing.TB, n, up int, a *auth.Authority) *Cluster {
+	t.Helper()
+	return start(t, n, up, a, 0)
+}
+
+func start(t testing.TB, n, up int, a *auth.Authority, maxStore int64) *Cluster {
+	t.Helper()
 	c := &Cluster{t: t, dir: t.TempDir(), auth: a, servers: make([]*server.Server, n), maxStore: maxStore}
 	addrs := freeAddrs(t, 2*n)
 	c.clients, c.clusters = addrs[:n], addrs[n:]
-	for i := range n {
+	for i := range up {
 		c.StartServer(i)
 	}
 	t.Cleanup(func() {
