@@ -33,6 +33,16 @@ func TestAdoptPathsAgree(t *testing.T) {
 			if !SamePlacement(fast, slow) {
 				t.Fatalf("step %d: placements differ:\nfrom the run's state: %s\nfrom the document:    %s", step, snapshot(fast), snapshot(slow))
 			}
+			// Every field of every worker, not only where it is: the
+			// slow path's store starts over the document's workers
+			// (storeOver), and a slot it leaves unset must not keep one.
+			if errFast == nil {
+				fj, _ := fast.Workers.MarshalJSON()
+				sj, _ := slow.Workers.MarshalJSON()
+				if string(fj) != string(sj) {
+					t.Fatalf("step %d: workers differ:\nfrom the run's state: %s\nfrom the document:    %s", step, fj, sj)
+				}
+			}
 			if !fast.Placed() {
 				return
 			}

@@ -229,7 +229,11 @@ func (e *engine) run(nodes []Node) error {
 	if !e.fast && !e.opt.PoolsOnly {
 		// Only once the arithmetic passed: a plan of 160,000 workers that
 		// cannot fit (a preempted plan's fresh try) allocates none.
-		e.store = newStore(e.slots)
+		if e.prev != nil {
+			e.store = storeOver(e.prev.Workers, e.slots)
+		} else {
+			e.store = newStore(e.slots)
+		}
 	}
 	if e.rules.manual {
 		if err := e.loadPools(); err != nil {
@@ -254,6 +258,9 @@ func (e *engine) run(nodes []Node) error {
 	e.attempted = true
 	if !e.keepOnly {
 		e.place(rankOrder(e.table, src))
+	}
+	if e.store != nil {
+		e.store.clearUnset()
 	}
 	if err := e.shortfall(); err != nil {
 		return &shortfallError{err}
