@@ -16,8 +16,14 @@ import (
 // else to encoding/json, so that every error, and every value an odd
 // document gives, is encoding/json's.
 func Decode(data []byte, inv *NodeInventory) error {
+	return DecodeShared(data, inv, nil)
+}
+
+// DecodeShared is Decode, with the strings documents repeat from node to
+// node taken from shared (nil: none shared). Values are the same.
+func DecodeShared(data []byte, inv *NodeInventory, shared *Strings) error {
 	var fresh NodeInventory
-	d := decoder{jsonscan.Scanner{Data: data}}
+	d := decoder{Scanner: jsonscan.Scanner{Data: data}, shared: shared}
 	if d.node(&fresh) && d.End() {
 		*inv = fresh
 		return nil
@@ -31,7 +37,20 @@ func Decode(data []byte, inv *NodeInventory) error {
 // decoder is Decode's fast path: each method reads one value at its
 // position and says whether it could (false: leave the document to
 // encoding/json).
-type decoder struct{ jsonscan.Scanner }
+type decoder struct {
+	jsonscan.Scanner
+	shared *Strings
+}
+
+// common reads a string that documents repeat from node to node, the
+// shared copy where there is one.
+func (d *decoder) common(out *string) bool {
+	s, ok := d.Raw()
+	if ok {
+		*out = d.shared.of(s)
+	}
+	return ok
+}
 
 func (d *decoder) uint32(out *uint32) bool {
 	var n uint64
@@ -63,18 +82,18 @@ func (d *decoder) node(n *NodeInventory) bool {
 			n.Labels = map[string]string{}
 			return d.Object(0, func(k []byte) bool {
 				var v string
-				ok := d.Str(&v)
-				n.Labels[string(k)] = v
+				ok := d.common(&v)
+				n.Labels[d.shared.of(k)] = v
 				return ok
 			})
 		case "driver_version":
-			return d.Str(&n.DriverVersion)
+			return d.common(&n.DriverVersion)
 		case "reported_at":
 			return d.time(&n.ReportedAt)
 		case "cuda_driver_version":
-			return d.Str(&n.CUDADriverVersion)
+			return d.common(&n.CUDADriverVersion)
 		case "reporter":
-			return d.Str(&n.Reporter)
+			return d.common(&n.Reporter)
 		case "reporter_pid":
 			return d.Int(&n.ReporterPID)
 		}
@@ -101,15 +120,15 @@ func (d *decoder) gpu(g *GPU) bool {
 		case "uuid":
 			return d.Str(&g.UUID)
 		case "name":
-			return d.Str(&g.Name)
+			return d.common(&g.Name)
 		case "memory_bytes":
 			return d.Uint(&g.MemoryBytes, 64)
 		case "pci_bus_id":
-			return d.Str(&g.PCIBusID)
+			return d.common(&g.PCIBusID)
 		case "healthy":
 			return d.Bool(&g.Healthy)
 		case "unhealthy_reason":
-			return d.Str(&g.UnhealthyReason)
+			return d.common(&g.UnhealthyReason)
 		case "numa_node":
 			g.NUMANode = new(int)
 			return d.Int(g.NUMANode)
@@ -128,7 +147,7 @@ func (d *decoder) gpu(g *GPU) bool {
 			return d.Object(2, func(k []byte) bool {
 				switch string(k) {
 				case "cluster_uuid":
-					return d.Str(&g.Fabric.ClusterUUID)
+					return d.common(&g.Fabric.ClusterUUID)
 				case "clique_id":
 					return d.uint32(&g.Fabric.CliqueID)
 				}

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"pgregory.net/rapid"
 )
@@ -79,17 +81,28 @@ func nodeGen() *rapid.Generator[NodeInventory] {
 	})
 }
 
-// sameAsJSON fails t unless Decode reads data as json.Unmarshal does:
-// the same value and the same error, in words.
-func sameAsJSON(t *rapid.T, data []byte) {
-	var want, got NodeInventory
+// sameAsJSON fails t unless Decode, and DecodeShared with shared, read
+// data as json.Unmarshal does: the same value and the same error, in
+// words.
+func sameAsJSON(t *rapid.T, data []byte, shared *Strings) {
+	var want NodeInventory
 	wantErr := json.Unmarshal(data, &want)
-	gotErr := Decode(data, &got)
-	if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
-		t.Fatalf("document %q: error %v, encoding/json's %v", data, gotErr, wantErr)
-	}
-	if wantErr == nil && !reflect.DeepEqual(got, want) {
-		t.Fatalf("document %q:\n got %#v\nwant %#v", data, got, want)
+	for _, tab := range []*Strings{nil, shared} {
+		var got NodeInventory
+		gotErr := DecodeShared(data, &got, tab)
+		if tab == nil {
+			var plain NodeInventory
+			plainErr := Decode(data, &plain)
+			if fmt.Sprint(plainErr) != fmt.Sprint(gotErr) || !reflect.DeepEqual(plain, got) {
+				t.Fatalf("document %q: Decode %#v (%v), DecodeShared without a table %#v (%v)", data, plain, plainErr, got, gotErr)
+			}
+		}
+		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("document %q (shared %v): error %v, encoding/json's %v", data, tab != nil, gotErr, wantErr)
+		}
+		if wantErr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("document %q (shared %v):\n got %#v\nwant %#v", data, tab != nil, got, want)
+		}
 	}
 }
 
@@ -98,6 +111,7 @@ func sameAsJSON(t *rapid.T, data []byte) {
 // with a field written twice, unknown or spelled in other case, or cut
 // and altered anywhere.
 func TestDecodeIsEncodingJSON(t *testing.T) {
+	shared := NewStrings() // across documents, as a store's
 	rapid.Check(t, func(t *rapid.T) {
 		n := nodeGen().Draw(t, "node")
 		data, err := json.Marshal(n)
@@ -131,7 +145,7 @@ func TestDecodeIsEncodingJSON(t *testing.T) {
 				data = append(data[:at:at], append([]byte{c}, data[at:]...)...)
 			}
 		}
-		sameAsJSON(t, data)
+		sameAsJSON(t, data, shared)
 	})
 }
 
@@ -146,8 +160,55 @@ func TestDecodeFixed(t *testing.T) {
 		` { "node_id" : "n1" , "cpus" : 64 } `, `{"node_id":"n1",}`, `{"node_id":"n1" "ip":"x"}`,
 	} {
 		t.Run(doc, func(t *testing.T) {
-			rapid.Check(t, func(t *rapid.T) { sameAsJSON(t, []byte(doc)) })
+			rapid.Check(t, func(t *rapid.T) { sameAsJSON(t, []byte(doc), NewStrings()) })
 		})
+	}
+}
+
+// TestDecodeShares: documents decoded with one table share one copy of
+// each string they repeat (a GPU's model, its bus id), never the ones
+// each node has of its own (node id, GPU UUID); the table stops taking
+// values at its bound and never takes long ones, and values stay right
+// past it.
+func TestDecodeShares(t *testing.T) {
+	doc := func(node, model, bus string) []byte {
+		return []byte(`{"node_id":"` + node + `","gpus":[{"index":0,"uuid":"GPU-` + node + `","name":"` + model + `","pci_bus_id":"` + bus + `"}]}`)
+	}
+	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+	shared := NewStrings()
+	var a, b NodeInventory
+	if err := DecodeShared(doc("n1", "NVIDIA H100 80GB HBM3", "00000000:18:00.0"), &a, shared); err != nil {
+		t.Fatal(err)
+	}
+	if err := DecodeShared(doc("n2", "NVIDIA H100 80GB HBM3", "00000000:18:00.0"), &b, shared); err != nil {
+		t.Fatal(err)
+	}
+	ga, gb := a.GPUs[0], b.GPUs[0]
+	if !same(ga.Name, gb.Name) || !same(ga.PCIBusID, gb.PCIBusID) {
+		t.Errorf("model and bus id not shared between nodes")
+	}
+	if same(ga.UUID, gb.UUID) || ga.UUID == gb.UUID {
+		t.Errorf("UUIDs %q and %q", ga.UUID, gb.UUID)
+	}
+	var c NodeInventory
+	if err := Decode(doc("n3", "NVIDIA H100 80GB HBM3", "x"), &c); err != nil || same(c.GPUs[0].Name, ga.Name) {
+		t.Errorf("Decode without a table shared a string (err %v)", err)
+	}
+	for i := range maxShared + 10 {
+		var n NodeInventory
+		model := fmt.Sprint("model-", i)
+		if err := DecodeShared(doc("n", model, "b"), &n, shared); err != nil || n.GPUs[0].Name != model {
+			t.Fatalf("model %d: %q (%v)", i, n.GPUs[0].Name, err)
+		}
+	}
+	if len(shared.m) != maxShared {
+		t.Errorf("table holds %d values, want its bound %d", len(shared.m), maxShared)
+	}
+	long := strings.Repeat("x", maxSharedLen+1)
+	fresh := NewStrings()
+	var l NodeInventory
+	if err := DecodeShared(doc("n", long, "b"), &l, fresh); err != nil || l.GPUs[0].Name != long || len(fresh.m) != 1 {
+		t.Errorf("a long value: %q kept, table %d (%v)", l.GPUs[0].Name, len(fresh.m), err)
 	}
 }
 

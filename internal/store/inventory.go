@@ -33,11 +33,13 @@ type InventoryStore struct {
 	js       jetstream.JetStream
 	// kv is the bucket once it is known to exist.
 	kv atomic.Pointer[jetstream.KeyValue]
+	// shared holds the strings the documents it decodes repeat.
+	shared *inventory.Strings
 }
 
 // NewInventoryStore returns a store over js.
 func NewInventoryStore(js jetstream.JetStream) *InventoryStore {
-	return &InventoryStore{js: js}
+	return &InventoryStore{js: js, shared: inventory.NewStrings()}
 }
 
 // Ensure creates the bucket if it is missing, or brings its settings to
@@ -293,7 +295,7 @@ func (s *InventoryStore) Get(ctx context.Context, nodeID string) (inventory.Node
 		return inventory.NodeInventory{}, 0, fmt.Errorf("get inventory %s: %w", nodeID, err)
 	}
 	var inv inventory.NodeInventory
-	if err := inventory.Decode(e.Value(), &inv); err != nil {
+	if err := inventory.DecodeShared(e.Value(), &inv, s.shared); err != nil {
 		return inventory.NodeInventory{}, 0, fmt.Errorf("get inventory %s: revision %d: %w", nodeID, e.Revision(), err)
 	}
 	return inv, e.Revision(), nil
@@ -339,7 +341,7 @@ func (s *InventoryStore) listBatched(ctx context.Context, ids []string) ([]inven
 			continue
 		}
 		var inv inventory.NodeInventory
-		if err := inventory.Decode(v.Data, &inv); err != nil {
+		if err := inventory.DecodeShared(v.Data, &inv, s.shared); err != nil {
 			return nil, fmt.Errorf("list inventory: %s: get inventory %s: revision %d: %w", id, id, v.Seq, err)
 		}
 		out = append(out, inv)

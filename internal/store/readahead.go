@@ -83,6 +83,6 @@ func fetch(ctx context.Context, s *InventoryStore, msg jetstream.Msg) fetched {
 		return fetched{err: err}
 	}
 	var f fetched
-	f.decodeErr = inventory.Decode(e.Value(), &f.inv)
+	f.decodeErr = inventory.DecodeShared(e.Value(), &f.inv, s.shared)
 	return f
 }
