@@ -3,7 +3,6 @@ package plan
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"iter"
 	"reflect"
 	"sort"
@@ -127,7 +126,7 @@ func (ws *Workers) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	if tok != json.Delim('[') {
-		return &json.UnmarshalTypeError{Value: fmt.Sprint(tok), Type: reflect.TypeFor[[]Worker](), Offset: dec.InputOffset()}
+		return &json.UnmarshalTypeError{Value: jsonKind(tok), Type: reflect.TypeFor[[]Worker](), Offset: dec.InputOffset()}
 	}
 	var out Workers
 	var cur []Worker
@@ -165,6 +164,23 @@ func (ws *Workers) UnmarshalJSON(b []byte) error {
 	}
 	*ws = out
 	return nil
+}
+
+// jsonKind names a JSON value by its kind, as encoding/json's type
+// errors do ("string", "number", "object"), never by the value itself,
+// which may be long or not the reader's to see.
+func jsonKind(tok json.Token) string {
+	switch tok.(type) {
+	case string:
+		return "string"
+	case float64, json.Number:
+		return "number"
+	case bool:
+		return "bool"
+	case json.Delim:
+		return "object" // '[' is the list itself; '}' and ']' are syntax errors before this
+	}
+	return "value"
 }
 
 // Chunks is the workers' chunks, for a planner that builds the next plan

@@ -84,3 +84,32 @@ func chunkLens(ws Workers) []int {
 	}
 	return out
 }
+
+// TestWorkersTypeErrorNamesKind: a document whose workers are not a list
+// is refused in encoding/json's words for a slice of workers, naming the
+// kind of value found and the field, never echoing the value.
+func TestWorkersTypeErrorNamesKind(t *testing.T) {
+	for _, c := range []struct{ value, kind string }{
+		{`"secret-token"`, "string"}, {`12345`, "number"}, {`true`, "bool"}, {`{"a":"secret-token"}`, "object"},
+	} {
+		t.Run(c.kind, func(t *testing.T) {
+			doc := []byte(`{"workers":` + c.value + `}`)
+			var got struct {
+				Workers Workers `json:"workers"`
+			}
+			var want struct {
+				Workers []Worker `json:"workers"`
+			}
+			gotErr, wantErr := json.Unmarshal(doc, &got), json.Unmarshal(doc, &want)
+			if gotErr == nil || wantErr == nil {
+				t.Fatalf("accepted: %v, slice %v", gotErr, wantErr)
+			}
+			if strings.Contains(gotErr.Error(), "secret") || strings.Contains(gotErr.Error(), "12345") {
+				t.Errorf("error echoes the value: %v", gotErr)
+			}
+			if !strings.Contains(gotErr.Error(), "cannot unmarshal "+c.kind+" into") || !strings.Contains(gotErr.Error(), "workers") {
+				t.Errorf("error %q, want it to name %s and the field (encoding/json: %q)", gotErr, c.kind, wantErr)
+			}
+		})
+	}
+}
