@@ -191,17 +191,38 @@ type proc struct {
 	cmd     *exec.Cmd
 	url     string
 	metrics string
+	// exited is closed once the process has exited and been waited for
+	// (err its exit), by the one goroutine that waits for it.
+	exited chan struct{}
+	err    error
+}
+
+// startProc starts cmd, killed and waited for when the benchmark ends
+// however it ends (a failed benchmark leaves no child running).
+func startProc(b *testing.B, cmd *exec.Cmd) *proc {
+	b.Helper()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	p := &proc{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	b.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.exited
+	})
+	return p
 }
 
 func (p *proc) stop(b *testing.B) {
 	b.Helper()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
 	select {
-	case err := <-done:
-		if err != nil {
-			b.Fatalf("%s: %v", p.cmd.Args, err)
+	case <-p.exited:
+		if p.err != nil {
+			b.Fatalf("%s: %v", p.cmd.Args, p.err)
 		}
 	case <-time.After(time.Minute):
 		_ = p.cmd.Process.Kill()
@@ -219,10 +240,8 @@ func startNATSProc(b *testing.B, dir string) *proc {
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), execNATSEnv+"="+listen+" "+dir)
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	p := &proc{cmd: cmd, url: "nats://" + listen}
+	p := startProc(b, cmd)
+	p.url = "nats://" + listen
 	natstest.WaitFor(b, time.Minute, "the NATS server process up", func() bool {
 		nc, err := nats.Connect(p.url)
 		if err != nil {
@@ -248,11 +267,9 @@ func startPlannerProc(b *testing.B, url, spec string) *proc {
 		cmd.Env = append(cmd.Env, "GODEBUG="+d)
 	}
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return &proc{cmd: cmd, metrics: "http://" + maddr + "/metrics"}
+	p := startProc(b, cmd)
+	p.metrics = "http://" + maddr + "/metrics"
+	return p
 }
 
 // waitPublished waits until the planner's replan that published a
