@@ -490,15 +490,18 @@ func (p *loopState) catchUpAll(ctx context.Context) error {
 // last (a direct get may be answered by a replica that lags; a standby's
 // follow may be behind), waiting a moment for one not readable yet.
 func (p *loopState) catchUp(ctx context.Context, s *planState) error {
-	last, err := p.plans.LastSeq(ctx, client.PlanEventSubject(s.name))
+	lastEv, err := p.plans.LastEvent(ctx, client.PlanEventSubject(s.name))
+	last := lastEv.Seq
 	if err != nil || last == 0 {
 		return err
 	}
-	if s.latest != nil && !s.latest.Unreadable && s.latest.Seq == last {
+	if s.latest != nil && !s.latest.Unreadable && s.latest.Seq == last && s.latest.Plan != nil && s.latest.Plan.Revision == lastEv.Revision {
 		// Read already (at start, before the lease was taken): adopting
 		// it again would change nothing, and reading it again costs a
 		// whole plan's decode (some 240 MB allocated at 20,000 nodes)
-		// while the planner holds everything else.
+		// while the planner holds everything else. The revision too, not
+		// the sequence alone: a plan stream made again since whose last
+		// event landed on the same sequence holds another revision.
 		return nil
 	}
 	for attempt := 0; ; attempt++ {

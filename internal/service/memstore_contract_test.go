@@ -174,6 +174,12 @@ func planFencing(t *testing.T, b backend) {
 	if last, err := ps.LastSeq(ctx, client.PlanEventSubject("p")); err != nil || last != s2 {
 		t.Errorf("LastSeq = %d, %v; want %d", last, err, s2)
 	}
+	if last, err := ps.LastEvent(ctx, client.PlanEventSubject("p")); err != nil || last != (store.LastMessage{Seq: s2, Revision: 2}) {
+		t.Errorf("LastEvent = %+v, %v; want sequence %d, revision 2", last, err, s2)
+	}
+	if last, err := ps.LastEvent(ctx, client.PlanEventSubject("nothing-here")); err != nil || last != (store.LastMessage{}) {
+		t.Errorf("LastEvent of a plan never published = %+v, %v; want none", last, err)
+	}
 	// Changes: revisions 3 and 4 rebuilt from base 2 through the chain.
 	pool := plan.PoolOrder{Name: "train", Add: []string{"n1"}}
 	change := func(rev int, reason string, pools ...plan.PoolOrder) *plan.Event {

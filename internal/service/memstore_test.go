@@ -534,6 +534,20 @@ func (s *memPlans) LastSeq(ctx context.Context, subject string) (uint64, error) 
 	return 0, ctx.Err()
 }
 
+func (s *memPlans) LastEvent(ctx context.Context, subject string) (store.LastMessage, error) {
+	s.js.mu.Lock()
+	defer s.js.mu.Unlock()
+	l := s.js.last(subject)
+	if l == nil {
+		return store.LastMessage{}, ctx.Err()
+	}
+	out := store.LastMessage{Seq: l.seq}
+	if l.ev != nil {
+		out.Revision = l.ev.Revision // the header the real stream's event carries
+	}
+	return out, ctx.Err()
+}
+
 func (s *memPlans) ReadLease(ctx context.Context, name string) (*bus.Lease, error) {
 	s.js.mu.Lock()
 	defer s.js.mu.Unlock()

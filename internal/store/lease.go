@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -81,29 +82,63 @@ func (s *PlanStore) ReleaseLease(ctx context.Context, name string, seq uint64) e
 // replica that lags; a planner that just took the lease asks the leader
 // what the last revision is, so that it continues from it.
 func (s *PlanStore) LastSeq(ctx context.Context, subject string) (uint64, error) {
+	last, err := s.LastEvent(ctx, subject)
+	return last.Seq, err
+}
+
+// LastMessage is where a subject's last message sits in the plan stream
+// and the revision its header names (0: none), which tells a message
+// apart from one at the same sequence of a stream made again since.
+type LastMessage struct {
+	Seq      uint64
+	Revision int
+}
+
+// LastEvent is LastSeq with the revision the message's header names.
+func (s *PlanStore) LastEvent(ctx context.Context, subject string) (LastMessage, error) {
 	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
 	msg, err := s.js.Conn().RequestWithContext(ctx, s.apiPrefix()+"STREAM.MSG.GET."+client.PlansStream, req)
 	if err != nil {
-		return 0, fmt.Errorf("last message of %s: %w", subject, err)
+		return LastMessage{}, fmt.Errorf("last message of %s: %w", subject, err)
 	}
 	var resp struct {
 		Message *struct {
 			Seq uint64 `json:"seq"`
+			// Header is the message's headers as NATS writes them
+			// (NATS/1.0, then lines), base64 in the reply.
+			Header []byte `json:"hdrs"`
 		} `json:"message"`
 		Error *jetstream.APIError `json:"error"`
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return 0, fmt.Errorf("last message of %s: %w", subject, err)
+		return LastMessage{}, fmt.Errorf("last message of %s: %w", subject, err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return 0, nil
+		return LastMessage{}, nil
 	case resp.Error != nil:
-		return 0, fmt.Errorf("last message of %s: %w", subject, resp.Error)
+		return LastMessage{}, fmt.Errorf("last message of %s: %w", subject, resp.Error)
 	case resp.Message == nil:
-		return 0, fmt.Errorf("last message of %s: empty reply", subject)
+		return LastMessage{}, fmt.Errorf("last message of %s: empty reply", subject)
 	}
-	return resp.Message.Seq, nil
+	return LastMessage{Seq: resp.Message.Seq, Revision: headerRevision(resp.Message.Header)}, nil
+}
+
+// headerRevision is the revision header of a message's encoded headers
+// (0 when it has none, or they do not parse).
+func headerRevision(hdr []byte) int {
+	if len(hdr) == 0 {
+		return 0
+	}
+	h, err := nats.DecodeHeadersMsg(hdr)
+	if err != nil {
+		return 0
+	}
+	rev, err := strconv.Atoi(h.Get(client.RevisionHeader))
+	if err != nil {
+		return 0
+	}
+	return rev
 }
 
 func (s *PlanStore) apiPrefix() string {
