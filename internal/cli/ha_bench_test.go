@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
@@ -46,6 +47,9 @@ func TestMain(m *testing.M) {
 		code := Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 		stop()
 		if path := os.Getenv(execHeapProfileEnv); path != "" {
+			// A profile counts what was allocated up to the last
+			// collection: one now counts the run to its end.
+			runtime.GC()
 			writeHeapProfile(fmt.Sprintf("%s.%d.end", path, os.Getpid()))
 		}
 		os.Exit(code)

@@ -56,6 +56,21 @@ func BenchmarkElastic(b *testing.B) {
 			}
 		}
 	})
+	// taker: the shrink's new plan of k train workers placed on a free
+	// cluster alone, the part of a shrink's cost that is not the resize.
+	for _, k := range []int{8, 800} {
+		b.Run(fmt.Sprintf("nodes=%d/taker=%d", n, k), func(b *testing.B) {
+			nodes, _ := benchCluster(n)
+			spec := &Spec{Priority: 10, Scheduling: Scheduling{Train: &WorkerGroup{WorkerNum: k, NumCPUs: 1, NumGPUs: 1}},
+				Placement: Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if o := PlanAll([]Job{{Name: "b", Age: 2, Spec: spec}}, nodes)[0]; o.Err != nil {
+					b.Fatal(o.Err)
+				}
+			}
+		})
+	}
 	for _, k := range []int{8, 800} {
 		b.Run(fmt.Sprintf("nodes=%d/grow=%d", n, k), func(b *testing.B) {
 			nodes, a := elasticBench(b, n, k)

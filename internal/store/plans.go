@@ -93,6 +93,12 @@ type PlanStore struct {
 	// first listed).
 	objMu sync.Mutex
 	objs  map[string]bool
+	// bodies are assignment body buffers (*[]byte) a PublishAssignments
+	// call left answered, for the next call: a first revision sends
+	// 20,000 in batches, and buffers that went round only within a call
+	// made a window's worth afresh each batch (67 MB at 20,000 nodes,
+	// while the first revision's heap is at its largest).
+	bodies sync.Pool
 }
 
 // NewPlanStore returns a store over js; Ensure creates the streams and
@@ -293,6 +299,13 @@ func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignme
 	// a first revision's heap is at its largest.
 	bodies := make([][]byte, len(as))
 	var free [][]byte
+	defer func() {
+		// What is answered goes to the next call; a body still awaiting
+		// its ack (an error ended the call) is not reused.
+		for _, b := range free {
+			s.bodies.Put(&b)
+		}
+	}()
 	wait := func(i int) error {
 		defer func() {
 			if bodies[i] != nil {
@@ -325,6 +338,8 @@ func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignme
 		var buf []byte
 		if n := len(free); n > 0 {
 			buf, free = free[n-1], free[:n-1]
+		} else if b, ok := s.bodies.Get().(*[]byte); ok {
+			buf = (*b)[:0]
 		}
 		msg, object, raw, err := s.assignmentMsg(ctx, &as[i], buf)
 		if err != nil {
