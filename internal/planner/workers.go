@@ -98,6 +98,11 @@ func (s *workerStore) resize(n int) {
 	if n == s.n {
 		return
 	}
+	if s.written != nil {
+		// Slots added are empty already: the tracking covers those storeOver
+		// shared, which a resize never adds.
+		s.written = append(s.written, make([]uint64, max(0, (n+63)/64-len(s.written)))...)
+	}
 	want := (n + chunkLen - 1) >> chunkShift
 	if want < len(s.chunks) {
 		s.chunks, s.own = s.chunks[:want], s.own[:want]

@@ -84,3 +84,31 @@ func TestStoreOver(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreOverResized: a store over a previous plan's workers that
+// grows before its unset slots are cleared (buffers after the workers)
+// takes writes past its first length, and clears only what it shared.
+func TestStoreOverResized(t *testing.T) {
+	prevSlice := make([]plan.Worker, chunkLen+5)
+	for i := range prevSlice {
+		prevSlice[i] = plan.Worker{Component: plan.Eval, Index: i, NodeID: "n"}
+	}
+	s := storeOver(plan.NewWorkers(prevSlice), chunkLen+5)
+	s.resize(3*chunkLen + 1)
+	last := plan.Worker{Component: plan.Buffer, Index: 0, NodeID: "m"}
+	s.set(3*chunkLen, last)
+	s.set(0, prevSlice[0])
+	s.clearUnset()
+	got := s.workers()
+	if w := got.At(3 * chunkLen); !sameWorker(w, &last) {
+		t.Errorf("the slot set past the first length: %+v", *w)
+	}
+	if w := got.At(0); !sameWorker(w, &prevSlice[0]) {
+		t.Errorf("slot 0: %+v", *w)
+	}
+	for _, i := range []int{1, chunkLen + 4, chunkLen + 5, 3*chunkLen - 1} {
+		if w := got.At(i); !isEmpty(w) {
+			t.Errorf("unset slot %d: %+v, want empty", i, *w)
+		}
+	}
+}

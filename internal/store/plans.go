@@ -301,23 +301,30 @@ func (s *PlanStore) PublishAssignments(ctx context.Context, as []client.Assignme
 	var free [][]byte
 	defer func() {
 		// What is answered goes to the next call; a body still awaiting
-		// its ack (an error ended the call) is not reused.
+		// its answer (ctx or an error ended the call) is not reused.
 		for _, b := range free {
 			s.bodies.Put(&b)
 		}
 	}()
+	// A body is free once its publish is answered, either way (nats.go
+	// then keeps nothing of it to retry); never when the wait ends on
+	// ctx, since the publish is still pending and may be sent again
+	// (no responders: resent after a pause) from its message, which
+	// reads the body.
+	answered := func(i int) {
+		if bodies[i] != nil {
+			free, bodies[i] = append(free, bodies[i][:0]), nil
+		}
+	}
 	wait := func(i int) error {
-		defer func() {
-			if bodies[i] != nil {
-				free, bodies[i] = append(free, bodies[i][:0]), nil
-			}
-		}()
 		select {
 		case ack := <-acks[i].Ok():
+			answered(i)
 			as[i].Seq = ack.Sequence
 			s.assignmentStored(ctx, &as[i], objects[i])
 			return nil
 		case err := <-acks[i].Err():
+			answered(i)
 			if expect && bus.IsWrongLast(err) {
 				s.dropObject(ctx, objects[i])
 				as[i].Seq = 0
