@@ -155,6 +155,13 @@ func (c *Claims) Owned(uuid, node string) {
 	}
 	c.owner[uuid], c.persisted[uuid] = node, true
 	delete(c.unsaved, uuid)
+	if len(c.unsaved) == 0 {
+		// Dropped once empty, as TakeUnsaved drops it: a restarted
+		// planner infers every UUID's owner from the plan it read back
+		// (Own) and then reads them all persisted, and the emptied map
+		// kept its buckets, 10.5 MB at 160,000 UUIDs, for good.
+		c.unsaved = nil
+	}
 }
 
 // TakeUnsaved returns, per node, the UUIDs it owns that this process

@@ -243,6 +243,42 @@ func TestTakeUnsaved(t *testing.T) {
 	}
 }
 
+// TestOwnedDropsEmptiedUnsaved: a restarted planner's owners, inferred
+// from the plan it read back (Own) and then all read persisted (Owned),
+// leave no map of unsaved owners behind (an emptied map keeps its
+// buckets); those not persisted are still handed on, and owners
+// inferred after are too.
+func TestOwnedDropsEmptiedUnsaved(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		persisted int // of the first 1,000 inferred
+		want      map[string][]string
+	}{
+		{"all persisted", 1000, nil},
+		{"one not", 999, map[string][]string{"n124": {"u999"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c Claims
+			for i := range 1000 {
+				c.Own(fmt.Sprint("u", i), fmt.Sprint("n", i/8))
+			}
+			for i := range tc.persisted {
+				c.Owned(fmt.Sprint("u", i), fmt.Sprint("n", i/8))
+			}
+			if empty := tc.want == nil; empty != (c.unsaved == nil) {
+				t.Errorf("unsaved map dropped %v, want %v (%d left)", c.unsaved == nil, empty, len(c.unsaved))
+			}
+			if got := c.TakeUnsaved(); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("unsaved %v, want %v", got, tc.want)
+			}
+			c.Own("later", "m")
+			if got, want := c.TakeUnsaved(), map[string][]string{"m": {"later"}}; !reflect.DeepEqual(got, want) {
+				t.Errorf("inferred after: %v, want %v", got, want)
+			}
+		})
+	}
+}
+
 // TestPersistedOwnersKept: the owners forgotten to bound memory (a
 // reporter inventing UUIDs) are never the persisted ones, however many
 // nodes are away.

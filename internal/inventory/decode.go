@@ -130,18 +130,27 @@ func (d *decoder) gpu(g *GPU) bool {
 		case "unhealthy_reason":
 			return d.common(&g.UnhealthyReason)
 		case "numa_node":
-			g.NUMANode = new(int)
-			return d.Int(g.NUMANode)
+			var n int
+			ok := d.Int(&n)
+			g.NUMANode = d.shared.numa(n)
+			return ok
 		case "mig_enabled":
 			return d.Bool(&g.MIGEnabled)
 		case "nvlink_peers":
-			g.NVLinkPeers = []int{}
-			return d.Array(func() bool {
+			d.Space()
+			start := d.Pos
+			var buf [16]int
+			peers := buf[:0]
+			if !d.Array(func() bool {
 				var p int
 				ok := d.Int(&p)
-				g.NVLinkPeers = append(g.NVLinkPeers, p)
+				peers = append(peers, p)
 				return ok
-			})
+			}) {
+				return false
+			}
+			g.NVLinkPeers = d.shared.ints(d.Data[start:d.Pos], peers)
+			return true
 		case "fabric":
 			g.Fabric = &Fabric{}
 			return d.Object(2, func(k []byte) bool {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -209,6 +210,62 @@ func TestDecodeShares(t *testing.T) {
 	var l NodeInventory
 	if err := DecodeShared(doc("n", long, "b"), &l, fresh); err != nil || l.GPUs[0].Name != long || len(fresh.m) != 1 {
 		t.Errorf("a long value: %q kept, table %d (%v)", l.GPUs[0].Name, len(fresh.m), err)
+	}
+}
+
+// TestDecodeSharesPeers: documents decoded with one table share one copy
+// of each NVLink peer list and NUMA node they repeat, each list's
+// capacity its length (an append copies, never writing into another
+// document's list); without a table, or past the table's bound, each
+// document has its own, and values are right either way.
+func TestDecodeSharesPeers(t *testing.T) {
+	doc := func(node, peers string, numa int) []byte {
+		return []byte(fmt.Sprintf(`{"node_id":%q,"gpus":[{"index":0,"uuid":"GPU-%s","numa_node":%d,"nvlink_peers":%s}]}`, node, node, numa, peers))
+	}
+	decode := func(data []byte, tab *Strings) GPU {
+		t.Helper()
+		var n NodeInventory
+		if err := DecodeShared(data, &n, tab); err != nil {
+			t.Fatal(err)
+		}
+		return n.GPUs[0]
+	}
+	for _, tc := range []struct {
+		name       string
+		tab        *Strings
+		wantShared bool
+	}{
+		{"shared", NewStrings(), true},
+		{"no table", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := decode(doc("n1", "[1, 2,3]", 1), tc.tab), decode(doc("n2", "[1, 2,3]", 1), tc.tab)
+			if !slices.Equal(a.NVLinkPeers, []int{1, 2, 3}) || !slices.Equal(b.NVLinkPeers, []int{1, 2, 3}) || *a.NUMANode != 1 || *b.NUMANode != 1 {
+				t.Fatalf("peers %v %v, NUMA %d %d", a.NVLinkPeers, b.NVLinkPeers, *a.NUMANode, *b.NUMANode)
+			}
+			if got := &a.NVLinkPeers[0] == &b.NVLinkPeers[0]; got != tc.wantShared {
+				t.Errorf("peer lists shared %v, want %v", got, tc.wantShared)
+			}
+			if got := a.NUMANode == b.NUMANode; got != tc.wantShared {
+				t.Errorf("NUMA nodes shared %v, want %v", got, tc.wantShared)
+			}
+			if cap(a.NVLinkPeers) != len(a.NVLinkPeers) {
+				t.Errorf("peer list capacity %d, length %d", cap(a.NVLinkPeers), len(a.NVLinkPeers))
+			}
+			if e := decode(doc("n3", "[]", 0), tc.tab); e.NVLinkPeers == nil || len(e.NVLinkPeers) != 0 || *e.NUMANode != 0 {
+				t.Errorf("empty list %#v, NUMA %d: want [], 0 as encoding/json", e.NVLinkPeers, *e.NUMANode)
+			}
+		})
+	}
+	full := NewStrings()
+	for i := range maxShared + 10 {
+		peers := fmt.Sprintf("[%d]", i)
+		if g := decode(doc("n", peers, i), full); !slices.Equal(g.NVLinkPeers, []int{i}) || *g.NUMANode != i {
+			t.Fatalf("list %s: %v, NUMA %d", peers, g.NVLinkPeers, *g.NUMANode)
+		}
+	}
+	if len(full.peers) != maxShared || len(full.numas) != maxShared {
+		t.Errorf("table holds %d lists and %d NUMA nodes, want its bound %d", len(full.peers), len(full.numas), maxShared)
 	}
 }
 

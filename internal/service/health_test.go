@@ -373,3 +373,26 @@ func TestHoldOutUnstored(t *testing.T) {
 		t.Errorf("after the undrain: drained %v, health %+v", got, p.drain.health[healthKey("n1", 3)])
 	}
 }
+
+// TestHealthOf: a node's GPU health as last seen is found by UUID in the
+// list the report had, the last entry where a list names a UUID twice
+// (as a map filled in order kept it), none for a UUID not listed.
+func TestHealthOf(t *testing.T) {
+	gpus := []inventory.GPU{{UUID: "a", Healthy: true}, {UUID: "b"}, {UUID: "a"}, {UUID: "c", Healthy: true}}
+	for _, tc := range []struct {
+		uuid                string
+		healthy, wantListed bool
+	}{
+		{"a", false, true},
+		{"b", false, true},
+		{"c", true, true},
+		{"d", false, false},
+	} {
+		if h, listed := healthOf(gpus, tc.uuid); h != tc.healthy || listed != tc.wantListed {
+			t.Errorf("%s: healthy %v listed %v, want %v %v", tc.uuid, h, listed, tc.healthy, tc.wantListed)
+		}
+	}
+	if _, listed := healthOf(nil, "a"); listed {
+		t.Errorf("a node not seen before lists a GPU")
+	}
+}
