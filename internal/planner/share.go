@@ -259,7 +259,7 @@ func (a *allocator) holdingOf(p *Plan) holding {
 	// By dense node positions, from the plan's holding by id: kept with
 	// the plan, or patched from its previous plan's (byID), so that a
 	// replan does not read 400,000 workers' node ids three times over.
-	out := a.dense(a.byID(p))
+	out := a.denseOf(p)
 	if a.held == nil {
 		a.held = map[*Plan]holding{}
 	}
