@@ -114,7 +114,11 @@ type engine struct {
 	// nodes, where loadAll made table, is the slice its states point
 	// into, table[i].node == &nodes[i] (nil: a table merged from a
 	// previous one, its states pointing into several).
-	nodes   []Node
+	nodes []Node
+	// over, for the length of run, is a view's copies of the nodes
+	// given to it, by position (nodeView; nil: none): what merge and
+	// loadAll read in place of those nodes.
+	over    map[int]*Node
 	demands [nComp]*demand
 	// store holds the workers, nil when only pools are wanted.
 	store *workerStore
@@ -315,11 +319,22 @@ func (e *engine) loadAll(nodes []Node, order []int) {
 	if !e.opt.ownsNodes || !inOrder(order) {
 		own = make([]Node, len(order))
 		for i, j := range order {
-			own[i] = nodes[j]
+			own[i] = *e.nodeAt(nodes, j)
 		}
 	}
 	e.table = newStates(own, e.token, e.groups())
 	e.nodes = own
+}
+
+// nodeAt is node j of the nodes run was given, as its view has it
+// (over).
+func (e *engine) nodeAt(nodes []Node, j int) *Node {
+	if e.over != nil {
+		if n := e.over[j]; n != nil {
+			return n
+		}
+	}
+	return &nodes[j]
 }
 
 // inOrder reports whether order is 0, 1, 2, ...

@@ -157,7 +157,7 @@ func (e *engine) merge(prev []*nodeState, nodes []Node, order []int, force []boo
 	var ownAt []int32
 	i := 0
 	for _, j := range order {
-		n := &nodes[j]
+		n := e.nodeAt(nodes, j)
 		for ; i < len(prev) && prev[i].node.ID < n.ID; i++ {
 			m.remap[i] = -1
 			m.left = append(m.left, prev[i])
