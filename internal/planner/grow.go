@@ -344,8 +344,8 @@ func (el *elastic) probe(st *growState, j int, sizes []int, settle *blocker) *Pl
 	}
 	spec := sized(el.jobs[j].Spec, sizes)
 	cur := st.docs[j]
-	room := el.a.remainder(in, st.holds[j])
-	doc, ch, err := replanFrom(cur, spec, room, false, el.readAll, nil, el.a.owns(room))
+	room := el.a.remainderView(in, st.holds[j], cur != nil && cur.state != nil && cur.Placed())
+	doc, ch, err := replanOn(cur, spec, &room, false, el.readAll, nil)
 	if err != nil || ch.Fresh || doc.PlanState() != plan.StateValid {
 		return nil
 	}
@@ -359,8 +359,8 @@ func (el *elastic) probe(st *growState, j int, sizes []int, settle *blocker) *Pl
 		if free == nil {
 			return nil
 		}
-		room = el.a.remainder(append(in, *free), st.holds[j])
-		doc, ch, err = replanFrom(cur, spec, room, false, el.readAll, nil, el.a.owns(room))
+		room = el.a.remainderView(append(in, *free), st.holds[j], cur != nil && cur.state != nil && cur.Placed())
+		doc, ch, err = replanOn(cur, spec, &room, false, el.readAll, nil)
 		if err != nil || ch.Fresh || doc.PlanState() != plan.StateValid || HeldGPUs(doc) > q {
 			return nil
 		}

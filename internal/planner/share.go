@@ -365,13 +365,6 @@ func (a *allocator) remainderView(blockers []blocker, own holding, view bool) no
 	return nodeView{base: out, owned: true}
 }
 
-// owns reports whether nodes is a remainder's copy of the nodes, made
-// for the runs on it and never written again (Options.ownsNodes), not
-// the nodes themselves.
-func (a *allocator) owns(nodes []Node) bool {
-	return len(nodes) > 0 && len(a.nodes) > 0 && &nodes[0] != &a.nodes[0]
-}
-
 // pass places every job in order, the jobs not yet placed holding cur.
 func (a *allocator) pass(cur []holding) []Outcome {
 	out := make([]Outcome, len(a.jobs))
