@@ -458,7 +458,7 @@ func (el *elastic) takers(prev *Plan, refs []elasticRef, sizes []int, holds []ho
 				if w.Component != r.c || w.Index < r.first+sizes[k] || w.Index >= r.first+held[k] {
 					continue
 				}
-				at, ok := el.a.pos(w.NodeID)
+				at, ok := el.a.find(w.NodeID)
 				if !ok {
 					continue
 				}
@@ -521,12 +521,14 @@ func (el *elastic) released(sizes [][]int, outs []Outcome) map[int]holding {
 		}
 		by := map[int32]*hold{}
 		for _, w := range prev.Workers.All() {
-			at, ok := el.a.pos(w.NodeID)
-			if !ok {
-				continue
-			}
 			for k, r := range refs {
 				if w.Component == r.c && w.Index >= r.first+sizes[j][k] && w.Index < r.first+el.start[j][k] {
+					// Only the workers given up are looked up: a shrink of 8
+					// of 160,000 looks up 8 nodes.
+					at, ok := el.a.find(w.NodeID)
+					if !ok {
+						break
+					}
 					h := by[at]
 					if h == nil {
 						h = &hold{at: at}
