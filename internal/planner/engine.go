@@ -118,8 +118,13 @@ type engine struct {
 	// over, for the length of run, is a view's copies of the nodes
 	// given to it, by position (nodeView; nil: none): what merge and
 	// loadAll read in place of those nodes.
-	over    map[int]*Node
-	demands [nComp]*demand
+	over map[int]*Node
+	// onStates, where set, are the nodes run is given in place of a
+	// slice (nil then): these states' nodes, in id order, checked when
+	// the states were made (cutFast, on the table of a plan made by an
+	// incremental run, which keeps no one slice of its nodes).
+	onStates []*nodeState
+	demands  [nComp]*demand
 	// store holds the workers, nil when only pools are wanted.
 	store *workerStore
 	base  [nComp]int
@@ -278,6 +283,19 @@ func bufferReserve(bf *WorkerGroup) int {
 // GPU and component.
 const MaxNodeGPUs = 1 << 12
 
+// sortedNodes is the order of the nodes run is given: of onStates, in
+// id order already, their own.
+func (e *engine) sortedNodes(nodes []Node) ([]int, error) {
+	if e.onStates == nil {
+		return sortedNodes(nodes)
+	}
+	order := make([]int, len(e.onStates))
+	for i := range order {
+		order[i] = i
+	}
+	return order, nil
+}
+
 // sortedNodes orders nodes by id, refusing an id given twice and counts
 // no machine has.
 func sortedNodes(nodes []Node) ([]int, error) {
@@ -329,6 +347,9 @@ func (e *engine) loadAll(nodes []Node, order []int) {
 // nodeAt is node j of the nodes run was given, as its view has it
 // (over).
 func (e *engine) nodeAt(nodes []Node, j int) *Node {
+	if e.onStates != nil {
+		return e.onStates[j].node
+	}
 	if e.over != nil {
 		if n := e.over[j]; n != nil {
 			return n

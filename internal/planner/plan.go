@@ -207,7 +207,7 @@ func freshWhy(prev *Plan, spec *Spec) (why, kind string) {
 // run places the spec: the arithmetic first, then (incremental) the
 // previous plan's workers where they still fit, then the passes.
 func (e *engine) run(nodes []Node) error {
-	order, err := sortedNodes(nodes)
+	order, err := e.sortedNodes(nodes)
 	if err != nil {
 		return err
 	}
@@ -216,7 +216,7 @@ func (e *engine) run(nodes []Node) error {
 	// count. A degraded replan keeps a placement this very spec had, on
 	// a cluster that held it: its work is bounded by that.
 	if !e.degrade {
-		if err := overBound(e.spec, len(nodes)); err != nil {
+		if err := overBound(e.spec, len(order)); err != nil {
 			return err
 		}
 	}
