@@ -71,6 +71,29 @@ func BenchmarkElastic(b *testing.B) {
 			}
 		})
 	}
+	// replanned: the shrink of a plan made by an incremental replan, as
+	// a running planner's plans are: its state's table is merged from an
+	// earlier one, no single slice of nodes.
+	b.Run(fmt.Sprintf("nodes=%d/shrink=8/replanned", n), func(b *testing.B) {
+		nodes, a := elasticBench(b, n, 0)
+		o := PlanAll([]Job{a}, nodes)[0]
+		if o.Err != nil || o.Plan.state == nil || o.Plan.state.nodes != nil {
+			b.Fatalf("replan: %v, want a merged state", o.Err)
+		}
+		o.Plan.GPUsHeld = HeldGPUs(o.Plan)
+		a.Prev = o.Plan
+		want := countOf(a.Prev, "eval") - 8
+		taker := Job{Name: "b", Age: 2, Spec: &Spec{Priority: 10,
+			Scheduling: Scheduling{Train: &WorkerGroup{WorkerNum: 8, NumCPUs: 1, NumGPUs: 1}},
+			Placement:  Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault}}}
+		b.ReportAllocs()
+		for b.Loop() {
+			out := PlanAll([]Job{a, taker}, nodes)
+			if out[0].Err != nil || out[1].Err != nil || countOf(out[0].Plan, "eval") != want {
+				b.Fatalf("shrink: %v %v eval %d, want %d", out[0].Err, out[1].Err, countOf(out[0].Plan, "eval"), want)
+			}
+		}
+	})
 	for _, k := range []int{8, 800} {
 		b.Run(fmt.Sprintf("nodes=%d/grow=%d", n, k), func(b *testing.B) {
 			nodes, a := elasticBench(b, n, k)

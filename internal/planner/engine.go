@@ -114,8 +114,17 @@ type engine struct {
 	// nodes, where loadAll made table, is the slice its states point
 	// into, table[i].node == &nodes[i] (nil: a table merged from a
 	// previous one, its states pointing into several).
-	nodes   []Node
-	demands [nComp]*demand
+	nodes []Node
+	// over, for the length of run, is a view's copies of the nodes
+	// given to it, by position (nodeView; nil: none): what merge and
+	// loadAll read in place of those nodes.
+	over map[int]*Node
+	// onStates, where set, are the nodes run is given in place of a
+	// slice (nil then): these states' nodes, in id order, checked when
+	// the states were made (cutFast, on the table of a plan made by an
+	// incremental run, which keeps no one slice of its nodes).
+	onStates []*nodeState
+	demands  [nComp]*demand
 	// store holds the workers, nil when only pools are wanted.
 	store *workerStore
 	base  [nComp]int
@@ -274,6 +283,19 @@ func bufferReserve(bf *WorkerGroup) int {
 // GPU and component.
 const MaxNodeGPUs = 1 << 12
 
+// sortedNodes is the order of the nodes run is given: of onStates, in
+// id order already, their own.
+func (e *engine) sortedNodes(nodes []Node) ([]int, error) {
+	if e.onStates == nil {
+		return sortedNodes(nodes)
+	}
+	order := make([]int, len(e.onStates))
+	for i := range order {
+		order[i] = i
+	}
+	return order, nil
+}
+
 // sortedNodes orders nodes by id, refusing an id given twice and counts
 // no machine has.
 func sortedNodes(nodes []Node) ([]int, error) {
@@ -315,11 +337,25 @@ func (e *engine) loadAll(nodes []Node, order []int) {
 	if !e.opt.ownsNodes || !inOrder(order) {
 		own = make([]Node, len(order))
 		for i, j := range order {
-			own[i] = nodes[j]
+			own[i] = *e.nodeAt(nodes, j)
 		}
 	}
 	e.table = newStates(own, e.token, e.groups())
 	e.nodes = own
+}
+
+// nodeAt is node j of the nodes run was given, as its view has it
+// (over).
+func (e *engine) nodeAt(nodes []Node, j int) *Node {
+	if e.onStates != nil {
+		return e.onStates[j].node
+	}
+	if e.over != nil {
+		if n := e.over[j]; n != nil {
+			return n
+		}
+	}
+	return &nodes[j]
 }
 
 // inOrder reports whether order is 0, 1, 2, ...

@@ -344,8 +344,8 @@ func (el *elastic) probe(st *growState, j int, sizes []int, settle *blocker) *Pl
 	}
 	spec := sized(el.jobs[j].Spec, sizes)
 	cur := st.docs[j]
-	room := el.a.remainder(in, st.holds[j])
-	doc, ch, err := replanFrom(cur, spec, room, false, el.readAll, nil, el.a.owns(room))
+	room := el.a.remainderView(in, st.holds[j], cur != nil && cur.state != nil && cur.Placed())
+	doc, ch, err := replanOn(cur, spec, &room, false, el.readAll, nil)
 	if err != nil || ch.Fresh || doc.PlanState() != plan.StateValid {
 		return nil
 	}
@@ -359,8 +359,8 @@ func (el *elastic) probe(st *growState, j int, sizes []int, settle *blocker) *Pl
 		if free == nil {
 			return nil
 		}
-		room = el.a.remainder(append(in, *free), st.holds[j])
-		doc, ch, err = replanFrom(cur, spec, room, false, el.readAll, nil, el.a.owns(room))
+		room = el.a.remainderView(append(in, *free), st.holds[j], cur != nil && cur.state != nil && cur.Placed())
+		doc, ch, err = replanOn(cur, spec, &room, false, el.readAll, nil)
 		if err != nil || ch.Fresh || doc.PlanState() != plan.StateValid || HeldGPUs(doc) > q {
 			return nil
 		}
@@ -458,7 +458,7 @@ func (el *elastic) takers(prev *Plan, refs []elasticRef, sizes []int, holds []ho
 				if w.Component != r.c || w.Index < r.first+sizes[k] || w.Index >= r.first+held[k] {
 					continue
 				}
-				at, ok := el.a.pos(w.NodeID)
+				at, ok := el.a.find(w.NodeID)
 				if !ok {
 					continue
 				}
@@ -521,12 +521,14 @@ func (el *elastic) released(sizes [][]int, outs []Outcome) map[int]holding {
 		}
 		by := map[int32]*hold{}
 		for _, w := range prev.Workers.All() {
-			at, ok := el.a.pos(w.NodeID)
-			if !ok {
-				continue
-			}
 			for k, r := range refs {
 				if w.Component == r.c && w.Index >= r.first+sizes[j][k] && w.Index < r.first+el.start[j][k] {
+					// Only the workers given up are looked up: a shrink of 8
+					// of 160,000 looks up 8 nodes.
+					at, ok := el.a.find(w.NodeID)
+					if !ok {
+						break
+					}
 					h := by[at]
 					if h == nil {
 						h = &hold{at: at}

@@ -210,6 +210,65 @@ func (a *allocator) dense(byID []idHold) holding {
 	return out
 }
 
+// denseOf is dense(byID(p)), kept with p's state for the next
+// allocator: every trial of PlanAllWith's search, and its growth, makes
+// an allocator of its own, and each placed p that holds a whole cluster
+// (20,000 holds) once more. What is kept is used only where it still
+// names the nodes at their positions (sameDense); it is kept only where
+// every node held is among the nodes, so that nothing left out then can
+// be missed now.
+func (a *allocator) denseOf(p *Plan) holding {
+	byID := a.byID(p)
+	st := p.state
+	if st != nil {
+		if h := st.dense.Load(); h != nil && a.sameDense(*h, byID) {
+			return *h
+		}
+	}
+	out := a.dense(byID)
+	if st != nil && len(out) == len(byID) && a.sameDense(out, byID) {
+		st.dense.Store(&out)
+	}
+	return out
+}
+
+// sameDense reports whether h is dense(byID) on the allocator's nodes:
+// they are sorted by id and every hold's position holds its node, and no
+// neighbour shares its id (with an id given twice, dense's merge and its
+// index would each pick one of them).
+func (a *allocator) sameDense(h holding, byID []idHold) bool {
+	if len(h) != len(byID) || !a.nodesSorted() {
+		return false
+	}
+	n := int32(len(a.nodes))
+	for k, x := range h {
+		id := byID[k].id
+		if x.at < 0 || x.at >= n || a.nodes[x.at].ID != id ||
+			x.at > 0 && a.nodes[x.at-1].ID == id || x.at+1 < n && a.nodes[x.at+1].ID == id {
+			return false
+		}
+	}
+	return true
+}
+
+// find is pos for a few lookups: by binary search where the nodes are
+// sorted and no index was built, so that a shrink of 8 workers does not
+// index 20,000 nodes to find theirs. Of nodes sharing an id it finds the
+// last, as the index does.
+func (a *allocator) find(id string) (int32, bool) {
+	if a.index != nil || !a.nodesSorted() {
+		return a.pos(id)
+	}
+	i, ok := slices.BinarySearchFunc(a.nodes, id, func(n Node, id string) int { return strings.Compare(n.ID, id) })
+	if !ok {
+		return 0, false
+	}
+	for i+1 < len(a.nodes) && a.nodes[i+1].ID == id {
+		i++
+	}
+	return int32(i), true
+}
+
 // pos is node id's position in the allocator's nodes, by the index
 // (built on first use: dense builds none where the nodes are sorted).
 func (a *allocator) pos(id string) (int32, bool) {

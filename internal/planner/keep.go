@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/poolplanner/poolplanner/plan"
 )
@@ -78,8 +79,11 @@ type runState struct {
 	// bufferOf maps a node's position to its buffer index, once asked.
 	bufferOnce sync.Once
 	bufferOf   map[int32]int
-	// held is the plan's holding by node id, once asked (allocator.byID).
-	held heldCache
+	// held is the plan's holding by node id, once asked (allocator.byID);
+	// dense, that holding by position in the nodes last asked with
+	// (allocator.denseOf), checked against the nodes at every use.
+	held  heldCache
+	dense atomic.Pointer[holding]
 }
 
 // reusable reports whether a run of spec can start from st without
@@ -153,7 +157,7 @@ func (e *engine) merge(prev []*nodeState, nodes []Node, order []int, force []boo
 	var ownAt []int32
 	i := 0
 	for _, j := range order {
-		n := &nodes[j]
+		n := e.nodeAt(nodes, j)
 		for ; i < len(prev) && prev[i].node.ID < n.ID; i++ {
 			m.remap[i] = -1
 			m.left = append(m.left, prev[i])

@@ -135,8 +135,15 @@ type nodeState struct {
 	usable []int // healthy GPU indices, ascending; never written
 	// free counts usable GPUs that no component holds and no buffer has
 	// reserved.
-	free  int
+	free int
+	// share is what each component holds of each GPU. A new state's are
+	// one zero list of its run's, read-only, until the first worker held
+	// here takes its own from arena (hold): a run afresh on 20,000 nodes
+	// writes few of them when other plans hold the rest (a shrink's
+	// taker), and 3.8 MB of zeros were made for the others. arena nil:
+	// the lists are the state's own.
 	share [nComp][]float64
+	arena *shareArena
 	// resv marks GPUs reserved in the train range for a buffer that uses
 	// CUDA, as rlightning reserves them; nil when none are.
 	resv    []bool
@@ -164,10 +171,14 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
 	perNode := groups[0] + groups[1] + groups[2]
 	slab := make([]nodeState, len(nodes))
 	usable := make([]int, 0, total)
-	shares := make([]float64, nComp*total)
+	widest := 0
+	for i := range nodes {
+		widest = max(widest, nodes[i].GPUs)
+	}
+	zero := make([]float64, widest)
+	arena := &shareArena{}
 	counts := make([]int32, perNode*len(nodes))
 	out := make([]*nodeState, len(nodes))
-	off := 0
 	for i := range nodes {
 		n := &nodes[i]
 		ns := &slab[i]
@@ -181,10 +192,9 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
 		ns.usable = usable[start:len(usable):len(usable)]
 		ns.free = len(ns.usable)
 		for c := range ns.share {
-			at := c*total + off
-			ns.share[c] = shares[at : at+n.GPUs : at+n.GPUs]
+			ns.share[c] = zero[:n.GPUs:n.GPUs]
 		}
-		off += n.GPUs
+		ns.arena = arena
 		for c, k := range groups {
 			ns.gcount[c], counts = counts[:k:k], counts[k:]
 		}
@@ -199,11 +209,26 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
 	return out
 }
 
+// shareArena hands out the share lists of one run's new states, in
+// chunks, as their first workers are held: written only by that run.
+type shareArena struct{ buf []float64 }
+
+// take is n zeros of the arena's own.
+func (a *shareArena) take(n int) []float64 {
+	if len(a.buf) < n {
+		a.buf = make([]float64, max(n, 4096))
+	}
+	out := a.buf[:n:n]
+	a.buf = a.buf[n:]
+	return out
+}
+
 // clone copies the state for owner to write: every slice it writes is its
 // own (addSlot extends the last range in place).
 func (ns *nodeState) clone(owner *runToken) *nodeState {
 	c := *ns
 	c.owner = owner
+	c.arena = nil
 	n := ns.node.GPUs
 	shares := make([]float64, nComp*n)
 	for i := range c.share {
@@ -225,6 +250,14 @@ func (ns *nodeState) clone(owner *runToken) *nodeState {
 // hold counts one more worker of group gi of component ci here, holding
 // frac of each of gpus and cpus CPUs: what the chain reads of a node.
 func (ns *nodeState) hold(ci comp, gi int, gpus []int, frac, cpus float64) {
+	if ns.arena != nil && len(gpus) > 0 {
+		n := ns.node.GPUs
+		own := ns.arena.take(nComp * n)
+		for c := range ns.share {
+			ns.share[c] = own[c*n : (c+1)*n : (c+1)*n] // zero, as the list it replaces
+		}
+		ns.arena = nil
+	}
 	for _, x := range gpus {
 		if ns.wholly(x) {
 			ns.free--

@@ -84,16 +84,33 @@ func replan(prev *Plan, spec *Spec, nodes []Node, keep bool) (*Plan, *Change, er
 // is then not made, and the plan made afresh, which failed, is the
 // outcome, as the allocator's unlessPreempted would make it.
 func replanFrom(prev *Plan, spec *Spec, nodes []Node, keep, readAll bool, released func(takenBy []string) bool, owns bool) (*Plan, *Change, error) {
-	opt := Options{ownsNodes: owns}
+	return replanOn(prev, spec, &nodeView{base: nodes, owned: owns}, keep, readAll, released)
+}
+
+// replanOn is replanFrom on a view of the nodes: the incremental run
+// reads it as it is; a run afresh, or any other that keeps or writes
+// its nodes, is given them whole (nodeView.slice).
+func replanOn(prev *Plan, spec *Spec, v *nodeView, keep, readAll bool, released func(takenBy []string) bool) (*Plan, *Change, error) {
 	if why, kind := freshWhy(prev, spec); why != "" {
-		return freshWith(prev, spec, nodes, why, kind, opt)
+		return freshWith(prev, spec, v.slice(), why, kind, Options{ownsNodes: v.owned})
 	}
-	e := newEngine(spec, opt)
+	e := newEngine(spec, Options{ownsNodes: v.owned && v.over == nil})
 	e.prev, e.prevState, e.readAll = prev, prev.state, readAll
 	e.degrade = keep
-	err := e.run(nodes)
+	e.over = v.over
+	err := e.run(v.base)
+	e.over = nil
 	var short *shortfallError
-	if errors.As(err, &short) {
+	shortfall, comp := errors.As(err, &short), ""
+	if err == nil {
+		comp = e.strictSpread()
+	}
+	nodes := v.base
+	if shortfall || comp != "" {
+		nodes = v.slice() // a run afresh, or degraded, reads them again
+	}
+	opt := Options{ownsNodes: v.owned}
+	if shortfall {
 		doc, ch, ferr := freshWith(prev, spec, nodes, "the incremental plan could not place every worker: "+err.Error(), plan.FreshShortfall, opt)
 		if ferr == nil || !keep {
 			return doc, ch, ferr
@@ -105,7 +122,7 @@ func replanFrom(prev *Plan, spec *Spec, nodes []Node, keep, readAll bool, releas
 		}
 		return degraded(e, prev, spec, nodes, &Outcome{doc, ch, ferr})
 	}
-	if comp := e.strictSpread(); err == nil && comp != "" {
+	if comp != "" {
 		return freshWith(prev, spec, nodes, "nvlink_domain strict: the "+comp+" workers kept span several NVLink domains", plan.FreshDomains, opt)
 	}
 	doc, err := e.finish(err)
@@ -190,7 +207,7 @@ func freshWhy(prev *Plan, spec *Spec) (why, kind string) {
 // run places the spec: the arithmetic first, then (incremental) the
 // previous plan's workers where they still fit, then the passes.
 func (e *engine) run(nodes []Node) error {
-	order, err := sortedNodes(nodes)
+	order, err := e.sortedNodes(nodes)
 	if err != nil {
 		return err
 	}
@@ -199,7 +216,7 @@ func (e *engine) run(nodes []Node) error {
 	// count. A degraded replan keeps a placement this very spec had, on
 	// a cluster that held it: its work is bounded by that.
 	if !e.degrade {
-		if err := overBound(e.spec, len(nodes)); err != nil {
+		if err := overBound(e.spec, len(order)); err != nil {
 			return err
 		}
 	}

@@ -159,16 +159,17 @@ func cutFast(prev *Plan, refs []elasticRef, counts []int, spec *Spec) *Plan {
 		}
 		at[k] = min(at[k], held[k])
 	}
-	nodes := st.nodes
-	if nodes == nil {
-		nodes = make([]Node, len(st.table))
-		for i, ns := range st.table {
-			nodes[i] = *ns.node
-		}
-	}
 	e := newEngine(sized(spec, at), Options{})
 	e.prev, e.prevState, e.keepOnly = prev, st, true
-	if err := e.run(nodes); err != nil || !e.fast || len(e.displaced) > 0 {
+	nodes := st.nodes
+	if nodes == nil {
+		// Its states' nodes as they are: a copy of every node (5.6 MB
+		// at 20,000) for a run that reads them once.
+		e.onStates = st.table
+	}
+	err := e.run(nodes)
+	e.onStates = nil
+	if err != nil || !e.fast || len(e.displaced) > 0 {
 		return nil
 	}
 	doc, err := e.finish(nil)

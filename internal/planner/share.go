@@ -259,7 +259,7 @@ func (a *allocator) holdingOf(p *Plan) holding {
 	// By dense node positions, from the plan's holding by id: kept with
 	// the plan, or patched from its previous plan's (byID), so that a
 	// replan does not read 400,000 workers' node ids three times over.
-	out := a.dense(a.byID(p))
+	out := a.denseOf(p)
 	if a.held == nil {
 		a.held = map[*Plan]holding{}
 	}
@@ -275,18 +275,51 @@ func (a *allocator) holdingOf(p *Plan) holding {
 // plan's, and of two that would return to one GPU the first placed
 // takes it.
 func (a *allocator) remainder(blockers []blocker, own holding) []Node {
+	v := a.remainderView(blockers, own, false)
+	return v.slice()
+}
+
+// remainderView is remainder as a view: where the blockers hold few
+// nodes (a shrink's taker beside a plan of the whole cluster), the nodes
+// themselves with copies of only those, so that the run on it, which
+// starts from a previous state and only reads them (merge), copies none
+// of the others; view false, or blockers on many nodes: every node
+// copied, as remainder always did.
+func (a *allocator) remainderView(blockers []blocker, own holding, view bool) nodeView {
 	if !slices.ContainsFunc(blockers, func(b blocker) bool { return len(b.h) > 0 }) {
 		// Nothing in the way: the nodes themselves, which no run writes
 		// (a plan alone on 20,000 nodes copies none).
-		return a.nodes
+		return nodeView{base: a.nodes}
 	}
-	out := slices.Clone(a.nodes)
+	touched := 0
+	for _, b := range blockers {
+		touched += len(b.h)
+	}
+	var out []Node
+	var over map[int]*Node
+	if view && touched <= len(a.nodes)/8 {
+		over = make(map[int]*Node, touched)
+	} else {
+		out = slices.Clone(a.nodes)
+	}
+	node := func(at int32) *Node {
+		if over == nil {
+			return &out[at]
+		}
+		n := over[int(at)]
+		if n == nil {
+			c := a.nodes[at]
+			n = &c
+			over[int(at)] = n
+		}
+		return n
+	}
 	// A node a blocker holds whole (most of a full cluster's) shares one
 	// list of its name: a list with no GPU left unnamed is never written.
 	whole := map[string][]string{}
 	for _, b := range blockers {
 		for _, h := range b.h {
-			n := &out[h.at]
+			n := node(h.at)
 			n.CPUsHeld += h.cpus
 			if n.HeldBy == nil && len(h.gpus) == n.GPUs && n.GPUs > 0 && h.gpus[0] == 0 && h.gpus[n.GPUs-1] == n.GPUs-1 {
 				// Sorted, each once, from 0 to GPUs-1: every GPU.
@@ -326,14 +359,10 @@ func (a *allocator) remainder(blockers []blocker, own holding) []Node {
 			}
 		}
 	}
-	return out
-}
-
-// owns reports whether nodes is a remainder's copy of the nodes, made
-// for the runs on it and never written again (Options.ownsNodes), not
-// the nodes themselves.
-func (a *allocator) owns(nodes []Node) bool {
-	return len(nodes) > 0 && len(a.nodes) > 0 && &nodes[0] != &a.nodes[0]
+	if over != nil {
+		return nodeView{base: a.nodes, over: over}
+	}
+	return nodeView{base: out, owned: true}
 }
 
 // pass places every job in order, the jobs not yet placed holding cur.
@@ -461,17 +490,21 @@ func (a *allocator) releases(job *Job, takenBy []string) bool {
 // lower ones unless that places it whole.
 func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, same, lower []blocker) Outcome {
 	// release is how many of the lowest jobs give way.
-	room := func(release int) []Node {
-		return a.remainder(slices.Concat(placed, same, lower[:len(lower)-release]), own)
+	// A job that replans from its previous state reads its nodes only
+	// once: it may be given them as a view.
+	view := job.Prev != nil && job.Prev.state != nil && job.Prev.Placed()
+	room := func(release int) *nodeView {
+		v := a.remainderView(slices.Concat(placed, same, lower[:len(lower)-release]), own, view)
+		return &v
 	}
-	tryOn := func(nodes []Node) Outcome {
+	tryOn := func(nodes *nodeView) Outcome {
 		var released func([]string) bool
 		if keep && len(lower) == 0 {
 			// Its only try, whose degraded outcome unlessPreempted
 			// releases when a plan of higher priority took its GPUs.
 			released = func(by []string) bool { return a.releases(job, by) }
 		}
-		doc, ch, err := replanFrom(job.Prev, spec, nodes, keep, a.readAll, released, a.owns(nodes))
+		doc, ch, err := replanOn(job.Prev, spec, nodes, keep, a.readAll, released)
 		if doc.Placed() {
 			a.byID(doc) // kept with doc: HeldGPUs reads it
 		}
@@ -479,7 +512,7 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 		if o.Err != nil && err == nil && job.Prev != nil {
 			// Kept workers may hold more GPUs than a fresh packing.
 			why := fmt.Sprintf("max_gpus %d: the incremental plan needs %d GPUs", spec.MaxGPUs, HeldGPUs(doc))
-			if f := WithinQuota(outcome(freshWith(job.Prev, spec, nodes, why, plan.FreshQuota, Options{ownsNodes: a.owns(nodes)})), spec); f.Err == nil {
+			if f := WithinQuota(outcome(freshWith(job.Prev, spec, nodes.slice(), why, plan.FreshQuota, Options{ownsNodes: nodes.owned})), spec); f.Err == nil {
 				return f
 			}
 		}
@@ -492,7 +525,7 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 	// failure is never read, and planning it afresh on every node to
 	// find it out (a plan of higher priority arriving on a full cluster)
 	// is not done.
-	short := len(lower) > 0 && (job.Prev == nil || !job.Prev.Placed()) && cannotFit(spec, first)
+	short := len(lower) > 0 && (job.Prev == nil || !job.Prev.Placed()) && cannotFit(spec, first.slice())
 	var o Outcome
 	if !short {
 		o = tryOn(first)
