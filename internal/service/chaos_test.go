@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -414,7 +416,16 @@ func (x *chaos) checkHistory() {
 	x.t.Helper()
 	var revs []int
 	plans := store.NewPlanStore(x.js)
-	err := plans.Client().History(context.Background(), "default", func(i client.Info) bool {
+	read := func(fn func(client.Info) bool) error {
+		return plans.Client().History(context.Background(), "default", fn)
+	}
+	// Right after the last step a server that came back may still be
+	// taking part in electing the stream's leader, whose API then has no
+	// responders for a moment: read once it answers.
+	natstest.WaitFor(x.t, 30*time.Second, "the plan history readable", func() bool {
+		return !errors.Is(read(func(client.Info) bool { return false }), nats.ErrNoResponders)
+	})
+	err := read(func(i client.Info) bool {
 		revs = append(revs, i.Revision)
 		// A node no test step stopped must never leave: its key outlives
 		// any one server (its reporter heartbeats through the others).
