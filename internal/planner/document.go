@@ -78,6 +78,12 @@ func (e *engine) poolsDoc() ([]plan.Pool, [][]int32) {
 			}
 		} else {
 			p.final = e.poolOrder(p)
+			if nodes = e.unchangedPool(p); nodes != nil {
+				p.rendered = nodes
+				pools = append(pools, plan.Pool{Name: p.name, Nodes: nodes})
+				order = append(order, p.final)
+				continue
+			}
 			nodes = make([]plan.PoolNode, len(p.final))
 			// The entries this run makes are kept on their nodes in a slab
 			// of their own: pointing into nodes would keep this whole
@@ -93,6 +99,7 @@ func (e *engine) poolsDoc() ([]plan.Pool, [][]int32) {
 			for i, at := range p.final {
 				slab = e.autoNode(at, p.auto, &nodes[i], slab, &kept)
 			}
+			p.rendered = nodes
 		}
 		if len(nodes) > 0 {
 			pools = append(pools, plan.Pool{Name: p.name, Nodes: nodes})
@@ -100,6 +107,29 @@ func (e *engine) poolsDoc() ([]plan.Pool, [][]int32) {
 		}
 	}
 	return pools, order
+}
+
+// unchangedPool is the previous plan's entries of auto pool p where
+// this run renders them exactly so: the same states (untouched, each with
+// its entry cached, so the entry is the one rendered then) at the same
+// positions, in the same order. A plan's documents are never written in
+// place, so the two plans share the list; nil where any of it differs.
+func (e *engine) unchangedPool(p *poolRun) []plan.PoolNode {
+	st := e.prevState
+	if st == nil || len(e.table) != len(st.table) {
+		return nil
+	}
+	prev := st.rendered[p.auto]
+	if len(prev) == 0 || len(prev) != len(p.final) || !slices.Equal(p.final, st.order[p.auto]) {
+		return nil
+	}
+	for i, at := range p.final {
+		ns := e.table[at]
+		if ns != st.table[at] || ns.doc[p.auto] == nil || prev[i].NodeID != ns.node.ID {
+			return nil
+		}
+	}
+	return prev[:len(prev):len(prev)]
 }
 
 // poolOrder is an auto pool's members: the previous plan's order first,
@@ -216,7 +246,7 @@ func (e *engine) save() *runState {
 	}
 	for _, p := range e.pools {
 		if p.auto >= 0 {
-			st.order[p.auto] = p.final
+			st.order[p.auto], st.rendered[p.auto] = p.final, p.rendered
 		}
 	}
 	st.room = e.finalRoom()

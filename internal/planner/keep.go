@@ -60,9 +60,13 @@ type runState struct {
 	// nodes is the engine's (nil: none such): the nodes of table, in its
 	// order, unwritten, which a run of the same nodes may be given as
 	// they are (cutFast).
-	nodes       []Node
-	room        []int32
-	order       [2][]int32
+	nodes []Node
+	room  []int32
+	order [2][]int32
+	// rendered are the auto pools' entries in the plan's document, in
+	// order's order: a run whose pool lists the same untouched states in
+	// the same order shares them rather than writing 20,000 entries again.
+	rendered    [2][]plan.PoolNode
 	buffers     []int32 // buffer index -> node position
 	reserveLeft int
 	// names are the auto pools' names, by index.

@@ -3,6 +3,8 @@ package planner
 import (
 	"reflect"
 	"slices"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // poolRun is one resource pool during a run.
@@ -15,8 +17,10 @@ type poolRun struct {
 	// joined are the nodes that joined it in this run, in order.
 	order  []int32
 	joined []int32
-	// final is the pool's nodes in the plan document.
-	final []int32
+	// final is the pool's nodes in the plan document; rendered, their
+	// entries there.
+	final    []int32
+	rendered []plan.PoolNode
 	// entries are a manual pool's nodes, as the spec lists them.
 	entries []*poolEntry
 }
