@@ -51,7 +51,11 @@ func (e *engine) finish(err error) (*Plan, error) {
 	}
 	var order [][]int32
 	doc.Pools, order = e.poolsDoc()
-	doc.ResourcePool = exportPools(doc.Pools, order, e.table, e.exportCounts(), e.byUnits())
+	var prevExport []exportedPool
+	if e.prevState != nil {
+		prevExport = e.prevState.exported
+	}
+	doc.ResourcePool, e.exported = exportPools(doc.Pools, order, e.table, e.exportCounts(), e.byUnits(), prevExport)
 	doc.Explanations = e.explain()
 	doc.Notes = e.notesDoc()
 	doc.Warnings = e.warnings
@@ -240,7 +244,7 @@ func unhealthyOf(n *Node) []int {
 // save keeps what the next incremental run needs.
 func (e *engine) save() *runState {
 	st := &runState{spec: e.spec, table: e.table, nodes: e.nodes, buffers: e.buffers, reserveLeft: e.reserve,
-		names: e.rules.names, token: e.token, changed: append(e.touched, e.rebuffered...), gone: e.gone}
+		names: e.rules.names, exported: e.exported, token: e.token, changed: append(e.touched, e.rebuffered...), gone: e.gone}
 	if e.fast {
 		st.from = e.prevState.token
 	}

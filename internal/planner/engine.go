@@ -169,6 +169,9 @@ type engine struct {
 	// out (gone, or changed); skippedCounts, the worker_counts they had.
 	skippedNodes  int
 	skippedCounts [nComp][]int
+	// exported are the pools as this run's document exports them, kept
+	// with its state for the next run (exportPools).
+	exported []exportedPool
 	// prev is the previous plan of an incremental run; fast is set when
 	// the run started from its state (adoptFast), prevBuffers is the node
 	// of each of its buffers (-1: gone), and room the nodes with room

@@ -1,6 +1,10 @@
 package planner
 
-import "github.com/poolplanner/poolplanner/plan"
+import (
+	"slices"
+
+	"github.com/poolplanner/poolplanner/plan"
+)
 
 // exportPools writes pools as rlightning's list (plan.Export). node_ids
 // (and num_gpus per node) are added wherever loading the list without
@@ -9,8 +13,10 @@ import "github.com/poolplanner/poolplanner/plan"
 // reproduces the plan; order holds each pool's node positions in table,
 // which is sorted by node id. exact (a spec with constraints, which
 // rlightning's format cannot say) lists node_ids on every pool, so that
-// the export names the very nodes the constraints chose.
-func exportPools(pools []plan.Pool, order [][]int32, table []*nodeState, counts [nComp]int, exact bool) []plan.PoolExport {
+// the export names the very nodes the constraints chose. prev is the
+// previous plan's pools as exported; it returns this plan's beside the
+// list.
+func exportPools(pools []plan.Pool, order [][]int32, table []*nodeState, counts [nComp]int, exact bool, prev []exportedPool) ([]plan.PoolExport, []exportedPool) {
 	mixed := exact
 	for _, ns := range table {
 		mixed = mixed || ns.node.GPUs != table[0].node.GPUs
@@ -37,7 +43,37 @@ func exportPools(pools []plan.Pool, order [][]int32, table []*nodeState, counts 
 			used[at] = true
 		}
 	}
-	return plan.Export(pools, plan.ExportOptions{NodeIDs: ids, Counts: counts})
+	out := make([]plan.PoolExport, len(pools))
+	made := make([]exportedPool, len(pools))
+	for k, p := range pools {
+		made[k] = exportedPool{nodes: p.Nodes, ids: ids[k], counts: counts}
+		if i := slices.IndexFunc(prev, made[k].sameAs); i >= 0 && prev[i].name == p.Name {
+			out[k] = prev[i].out
+		} else {
+			out[k] = plan.Export(pools[k:k+1], plan.ExportOptions{NodeIDs: ids[k : k+1], Counts: counts})[0]
+		}
+		made[k].name, made[k].out = p.Name, out[k]
+	}
+	return out, made
+}
+
+// exportedPool is one pool's entry in a plan's export and what made it:
+// plan.Export reads of a pool only its name and entries, and the options.
+// A pool whose entries a run shares with the previous plan's (poolsDoc),
+// exported with the same options, shares that entry too: index strings
+// of 160,000 workers are not written again for a pool nothing changed in.
+type exportedPool struct {
+	name   string
+	nodes  []plan.PoolNode
+	ids    bool
+	counts [nComp]int
+	out    plan.PoolExport
+}
+
+// sameAs reports whether x was made from the very entries of p (one list,
+// never written in place) with the same options.
+func (p exportedPool) sameAs(x exportedPool) bool {
+	return len(p.nodes) > 0 && len(p.nodes) == len(x.nodes) && &p.nodes[0] == &x.nodes[0] && p.ids == x.ids && p.counts == x.counts
 }
 
 // jsonNumbersToInts turns the whole float64s encoding/json produces into

@@ -66,7 +66,9 @@ type runState struct {
 	// rendered are the auto pools' entries in the plan's document, in
 	// order's order: a run whose pool lists the same untouched states in
 	// the same order shares them rather than writing 20,000 entries again.
-	rendered    [2][]plan.PoolNode
+	rendered [2][]plan.PoolNode
+	// exported are the pools' entries in the plan's export.
+	exported    []exportedPool
 	buffers     []int32 // buffer index -> node position
 	reserveLeft int
 	// names are the auto pools' names, by index.
