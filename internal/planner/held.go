@@ -78,6 +78,11 @@ func (a *allocator) derived(p *Plan) []idHold {
 func patchHeld(p *Plan, base []idHold) []idHold {
 	st := p.state
 	ids := st.changedIDs()
+	if len(ids) == 0 {
+		// A run that touched no node holds what it started from: a
+		// holding is never written, so the two plans share it.
+		return base[:len(base):len(base)]
+	}
 	content := st.nodeContent(p)
 	out := make([]idHold, 0, len(base)+len(ids))
 	k := 0
