@@ -206,8 +206,10 @@ type allocator struct {
 	// (ElasticOptions.readAll).
 	readAll bool
 
-	// sorted says whether nodes are sorted by id, once asked (nodesSorted).
-	sorted nodesOrder
+	// sorted says whether nodes are sorted by id, once asked (nodesSorted);
+	// searched counts the positions pos found without the index.
+	sorted   nodesOrder
+	searched int
 }
 
 func newAllocator(jobs []Job, nodes []Node) *allocator {
