@@ -324,6 +324,42 @@ func TestElasticSeeds(t *testing.T) {
 				}
 			},
 		},
+		{
+			// On nodes of 4, 8, 8, 8 and 8 GPUs, j2 (priority 2, train 3,
+			// env 3..9), j1 (priority 1, eval 2 of 2 GPUs, env 3..6 under
+			// device-colocate) and j0 (eval 2..4) each hold a node's
+			// worth; n4 goes, then n1 (j2's train, j1's eval). j2 healed
+			// its train onto j0's GPUs and j1 its eval onto j0's train's;
+			// j0 was left preempted though j2's env surplus (8 of 3..9)
+			// held what it needed: the search's yardstick planned the
+			// heals from the previous plans and could not fit j0 either,
+			// so nothing was given up; the next, quiet run, from where
+			// the heals went, shrank j2 and placed j0. Now a second search
+			// starts from the healed plans and may shrink them.
+			name: "a healed plan's surplus given up for a lower minimum", seed: "328721923 (-rapid.checks=5000)",
+			gpus: []int{4, 8, 8, 8, 8},
+			steps: []seedStep{
+				{name: "j2", age: 1, spec: prio(quietSpec(3, 2, 0, 1, 3, 9, 1, 0, EnvStrategyDefault), 2)},
+				{name: "j1", age: 2, spec: prio(quietSpec(3, 2, 0, 2, 3, 6, 1, 0, EnvStrategyDeviceColocate), 1)},
+				{name: "j0", age: 3, spec: prio(quietSpec(3, 2, 4, 1, 0, 0, 0, 0, EnvStrategyDeviceColocate), 0)},
+				{lose: "n4"},
+				{lose: "n1"},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if p := out[0].Plan; !p.Valid() || countOf(p, plan.Eval) != 2 {
+					t.Fatalf("j0 %s with eval %d (%s), want placed at its minimum", p.PlanState(), countOf(p, plan.Eval), p.Error)
+				}
+				p, ch := out[2].Plan, out[2].Change
+				if countOf(p, plan.Env) != 3 || p.Status.Reason != plan.ReasonShrunk || !slices.Contains(p.Status.By, "j0") {
+					t.Fatalf("j2 %s %+v, want shrunk to env 3 for j0", placementOf(p), p.Status)
+				}
+				// Its change is its heal, from its own previous plan: the
+				// train workers n1 held, and no worker it gave up.
+				if ch == nil || len(ch.Displaced) != 3 || slices.ContainsFunc(ch.Displaced, func(d Displaced) bool { return d.Component != plan.Train || d.Why != WhyNodeLeft }) {
+					t.Fatalf("j2 change %+v, want train 0-2 re-placed (node left)", ch)
+				}
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newSeedWorld(tc.gpus...)
