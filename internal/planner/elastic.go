@@ -890,8 +890,9 @@ func take(sizes [][]int, units []shrinkUnit) [][]int {
 // base (every elastic group at its minimum): the surplus must fit in
 // what base leaves free, so the units' GPUs beyond that are counted off
 // in order (at least one unit). exact: every unit takes whole GPUs that
-// no other component shares (colocated) and the count came out even, so
-// that one unit fewer cannot fit.
+// no other component shares (colocated), every plan takes whole GPUs of
+// its own (ownWholeGPUs), and the count came out even, so that one unit
+// fewer cannot fit.
 func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool) {
 	el.allocator()
 	st := &growState{holds: make([]holding, len(base))}
@@ -910,6 +911,16 @@ func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool)
 			exactNeed = exactNeed && g >= 1 && g == math.Trunc(g) && !colocated(el.jobs[u.j].Spec)
 		}
 	}
+	// So is the room: base's free GPUs are all there is only where
+	// every plan takes whole GPUs of its own. A share, or a component
+	// that may be colocated, can take a GPU of its own in base, where
+	// room is left, and sit beside its plan's others where there is less
+	// (env under device-colocate on its eval's GPUs), freeing one more.
+	for j := range el.jobs {
+		if s := el.jobs[j].Spec; s != nil && !ownWholeGPUs(s) {
+			exactNeed = false
+		}
+	}
 	el.eachFree(st, func(string, int) bool {
 		need--
 		return true
@@ -923,6 +934,26 @@ func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool)
 		k++
 	}
 	return k, whole && need == 0 && k > 1
+}
+
+// ownWholeGPUs reports whether every component of spec asks for whole
+// GPUs (or none) and none may share a GPU with another (colocated): its
+// plan takes as many GPUs however it is laid out.
+func ownWholeGPUs(s *Spec) bool {
+	if colocated(s) {
+		return false
+	}
+	whole := func(g *WorkerGroup) bool { return g == nil || g.NumGPUs == math.Trunc(g.NumGPUs) }
+	sc := &s.Scheduling
+	if !whole(sc.Train) || !whole(sc.Eval) || !whole(sc.Buffer) {
+		return false
+	}
+	for i := range sc.Env {
+		if !whole(&sc.Env[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // direct is how many of the units of sizes to give up, by arithmetic

@@ -360,6 +360,30 @@ func TestElasticSeeds(t *testing.T) {
 				}
 			},
 		},
+		{
+			// On nodes of 4 and 8 GPUs, j0 (train 1, eval 2..5, env 1 of a
+			// quarter GPU) grew to eval 5; j1 (train 2, eval 2 of 2 GPUs,
+			// env 1 of a quarter under device-colocate) arrives, 1 GPU
+			// short. Arithmetic (direct) gave up one eval worker; the
+			// search gave up two (TestElasticDirectAgrees): at every
+			// minimum (its yardstick) j1's env took a GPU of its own, left
+			// free there, so its guess counted one GPU less room than
+			// there is (env sits on j1's eval GPUs when room is short),
+			// took the count as exact and never tried one worker.
+			name: "the guess exact only where every plan's GPUs are fixed", seed: "2344732280 (TestElasticDirectAgrees, -rapid.checks=5000)",
+			gpus: []int{4, 8},
+			steps: []seedStep{
+				{name: "j0", age: 1, spec: prio(quietSpec(1, 2, 5, 1, 1, 1, 0.25, 0, EnvStrategyDefault), 0)},
+				{name: "j1", age: 2, spec: prio(quietSpec(2, 2, 0, 2, 1, 1, 0.25, 0, EnvStrategyDeviceColocate), 0)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				search := PlanAllWith(jobs, newSeedWorld(4, 8).nodes, ElasticOptions{searchOnly: true})
+				if p := search[0].Plan; countOf(p, plan.Eval) != 4 || !search[1].Plan.Valid() {
+					t.Fatalf("search: j0 eval %d (want 4), j1 %s", countOf(p, plan.Eval), search[1].Plan.PlanState())
+				}
+				sameOutcomes(t, []string{"j0", "j1"}, out, search)
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newSeedWorld(tc.gpus...)
