@@ -729,10 +729,9 @@ func unranged(s *Spec, counts []int) *Spec {
 }
 
 // improves reports whether out (a search from the plans of from) does
-// better than first: every plan of from placed as it was there, no job
-// worse off, and some job better.
+// better than first: every plan of from placed as it was there, and the
+// first job (in placing order) that fares otherwise better off.
 func (el *elastic) improves(out, first []Outcome, from []*Plan) bool {
-	better := false
 	for j := range out {
 		if p := from[j]; p != nil {
 			q := out[j].Plan
@@ -747,14 +746,21 @@ func (el *elastic) improves(out, first []Outcome, from []*Plan) bool {
 				return false
 			}
 		}
+	}
+	// In placing order (priority, then age), as the core decides: the
+	// first plan that fares otherwise says which does better. A plan
+	// placed later may fare worse where one placed before it is placed
+	// instead: the next run, from these plans, preempts it so.
+	el.allocator()
+	for _, j := range el.a.order {
 		switch a, b := score(out[j]), score(first[j]); {
 		case a > b:
 			return false
 		case a < b:
-			better = true
+			return true
 		}
 	}
-	return better
+	return false
 }
 
 // asFirst puts back, in out (a run from el.from), the first search's

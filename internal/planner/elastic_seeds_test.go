@@ -384,6 +384,33 @@ func TestElasticSeeds(t *testing.T) {
 				sameOutcomes(t, []string{"j0", "j1"}, out, search)
 			},
 		},
+		{
+			// On four nodes of 4 GPUs, j0's new spec (priority 1 -> 2, 8
+			// GPUs) is placed anew beside j3 (priority 1, eval 1..8, at
+			// 2), j1 (priority 1, 6 GPUs) and j2 (priority 0, 4 GPUs).
+			// The first search left j1 invalid, one GPU short, and j2
+			// placed; the second, from where j0 went, gave up j3's eval 1
+			// and placed j1, preempting j2, but was dropped for leaving
+			// j2 worse off; the next, quiet run did as it had. Now a
+			// second search does better where the first plan in placing
+			// order that fares otherwise does better.
+			name: "a second search may preempt a lower plan for a higher one", seed: "512030423 (-rapid.checks=5000)",
+			gpus: []int{4, 4, 4, 4},
+			steps: []seedStep{
+				{name: "j3", age: 1, spec: prio(quietSpec(1, 1, 8, 1, 0, 0, 0, 0, EnvStrategyDefault), 1)},
+				{name: "j1", age: 2, spec: prio(quietSpec(3, 4, 0, 2, 0, 0, 0, 19, EnvStrategyDefault), 0)},
+				{name: "j0", age: 3, spec: prio(quietSpec(0, 1, 0, 0.5, 3, 6, 0.25, 0, EnvStrategyDeviceColocate), 1)},
+				{name: "j2", age: 4, spec: prio(quietSpec(4, 3, 7, 0.5, 1, 6, 1, 0, EnvStrategyDefault), 1)},
+				{name: "j2", spec: prio(quietSpec(3, 1, 0, 0.5, 0, 0, 0, 0, EnvStrategyDeviceColocate), 0)},
+				{name: "j1", spec: prio(quietSpec(2, 4, 0, 1, 2, 3, 0.25, 0, EnvStrategyDeviceColocate), 1)},
+				{name: "j0", spec: prio(quietSpec(4, 2, 0, 2, 2, 2, 0.25, 0, EnvStrategyDeviceColocate), 2)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if !out[0].Plan.Valid() || !out[1].Plan.Valid() || out[2].Plan.Placed() || countOf(out[3].Plan, plan.Eval) != 1 {
+					t.Fatalf("j0 %s, j1 %s, j2 %s, j3 eval %d: want j0 and j1 placed, j2 preempted, j3 at eval 1", out[0].Plan.PlanState(), out[1].Plan.PlanState(), out[2].Plan.PlanState(), countOf(out[3].Plan, plan.Eval))
+				}
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newSeedWorld(tc.gpus...)
