@@ -338,9 +338,10 @@ type elastic struct {
 	// from in place of its own previous plan: where a second search
 	// starts a plan new this run, or one that healed (search).
 	from []*Plan
-	// healed is, per job, whether from holds it as it healed: a plan
-	// placed before whose trial re-placed workers, which the second
-	// search may shrink (cut from where it went).
+	// healed is, per job, whether from holds it as it healed (a plan
+	// placed before whose trial re-placed workers a lost node or GPU
+	// held) or as it was placed anew for a new spec: the second search
+	// may shrink it (cut from where it went).
 	healed []bool
 }
 
@@ -643,6 +644,14 @@ func (el *elastic) placedTakers(out []Outcome) []*Plan {
 func (el *elastic) healedFrom(out []Outcome, from []*Plan) []*Plan {
 	for j := range out {
 		job, o := &el.jobs[j], out[j]
+		if from != nil && from[j] != nil && el.refs[j] != nil && job.Prev != nil && job.Prev.Placed() {
+			// Placed anew for a new spec: the next run starts from where
+			// it went and may shrink it there, as a healed plan.
+			if el.healed == nil {
+				el.healed = make([]bool, len(out))
+			}
+			el.healed[j] = true
+		}
 		if from != nil && from[j] != nil || job.Spec == nil || job.Prev == nil || !job.Prev.Placed() || el.respecced(j) ||
 			!o.Plan.Valid() || o.Plan.PendingSpec != nil || o.Change == nil || o.Change.Fresh || !slices.ContainsFunc(o.Change.Displaced, lostPlace) {
 			continue

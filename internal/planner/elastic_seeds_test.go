@@ -411,6 +411,29 @@ func TestElasticSeeds(t *testing.T) {
 				}
 			},
 		},
+		{
+			// On nodes of 4 and 8 GPUs, j2 (eval 3..15) fills both; j0
+			// (7 GPUs, equal priority, younger) waits. j2's new spec (eval
+			// 3..5, an env share) places it anew at eval 5, 6 GPUs, and
+			// j0, one short, still waited: the second search, from where
+			// j2 went, held j2 at every worker it placed there, and the
+			// next, quiet run gave up j2's eval 3-4 (eval 4's GPU holds
+			// its env) and placed j0. Now the
+			// second search may shrink a plan placed anew for a new spec,
+			// as one that healed.
+			name: "a plan placed anew for a new spec shrunk in the second search", seed: "998620333 (-rapid.checks=5000)",
+			gpus: []int{4, 8},
+			steps: []seedStep{
+				{name: "j2", age: 1, spec: prio(quietSpec(1, 3, 15, 1, 0, 0, 0, 0, EnvStrategyDeviceColocate), 0)},
+				{name: "j0", age: 2, spec: prio(quietSpec(5, 1, 0, 2, 1, 1, 0.25, 7, EnvStrategyDeviceColocate), 0)},
+				{name: "j2", spec: prio(quietSpec(1, 3, 5, 1, 1, 1, 0.25, 0, EnvStrategyDeviceColocate), 0)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if !out[0].Plan.Valid() || countOf(out[1].Plan, plan.Eval) != 3 || out[1].Plan.Status.Reason != plan.ReasonShrunk {
+					t.Fatalf("j0 %s (%s), j2 eval %d %+v: want j0 placed, j2 shrunk to eval 3", out[0].Plan.PlanState(), out[0].Plan.Error, countOf(out[1].Plan, plan.Eval), out[1].Plan.Status)
+				}
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newSeedWorld(tc.gpus...)
