@@ -336,8 +336,13 @@ type elastic struct {
 	readAll bool
 	// from is, per job (where not nil), the plan every trial plans it
 	// from in place of its own previous plan: where a second search
-	// starts a plan new this run (search).
+	// starts a plan new this run, or one that healed (search).
 	from []*Plan
+	// healed is, per job, whether from holds it as it healed (a plan
+	// placed before whose trial re-placed workers a lost node or GPU
+	// held) or as it was placed anew for a new spec: the second search
+	// may shrink it (cut from where it went).
+	healed []bool
 }
 
 // trial is one run of PlanAllWith's search: its outcomes, whose reasons
@@ -376,7 +381,7 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 	}
 	sizes, kept := el.search(opt.searchOnly)
 	var first []Outcome
-	if from := el.placedTakers(kept.out); from != nil && el.surplus(sizes) > 0 && slices.ContainsFunc(kept.out, func(o Outcome) bool { return score(o) == 4 }) {
+	if from := el.healedFrom(kept.out, el.placedTakers(kept.out)); from != nil && el.surplus(sizes) > 0 && slices.ContainsFunc(kept.out, func(o Outcome) bool { return score(o) == 4 }) {
 		// A plan left invalid beside surplus, where a plan new this run
 		// was placed: the search's yardstick (every group at its minimum)
 		// placed the new plan afresh there too, and may have cut up the
@@ -384,13 +389,21 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 		// new plan went; so does a second search, kept where it places
 		// the new plans as the first did and leaves every plan better
 		// off or as well, so that the next run, on a quiet cluster, has
-		// nothing left to do.
+		// nothing left to do. Likewise where a plan healed (re-placed
+		// workers a lost node held): the next run starts from where its
+		// workers went, and the yardstick there may fit the invalid plan
+		// in its surplus; the second search starts each healed plan at
+		// the sizes it holds there and may shrink it.
 		el.from, first = from, kept.out
-		if s2, k2 := el.search(true); el.improves(k2.out, first, from) {
+		start := el.start
+		el.start = el.startFrom(from)
+		s2, k2 := el.search(true)
+		el.start = start
+		if el.improves(k2.out, first, from) {
 			sizes, kept = s2, k2
 			el.asFirst(kept.out, first)
 		} else {
-			el.from = nil
+			el.from, el.healed = nil, nil
 		}
 	}
 	kept.why()
@@ -538,8 +551,11 @@ func (el *elastic) trial(sizes [][]int) trial { return el.trialFrom(sizes, nil) 
 
 // trialFrom is runFrom, its reasons left to word.
 func (el *elastic) trialFrom(sizes [][]int, from []*Plan) trial {
+	healed := el.healed // only a second search's own plans are cut
 	if from == nil {
 		from = el.from
+	} else {
+		healed = nil
 	}
 	jobs := make([]Job, len(el.jobs))
 	copy(jobs, el.jobs)
@@ -549,6 +565,9 @@ func (el *elastic) trialFrom(sizes [][]int, from []*Plan) trial {
 			job.Prev, job.PrevSpec = from[j], nil
 			if el.refs[j] != nil {
 				job.Spec = sized(job.Spec, sizes[j])
+				if j < len(healed) && healed[j] {
+					job.Prev = truncated(from[j], el.refs[j], sizes[j], job.Spec, el.readAll)
+				}
 			}
 			continue
 		}
@@ -619,6 +638,66 @@ func (el *elastic) placedTakers(out []Outcome) []*Plan {
 	return from
 }
 
+// healedFrom is from (placedTakers) with, where some plan of out
+// healed, that plan too (el.healed set): valid, its spec unchanged, and
+// some of its workers re-placed because their node or GPU went. nil where from is nil and none healed.
+func (el *elastic) healedFrom(out []Outcome, from []*Plan) []*Plan {
+	for j := range out {
+		job, o := &el.jobs[j], out[j]
+		if from != nil && from[j] != nil && el.refs[j] != nil && job.Prev != nil && job.Prev.Placed() {
+			// Placed anew for a new spec: the next run starts from where
+			// it went and may shrink it there, as a healed plan.
+			if el.healed == nil {
+				el.healed = make([]bool, len(out))
+			}
+			el.healed[j] = true
+		}
+		if from != nil && from[j] != nil || job.Spec == nil || job.Prev == nil || !job.Prev.Placed() || el.respecced(j) ||
+			!o.Plan.Valid() || o.Plan.PendingSpec != nil || o.Change == nil || o.Change.Fresh || !slices.ContainsFunc(o.Change.Displaced, lostPlace) {
+			continue
+		}
+		if from == nil {
+			from = make([]*Plan, len(out))
+		}
+		if el.healed == nil {
+			el.healed = make([]bool, len(out))
+		}
+		from[j], el.healed[j] = o.Plan, true
+	}
+	return from
+}
+
+// lostPlace reports whether d was re-placed because its node or GPU
+// went (left, gone, replaced, unhealthy, drained): a heal, not a move
+// for another plan or a spec.
+func lostPlace(d Displaced) bool {
+	switch d.Why {
+	case WhyNodeLeft, WhyGPUGone, WhyGPUReplaced, WhyUnhealthy, WhyDrained:
+		return true
+	}
+	return false
+}
+
+// startFrom is the sizes a second search from from starts at: each
+// healed plan's as it holds them there (its surplus may have gone to
+// its heal), every other job's as the first search started it.
+func (el *elastic) startFrom(from []*Plan) [][]int {
+	out := slices.Clone(el.start)
+	for j, p := range from {
+		if p == nil || j >= len(el.healed) || !el.healed[j] || el.refs[j] == nil {
+			continue
+		}
+		held := heldCounts(p, el.refs[j])
+		out[j] = slices.Clone(el.start[j])
+		for k, r := range el.refs[j] {
+			if held[k] >= 0 {
+				out[j][k] = min(max(held[k], r.min), out[j][k])
+			}
+		}
+	}
+	return out
+}
+
 // respecced reports whether job j's previous placement follows a spec
 // other than its own beyond its elastic groups' sizes (a spec change),
 // so that its run places it anew, as a fresh plan is, not from its
@@ -659,33 +738,57 @@ func unranged(s *Spec, counts []int) *Spec {
 }
 
 // improves reports whether out (a search from the plans of from) does
-// better than first: every plan of from placed as it was there, no job
-// worse off, and some job better.
+// better than first: every plan of from placed as it was there, and the
+// first job (in placing order) that fares otherwise better off.
 func (el *elastic) improves(out, first []Outcome, from []*Plan) bool {
-	better := false
 	for j := range out {
 		if p := from[j]; p != nil {
-			if q := out[j].Plan; !q.Valid() || q.Workers.Len() != p.Workers.Len() || !keepsAll(p, q) {
+			q := out[j].Plan
+			switch {
+			case j < len(el.healed) && el.healed[j]:
+				// A healed plan may shrink: every worker it keeps
+				// stays where it went.
+				if !q.Valid() || !keepsAll(q, p) {
+					return false
+				}
+			case !q.Valid() || q.Workers.Len() != p.Workers.Len() || !keepsAll(p, q):
 				return false
 			}
 		}
+	}
+	// In placing order (priority, then age), as the core decides: the
+	// first plan that fares otherwise says which does better. A plan
+	// placed later may fare worse where one placed before it is placed
+	// instead: the next run, from these plans, preempts it so.
+	el.allocator()
+	for _, j := range el.a.order {
 		switch a, b := score(out[j]), score(first[j]); {
 		case a > b:
 			return false
 		case a < b:
-			better = true
+			return true
 		}
 	}
-	return better
+	return false
 }
 
 // asFirst puts back, in out (a run from el.from), the first search's
 // outcome of each plan placed there as it was: a plan new this run,
 // whose change is its first placement, not one from where it went.
+//
+// A healed plan the second search shrank keeps that search's plan, but
+// its change is the first's (the workers it re-placed, from its own
+// previous plan), less the workers it gave up.
 func (el *elastic) asFirst(out, first []Outcome) {
 	for j, p := range el.from {
-		if q := out[j].Plan; p != nil && q.Valid() && q.Workers.Len() == p.Workers.Len() && keepsAll(p, q) {
+		q := out[j].Plan
+		switch {
+		case p != nil && q.Valid() && q.Workers.Len() == p.Workers.Len() && keepsAll(p, q):
 			out[j] = first[j]
+		case p != nil && j < len(el.healed) && el.healed[j] && q.Valid() && keepsAll(q, p) && first[j].Change != nil:
+			ch := *first[j].Change
+			ch.Displaced = slices.DeleteFunc(slices.Clone(ch.Displaced), func(d Displaced) bool { return q.Workers.Find(d.Component, d.Index) == nil })
+			out[j].Change = &ch
 		}
 	}
 }
@@ -802,8 +905,9 @@ func take(sizes [][]int, units []shrinkUnit) [][]int {
 // base (every elastic group at its minimum): the surplus must fit in
 // what base leaves free, so the units' GPUs beyond that are counted off
 // in order (at least one unit). exact: every unit takes whole GPUs that
-// no other component shares (colocated) and the count came out even, so
-// that one unit fewer cannot fit.
+// no other component shares (colocated), every plan takes whole GPUs of
+// its own (ownWholeGPUs), and the count came out even, so that one unit
+// fewer cannot fit.
 func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool) {
 	el.allocator()
 	st := &growState{holds: make([]holding, len(base))}
@@ -822,6 +926,16 @@ func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool)
 			exactNeed = exactNeed && g >= 1 && g == math.Trunc(g) && !colocated(el.jobs[u.j].Spec)
 		}
 	}
+	// So is the room: base's free GPUs are all there is only where
+	// every plan takes whole GPUs of its own. A share, or a component
+	// that may be colocated, can take a GPU of its own in base, where
+	// room is left, and sit beside its plan's others where there is less
+	// (env under device-colocate on its eval's GPUs), freeing one more.
+	for j := range el.jobs {
+		if s := el.jobs[j].Spec; s != nil && !ownWholeGPUs(s) {
+			exactNeed = false
+		}
+	}
 	el.eachFree(st, func(string, int) bool {
 		need--
 		return true
@@ -835,6 +949,26 @@ func (el *elastic) guess(units []shrinkUnit, base []Outcome) (k int, exact bool)
 		k++
 	}
 	return k, whole && need == 0 && k > 1
+}
+
+// ownWholeGPUs reports whether every component of spec asks for whole
+// GPUs (or none) and none may share a GPU with another (colocated): its
+// plan takes as many GPUs however it is laid out.
+func ownWholeGPUs(s *Spec) bool {
+	if colocated(s) {
+		return false
+	}
+	whole := func(g *WorkerGroup) bool { return g == nil || g.NumGPUs == math.Trunc(g.NumGPUs) }
+	sc := &s.Scheduling
+	if !whole(sc.Train) || !whole(sc.Eval) || !whole(sc.Buffer) {
+		return false
+	}
+	for i := range sc.Env {
+		if !whole(&sc.Env[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // direct is how many of the units of sizes to give up, by arithmetic

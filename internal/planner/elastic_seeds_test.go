@@ -324,6 +324,116 @@ func TestElasticSeeds(t *testing.T) {
 				}
 			},
 		},
+		{
+			// On nodes of 4, 8, 8, 8 and 8 GPUs, j2 (priority 2, train 3,
+			// env 3..9), j1 (priority 1, eval 2 of 2 GPUs, env 3..6 under
+			// device-colocate) and j0 (eval 2..4) each hold a node's
+			// worth; n4 goes, then n1 (j2's train, j1's eval). j2 healed
+			// its train onto j0's GPUs and j1 its eval onto j0's train's;
+			// j0 was left preempted though j2's env surplus (8 of 3..9)
+			// held what it needed: the search's yardstick planned the
+			// heals from the previous plans and could not fit j0 either,
+			// so nothing was given up; the next, quiet run, from where
+			// the heals went, shrank j2 and placed j0. Now a second search
+			// starts from the healed plans and may shrink them.
+			name: "a healed plan's surplus given up for a lower minimum", seed: "328721923 (-rapid.checks=5000)",
+			gpus: []int{4, 8, 8, 8, 8},
+			steps: []seedStep{
+				{name: "j2", age: 1, spec: prio(quietSpec(3, 2, 0, 1, 3, 9, 1, 0, EnvStrategyDefault), 2)},
+				{name: "j1", age: 2, spec: prio(quietSpec(3, 2, 0, 2, 3, 6, 1, 0, EnvStrategyDeviceColocate), 1)},
+				{name: "j0", age: 3, spec: prio(quietSpec(3, 2, 4, 1, 0, 0, 0, 0, EnvStrategyDeviceColocate), 0)},
+				{lose: "n4"},
+				{lose: "n1"},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if p := out[0].Plan; !p.Valid() || countOf(p, plan.Eval) != 2 {
+					t.Fatalf("j0 %s with eval %d (%s), want placed at its minimum", p.PlanState(), countOf(p, plan.Eval), p.Error)
+				}
+				p, ch := out[2].Plan, out[2].Change
+				if countOf(p, plan.Env) != 3 || p.Status.Reason != plan.ReasonShrunk || !slices.Contains(p.Status.By, "j0") {
+					t.Fatalf("j2 %s %+v, want shrunk to env 3 for j0", placementOf(p), p.Status)
+				}
+				// Its change is its heal, from its own previous plan: the
+				// train workers n1 held, and no worker it gave up.
+				if ch == nil || len(ch.Displaced) != 3 || slices.ContainsFunc(ch.Displaced, func(d Displaced) bool { return d.Component != plan.Train || d.Why != WhyNodeLeft }) {
+					t.Fatalf("j2 change %+v, want train 0-2 re-placed (node left)", ch)
+				}
+			},
+		},
+		{
+			// On nodes of 4 and 8 GPUs, j0 (train 1, eval 2..5, env 1 of a
+			// quarter GPU) grew to eval 5; j1 (train 2, eval 2 of 2 GPUs,
+			// env 1 of a quarter under device-colocate) arrives, 1 GPU
+			// short. Arithmetic (direct) gave up one eval worker; the
+			// search gave up two (TestElasticDirectAgrees): at every
+			// minimum (its yardstick) j1's env took a GPU of its own, left
+			// free there, so its guess counted one GPU less room than
+			// there is (env sits on j1's eval GPUs when room is short),
+			// took the count as exact and never tried one worker.
+			name: "the guess exact only where every plan's GPUs are fixed", seed: "2344732280 (TestElasticDirectAgrees, -rapid.checks=5000)",
+			gpus: []int{4, 8},
+			steps: []seedStep{
+				{name: "j0", age: 1, spec: prio(quietSpec(1, 2, 5, 1, 1, 1, 0.25, 0, EnvStrategyDefault), 0)},
+				{name: "j1", age: 2, spec: prio(quietSpec(2, 2, 0, 2, 1, 1, 0.25, 0, EnvStrategyDeviceColocate), 0)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				search := PlanAllWith(jobs, newSeedWorld(4, 8).nodes, ElasticOptions{searchOnly: true})
+				if p := search[0].Plan; countOf(p, plan.Eval) != 4 || !search[1].Plan.Valid() {
+					t.Fatalf("search: j0 eval %d (want 4), j1 %s", countOf(p, plan.Eval), search[1].Plan.PlanState())
+				}
+				sameOutcomes(t, []string{"j0", "j1"}, out, search)
+			},
+		},
+		{
+			// On four nodes of 4 GPUs, j0's new spec (priority 1 -> 2, 8
+			// GPUs) is placed anew beside j3 (priority 1, eval 1..8, at
+			// 2), j1 (priority 1, 6 GPUs) and j2 (priority 0, 4 GPUs).
+			// The first search left j1 invalid, one GPU short, and j2
+			// placed; the second, from where j0 went, gave up j3's eval 1
+			// and placed j1, preempting j2, but was dropped for leaving
+			// j2 worse off; the next, quiet run did as it had. Now a
+			// second search does better where the first plan in placing
+			// order that fares otherwise does better.
+			name: "a second search may preempt a lower plan for a higher one", seed: "512030423 (-rapid.checks=5000)",
+			gpus: []int{4, 4, 4, 4},
+			steps: []seedStep{
+				{name: "j3", age: 1, spec: prio(quietSpec(1, 1, 8, 1, 0, 0, 0, 0, EnvStrategyDefault), 1)},
+				{name: "j1", age: 2, spec: prio(quietSpec(3, 4, 0, 2, 0, 0, 0, 19, EnvStrategyDefault), 0)},
+				{name: "j0", age: 3, spec: prio(quietSpec(0, 1, 0, 0.5, 3, 6, 0.25, 0, EnvStrategyDeviceColocate), 1)},
+				{name: "j2", age: 4, spec: prio(quietSpec(4, 3, 7, 0.5, 1, 6, 1, 0, EnvStrategyDefault), 1)},
+				{name: "j2", spec: prio(quietSpec(3, 1, 0, 0.5, 0, 0, 0, 0, EnvStrategyDeviceColocate), 0)},
+				{name: "j1", spec: prio(quietSpec(2, 4, 0, 1, 2, 3, 0.25, 0, EnvStrategyDeviceColocate), 1)},
+				{name: "j0", spec: prio(quietSpec(4, 2, 0, 2, 2, 2, 0.25, 0, EnvStrategyDeviceColocate), 2)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if !out[0].Plan.Valid() || !out[1].Plan.Valid() || out[2].Plan.Placed() || countOf(out[3].Plan, plan.Eval) != 1 {
+					t.Fatalf("j0 %s, j1 %s, j2 %s, j3 eval %d: want j0 and j1 placed, j2 preempted, j3 at eval 1", out[0].Plan.PlanState(), out[1].Plan.PlanState(), out[2].Plan.PlanState(), countOf(out[3].Plan, plan.Eval))
+				}
+			},
+		},
+		{
+			// On nodes of 4 and 8 GPUs, j2 (eval 3..15) fills both; j0
+			// (7 GPUs, equal priority, younger) waits. j2's new spec (eval
+			// 3..5, an env share) places it anew at eval 5, 6 GPUs, and
+			// j0, one short, still waited: the second search, from where
+			// j2 went, held j2 at every worker it placed there, and the
+			// next, quiet run gave up j2's eval 3-4 (eval 4's GPU holds
+			// its env) and placed j0. Now the
+			// second search may shrink a plan placed anew for a new spec,
+			// as one that healed.
+			name: "a plan placed anew for a new spec shrunk in the second search", seed: "998620333 (-rapid.checks=5000)",
+			gpus: []int{4, 8},
+			steps: []seedStep{
+				{name: "j2", age: 1, spec: prio(quietSpec(1, 3, 15, 1, 0, 0, 0, 0, EnvStrategyDeviceColocate), 0)},
+				{name: "j0", age: 2, spec: prio(quietSpec(5, 1, 0, 2, 1, 1, 0.25, 7, EnvStrategyDeviceColocate), 0)},
+				{name: "j2", spec: prio(quietSpec(1, 3, 5, 1, 1, 1, 0.25, 0, EnvStrategyDeviceColocate), 0)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				if !out[0].Plan.Valid() || countOf(out[1].Plan, plan.Eval) != 3 || out[1].Plan.Status.Reason != plan.ReasonShrunk {
+					t.Fatalf("j0 %s (%s), j2 eval %d %+v: want j0 placed, j2 shrunk to eval 3", out[0].Plan.PlanState(), out[0].Plan.Error, countOf(out[1].Plan, plan.Eval), out[1].Plan.Status)
+				}
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newSeedWorld(tc.gpus...)
