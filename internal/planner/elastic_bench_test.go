@@ -29,6 +29,14 @@ func elasticBench(b *testing.B, n, free int) ([]Node, Job) {
 	return nodes, Job{Name: "a", Spec: spec, Prev: prev, Age: 1}
 }
 
+// takerJob is plan b of priority 10 and k train workers, which takes
+// the GPUs a shrink gives up.
+func takerJob(k int) Job {
+	return Job{Name: "b", Age: 2, Spec: &Spec{Priority: 10,
+		Scheduling: Scheduling{Train: &WorkerGroup{WorkerNum: k, NumCPUs: 1, NumGPUs: 1}},
+		Placement:  Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault}}}
+}
+
 // BenchmarkElastic: what a grow into k free GPUs, and a shrink of k for
 // a plan of higher priority, cost at 20,000 nodes, beside a replan that
 // changes nothing (steady) and the plan made afresh (afresh: what a
@@ -61,11 +69,10 @@ func BenchmarkElastic(b *testing.B) {
 	for _, k := range []int{8, 800} {
 		b.Run(fmt.Sprintf("nodes=%d/taker=%d", n, k), func(b *testing.B) {
 			nodes, _ := benchCluster(n)
-			spec := &Spec{Priority: 10, Scheduling: Scheduling{Train: &WorkerGroup{WorkerNum: k, NumCPUs: 1, NumGPUs: 1}},
-				Placement: Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault}}
+			taker := takerJob(k)
 			b.ReportAllocs()
 			for b.Loop() {
-				if o := PlanAll([]Job{{Name: "b", Age: 2, Spec: spec}}, nodes)[0]; o.Err != nil {
+				if o := PlanAll([]Job{taker}, nodes)[0]; o.Err != nil {
 					b.Fatal(o.Err)
 				}
 			}
@@ -83,9 +90,7 @@ func BenchmarkElastic(b *testing.B) {
 		o.Plan.GPUsHeld = HeldGPUs(o.Plan)
 		a.Prev = o.Plan
 		want := countOf(a.Prev, "eval") - 8
-		taker := Job{Name: "b", Age: 2, Spec: &Spec{Priority: 10,
-			Scheduling: Scheduling{Train: &WorkerGroup{WorkerNum: 8, NumCPUs: 1, NumGPUs: 1}},
-			Placement:  Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault}}}
+		taker := takerJob(8)
 		b.ReportAllocs()
 		for b.Loop() {
 			out := PlanAll([]Job{a, taker}, nodes)
@@ -108,9 +113,7 @@ func BenchmarkElastic(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d/shrink=%d", n, k), func(b *testing.B) {
 			nodes, a := elasticBench(b, n, 0)
 			want := countOf(a.Prev, "eval") - k
-			taker := Job{Name: "b", Age: 2, Spec: &Spec{Priority: 10,
-				Scheduling: Scheduling{Train: &WorkerGroup{WorkerNum: k, NumCPUs: 1, NumGPUs: 1}},
-				Placement:  Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault}}}
+			taker := takerJob(k)
 			b.ReportAllocs()
 			for b.Loop() {
 				out := PlanAll([]Job{a, taker}, nodes)
