@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -156,8 +157,17 @@ func TestRepublishedFollowEnds(t *testing.T) {
 	if err := js.DeleteStream(ctx, client.PlansStream); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(ctx, bus.PlansStreamConfig(1)); err != nil {
-		t.Fatal(err)
+	// The server removes a deleted stream's files as it goes: a create
+	// of the same name at once may find them still there and refuse
+	// (10049, "error creating store for stream", seen under -race).
+	var createErr error
+	natstest.WaitFor(t, 10*time.Second, "the plan stream made again", func() bool {
+		_, createErr = js.CreateStream(ctx, bus.PlansStreamConfig(1))
+		var apiErr *jetstream.APIError
+		return createErr == nil || !errors.As(createErr, &apiErr) || apiErr.ErrorCode != 10049
+	})
+	if createErr != nil {
+		t.Fatal(createErr)
 	}
 	if _, err := ps.PublishEvent(ctx, wholeEvent("default", 4), "d", 0, 0); err != nil {
 		t.Fatal(err)
