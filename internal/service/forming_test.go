@@ -28,14 +28,7 @@ import (
 func TestStartWaitsForFormingCluster(t *testing.T) {
 	t.Parallel()
 	c := testcluster.StartForming(t, 3, 2, nil)
-	nc, err := bus.Connect(c.URL(0), "forming-planner", zerolog.Nop(), bus.Security{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	reg := prometheus.NewRegistry()
-	p := New(Config{NC: nc, JS: js, Spec: []byte(testSpec), Replicas: 3, Log: zerolog.Nop(), Metrics: metrics.NewPlanner(reg)})
+	p, js, reg := clusterPlanner(t, c.URL(0), Config{Replicas: 3})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -70,18 +63,11 @@ func TestStartWaitsForFormingCluster(t *testing.T) {
 func TestStartGivesUpOnTooFewServers(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, 3, nil)
-	nc, err := bus.Connect(c.URL(0), "small-planner", zerolog.Nop(), bus.Security{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	reg := prometheus.NewRegistry()
 	clock := &stepClock{now: time.Unix(1_000_000, 0)}
-	p := New(Config{NC: nc, JS: js, Spec: []byte(testSpec), Replicas: 5, Clock: clock, Log: zerolog.Nop(), Metrics: metrics.NewPlanner(reg)})
+	p, _, reg := clusterPlanner(t, c.URL(0), Config{Replicas: 5, Clock: clock})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	err = p.Run(ctx)
+	err := p.Run(ctx)
 	if !errors.Is(err, bus.ErrReplicas) || !strings.Contains(err.Error(), "no more servers joined") {
 		t.Fatalf("Run = %v, want not enough servers, said after the wait", err)
 	}
@@ -91,6 +77,22 @@ func TestStartGivesUpOnTooFewServers(t *testing.T) {
 	if elapsed := clock.Now().Sub(time.Unix(1_000_000, 0)); elapsed < bus.StartGrace {
 		t.Errorf("gave up %s after start, before the grace of %s", elapsed, bus.StartGrace)
 	}
+}
+
+// clusterPlanner is a planner on the server at url with cfg (its spec
+// testSpec, its metrics on reg), not yet run; its connection closes
+// with the test.
+func clusterPlanner(t *testing.T, url string, cfg Config) (*Service, jetstream.JetStream, *prometheus.Registry) {
+	t.Helper()
+	nc, err := bus.Connect(url, "planner", zerolog.Nop(), bus.Security{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	reg := prometheus.NewRegistry()
+	cfg.NC, cfg.JS, cfg.Spec, cfg.Log, cfg.Metrics = nc, js, []byte(testSpec), zerolog.Nop(), metrics.NewPlanner(reg)
+	return New(cfg), js, reg
 }
 
 // stepClock is a Clock whose every timer is due at once, moving the

@@ -525,15 +525,6 @@ func (s *memPlans) Retain(ctx context.Context, name string, maxAge time.Duration
 	return ctx.Err()
 }
 
-func (s *memPlans) LastSeq(ctx context.Context, subject string) (uint64, error) {
-	s.js.mu.Lock()
-	defer s.js.mu.Unlock()
-	if l := s.js.last(subject); l != nil {
-		return l.seq, ctx.Err()
-	}
-	return 0, ctx.Err()
-}
-
 func (s *memPlans) LastEvent(ctx context.Context, subject string) (store.LastMessage, error) {
 	s.js.mu.Lock()
 	defer s.js.mu.Unlock()

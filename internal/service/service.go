@@ -433,9 +433,10 @@ func (p *Service) startRetrying(ctx context.Context) (*store.StoredPlan, bool, e
 		// Fewer servers than --replicas is a setting to change, unless the
 		// rest have not joined yet: the server says both alike, so the
 		// first minute tells them apart.
-		forming := bus.MayBeForming(err) && elapsed < bus.StartGrace
+		mayForm := bus.MayBeForming(err)
+		forming := mayForm && elapsed < bus.StartGrace
 		if !forming && (errors.Is(err, bus.ErrReplicas) || errors.Is(err, bus.ErrStorage) || errors.Is(err, errSpecLost)) {
-			if bus.MayBeForming(err) {
+			if mayForm {
 				err = fmt.Errorf("%w (still after %s: no more servers joined)", err, elapsed.Round(time.Second))
 			}
 			return nil, false, err

@@ -313,7 +313,7 @@ scheduling:
 	for i := 0; b.Loop(); i++ {
 		name := names[i%len(names)]
 		subject := client.PlanEventSubject(name)
-		was, err := plans.LastSeq(ctx, subject)
+		was, err := plans.LastEvent(ctx, subject)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -321,8 +321,8 @@ scheduling:
 			b.Fatal(err)
 		}
 		natstest.WaitFor(b, time.Minute, "plan "+name+"'s next revision", func() bool {
-			now, err := plans.LastSeq(ctx, subject)
-			return err == nil && now != was
+			now, err := plans.LastEvent(ctx, subject)
+			return err == nil && now.Seq != was.Seq
 		})
 	}
 	b.StopTimer()

@@ -50,7 +50,6 @@ type planStore interface {
 	Assignment(ctx context.Context, name, node string) (*client.Assignment, error)
 	Follow(ctx context.Context, name string, skip func(client.Info) bool) (<-chan *store.StoredPlan, error)
 	Retain(ctx context.Context, name string, maxAge time.Duration, maxBytes int64, now time.Time) error
-	LastSeq(ctx context.Context, subject string) (uint64, error)
 	LastEvent(ctx context.Context, subject string) (store.LastMessage, error)
 	ReadLease(ctx context.Context, name string) (*bus.Lease, error)
 	// WriteLease is refused unless the lease's last write is at expect

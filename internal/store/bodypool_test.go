@@ -41,15 +41,21 @@ func TestBodyPendingNotReused(t *testing.T) {
 	c, _ := client.New(js.Conn())
 	// A resend lands within nats.go's retries (2, 250 ms apart) or not
 	// at all; what lands on a's subject must be a's.
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
+	tick := time.NewTicker(natstest.Poll)
+	defer tick.Stop()
+	done := time.After(3 * time.Second)
+	for {
 		if a, err := c.Assignment(ctx, "default", "a"); err == nil && a != nil {
 			if len(a.Workers) != 1 || a.Workers[0].NodeID != "a" || a.Workers[0].GPUUUIDs[0] != "GPU-a" {
 				t.Fatalf("node a's subject holds %+v", a.Workers)
 			}
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-tick.C:
+		case <-done:
+			t.Log("no resend landed on a's subject: nothing to check this run")
+			return
+		}
 	}
-	t.Log("no resend landed on a's subject: nothing to check this run")
 }

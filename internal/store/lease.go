@@ -77,15 +77,6 @@ func (s *PlanStore) ReleaseLease(ctx context.Context, name string, seq uint64) e
 	return nil
 }
 
-// LastSeq is the stream sequence of the last message on subject as the
-// stream's leader has it (0: none). Direct gets may be answered by a
-// replica that lags; a planner that just took the lease asks the leader
-// what the last revision is, so that it continues from it.
-func (s *PlanStore) LastSeq(ctx context.Context, subject string) (uint64, error) {
-	last, err := s.LastEvent(ctx, subject)
-	return last.Seq, err
-}
-
 // LastMessage is where a subject's last message sits in the plan stream
 // and the revision its header names (0: none), which tells a message
 // apart from one at the same sequence of a stream made again since.
@@ -94,7 +85,10 @@ type LastMessage struct {
 	Revision int
 }
 
-// LastEvent is LastSeq with the revision the message's header names.
+// LastEvent is the last message on subject as the stream's leader has
+// it (zero: none). Direct gets may be answered by a replica that lags;
+// a planner that just took the lease asks the leader what the last
+// revision is, so that it continues from it.
 func (s *PlanStore) LastEvent(ctx context.Context, subject string) (LastMessage, error) {
 	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
 	msg, err := s.js.Conn().RequestWithContext(ctx, s.apiPrefix()+"STREAM.MSG.GET."+client.PlansStream, req)
