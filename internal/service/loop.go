@@ -140,6 +140,9 @@ type loop struct {
 	// growT fires when a free GPU has been free for GrowAfter and an
 	// elastic plan may grow onto it (grow.go): a replan then.
 	growT Timer
+	// invCatch holds a plan's first revision until the inventory watch
+	// has delivered what the bucket held (invcatchup.go).
+	invCatch inventoryCatchUp
 }
 
 func (p *loopState) newLoop(ctx context.Context) (*loop, error) {
@@ -922,6 +925,10 @@ func (l *loop) replan(ctx context.Context) {
 		return
 	}
 	l.ride.settleWaiting = false
+	if wait := l.inventoryBehind(ctx); wait > 0 {
+		l.armReplan(wait)
+		return
+	}
 	l.dirty = false
 	// Readers see at least the inventory a revision was planned on,
 	// once the stream has it.

@@ -466,6 +466,13 @@ func inventoryWatch(t *testing.T, b backend) {
 	}
 	r1 := b.put(t, node("n1"), time.Minute)
 	r2 := b.put(t, node("n2"), time.Minute)
+	lastIs := func(want uint64) {
+		t.Helper()
+		if got, err := b.inv.LastRevision(ctx); err != nil || got != want {
+			t.Fatalf("LastRevision = %d, %v; want %d (the last put's)", got, err, want)
+		}
+	}
+	lastIs(r2)
 	ch, err := b.inv.Watch(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -504,6 +511,7 @@ func inventoryWatch(t *testing.T, b backend) {
 		t.Fatalf("Tombstone of a key that holds a document = %v, want ErrKeyMoved", err)
 	}
 	r3 := b.put(t, node("n3"), time.Second)
+	lastIs(r3)
 	if got := see(next()); got != (seen{store.Changed, "n3", r3, "", false}) {
 		t.Fatalf("after a put: %+v", got)
 	}

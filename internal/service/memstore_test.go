@@ -955,6 +955,15 @@ func (s memInventory) Tombstone(ctx context.Context, nodeID string, ttl time.Dur
 	return rev, ctx.Err()
 }
 
+func (s memInventory) LastRevision(ctx context.Context) (uint64, error) {
+	s.kv.js.mu.Lock()
+	defer s.kv.js.mu.Unlock()
+	if err := s.kv.bind(); err != nil {
+		return 0, err
+	}
+	return s.kv.seq, ctx.Err()
+}
+
 // Watch delivers every node's document, then Synced, then every change
 // in revision order; a key whose TTL runs out is Removed (ReasonExpired,
 // no marker) once the clock passes it, as store.InventoryStore's watch

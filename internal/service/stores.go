@@ -77,6 +77,9 @@ type inventoryStore interface {
 	// Tombstone removes node nodeID unless it was written since
 	// revision seen.
 	Tombstone(ctx context.Context, nodeID string, ttl time.Duration, seen uint64) (uint64, error)
+	// LastRevision is the bucket's last revision (0: none): a watch that
+	// delivered an event of it or later delivered all the bucket held.
+	LastRevision(ctx context.Context) (uint64, error)
 }
 
 // drainStore is what the service needs of the drain bucket. Only Ensure

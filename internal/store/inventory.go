@@ -545,6 +545,25 @@ type Event struct {
 	Marker bool
 }
 
+// LastRevision is the bucket's last revision: the sequence of the last
+// message its stream took (0: none). A watch that has delivered an event
+// of that revision or later has delivered everything the bucket held
+// when it was asked.
+func (s *InventoryStore) LastRevision(ctx context.Context) (uint64, error) {
+	if _, err := s.KV(ctx); err != nil {
+		return 0, fmt.Errorf("read the inventory bucket's last revision: %w", err)
+	}
+	st, err := s.js.Stream(ctx, bus.InventoryStream)
+	if err != nil {
+		return 0, fmt.Errorf("read the inventory bucket's last revision: %w", err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the inventory bucket's last revision: %w", err)
+	}
+	return info.State.LastSeq, nil
+}
+
 // Watch follows the bucket: first the latest state of every key, then a
 // Synced event, then every change. It reads headers only and fetches a
 // value only for a change, so a heartbeat costs a watcher about 200 bytes
