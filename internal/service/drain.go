@@ -385,100 +385,129 @@ func (p *Service) probation() time.Duration {
 // and its deadline, probations; it applies them to the view, sets the
 // gauge and arms the timer for the next deadline or probation's end.
 func (p *loopState) refreshOut() {
-	d := p.drain
 	now := p.clock.Now()
 	p.readHealth(now)
-	out := map[string]*nodeOut{}
-	get := func(id string) *nodeOut {
-		if out[id] == nil {
-			out[id] = &nodeOut{}
-		}
-		return out[id]
-	}
-	count := map[string]int{}
-	var next time.Time
-	soonest := func(t time.Time) {
-		if t.After(now) && (next.IsZero() || t.Before(next)) {
-			next = t
+	t := &outTally{now: now, nodes: map[string]*nodeOut{}, count: map[string]int{}}
+	t.soonest(p.countLost(now))
+	p.drainsOut(t)
+	for id, h := range p.drain.lost {
+		if !h.held && (len(h.sick) == 0 || now.Sub(h.sick[len(h.sick)-1]) >= FlapWindow) {
+			delete(p.drain.lost, id)
 		}
 	}
-	if t := p.countLost(now); !t.IsZero() {
-		soonest(t)
+	p.probationOut(t)
+	p.applyOut(t)
+}
+
+// outTally is what refreshOut finds out of placement: each node's
+// nodeOut, the GPUs out by cause (the drained gauge's), and the soonest
+// time after now that any of it changes (zero: none).
+type outTally struct {
+	now   time.Time
+	nodes map[string]*nodeOut
+	count map[string]int
+	next  time.Time
+}
+
+// node is node id's nodeOut, made on first use.
+func (t *outTally) node(id string) *nodeOut {
+	if t.nodes[id] == nil {
+		t.nodes[id] = &nodeOut{}
 	}
+	return t.nodes[id]
+}
+
+// soonest notes a time something changes (one not after now: none).
+func (t *outTally) soonest(at time.Time) {
+	if at.After(t.now) && (t.next.IsZero() || at.Before(t.next)) {
+		t.next = at
+	}
+}
+
+// drainsOut takes the drains: one past its deadline (or with none)
+// takes its node or GPU out whole; before its deadline only the GPUs no
+// plan uses are out, so nothing new lands there (the drain's leaving).
+func (p *loopState) drainsOut(t *outTally) {
+	d := p.drain
 	d.leaving = d.leaving[:0]
 	var used func(node string, gpu int) bool
 	for _, k := range slices.Sorted(maps.Keys(d.byKey)) {
 		dr := d.byKey[k]
 		doc, present := p.live.doc(dr.NodeID)
-		if dr.Deadline == nil || !now.Before(*dr.Deadline) {
-			o := get(dr.NodeID)
+		if dr.Deadline == nil || !t.now.Before(*dr.Deadline) {
+			o := t.node(dr.NodeID)
 			cause := "operator"
 			if dr.Cause == plan.DrainFlapping {
 				cause = "flapping"
 			}
 			if dr.GPU == nil {
 				o.whole = true
-				count[cause] += len(doc.GPUs)
+				t.count[cause] += len(doc.GPUs)
 			} else {
 				o.gpus = append(o.gpus, *dr.GPU)
 				if present && *dr.GPU < len(doc.GPUs) {
-					count[cause]++
+					t.count[cause]++
 				}
 			}
 			continue
 		}
-		// Before its deadline a drain takes no work away: only the GPUs
-		// no plan uses are out, so nothing new lands there.
-		soonest(*dr.Deadline)
+		t.soonest(*dr.Deadline)
 		d.leaving = append(d.leaving, dr)
 		if used == nil {
 			used = p.usedGPUs()
 		}
 		for _, g := range drainGPUs(dr, doc) {
 			if used(dr.NodeID, g) {
-				count["leaving"]++
+				t.count["leaving"]++
 			} else {
-				o := get(dr.NodeID)
+				o := t.node(dr.NodeID)
 				o.gpus = append(o.gpus, g)
 			}
 		}
 	}
-	for id, h := range d.lost {
-		if !h.held && (len(h.sick) == 0 || now.Sub(h.sick[len(h.sick)-1]) >= FlapWindow) {
-			delete(d.lost, id)
-		}
-	}
-	for k, h := range d.health {
-		if !h.held && !h.probation.After(now) && (len(h.sick) == 0 || now.Sub(h.sick[len(h.sick)-1]) >= FlapWindow) {
-			delete(d.health, k) // nothing left to remember: a GPU that turned unhealthy once long ago
+}
+
+// probationOut takes the GPUs on probation out, and forgets a GPU's
+// health once nothing is left to remember (one that turned unhealthy
+// once, long ago).
+func (p *loopState) probationOut(t *outTally) {
+	for k, h := range p.drain.health {
+		if !h.held && !h.probation.After(t.now) && (len(h.sick) == 0 || t.now.Sub(h.sick[len(h.sick)-1]) >= FlapWindow) {
+			delete(p.drain.health, k)
 			continue
 		}
-		if h.probation.After(now) {
+		if h.probation.After(t.now) {
 			node, gpu, _ := strings.Cut(k, ":")
 			g, _ := strconv.Atoi(gpu)
-			o := get(node)
+			o := t.node(node)
 			o.gpus = append(o.gpus, g)
-			count["probation"]++
-			soonest(h.probation)
+			t.count["probation"]++
+			t.soonest(h.probation)
 		}
 	}
+}
+
+// applyOut sets each node's nodeOut in the live view (nodes no longer
+// out: none), the drained gauge, and the timer of the next change.
+func (p *loopState) applyOut(t *outTally) {
+	d := p.drain
 	for _, id := range slices.Collect(maps.Keys(p.live.out)) {
-		if out[id] == nil {
+		if t.nodes[id] == nil {
 			p.live.setOut(id, nodeOut{})
 		}
 	}
-	for id, o := range out {
+	for id, o := range t.nodes {
 		slices.Sort(o.gpus)
 		o.gpus = slices.Compact(o.gpus)
 		p.live.setOut(id, *o)
 	}
-	d.count = count
-	p.cfg.Metrics.Drained(count) // every cause, zero included, from the first refresh on
-	if !next.Equal(d.at) {
-		d.at = next
+	d.count = t.count
+	p.cfg.Metrics.Drained(t.count) // every cause, zero included, from the first refresh on
+	if !t.next.Equal(d.at) {
+		d.at = t.next
 		d.timer.Stop()
-		if !next.IsZero() {
-			d.timer.Reset(next.Sub(now))
+		if !t.next.IsZero() {
+			d.timer.Reset(t.next.Sub(t.now))
 		}
 	}
 }

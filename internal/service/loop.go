@@ -309,7 +309,10 @@ func (l *loop) close() {
 	}
 }
 
-func (l *loop) run(ctx context.Context) error {
+// helpers starts the loop's helper goroutines (the leaser, the
+// tombstone writer, the drain watch); wait returns once all have ended,
+// after ctx.
+func (l *loop) helpers(ctx context.Context) (wait func()) {
 	l.leaseDone, l.tombsDone = make(chan struct{}), make(chan struct{})
 	go func() { defer close(l.leaseDone); l.lease.run(ctx) }()
 	go func() { defer close(l.tombsDone); l.tombs.run(ctx) }()
@@ -318,6 +321,15 @@ func (l *loop) run(ctx context.Context) error {
 		defer close(drainsDone)
 		l.p.watchDrains(ctx, l.p.drain.updates, l.p.drain.restart, l.p.drain.notes)
 	}()
+	return func() {
+		<-l.leaseDone // the lease given back
+		<-l.tombsDone
+		<-drainsDone
+	}
+}
+
+func (l *loop) run(ctx context.Context) error {
+	wait := l.helpers(ctx)
 	for {
 		l.enter(l.phaseNow())
 		if l.p.publishSnapshot(false) && !l.snapArmed {
@@ -328,9 +340,7 @@ func (l *loop) run(ctx context.Context) error {
 		l.p.quiet.set(l.quiet())
 		select {
 		case <-ctx.Done():
-			<-l.leaseDone // the lease given back
-			<-l.tombsDone
-			<-drainsDone
+			wait()
 			return nil
 		case ev := <-l.lease.events:
 			l.work("lease")
@@ -367,29 +377,10 @@ func (l *loop) run(ctx context.Context) error {
 			l.adopt(f)
 		case <-l.check.C():
 			l.work("checking assignments")
-			l.checking = false
-			if !l.leads() {
-				continue // a standby leaves them to the leader, and checks when it leads
-			}
-			for _, s := range l.p.all() {
-				if err := l.p.checkAssignments(ctx, s); err != nil {
-					s.log.Warn().Err(err).Msg("checking another planner's assignments failed; retrying")
-					l.armCheck(5 * checkAfter)
-				}
-			}
+			l.checkDue(ctx)
 		case e, ok := <-l.specW.Updates():
 			l.work("spec")
-			if !ok {
-				if ctx.Err() != nil {
-					continue // stopping: the watch ends with us
-				}
-				// The spec bucket went away under the watch: guard
-				// recreates it and watches again.
-				l.log.Error().Msg("the spec watch ended; re-establishing it")
-				l.specW = stoppedWatch{}
-				continue
-			}
-			l.spec(ctx, e)
+			l.specUpdate(ctx, e, ok)
 		case set := <-l.p.drain.updates:
 			l.work("drains")
 			l.p.drainsRead(set)
@@ -408,6 +399,37 @@ func (l *loop) run(ctx context.Context) error {
 			l.growDue()
 		}
 	}
+}
+
+// checkDue checks the assignments of another planner's revisions the
+// loop adopted (Service.checkAssignments); a standby leaves them to the
+// leader, and checks when it leads.
+func (l *loop) checkDue(ctx context.Context) {
+	l.checking = false
+	if !l.leads() {
+		return
+	}
+	for _, s := range l.p.all() {
+		if err := l.p.checkAssignments(ctx, s); err != nil {
+			s.log.Warn().Err(err).Msg("checking another planner's assignments failed; retrying")
+			l.armCheck(5 * checkAfter)
+		}
+	}
+}
+
+// specUpdate takes what the spec watch delivered (ok false: it ended).
+func (l *loop) specUpdate(ctx context.Context, e jetstream.KeyValueEntry, ok bool) {
+	if ok {
+		l.spec(ctx, e)
+		return
+	}
+	if ctx.Err() != nil {
+		return // stopping: the watch ends with us
+	}
+	// The spec bucket went away under the watch: guard recreates it and
+	// watches again.
+	l.log.Error().Msg("the spec watch ended; re-establishing it")
+	l.specW = stoppedWatch{}
 }
 
 // leads says whether this planner leads: it holds the lease, and the
