@@ -180,3 +180,54 @@ func (e *engine) shortfall() error {
 	}
 	return nil
 }
+
+// leastGPUs is a lower bound of the GPUs any placement of spec's workers
+// holds (HeldGPUs), read from the spec alone: a quota it exceeds refuses
+// the spec before any room is looked for, so that why such a plan is
+// refused does not follow what other plans hold. It must never exceed a
+// placement's count, or a plan within its quota would be refused; so it
+// counts only what every placement must hold, where required counts what
+// the packing takes: a component's shares summed (a GPU holds at most a
+// whole share of each component), but no fewer GPUs than the workers of
+// any one group fit on, whole GPUs for a worker of several; components
+// that may share a GPU (colocate, device-colocate) counted as the larger.
+// A buffer's reserve is left out (a valid plan may keep fewer of it), and
+// so is a manual spec, whose GPUs are the user's ranges.
+func leastGPUs(spec *Spec) int {
+	r := newRules(spec.Placement)
+	if r.manual {
+		return 0
+	}
+	sc := &spec.Scheduling
+	train := leastOf(groupList(sc.Train))
+	eval, env := leastOf(groupList(sc.Eval)), leastOf(sc.Env)
+	rollout := eval + env
+	if r.deviceColocate {
+		rollout = max(eval, env)
+	}
+	if r.colocate {
+		return max(train, rollout)
+	}
+	return train + rollout
+}
+
+// leastOf is leastGPUs for one component's groups.
+func leastOf(groups []WorkerGroup) int {
+	whole, fit := 0, 0
+	shares := 0.0
+	for _, g := range groups {
+		w := g.WorkerNum
+		switch {
+		case w <= 0 || g.NumGPUs <= 0:
+		case g.NumGPUs > 1:
+			whole += w * int(math.Round(g.NumGPUs))
+		default:
+			shares += float64(w) * g.NumGPUs
+			// fits lets a GPU take shares up to 1+eps; the wider
+			// margin keeps per from falling short by a rounding.
+			per := int((1 + 2*eps) / g.NumGPUs)
+			fit = max(fit, (w+per-1)/per)
+		}
+	}
+	return whole + max(fit, int(math.Ceil(shares/(1+eps)-eps)))
+}

@@ -434,6 +434,34 @@ func TestElasticSeeds(t *testing.T) {
 				}
 			},
 		},
+		{
+			// j2 (6 GPUs at the least, max_gpus 4) never fits its quota.
+			// j1's new spec (priority 1, eval 3..13 of 2 GPUs) shrank it
+			// to its minimum and left room where j2 was tried: placed
+			// there, j2 was refused for its quota. On the next, quiet run
+			// j1 grew back over that room, and j2, with none left, was
+			// refused for want of it ("Insufficient GPUs"): a revision
+			// that changed only its reason. Now a spec whose least count
+			// of GPUs is over its quota is refused for it before room is
+			// looked at.
+			name: "over its quota whatever room is left", seed: "105022453 (-rapid.checks=5000)",
+			gpus: []int{4, 4, 8, 4, 8}, regrows: true,
+			steps: []seedStep{
+				{name: "j2", age: 1, spec: prio(quietSpec(1, 4, 0, 1, 1, 1, 0.25, 4, EnvStrategyDefault), 0)},
+				{name: "j1", age: 2, spec: prio(quietSpec(1, 4, 0, 1, 2, 5, 0.25, 0, EnvStrategyDeviceColocate), 0)},
+				{name: "j0", age: 3, spec: prio(quietSpec(2, 1, 8, 1, 0, 0, 0, 4, EnvStrategyDefault), 0)},
+				{name: "j1", spec: prio(quietSpec(1, 3, 13, 2, 2, 8, 1, 0, EnvStrategyDefault), 1)},
+			},
+			check: func(t *testing.T, jobs []Job, out []Outcome) {
+				const want = "max_gpus: the plan needs 6 GPUs; its quota is 4"
+				if p := out[2].Plan; p.Placed() || p.Status.Reason != plan.ReasonQuota || p.Error != want {
+					t.Fatalf("j2 %s %+v %q, want refused: %q", p.PlanState(), p.Status, p.Error, want)
+				}
+				if !out[0].Plan.Valid() || !out[1].Plan.Valid() {
+					t.Fatalf("j0 %s, j1 %s: want both placed", out[0].Plan.PlanState(), out[1].Plan.PlanState())
+				}
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newSeedWorld(tc.gpus...)

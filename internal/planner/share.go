@@ -835,24 +835,40 @@ func PlanBeside(spec *Spec, nodes []Node, others []Job) (*Plan, error) {
 func outcome(p *Plan, ch *Change, err error) Outcome { return Outcome{p, ch, err} }
 
 // WithinQuota makes a valid plan that holds more GPUs than spec's
-// max_gpus invalid, saying so.
+// max_gpus invalid, saying so. A spec that no placement fits within its
+// quota (leastGPUs) is refused so whether it was placed or not: were it
+// refused for want of room when others hold the GPUs, and for its quota
+// when they are free, others growing into GPUs it never took would
+// change its reason, and publish a revision on a quiet cluster.
 func WithinQuota(o Outcome, spec *Spec) Outcome {
 	if o.Plan.PlanState() == plan.StateDegraded {
 		// Kept within its quota as it was made (degraded).
 		o.Plan.GPUsHeld = HeldGPUs(o.Plan)
 		return o
 	}
+	q := spec.MaxGPUs
+	if q > 0 {
+		if least := leastGPUs(spec); least > q {
+			return overQuota(o.Plan, least, q)
+		}
+	}
 	if o.Err != nil {
 		return o
 	}
 	o.Plan.GPUsHeld = HeldGPUs(o.Plan)
-	if q := spec.MaxGPUs; q > 0 && o.Plan.GPUsHeld > q {
-		msg := fmt.Sprintf("max_gpus: the plan needs %d GPUs; its quota is %d", o.Plan.GPUsHeld, q)
-		doc := invalidDoc(o.Plan, msg)
-		doc.Status.Reason = plan.ReasonQuota
-		return Outcome{Plan: doc, Change: &Change{}, Err: &PlanError{Msg: msg}}
+	if q > 0 && o.Plan.GPUsHeld > q {
+		return overQuota(o.Plan, o.Plan.GPUsHeld, q)
 	}
 	return o
+}
+
+// overQuota is the outcome of a plan refused for its quota q, needing
+// need GPUs; doc is the plan as placed, or as it failed.
+func overQuota(doc *Plan, need, q int) Outcome {
+	msg := fmt.Sprintf("max_gpus: the plan needs %d GPUs; its quota is %d", need, q)
+	out := invalidDoc(doc, msg)
+	out.Status.Reason = plan.ReasonQuota
+	return Outcome{Plan: out, Change: &Change{}, Err: &PlanError{Msg: msg}}
 }
 
 // HeldShares is the GPUs a plan's workers hold, each worker's share of
