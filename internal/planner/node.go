@@ -164,18 +164,23 @@ type nodeState struct {
 // thousand nodes, per-node allocations cost more than the planning.
 // groups is the number of scheduling groups of each component.
 func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
-	total := 0
-	for i := range nodes {
-		total += nodes[i].GPUs
-	}
 	perNode := groups[0] + groups[1] + groups[2]
 	slab := make([]nodeState, len(nodes))
-	usable := make([]int, 0, total)
 	widest := 0
 	for i := range nodes {
 		widest = max(widest, nodes[i].GPUs)
 	}
 	zero := make([]float64, widest)
+	// A node whose every GPU is usable (a free cluster's, all of them)
+	// shares one list 0..widest-1, as usable is never written; only the
+	// others get lists of their own, from chunks as they fill, so that a
+	// run on a cluster other plans hold (a shrink's taker: none usable
+	// on 20,000 nodes) does not set aside 1.3 MB for lists it never makes.
+	every := make([]int, widest)
+	for g := range every {
+		every[g] = g
+	}
+	var usable []int
 	arena := &shareArena{}
 	counts := make([]int32, perNode*len(nodes))
 	out := make([]*nodeState, len(nodes))
@@ -183,13 +188,20 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
 		n := &nodes[i]
 		ns := &slab[i]
 		*ns = nodeState{owner: owner, node: n, cpuLeft: n.cpusFree(), firstTrain: -1}
-		start := len(usable)
-		for g := 0; g < n.GPUs; g++ {
-			if n.usable(g) {
-				usable = append(usable, g)
+		if len(n.Unhealthy) == 0 && len(n.HeldBy) == 0 && len(n.Drained) == 0 && !n.Out {
+			ns.usable = every[:n.GPUs:n.GPUs] // n.usable(g) for every g
+		} else {
+			if cap(usable)-len(usable) < n.GPUs {
+				usable = make([]int, 0, max(n.GPUs, 4096))
 			}
+			start := len(usable)
+			for g := 0; g < n.GPUs; g++ {
+				if n.usable(g) {
+					usable = append(usable, g)
+				}
+			}
+			ns.usable = usable[start:len(usable):len(usable)]
 		}
-		ns.usable = usable[start:len(usable):len(usable)]
 		ns.free = len(ns.usable)
 		for c := range ns.share {
 			ns.share[c] = zero[:n.GPUs:n.GPUs]
