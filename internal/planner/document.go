@@ -207,7 +207,7 @@ func (e *engine) autoNode(at int32, p int, dst *plan.PoolNode, slab []plan.Range
 		}
 		start := len(slab)
 		for _, g := range ns.usable {
-			if ns.share[ci][g] > eps || ci == compTrain && ns.resv != nil && ns.resv[g] {
+			if ns.shareOf(ci)[g] > eps || ci == compTrain && ns.resv != nil && ns.resv[g] {
 				if k := len(slab); k > start && slab[k-1].Last+1 == g {
 					slab[k-1].Last = g
 				} else {
@@ -219,8 +219,8 @@ func (e *engine) autoNode(at int32, p int, dst *plan.PoolNode, slab []plan.Range
 			dst.Allocations[c] = slab[start:len(slab):len(slab)]
 		}
 		if ns.count[ci] > 0 {
-			counts := make([]int, len(ns.gcount[ci]))
-			for g, k := range ns.gcount[ci] {
+			counts := make([]int, len(ns.gcountOf(ci)))
+			for g, k := range ns.gcountOf(ci) {
 				counts[g] = int(k)
 			}
 			*dst.WorkerCounts.Of(c) = counts
