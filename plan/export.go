@@ -171,11 +171,16 @@ func Export(pools []Pool, opts ExportOptions) []PoolExport {
 		e := PoolExport{Name: p.Name, NumNode: len(p.Nodes)}
 		same := true
 		for _, n := range p.Nodes {
-			e.NumGPUs = append(e.NumGPUs, n.TotalGPUs)
 			same = same && n.TotalGPUs == p.Nodes[0].TotalGPUs
 		}
-		if same && len(e.NumGPUs) > 0 {
-			e.NumGPUs = e.NumGPUs[:1]
+		switch {
+		case same && len(p.Nodes) > 0:
+			e.NumGPUs = []int{p.Nodes[0].TotalGPUs} // one number, not a list of 15,000 cut to it
+		case !same:
+			e.NumGPUs = make([]int, len(p.Nodes))
+			for i, n := range p.Nodes {
+				e.NumGPUs[i] = n.TotalGPUs
+			}
 		}
 		if len(e.NumGPUs) == 0 {
 			e.NumGPUs = []int{0}

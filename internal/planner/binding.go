@@ -227,7 +227,7 @@ func (e *engine) heldOn(nodes []int32) map[group]float64 {
 		if e.store == nil {
 			for ci := range comp(nComp) {
 				for _, x := range ns.usable {
-					held[group{ci, 0}] += ns.share[ci][x]
+					held[group{ci, 0}] += ns.shareOf(ci)[x]
 				}
 			}
 			continue

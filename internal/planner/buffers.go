@@ -177,7 +177,7 @@ func (e *engine) bufferWorker(k int, at int32) plan.Worker {
 	if e.rules.manual {
 		if _, en := e.entryOf(first.Pool, at); en != nil {
 			for _, g := range en.alloc[0] {
-				if g < ns.node.GPUs && ns.share[compTrain][g] <= eps {
+				if g < ns.node.GPUs && ns.shareOf(compTrain)[g] <= eps {
 					spare = append(spare, g)
 				}
 			}

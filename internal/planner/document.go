@@ -114,10 +114,13 @@ func (e *engine) poolsDoc() ([]plan.Pool, [][]int32) {
 }
 
 // unchangedPool is the previous plan's entries of auto pool p where
-// this run renders them exactly so: the same states (untouched, each with
-// its entry cached, so the entry is the one rendered then) at the same
-// positions, in the same order. A plan's documents are never written in
-// place, so the two plans share the list; nil where any of it differs.
+// this run renders them exactly so: at the same positions, in the same
+// order, the same states (untouched, each with its entry cached, so the
+// entry is the one rendered then), or states this run made again whose
+// entries render as the previous ones (a node read again for another
+// plan's hold on it: a shrink's taker on a GPU beside this plan's
+// workers). A plan's documents are never written in place, so the two
+// plans share the list; nil where any of it differs.
 func (e *engine) unchangedPool(p *poolRun) []plan.PoolNode {
 	st := e.prevState
 	if st == nil || len(e.table) != len(st.table) {
@@ -127,11 +130,35 @@ func (e *engine) unchangedPool(p *poolRun) []plan.PoolNode {
 	if len(prev) == 0 || len(prev) != len(p.final) || !slices.Equal(p.final, st.order[p.auto]) {
 		return nil
 	}
+	var again []int // positions in prev of the states made again
 	for i, at := range p.final {
 		ns := e.table[at]
-		if ns != st.table[at] || ns.doc[p.auto] == nil || prev[i].NodeID != ns.node.ID {
+		switch {
+		case prev[i].NodeID != ns.node.ID:
+			return nil
+		case ns == st.table[at] && ns.doc[p.auto] != nil:
+		case ns.owner == e.token && ns.doc[p.auto] == nil:
+			again = append(again, i)
+		default:
 			return nil
 		}
+	}
+	// Rendered only once every untouched entry was found shared, and
+	// kept (each on its node, as autoNode keeps them) only where all are
+	// as before.
+	made := make([]plan.PoolNode, len(again))
+	var slab []plan.Range
+	var none []plan.PoolNode // room for none: autoNode keeps nothing yet
+	for k, i := range again {
+		slab = e.autoNode(p.final[i], p.auto, &made[k], slab, &none)
+		// A nil map and an empty one read alike but are written
+		// apart (null, {}).
+		if !samePoolNode(made[k], prev[i]) || (made[k].Allocations == nil) != (prev[i].Allocations == nil) {
+			return nil
+		}
+	}
+	for k, i := range again {
+		e.table[p.final[i]].doc[p.auto] = &made[k]
 	}
 	return prev[:len(prev):len(prev)]
 }
@@ -180,7 +207,7 @@ func (e *engine) autoNode(at int32, p int, dst *plan.PoolNode, slab []plan.Range
 		}
 		start := len(slab)
 		for _, g := range ns.usable {
-			if ns.share[ci][g] > eps || ci == compTrain && ns.resv != nil && ns.resv[g] {
+			if ns.shareOf(ci)[g] > eps || ci == compTrain && ns.resv != nil && ns.resv[g] {
 				if k := len(slab); k > start && slab[k-1].Last+1 == g {
 					slab[k-1].Last = g
 				} else {
@@ -192,8 +219,8 @@ func (e *engine) autoNode(at int32, p int, dst *plan.PoolNode, slab []plan.Range
 			dst.Allocations[c] = slab[start:len(slab):len(slab)]
 		}
 		if ns.count[ci] > 0 {
-			counts := make([]int, len(ns.gcount[ci]))
-			for g, k := range ns.gcount[ci] {
+			counts := make([]int, len(ns.gcountOf(ci)))
+			for g, k := range ns.gcountOf(ci) {
 				counts[g] = int(k)
 			}
 			*dst.WorkerCounts.Of(c) = counts

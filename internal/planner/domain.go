@@ -109,8 +109,8 @@ func (e *engine) strictDomain(ci comp, gi int) string {
 	if d == "" {
 		need := e.demands[ci].groups[gi].WorkerNum
 		for _, ns := range e.table {
-			if gi < len(ns.gcount[ci]) {
-				need -= int(ns.gcount[ci][gi])
+			if gi < len(ns.gcountOf(ci)) {
+				need -= int(ns.gcountOf(ci)[gi])
 			}
 		}
 		room := map[string]int{}
@@ -150,9 +150,9 @@ func (e *engine) homeDomain(ci comp, gi int) string {
 	count := map[string]int{}
 	best := ""
 	for _, ns := range e.table {
-		if gi < len(ns.gcount[ci]) && ns.gcount[ci][gi] > 0 {
+		if gi < len(ns.gcountOf(ci)) && ns.gcountOf(ci)[gi] > 0 {
 			d := domainOf(ns)
-			count[d] += int(ns.gcount[ci][gi])
+			count[d] += int(ns.gcountOf(ci)[gi])
 			if best == "" || count[d] > count[best] || count[d] == count[best] && d < best {
 				best = d
 			}
@@ -172,7 +172,7 @@ func (e *engine) strictSpread() string {
 			}
 			seen := ""
 			for _, ns := range e.table {
-				if gi < len(ns.gcount[ci]) && ns.gcount[ci][gi] > 0 {
+				if gi < len(ns.gcountOf(ci)) && ns.gcountOf(ci)[gi] > 0 {
 					if d := domainOf(ns); seen == "" {
 						seen = d
 					} else if d != seen {

@@ -99,7 +99,9 @@ func BenchmarkElastic(b *testing.B) {
 			}
 		}
 	})
-	for _, k := range []int{8, 800} {
+	// k from 1 to 8,000 (a thousandth to a twentieth of the GPUs): what
+	// grows with k beside the floor every shrink or grow pays.
+	for _, k := range []int{1, 8, 800, 8000} {
 		b.Run(fmt.Sprintf("nodes=%d/grow=%d", n, k), func(b *testing.B) {
 			nodes, a := elasticBench(b, n, k)
 			want := countOf(a.Prev, "eval") + k

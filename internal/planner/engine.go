@@ -545,7 +545,7 @@ func (e *engine) barred(at int32, d *demand, gpus []int) bool {
 // not 300,000. cpus is the first worker's CPUs, its buffer's included.
 func (e *engine) fillGPU(tg target, at int32, ns *nodeState, d *demand, gpu []int, frac, cpus float64) int {
 	g := d.group()
-	n := int((1 + eps - ns.share[d.ci][gpu[0]]) / frac)
+	n := int((1 + eps - ns.shareOf(d.ci)[gpu[0]]) / frac)
 	if cpus > 0 {
 		n = min(n, int((ns.cpuLeft+eps)/cpus))
 	}

@@ -142,14 +142,14 @@ func (e *engine) feasible(p *probe) (held []int, cpus float64, r refusal) {
 			return nil, cpus, refusal{link: chainShare, reason: ReasonNoFreeGPUs, gpu: -1}
 		}
 		at := p.pos
-		if frac < 1 && ns.share[g.c][p.gpus[at]] <= eps {
+		if frac < 1 && ns.shareOf(g.c)[p.gpus[at]] <= eps {
 			// A share goes beside its component's own on a GPU it partly
 			// holds before it opens one: a plan filled in order holds no
 			// such GPU past the first that fits, but one replanned keeps
 			// its workers where they were, and a worker it adds would
 			// otherwise open a GPU that a plan made afresh leaves free.
 			for i := at + 1; i < len(p.gpus); i++ {
-				if x := p.gpus[i]; ns.share[g.c][x] > eps && e.fits(ns, g.c, x, frac) {
+				if x := p.gpus[i]; ns.shareOf(g.c)[x] > eps && e.fits(ns, g.c, x, frac) {
 					at = i
 					break
 				}
@@ -324,14 +324,14 @@ func (m *groupMemo) match(c *Constraints, model string) bool {
 // not share with may hold the GPU, and a GPU reserved for a buffer counts
 // as train's.
 func (e *engine) fits(ns *nodeState, ci comp, g int, frac float64) bool {
-	if ns.share[ci][g]+frac > 1+eps {
+	if ns.shareOf(ci)[g]+frac > 1+eps {
 		return false
 	}
 	if ns.resv != nil && ns.resv[g] && (ci == compTrain || e.rules.conflict[ci][compTrain]) {
 		return false
 	}
-	for cj := range ns.share {
-		if e.rules.conflict[ci][cj] && ns.share[cj][g] > eps {
+	for cj := range comp(nComp) {
+		if e.rules.conflict[ci][cj] && ns.shareOf(cj)[g] > eps {
 			return false
 		}
 	}
@@ -391,7 +391,7 @@ func (e *engine) holds(ns *nodeState, g group, empty bool, upTo layer) int {
 		// another of the component's workers holds part of.
 		for _, x := range gpus {
 			if e.fits(ns, g.c, x, frac) {
-				n += int((1 + eps - ns.share[g.c][x]) / frac)
+				n += int((1 + eps - ns.shareOf(g.c)[x]) / frac)
 			}
 		}
 	case count == 1:

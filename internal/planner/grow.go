@@ -2,6 +2,7 @@ package planner
 
 import (
 	"slices"
+	"sort"
 
 	"github.com/poolplanner/poolplanner/plan"
 )
@@ -447,33 +448,72 @@ func (el *elastic) annotate(out []Outcome, sizes [][]int) {
 // workers prev gave up (those of refs at sizes or above).
 func (el *elastic) takers(prev *Plan, refs []elasticRef, sizes []int, holds []holding) []string {
 	held := heldCounts(prev, refs)
+	// Only the workers given up are read: a shrink of 8 of 160,000
+	// workers reads 8, each checked against every plan once.
+	found := make([]bool, len(el.jobs))
+	eachIn(prev, refs, sizes, held, func(w *plan.Worker) {
+		at, ok := el.a.find(w.NodeID)
+		if !ok {
+			return
+		}
+		for i := range found {
+			found[i] = found[i] || slices.ContainsFunc(w.GPUs, func(g int) bool { return holds[i].has(at, g) })
+		}
+	})
 	var names []string
 	for _, i := range el.a.order {
-		found := false
-		for _, w := range prev.Workers.All() {
-			if found {
-				break
-			}
-			for k, r := range refs {
-				if w.Component != r.c || w.Index < r.first+sizes[k] || w.Index >= r.first+held[k] {
-					continue
-				}
-				at, ok := el.a.find(w.NodeID)
-				if !ok {
-					continue
-				}
-				for _, g := range w.GPUs {
-					if holds[i].has(at, g) {
-						found = true
-					}
-				}
-			}
-		}
-		if found {
+		if found[i] {
 			names = append(names, el.jobs[i].Name)
 		}
 	}
 	return names
+}
+
+// eachIn calls fn for each worker of p in refs' groups with an index
+// from lo to below hi (each ref's, counted from its first): the workers
+// a shrink from hi to lo gives up. A plan the planner made (one with a
+// state) keeps its workers in Component.Rank order, each index once and
+// ascending, so that those of a group's range lie in a row found by
+// search: a shrink reads the workers it gives up, not the other 160,000.
+// Where the row does not hold every worker of the range that p does not
+// list as unplaced (another order), every worker is read.
+func eachIn(p *Plan, refs []elasticRef, lo, hi []int, fn func(*plan.Worker)) {
+	ws := p.Workers
+	for k, r := range refs {
+		from, to := r.first+lo[k], r.first+hi[k]
+		if from >= to {
+			continue
+		}
+		if p.state != nil {
+			want := to - from
+			for _, u := range p.Unplaced {
+				if u.Component == r.c && u.Index >= from && u.Index < to {
+					want--
+				}
+			}
+			rank := r.c.Rank()
+			i := sort.Search(ws.Len(), func(i int) bool {
+				w := ws.At(i)
+				return w.Component.Rank() > rank || w.Component.Rank() == rank && w.Index >= from
+			})
+			n, last := i, from-1
+			for n < ws.Len() && ws.At(n).Component == r.c && ws.At(n).Index > last && ws.At(n).Index < to {
+				last = ws.At(n).Index
+				n++
+			}
+			if n-i == want {
+				for ; i < n; i++ {
+					fn(ws.At(i))
+				}
+				continue
+			}
+		}
+		for _, w := range ws.All() {
+			if w.Component == r.c && w.Index >= from && w.Index < to {
+				fn(w)
+			}
+		}
+	}
 }
 
 // wholeGPUs is the GPUs one worker of each of level takes, summed, when
@@ -520,24 +560,20 @@ func (el *elastic) released(sizes [][]int, outs []Outcome) map[int]holding {
 			continue
 		}
 		by := map[int32]*hold{}
-		for _, w := range prev.Workers.All() {
-			for k, r := range refs {
-				if w.Component == r.c && w.Index >= r.first+sizes[j][k] && w.Index < r.first+el.start[j][k] {
-					// Only the workers given up are looked up: a shrink of 8
-					// of 160,000 looks up 8 nodes.
-					at, ok := el.a.find(w.NodeID)
-					if !ok {
-						break
-					}
-					h := by[at]
-					if h == nil {
-						h = &hold{at: at}
-						by[at] = h
-					}
-					h.gpus = append(h.gpus, w.GPUs...)
-				}
+		// Only the workers given up are read and looked up: a shrink of
+		// 8 of 160,000 reads 8 workers and looks up their nodes.
+		eachIn(prev, refs, sizes[j], el.start[j], func(w *plan.Worker) {
+			at, ok := el.a.find(w.NodeID)
+			if !ok {
+				return
 			}
-		}
+			h := by[at]
+			if h == nil {
+				h = &hold{at: at}
+				by[at] = h
+			}
+			h.gpus = append(h.gpus, w.GPUs...)
+		})
 		// A GPU the plan holds again (its own fixed workers re-placed
 		// there: it healed from its surplus) is not given up: held from
 		// its own growth, it would make every probe fail to keep them.

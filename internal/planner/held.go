@@ -59,11 +59,12 @@ func (a *allocator) derived(p *Plan) []idHold {
 		return nil
 	}
 	var base []idHold
+	var from *Plan
 	for i := range a.jobs {
 		q := a.jobs[i].Prev
 		if q != nil && q.state != nil && q.state.token == st.from {
 			if h := q.state.held.Load(); h != nil {
-				base = *h
+				base, from = *h, q
 			}
 			break
 		}
@@ -71,7 +72,23 @@ func (a *allocator) derived(p *Plan) []idHold {
 	if base == nil {
 		return nil
 	}
-	return patchHeld(p, base)
+	out := patchHeld(p, base)
+	shareDense(p, from, out, base)
+	return out
+}
+
+// shareDense keeps with p, whose holding by id h is from's (base),
+// shared, from's holding by position where it is kept: the same holding
+// at the same positions (denseOf checks them against its nodes before
+// use), so that a plan re-read on a node only for others' holds there
+// does not lay out 20,000 holds again.
+func shareDense(p, from *Plan, h, base []idHold) {
+	if p.state == nil || from == nil || from.state == nil || len(h) == 0 || len(h) != len(base) || &h[0] != &base[0] {
+		return
+	}
+	if d := from.state.dense.Load(); d != nil && p.state.dense.Load() == nil {
+		p.state.dense.Store(d)
+	}
 }
 
 // patchHeld is p's holding: base, the holding of the plan p's run
@@ -85,32 +102,59 @@ func patchHeld(p *Plan, base []idHold) []idHold {
 		return base[:len(base):len(base)]
 	}
 	content := st.nodeContent(p)
+	// The nodes read again, each as p holds it (nil: nothing there).
+	again := make([]*idHold, len(ids))
+	same := true
+	for i, id := range ids {
+		nc := content(id)
+		if len(nc.Workers) > 0 || len(nc.Pools) > 0 {
+			h := idHold{id: id}
+			for _, w := range nc.Workers {
+				h.cpus += w.CPUs
+				for _, g := range w.GPUs {
+					h.gpus = addGPU(h.gpus, g)
+				}
+			}
+			for _, pn := range nc.Pools {
+				h.gpus = allocated(h.gpus, pn)
+			}
+			again[i] = &h
+		}
+		k, found := slices.BinarySearchFunc(base, id, func(x idHold, id string) int { return strings.Compare(x.id, id) })
+		switch {
+		case found != (again[i] != nil):
+			same = false
+		case found:
+			same = same && sameIDHold(base[k], *again[i])
+		}
+	}
+	if same {
+		// Every node read again holds in p what it held in base (a run
+		// that re-read a node for another plan's holds there, not its
+		// own: a shrink's taker placed beside it): p holds base, shared,
+		// not copied over 20,000 nodes for it.
+		return base[:len(base):len(base)]
+	}
 	out := make([]idHold, 0, len(base)+len(ids))
 	k := 0
-	for _, id := range ids {
+	for i, id := range ids {
 		for k < len(base) && base[k].id < id {
 			out = append(out, base[k])
 			k++
 		}
 		if k < len(base) && base[k].id == id {
-			k++ // read again below
+			k++ // read again
 		}
-		nc := content(id)
-		h := idHold{id: id}
-		for _, w := range nc.Workers {
-			h.cpus += w.CPUs
-			for _, g := range w.GPUs {
-				h.gpus = addGPU(h.gpus, g)
-			}
-		}
-		for _, pn := range nc.Pools {
-			h.gpus = allocated(h.gpus, pn)
-		}
-		if len(nc.Workers) > 0 || len(nc.Pools) > 0 {
-			out = append(out, h)
+		if again[i] != nil {
+			out = append(out, *again[i])
 		}
 	}
 	return append(out, base[k:]...)
+}
+
+// sameIDHold reports whether x and y hold the same on their node.
+func sameIDHold(x, y idHold) bool {
+	return x.id == y.id && x.cpus == y.cpus && slices.Equal(x.gpus, y.gpus) && slices.Equal(x.resv, y.resv)
 }
 
 // scanHeld is p's holding read from every worker and pool (and, for a

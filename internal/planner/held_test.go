@@ -88,14 +88,86 @@ func denseRef(nodes []Node, byID []idHold) holding {
 	return out
 }
 
-func sameIDHold(a, b idHold) bool {
-	return a.id == b.id && a.cpus == b.cpus && slices.Equal(a.gpus, b.gpus) && slices.Equal(a.resv, b.resv)
-}
-
 // scannedGPUs is HeldGPUs by its definition: each GPU of every worker
 // and pool allocation, once.
 func scannedGPUs(p *Plan) int {
 	seen := map[string]bool{}
 	EachHeldGPU(p, func(node string, g int) { seen[fmt.Sprint(node, "/", g)] = true })
 	return len(seen)
+}
+
+// TestPatchHeldSharesUnchanged: a replan that reads a node again only
+// for another plan's hold on a GPU its plan does not use (a shrink's
+// taker beside it) holds what the plan before it held: the holding by
+// id is the previous plan's, shared, and so is the holding by position
+// (the allocator's); one whose workers changed there gets a holding of
+// its own, read again.
+func TestPatchHeldSharesUnchanged(t *testing.T) {
+	nodes := make([]Node, 4)
+	for i := range nodes {
+		nodes[i] = Node{ID: fmt.Sprintf("n%d", i), IP: "10.0.0.1", CPUs: 64, GPUs: 8}
+	}
+	spec := &Spec{
+		Scheduling: Scheduling{
+			Train: &WorkerGroup{WorkerNum: 8, NumCPUs: 1, NumGPUs: 1},
+			Eval:  &WorkerGroup{WorkerNum: 12, Min: 1, Max: 32, NumCPUs: 1, NumGPUs: 1},
+		},
+		Placement: Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault},
+	}
+	prev, err := Compute(spec, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := heldOf(prev)
+	// A node prev uses in part, and a GPU of it prev leaves free.
+	at, free := -1, -1
+	for i := range nodes {
+		for g := range nodes[i].GPUs {
+			if !slices.ContainsFunc(base, func(h idHold) bool { return h.id == nodes[i].ID && slices.Contains(h.gpus, g) }) &&
+				slices.ContainsFunc(base, func(h idHold) bool { return h.id == nodes[i].ID }) && at < 0 {
+				at, free = i, g
+			}
+		}
+	}
+	if at < 0 {
+		t.Fatal("no node used in part")
+	}
+	for _, tc := range []struct {
+		name  string
+		spec  *Spec
+		share bool
+	}{
+		{"others' hold only", spec, true},
+		// One eval worker fewer: the run re-reads the node whose worker
+		// it drops.
+		{"its own workers changed", sized(spec, []int{11}), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			after := slices.Clone(nodes)
+			after[at].HeldBy = make([]string, after[at].GPUs)
+			after[at].HeldBy[free] = "b"
+			s := tc.spec
+			doc, _, err := Replan(prev, s, after)
+			if err != nil || doc.state == nil || doc.state.from != prev.state.token {
+				t.Fatalf("replan: %v, want one from prev's state", err)
+			}
+			if len(doc.state.changedIDs()) == 0 {
+				t.Fatal("the replan read no node again: nothing to check")
+			}
+			a := newAllocator([]Job{{Name: "a", Spec: s, Prev: prev}}, after)
+			before := a.holdingOf(prev)
+			got := a.byID(doc)
+			if !slices.EqualFunc(got, scanHeld(doc), sameIDHold) {
+				t.Fatalf("holding %v, read %v", got, scanHeld(doc))
+			}
+			dense := a.holdingOf(doc)
+			if !dense.equal(a.dense(scanHeld(doc))) {
+				t.Fatalf("dense holding %v, want %v", dense, a.dense(scanHeld(doc)))
+			}
+			shared := &got[0] == &base[0] && &dense[0] == &before[0]
+			if shared != tc.share {
+				t.Fatalf("holdings shared with prev's: %v, want %v", shared, tc.share)
+			}
+		})
+	}
 }

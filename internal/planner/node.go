@@ -136,21 +136,25 @@ type nodeState struct {
 	// free counts usable GPUs that no component holds and no buffer has
 	// reserved.
 	free int
-	// share is what each component holds of each GPU. A new state's are
-	// one zero list of its run's, read-only, until the first worker held
-	// here takes its own from arena (hold): a run afresh on 20,000 nodes
-	// writes few of them when other plans hold the rest (a shrink's
-	// taker), and 3.8 MB of zeros were made for the others. arena nil:
-	// the lists are the state's own.
-	share [nComp][]float64
-	arena *shareArena
+	// shares is what each component holds of each GPU, component by
+	// component (shareOf): one list, not one per component, as 20,000
+	// states of a run afresh cost 48 bytes each for two more slice
+	// headers. A new state's is one zero list of its run's, read-only,
+	// until the first worker held here takes its own from arena (hold): a
+	// run afresh on 20,000 nodes writes few of them when other plans hold
+	// the rest (a shrink's taker), and 3.8 MB of zeros were made for the
+	// others. arena nil: the list is the state's own.
+	shares []float64
+	arena  *shareArena
 	// resv marks GPUs reserved in the train range for a buffer that uses
 	// CUDA, as rlightning reserves them; nil when none are.
 	resv    []bool
 	cpuLeft float64
 	count   [nComp]int32 // workers of each component here
-	// gcount counts them per scheduling group.
-	gcount [nComp][]int32
+	// gcounts counts them per scheduling group, component by component,
+	// glen groups each (gcountOf): one list, as shares is.
+	gcounts []int32
+	glen    [nComp]int32
 	// firstTrain is the lowest train index here, -1 for none; buffers are
 	// numbered in this order.
 	firstTrain int
@@ -164,18 +168,23 @@ type nodeState struct {
 // thousand nodes, per-node allocations cost more than the planning.
 // groups is the number of scheduling groups of each component.
 func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
-	total := 0
-	for i := range nodes {
-		total += nodes[i].GPUs
-	}
 	perNode := groups[0] + groups[1] + groups[2]
 	slab := make([]nodeState, len(nodes))
-	usable := make([]int, 0, total)
 	widest := 0
 	for i := range nodes {
 		widest = max(widest, nodes[i].GPUs)
 	}
-	zero := make([]float64, widest)
+	zero := make([]float64, nComp*widest)
+	// A node whose every GPU is usable (a free cluster's, all of them)
+	// shares one list 0..widest-1, as usable is never written; only the
+	// others get lists of their own, from chunks as they fill, so that a
+	// run on a cluster other plans hold (a shrink's taker: none usable
+	// on 20,000 nodes) does not set aside 1.3 MB for lists it never makes.
+	every := make([]int, widest)
+	for g := range every {
+		every[g] = g
+	}
+	var usable []int
 	arena := &shareArena{}
 	counts := make([]int32, perNode*len(nodes))
 	out := make([]*nodeState, len(nodes))
@@ -183,20 +192,26 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
 		n := &nodes[i]
 		ns := &slab[i]
 		*ns = nodeState{owner: owner, node: n, cpuLeft: n.cpusFree(), firstTrain: -1}
-		start := len(usable)
-		for g := 0; g < n.GPUs; g++ {
-			if n.usable(g) {
-				usable = append(usable, g)
+		if len(n.Unhealthy) == 0 && len(n.HeldBy) == 0 && len(n.Drained) == 0 && !n.Out {
+			ns.usable = every[:n.GPUs:n.GPUs] // n.usable(g) for every g
+		} else {
+			if cap(usable)-len(usable) < n.GPUs {
+				usable = make([]int, 0, max(n.GPUs, 4096))
 			}
+			start := len(usable)
+			for g := 0; g < n.GPUs; g++ {
+				if n.usable(g) {
+					usable = append(usable, g)
+				}
+			}
+			ns.usable = usable[start:len(usable):len(usable)]
 		}
-		ns.usable = usable[start:len(usable):len(usable)]
 		ns.free = len(ns.usable)
-		for c := range ns.share {
-			ns.share[c] = zero[:n.GPUs:n.GPUs]
-		}
+		ns.shares = zero[: nComp*n.GPUs : nComp*n.GPUs]
 		ns.arena = arena
+		ns.gcounts, counts = counts[:perNode:perNode], counts[perNode:]
 		for c, k := range groups {
-			ns.gcount[c], counts = counts[:k:k], counts[k:]
+			ns.glen[c] = int32(k)
 		}
 		if len(n.Unhealthy) > 0 {
 			ns.notes = append(ns.notes, nodeNote{"", ReasonUnhealthyGPU})
@@ -229,18 +244,11 @@ func (ns *nodeState) clone(owner *runToken) *nodeState {
 	c := *ns
 	c.owner = owner
 	c.arena = nil
-	n := ns.node.GPUs
-	shares := make([]float64, nComp*n)
-	for i := range c.share {
-		c.share[i] = shares[i*n : (i+1)*n : (i+1)*n]
-		copy(c.share[i], ns.share[i])
-	}
+	c.shares = slices.Clone(ns.shares)
 	if ns.resv != nil {
 		c.resv = slices.Clone(ns.resv)
 	}
-	for i := range c.gcount {
-		c.gcount[i] = slices.Clone(ns.gcount[i])
-	}
+	c.gcounts = slices.Clone(ns.gcounts)
 	c.slots = slices.Clone(ns.slots)
 	c.notes = slices.Clone(ns.notes)
 	c.doc = [2]*plan.PoolNode{}
@@ -251,22 +259,33 @@ func (ns *nodeState) clone(owner *runToken) *nodeState {
 // frac of each of gpus and cpus CPUs: what the chain reads of a node.
 func (ns *nodeState) hold(ci comp, gi int, gpus []int, frac, cpus float64) {
 	if ns.arena != nil && len(gpus) > 0 {
-		n := ns.node.GPUs
-		own := ns.arena.take(nComp * n)
-		for c := range ns.share {
-			ns.share[c] = own[c*n : (c+1)*n : (c+1)*n] // zero, as the list it replaces
-		}
+		ns.shares = ns.arena.take(nComp * ns.node.GPUs) // zero, as the list it replaces
 		ns.arena = nil
 	}
 	for _, x := range gpus {
 		if ns.wholly(x) {
 			ns.free--
 		}
-		ns.share[ci][x] += frac
+		ns.shareOf(ci)[x] += frac
 	}
 	ns.cpuLeft -= cpus
 	ns.count[ci]++
-	ns.gcount[ci][gi]++
+	ns.gcountOf(ci)[gi]++
+}
+
+// shareOf is what component c holds of each GPU here.
+func (ns *nodeState) shareOf(c comp) []float64 {
+	n := len(ns.shares) / nComp
+	return ns.shares[int(c)*n : (int(c)+1)*n : (int(c)+1)*n]
+}
+
+// gcountOf is component c's workers here per scheduling group.
+func (ns *nodeState) gcountOf(c comp) []int32 {
+	off := int32(0)
+	for k := range c {
+		off += ns.glen[k]
+	}
+	return ns.gcounts[off : off+ns.glen[c] : off+ns.glen[c]]
 }
 
 // wholly reports whether GPU g is held by no component and reserved for
@@ -275,8 +294,8 @@ func (ns *nodeState) wholly(g int) bool {
 	if ns.resv != nil && ns.resv[g] {
 		return false
 	}
-	for c := range ns.share {
-		if ns.share[c][g] > eps {
+	for c := range comp(nComp) {
+		if ns.shareOf(c)[g] > eps {
 			return false
 		}
 	}

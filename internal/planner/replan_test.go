@@ -936,9 +936,9 @@ func snapshot(p *Plan) string {
 		for _, ns := range p.state.table {
 			s := stateSnap{free: ns.free, resv: slices.Clone(ns.resv), cpuLeft: ns.cpuLeft, count: ns.count,
 				firstTrain: ns.firstTrain, slots: slices.Clone(ns.slots), notes: slices.Clone(ns.notes), doc: ns.doc}
-			for c := range ns.share {
-				s.share[c] = slices.Clone(ns.share[c])
-				s.gcount[c] = slices.Clone(ns.gcount[c])
+			for c := range comp(nComp) {
+				s.share[c] = slices.Clone(ns.shareOf(c))
+				s.gcount[c] = slices.Clone(ns.gcountOf(c))
 			}
 			states = append(states, s)
 		}

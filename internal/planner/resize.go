@@ -188,6 +188,7 @@ func cutFast(prev *Plan, refs []elasticRef, counts []int, spec *Spec) *Plan {
 	if base := heldOf(prev); base != nil {
 		h := patchHeld(&out, base)
 		out.state.held.Store(&h)
+		shareDense(&out, prev, h, base)
 	}
 	return &out
 }
@@ -220,6 +221,7 @@ func seedHeld(doc, cur *Plan) {
 	if h := cur.state.held.Load(); h != nil {
 		out := patchHeld(doc, *h)
 		doc.state.held.Store(&out)
+		shareDense(doc, cur, out, *h)
 	}
 }
 

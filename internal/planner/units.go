@@ -384,9 +384,9 @@ func (e *engine) packBlocks(src []int32, u *unit, later []*unit) [][]int32 {
 		// Kept workers may sit on nodes with no room left: count them over
 		// the whole table.
 		for _, ns := range e.table {
-			if g.i < len(ns.gcount[g.c]) && ns.gcount[g.c][g.i] > 0 {
+			if g.i < len(ns.gcountOf(g.c)) && ns.gcountOf(g.c)[g.i] > 0 {
 				if d := byID[ns.node.Domain]; d != nil && ns.node.Domain != "" {
-					d.kept += int(ns.gcount[g.c][g.i])
+					d.kept += int(ns.gcountOf(g.c)[g.i])
 				}
 			}
 		}
