@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // fromDocument is p as a restarted planner reads it: its document alone.
@@ -78,6 +80,52 @@ func TestRestartSeeds(t *testing.T) {
 			}
 			if why := outcomesDiffer(mem, doc); why != "" {
 				t.Fatalf("seed %s: from the run's plan and from the document, %s", c.seed, why)
+			}
+		})
+	}
+}
+
+// TestAdoptedSpecFollows: a new spec that places as the old one did is
+// not published (the service keeps its latest, WithRunOf the new run)
+// where the document says the same of both specs (SameSpecFacts); the
+// next run, a node lost, then starts from the new spec, as a planner
+// restarted on the document does: degraded, no spec pending. Where the
+// document says otherwise (another env_strategy), it is news: kept
+// unpublished, the restarted planner would keep a worker on the node
+// lost as it is, valid. (Seed 3323 of TestRestartAgrees.)
+func TestAdoptedSpecFollows(t *testing.T) {
+	nodes := []Node{{ID: "n0", IP: "10.0.0.1", CPUs: 64, GPUs: 4}, {ID: "n1", IP: "10.0.0.1", CPUs: 64, GPUs: 4}}
+	old := restartSpec(0, WorkerGroup{WorkerNum: 1, NumCPUs: 1, NumGPUs: 1}, WorkerGroup{}, 0)
+	for _, c := range []struct {
+		name string
+		next func(s Spec) *Spec
+		news bool
+	}{
+		{"a quota added", func(s Spec) *Spec { s.MaxGPUs = 4; return &s }, false},
+		{"another env_strategy", func(s Spec) *Spec { s.Placement.EnvStrategy = EnvStrategyDeviceColocate; return &s }, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p0 := PlanAll([]Job{{Name: "a", Spec: old, Age: 1}}, nodes)[0].Plan
+			p1 := PlanAll([]Job{{Name: "a", Spec: old, Age: 1, Prev: p0}}, nodes[1:])[0].Plan
+			spec := c.next(*old)
+			p2 := PlanAll([]Job{{Name: "a", Spec: spec, Age: 1, Prev: p1}}, nodes[1:])[0].Plan
+			if !SamePlacement(p1, p2) {
+				t.Fatalf("the new spec moved the plan: %s -> %s", placementOf(p1), placementOf(p2))
+			}
+			if got := !SameSpecFacts(p1, p2); got != c.news {
+				t.Fatalf("news %v, want %v", got, c.news)
+			}
+			latest := p2
+			if !c.news {
+				latest = p1.WithRunOf(p2)
+			}
+			mem := PlanAll([]Job{{Name: "a", Spec: spec, Age: 1, Prev: latest}}, nil)[0]
+			doc := PlanAll([]Job{{Name: "a", Spec: spec, Age: 1, Prev: fromDocument(t, latest)}}, nil)[0]
+			if mem.Plan.PlanState() != plan.StateDegraded || mem.Plan.PendingSpec != nil {
+				t.Fatalf("node lost: %s, pending %v; want degraded on the new spec", mem.Plan.PlanState(), mem.Plan.PendingSpec)
+			}
+			if why := outcomesDiffer(mem, doc); why != "" {
+				t.Fatalf("from the run's plan and from the document, %s", why)
 			}
 		})
 	}

@@ -295,8 +295,8 @@ func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome
 	specChanged := latest != nil && latest.SpecDigest != digest && !o.Plan.Removed()
 	next, ch := o.Plan, o.Change
 	// An unreadable latest is replaced even by the same placement.
-	if prev != nil && !latest.Unreadable && !latest.Orphan && planner.SamePlacement(prev, next) && prev.Priority == next.Priority {
-		p.adoptSpec(s, latest, specChanged, digest)
+	if prev != nil && !latest.Unreadable && !latest.Orphan && planner.SamePlacement(prev, next) && prev.Priority == next.Priority && planner.SameSpecFacts(prev, next) {
+		p.adoptSpec(s, latest, next, specChanged, digest)
 		return nil
 	}
 	next.Name = s.name
@@ -385,15 +385,20 @@ func (p *Service) publishFenced(ctx context.Context, ev *plan.Event, digest stri
 	return p.plans.PublishEvent(ctx, ev, digest, expect, lease)
 }
 
-// adoptSpec takes a new spec that plans as the old one did, so that the
-// next inventory change replans from the plan's state again.
-func (p *Service) adoptSpec(s *planState, latest *store.StoredPlan, specChanged bool, digest string) {
+// adoptSpec takes a new spec that plans as the old one did (next, its
+// run's plan, placed as latest is), so that the next inventory change
+// replans from the plan's state again, and on the new spec: with the
+// old one's run, a node lost next would say the new spec is pending,
+// where a planner restarted on the document (whose demands are the new
+// spec's) says it is in force.
+func (p *Service) adoptSpec(s *planState, latest *store.StoredPlan, next *planner.Plan, specChanged bool, digest string) {
 	if !specChanged {
 		return
 	}
 	if s.latest == latest {
 		adopted := *latest
 		adopted.SpecDigest = digest
+		adopted.Plan = latest.Plan.WithRunOf(next)
 		s.latest = &adopted
 	}
 }
