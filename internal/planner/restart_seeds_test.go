@@ -131,6 +131,21 @@ func TestAdoptedSpecFollows(t *testing.T) {
 	}
 }
 
+// TestDisplacedWordsInOrder: a revision's reason names the workers
+// re-placed in one order, whatever order the run met them in (a planner
+// that kept running meets a lost node's workers in its state's slot
+// order, a restarted one in the document's).
+func TestDisplacedWordsInOrder(t *testing.T) {
+	a := &Change{Unplaced: []Displaced{{Component: plan.Eval, Index: 0, Why: WhyNodeLeft, Where: "n1"}, {Component: plan.Train, Index: 0, Why: WhyNodeLeft, Where: "n1"}}}
+	b := &Change{Unplaced: []Displaced{{Component: plan.Train, Index: 0, Why: WhyNodeLeft, Where: "n1"}, {Component: plan.Eval, Index: 0, Why: WhyNodeLeft, Where: "n1"}}}
+	const want = "2 workers unplaced (train 0: node left n1; eval 0: node left n1)"
+	for _, c := range []*Change{a, b} {
+		if got := c.Summary(); got != want {
+			t.Errorf("%q, want %q", got, want)
+		}
+	}
+}
+
 // outcomesDiffer says how a and b, one job's outcomes of two runs,
 // differ in what the service publishes of them ("": they do not): the
 // document, whether it is valid and why not, and the change its reason
