@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -47,7 +48,11 @@ func (c *Change) Summary() string {
 }
 
 // groupDisplaced says which workers ds are, by component and cause, in
-// first-seen order: "train 0-1: node left n2; eval 0: GPU unhealthy n1:3".
+// component order, then by lowest index: "train 0-1: node left n2; eval
+// 0: GPU unhealthy n1:3". Not in the order a run met them: a planner
+// restarted on the plan's document meets them in another order than one
+// that kept running (its run's state), and its revision must say the
+// same.
 func groupDisplaced(ds []Displaced) string {
 	type group struct {
 		comp plan.Component
@@ -70,9 +75,14 @@ func groupDisplaced(ds []Displaced) string {
 		}
 		g.idx = append(g.idx, d.Index)
 	}
+	for _, g := range groups {
+		slices.Sort(g.idx)
+	}
+	slices.SortStableFunc(groups, func(a, b *group) int {
+		return cmp.Or(cmp.Compare(a.comp.Rank(), b.comp.Rank()), cmp.Compare(a.idx[0], b.idx[0]), strings.Compare(a.why, b.why))
+	})
 	parts := make([]string, len(groups))
 	for i, g := range groups {
-		slices.Sort(g.idx)
 		parts[i] = fmt.Sprintf("%s %s: %s", g.comp, plan.FormatRanges(plan.RangesOf(g.idx)), g.why)
 	}
 	return strings.Join(parts, "; ")

@@ -45,6 +45,31 @@ func keepsSpec(prev *Plan, spec *Spec) bool {
 	return slices.Equal(prev.Demands, demandsOf(spec))
 }
 
+// SameSpecFacts reports whether documents a and b say the same of the
+// specs they were placed for: mode, strategies and demands, all that a
+// planner restarted on a document knows of the spec its placement
+// follows (keepsSpec). A plan that places as its latest revision does
+// but says other facts of its spec is news: left unpublished, the latest
+// would tell a restarted planner that its placement follows another spec
+// than the one in force, and that planner would keep it as it is,
+// unchecked (placeJob: a worker on a node gone stays), where one that
+// kept running replans it.
+func SameSpecFacts(a, b *Plan) bool {
+	return a.Mode == b.Mode && a.Strategy == b.Strategy && a.EnvStrategy == b.EnvStrategy && slices.Equal(a.Demands, b.Demands)
+}
+
+// PlacedFor reports whether document p says it was placed for spec,
+// spec's elastic groups at the sizes p holds: its mode, strategies and
+// demands are spec's (keepsSpec). A planner restarted on a revision
+// whose spec is pending finds so, in the spec's history, the spec the
+// placement follows (Job.PrevSpec).
+func PlacedFor(p *Plan, spec *Spec) bool {
+	refs := elasticRefs(spec)
+	doc := *p
+	doc.spec, doc.state = nil, nil
+	return keepsSpec(&doc, sized(spec, clampTo(refs, heldCounts(p, refs))))
+}
+
 // seatDisplaced notes the slots of the displaced workers, which record
 // clears as it places them again: what is left is unplaced.
 func (e *engine) seatDisplaced() {

@@ -366,6 +366,7 @@ type trial struct {
 // each growth adding workers with the next indices and moving no
 // placed worker, within max_gpus.
 func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
+	jobs = prevSpecsSized(jobs)
 	el := &elastic{jobs: jobs, nodes: nodes, refs: make([][]elasticRef, len(jobs)), start: make([][]int, len(jobs)), readAll: opt.readAll}
 	any := false
 	for j := range jobs {
@@ -441,6 +442,35 @@ func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 		sizes, out = el.grow(sizes, out, opt)
 	}
 	el.annotate(out, sizes)
+	return out
+}
+
+// prevSpecsSized is jobs with each elastic PrevSpec sized to what its
+// Prev holds (heldCounts, within the spec's range). A PrevSpec is a
+// stored spec, its elastic groups at their minimum as parsed; the
+// placement it stands for holds them at the sizes the document's
+// demands say, and a run keeps that placement on it (placeJob: a spec
+// pending), so that unsized it would cut a grown plan back to its
+// minimum where a planner that kept running, whose plan knows the sized
+// spec (Plan.spec), keeps every worker. jobs itself is not changed.
+func prevSpecsSized(jobs []Job) []Job {
+	out := jobs
+	for j := range jobs {
+		job := &jobs[j]
+		refs := elasticRefs(job.PrevSpec)
+		if len(refs) == 0 || job.Prev == nil || !job.Prev.Placed() {
+			continue
+		}
+		at := clampTo(refs, heldCounts(job.Prev, refs))
+		ps := sized(job.PrevSpec, at)
+		if specEqual(ps, job.PrevSpec) {
+			continue
+		}
+		if &out[0] == &jobs[0] {
+			out = slices.Clone(jobs)
+		}
+		out[j].PrevSpec = ps
+	}
 	return out
 }
 
@@ -594,10 +624,16 @@ func cutTo(job *Job, refs []elasticRef, sizes []int, readAll bool) {
 	switch {
 	case ps != nil && sameShape(elasticRefs(ps), refs):
 		at := clampTo(elasticRefs(ps), sizes)
-		if job.PrevSpec != nil {
+		cut := truncated(job.Prev, elasticRefs(ps), at, sized(ps, at), readAll)
+		if job.PrevSpec != nil && cut != job.Prev {
+			// As truncated sizes the spec a plan knows: only where it cut
+			// the plan. Sized above what the plan holds, the spec kept in
+			// force for a spec pending would place more workers on it, a
+			// growth no grow-after allowed, that a planner which kept
+			// running (its plan's own spec) does not make.
 			job.PrevSpec = sized(ps, at)
 		}
-		job.Prev = truncated(job.Prev, elasticRefs(ps), at, sized(ps, at), readAll)
+		job.Prev = cut
 	case ps == nil && job.Prev != nil && slices.Equal(job.Prev.Demands, demandsOf(sized(orig, heldCounts(job.Prev, refs)))):
 		job.Prev = truncated(job.Prev, refs, sizes, job.Spec, readAll)
 	}

@@ -27,3 +27,22 @@ type Plan struct {
 	// nothing, so that its words do not change on a quiet cluster.
 	releasedAs *Outcome
 }
+
+// WithRunOf is p's document with what the run that made next keeps for
+// the next run (its state, the spec it placed, a degraded plan's
+// causes): next places everything as p does (SamePlacement), so the
+// service keeps p, the revision published, rather than publish next.
+// Where next was made for a new spec, the next run must start from that
+// spec, as one restarted on p's document does (its demands are the new
+// spec's); from p's own run it would take the spec to have changed
+// still, and keep the placement on the old one, the new spec pending.
+func (p *Plan) WithRunOf(next *Plan) *Plan {
+	out := *p
+	out.state, out.spec, out.cause, out.afresh, out.takenBy, out.releasedAs = next.state, next.spec, next.cause, next.afresh, next.takenBy, next.releasedAs
+	return &out
+}
+
+// FromRun reports whether p is a plan a run made in this process (it
+// knows the spec it was placed for), not a document read back: only the
+// latter needs Job.PrevSpec where its spec is not the one stored.
+func (p *Plan) FromRun() bool { return p.spec != nil }
