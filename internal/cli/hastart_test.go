@@ -67,4 +67,9 @@ func TestHAStartQuiet(t *testing.T) {
 			}
 		}
 	}
+	if t.Failed() {
+		for i, l := range logs {
+			t.Logf("LOG s%d:\n%s", i, l.String())
+		}
+	}
 }

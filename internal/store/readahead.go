@@ -2,8 +2,12 @@ package store
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
@@ -78,11 +82,65 @@ func fetch(ctx context.Context, s *InventoryStore, msg jetstream.Msg) fetched {
 	if err != nil {
 		return fetched{err: err}
 	}
+	var value []byte
 	e, err := kv.GetRevision(ctx, nodeID, md.Sequence.Stream)
-	if err != nil {
+	switch {
+	case err == nil:
+		value = e.Value()
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// A direct get may be answered by a replica that has not yet
+		// stored what the consumer just delivered; skipped, the node
+		// would wait for its next heartbeat (seconds) to be read. The
+		// stream's leader has it unless it is gone (superseded, expired).
+		if value, err = s.leaderValue(ctx, msg.Subject(), md.Sequence.Stream); err != nil {
+			return fetched{err: err}
+		}
+	default:
 		return fetched{err: err}
 	}
 	var f fetched
-	f.decodeErr = inventory.DecodeShared(e.Value(), &f.inv, s.shared)
+	f.decodeErr = inventory.DecodeShared(value, &f.inv, s.shared)
 	return f
+}
+
+// leaderValue is the value of the message at seq on subject as the
+// stream's leader has it; jetstream.ErrKeyNotFound where the leader has
+// no such message (or another subject's there, or a removal's).
+func (s *InventoryStore) leaderValue(ctx context.Context, subject string, seq uint64) ([]byte, error) {
+	api := s.js.Options().APIPrefix
+	if api == "" {
+		api = jetstream.DefaultAPIPrefix
+	}
+	req, _ := json.Marshal(map[string]uint64{"seq": seq})
+	msg, err := s.js.Conn().RequestWithContext(ctx, api+"STREAM.MSG.GET."+bus.InventoryStream, req)
+	if err != nil {
+		return nil, fmt.Errorf("read %s at %d from the stream's leader: %w", subject, seq, err)
+	}
+	var resp struct {
+		Message *struct {
+			Subject string `json:"subject"`
+			Header  []byte `json:"hdrs"`
+			Data    []byte `json:"data"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, fmt.Errorf("read %s at %d from the stream's leader: %w", subject, seq, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, jetstream.ErrKeyNotFound
+	case resp.Error != nil:
+		return nil, fmt.Errorf("read %s at %d from the stream's leader: %w", subject, seq, resp.Error)
+	case resp.Message == nil:
+		return nil, fmt.Errorf("read %s at %d from the stream's leader: empty reply", subject, seq)
+	case resp.Message.Subject != subject:
+		return nil, jetstream.ErrKeyNotFound
+	}
+	if len(resp.Message.Header) > 0 {
+		if h, err := nats.DecodeHeadersMsg(resp.Message.Header); err == nil && removal(h) != "" {
+			return nil, jetstream.ErrKeyNotFound
+		}
+	}
+	return resp.Message.Data, nil
 }

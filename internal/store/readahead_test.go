@@ -1,10 +1,16 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/poolplanner/poolplanner/internal/bus"
 )
 
 // TestWatchInitialStateReadAhead: an initial state of more keys than the
@@ -79,5 +85,60 @@ func TestWatchInitialStateReadAhead(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("no change after Synced")
+	}
+}
+
+// TestLeaderValue: the value of a message as the stream's leader has it
+// (what a watch reads where a replica's direct get missed it); a message
+// that is gone, of another key or a removal is not found.
+func TestLeaderValue(t *testing.T) {
+	_, url := startServer(t)
+	_, js := connect(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := NewInventoryStore(js)
+	doc := testDoc(t, "n1")
+	r1, err := s.Put(ctx, "n1", doc, false, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "n2", testDoc(t, "n2"), false, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "n2", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.js.Stream(ctx, bus.InventoryStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := info.State.LastSeq
+	for _, tc := range []struct {
+		name    string
+		subject string
+		seq     uint64
+		want    []byte
+	}{
+		{"its value", bus.InventorySubjectPrefix + "n1", r1, doc},
+		{"another key's message", bus.InventorySubjectPrefix + "n2", r1, nil},
+		{"a delete marker", bus.InventorySubjectPrefix + "n2", marker, nil},
+		{"past the stream's end", bus.InventorySubjectPrefix + "n1", marker + 10, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.leaderValue(ctx, tc.subject, tc.seq)
+			if tc.want == nil {
+				if !errors.Is(err, jetstream.ErrKeyNotFound) {
+					t.Fatalf("leaderValue = %q, %v; want ErrKeyNotFound", got, err)
+				}
+				return
+			}
+			if err != nil || !bytes.Equal(got, tc.want) {
+				t.Fatalf("leaderValue = %q, %v; want %q", got, err, tc.want)
+			}
+		})
 	}
 }
