@@ -58,18 +58,6 @@ func SameSpecFacts(a, b *Plan) bool {
 	return a.Mode == b.Mode && a.Strategy == b.Strategy && a.EnvStrategy == b.EnvStrategy && slices.Equal(a.Demands, b.Demands)
 }
 
-// PlacedFor reports whether document p says it was placed for spec,
-// spec's elastic groups at the sizes p holds: its mode, strategies and
-// demands are spec's (keepsSpec). A planner restarted on a revision
-// whose spec is pending finds so, in the spec's history, the spec the
-// placement follows (Job.PrevSpec).
-func PlacedFor(p *Plan, spec *Spec) bool {
-	refs := elasticRefs(spec)
-	doc := *p
-	doc.spec, doc.state = nil, nil
-	return keepsSpec(&doc, sized(spec, clampTo(refs, heldCounts(p, refs))))
-}
-
 // seatDisplaced notes the slots of the displaced workers, which record
 // clears as it places them again: what is left is unplaced.
 func (e *engine) seatDisplaced() {

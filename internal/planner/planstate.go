@@ -41,8 +41,3 @@ func (p *Plan) WithRunOf(next *Plan) *Plan {
 	out.state, out.spec, out.cause, out.afresh, out.takenBy, out.releasedAs = next.state, next.spec, next.cause, next.afresh, next.takenBy, next.releasedAs
 	return &out
 }
-
-// FromRun reports whether p is a plan a run made in this process (it
-// knows the spec it was placed for), not a document read back: only the
-// latter needs Job.PrevSpec where its spec is not the one stored.
-func (p *Plan) FromRun() bool { return p.spec != nil }

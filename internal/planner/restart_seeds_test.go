@@ -186,33 +186,3 @@ func outcomesDiffer(a, b Outcome) string {
 	}
 	return ""
 }
-
-// TestPlacedFor: a document read back says it was placed for the spec
-// it was made from, its elastic groups at the sizes it holds, and not for
-// another.
-func TestPlacedFor(t *testing.T) {
-	one := []Node{{ID: "n0", IP: "10.0.0.1", CPUs: 64, GPUs: 4}}
-	grown := restartSpec(1, WorkerGroup{WorkerNum: 1, Min: 1, Max: 3, NumCPUs: 1, NumGPUs: 1}, WorkerGroup{}, 0)
-	doc := fromDocument(t, PlanAllWith([]Job{{Name: "a", Spec: grown, Age: 1}}, one, ElasticOptions{})[0].Plan)
-	if n := heldCounts(doc, elasticRefs(grown))[0]; n != 3 {
-		t.Fatalf("eval grew to %d, want 3", n)
-	}
-	wider := *grown
-	wider.Scheduling.Eval = &WorkerGroup{WorkerNum: 1, Min: 1, Max: 4, NumCPUs: 1, NumGPUs: 1}
-	colocate := *grown
-	colocate.Placement.Strategy = StrategyColocate
-	for _, c := range []struct {
-		name string
-		spec *Spec
-		want bool
-	}{
-		{"its own spec, at its minimum as stored", grown, true},
-		{"another range", &wider, false},
-		{"another strategy", &colocate, false},
-		{"more train", restartSpec(2, *grown.Scheduling.Eval, WorkerGroup{}, 0), false},
-	} {
-		if got := PlacedFor(doc, c.spec); got != c.want {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
-		}
-	}
-}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
@@ -176,68 +174,10 @@ func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]
 			}
 			continue
 		}
-		jobs = append(jobs, planner.Job{Name: s.name, Spec: spec, Prev: prev, PrevSpec: p.followed(ctx, s), Age: age})
+		jobs = append(jobs, planner.Job{Name: s.name, Spec: spec, Prev: prev, Age: age})
 		planned = append(planned, s)
 	}
 	return jobs, planned, nil
-}
-
-// followed is the spec the placement of s's latest revision follows,
-// where the latest is a document read back (at a restart, or another
-// planner's revision) and that spec is not s.spec: the spec changed
-// while no planner ran, or the revision's spec is pending. The planner
-// then re-checks the placement on it (planner.Job.PrevSpec), as a
-// planner that kept running does on its plan's own spec; without it the
-// placement is kept as it is, a worker on a node gone since kept as
-// valid. nil: the latest knows its spec (this planner's run), follows
-// s.spec, or the spec's history no longer holds its spec.
-func (p *loopState) followed(ctx context.Context, s *planState) *planner.Spec {
-	latest := s.latest
-	if latest == nil || !latest.Plan.Placed() || latest.Plan.FromRun() || latest.Plan.PendingSpec == nil && latest.SpecDigest == s.digest {
-		return nil
-	}
-	if s.followsFor != latest || s.followsDigest != s.digest {
-		s.followsFor, s.followsDigest, s.follows = latest, s.digest, p.findFollowed(ctx, s, latest)
-	}
-	return s.follows
-}
-
-// findFollowed finds in s's spec history the spec latest's
-// placement follows: the one of its digest, or, where its spec is
-// pending (the digest is the pending one's), the newest before that one
-// which the document says it was placed for (planner.PlacedFor).
-func (p *loopState) findFollowed(ctx context.Context, s *planState, latest *store.StoredPlan) *planner.Spec {
-	hctx, done := p.op(ctx, "reading the history of plan "+s.name+"'s spec", p.cfg.StoreTimeout)
-	defer done()
-	kv, err := p.specs.Bucket(hctx)
-	if err != nil {
-		return nil
-	}
-	hist, err := kv.History(hctx, s.name)
-	if err != nil {
-		s.log.Debug().Err(err).Msg("cannot read the spec's history: the latest revision's placement is kept as it is")
-		return nil
-	}
-	at := -1
-	for i := len(hist) - 1; i >= 0 && at < 0; i-- {
-		if hist[i].Operation() == jetstream.KeyValuePut {
-			if spec, err := planner.ParseSpec(hist[i].Value()); err == nil && SpecDigest(spec) == latest.SpecDigest {
-				at = i
-				if latest.Plan.PendingSpec == nil {
-					return spec
-				}
-			}
-		}
-	}
-	for i := at - 1; i >= 0; i-- {
-		if hist[i].Operation() != jetstream.KeyValuePut {
-			return nil // a removal: what came before was another plan's
-		}
-		if spec, err := planner.ParseSpec(hist[i].Value()); err == nil && planner.PlacedFor(latest.Plan, spec) {
-			return spec
-		}
-	}
-	return nil
 }
 
 // conflicted wraps a conflict for replan to re-read s's latest.

@@ -68,11 +68,6 @@ type planState struct {
 	// summed for: the next revision's is summed from it.
 	sharesOf *planner.Plan
 	shares   float64
-	// follows is the spec followsFor's placement follows (followed), as
-	// found when the plan's spec digest was followsDigest.
-	follows       *planner.Spec
-	followsFor    *store.StoredPlan
-	followsDigest string
 }
 
 // heldShares is planner.HeldShares(next), summed from prev's where that
