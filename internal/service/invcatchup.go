@@ -12,10 +12,14 @@ import (
 // nodes and then stored the spec (the README's HA recipe: `serve
 // --simulate` on one server, the planner leading on another) can see the
 // spec first, and would publish a first plan on the first few nodes,
-// invalid or squeezed, then replan it a moment later. A revision past the
-// first is not held back: its nodes are the plan's own, and settling
-// (planState.settling) waits for those. The loop's goroutine alone
-// holds it.
+// invalid or squeezed, then replan it a moment later. The wait holds
+// the replan back, every plan's, but only while a first revision is due
+// and the watch is behind the bucket (on a watch that keeps up it passes
+// at once); a replan with no first revision due is not held: its plans'
+// nodes are their own, and settling (planState.settling) waits for
+// those. Its state is dropped after each replan that published and when
+// the loop stops leading, so each plan that comes due asks afresh. The
+// loop's goroutine alone holds it.
 type inventoryCatchUp struct {
 	// target is the bucket's last revision, asked when a first plan came
 	// due (asked says it was); since, when.

@@ -11,31 +11,34 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/natstest"
+	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/internal/store"
 	"github.com/poolplanner/poolplanner/plan"
 )
 
-// laggingInventory is an inventory store whose watch, once it has
-// delivered the bucket's contents (Synced), holds every later event back
-// until release is closed: a watch running behind the spec watch, as on
-// a planner leading on another server than the one its nodes and spec
-// were written through.
+// laggingInventory is an inventory store whose watch, once hold is
+// closed, holds every later event back until release is closed: a watch
+// running behind the spec watch, as on a planner leading on another
+// server than the one its nodes and spec were written through. synced
+// is closed once the watch has delivered the bucket's contents; each
+// LastRevision is told on asks.
 type laggingInventory struct {
 	inventoryStore
-	synced  chan struct{} // closed once Synced is delivered
-	release chan struct{}
-	// asked is closed at the first LastRevision.
-	askedOnce *sync.Once
-	asked     chan struct{}
+	synced, hold, release chan struct{}
+	syncedOnce            *sync.Once
+	asks                  chan struct{}
 }
 
 func newLaggingInventory(inner inventoryStore) laggingInventory {
-	return laggingInventory{inventoryStore: inner, synced: make(chan struct{}), release: make(chan struct{}),
-		askedOnce: &sync.Once{}, asked: make(chan struct{})}
+	return laggingInventory{inventoryStore: inner, synced: make(chan struct{}), hold: make(chan struct{}),
+		release: make(chan struct{}), syncedOnce: &sync.Once{}, asks: make(chan struct{}, 64)}
 }
 
 func (l laggingInventory) LastRevision(ctx context.Context) (uint64, error) {
-	l.askedOnce.Do(func() { close(l.asked) })
+	select {
+	case l.asks <- struct{}{}:
+	default:
+	}
 	return l.inventoryStore.LastRevision(ctx)
 }
 
@@ -47,15 +50,15 @@ func (l laggingInventory) Watch(ctx context.Context) (<-chan store.Event, error)
 	out := make(chan store.Event, 64)
 	go func() {
 		defer close(out)
-		held := false
 		for ev := range in {
-			if held {
+			select {
+			case <-l.hold:
 				select {
 				case <-l.release:
-					held = false
 				case <-ctx.Done():
 					return
 				}
+			default:
 			}
 			select {
 			case out <- ev:
@@ -63,12 +66,7 @@ func (l laggingInventory) Watch(ctx context.Context) (<-chan store.Event, error)
 				return
 			}
 			if ev.Op == store.Synced {
-				select {
-				case <-l.synced:
-				default:
-					close(l.synced)
-					held = true
-				}
+				l.syncedOnce.Do(func() { close(l.synced) })
 			}
 		}
 	}()
@@ -120,18 +118,14 @@ func TestFirstPlanWaitsForInventory(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatal("the inventory watch never delivered the bucket's contents")
 			}
+			close(lag.hold)
 			for i := 2; i <= 4; i++ {
 				h.node(fmt.Sprintf("n%d", i))
 			}
 			if _, err := (memSpecs{h.mem.specs}).Put(ctx, "default", []byte(fourNodeSpec)); err != nil {
 				t.Fatal(err)
 			}
-			natstest.WaitFor(t, 30*time.Second, "the planner to ask the bucket's last revision, or a revision", func() bool {
-				select {
-				case <-lag.asked:
-					return true
-				default:
-				}
+			waitAsked(t, lag, func() bool {
 				sp, err := h.plans().Latest(ctx, "default")
 				return err == nil && sp != nil
 			})
@@ -163,5 +157,78 @@ func TestFirstPlanWaitsForInventory(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// waitAsked waits for the planner to ask the bucket's last revision, or
+// for published (a revision out without asking: the test then fails on
+// it).
+func waitAsked(t *testing.T, lag laggingInventory, published func() bool) {
+	t.Helper()
+	natstest.WaitFor(t, 30*time.Second, "the planner to ask the bucket's last revision, or a revision", func() bool {
+		select {
+		case <-lag.asks:
+			return true
+		default:
+		}
+		return published()
+	})
+}
+
+// TestLaterFirstPlanWaitsForInventory: a plan stored after another's
+// first revision is out, while the watch is behind, waits as the first
+// did (the first's ask is not reused) and is planned on every node once
+// the watch catches up.
+func TestLaterFirstPlanWaitsForInventory(t *testing.T) {
+	clock := &skewClock{}
+	h := newMemHarnessOn(t, clock)
+	h.ttl = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.node("n1")
+	p := New(Config{NC: h.nc, JS: h.js, Debounce: 20 * time.Millisecond, Settle: -1, NoService: true,
+		Clock: clock, LeaseTTL: time.Hour, StallAfter: time.Hour, Log: zerolog.Nop()})
+	h.mem.onMem(p)
+	lag := newLaggingInventory(p.inv)
+	p.inv = lag
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	specs := memSpecs{h.mem.specs}
+	if _, err := specs.Put(ctx, "a", []byte("scheduling:\n  train: {worker_num: 1, num_cpus: 1, num_gpus: 1}\n")); err != nil {
+		t.Fatal(err)
+	}
+	latest := func(name string) *planner.Plan {
+		sp, err := h.plans().Latest(ctx, name)
+		if err != nil || sp == nil {
+			return nil
+		}
+		return sp.Plan
+	}
+	natstest.WaitFor(t, 30*time.Second, "plan a's revision 1", func() bool { return latest("a") != nil })
+	for len(lag.asks) > 0 {
+		<-lag.asks
+	}
+	close(lag.hold)
+	for i := 2; i <= 4; i++ {
+		h.node(fmt.Sprintf("n%d", i))
+	}
+	if _, err := specs.Put(ctx, "b", []byte(fourNodeSpec)); err != nil {
+		t.Fatal(err)
+	}
+	waitAsked(t, lag, func() bool { return latest("b") != nil })
+	if b := latest("b"); b != nil {
+		t.Fatalf("plan b's revision %d (%s, %q) published while the inventory watch was behind", b.Revision, b.Status.State, b.Error)
+	}
+	close(lag.release)
+	var b *planner.Plan
+	natstest.WaitFor(t, 30*time.Second, "plan b's revision 1", func() bool { b = latest("b"); return b != nil })
+	// b needs all 32 GPUs and a holds one: planned on every node it
+	// waits for 31, on n1 alone for 7.
+	if !strings.Contains(b.Error, "available 31") {
+		t.Errorf("plan b's revision %d: %s %q, want it planned on all four nodes (available 31)", b.Revision, b.Status.State, b.Error)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -447,6 +447,7 @@ func (l *loop) armReplan(d time.Duration) {
 // holding the lease (r): the loop never waits on the leaser, which may
 // be in a renewal.
 func (l *loop) unlead(r leaseRequest) {
+	l.invCatch = inventoryCatchUp{} // a wait begins again when it leads again
 	l.p.led.Store(0)
 	l.lease.ask(r)
 }
@@ -968,6 +969,8 @@ func (l *loop) replan(ctx context.Context) {
 		l.armCheck(checkAfter) // it adopted another planner's revision
 	}
 	if err == nil {
+		// The next plan to come due asks the bucket afresh.
+		l.invCatch = inventoryCatchUp{}
 		l.armGrow()
 		if l.ride.settlingOutage {
 			// Said in the revision, or nothing moved and nothing needs

@@ -553,15 +553,12 @@ func (s *InventoryStore) LastRevision(ctx context.Context) (uint64, error) {
 	if _, err := s.KV(ctx); err != nil {
 		return 0, fmt.Errorf("read the inventory bucket's last revision: %w", err)
 	}
+	// Binding the stream reads its info from the leader: one request.
 	st, err := s.js.Stream(ctx, bus.InventoryStream)
 	if err != nil {
 		return 0, fmt.Errorf("read the inventory bucket's last revision: %w", err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("read the inventory bucket's last revision: %w", err)
-	}
-	return info.State.LastSeq, nil
+	return st.CachedInfo().State.LastSeq, nil
 }
 
 // Watch follows the bucket: first the latest state of every key, then a
