@@ -218,7 +218,10 @@ func leastOf(groups []WorkerGroup) int {
 	for _, g := range groups {
 		w := g.WorkerNum
 		switch {
-		case w <= 0 || g.NumGPUs <= 0:
+		case w <= 0 || g.NumGPUs <= eps:
+			// A share of eps or less fits beside whatever its
+			// component holds on a GPU (fits: up to 1+eps): it may take
+			// no GPU of its own.
 		case g.NumGPUs > 1:
 			whole += w * int(math.Round(g.NumGPUs))
 		default:

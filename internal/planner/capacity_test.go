@@ -42,6 +42,10 @@ func TestLeastGPUs(t *testing.T) {
 		{"device-colocate: eval and env share", spec(g(1, 1), g(3, 1), []WorkerGroup{g(2, 1)}, StrategyDisaggregate, EnvStrategyDeviceColocate), 4, 4},
 		{"a buffer's reserve not counted", buffered, 2, 3},
 		{"manual: the user's ranges", manual, 0, 4},
+		// fits lets a share of eps or less beside a whole-GPU worker of
+		// its component (review rev6: counted a GPU of its own, 3, a
+		// valid plan holding 2 within max_gpus 2 was refused).
+		{"a share of eps or less rides along", dis(g(0, 1), g(0, 1), g(1, 2), g(1, 1e-10)), 2, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := leastGPUs(tc.spec); got != tc.least {
