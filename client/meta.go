@@ -23,6 +23,10 @@ type Meta struct {
 	// SpecDigest is the digest of the spec the revision was planned
 	// from (SpecDigestHeader).
 	SpecDigest string
+	// PlacedFor is, for a revision whose spec is pending, the digest of
+	// the spec its placement follows (PlacedForHeader); empty otherwise,
+	// or not known (a revision published before planners said it).
+	PlacedFor string
 	// Publisher is the planner instance that published it
 	// (PlannerHeader); empty when not known.
 	Publisher string
@@ -32,5 +36,5 @@ type Meta struct {
 // headers h.
 func metaOf(seq uint64, h nats.Header) Meta {
 	base, _ := strconv.Atoi(h.Get(BaseHeader))
-	return Meta{Seq: seq, Base: base, SpecDigest: h.Get(SpecDigestHeader), Publisher: h.Get(PlannerHeader)}
+	return Meta{Seq: seq, Base: base, SpecDigest: h.Get(SpecDigestHeader), PlacedFor: h.Get(PlacedForHeader), Publisher: h.Get(PlannerHeader)}
 }

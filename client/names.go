@@ -78,6 +78,10 @@ const (
 	StateHeader = "Poolplanner-State"
 	// SpecDigestHeader carries a digest of the spec a plan was made from.
 	SpecDigestHeader = "Poolplanner-Spec-Digest"
+	// PlacedForHeader, on a revision whose spec is pending, carries the
+	// digest of the spec its placement follows (the last one in force):
+	// a planner restarted on it re-checks the placement on that spec.
+	PlacedForHeader = "Poolplanner-Placed-For"
 	// PlannerHeader names the planner instance that published an event.
 	PlannerHeader = "Poolplanner-Planner"
 )

@@ -422,6 +422,16 @@ func (j *Job) placeSpec() *Spec {
 	return nil
 }
 
+// FollowsUnknown reports whether the planner cannot tell which spec
+// job's previous placement follows (placeSpec): a plan read back from
+// JSON, given no PrevSpec, whose document was not made for Spec (the
+// spec changed since) or whose spec is pending. Such a placement is kept
+// as it is, not checked against the nodes again; a planner restarted on
+// it gives the spec its revision followed as PrevSpec instead.
+func (j *Job) FollowsUnknown() bool {
+	return j.Spec != nil && j.PrevSpec == nil && j.Prev != nil && j.Prev.Placed() && j.placeSpec() == nil
+}
+
 // placeJob plans job j (place): a job whose previous plan places
 // workers is degraded rather than released for want of room while its
 // spec is the same; with a new spec that cannot be placed, it keeps its

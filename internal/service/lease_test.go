@@ -19,6 +19,7 @@ import (
 	"github.com/poolplanner/poolplanner/internal/metrics"
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
 )
 
 // instance is a planner on a connection of its own, so that a test can
@@ -369,7 +370,7 @@ func TestPublishFencedByLeadEpoch(t *testing.T) {
 	if !p.leads() || !p.Health().Leading {
 		t.Fatal("caught up on the lease it holds, the planner does not lead")
 	}
-	if _, err := p.publishFenced(ctx, bareEvent("default", 1), "d", 0); err != nil {
+	if _, err := p.publishFenced(ctx, bareEvent("default", 1), store.Digests{Spec: "d"}, 0); err != nil {
 		t.Fatalf("a publish on the lease led on: %v", err)
 	}
 
@@ -390,7 +391,7 @@ func TestPublishFencedByLeadEpoch(t *testing.T) {
 	if p.leads() || p.Health().Leading {
 		t.Error("the planner leads on a lease its loop has not caught up on")
 	}
-	if _, err := p.publishFenced(ctx, bareEvent("default", 2), "d", 0); !errors.Is(err, bus.ErrLeaseLost) {
+	if _, err := p.publishFenced(ctx, bareEvent("default", 2), store.Digests{Spec: "d"}, 0); !errors.Is(err, bus.ErrLeaseLost) {
 		t.Fatalf("a publish on a lease the loop has not caught up on: %v, want the lease lost", err)
 	}
 

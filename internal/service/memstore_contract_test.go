@@ -144,7 +144,7 @@ func planFencing(t *testing.T, b backend) {
 	if _, err := ps.PublishEvent(ctx, wholeEvent("p", 2), "d1", s1+100, 0); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("publish expecting a later sequence = %v, want ErrConflict", err)
 	}
-	s2, err := ps.PublishEvent(ctx, wholeEvent("p", 2), "d2", s1, 0)
+	s2, err := ps.PublishEventFor(ctx, wholeEvent("p", 2), store.Digests{Spec: "d2", PlacedFor: "d1"}, s1, 0)
 	if err != nil || s2 <= s1 {
 		t.Fatalf("publish at the last sequence = %d, %v; want a sequence past %d", s2, err, s1)
 	}
@@ -160,12 +160,12 @@ func planFencing(t *testing.T, b backend) {
 	if err != nil || sp == nil {
 		t.Fatalf("Latest = %v, %v", sp, err)
 	}
-	if sp.Plan.Revision != 2 || sp.Seq != s2 || sp.SpecDigest != "d2" || sp.Publisher != "a" || sp.Unreadable {
-		t.Errorf("Latest = revision %d seq %d digest %q publisher %q unreadable %v; want 2 %d d2 a false",
-			sp.Plan.Revision, sp.Seq, sp.SpecDigest, sp.Publisher, sp.Unreadable, s2)
+	if sp.Plan.Revision != 2 || sp.Seq != s2 || sp.SpecDigest != "d2" || sp.PlacedFor != "d1" || sp.Publisher != "a" || sp.Unreadable {
+		t.Errorf("Latest = revision %d seq %d digest %q placed for %q publisher %q unreadable %v; want 2 %d d2 d1 a false",
+			sp.Plan.Revision, sp.Seq, sp.SpecDigest, sp.PlacedFor, sp.Publisher, sp.Unreadable, s2)
 	}
 	r1, err := ps.Revision(ctx, "p", 1)
-	if err != nil || r1.Plan.Revision != 1 || r1.Seq != s1 || r1.SpecDigest != "d1" {
+	if err != nil || r1.Plan.Revision != 1 || r1.Seq != s1 || r1.SpecDigest != "d1" || r1.PlacedFor != "" {
 		t.Errorf("Revision 1 = %+v, %v", r1, err)
 	}
 	if _, err := ps.Revision(ctx, "p", 9); !errors.Is(err, client.ErrNotFound) {

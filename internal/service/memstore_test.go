@@ -74,6 +74,7 @@ type memMsg struct {
 	hdr        nats.Header
 	size       int
 	specDigest string
+	placedFor  string
 	publisher  string
 	lease      *bus.Lease
 }
@@ -164,7 +165,7 @@ func (s *memPlans) Revision(ctx context.Context, name string, rev int) (*store.S
 // rebuild makes x's whole revision, as client.Plan does; m.mu is held.
 func (m *memJS) rebuild(name string, x *memMsg) (*store.StoredPlan, error) {
 	ev := x.ev
-	sp := &store.StoredPlan{Meta: client.Meta{Seq: x.seq, SpecDigest: x.specDigest, Base: ev.Base, Publisher: x.publisher}}
+	sp := &store.StoredPlan{Meta: client.Meta{Seq: x.seq, SpecDigest: x.specDigest, PlacedFor: x.placedFor, Base: ev.Base, Publisher: x.publisher}}
 	if ev.Kind() != "change" {
 		doc, err := m.whole(x)
 		if err != nil {
@@ -241,6 +242,10 @@ func (m *memJS) whole(x *memMsg) (*plan.Document, error) {
 }
 
 func (s *memPlans) PublishEvent(ctx context.Context, ev *plan.Event, specDigest string, expect, lease uint64) (uint64, error) {
+	return s.PublishEventFor(ctx, ev, store.Digests{Spec: specDigest}, expect, lease)
+}
+
+func (s *memPlans) PublishEventFor(ctx context.Context, ev *plan.Event, d store.Digests, expect, lease uint64) (uint64, error) {
 	what := fmt.Sprintf("plan %s revision %d", ev.Name, ev.Revision)
 	// Through the wire's encoding, as the stream stores it: what the
 	// caller changes after is not the stored event.
@@ -273,7 +278,7 @@ func (s *memPlans) PublishEvent(ctx context.Context, ev *plan.Event, specDigest 
 	m.ids[id] = true
 	m.seq++
 	m.msgs = append(m.msgs, memMsg{seq: m.seq, subject: subject, at: m.clock.Now(), ev: &stored, data: data, hdr: h, size: len(data),
-		specDigest: specDigest, publisher: s.publisher})
+		specDigest: d.Spec, placedFor: d.PlacedFor, publisher: s.publisher})
 	m.wrote()
 	return m.seq, nil
 }
@@ -453,7 +458,7 @@ func (s *memPlans) Follow(ctx context.Context, name string, skip func(client.Inf
 // infoOfMsg is x as a history lists it (client.Info).
 func infoOfMsg(x *memMsg) client.Info {
 	ev := x.ev
-	return client.Info{Revision: ev.Revision, Meta: client.Meta{Seq: x.seq, Base: ev.Base, SpecDigest: x.specDigest, Publisher: x.publisher},
+	return client.Info{Revision: ev.Revision, Meta: client.Meta{Seq: x.seq, Base: ev.Base, SpecDigest: x.specDigest, PlacedFor: x.placedFor, Publisher: x.publisher},
 		Time: x.at, Valid: ev.Valid(), State: ev.PlanState(), Moved: ev.Moved, Reason: ev.Reason, Error: ev.Error, Kind: ev.Kind()}
 }
 

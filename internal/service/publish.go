@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/poolplanner/poolplanner/client"
 	"github.com/poolplanner/poolplanner/internal/bus"
 	"github.com/poolplanner/poolplanner/internal/inventory"
@@ -174,10 +176,79 @@ func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]
 			}
 			continue
 		}
-		jobs = append(jobs, planner.Job{Name: s.name, Spec: spec, Prev: prev, Age: age})
+		job := planner.Job{Name: s.name, Spec: spec, Prev: prev, Age: age}
+		if job.FollowsUnknown() {
+			job.PrevSpec = p.followedSpec(ctx, s)
+		}
+		jobs = append(jobs, job)
 		planned = append(planned, s)
 	}
 	return jobs, planned, nil
+}
+
+// followedSpec is the spec s's latest revision's placement follows, as
+// the spec bucket's history holds it: the spec of the digest the
+// revision was published on, or, where its spec is pending, of the one
+// it says its placement follows (client.PlacedForHeader). The planner
+// asks for it where the document does not say (Job.FollowsUnknown: read
+// back at a restart or from another planner, the spec changed since or
+// pending): without it the placement would be kept unchecked, a worker
+// on a node gone while no planner ran kept in a valid revision. nil
+// where the digest is not known (a revision from before planners said
+// it) or the history no longer holds it; a history that cannot be read
+// is logged and asked again at the next replan.
+func (p *loopState) followedSpec(ctx context.Context, s *planState) *planner.Spec {
+	latest := s.latest
+	digest := latest.SpecDigest
+	if latest.Plan.PendingSpec != nil {
+		digest = latest.PlacedFor
+	}
+	switch {
+	case digest == "":
+		return nil
+	case digest == s.digest:
+		return s.spec
+	case s.followedFor == latest && s.followedDigest == digest:
+		return s.followed
+	}
+	spec, err := p.specOfDigest(ctx, s.name, digest)
+	if err != nil {
+		if s.followedSaid != latest {
+			s.followedSaid = latest
+			s.log.Warn().Err(err).Int("revision", latest.Plan.Revision).
+				Msg("cannot read the spec's history for the spec the latest revision followed; its placement is kept as it is until it can")
+		}
+		return nil
+	}
+	s.followedFor, s.followedDigest, s.followed = latest, digest, spec
+	return spec
+}
+
+// specOfDigest is the newest spec of plan name's history whose digest
+// is digest (nil: none there).
+func (p *loopState) specOfDigest(ctx context.Context, name, digest string) (*planner.Spec, error) {
+	hctx, done := p.op(ctx, "reading the history of plan "+name+"'s spec", p.cfg.StoreTimeout)
+	defer done()
+	kv, err := p.specs.Bucket(hctx)
+	if err != nil {
+		return nil, fmt.Errorf("spec history of %s: %w", name, err)
+	}
+	hist, err := kv.History(hctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("spec history of %s: %w", name, err)
+	}
+	for i := len(hist) - 1; i >= 0; i-- {
+		if hist[i].Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		if spec, err := planner.ParseSpec(hist[i].Value()); err == nil && SpecDigest(spec) == digest {
+			return spec, nil
+		}
+	}
+	return nil, nil
 }
 
 // conflicted wraps a conflict for replan to re-read s's latest.
@@ -329,7 +400,15 @@ func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome
 	if err != nil {
 		return err
 	}
-	seq, err := p.publishFenced(ctx, ev, digest, expect)
+	digests := store.Digests{Spec: digest}
+	if next.PendingSpec != nil && latest != nil {
+		// Kept on the spec the latest's placement followed.
+		digests.PlacedFor = latest.SpecDigest
+		if latest.Plan.PendingSpec != nil {
+			digests.PlacedFor = latest.PlacedFor // "": not known
+		}
+	}
+	seq, err := p.publishFenced(ctx, ev, digests, expect)
 	if (errors.Is(err, store.ErrConflict) || errors.Is(err, bus.ErrLeaseLost)) && ev.Snapshot != "" {
 		// Refused for sure, so no event names this snapshot. (After other
 		// errors, a timeout, the event may have been stored.)
@@ -340,7 +419,7 @@ func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome
 	if err != nil {
 		return err
 	}
-	stored.Seq, stored.SpecDigest = seq, digest
+	stored.Seq, stored.SpecDigest, stored.PlacedFor = seq, digest, digests.PlacedFor
 	p.published(s, stored, note)
 	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid(), next.Workers.Len(), s.heldShares(prev, next), next.Moved)
 	p.cfg.Metrics.Shared(next.Name, next.Priority, len(next.PreemptedBy) > 0)
@@ -369,7 +448,7 @@ func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome
 // without its loop), against the plan's last event. A planner with its
 // loop publishes only on the lease the loop caught up on (Service.led):
 // one taken since, the loop not caught up on it, is refused as lost.
-func (p *Service) publishFenced(ctx context.Context, ev *plan.Event, digest string, expect uint64) (uint64, error) {
+func (p *Service) publishFenced(ctx context.Context, ev *plan.Event, digests store.Digests, expect uint64) (uint64, error) {
 	// Every plan's publish is fenced by the one lease.
 	p.fence.mu.Lock()
 	defer p.fence.mu.Unlock()
@@ -382,7 +461,7 @@ func (p *Service) publishFenced(ctx context.Context, ev *plan.Event, digest stri
 	// Renewals wait while this holds fence.mu: bound it well inside the TTL.
 	ctx, done := p.op(ctx, fmt.Sprintf("publishing plan %s revision %d", ev.Name, ev.Revision), p.cfg.LeaseTTL/2)
 	defer done()
-	return p.plans.PublishEvent(ctx, ev, digest, expect, lease)
+	return p.plans.PublishEventFor(ctx, ev, digests, expect, lease)
 }
 
 // adoptSpec takes a new spec that plans as the old one did (next, its

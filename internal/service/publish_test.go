@@ -3,10 +3,12 @@ package service
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // TestSpecFactsChangePublished: a new spec that places as the old one
@@ -30,5 +32,116 @@ func TestSpecFactsChangePublished(t *testing.T) {
 	next := h.waitFor("default", "on the new env_strategy", func(p *planner.Plan) bool { return p.EnvStrategy == "device-colocate" })
 	if next.Revision != first.Revision+1 || next.Moved != 0 || !planner.SamePlacement(first, next) {
 		t.Fatalf("revision %d (after %d), moved %d, same placement %v; want the next revision, nothing moved", next.Revision, first.Revision, next.Moved, planner.SamePlacement(first, next))
+	}
+}
+
+// TestRestartFollowsStoredSpec: a planner restarted on a plan whose
+// stored spec does not fit, changed while no planner ran or pending
+// already, keeps the placement on the spec it follows (found in the
+// spec's history by the digest its revision was published on, or,
+// pending, the one it says its placement follows), checked against the
+// inventory as one that kept running does: a worker whose node went
+// while no planner ran is re-placed, not kept there as valid. A spec
+// that was pending and never in force is not taken for it, though its
+// demands are the same (review rev5: one over its quota released the
+// plan).
+func TestRestartFollowsStoredSpec(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	train := func(n int) string {
+		return fmt.Sprintf("scheduling:\n  train: {worker_num: %d, num_cpus: 1, num_gpus: 1}\n", n)
+	}
+	type put struct {
+		spec string
+		// pending is what the revision it makes says is pending.
+		pending string
+	}
+	for _, tc := range []struct {
+		name   string
+		before []put  // each waited for as a pending revision
+		after  string // stored while no planner runs
+	}{
+		{"spec changed while stopped", nil, train(64)},
+		{"pending twice before the stop", []put{{train(64), "required 64"}, {train(48), "required 48"}}, ""},
+		{"pending over its quota, then more", []put{{a + "max_gpus: 4\n", "quota is 4"}, {train(64), "required 64"}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newMemHarness(t)
+			specs := h.cluster(4, map[string]string{"default": a})
+			store := func(spec string) {
+				if _, err := specs.Put(context.Background(), "default", []byte(spec)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
+			stop := h.plannerWith(context.Background(), cfg)
+			first := h.waitFor("default", "a valid plan", func(p *planner.Plan) bool { return p.Valid() })
+			for _, b := range tc.before {
+				store(b.spec)
+				first = h.waitFor("default", "pending: "+b.pending, func(p *planner.Plan) bool {
+					return p.PendingSpec != nil && strings.Contains(p.PendingSpec.Reason, b.pending)
+				})
+			}
+			stop()
+			if tc.after != "" {
+				store(tc.after)
+			}
+			gone := first.Workers.At(0).NodeID
+			h.kill(gone)
+			stop = h.plannerWith(context.Background(), cfg)
+			defer stop()
+			next := h.waitFor("default", "a revision after the restart", func(p *planner.Plan) bool { return p.Revision > first.Revision })
+			if !next.Valid() || next.PendingSpec == nil || next.Workers.Len() != first.Workers.Len() {
+				t.Fatalf("revision %d: state %s, pending %v, %d workers (had %d), error %q; want them kept valid on the spec in force, the new one pending",
+					next.Revision, next.PlanState(), next.PendingSpec != nil, next.Workers.Len(), first.Workers.Len(), next.Error)
+			}
+			for _, w := range next.Workers.All() {
+				if w.NodeID == gone {
+					t.Fatalf("%s %d kept on %s, gone while no planner ran", w.Component, w.Index, gone)
+				}
+			}
+		})
+	}
+}
+
+// TestAdoptedSpecAfterRestart: a spec change that places the same and
+// keeps the spec facts publishes nothing (adopted); a node lost next is
+// planned on the new spec whether the planner kept running or restarted
+// in between (review rev5: the restarted one took the old spec of the
+// stored revision's digest, and said the new one was pending).
+func TestAdoptedSpecAfterRestart(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 32, num_cpus: 1, num_gpus: 1}\n"
+	const b = a + "max_gpus: 32\n"
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restarted %v", restart), func(t *testing.T) {
+			t.Parallel()
+			h := newMemHarness(t)
+			specs := h.cluster(4, map[string]string{"default": a})
+			cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
+			stop := h.plannerWith(context.Background(), cfg)
+			first := h.waitFor("default", "a valid plan", func(p *planner.Plan) bool { return p.Valid() })
+			done, _ := h.replans("default")
+			if _, err := specs.Put(context.Background(), "default", []byte(b)); err != nil {
+				t.Fatal(err)
+			}
+			h.waitReplans("default", done+1) // b replanned: the same placement, adopted
+			if rev := h.waitFor("default", "any", func(*planner.Plan) bool { return true }).Revision; rev != first.Revision {
+				t.Fatalf("revision %d published for a spec that places the same", rev)
+			}
+			if restart {
+				stop()
+			}
+			h.kill(first.Workers.At(0).NodeID)
+			if restart {
+				stop = h.plannerWith(context.Background(), cfg)
+			}
+			defer stop()
+			next := h.waitFor("default", "after the node loss", func(p *planner.Plan) bool { return p.Revision > first.Revision })
+			if next.PlanState() != plan.StateDegraded || next.PendingSpec != nil {
+				t.Errorf("revision %d: %s, pending %+v; want degraded on the spec in force, none pending", next.Revision, next.PlanState(), next.PendingSpec)
+			}
+		})
 	}
 }

@@ -32,10 +32,10 @@ func TestSiblingPublishFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.fence.elected.Store(true) // its loop runs; leaseSeq 0: stood down
-	if _, err := p.publishFenced(ctx, bareEvent("default", 1), "d", 0); !errors.Is(err, bus.ErrLeaseLost) {
+	if _, err := p.publishFenced(ctx, bareEvent("default", 1), store.Digests{Spec: "d"}, 0); !errors.Is(err, bus.ErrLeaseLost) {
 		t.Errorf("the lead's publish after standing down: %v", err)
 	}
-	if seq, err := p.publishFenced(ctx, bareEvent("other", 1), "d", 0); !errors.Is(err, bus.ErrLeaseLost) {
+	if seq, err := p.publishFenced(ctx, bareEvent("other", 1), store.Digests{Spec: "d"}, 0); !errors.Is(err, bus.ErrLeaseLost) {
 		t.Errorf("another plan's publish after the lead stood down: seq %d, %v", seq, err)
 	}
 }
@@ -55,7 +55,11 @@ func TestSiblingPublishWaitsForRenewal(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	done := make(chan struct{})
-	go func() { defer wg.Done(); _, _ = p.publishFenced(ctx, bareEvent("other", 1), "d", 0); close(done) }()
+	go func() {
+		defer wg.Done()
+		_, _ = p.publishFenced(ctx, bareEvent("other", 1), store.Digests{Spec: "d"}, 0)
+		close(done)
+	}()
 	select {
 	case <-done:
 		t.Errorf("sibling publish ran while the lead's pubMu (renewal) was held")

@@ -68,6 +68,13 @@ type planState struct {
 	// summed for: the next revision's is summed from it.
 	sharesOf *planner.Plan
 	shares   float64
+	// followed is the spec followedFor's placement follows, found in the
+	// spec's history by followedDigest (followedSpec); followedSaid, the
+	// latest whose history could not be read, said once.
+	followed       *planner.Spec
+	followedFor    *store.StoredPlan
+	followedDigest string
+	followedSaid   *store.StoredPlan
 }
 
 // heldShares is planner.HeldShares(next), summed from prev's where that

@@ -36,6 +36,8 @@ type planStore interface {
 	// (nonzero), unless the lease's last write is still at lease
 	// (bus.ErrLeaseLost); a second event of one revision is refused too.
 	PublishEvent(ctx context.Context, ev *plan.Event, specDigest string, expect, lease uint64) (uint64, error)
+	// PublishEventFor is PublishEvent carrying both digests.
+	PublishEventFor(ctx context.Context, ev *plan.Event, d store.Digests, expect, lease uint64) (uint64, error)
 	PutSnapshot(ctx context.Context, doc *plan.Document) (name string, size int, err error)
 	DropSnapshot(ctx context.Context, name string)
 	// PutSummary stores a snapshot revision's summary, for the readers

@@ -203,6 +203,18 @@ func (s *PlanStore) Revision(ctx context.Context, name string, rev int) (*Stored
 // took the lease. The message id (plan:revision) refuses a second event
 // of one revision in the duplicate window either way.
 func (s *PlanStore) PublishEvent(ctx context.Context, ev *plan.Event, specDigest string, expect, lease uint64) (uint64, error) {
+	return s.PublishEventFor(ctx, ev, Digests{Spec: specDigest}, expect, lease)
+}
+
+// Digests are the digests a revision's event carries: of its spec
+// (client.SpecDigestHeader), and, where that spec is pending, of the
+// spec its placement follows (client.PlacedForHeader; empty: none).
+type Digests struct {
+	Spec, PlacedFor string
+}
+
+// PublishEventFor is PublishEvent with both digests.
+func (s *PlanStore) PublishEventFor(ctx context.Context, ev *plan.Event, d Digests, expect, lease uint64) (uint64, error) {
 	what := fmt.Sprintf("plan %s revision %d", ev.Name, ev.Revision)
 	data, h, err := wire.Encode(ev)
 	if err != nil {
@@ -225,7 +237,10 @@ func (s *PlanStore) PublishEvent(ctx context.Context, ev *plan.Event, specDigest
 	if ev.Error != "" {
 		msg.Header.Set(client.ErrorHeader, oneLine(ev.Error, 1024))
 	}
-	msg.Header.Set(client.SpecDigestHeader, specDigest)
+	msg.Header.Set(client.SpecDigestHeader, d.Spec)
+	if d.PlacedFor != "" {
+		msg.Header.Set(client.PlacedForHeader, d.PlacedFor)
+	}
 	if s.Publisher != "" {
 		msg.Header.Set(client.PlannerHeader, s.Publisher)
 	}
