@@ -228,10 +228,6 @@ type Options struct {
 	// PoolsOnly plans as usual but records no workers: enough for the
 	// rlightning export, and at ten thousand nodes several times cheaper.
 	PoolsOnly bool
-	// ownsNodes: the nodes a run is given were made for it by the
-	// planner (a remainder) and are never written again, so that a run
-	// keeps them in place of a copy (loadAll) where they are in id order.
-	ownsNodes bool
 }
 
 func newEngine(spec *Spec, opt Options) *engine {
@@ -333,11 +329,13 @@ func sortedNodes(nodes []Node) ([]int, error) {
 // loadAll gives every node a new state, in id order.
 func (e *engine) loadAll(nodes []Node, order []int) {
 	// A run's states point at their nodes for as long as its plan is
-	// kept: the caller's slice, which it may write, is copied; one the
-	// planner made for this run (ownsNodes) and in id order is not, 5 MB
-	// at 20,000 nodes.
+	// kept. The caller's slice, in id order, is kept as it is: the caller
+	// does not write it after planning (Node), and a copy was 5.6 MB at
+	// 20,000 nodes for a plan of 8 workers. Only a view's copies over it,
+	// a previous plan's states, or nodes out of order make a slice of the
+	// run's own.
 	own := nodes
-	if !e.opt.ownsNodes || !inOrder(order) {
+	if e.over != nil || e.onStates != nil || !inOrder(order) {
 		own = make([]Node, len(order))
 		for i, j := range order {
 			own[i] = *e.nodeAt(nodes, j)

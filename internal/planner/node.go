@@ -13,8 +13,10 @@ const eps = 1e-9
 // nComp is the number of components that hold GPUs: train, eval, env.
 const nComp = len(plan.GPUComponents)
 
-// Node is what the planner knows of one machine. The planner keeps
-// references to its slices: do not change them after planning.
+// Node is what the planner knows of one machine. A plan keeps the nodes
+// it was planned on, the caller's slice itself and what its nodes refer
+// to, for the next run that starts from it: do not change either after
+// planning; give a changed inventory as a new slice.
 type Node struct {
 	ID   string
 	IP   string
