@@ -202,7 +202,7 @@ func (e *engine) bufferWorker(k int, at int32) plan.Worker {
 func (e *engine) trainOn(ns *nodeState) []int {
 	lo, hi := int32(e.base[compTrain]), int32(e.base[compTrain]+e.demands[compTrain].asked)
 	var out []int
-	for _, r := range ns.slots {
+	for _, r := range ns.slots() {
 		for s := max(r.first, lo); s < min(r.first+r.n, hi); s++ {
 			out = append(out, int(s-lo))
 		}

@@ -111,6 +111,8 @@ type engine struct {
 	// table is every node of the inventory, by id; runs refer to nodes by
 	// their position in it.
 	table []*nodeState
+	// extras hands out the nodeExtras of the states this run writes.
+	extras extraSlab
 	// nodes, where loadAll made table, is the slice its states point
 	// into, table[i].node == &nodes[i] (nil: a table merged from a
 	// previous one, its states pointing into several).
@@ -341,7 +343,7 @@ func (e *engine) loadAll(nodes []Node, order []int) {
 			own[i] = *e.nodeAt(nodes, j)
 		}
 	}
-	e.table = newStates(own, e.token, e.groups())
+	e.table = newStates(own, e.token, e.groups(), &e.extras)
 	e.nodes = own
 }
 
@@ -652,7 +654,7 @@ func (e *engine) record(tg target, at int32, ns *nodeState, s seat) {
 	if e.unseated != nil {
 		delete(e.unseated, slot)
 	}
-	ns.addSlot(slot)
+	ns.addSlot(slot, &e.extras)
 	name := tg.pool.name
 	w := plan.Worker{Component: plan.GPUComponents[ci], Index: index, Pool: name, NodeID: ns.node.ID, IP: ns.node.IP, CPUs: g.NumCPUs}
 	if len(gpus) > 0 {
@@ -688,7 +690,7 @@ func (e *engine) member(ns *nodeState, p int) bool {
 	if ns.hosts(e.rules.masks[p]) {
 		return true
 	}
-	return p == e.rules.pool[compTrain] && ns.resv != nil && slices.Contains(ns.resv, true)
+	return p == e.rules.pool[compTrain] && slices.Contains(ns.resv(), true)
 }
 
 // reserveOn reserves GPUs still owed to a buffer that uses CUDA on the
@@ -705,10 +707,7 @@ func (e *engine) reserveOn(tp *poolRun, at int32) {
 			break
 		}
 		if ns.wholly(g) {
-			if ns.resv == nil {
-				ns.resv = make([]bool, ns.node.GPUs)
-			}
-			ns.resv[g] = true
+			ns.reserve(g, &e.extras)
 			ns.free--
 			e.reserve--
 		}

@@ -146,30 +146,113 @@ type nodeState struct {
 	// run afresh on 20,000 nodes writes few of them when other plans hold
 	// the rest (a shrink's taker), and 3.8 MB of zeros were made for the
 	// others. arena nil: the list is the state's own.
-	shares []float64
-	arena  *shareArena
-	// resv marks GPUs reserved in the train range for a buffer that uses
-	// CUDA, as rlightning reserves them; nil when none are.
-	resv    []bool
+	shares  []float64
+	arena   *shareArena
 	cpuLeft float64
 	count   [nComp]int32 // workers of each component here
 	// gcounts counts them per scheduling group, component by component,
 	// glen groups each (gcountOf): one list, as shares is.
-	gcounts []int32
 	glen    [nComp]int32
+	gcounts []int32
 	// firstTrain is the lowest train index here, -1 for none; buffers are
 	// numbered in this order.
 	firstTrain int
-	slots      []slotRange
-	notes      []nodeNote
+	// x is what only the nodes a run places on or notes have (nil:
+	// none): behind one pointer, so that each of the 20,000 states of a
+	// run afresh that places 8 workers costs 152 bytes, not 240.
+	x *nodeExtra
+}
+
+// nodeExtra is what a state holds beside its shares and counts: the
+// buffer's reserved GPUs, the worker slots, the reasons and the
+// document entries. Written only through its state's owner.
+type nodeExtra struct {
+	// resv marks GPUs reserved in the train range for a buffer that uses
+	// CUDA, as rlightning reserves them; nil when none are.
+	resv  []bool
+	slots []slotRange
+	notes []nodeNote
 	// doc caches the node's entry in each auto pool of the plan document.
 	doc [2]*plan.PoolNode
+}
+
+// extraSlab hands out one run's nodeExtras in chunks that double up to
+// 1024 (11 pages, none left over): a run afresh on 20,000 nodes gives one
+// to each node it places on, a run of 8 workers a few.
+type extraSlab struct {
+	buf  []nodeExtra
+	made int
+}
+
+// take is a zero nodeExtra of the slab's.
+func (s *extraSlab) take() *nodeExtra {
+	if len(s.buf) == 0 {
+		s.buf = make([]nodeExtra, min(1024, max(16, s.made)))
+		s.made += len(s.buf)
+	}
+	x := &s.buf[0]
+	s.buf = s.buf[1:]
+	return x
+}
+
+// ext is the state's nodeExtra for writing, taken from s (nil: one of
+// its own) where it has none yet.
+func (ns *nodeState) ext(s *extraSlab) *nodeExtra {
+	if ns.x == nil {
+		if s != nil {
+			ns.x = s.take()
+		} else {
+			ns.x = new(nodeExtra)
+		}
+	}
+	return ns.x
+}
+
+// resv is the GPUs reserved for a buffer, by index (nil: none).
+func (ns *nodeState) resv() []bool {
+	if ns.x == nil {
+		return nil
+	}
+	return ns.x.resv
+}
+
+// slots is the worker slots on the node.
+func (ns *nodeState) slots() []slotRange {
+	if ns.x == nil {
+		return nil
+	}
+	return ns.x.slots
+}
+
+// notes is the reasons recorded against the node.
+func (ns *nodeState) notes() []nodeNote {
+	if ns.x == nil {
+		return nil
+	}
+	return ns.x.notes
+}
+
+// doc is the node's cached entry in auto pool p (nil: none).
+func (ns *nodeState) doc(p int) *plan.PoolNode {
+	if ns.x == nil {
+		return nil
+	}
+	return ns.x.doc[p]
+}
+
+// reserve marks GPU g reserved for a buffer.
+func (ns *nodeState) reserve(g int, s *extraSlab) {
+	x := ns.ext(s)
+	if x.resv == nil {
+		x.resv = make([]bool, ns.node.GPUs)
+	}
+	x.resv[g] = true
 }
 
 // newStates sets up states for nodes from a few shared slabs: at ten
 // thousand nodes, per-node allocations cost more than the planning.
 // groups is the number of scheduling groups of each component.
-func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
+func newStates(nodes []Node, owner *runToken, groups [nComp]int, xs *extraSlab) []*nodeState {
 	perNode := groups[0] + groups[1] + groups[2]
 	slab := make([]nodeState, len(nodes))
 	widest := 0
@@ -216,10 +299,12 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
 			ns.glen[c] = int32(k)
 		}
 		if len(n.Unhealthy) > 0 {
-			ns.notes = append(ns.notes, nodeNote{"", ReasonUnhealthyGPU})
+			x := ns.ext(xs)
+			x.notes = append(x.notes, nodeNote{"", ReasonUnhealthyGPU})
 		}
 		if len(n.Drained) > 0 || n.Out {
-			ns.notes = append(ns.notes, nodeNote{"", ReasonDrained})
+			x := ns.ext(xs)
+			x.notes = append(x.notes, nodeNote{"", ReasonDrained})
 		}
 		out[i] = ns
 	}
@@ -247,13 +332,13 @@ func (ns *nodeState) clone(owner *runToken) *nodeState {
 	c.owner = owner
 	c.arena = nil
 	c.shares = slices.Clone(ns.shares)
-	if ns.resv != nil {
-		c.resv = slices.Clone(ns.resv)
-	}
 	c.gcounts = slices.Clone(ns.gcounts)
-	c.slots = slices.Clone(ns.slots)
-	c.notes = slices.Clone(ns.notes)
-	c.doc = [2]*plan.PoolNode{}
+	if x := ns.x; x != nil {
+		c.x = &nodeExtra{slots: slices.Clone(x.slots), notes: slices.Clone(x.notes)}
+		if x.resv != nil {
+			c.x.resv = slices.Clone(x.resv)
+		}
+	}
 	return &c
 }
 
@@ -293,7 +378,7 @@ func (ns *nodeState) gcountOf(c comp) []int32 {
 // wholly reports whether GPU g is held by no component and reserved for
 // no buffer.
 func (ns *nodeState) wholly(g int) bool {
-	if ns.resv != nil && ns.resv[g] {
+	if r := ns.resv(); r != nil && r[g] {
 		return false
 	}
 	for c := range comp(nComp) {
@@ -318,7 +403,7 @@ func (ns *nodeState) hosts(mask uint8) bool {
 // reserved lists the GPUs reserved for a buffer, ascending.
 func (ns *nodeState) reserved() []int {
 	var out []int
-	for g, r := range ns.resv {
+	for g, r := range ns.resv() {
 		if r {
 			out = append(out, g)
 		}
@@ -327,25 +412,27 @@ func (ns *nodeState) reserved() []int {
 }
 
 // note records reason against the node once.
-func (ns *nodeState) note(c plan.Component, reason string) {
+func (ns *nodeState) note(c plan.Component, reason string, s *extraSlab) {
 	k := nodeNote{c, reason}
-	if !slices.Contains(ns.notes, k) {
-		ns.notes = append(ns.notes, k)
+	if !slices.Contains(ns.notes(), k) {
+		x := ns.ext(s)
+		x.notes = append(x.notes, k)
 	}
 }
 
 // noted reports whether the node has reason for c already.
 func (ns *nodeState) noted(c plan.Component, reason string) bool {
-	return slices.Contains(ns.notes, nodeNote{c, reason})
+	return slices.Contains(ns.notes(), nodeNote{c, reason})
 }
 
 // addSlot records worker slot s on the node.
-func (ns *nodeState) addSlot(s int) {
-	if k := len(ns.slots) - 1; k >= 0 && int(ns.slots[k].first+ns.slots[k].n) == s {
-		ns.slots[k].n++
+func (ns *nodeState) addSlot(s int, xs *extraSlab) {
+	x := ns.ext(xs)
+	if k := len(x.slots) - 1; k >= 0 && int(x.slots[k].first+x.slots[k].n) == s {
+		x.slots[k].n++
 		return
 	}
-	ns.slots = append(ns.slots, slotRange{int32(s), 1})
+	x.slots = append(x.slots, slotRange{int32(s), 1})
 }
 
 // rankOrder is the order rlightning visits nodes in: most usable GPUs
