@@ -168,7 +168,7 @@ func (e *engine) bufferIndex() []int32 {
 func (e *engine) bufferWorker(k int, at int32) plan.Worker {
 	ns := e.table[at]
 	bf := e.spec.Scheduling.Buffer
-	first := e.store.at(e.base[compTrain] + ns.firstTrain)
+	first := e.store.at(e.base[compTrain] + int(ns.firstTrain))
 	w := plan.Worker{Component: plan.Buffer, Index: k, Pool: first.Pool, NodeID: ns.node.ID, IP: ns.node.IP, CPUs: bf.NumCPUs}
 	if bf.NumGPUs <= 0 {
 		return w

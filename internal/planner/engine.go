@@ -634,15 +634,15 @@ func seatOf(d *demand, gpus []int, frac, cpus float64) seat {
 func (e *engine) record(tg target, at int32, ns *nodeState, s seat) {
 	ci, index, gi, g, gpus, uuids, frac, cpus := s.c, s.index, s.gi, s.g, s.gpus, s.uuids, s.frac, s.cpus
 	joined := tg.pool != nil && tg.entry == nil && !e.member(ns, tg.pool.auto)
-	ns.hold(ci, gi, gpus, frac, cpus)
+	ns.hold(ci, gi, gpus, frac, cpus, &e.extras)
 	if tg.entry != nil {
 		tg.entry.placed[ci][gi]++
 	}
-	if ci == compTrain && (ns.firstTrain < 0 || index < ns.firstTrain) {
+	if ci == compTrain && (ns.firstTrain < 0 || index < int(ns.firstTrain)) {
 		if ns.firstTrain < 0 {
 			e.trainNodes = append(e.trainNodes, at)
 		}
-		ns.firstTrain = index
+		ns.firstTrain = int32(index)
 	}
 	if joined {
 		tg.pool.join(at)

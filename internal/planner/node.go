@@ -135,9 +135,6 @@ type nodeState struct {
 	owner  *runToken
 	node   *Node
 	usable []int // healthy GPU indices, ascending; never written
-	// free counts usable GPUs that no component holds and no buffer has
-	// reserved.
-	free int
 	// shares is what each component holds of each GPU, component by
 	// component (shareOf): one list, not one per component, as 20,000
 	// states of a run afresh cost 48 bytes each for two more slice
@@ -150,16 +147,18 @@ type nodeState struct {
 	arena   *shareArena
 	cpuLeft float64
 	count   [nComp]int32 // workers of each component here
-	// gcounts counts them per scheduling group, component by component,
-	// glen groups each (gcountOf): one list, as shares is.
-	glen    [nComp]int32
-	gcounts []int32
+	// glen is the number of scheduling groups of each component
+	// (gcountOf).
+	glen [nComp]int32
+	// free counts usable GPUs that no component holds and no buffer has
+	// reserved.
+	free int32
 	// firstTrain is the lowest train index here, -1 for none; buffers are
 	// numbered in this order.
-	firstTrain int
+	firstTrain int32
 	// x is what only the nodes a run places on or notes have (nil:
 	// none): behind one pointer, so that each of the 20,000 states of a
-	// run afresh that places 8 workers costs 152 bytes, not 240.
+	// run afresh that places 8 workers costs 120 bytes, not 240.
 	x *nodeExtra
 }
 
@@ -167,6 +166,10 @@ type nodeState struct {
 // buffer's reserved GPUs, the worker slots, the reasons and the
 // document entries. Written only through its state's owner.
 type nodeExtra struct {
+	// gcounts counts the workers here per scheduling group, component by
+	// component, glen groups each (gcountOf): one list, as shares is; nil
+	// until the first is held.
+	gcounts []int32
 	// resv marks GPUs reserved in the train range for a buffer that uses
 	// CUDA, as rlightning reserves them; nil when none are.
 	resv  []bool
@@ -182,6 +185,8 @@ type nodeExtra struct {
 type extraSlab struct {
 	buf  []nodeExtra
 	made int
+	// counts hands out the extras' group counts, as buf the extras.
+	counts []int32
 }
 
 // take is a zero nodeExtra of the slab's.
@@ -193,6 +198,16 @@ func (s *extraSlab) take() *nodeExtra {
 	x := &s.buf[0]
 	s.buf = s.buf[1:]
 	return x
+}
+
+// groupCounts is n zero counts of the slab's.
+func (s *extraSlab) groupCounts(n int) []int32 {
+	if len(s.counts) < n {
+		s.counts = make([]int32, max(n, 1024))
+	}
+	out := s.counts[:n:n]
+	s.counts = s.counts[n:]
+	return out
 }
 
 // ext is the state's nodeExtra for writing, taken from s (nil: one of
@@ -253,7 +268,6 @@ func (ns *nodeState) reserve(g int, s *extraSlab) {
 // thousand nodes, per-node allocations cost more than the planning.
 // groups is the number of scheduling groups of each component.
 func newStates(nodes []Node, owner *runToken, groups [nComp]int, xs *extraSlab) []*nodeState {
-	perNode := groups[0] + groups[1] + groups[2]
 	slab := make([]nodeState, len(nodes))
 	widest := 0
 	for i := range nodes {
@@ -271,7 +285,6 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int, xs *extraSlab) 
 	}
 	var usable []int
 	arena := &shareArena{}
-	counts := make([]int32, perNode*len(nodes))
 	out := make([]*nodeState, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
@@ -291,10 +304,9 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int, xs *extraSlab) 
 			}
 			ns.usable = usable[start:len(usable):len(usable)]
 		}
-		ns.free = len(ns.usable)
+		ns.free = int32(len(ns.usable))
 		ns.shares = zero[: nComp*n.GPUs : nComp*n.GPUs]
 		ns.arena = arena
-		ns.gcounts, counts = counts[:perNode:perNode], counts[perNode:]
 		for c, k := range groups {
 			ns.glen[c] = int32(k)
 		}
@@ -332,9 +344,8 @@ func (ns *nodeState) clone(owner *runToken) *nodeState {
 	c.owner = owner
 	c.arena = nil
 	c.shares = slices.Clone(ns.shares)
-	c.gcounts = slices.Clone(ns.gcounts)
 	if x := ns.x; x != nil {
-		c.x = &nodeExtra{slots: slices.Clone(x.slots), notes: slices.Clone(x.notes)}
+		c.x = &nodeExtra{gcounts: slices.Clone(x.gcounts), slots: slices.Clone(x.slots), notes: slices.Clone(x.notes)}
 		if x.resv != nil {
 			c.x.resv = slices.Clone(x.resv)
 		}
@@ -344,7 +355,8 @@ func (ns *nodeState) clone(owner *runToken) *nodeState {
 
 // hold counts one more worker of group gi of component ci here, holding
 // frac of each of gpus and cpus CPUs: what the chain reads of a node.
-func (ns *nodeState) hold(ci comp, gi int, gpus []int, frac, cpus float64) {
+// Its first worker takes the node's group counts from xs.
+func (ns *nodeState) hold(ci comp, gi int, gpus []int, frac, cpus float64, xs *extraSlab) {
 	if ns.arena != nil && len(gpus) > 0 {
 		ns.shares = ns.arena.take(nComp * ns.node.GPUs) // zero, as the list it replaces
 		ns.arena = nil
@@ -357,6 +369,9 @@ func (ns *nodeState) hold(ci comp, gi int, gpus []int, frac, cpus float64) {
 	}
 	ns.cpuLeft -= cpus
 	ns.count[ci]++
+	if x := ns.ext(xs); x.gcounts == nil {
+		x.gcounts = xs.groupCounts(int(ns.glen[0] + ns.glen[1] + ns.glen[2]))
+	}
 	ns.gcountOf(ci)[gi]++
 }
 
@@ -366,13 +381,17 @@ func (ns *nodeState) shareOf(c comp) []float64 {
 	return ns.shares[int(c)*n : (int(c)+1)*n : (int(c)+1)*n]
 }
 
-// gcountOf is component c's workers here per scheduling group.
+// gcountOf is component c's workers here per scheduling group; nil
+// where none was ever held.
 func (ns *nodeState) gcountOf(c comp) []int32 {
+	if ns.x == nil || ns.x.gcounts == nil {
+		return nil
+	}
 	off := int32(0)
 	for k := range c {
 		off += ns.glen[k]
 	}
-	return ns.gcounts[off : off+ns.glen[c] : off+ns.glen[c]]
+	return ns.x.gcounts[off : off+ns.glen[c] : off+ns.glen[c]]
 }
 
 // wholly reports whether GPU g is held by no component and reserved for
