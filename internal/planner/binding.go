@@ -232,7 +232,7 @@ func (e *engine) heldOn(nodes []int32) map[group]float64 {
 			}
 			continue
 		}
-		for _, r := range ns.slots {
+		for _, r := range ns.slots() {
 			for s := r.first; s < r.first+r.n; s++ {
 				w := e.store.at(int(s))
 				ci := compOf(w.Component)

@@ -168,7 +168,7 @@ func (e *engine) bufferIndex() []int32 {
 func (e *engine) bufferWorker(k int, at int32) plan.Worker {
 	ns := e.table[at]
 	bf := e.spec.Scheduling.Buffer
-	first := e.store.at(e.base[compTrain] + ns.firstTrain)
+	first := e.store.at(e.base[compTrain] + int(ns.firstTrain))
 	w := plan.Worker{Component: plan.Buffer, Index: k, Pool: first.Pool, NodeID: ns.node.ID, IP: ns.node.IP, CPUs: bf.NumCPUs}
 	if bf.NumGPUs <= 0 {
 		return w
@@ -202,7 +202,7 @@ func (e *engine) bufferWorker(k int, at int32) plan.Worker {
 func (e *engine) trainOn(ns *nodeState) []int {
 	lo, hi := int32(e.base[compTrain]), int32(e.base[compTrain]+e.demands[compTrain].asked)
 	var out []int
-	for _, r := range ns.slots {
+	for _, r := range ns.slots() {
 		for s := max(r.first, lo); s < min(r.first+r.n, hi); s++ {
 			out = append(out, int(s-lo))
 		}

@@ -59,7 +59,7 @@ func (st *runState) nodeContent(p *Plan) func(id string) plan.NodeChange {
 			return nc
 		}
 		ns := st.table[i]
-		for _, r := range sortedSlots(ns.slots) {
+		for _, r := range sortedSlots(ns.slots()) {
 			for s := r.first; s < r.first+r.n; s++ {
 				nc.Workers = append(nc.Workers, *p.Workers.At(int(s)))
 			}
@@ -68,14 +68,14 @@ func (st *runState) nodeContent(p *Plan) func(id string) plan.NodeChange {
 			nc.Workers = append(nc.Workers, *p.Workers.At(slots + k))
 		}
 		for a, name := range st.names {
-			if pn := ns.doc[a]; pn != nil {
+			if pn := ns.doc(a); pn != nil {
 				if nc.Pools == nil {
 					nc.Pools = map[string]plan.PoolNode{}
 				}
 				nc.Pools[name] = *pn
 			}
 		}
-		for _, n := range ns.notes {
+		for _, n := range ns.notes() {
 			nc.Notes = append(nc.Notes, plan.Note{NodeID: id, Component: n.comp, Reason: n.reason})
 		}
 		return nc

@@ -2,6 +2,7 @@ package planner
 
 import (
 	"errors"
+	"math/bits"
 	"slices"
 	"strings"
 
@@ -94,7 +95,7 @@ func (e *engine) poolsDoc() ([]plan.Pool, [][]int32) {
 			// document alive while one of its nodes stays untouched.
 			made := 0
 			for _, at := range p.final {
-				if e.table[at].doc[p.auto] == nil {
+				if e.table[at].doc(p.auto) == nil {
 					made++
 				}
 			}
@@ -136,8 +137,8 @@ func (e *engine) unchangedPool(p *poolRun) []plan.PoolNode {
 		switch {
 		case prev[i].NodeID != ns.node.ID:
 			return nil
-		case ns == st.table[at] && ns.doc[p.auto] != nil:
-		case ns.owner == e.token && ns.doc[p.auto] == nil:
+		case ns == st.table[at] && ns.doc(p.auto) != nil:
+		case ns.owner == e.token && ns.doc(p.auto) == nil:
 			again = append(again, i)
 		default:
 			return nil
@@ -158,7 +159,7 @@ func (e *engine) unchangedPool(p *poolRun) []plan.PoolNode {
 		}
 	}
 	for k, i := range again {
-		e.table[p.final[i]].doc[p.auto] = &made[k]
+		e.table[p.final[i]].ext(&e.extras).doc[p.auto] = &made[k]
 	}
 	return prev[:len(prev):len(prev)]
 }
@@ -191,7 +192,7 @@ func (e *engine) poolOrder(p *poolRun) []int32 {
 // which it returns grown.
 func (e *engine) autoNode(at int32, p int, dst *plan.PoolNode, slab []plan.Range, kept *[]plan.PoolNode) []plan.Range {
 	ns := e.table[at]
-	if pn := ns.doc[p]; pn != nil {
+	if pn := ns.doc(p); pn != nil {
 		*dst = *pn
 		return slab
 	}
@@ -207,7 +208,7 @@ func (e *engine) autoNode(at int32, p int, dst *plan.PoolNode, slab []plan.Range
 		}
 		start := len(slab)
 		for _, g := range ns.usable {
-			if ns.shareOf(ci)[g] > eps || ci == compTrain && ns.resv != nil && ns.resv[g] {
+			if ns.shareOf(ci)[g] > eps || ci == compTrain && ns.resv() != nil && ns.resv()[g] {
 				if k := len(slab); k > start && slab[k-1].Last+1 == g {
 					slab[k-1].Last = g
 				} else {
@@ -230,7 +231,7 @@ func (e *engine) autoNode(at int32, p int, dst *plan.PoolNode, slab []plan.Range
 	dst.GPUModel, dst.NVLinkDomain = modelOf(n), n.Domain
 	if ns.owner == e.token && len(*kept) < cap(*kept) {
 		*kept = append(*kept, *dst)
-		ns.doc[p] = &(*kept)[len(*kept)-1]
+		ns.ext(&e.extras).doc[p] = &(*kept)[len(*kept)-1]
 	}
 	return slab
 }
@@ -290,9 +291,24 @@ func (e *engine) save() *runState {
 func (e *engine) finalRoom() []int32 {
 	var out []int32
 	if !e.fast {
+		// Marked first, then made at its size: grown by append, a list
+		// of 20,000 nodes (a small plan's on a free cluster) cost 340 kB
+		// for 80.
+		marks := make([]uint64, (len(e.table)+63)/64)
+		n := 0
 		for at, ns := range e.table {
 			if e.roomFor(ns, allComps) {
-				out = append(out, int32(at))
+				marks[at/64] |= 1 << (at % 64)
+				n++
+			}
+		}
+		if n == 0 {
+			return nil
+		}
+		out = make([]int32, 0, n)
+		for w, m := range marks {
+			for ; m != 0; m &= m - 1 {
+				out = append(out, int32(w*64+bits.TrailingZeros64(m)))
 			}
 		}
 		return out

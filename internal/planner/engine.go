@@ -111,6 +111,8 @@ type engine struct {
 	// table is every node of the inventory, by id; runs refer to nodes by
 	// their position in it.
 	table []*nodeState
+	// extras hands out the nodeExtras of the states this run writes.
+	extras extraSlab
 	// nodes, where loadAll made table, is the slice its states point
 	// into, table[i].node == &nodes[i] (nil: a table merged from a
 	// previous one, its states pointing into several).
@@ -228,10 +230,6 @@ type Options struct {
 	// PoolsOnly plans as usual but records no workers: enough for the
 	// rlightning export, and at ten thousand nodes several times cheaper.
 	PoolsOnly bool
-	// ownsNodes: the nodes a run is given were made for it by the
-	// planner (a remainder) and are never written again, so that a run
-	// keeps them in place of a copy (loadAll) where they are in id order.
-	ownsNodes bool
 }
 
 func newEngine(spec *Spec, opt Options) *engine {
@@ -333,17 +331,19 @@ func sortedNodes(nodes []Node) ([]int, error) {
 // loadAll gives every node a new state, in id order.
 func (e *engine) loadAll(nodes []Node, order []int) {
 	// A run's states point at their nodes for as long as its plan is
-	// kept: the caller's slice, which it may write, is copied; one the
-	// planner made for this run (ownsNodes) and in id order is not, 5 MB
-	// at 20,000 nodes.
+	// kept. The caller's slice, in id order, is kept as it is: the caller
+	// does not write it after planning (Node), and a copy was 5.6 MB at
+	// 20,000 nodes for a plan of 8 workers. Only a view's copies over it,
+	// a previous plan's states, or nodes out of order make a slice of the
+	// run's own.
 	own := nodes
-	if !e.opt.ownsNodes || !inOrder(order) {
+	if e.over != nil || e.onStates != nil || !inOrder(order) {
 		own = make([]Node, len(order))
 		for i, j := range order {
 			own[i] = *e.nodeAt(nodes, j)
 		}
 	}
-	e.table = newStates(own, e.token, e.groups())
+	e.table = newStates(own, e.token, e.groups(), &e.extras)
 	e.nodes = own
 }
 
@@ -634,15 +634,15 @@ func seatOf(d *demand, gpus []int, frac, cpus float64) seat {
 func (e *engine) record(tg target, at int32, ns *nodeState, s seat) {
 	ci, index, gi, g, gpus, uuids, frac, cpus := s.c, s.index, s.gi, s.g, s.gpus, s.uuids, s.frac, s.cpus
 	joined := tg.pool != nil && tg.entry == nil && !e.member(ns, tg.pool.auto)
-	ns.hold(ci, gi, gpus, frac, cpus)
+	ns.hold(ci, gi, gpus, frac, cpus, &e.extras)
 	if tg.entry != nil {
 		tg.entry.placed[ci][gi]++
 	}
-	if ci == compTrain && (ns.firstTrain < 0 || index < ns.firstTrain) {
+	if ci == compTrain && (ns.firstTrain < 0 || index < int(ns.firstTrain)) {
 		if ns.firstTrain < 0 {
 			e.trainNodes = append(e.trainNodes, at)
 		}
-		ns.firstTrain = index
+		ns.firstTrain = int32(index)
 	}
 	if joined {
 		tg.pool.join(at)
@@ -654,7 +654,7 @@ func (e *engine) record(tg target, at int32, ns *nodeState, s seat) {
 	if e.unseated != nil {
 		delete(e.unseated, slot)
 	}
-	ns.addSlot(slot)
+	ns.addSlot(slot, &e.extras)
 	name := tg.pool.name
 	w := plan.Worker{Component: plan.GPUComponents[ci], Index: index, Pool: name, NodeID: ns.node.ID, IP: ns.node.IP, CPUs: g.NumCPUs}
 	if len(gpus) > 0 {
@@ -690,7 +690,7 @@ func (e *engine) member(ns *nodeState, p int) bool {
 	if ns.hosts(e.rules.masks[p]) {
 		return true
 	}
-	return p == e.rules.pool[compTrain] && ns.resv != nil && slices.Contains(ns.resv, true)
+	return p == e.rules.pool[compTrain] && slices.Contains(ns.resv(), true)
 }
 
 // reserveOn reserves GPUs still owed to a buffer that uses CUDA on the
@@ -707,10 +707,7 @@ func (e *engine) reserveOn(tp *poolRun, at int32) {
 			break
 		}
 		if ns.wholly(g) {
-			if ns.resv == nil {
-				ns.resv = make([]bool, ns.node.GPUs)
-			}
-			ns.resv[g] = true
+			ns.reserve(g, &e.extras)
 			ns.free--
 			e.reserve--
 		}

@@ -117,7 +117,7 @@ func (ts *tallies) add(ci int, reason, id string) {
 func (e *engine) noteTallies() *tallies {
 	var ts tallies
 	for _, ns := range e.table {
-		for _, n := range ns.notes {
+		for _, n := range ns.notes() {
 			k := nComp
 			if n.comp != "" {
 				k = n.comp.Rank()
@@ -132,7 +132,7 @@ func (e *engine) noteTallies() *tallies {
 func (e *engine) notesDoc() []plan.Note {
 	var out []plan.Note
 	for _, ns := range e.table {
-		for _, n := range ns.notes {
+		for _, n := range ns.notes() {
 			out = append(out, plan.Note{NodeID: ns.node.ID, Component: n.comp, Reason: n.reason})
 		}
 	}

@@ -327,7 +327,7 @@ func (e *engine) fits(ns *nodeState, ci comp, g int, frac float64) bool {
 	if ns.shareOf(ci)[g]+frac > 1+eps {
 		return false
 	}
-	if ns.resv != nil && ns.resv[g] && (ci == compTrain || e.rules.conflict[ci][compTrain]) {
+	if ns.resv() != nil && ns.resv()[g] && (ci == compTrain || e.rules.conflict[ci][compTrain]) {
 		return false
 	}
 	for cj := range comp(nComp) {

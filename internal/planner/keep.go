@@ -187,7 +187,7 @@ func (e *engine) merge(prev []*nodeState, nodes []Node, order []int, force []boo
 		m.remap[i] = -1
 		m.left = append(m.left, prev[i])
 	}
-	for k, ns := range newStates(own, e.token, e.groups()) {
+	for k, ns := range newStates(own, e.token, e.groups(), &e.extras) {
 		e.table[ownAt[k]] = ns
 		e.touched = append(e.touched, ownAt[k])
 	}
@@ -214,7 +214,7 @@ func remapAll(pos []int32, remap []int32) []int32 {
 func (e *engine) keepNode(at int32, old *nodeState) {
 	// In slot order, as a plan read back from JSON is kept: which workers
 	// stay on a node that shrank must not depend on how the plan was made.
-	slots := slices.SortedFunc(slices.Values(old.slots), func(a, b slotRange) int { return int(a.first - b.first) })
+	slots := slices.SortedFunc(slices.Values(old.slots()), func(a, b slotRange) int { return int(a.first - b.first) })
 	for _, r := range slots {
 		for s := r.first; s < r.first+r.n; s++ {
 			if e.dropped(int(s)) {
@@ -235,7 +235,7 @@ func (e *engine) keepNode(at int32, old *nodeState) {
 
 // displaceAll displaces every worker of a node that left.
 func (e *engine) displaceAll(ns *nodeState, why string) {
-	for _, r := range ns.slots {
+	for _, r := range ns.slots() {
 		for s := r.first; s < r.first+r.n; s++ {
 			if e.dropped(int(s)) {
 				continue
@@ -370,10 +370,7 @@ func (e *engine) keepReserve(at int32, g int) bool {
 	if ns.wholly(g) {
 		ns.free--
 	}
-	if ns.resv == nil {
-		ns.resv = make([]bool, ns.node.GPUs)
-	}
-	ns.resv[g] = true
+	ns.reserve(g, &e.extras)
 	if joined {
 		tp.join(at)
 	}

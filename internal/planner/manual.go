@@ -139,7 +139,7 @@ func (e *engine) countsFit(en *poolEntry, d *demand, queue [][]int, order []int)
 			if !r.ok() {
 				return false
 			}
-			ns.hold(d.ci, gi, held, frac, cpus)
+			ns.hold(d.ci, gi, held, frac, cpus, &e.extras)
 		}
 	}
 	return true

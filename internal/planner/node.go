@@ -13,8 +13,10 @@ const eps = 1e-9
 // nComp is the number of components that hold GPUs: train, eval, env.
 const nComp = len(plan.GPUComponents)
 
-// Node is what the planner knows of one machine. The planner keeps
-// references to its slices: do not change them after planning.
+// Node is what the planner knows of one machine. A plan keeps the nodes
+// it was planned on, the caller's slice itself and what its nodes refer
+// to, for the next run that starts from it: do not change either after
+// planning; give a changed inventory as a new slice.
 type Node struct {
 	ID   string
 	IP   string
@@ -133,9 +135,6 @@ type nodeState struct {
 	owner  *runToken
 	node   *Node
 	usable []int // healthy GPU indices, ascending; never written
-	// free counts usable GPUs that no component holds and no buffer has
-	// reserved.
-	free int
 	// shares is what each component holds of each GPU, component by
 	// component (shareOf): one list, not one per component, as 20,000
 	// states of a run afresh cost 48 bytes each for two more slice
@@ -144,31 +143,131 @@ type nodeState struct {
 	// run afresh on 20,000 nodes writes few of them when other plans hold
 	// the rest (a shrink's taker), and 3.8 MB of zeros were made for the
 	// others. arena nil: the list is the state's own.
-	shares []float64
-	arena  *shareArena
-	// resv marks GPUs reserved in the train range for a buffer that uses
-	// CUDA, as rlightning reserves them; nil when none are.
-	resv    []bool
+	shares  []float64
+	arena   *shareArena
 	cpuLeft float64
 	count   [nComp]int32 // workers of each component here
-	// gcounts counts them per scheduling group, component by component,
-	// glen groups each (gcountOf): one list, as shares is.
-	gcounts []int32
-	glen    [nComp]int32
+	// glen is the number of scheduling groups of each component
+	// (gcountOf).
+	glen [nComp]int32
+	// free counts usable GPUs that no component holds and no buffer has
+	// reserved.
+	free int32
 	// firstTrain is the lowest train index here, -1 for none; buffers are
 	// numbered in this order.
-	firstTrain int
-	slots      []slotRange
-	notes      []nodeNote
+	firstTrain int32
+	// x is what only the nodes a run places on or notes have (nil:
+	// none): behind one pointer, so that each of the 20,000 states of a
+	// run afresh that places 8 workers costs 120 bytes, not 240.
+	x *nodeExtra
+}
+
+// nodeExtra is what a state holds beside its shares and counts: the
+// buffer's reserved GPUs, the worker slots, the reasons and the
+// document entries. Written only through its state's owner.
+type nodeExtra struct {
+	// gcounts counts the workers here per scheduling group, component by
+	// component, glen groups each (gcountOf): one list, as shares is; nil
+	// until the first is held.
+	gcounts []int32
+	// resv marks GPUs reserved in the train range for a buffer that uses
+	// CUDA, as rlightning reserves them; nil when none are.
+	resv  []bool
+	slots []slotRange
+	notes []nodeNote
 	// doc caches the node's entry in each auto pool of the plan document.
 	doc [2]*plan.PoolNode
+}
+
+// extraSlab hands out one run's nodeExtras in chunks that double up to
+// 1024 (11 pages, none left over): a run afresh on 20,000 nodes gives one
+// to each node it places on, a run of 8 workers a few.
+type extraSlab struct {
+	buf  []nodeExtra
+	made int
+	// counts hands out the extras' group counts, as buf the extras.
+	counts []int32
+}
+
+// take is a zero nodeExtra of the slab's.
+func (s *extraSlab) take() *nodeExtra {
+	if len(s.buf) == 0 {
+		s.buf = make([]nodeExtra, min(1024, max(16, s.made)))
+		s.made += len(s.buf)
+	}
+	x := &s.buf[0]
+	s.buf = s.buf[1:]
+	return x
+}
+
+// groupCounts is n zero counts of the slab's.
+func (s *extraSlab) groupCounts(n int) []int32 {
+	if len(s.counts) < n {
+		s.counts = make([]int32, max(n, 1024))
+	}
+	out := s.counts[:n:n]
+	s.counts = s.counts[n:]
+	return out
+}
+
+// ext is the state's nodeExtra for writing, taken from s (nil: one of
+// its own) where it has none yet.
+func (ns *nodeState) ext(s *extraSlab) *nodeExtra {
+	if ns.x == nil {
+		if s != nil {
+			ns.x = s.take()
+		} else {
+			ns.x = new(nodeExtra)
+		}
+	}
+	return ns.x
+}
+
+// resv is the GPUs reserved for a buffer, by index (nil: none).
+func (ns *nodeState) resv() []bool {
+	if ns.x == nil {
+		return nil
+	}
+	return ns.x.resv
+}
+
+// slots is the worker slots on the node.
+func (ns *nodeState) slots() []slotRange {
+	if ns.x == nil {
+		return nil
+	}
+	return ns.x.slots
+}
+
+// notes is the reasons recorded against the node.
+func (ns *nodeState) notes() []nodeNote {
+	if ns.x == nil {
+		return nil
+	}
+	return ns.x.notes
+}
+
+// doc is the node's cached entry in auto pool p (nil: none).
+func (ns *nodeState) doc(p int) *plan.PoolNode {
+	if ns.x == nil {
+		return nil
+	}
+	return ns.x.doc[p]
+}
+
+// reserve marks GPU g reserved for a buffer.
+func (ns *nodeState) reserve(g int, s *extraSlab) {
+	x := ns.ext(s)
+	if x.resv == nil {
+		x.resv = make([]bool, ns.node.GPUs)
+	}
+	x.resv[g] = true
 }
 
 // newStates sets up states for nodes from a few shared slabs: at ten
 // thousand nodes, per-node allocations cost more than the planning.
 // groups is the number of scheduling groups of each component.
-func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
-	perNode := groups[0] + groups[1] + groups[2]
+func newStates(nodes []Node, owner *runToken, groups [nComp]int, xs *extraSlab) []*nodeState {
 	slab := make([]nodeState, len(nodes))
 	widest := 0
 	for i := range nodes {
@@ -186,7 +285,6 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
 	}
 	var usable []int
 	arena := &shareArena{}
-	counts := make([]int32, perNode*len(nodes))
 	out := make([]*nodeState, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
@@ -206,18 +304,19 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int) []*nodeState {
 			}
 			ns.usable = usable[start:len(usable):len(usable)]
 		}
-		ns.free = len(ns.usable)
+		ns.free = int32(len(ns.usable))
 		ns.shares = zero[: nComp*n.GPUs : nComp*n.GPUs]
 		ns.arena = arena
-		ns.gcounts, counts = counts[:perNode:perNode], counts[perNode:]
 		for c, k := range groups {
 			ns.glen[c] = int32(k)
 		}
 		if len(n.Unhealthy) > 0 {
-			ns.notes = append(ns.notes, nodeNote{"", ReasonUnhealthyGPU})
+			x := ns.ext(xs)
+			x.notes = append(x.notes, nodeNote{"", ReasonUnhealthyGPU})
 		}
 		if len(n.Drained) > 0 || n.Out {
-			ns.notes = append(ns.notes, nodeNote{"", ReasonDrained})
+			x := ns.ext(xs)
+			x.notes = append(x.notes, nodeNote{"", ReasonDrained})
 		}
 		out[i] = ns
 	}
@@ -245,19 +344,19 @@ func (ns *nodeState) clone(owner *runToken) *nodeState {
 	c.owner = owner
 	c.arena = nil
 	c.shares = slices.Clone(ns.shares)
-	if ns.resv != nil {
-		c.resv = slices.Clone(ns.resv)
+	if x := ns.x; x != nil {
+		c.x = &nodeExtra{gcounts: slices.Clone(x.gcounts), slots: slices.Clone(x.slots), notes: slices.Clone(x.notes)}
+		if x.resv != nil {
+			c.x.resv = slices.Clone(x.resv)
+		}
 	}
-	c.gcounts = slices.Clone(ns.gcounts)
-	c.slots = slices.Clone(ns.slots)
-	c.notes = slices.Clone(ns.notes)
-	c.doc = [2]*plan.PoolNode{}
 	return &c
 }
 
 // hold counts one more worker of group gi of component ci here, holding
 // frac of each of gpus and cpus CPUs: what the chain reads of a node.
-func (ns *nodeState) hold(ci comp, gi int, gpus []int, frac, cpus float64) {
+// Its first worker takes the node's group counts from xs.
+func (ns *nodeState) hold(ci comp, gi int, gpus []int, frac, cpus float64, xs *extraSlab) {
 	if ns.arena != nil && len(gpus) > 0 {
 		ns.shares = ns.arena.take(nComp * ns.node.GPUs) // zero, as the list it replaces
 		ns.arena = nil
@@ -270,6 +369,9 @@ func (ns *nodeState) hold(ci comp, gi int, gpus []int, frac, cpus float64) {
 	}
 	ns.cpuLeft -= cpus
 	ns.count[ci]++
+	if x := ns.ext(xs); x.gcounts == nil {
+		x.gcounts = xs.groupCounts(int(ns.glen[0] + ns.glen[1] + ns.glen[2]))
+	}
 	ns.gcountOf(ci)[gi]++
 }
 
@@ -279,19 +381,23 @@ func (ns *nodeState) shareOf(c comp) []float64 {
 	return ns.shares[int(c)*n : (int(c)+1)*n : (int(c)+1)*n]
 }
 
-// gcountOf is component c's workers here per scheduling group.
+// gcountOf is component c's workers here per scheduling group; nil
+// where none was ever held.
 func (ns *nodeState) gcountOf(c comp) []int32 {
+	if ns.x == nil || ns.x.gcounts == nil {
+		return nil
+	}
 	off := int32(0)
 	for k := range c {
 		off += ns.glen[k]
 	}
-	return ns.gcounts[off : off+ns.glen[c] : off+ns.glen[c]]
+	return ns.x.gcounts[off : off+ns.glen[c] : off+ns.glen[c]]
 }
 
 // wholly reports whether GPU g is held by no component and reserved for
 // no buffer.
 func (ns *nodeState) wholly(g int) bool {
-	if ns.resv != nil && ns.resv[g] {
+	if r := ns.resv(); r != nil && r[g] {
 		return false
 	}
 	for c := range comp(nComp) {
@@ -316,7 +422,7 @@ func (ns *nodeState) hosts(mask uint8) bool {
 // reserved lists the GPUs reserved for a buffer, ascending.
 func (ns *nodeState) reserved() []int {
 	var out []int
-	for g, r := range ns.resv {
+	for g, r := range ns.resv() {
 		if r {
 			out = append(out, g)
 		}
@@ -325,25 +431,27 @@ func (ns *nodeState) reserved() []int {
 }
 
 // note records reason against the node once.
-func (ns *nodeState) note(c plan.Component, reason string) {
+func (ns *nodeState) note(c plan.Component, reason string, s *extraSlab) {
 	k := nodeNote{c, reason}
-	if !slices.Contains(ns.notes, k) {
-		ns.notes = append(ns.notes, k)
+	if !slices.Contains(ns.notes(), k) {
+		x := ns.ext(s)
+		x.notes = append(x.notes, k)
 	}
 }
 
 // noted reports whether the node has reason for c already.
 func (ns *nodeState) noted(c plan.Component, reason string) bool {
-	return slices.Contains(ns.notes, nodeNote{c, reason})
+	return slices.Contains(ns.notes(), nodeNote{c, reason})
 }
 
 // addSlot records worker slot s on the node.
-func (ns *nodeState) addSlot(s int) {
-	if k := len(ns.slots) - 1; k >= 0 && int(ns.slots[k].first+ns.slots[k].n) == s {
-		ns.slots[k].n++
+func (ns *nodeState) addSlot(s int, xs *extraSlab) {
+	x := ns.ext(xs)
+	if k := len(x.slots) - 1; k >= 0 && int(x.slots[k].first+x.slots[k].n) == s {
+		x.slots[k].n++
 		return
 	}
-	ns.slots = append(ns.slots, slotRange{int32(s), 1})
+	x.slots = append(x.slots, slotRange{int32(s), 1})
 }
 
 // rankOrder is the order rlightning visits nodes in: most usable GPUs

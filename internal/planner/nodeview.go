@@ -12,9 +12,6 @@ import "slices"
 type nodeView struct {
 	base []Node
 	over map[int]*Node // nil: base is the view
-	// owned: base is a copy made for this view's runs and never written
-	// again (Options.ownsNodes).
-	owned bool
 }
 
 // slice is the view as nodes of its own, made (once) where it has
@@ -28,6 +25,6 @@ func (v *nodeView) slice() []Node {
 	for j, n := range v.over {
 		out[j] = *n
 	}
-	v.base, v.over, v.owned = out, nil, true
+	v.base, v.over = out, nil
 	return out
 }

@@ -23,7 +23,7 @@ func (p *Plan) EachOnNode(id string, f func(*plan.Worker)) bool {
 	if !ok {
 		return true
 	}
-	for _, r := range sortedSlots(st.table[i].slots) {
+	for _, r := range sortedSlots(st.table[i].slots()) {
 		for s := r.first; s < r.first+r.n; s++ {
 			f(p.Workers.At(int(s)))
 		}

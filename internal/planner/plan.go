@@ -17,7 +17,8 @@ func (e *PlanError) Error() string { return e.Msg }
 
 // Compute plans spec on nodes afresh. It always returns a plan document;
 // when no valid plan exists the document has Valid false and Error set,
-// and the error is returned as well.
+// and the error is returned as well. The plan keeps nodes (Node): the
+// caller does not write them after.
 func Compute(spec *Spec, nodes []Node) (*Plan, error) {
 	return ComputeWith(spec, nodes, Options{})
 }
@@ -65,7 +66,9 @@ func Validate(spec *Spec, nodes []Node) error {
 // incremental plan nor a fresh one places every worker, the plan is
 // degraded (degrade.go): every worker whose place still holds keeps it,
 // the displaced are placed where they can be, the rest are listed in
-// Unplaced, and the error is a *DegradedError.
+// Unplaced, and the error is a *DegradedError. prev's nodes are read as
+// they were when it was planned: the caller gives a changed inventory
+// as a new slice (Node), not prev's written over.
 func Replan(prev *Plan, spec *Spec, nodes []Node) (*Plan, *Change, error) {
 	return replan(prev, spec, nodes, prev != nil && keepsSpec(prev, spec))
 }
@@ -73,28 +76,24 @@ func Replan(prev *Plan, spec *Spec, nodes []Node) (*Plan, *Change, error) {
 // replan is Replan; keep says whether a plan that cannot place every
 // worker is degraded rather than released.
 func replan(prev *Plan, spec *Spec, nodes []Node, keep bool) (*Plan, *Change, error) {
-	return replanFrom(prev, spec, nodes, keep, false, nil, false)
+	return replanOn(prev, spec, &nodeView{base: nodes}, keep, false, nil)
 }
 
-// replanFrom is replan; readAll refuses a start from prev's state when
-// it was made for other elastic sizes (resize.go): every worker is read
-// again, as from a document. released (nil: none) says, of the plans
-// holding GPUs of workers the run could not keep, whether they release
-// the plan (a higher priority took them): a plan that would be degraded
-// is then not made, and the plan made afresh, which failed, is the
-// outcome, as the allocator's unlessPreempted would make it.
-func replanFrom(prev *Plan, spec *Spec, nodes []Node, keep, readAll bool, released func(takenBy []string) bool, owns bool) (*Plan, *Change, error) {
-	return replanOn(prev, spec, &nodeView{base: nodes, owned: owns}, keep, readAll, released)
-}
-
-// replanOn is replanFrom on a view of the nodes: the incremental run
-// reads it as it is; a run afresh, or any other that keeps or writes
-// its nodes, is given them whole (nodeView.slice).
+// replanOn is replan on a view of the nodes: the incremental run reads
+// it as it is; a run afresh, or any other that keeps or writes its
+// nodes, is given them whole (nodeView.slice). readAll refuses a start
+// from prev's state when it was made for other elastic sizes
+// (resize.go): every worker is read again, as from a document. released
+// (nil: none) says, of the plans holding GPUs of workers the run could
+// not keep, whether they release the plan (a higher priority took
+// them): a plan that would be degraded is then not made, and the plan
+// made afresh, which failed, is the outcome, as the allocator's
+// unlessPreempted would make it.
 func replanOn(prev *Plan, spec *Spec, v *nodeView, keep, readAll bool, released func(takenBy []string) bool) (*Plan, *Change, error) {
 	if why, kind := freshWhy(prev, spec); why != "" {
-		return freshWith(prev, spec, v.slice(), why, kind, Options{ownsNodes: v.owned})
+		return fresh(prev, spec, v.slice(), why, kind)
 	}
-	e := newEngine(spec, Options{ownsNodes: v.owned && v.over == nil})
+	e := newEngine(spec, Options{})
 	e.prev, e.prevState, e.readAll = prev, prev.state, readAll
 	e.degrade = keep
 	e.over = v.over
@@ -109,9 +108,8 @@ func replanOn(prev *Plan, spec *Spec, v *nodeView, keep, readAll bool, released 
 	if shortfall || comp != "" {
 		nodes = v.slice() // a run afresh, or degraded, reads them again
 	}
-	opt := Options{ownsNodes: v.owned}
 	if shortfall {
-		doc, ch, ferr := freshWith(prev, spec, nodes, "the incremental plan could not place every worker: "+err.Error(), plan.FreshShortfall, opt)
+		doc, ch, ferr := fresh(prev, spec, nodes, "the incremental plan could not place every worker: "+err.Error(), plan.FreshShortfall)
 		if ferr == nil || !keep {
 			return doc, ch, ferr
 		}
@@ -123,7 +121,7 @@ func replanOn(prev *Plan, spec *Spec, v *nodeView, keep, readAll bool, released 
 		return degraded(e, prev, spec, nodes, &Outcome{doc, ch, ferr})
 	}
 	if comp != "" {
-		return freshWith(prev, spec, nodes, "nvlink_domain strict: the "+comp+" workers kept span several NVLink domains", plan.FreshDomains, opt)
+		return fresh(prev, spec, nodes, "nvlink_domain strict: the "+comp+" workers kept span several NVLink domains", plan.FreshDomains)
 	}
 	doc, err := e.finish(err)
 	if err != nil {
@@ -144,12 +142,7 @@ func replanOn(prev *Plan, spec *Spec, v *nodeView, keep, readAll bool, released 
 // fresh plans spec on nodes afresh; why says why in words, kind as a
 // plan.Fresh kind.
 func fresh(prev *Plan, spec *Spec, nodes []Node, why, kind string) (*Plan, *Change, error) {
-	return freshWith(prev, spec, nodes, why, kind, Options{})
-}
-
-// freshWith is fresh with options.
-func freshWith(prev *Plan, spec *Spec, nodes []Node, why, kind string, opt Options) (*Plan, *Change, error) {
-	doc, err := ComputeWith(spec, nodes, opt)
+	doc, err := Compute(spec, nodes)
 	if err == nil {
 		doc.Moved = CountMoved(prev, doc)
 		if prev != nil && prev.Placed() {

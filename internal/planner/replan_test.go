@@ -934,8 +934,8 @@ func snapshot(p *Plan) string {
 	var states []stateSnap
 	if p.state != nil {
 		for _, ns := range p.state.table {
-			s := stateSnap{free: ns.free, resv: slices.Clone(ns.resv), cpuLeft: ns.cpuLeft, count: ns.count,
-				firstTrain: ns.firstTrain, slots: slices.Clone(ns.slots), notes: slices.Clone(ns.notes), doc: ns.doc}
+			s := stateSnap{free: int(ns.free), resv: slices.Clone(ns.resv()), cpuLeft: ns.cpuLeft, count: ns.count,
+				firstTrain: int(ns.firstTrain), slots: slices.Clone(ns.slots()), notes: slices.Clone(ns.notes()), doc: [2]*plan.PoolNode{ns.doc(0), ns.doc(1)}}
 			for c := range comp(nComp) {
 				s.share[c] = slices.Clone(ns.shareOf(c))
 				s.gcount[c] = slices.Clone(ns.gcountOf(c))

@@ -83,6 +83,9 @@ const maxPasses = 4
 // Elastic groups (worker_num {min, max}) are sized first (PlanAllWith):
 // a plan gives up its surplus before anyone is preempted for it, and
 // grows into GPUs no plan holds.
+//
+// The plans keep nodes, as Compute's do (Node): the caller does not
+// write them after.
 func PlanAll(jobs []Job, nodes []Node) []Outcome {
 	return PlanAllWith(jobs, nodes, ElasticOptions{})
 }
@@ -364,7 +367,7 @@ func (a *allocator) remainderView(blockers []blocker, own holding, view bool) no
 	if over != nil {
 		return nodeView{base: a.nodes, over: over}
 	}
-	return nodeView{base: out, owned: true}
+	return nodeView{base: out}
 }
 
 // pass places every job in order, the jobs not yet placed holding cur.
@@ -524,7 +527,7 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 		if o.Err != nil && err == nil && job.Prev != nil {
 			// Kept workers may hold more GPUs than a fresh packing.
 			why := fmt.Sprintf("max_gpus %d: the incremental plan needs %d GPUs", spec.MaxGPUs, HeldGPUs(doc))
-			if f := WithinQuota(outcome(freshWith(job.Prev, spec, nodes.slice(), why, plan.FreshQuota, Options{ownsNodes: nodes.owned})), spec); f.Err == nil {
+			if f := WithinQuota(outcome(fresh(job.Prev, spec, nodes.slice(), why, plan.FreshQuota)), spec); f.Err == nil {
 				return f
 			}
 		}

@@ -68,7 +68,7 @@ func (e *engine) candidates(src []int32, mask uint8) []cand {
 		switch {
 		case ns.hosts(mask):
 			return tierHome
-		case ns.hosts(apart), apart&1 != 0 && ns.resv != nil && slices.Contains(ns.resv, true):
+		case ns.hosts(apart), apart&1 != 0 && slices.Contains(ns.resv(), true):
 			return tierMixed
 		}
 		return tierClean

@@ -22,7 +22,7 @@ type metric struct {
 // filter records that component c passed over node ns (a state this run
 // may write) for reason.
 func (e *engine) filter(ns *nodeState, c comp, reason string) {
-	ns.note(c.Component(), reason)
+	ns.note(c.Component(), reason, &e.extras)
 }
 
 // filterAt is filter for the node at position at, copied first when a
