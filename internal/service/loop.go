@@ -457,6 +457,7 @@ func (l *loop) unlead(r leaseRequest) {
 // it, so that this planner continues each plan's sequence from the last
 // revision whoever led before published; a lease lost ends leading.
 func (l *loop) leaseChanged(ctx context.Context, ev leaseEvent) {
+	l.invCatch = inventoryCatchUp{} // a first revision's wait begins again when it leads
 	if ev.seq == 0 {
 		l.p.led.Store(0)
 		l.ride.settlingOutage = false // a settle is the next leader's to judge
@@ -836,7 +837,19 @@ func (l *loop) specHistory(ctx context.Context, name string) ([]jetstream.KeyVal
 	if err != nil {
 		return nil, err
 	}
-	hist, err := kv.History(ctx, name)
+	// Asked of a key the watch delivered: "not found" is a replica that
+	// has not stored it yet answering the history's consumer (a forming
+	// cluster); another consumer is placed anew.
+	var hist []jetstream.KeyValueEntry
+	for try := 0; try < 3; try++ {
+		if hist, err = kv.History(ctx, name); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond << try):
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("history of spec %s: %w", name, err)
 	}

@@ -233,10 +233,9 @@ func (p *loopState) specOfDigest(ctx context.Context, name, digest string) (*pla
 	if err != nil {
 		return nil, fmt.Errorf("spec history of %s: %w", name, err)
 	}
+	// "Not found" of a plan's key being planned is a replica behind
+	// (specHistory): an error, asked again, not a history without it.
 	hist, err := kv.History(hctx, name)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
 	if err != nil {
 		return nil, fmt.Errorf("spec history of %s: %w", name, err)
 	}

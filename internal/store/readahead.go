@@ -112,6 +112,11 @@ func (s *InventoryStore) leaderValue(ctx context.Context, subject string, seq ui
 		api = jetstream.DefaultAPIPrefix
 	}
 	req, _ := json.Marshal(map[string]uint64{"seq": seq})
+	// A server that cannot answer (not the leader, the stream not yet
+	// assigned to it) drops the request unanswered: bounded as
+	// jetstream's own calls are, or the watch would wait for ever.
+	ctx, cancel := context.WithTimeout(ctx, s.js.Options().DefaultTimeout)
+	defer cancel()
 	msg, err := s.js.Conn().RequestWithContext(ctx, api+"STREAM.MSG.GET."+bus.InventoryStream, req)
 	if err != nil {
 		return nil, fmt.Errorf("read %s at %d from the stream's leader: %w", subject, seq, err)
