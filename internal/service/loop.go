@@ -42,6 +42,9 @@ type loopState struct {
 	// health is the loop's health, which each snapshot carries
 	// (liveness.go).
 	health loopHealth
+	// followedRetry: a replan could not read a spec history it needed
+	// (followedSpec); the loop replans again a moment later.
+	followedRetry bool
 	// owners persists the GPU UUID owners the claims infer (owners.go):
 	// the loop hands it records; its writer goroutine alone writes the
 	// bucket.
@@ -998,6 +1001,13 @@ func (l *loop) replan(ctx context.Context) {
 		}
 		l.p.health.failures, l.lastFailure, l.standDowns = 0, "", 0
 		l.p.stoodDownFor("", time.Time{})
+		if l.p.followedRetry {
+			// A placement kept unchecked for want of its spec's history:
+			// checked as soon as the history reads.
+			l.p.followedRetry = false
+			l.dirty = true
+			l.armReplan(followedRetryAfter)
+		}
 		return
 	}
 	if ctx.Err() != nil {

@@ -31,8 +31,11 @@ const maxKeptWorkers = 1_000_000
 
 // keptPlan is one kept plan's file.
 type keptPlan struct {
-	SpecDigest string          `json:"spec_digest,omitempty"`
-	Document   json.RawMessage `json:"document"`
+	SpecDigest string `json:"spec_digest,omitempty"`
+	// PlacedFor is the revision's client.Meta.PlacedFor (a pending
+	// spec's revision: the spec its placement follows).
+	PlacedFor string          `json:"placed_for,omitempty"`
+	Document  json.RawMessage `json:"document"`
 }
 
 // placementPath is where plan name's latest revision is kept ("": no
@@ -58,7 +61,7 @@ func (k *marks) keep(name string, sp *store.StoredPlan) error {
 		}
 		return nil
 	}
-	data := appendKept(nil, sp.SpecDigest, &sp.Plan.Document)
+	data := appendKept(nil, sp.SpecDigest, sp.PlacedFor, &sp.Plan.Document)
 	tmp := path + ".tmp"
 	err := os.MkdirAll(filepath.Dir(path), 0o700)
 	if err == nil {
@@ -77,10 +80,15 @@ func (k *marks) keep(name string, sp *store.StoredPlan) error {
 // encoder (plan.Document.AppendJSON), not json.Marshal, which would
 // check a document's JSON twice over (its workers' MarshalJSON, then
 // the raw message), the most of what keeping cost at every revision.
-func appendKept(b []byte, digest string, doc *plan.Document) []byte {
+func appendKept(b []byte, digest, placedFor string, doc *plan.Document) []byte {
 	b = append(b, `{"spec_digest":`...)
 	d, _ := json.Marshal(digest) // a string: cannot fail
 	b = append(b, d...)
+	if placedFor != "" {
+		b = append(b, `,"placed_for":`...)
+		d, _ = json.Marshal(placedFor)
+		b = append(b, d...)
+	}
 	b = append(b, `,"document":`...)
 	b = doc.AppendJSON(b)
 	return append(b, '}')
@@ -111,7 +119,7 @@ func (k *marks) kept(name string, rev int) (sp *store.StoredPlan, found int, err
 	if doc.Name != name || doc.Revision != rev {
 		return nil, doc.Revision, nil
 	}
-	return &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Meta: client.Meta{Base: rev, SpecDigest: f.SpecDigest}}, rev, nil
+	return &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Meta: client.Meta{Base: rev, SpecDigest: f.SpecDigest, PlacedFor: f.PlacedFor}}, rev, nil
 }
 
 // lostPlacement says that plan s's placement of revision mark is lost

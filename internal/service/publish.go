@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -196,7 +197,8 @@ func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]
 // on a node gone while no planner ran kept in a valid revision. nil
 // where the digest is not known (a revision from before planners said
 // it) or the history no longer holds it; a history that cannot be read
-// is logged and asked again at the next replan.
+// is logged once and asked again by a replan a moment later
+// (loopState.followedRetry).
 func (p *loopState) followedSpec(ctx context.Context, s *planState) *planner.Spec {
 	latest := s.latest
 	digest := latest.SpecDigest
@@ -213,6 +215,7 @@ func (p *loopState) followedSpec(ctx context.Context, s *planState) *planner.Spe
 	}
 	spec, err := p.specOfDigest(ctx, s.name, digest)
 	if err != nil {
+		p.followedRetry = true
 		if s.followedSaid != latest {
 			s.followedSaid = latest
 			s.log.Warn().Err(err).Int("revision", latest.Plan.Revision).
@@ -223,6 +226,10 @@ func (p *loopState) followedSpec(ctx context.Context, s *planState) *planner.Spe
 	s.followedFor, s.followedDigest, s.followed = latest, digest, spec
 	return spec
 }
+
+// followedRetryAfter is how soon a replan that could not read a spec
+// history it needed is tried again.
+const followedRetryAfter = 2 * time.Second
 
 // specOfDigest is the newest spec of plan name's history whose digest
 // is digest (nil: none there).
@@ -241,6 +248,10 @@ func (p *loopState) specOfDigest(ctx context.Context, name, digest string) (*pla
 	}
 	for i := len(hist) - 1; i >= 0; i-- {
 		if hist[i].Operation() != jetstream.KeyValuePut {
+			// A removal while no planner ran is looked past: the spec
+			// the revision followed still checks its placement against
+			// the nodes (a planner that kept running would have
+			// released it, and planned the spec stored since afresh).
 			continue
 		}
 		if spec, err := planner.ParseSpec(hist[i].Value()); err == nil && SpecDigest(spec) == digest {

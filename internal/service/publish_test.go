@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/poolplanner/poolplanner/internal/planner"
 	"github.com/poolplanner/poolplanner/plan"
 )
@@ -144,4 +146,75 @@ func TestAdoptedSpecAfterRestart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFollowedSpecHistoryUnreadable (review rev8): a restarted planner
+// that cannot read the spec history it needs keeps the placement as it
+// is for that replan, and checks it as soon as the history reads again,
+// not only at the next change: a worker on a node lost while no
+// planner ran is re-placed.
+func TestFollowedSpecHistoryUnreadable(t *testing.T) {
+	t.Parallel()
+	train := func(n int) string {
+		return fmt.Sprintf("scheduling:\n  train: {worker_num: %d, num_cpus: 1, num_gpus: 1}\n", n)
+	}
+	h := newMemHarness(t)
+	specs := h.cluster(4, map[string]string{"default": train(16)})
+	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
+	stop := h.plannerWith(context.Background(), cfg)
+	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
+	if _, err := specs.Put(context.Background(), "default", []byte(train(64))); err != nil {
+		t.Fatal(err)
+	}
+	first := h.waitFor("default", "pending", func(p *planner.Plan) bool { return p.PendingSpec != nil })
+	stop()
+	gone := first.Workers.At(0).NodeID
+	h.kill(gone)
+	failing := newHang("reading the history", false)
+	failing.armed.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	p := New(Config{Debounce: 50 * time.Millisecond, Settle: -1, NoService: true, StoreTimeout: 500 * time.Millisecond,
+		storeHook: failing.hook, Log: zerolog.Nop(), Clock: h.mem.clock})
+	h.mem.onMem(p)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	h.waitFor("default", "a revision while the history cannot be read", func(p *planner.Plan) bool { return p.Revision > first.Revision })
+	failing.armed.Store(false)
+	h.waitFor("default", "no worker on "+gone+" once the history reads", func(p *planner.Plan) bool { return !onNode(p, gone) })
+}
+
+// TestStateFileKeepsPlacedFor (review rev8): a plan stream lost while a
+// plan's spec is pending is republished from the state file with the
+// digest of the spec its placement follows, so that a later restart
+// still checks the placement on it.
+func TestStateFileKeepsPlacedFor(t *testing.T) {
+	t.Parallel()
+	train := func(n int) string {
+		return fmt.Sprintf("scheduling:\n  train: {worker_num: %d, num_cpus: 1, num_gpus: 1}\n", n)
+	}
+	h := newMemHarness(t)
+	specs := h.cluster(4, map[string]string{"default": train(16)})
+	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1, StateFile: t.TempDir() + "/revisions.json"}
+	stop := h.plannerWith(context.Background(), cfg)
+	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
+	if _, err := specs.Put(context.Background(), "default", []byte(train(64))); err != nil {
+		t.Fatal(err)
+	}
+	first := h.waitFor("default", "pending", func(p *planner.Plan) bool { return p.PendingSpec != nil })
+	idle(t, h.newest)
+	stop()
+	m := h.mem
+	m.mu.Lock()
+	m.msgs, m.ids = nil, map[string]bool{} // the plan stream lost
+	m.mu.Unlock()
+	stop = h.plannerWith(context.Background(), cfg)
+	resumed := h.waitFor("default", "republished", func(p *planner.Plan) bool { return p.Revision > first.Revision })
+	idle(t, h.newest)
+	stop()
+	gone := resumed.Workers.At(0).NodeID
+	h.kill(gone)
+	stop = h.plannerWith(context.Background(), cfg)
+	defer stop()
+	h.waitFor("default", "no worker on "+gone, func(p *planner.Plan) bool { return p.Revision > resumed.Revision && !onNode(p, gone) })
 }
