@@ -341,7 +341,7 @@ func (a *allocator) remainderView(blockers []blocker, own holding, view bool) no
 					return
 				}
 				in := a.nodes[h.at].HeldBy
-				if n.HeldBy == nil || len(in) > 0 && &n.HeldBy[0] == &in[0] && (g >= len(in) || in[g] == "") {
+				if len(n.HeldBy) == 0 || len(in) > 0 && &n.HeldBy[0] == &in[0] && (g >= len(in) || in[g] == "") {
 					// A list of this remainder's own: the caller's (a
 					// cluster shared with plans outside this run) is
 					// copied on the first write, so that PlanAll never
