@@ -143,6 +143,10 @@ type loop struct {
 	// growT fires when a free GPU has been free for GrowAfter and an
 	// elastic plan may grow onto it (grow.go): a replan then.
 	growT Timer
+	// followedRetries counts the replans in a row that could not read a
+	// spec history they needed (loopState.followedRetry), for the
+	// retry's backoff.
+	followedRetries int
 	// invCatch holds a plan's first revision until the inventory watch
 	// has delivered what the bucket held (invcatchup.go).
 	invCatch inventoryCatchUp
@@ -845,7 +849,7 @@ func (l *loop) specHistory(ctx context.Context, name string) ([]jetstream.KeyVal
 	// cluster); another consumer is placed anew.
 	var hist []jetstream.KeyValueEntry
 	for try := 0; try < 3; try++ {
-		if hist, err = kv.History(ctx, name); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if hist, err = kv.History(ctx, name); !errors.Is(err, jetstream.ErrKeyNotFound) || try == 2 {
 			break
 		}
 		select {
@@ -1003,10 +1007,15 @@ func (l *loop) replan(ctx context.Context) {
 		l.p.stoodDownFor("", time.Time{})
 		if l.p.followedRetry {
 			// A placement kept unchecked for want of its spec's history:
-			// checked as soon as the history reads.
+			// checked as soon as the history reads, backing off while it
+			// does not (up to a minute). A change meanwhile waits its
+			// debounce as any does: the retry is dirty since now.
 			l.p.followedRetry = false
-			l.dirty = true
-			l.armReplan(followedRetryAfter)
+			l.dirty, l.dirtySince = true, l.p.clock.Now()
+			l.armReplan(min(followedRetryAfter<<min(l.followedRetries, 5), time.Minute))
+			l.followedRetries++
+		} else {
+			l.followedRetries = 0
 		}
 		return
 	}
