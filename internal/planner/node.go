@@ -201,12 +201,17 @@ func (s *extraSlab) take() *nodeExtra {
 }
 
 // groupCounts is n zero counts of the slab's.
-func (s *extraSlab) groupCounts(n int) []int32 {
-	if len(s.counts) < n {
-		s.counts = make([]int32, max(n, 1024))
+func (s *extraSlab) groupCounts(n int) []int32 { return carve(&s.counts, n, 1024) }
+
+// carve is the first n values of *buf, zero and capped at n, *buf made
+// anew (chunk long, or n) where it holds fewer: many small lists from a
+// few allocations.
+func carve[T any](buf *[]T, n, chunk int) []T {
+	if len(*buf) < n {
+		*buf = make([]T, max(n, chunk))
 	}
-	out := s.counts[:n:n]
-	s.counts = s.counts[n:]
+	out := (*buf)[:n:n]
+	*buf = (*buf)[n:]
 	return out
 }
 
@@ -328,14 +333,7 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int, xs *extraSlab) 
 type shareArena struct{ buf []float64 }
 
 // take is n zeros of the arena's own.
-func (a *shareArena) take(n int) []float64 {
-	if len(a.buf) < n {
-		a.buf = make([]float64, max(n, 4096))
-	}
-	out := a.buf[:n:n]
-	a.buf = a.buf[n:]
-	return out
-}
+func (a *shareArena) take(n int) []float64 { return carve(&a.buf, n, 4096) }
 
 // clone copies the state for owner to write: every slice it writes is its
 // own (addSlot extends the last range in place).

@@ -73,6 +73,25 @@ func (l laggingInventory) Watch(ctx context.Context) (<-chan store.Event, error)
 	return out, nil
 }
 
+// startLagging runs a planner on clock over a memory store with node n1
+// reported, its inventory watch a laggingInventory's; done tells when
+// it ends (after cancel).
+func startLagging(t *testing.T, clock Clock) (*harness, laggingInventory, context.Context, context.CancelFunc, <-chan error) {
+	t.Helper()
+	h := newMemHarnessOn(t, clock)
+	h.ttl = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	h.node("n1")
+	p := New(Config{NC: h.nc, JS: h.js, Debounce: 20 * time.Millisecond, Settle: -1, NoService: true,
+		Clock: clock, LeaseTTL: time.Hour, StallAfter: time.Hour, Log: zerolog.Nop()})
+	h.mem.onMem(p)
+	lag := newLaggingInventory(p.inv)
+	p.inv = lag
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	return h, lag, ctx, cancel, done
+}
+
 // fourNodeSpec needs every GPU of four 8-GPU nodes.
 const fourNodeSpec = `
 scheduling:
@@ -101,18 +120,8 @@ func TestFirstPlanWaitsForInventory(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := &skewClock{}
-			h := newMemHarnessOn(t, clock)
-			h.ttl = time.Hour
-			ctx, cancel := context.WithCancel(context.Background())
+			h, lag, ctx, cancel, done := startLagging(t, clock)
 			defer cancel()
-			h.node("n1")
-			p := New(Config{NC: h.nc, JS: h.js, Debounce: 20 * time.Millisecond, Settle: -1, NoService: true,
-				Clock: clock, LeaseTTL: time.Hour, StallAfter: time.Hour, Log: zerolog.Nop()})
-			h.mem.onMem(p)
-			lag := newLaggingInventory(p.inv)
-			p.inv = lag
-			done := make(chan error, 1)
-			go func() { done <- p.Run(ctx) }()
 			select {
 			case <-lag.synced:
 			case <-time.After(30 * time.Second):
@@ -180,19 +189,8 @@ func waitAsked(t *testing.T, lag laggingInventory, published func() bool) {
 // did (the first's ask is not reused) and is planned on every node once
 // the watch catches up.
 func TestLaterFirstPlanWaitsForInventory(t *testing.T) {
-	clock := &skewClock{}
-	h := newMemHarnessOn(t, clock)
-	h.ttl = time.Hour
-	ctx, cancel := context.WithCancel(context.Background())
+	h, lag, ctx, cancel, done := startLagging(t, &skewClock{})
 	defer cancel()
-	h.node("n1")
-	p := New(Config{NC: h.nc, JS: h.js, Debounce: 20 * time.Millisecond, Settle: -1, NoService: true,
-		Clock: clock, LeaseTTL: time.Hour, StallAfter: time.Hour, Log: zerolog.Nop()})
-	h.mem.onMem(p)
-	lag := newLaggingInventory(p.inv)
-	p.inv = lag
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
 	specs := memSpecs{h.mem.specs}
 	if _, err := specs.Put(ctx, "a", []byte("scheduling:\n  train: {worker_num: 1, num_cpus: 1, num_gpus: 1}\n")); err != nil {
 		t.Fatal(err)
