@@ -214,19 +214,39 @@ func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec, readAll 
 	}
 	out := *prev
 	out.state, out.afresh, out.takenBy, out.releasedAs = nil, nil, nil, nil
-	var ws []plan.Worker
-	type key struct {
-		pool, node string
-		c          plan.Component
+	// Made here and filled by remainingWorkers, not returned by it, so
+	// that they stay off the heap.
+	gpus, counted := map[cutKey][]int{}, map[cutKey][]int{}
+	out.Workers = plan.NewWorkers(remainingWorkers(prev, spec, drop, gpus, counted))
+	out.Unplaced = slices.DeleteFunc(slices.Clone(prev.Unplaced), func(u plan.Unplaced) bool { return drop(u.Component, u.Index) })
+	out.Pools = cutPools(prev.Pools, refs, gpus, counted)
+	out.Demands = demandsOf(spec)
+	if prev.spec != nil {
+		out.spec = spec
 	}
-	gpus := map[key][]int{}
-	counted := map[key][]int{}
+	return &out
+}
+
+// cutKey is one component's share of one pool's node: what truncated
+// rebuilds a node's allocations and counts from.
+type cutKey struct {
+	pool, node string
+	c          plan.Component
+}
+
+// remainingWorkers is prev's workers that drop keeps, read from every
+// worker (the slow path of truncated, where prev's state cannot say).
+// gpus and counted gather, per key, the GPUs the kept workers hold and
+// their counts per scheduling group (eval and env: train is never
+// elastic), so that cutPools rebuilds each node from what is left on it.
+func remainingWorkers(prev *Plan, spec *Spec, drop func(plan.Component, int) bool, gpus, counted map[cutKey][]int) []plan.Worker {
+	var ws []plan.Worker
 	for _, w := range prev.Workers.All() {
 		if drop(w.Component, w.Index) {
 			continue
 		}
 		ws = append(ws, *w)
-		k := key{w.Pool, w.NodeID, w.Component}
+		k := cutKey{w.Pool, w.NodeID, w.Component}
 		gpus[k] = append(gpus[k], w.GPUs...)
 		if w.Component == plan.Eval || w.Component == plan.Env {
 			c := counted[k]
@@ -238,10 +258,16 @@ func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec, readAll 
 			counted[k] = c
 		}
 	}
-	out.Workers = plan.NewWorkers(ws)
-	out.Unplaced = slices.DeleteFunc(slices.Clone(prev.Unplaced), func(u plan.Unplaced) bool { return drop(u.Component, u.Index) })
-	out.Pools = make([]plan.Pool, len(prev.Pools))
-	for i, pl := range prev.Pools {
+	return ws
+}
+
+// cutPools is pools with refs' allocations and worker counts as the
+// kept workers have them (gpus, counted: remainingWorkers), each node copied
+// so that prev's own pools are not changed; a node left holding nothing
+// is left out: a plan's pools list the nodes it holds.
+func cutPools(pools []plan.Pool, refs []elasticRef, gpus, counted map[cutKey][]int) []plan.Pool {
+	out := make([]plan.Pool, len(pools))
+	for i, pl := range pools {
 		np := plan.Pool{Name: pl.Name}
 		for _, pn := range pl.Nodes {
 			nn := pn
@@ -251,7 +277,7 @@ func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec, readAll 
 			}
 			nn.WorkerCounts = pn.WorkerCounts
 			for _, r := range refs {
-				k := key{pl.Name, pn.NodeID, r.c}
+				k := cutKey{pl.Name, pn.NodeID, r.c}
 				g := slices.Compact(slices.Sorted(slices.Values(gpus[k])))
 				if len(g) == 0 {
 					delete(nn.Allocations, r.c)
@@ -269,13 +295,9 @@ func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec, readAll 
 			}
 			np.Nodes = append(np.Nodes, nn)
 		}
-		out.Pools[i] = np
+		out[i] = np
 	}
-	out.Demands = demandsOf(spec)
-	if prev.spec != nil {
-		out.spec = spec
-	}
-	return &out
+	return out
 }
 
 // groupOf is the scheduling group of worker i of component c.
