@@ -499,91 +499,128 @@ func prevSpecsSized(jobs []Job) []Job {
 // search sizes every elastic group for this run (PlanAllWith): the
 // sizes and the trial at them, its reasons left to word. searchOnly:
 // never the one trial arithmetic sizes (direct).
+//
+// Each run of the search is a trial, whose plans are worded (why) only
+// if it is the one kept: how a plan fares (score) needs no words. The
+// plans at their start sizes are kept unless one fares badly there
+// (hurt), surplus could go, and they fare worse than at the yardstick
+// (every elastic group at its minimum); then the fewest surplus units go
+// that leave them no worse off than there (shrinkSearch).
 func (el *elastic) search(searchOnly bool) ([][]int, trial) {
-	jobs := el.jobs
+	if sizes, kept, ok := el.directSearch(searchOnly); ok {
+		return sizes, kept
+	}
 	sizes := el.start
-	// Each run of the search is a trial, whose plans are worded (why)
-	// only if it is the one kept: how a plan fares (score) needs no words.
-	// Where arithmetic alone says how much surplus must go (direct), the
-	// one trial at that size is the search's answer when every plan fares
-	// well there; else the search runs as if it had not been tried.
-	var kept trial
-	done := false
-	if k, short, ok := el.direct(sizes); ok && !searchOnly {
-		taken := el.firstUnits(sizes, k)
-		if o := el.trial(take(sizes, taken)); !el.hurt(o.out) {
-			sizes, kept, done = take(sizes, taken), o, true
-			// As the search does below: a group whose surplus made no
-			// difference keeps it, tried only where what the other units
-			// free covers the takers' need.
-			for _, g := range groupsOf(taken) {
-				keep := slices.DeleteFunc(slices.Clone(taken), func(u shrinkUnit) bool { return u == g })
-				if el.unitGPUs(keep) < short {
-					continue
-				}
-				if o := el.trial(take(el.start, keep)); !el.hurt(o.out) {
-					taken, sizes, kept = keep, take(el.start, keep), o
-				}
-			}
+	kept := el.trial(sizes)
+	if !el.hurt(kept.out) || el.surplus(sizes) <= 0 {
+		return sizes, kept
+	}
+	// The yardstick's sizes, made here, not returned by a function, so
+	// that the list stays off the heap.
+	floor := make([][]int, len(el.jobs))
+	for j, rs := range el.refs {
+		for _, r := range rs {
+			floor[j] = append(floor[j], r.min)
 		}
 	}
-	if !done {
-		kept = el.trial(sizes)
+	baseRun := el.trial(floor)
+	if !worse(kept.out, baseRun.out) {
+		return sizes, kept
 	}
-	if !done && el.hurt(kept.out) && el.surplus(sizes) > 0 {
-		floor := make([][]int, len(jobs))
-		for j, rs := range el.refs {
-			for _, r := range rs {
-				floor[j] = append(floor[j], r.min)
-			}
+	return el.shrinkSearch(sizes, baseRun)
+}
+
+// directSearch is the search where arithmetic alone says how much
+// surplus must go (direct): the one trial at that size is the search's
+// answer when every plan fares well there (ok); else the search runs as
+// if it had not been tried. direct is asked even with searchOnly, as it
+// was before this was a function of its own: it may make the run's
+// allocator (el.allocator), and asking it only without searchOnly would
+// change when that is made.
+func (el *elastic) directSearch(searchOnly bool) (sizes [][]int, kept trial, ok bool) {
+	sizes = el.start
+	k, short, ok := el.direct(sizes)
+	if !ok || searchOnly {
+		return nil, trial{}, false
+	}
+	taken := el.firstUnits(sizes, k)
+	o := el.trial(take(sizes, taken))
+	if el.hurt(o.out) {
+		return nil, trial{}, false
+	}
+	sizes, kept = take(sizes, taken), o
+	// As the search does (shrinkSearch): a group whose surplus made no
+	// difference keeps it, tried only where what the other units free
+	// covers the takers' need.
+	for _, g := range groupsOf(taken) {
+		keep := slices.DeleteFunc(slices.Clone(taken), func(u shrinkUnit) bool { return u == g })
+		if el.unitGPUs(keep) < short {
+			continue
 		}
-		baseRun := el.trial(floor)
-		base := baseRun.out
-		if worse(kept.out, base) {
-			units := el.units(sizes)
-			lo, hi, best := 0, len(units), baseRun
-			// A first guess from the GPUs base leaves free, and the one
-			// below it: where the guess is right, one or two runs.
-			if k, exact := el.guess(units, base); k < hi {
-				if o := el.trial(take(sizes, units[:k])); worse(o.out, base) {
-					lo = k
-				} else {
-					hi, best = k, o
-					if exact {
-						// Whole GPUs, each counted: one unit fewer frees
-						// fewer GPUs than the plans lack.
-						lo = k - 1
-					} else if k > 1 {
-						if o := el.trial(take(sizes, units[:k-1])); worse(o.out, base) {
-							lo = k - 1
-						} else {
-							hi, best = k-1, o
-						}
-					}
-				}
-			}
-			for hi-lo > 1 {
-				mid := (lo + hi) / 2
-				if o := el.trial(take(sizes, units[:mid])); worse(o.out, base) {
-					lo = mid
-				} else {
-					hi, best = mid, o
-				}
-			}
-			taken := units[:hi]
-			sizes, kept = take(sizes, taken), best
-			// The order gives up every lower plan's surplus (and each
-			// plan's last group's) before the next; a group whose surplus
-			// made no difference (the room needed was another's) keeps it.
-			for _, g := range groupsOf(taken) {
-				keep := slices.DeleteFunc(slices.Clone(taken), func(u shrinkUnit) bool { return u == g })
-				if o := el.trial(take(el.start, keep)); !worse(o.out, base) {
-					taken, sizes, kept = keep, take(el.start, keep), o
-				}
-			}
+		if o := el.trial(take(el.start, keep)); !el.hurt(o.out) {
+			taken, sizes, kept = keep, take(el.start, keep), o
+		}
+	}
+	return sizes, kept, true
+}
+
+// shrinkSearch gives up the fewest surplus units, in their order, that
+// leave no plan worse off than at the yardstick (baseRun): a binary
+// search from a first guess. The order gives up every lower plan's
+// surplus (and each plan's last group's) before the next; a group whose
+// surplus made no difference (the room needed was another's) keeps it.
+func (el *elastic) shrinkSearch(sizes [][]int, baseRun trial) ([][]int, trial) {
+	base := baseRun.out
+	units := el.units(sizes)
+	lo, hi, best := el.guessBounds(sizes, units, baseRun)
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if o := el.trial(take(sizes, units[:mid])); worse(o.out, base) {
+			lo = mid
+		} else {
+			hi, best = mid, o
+		}
+	}
+	taken := units[:hi]
+	sizes, kept := take(sizes, taken), best
+	for _, g := range groupsOf(taken) {
+		keep := slices.DeleteFunc(slices.Clone(taken), func(u shrinkUnit) bool { return u == g })
+		if o := el.trial(take(el.start, keep)); !worse(o.out, base) {
+			taken, sizes, kept = keep, take(el.start, keep), o
 		}
 	}
 	return sizes, kept
+}
+
+// guessBounds is shrinkSearch's first bounds on how many units must go,
+// and the trial at hi: from a first guess from the GPUs the yardstick
+// (baseRun) leaves free, and the one below it, so that where the guess
+// is right the search takes one or two runs.
+func (el *elastic) guessBounds(sizes [][]int, units []shrinkUnit, baseRun trial) (lo, hi int, best trial) {
+	base := baseRun.out
+	lo, hi, best = 0, len(units), baseRun
+	k, exact := el.guess(units, base)
+	if k >= hi {
+		return lo, hi, best
+	}
+	o := el.trial(take(sizes, units[:k]))
+	if worse(o.out, base) {
+		return k, hi, best
+	}
+	hi, best = k, o
+	switch {
+	case exact:
+		// Whole GPUs, each counted: one unit fewer frees fewer GPUs
+		// than the plans lack.
+		lo = k - 1
+	case k > 1:
+		if o := el.trial(take(sizes, units[:k-1])); worse(o.out, base) {
+			lo = k - 1
+		} else {
+			hi, best = k-1, o
+		}
+	}
+	return lo, hi, best
 }
 
 // run plans every job with its elastic groups at sizes, each previous
