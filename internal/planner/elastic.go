@@ -214,19 +214,39 @@ func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec, readAll 
 	}
 	out := *prev
 	out.state, out.afresh, out.takenBy, out.releasedAs = nil, nil, nil, nil
-	var ws []plan.Worker
-	type key struct {
-		pool, node string
-		c          plan.Component
+	// Made here and filled by remainingWorkers, not returned by it, so
+	// that they stay off the heap.
+	gpus, counted := map[cutKey][]int{}, map[cutKey][]int{}
+	out.Workers = plan.NewWorkers(remainingWorkers(prev, spec, drop, gpus, counted))
+	out.Unplaced = slices.DeleteFunc(slices.Clone(prev.Unplaced), func(u plan.Unplaced) bool { return drop(u.Component, u.Index) })
+	out.Pools = cutPools(prev.Pools, refs, gpus, counted)
+	out.Demands = demandsOf(spec)
+	if prev.spec != nil {
+		out.spec = spec
 	}
-	gpus := map[key][]int{}
-	counted := map[key][]int{}
+	return &out
+}
+
+// cutKey is one component's share of one pool's node: what truncated
+// rebuilds a node's allocations and counts from.
+type cutKey struct {
+	pool, node string
+	c          plan.Component
+}
+
+// remainingWorkers is prev's workers that drop keeps, read from every
+// worker (the slow path of truncated, where prev's state cannot say).
+// gpus and counted gather, per key, the GPUs the kept workers hold and
+// their counts per scheduling group (eval and env: train is never
+// elastic), so that cutPools rebuilds each node from what is left on it.
+func remainingWorkers(prev *Plan, spec *Spec, drop func(plan.Component, int) bool, gpus, counted map[cutKey][]int) []plan.Worker {
+	var ws []plan.Worker
 	for _, w := range prev.Workers.All() {
 		if drop(w.Component, w.Index) {
 			continue
 		}
 		ws = append(ws, *w)
-		k := key{w.Pool, w.NodeID, w.Component}
+		k := cutKey{w.Pool, w.NodeID, w.Component}
 		gpus[k] = append(gpus[k], w.GPUs...)
 		if w.Component == plan.Eval || w.Component == plan.Env {
 			c := counted[k]
@@ -238,10 +258,16 @@ func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec, readAll 
 			counted[k] = c
 		}
 	}
-	out.Workers = plan.NewWorkers(ws)
-	out.Unplaced = slices.DeleteFunc(slices.Clone(prev.Unplaced), func(u plan.Unplaced) bool { return drop(u.Component, u.Index) })
-	out.Pools = make([]plan.Pool, len(prev.Pools))
-	for i, pl := range prev.Pools {
+	return ws
+}
+
+// cutPools is pools with refs' allocations and worker counts as the
+// kept workers have them (gpus, counted: remainingWorkers), each node copied
+// so that prev's own pools are not changed; a node left holding nothing
+// is left out: a plan's pools list the nodes it holds.
+func cutPools(pools []plan.Pool, refs []elasticRef, gpus, counted map[cutKey][]int) []plan.Pool {
+	out := make([]plan.Pool, len(pools))
+	for i, pl := range pools {
 		np := plan.Pool{Name: pl.Name}
 		for _, pn := range pl.Nodes {
 			nn := pn
@@ -251,7 +277,7 @@ func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec, readAll 
 			}
 			nn.WorkerCounts = pn.WorkerCounts
 			for _, r := range refs {
-				k := key{pl.Name, pn.NodeID, r.c}
+				k := cutKey{pl.Name, pn.NodeID, r.c}
 				g := slices.Compact(slices.Sorted(slices.Values(gpus[k])))
 				if len(g) == 0 {
 					delete(nn.Allocations, r.c)
@@ -269,13 +295,9 @@ func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec, readAll 
 			}
 			np.Nodes = append(np.Nodes, nn)
 		}
-		out.Pools[i] = np
+		out[i] = np
 	}
-	out.Demands = demandsOf(spec)
-	if prev.spec != nil {
-		out.spec = spec
-	}
-	return &out
+	return out
 }
 
 // groupOf is the scheduling group of worker i of component c.
@@ -477,91 +499,128 @@ func prevSpecsSized(jobs []Job) []Job {
 // search sizes every elastic group for this run (PlanAllWith): the
 // sizes and the trial at them, its reasons left to word. searchOnly:
 // never the one trial arithmetic sizes (direct).
+//
+// Each run of the search is a trial, whose plans are worded (why) only
+// if it is the one kept: how a plan fares (score) needs no words. The
+// plans at their start sizes are kept unless one fares badly there
+// (hurt), surplus could go, and they fare worse than at the yardstick
+// (every elastic group at its minimum); then the fewest surplus units go
+// that leave them no worse off than there (shrinkSearch).
 func (el *elastic) search(searchOnly bool) ([][]int, trial) {
-	jobs := el.jobs
+	if sizes, kept, ok := el.directSearch(searchOnly); ok {
+		return sizes, kept
+	}
 	sizes := el.start
-	// Each run of the search is a trial, whose plans are worded (why)
-	// only if it is the one kept: how a plan fares (score) needs no words.
-	// Where arithmetic alone says how much surplus must go (direct), the
-	// one trial at that size is the search's answer when every plan fares
-	// well there; else the search runs as if it had not been tried.
-	var kept trial
-	done := false
-	if k, short, ok := el.direct(sizes); ok && !searchOnly {
-		taken := el.firstUnits(sizes, k)
-		if o := el.trial(take(sizes, taken)); !el.hurt(o.out) {
-			sizes, kept, done = take(sizes, taken), o, true
-			// As the search does below: a group whose surplus made no
-			// difference keeps it, tried only where what the other units
-			// free covers the takers' need.
-			for _, g := range groupsOf(taken) {
-				keep := slices.DeleteFunc(slices.Clone(taken), func(u shrinkUnit) bool { return u == g })
-				if el.unitGPUs(keep) < short {
-					continue
-				}
-				if o := el.trial(take(el.start, keep)); !el.hurt(o.out) {
-					taken, sizes, kept = keep, take(el.start, keep), o
-				}
-			}
+	kept := el.trial(sizes)
+	if !el.hurt(kept.out) || el.surplus(sizes) <= 0 {
+		return sizes, kept
+	}
+	// The yardstick's sizes, made here, not returned by a function, so
+	// that the list stays off the heap.
+	floor := make([][]int, len(el.jobs))
+	for j, rs := range el.refs {
+		for _, r := range rs {
+			floor[j] = append(floor[j], r.min)
 		}
 	}
-	if !done {
-		kept = el.trial(sizes)
+	baseRun := el.trial(floor)
+	if !worse(kept.out, baseRun.out) {
+		return sizes, kept
 	}
-	if !done && el.hurt(kept.out) && el.surplus(sizes) > 0 {
-		floor := make([][]int, len(jobs))
-		for j, rs := range el.refs {
-			for _, r := range rs {
-				floor[j] = append(floor[j], r.min)
-			}
+	return el.shrinkSearch(sizes, baseRun)
+}
+
+// directSearch is the search where arithmetic alone says how much
+// surplus must go (direct): the one trial at that size is the search's
+// answer when every plan fares well there (ok); else the search runs as
+// if it had not been tried. direct is asked even with searchOnly, as it
+// was before this was a function of its own: it may make the run's
+// allocator (el.allocator), and asking it only without searchOnly would
+// change when that is made.
+func (el *elastic) directSearch(searchOnly bool) (sizes [][]int, kept trial, ok bool) {
+	sizes = el.start
+	k, short, ok := el.direct(sizes)
+	if !ok || searchOnly {
+		return nil, trial{}, false
+	}
+	taken := el.firstUnits(sizes, k)
+	o := el.trial(take(sizes, taken))
+	if el.hurt(o.out) {
+		return nil, trial{}, false
+	}
+	sizes, kept = take(sizes, taken), o
+	// As the search does (shrinkSearch): a group whose surplus made no
+	// difference keeps it, tried only where what the other units free
+	// covers the takers' need.
+	for _, g := range groupsOf(taken) {
+		keep := slices.DeleteFunc(slices.Clone(taken), func(u shrinkUnit) bool { return u == g })
+		if el.unitGPUs(keep) < short {
+			continue
 		}
-		baseRun := el.trial(floor)
-		base := baseRun.out
-		if worse(kept.out, base) {
-			units := el.units(sizes)
-			lo, hi, best := 0, len(units), baseRun
-			// A first guess from the GPUs base leaves free, and the one
-			// below it: where the guess is right, one or two runs.
-			if k, exact := el.guess(units, base); k < hi {
-				if o := el.trial(take(sizes, units[:k])); worse(o.out, base) {
-					lo = k
-				} else {
-					hi, best = k, o
-					if exact {
-						// Whole GPUs, each counted: one unit fewer frees
-						// fewer GPUs than the plans lack.
-						lo = k - 1
-					} else if k > 1 {
-						if o := el.trial(take(sizes, units[:k-1])); worse(o.out, base) {
-							lo = k - 1
-						} else {
-							hi, best = k-1, o
-						}
-					}
-				}
-			}
-			for hi-lo > 1 {
-				mid := (lo + hi) / 2
-				if o := el.trial(take(sizes, units[:mid])); worse(o.out, base) {
-					lo = mid
-				} else {
-					hi, best = mid, o
-				}
-			}
-			taken := units[:hi]
-			sizes, kept = take(sizes, taken), best
-			// The order gives up every lower plan's surplus (and each
-			// plan's last group's) before the next; a group whose surplus
-			// made no difference (the room needed was another's) keeps it.
-			for _, g := range groupsOf(taken) {
-				keep := slices.DeleteFunc(slices.Clone(taken), func(u shrinkUnit) bool { return u == g })
-				if o := el.trial(take(el.start, keep)); !worse(o.out, base) {
-					taken, sizes, kept = keep, take(el.start, keep), o
-				}
-			}
+		if o := el.trial(take(el.start, keep)); !el.hurt(o.out) {
+			taken, sizes, kept = keep, take(el.start, keep), o
+		}
+	}
+	return sizes, kept, true
+}
+
+// shrinkSearch gives up the fewest surplus units, in their order, that
+// leave no plan worse off than at the yardstick (baseRun): a binary
+// search from a first guess. The order gives up every lower plan's
+// surplus (and each plan's last group's) before the next; a group whose
+// surplus made no difference (the room needed was another's) keeps it.
+func (el *elastic) shrinkSearch(sizes [][]int, baseRun trial) ([][]int, trial) {
+	base := baseRun.out
+	units := el.units(sizes)
+	lo, hi, best := el.guessBounds(sizes, units, baseRun)
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if o := el.trial(take(sizes, units[:mid])); worse(o.out, base) {
+			lo = mid
+		} else {
+			hi, best = mid, o
+		}
+	}
+	taken := units[:hi]
+	sizes, kept := take(sizes, taken), best
+	for _, g := range groupsOf(taken) {
+		keep := slices.DeleteFunc(slices.Clone(taken), func(u shrinkUnit) bool { return u == g })
+		if o := el.trial(take(el.start, keep)); !worse(o.out, base) {
+			taken, sizes, kept = keep, take(el.start, keep), o
 		}
 	}
 	return sizes, kept
+}
+
+// guessBounds is shrinkSearch's first bounds on how many units must go,
+// and the trial at hi: from a first guess from the GPUs the yardstick
+// (baseRun) leaves free, and the one below it, so that where the guess
+// is right the search takes one or two runs.
+func (el *elastic) guessBounds(sizes [][]int, units []shrinkUnit, baseRun trial) (lo, hi int, best trial) {
+	base := baseRun.out
+	lo, hi, best = 0, len(units), baseRun
+	k, exact := el.guess(units, base)
+	if k >= hi {
+		return lo, hi, best
+	}
+	o := el.trial(take(sizes, units[:k]))
+	if worse(o.out, base) {
+		return k, hi, best
+	}
+	hi, best = k, o
+	switch {
+	case exact:
+		// Whole GPUs, each counted: one unit fewer frees fewer GPUs
+		// than the plans lack.
+		lo = k - 1
+	case k > 1:
+		if o := el.trial(take(sizes, units[:k-1])); worse(o.out, base) {
+			lo = k - 1
+		} else {
+			hi, best = k-1, o
+		}
+	}
+	return lo, hi, best
 }
 
 // run plans every job with its elastic groups at sizes, each previous

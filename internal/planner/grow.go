@@ -45,6 +45,9 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 		st.docs[j] = out[j].Plan
 		st.holds[j] = a.holdingOf(out[j].Plan)
 	}
+	// The groups that may grow, in placing order: a level is a run of
+	// equal priorities in it. Gathered here, not returned by a function,
+	// so that the list of a run's few groups stays off the heap.
 	var all []grower
 	for _, j := range a.order {
 		if el.refs[j] == nil || score(out[j]) > 1 {
@@ -73,73 +76,108 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 		for n < len(all) && el.jobs[all[n].j].priority() == p {
 			n++
 		}
-		level := all[:n]
-		whole := level
+		st = el.growLevel(st, all[:n], opt, settle)
 		all = all[n:]
-		for round := 0; len(level) > 0 && round < 2*n+2; round++ {
-			room := 0
-			for _, g := range level {
-				room = max(room, el.refs[g.j][g.k].max-st.sizes[g.j][g.k])
+	}
+	return el.grown(sizes, out, st)
+}
+
+// growLevel grows one priority level (whole) in rounds, so that equal
+// priorities share the room: each round grows the groups still growing
+// by a common number of workers, then by one each in turn. At most
+// 2n+2 rounds for n groups: a level's cost stays bounded by its groups,
+// however wide their ranges.
+func (el *elastic) growLevel(st *growState, whole []grower, opt ElasticOptions, settle *blocker) *growState {
+	level := whole
+	n := len(whole)
+	for round := 0; len(level) > 0 && round < 2*n+2; round++ {
+		best := el.growCommon(st, level, opt, settle)
+		grewAny := best != st
+		st = best
+		in := map[grower]bool{}
+		for _, g := range level {
+			if next, ok := el.growOne(st, g, opt, settle); ok {
+				st, in[g], grewAny = next, true, true
 			}
-			// Whole-GPU workers cannot grow past the free GPUs: the bound
-			// is tried first, and where it fits, that is the one run.
-			if per := el.wholeGPUs(level); per > 0 {
-				room = min(room, int(float64(el.freeFor(st, opt))/per))
-			}
-			lo, hi, best := 0, room+1, st
-			if room > 0 {
-				if next, ok := el.growBy(st, level, room, settle); ok {
-					lo, best = room, next
-				} else {
-					hi = room
-				}
-			}
-			for hi-lo > 1 {
-				mid := (lo + hi) / 2
-				if next, ok := el.growBy(st, level, mid, settle); ok {
-					lo, best = mid, next
-				} else {
-					hi = mid
-				}
-			}
-			grewAny := best != st
-			st = best
-			in := map[grower]bool{}
-			for _, g := range level {
-				if st.sizes[g.j][g.k] >= el.refs[g.j][g.k].max {
+		}
+		if grewAny {
+			// A group that found no room may find it once another has
+			// grown (under device-colocate, an env worker grown is a
+			// GPU an eval worker can go beside): it is tried again
+			// after every round in which something grew, else the
+			// next run, on a quiet cluster, would grow it. It joins
+			// the level's common growth only once it grows, so that
+			// a full group does not hold the others to one worker a
+			// round.
+			for _, g := range whole {
+				if in[g] {
 					continue
 				}
-				if per := el.wholeGPUs([]grower{g}); per > 0 && float64(el.freeFor(st, opt)) < per {
-					continue
-				}
-				if next, ok := el.growBy(st, []grower{g}, 1, settle); ok {
-					st, in[g], grewAny = next, true, true
+				if next, ok := el.growOne(st, g, opt, settle); ok {
+					st, in[g] = next, true
 				}
 			}
-			if grewAny {
-				// A group that found no room may find it once another has
-				// grown (under device-colocate, an env worker grown is a
-				// GPU an eval worker can go beside): it is tried again
-				// after every round in which something grew, else the
-				// next run, on a quiet cluster, would grow it. It joins
-				// the level's common growth only once it grows, so that
-				// a full group does not hold the others to one worker a
-				// round.
-				for _, g := range whole {
-					if in[g] || st.sizes[g.j][g.k] >= el.refs[g.j][g.k].max {
-						continue
-					}
-					if per := el.wholeGPUs([]grower{g}); per > 0 && float64(el.freeFor(st, opt)) < per {
-						continue
-					}
-					if next, ok := el.growBy(st, []grower{g}, 1, settle); ok {
-						st, in[g] = next, true
-					}
-				}
-			}
-			level = slices.DeleteFunc(slices.Clone(whole), func(g grower) bool { return !in[g] })
+		}
+		level = slices.DeleteFunc(slices.Clone(whole), func(g grower) bool { return !in[g] })
+	}
+	return st
+}
+
+// growCommon grows every group of level by the most workers all of them
+// can take at once (a binary search): st itself where none fits. Equal
+// priorities grow alike, so that none takes the room another of its
+// level could have shared.
+func (el *elastic) growCommon(st *growState, level []grower, opt ElasticOptions, settle *blocker) *growState {
+	room := 0
+	for _, g := range level {
+		room = max(room, el.refs[g.j][g.k].max-st.sizes[g.j][g.k])
+	}
+	// Whole-GPU workers cannot grow past the free GPUs: the bound
+	// is tried first, and where it fits, that is the one run.
+	if per := el.wholeGPUs(level); per > 0 {
+		room = min(room, int(float64(el.freeFor(st, opt))/per))
+	}
+	lo, hi, best := 0, room+1, st
+	if room > 0 {
+		if next, ok := el.growBy(st, level, room, settle); ok {
+			lo, best = room, next
+		} else {
+			hi = room
 		}
 	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if next, ok := el.growBy(st, level, mid, settle); ok {
+			lo, best = mid, next
+		} else {
+			hi = mid
+		}
+	}
+	return best
+}
+
+// growOne grows g by one worker: ok only where it grew. A group at its
+// max, or of whole-GPU workers with fewer GPUs free than one takes, is
+// not probed, since no plan could fit it.
+func (el *elastic) growOne(st *growState, g grower, opt ElasticOptions, settle *blocker) (*growState, bool) {
+	if st.sizes[g.j][g.k] >= el.refs[g.j][g.k].max {
+		return st, false
+	}
+	if per := el.wholeGPUs([]grower{g}); per > 0 && float64(el.freeFor(st, opt)) < per {
+		return st, false
+	}
+	if next, ok := el.growBy(st, []grower{g}, 1, settle); ok {
+		return next, true
+	}
+	return st, false
+}
+
+// grown is the run's sizes and outcomes once growth made st: out itself
+// where nothing grew. Where every plan was valid and in place, the grown
+// plans are the outcome as they are; else every plan is planned once
+// more from them (regrown), since an invalid plan's reasons change with
+// the room growth took.
+func (el *elastic) grown(sizes [][]int, out []Outcome, st *growState) ([][]int, []Outcome) {
 	grew, settled := false, true
 	for j := range out {
 		grew = grew || st.docs[j] != out[j].Plan
@@ -148,25 +186,30 @@ func (el *elastic) grow(sizes [][]int, out []Outcome, opt ElasticOptions) ([][]i
 	if !grew {
 		return sizes, out
 	}
-	if settled {
-		// Every plan valid and in place: none has a reason the room
-		// growth took would change, so the grown plans are the outcome.
-		for j := range out {
-			if st.docs[j] == out[j].Plan {
-				continue
-			}
-			doc := st.docs[j]
-			doc.Priority, doc.GPUsHeld = el.jobs[j].Spec.Priority, HeldGPUs(doc)
-			doc.Moved = CountMoved(el.jobs[j].Prev, doc)
-			out[j] = Outcome{Plan: doc, Change: out[j].Change}
-		}
-		return st.sizes, out
+	if !settled {
+		return el.regrown(sizes, out, st)
 	}
-	// Once more, every plan from this run's (some grown), as the next
-	// run on a quiet cluster will: what every other plan says (an
-	// invalid one's arithmetic, who holds the room it waits for) is then
-	// said of the room as growth left it. Changes and moves stay counted
-	// from the jobs' own previous plans.
+	// Every plan valid and in place: none has a reason the room
+	// growth took would change, so the grown plans are the outcome.
+	for j := range out {
+		if st.docs[j] == out[j].Plan {
+			continue
+		}
+		doc := st.docs[j]
+		doc.Priority, doc.GPUsHeld = el.jobs[j].Spec.Priority, HeldGPUs(doc)
+		doc.Moved = CountMoved(el.jobs[j].Prev, doc)
+		out[j] = Outcome{Plan: doc, Change: out[j].Change}
+	}
+	return st.sizes, out
+}
+
+// regrown plans every job once more from this run's plans (some grown,
+// st), as the next run on a quiet cluster will: what every other plan
+// says (an invalid one's arithmetic, who holds the room it waits for) is
+// then said of the room as growth left it. Changes and moves stay
+// counted from the jobs' own previous plans. Where a grown plan is not
+// kept as grown, nothing grows this run: sizes and out.
+func (el *elastic) regrown(sizes [][]int, out []Outcome, st *growState) ([][]int, []Outcome) {
 	final := el.runFrom(st.sizes, st.docs)
 	for j := range final {
 		doc := final[j].Plan
