@@ -359,11 +359,7 @@ func bucketValues(ctx context.Context, js jetstream.JetStream, bucket, stream st
 	for i, k := range keys {
 		subjects[i] = prefix + k
 	}
-	api := js.Options().APIPrefix
-	if api == "" {
-		api = jetstream.DefaultAPIPrefix
-	}
-	values, err := lastValues(ctx, js, api, stream, subjects, 0, listWindow/16)
+	values, err := lastValues(ctx, js, apiPrefix(js), stream, subjects, 0, listWindow/16)
 	if err != nil {
 		return nil, err
 	}

@@ -90,32 +90,14 @@ type LastMessage struct {
 // a planner that just took the lease asks the leader what the last
 // revision is, so that it continues from it.
 func (s *PlanStore) LastEvent(ctx context.Context, subject string) (LastMessage, error) {
-	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
-	msg, err := s.js.Conn().RequestWithContext(ctx, s.apiPrefix()+"STREAM.MSG.GET."+client.PlansStream, req)
-	if err != nil {
-		return LastMessage{}, fmt.Errorf("last message of %s: %w", subject, err)
-	}
-	var resp struct {
-		Message *struct {
-			Seq uint64 `json:"seq"`
-			// Header is the message's headers as NATS writes them
-			// (NATS/1.0, then lines), base64 in the reply.
-			Header []byte `json:"hdrs"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return LastMessage{}, fmt.Errorf("last message of %s: %w", subject, err)
-	}
+	m, err := leaderGet(ctx, s.js, client.PlansStream, map[string]string{"last_by_subj": subject})
 	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return LastMessage{}, nil
-	case resp.Error != nil:
-		return LastMessage{}, fmt.Errorf("last message of %s: %w", subject, resp.Error)
-	case resp.Message == nil:
-		return LastMessage{}, fmt.Errorf("last message of %s: empty reply", subject)
+	case err != nil:
+		return LastMessage{}, fmt.Errorf("last message of %s: %w", subject, err)
 	}
-	return LastMessage{Seq: resp.Message.Seq, Revision: headerRevision(resp.Message.Header)}, nil
+	return LastMessage{Seq: m.Seq, Revision: headerRevision(m.Header)}, nil
 }
 
 // headerRevision is the revision header of a message's encoded headers
@@ -133,11 +115,4 @@ func headerRevision(hdr []byte) int {
 		return 0
 	}
 	return rev
-}
-
-func (s *PlanStore) apiPrefix() string {
-	if p := s.js.Options().APIPrefix; p != "" {
-		return p
-	}
-	return jetstream.DefaultAPIPrefix
 }

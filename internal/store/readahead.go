@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -107,45 +106,19 @@ func fetch(ctx context.Context, s *InventoryStore, msg jetstream.Msg) fetched {
 // stream's leader has it; jetstream.ErrKeyNotFound where the leader has
 // no such message (or another subject's there, or a removal's).
 func (s *InventoryStore) leaderValue(ctx context.Context, subject string, seq uint64) ([]byte, error) {
-	api := s.js.Options().APIPrefix
-	if api == "" {
-		api = jetstream.DefaultAPIPrefix
-	}
-	req, _ := json.Marshal(map[string]uint64{"seq": seq})
-	// A server that cannot answer (not the leader, the stream not yet
-	// assigned to it) drops the request unanswered: bounded as
-	// jetstream's own calls are, or the watch would wait for ever.
-	ctx, cancel := context.WithTimeout(ctx, s.js.Options().DefaultTimeout)
-	defer cancel()
-	msg, err := s.js.Conn().RequestWithContext(ctx, api+"STREAM.MSG.GET."+bus.InventoryStream, req)
-	if err != nil {
-		return nil, fmt.Errorf("read %s at %d from the stream's leader: %w", subject, seq, err)
-	}
-	var resp struct {
-		Message *struct {
-			Subject string `json:"subject"`
-			Header  []byte `json:"hdrs"`
-			Data    []byte `json:"data"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return nil, fmt.Errorf("read %s at %d from the stream's leader: %w", subject, seq, err)
-	}
+	m, err := leaderGet(ctx, s.js, bus.InventoryStream, map[string]uint64{"seq": seq})
 	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return nil, jetstream.ErrKeyNotFound
-	case resp.Error != nil:
-		return nil, fmt.Errorf("read %s at %d from the stream's leader: %w", subject, seq, resp.Error)
-	case resp.Message == nil:
-		return nil, fmt.Errorf("read %s at %d from the stream's leader: empty reply", subject, seq)
-	case resp.Message.Subject != subject:
+	case err != nil:
+		return nil, fmt.Errorf("read %s at %d from the stream's leader: %w", subject, seq, err)
+	case m.Subject != subject:
 		return nil, jetstream.ErrKeyNotFound
 	}
-	if len(resp.Message.Header) > 0 {
-		if h, err := nats.DecodeHeadersMsg(resp.Message.Header); err == nil && removal(h) != "" {
+	if len(m.Header) > 0 {
+		if h, err := nats.DecodeHeadersMsg(m.Header); err == nil && removal(h) != "" {
 			return nil, jetstream.ErrKeyNotFound
 		}
 	}
-	return resp.Message.Data, nil
+	return m.Data, nil
 }
