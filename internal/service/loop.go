@@ -820,7 +820,7 @@ func (l *loop) addState(ctx context.Context, name string, age uint64) *planState
 // stored since it was last removed (its age among plans of one
 // priority); rev if the history cannot be read.
 func (l *loop) firstRevision(ctx context.Context, name string, rev uint64) uint64 {
-	hist, err := l.specHistory(ctx, name)
+	hist, err := l.p.specHistory(ctx, name)
 	if err != nil {
 		l.log.Error().Err(err).Str("plan", name).Uint64("spec_revision", rev).
 			Msg("cannot read the history of the plan's spec (a damaged spec bucket?): its age among plans of its priority is taken as this revision")
@@ -837,10 +837,10 @@ func (l *loop) firstRevision(ctx context.Context, name string, rev uint64) uint6
 
 // specHistory reads the history of plan name's spec, within the store's
 // deadline: a damaged bucket can leave the read waiting for ever.
-func (l *loop) specHistory(ctx context.Context, name string) ([]jetstream.KeyValueEntry, error) {
-	ctx, done := l.p.op(ctx, "reading the history of plan "+name+"'s spec", l.p.cfg.StoreTimeout)
+func (p *loopState) specHistory(ctx context.Context, name string) ([]jetstream.KeyValueEntry, error) {
+	ctx, done := p.op(ctx, "reading the history of plan "+name+"'s spec", p.cfg.StoreTimeout)
 	defer done()
-	kv, err := l.p.specs.Bucket(ctx)
+	kv, err := p.specs.Bucket(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -866,7 +866,7 @@ func (l *loop) specHistory(ctx context.Context, name string) ([]jetstream.KeyVal
 // lastGoodSpec is the newest stored spec of plan name before revision
 // bad that parses; nil if none.
 func (l *loop) lastGoodSpec(ctx context.Context, name string, bad uint64) (*planner.Spec, []byte, uint64) {
-	hist, err := l.specHistory(ctx, name)
+	hist, err := l.p.specHistory(ctx, name)
 	if err != nil {
 		l.log.Error().Err(err).Str("plan", name).Msg("cannot read the history of the plan's spec (a damaged spec bucket?) to find a good one")
 		return nil, nil, 0

@@ -234,17 +234,11 @@ const followedRetryAfter = 2 * time.Second
 // specOfDigest is the newest spec of plan name's history whose digest
 // is digest (nil: none there).
 func (p *loopState) specOfDigest(ctx context.Context, name, digest string) (*planner.Spec, error) {
-	hctx, done := p.op(ctx, "reading the history of plan "+name+"'s spec", p.cfg.StoreTimeout)
-	defer done()
-	kv, err := p.specs.Bucket(hctx)
-	if err != nil {
-		return nil, fmt.Errorf("spec history of %s: %w", name, err)
-	}
 	// "Not found" of a plan's key being planned is a replica behind
 	// (specHistory): an error, asked again, not a history without it.
-	hist, err := kv.History(hctx, name)
+	hist, err := p.specHistory(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("spec history of %s: %w", name, err)
+		return nil, err
 	}
 	for i := len(hist) - 1; i >= 0; i-- {
 		if hist[i].Operation() != jetstream.KeyValuePut {
