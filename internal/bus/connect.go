@@ -100,6 +100,9 @@ func Connect(url, name string, log zerolog.Logger, sec Security, extra ...nats.O
 			ev.Msg("NATS async error")
 		}),
 	}
+	if err := sec.Expired(time.Now()); err != nil {
+		return nil, fmt.Errorf("connect %s: %w", url, err)
+	}
 	opts = append(opts, secOpts...)
 	opts = append(opts, extra...)
 	// A first try that cannot retry: a refusal (credentials, TLS) is
@@ -212,6 +215,30 @@ func (s Security) Options() ([]nats.Option, error) {
 	return opts, nil
 }
 
+// Expired refuses credentials whose expiry has passed by now, before
+// they are offered to a server. A NATS server accepts a JWT until the
+// second after its expiry and then closes the connection at once, so a
+// command dialling in that second could answer, or not, by chance;
+// saying so here makes the refusal the same whenever it comes.
+func (s Security) Expired(now time.Time) error {
+	id, err := s.Identity()
+	if err != nil || s.Creds == "" || id.Expires.IsZero() || now.Before(id.Expires) {
+		return nil // unreadable credentials are Options' error
+	}
+	return s.expiredError(id)
+}
+
+// expiredError says whose credentials expired, when, and how to make
+// new ones.
+func (s Security) expiredError(id auth.Identity) error {
+	again := string(id.Role)
+	if id.Node != "" {
+		again += " --node-id " + id.Node
+	}
+	return fmt.Errorf("credentials expired: %s expired at %s; `planner creds %s` makes new ones",
+		s.who(), id.Expires.UTC().Format(time.RFC3339), again)
+}
+
 // Identity is the role the credentials were made for (zero without
 // credentials, or with ones poolplanner did not make).
 func (s Security) Identity() (auth.Identity, error) {
@@ -266,11 +293,7 @@ func Explain(err error, nc *nats.Conn, s Security) error {
 	var invalid x509.CertificateInvalidError
 	switch {
 	case s.Creds != "" && expired && (errors.Is(err, nats.ErrAuthorization) || authExpired(err)):
-		again := string(id.Role)
-		if id.Node != "" {
-			again += " --node-id " + id.Node
-		}
-		return fmt.Errorf("credentials expired: %s expired at %s; `planner creds %s` makes new ones: %w", role, id.Expires.UTC().Format(time.RFC3339), again, err)
+		return fmt.Errorf("%w: %w", s.expiredError(id), err)
 	case authExpired(err):
 		return fmt.Errorf("credentials expired: the server no longer accepts %s: %w", role, err)
 	case authRevoked(err):
