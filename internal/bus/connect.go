@@ -225,12 +225,6 @@ func (s Security) Expired(now time.Time) error {
 	if err != nil || s.Creds == "" || id.Expires.IsZero() || now.Before(id.Expires) {
 		return nil // unreadable credentials are Options' error
 	}
-	return s.expiredError(id)
-}
-
-// expiredError says whose credentials expired, when, and how to make
-// new ones.
-func (s Security) expiredError(id auth.Identity) error {
 	again := string(id.Role)
 	if id.Node != "" {
 		again += " --node-id " + id.Node
@@ -285,15 +279,14 @@ func Explain(err error, nc *nats.Conn, s Security) error {
 			return Explain(fmt.Errorf("%w; %v", last, err), nil, s)
 		}
 	}
+	if gone := s.Expired(time.Now()); gone != nil && (errors.Is(err, nats.ErrAuthorization) || authExpired(err)) {
+		return fmt.Errorf("%w: %w", gone, err)
+	}
 	role := s.who()
-	id, _ := s.Identity()
-	expired := !id.Expires.IsZero() && !time.Now().Before(id.Expires)
 	var unknown x509.UnknownAuthorityError
 	var host x509.HostnameError
 	var invalid x509.CertificateInvalidError
 	switch {
-	case s.Creds != "" && expired && (errors.Is(err, nats.ErrAuthorization) || authExpired(err)):
-		return fmt.Errorf("%w: %w", s.expiredError(id), err)
 	case authExpired(err):
 		return fmt.Errorf("credentials expired: the server no longer accepts %s: %w", role, err)
 	case authRevoked(err):

@@ -42,12 +42,12 @@ func (c *connFlags) dial() (*nats.Conn, jetstream.JetStream, error) {
 	if err != nil {
 		return nil, nil, usageError{err}
 	}
-	// Refusals come back through Explain, from the connection's last
-	// error; nats.go would print them on stderr besides.
-	quiet := nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})
 	if err := c.sec.Expired(time.Now()); err != nil {
 		return nil, nil, fmt.Errorf("connect %s: %w", c.server, err)
 	}
+	// Refusals come back through Explain, from the connection's last
+	// error; nats.go would print them on stderr besides.
+	quiet := nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})
 	opts = append([]nats.Option{nats.Name("poolplanner-client"), nats.Timeout(5 * time.Second), quiet}, opts...)
 	nc, err := nats.Connect(c.server, opts...)
 	if err != nil {
