@@ -112,7 +112,14 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, nc *nats.Conn) error
 	// Cues are headers: a flood pointed here (a push consumer delivering
 	// whole events) is dropped past these, not queued in memory.
 	_ = sub.SetPendingLimits(cuePendingMsgs, cuePendingBytes)
-	go s.follow(ctx, nc, sub, cues)
+	// The revisions already held are taken as seen here, not in the
+	// goroutine: one that started late would take a revision that came
+	// meanwhile as seen and never cue it.
+	seen := map[string]int{}
+	for _, p := range s.src.Plans() {
+		seen[p.Name] = p.Revision
+	}
+	go s.follow(ctx, nc, sub, cues, seen)
 	lim := s.Limits
 	l = limitListener(l, lim.MaxConns)
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: lim.ReadHeader, ReadTimeout: lim.Read,
@@ -132,19 +139,17 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, nc *nats.Conn) error
 // are core NATS messages, lost while the connection is down: after a
 // reconnect every plan the source holds is cued, so that a page shown
 // across the outage redraws once.
-func (s *Server) follow(ctx context.Context, nc *nats.Conn, sub *nats.Subscription, cues <-chan client.Cue) {
+//
+// seen is the newest revision of each plan cued (owned by follow from
+// the call on): every tick, a plan the source holds newer than that is
+// cued too, so that a cue lost (a full buffer, a flood, a stream whose
+// RePublish an older planner removed) delays a redraw by a second at
+// most.
+func (s *Server) follow(ctx context.Context, nc *nats.Conn, sub *nats.Subscription, cues <-chan client.Cue, seen map[string]int) {
 	defer func() { _ = sub.Unsubscribe() }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	reconnects := nc.Stats().Reconnects
-	// seen is the newest revision of each plan cued: every tick, a plan
-	// the source holds newer than that is cued too, so that a cue lost
-	// (a full buffer, a flood, a stream whose RePublish an older planner
-	// removed) delays a redraw by a second at most.
-	seen := map[string]int{}
-	for _, p := range s.src.Plans() {
-		seen[p.Name] = p.Revision
-	}
 	for {
 		select {
 		case <-ctx.Done():
