@@ -59,7 +59,13 @@ func serveSimulated(t *testing.T, nodes int, sims ...string) {
 		}
 	}
 	if len(failed) > 0 {
-		t.Errorf("the reporters counted failures: %v", failed)
+		var why []string
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			if strings.Contains(l, "retrying") && len(why) < 10 {
+				why = append(why, l)
+			}
+		}
+		t.Errorf("the reporters counted failures: %v\n%s", failed, strings.Join(why, "\n"))
 	}
 	if s := stderr.String(); strings.Contains(s, "dropping") || strings.Contains(s, "queue limit") {
 		t.Errorf("the server dropped requests:\n%s", s[:min(len(s), 4000)])
