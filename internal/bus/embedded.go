@@ -284,6 +284,7 @@ func expectedServerLine(msg string) bool {
 		"Error trying to connect to route",
 		"Waiting for routing to be established",
 		"JetStream has not established contact with a meta leader",
+		"JetStream is not current with the meta leader",
 		"JetStream cluster detected stream remapping",
 		"Catchup for stream ",
 		"Metalayer blocking snapshot")

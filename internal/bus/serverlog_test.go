@@ -26,6 +26,7 @@ func TestServerLevels(t *testing.T) {
 		{"JetStream cluster detected stream remapping for '$G > KV_poolplanner-inventory' from \"S-R1F-a\" to \"S-R3F-b\"", zerolog.WarnLevel, zerolog.InfoLevel},
 		{"Waiting for routing to be established...", zerolog.WarnLevel, zerolog.InfoLevel},
 		{"JetStream has not established contact with a meta leader", zerolog.WarnLevel, zerolog.InfoLevel},
+		{"JetStream is not current with the meta leader", zerolog.WarnLevel, zerolog.InfoLevel},
 		{"Catchup for stream '%s > %s' resetting first sequence: %d on catchup request", zerolog.WarnLevel, zerolog.InfoLevel},
 		{"Filestore [KV_poolplanner-inventory] Recovering stream state from index errored: %v", zerolog.WarnLevel, zerolog.InfoLevel},
 		{"Filestore [_meta_] Stream state outdated, last block has additional entries, will rebuild", zerolog.WarnLevel, zerolog.InfoLevel},
