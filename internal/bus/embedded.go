@@ -52,6 +52,10 @@ type EmbeddedOptions struct {
 	// MaxFileStore bounds JetStream's file storage (bytes); zero means
 	// NATS's default (most of the disk).
 	MaxFileStore int64
+	// RequestQueueLimit bounds the JetStream API requests the server
+	// queues before it drops them all; zero means NATS's default
+	// (10,000). (Tests lower it to see drops counted.)
+	RequestQueueLimit int64
 }
 
 // ClusterName names the NATS cluster of planner serve's servers.
@@ -90,6 +94,9 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, string, error) {
 		NoSigs:            true,
 		MaxPayload:        opts.MaxPayload,
 		JetStreamMaxStore: opts.MaxFileStore,
+		// Info requests (stream and consumer info, direct gets) queue
+		// apart, to the same limit.
+		JetStreamRequestQueueLimit: opts.RequestQueueLimit,
 	}
 	if err := secure(sopts, opts); err != nil {
 		return nil, "", err

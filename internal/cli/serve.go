@@ -306,11 +306,15 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	defer stop()
 	var pm *metrics.Planner
 	var rm *metrics.Reporter
+	var sm *metrics.Server
 	// The service, once made: the unplanned-use gauge counts from it.
 	var served atomic.Pointer[service.Service]
 	if o.metricsListen != "" {
 		reg := metrics.NewRegistry()
 		pm, rm = metrics.NewPlanner(reg), metrics.NewReporter(reg)
+		if o.server == "" {
+			sm = metrics.NewServer(reg)
+		}
 		metrics.UnplannedUse(reg, func() int {
 			if p := served.Load(); p != nil {
 				return len(p.UnplannedUse())
@@ -338,7 +342,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	}
 	ctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
-	nc, shutdown, err := o.connect(log, lost)
+	nc, shutdown, err := o.connect(log, lost, sm)
 	if err != nil {
 		return err
 	}
@@ -403,8 +407,9 @@ var errConnClosed = errors.New("the NATS connection closed for good")
 // connect starts the embedded server unless --server names one, and
 // connects the planner; shutdown closes both. lost is told if the
 // connection closes otherwise (reconnecting never gives up, so that is
-// the server refusing it for good).
-func (o *serveOptions) connect(log zerolog.Logger, lost context.CancelCauseFunc) (*nats.Conn, func(), error) {
+// the server refusing it for good). The embedded server's dropped
+// requests are counted on sm.
+func (o *serveOptions) connect(log zerolog.Logger, lost context.CancelCauseFunc, sm *metrics.Server) (*nats.Conn, func(), error) {
 	url, sec := o.server, o.sec
 	var closing atomic.Bool
 	extra := []nats.Option{nats.ClosedHandler(func(nc *nats.Conn) {
@@ -421,6 +426,7 @@ func (o *serveOptions) connect(log zerolog.Logger, lost context.CancelCauseFunc)
 		lost(err)
 	})}
 	closeServer := func() {}
+	watch := func(*nats.Conn) error { return nil }
 	if url == "" {
 		if o.dataDir == "" {
 			o.dataDir = defaultDataDir()
@@ -457,9 +463,20 @@ func (o *serveOptions) connect(log zerolog.Logger, lost context.CancelCauseFunc)
 		// URL would ask for it over the pipe.
 		url = strings.Replace(u, "tls://", "nats://", 1)
 		extra = append(extra, nats.InProcessServer(ns))
+		if sm != nil {
+			watch = func(nc *nats.Conn) error {
+				_, err := bus.WatchDropped(ns, account, nc, sm.Dropped)
+				return err
+			}
+		}
 	}
 	nc, err := bus.Connect(url, "poolplanner-planner", log, sec, extra...)
 	if err != nil {
+		closeServer()
+		return nil, nil, err
+	}
+	if err := watch(nc); err != nil {
+		nc.Close()
 		closeServer()
 		return nil, nil, err
 	}

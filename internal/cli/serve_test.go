@@ -187,7 +187,7 @@ func TestServeExitsWhenConnectionClosed(t *testing.T) {
 	o := &serveOptions{server: fmt.Sprintf("nats://planner:one@127.0.0.1:%d", addr.Port)}
 	ctx, lost := context.WithCancelCause(context.Background())
 	defer lost(nil)
-	nc, shutdown, err := o.connect(zerolog.Nop(), lost)
+	nc, shutdown, err := o.connect(zerolog.Nop(), lost, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestServeExitsWhenConnectionClosed(t *testing.T) {
 	ctx2, lost2 := context.WithCancelCause(context.Background())
 	defer lost2(nil)
 	o.server = fmt.Sprintf("nats://planner:two@127.0.0.1:%d", addr.Port)
-	_, shutdown2, err := o.connect(zerolog.Nop(), lost2)
+	_, shutdown2, err := o.connect(zerolog.Nop(), lost2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -283,6 +283,27 @@ func (m *Reporter) Failed(what string) {
 	}
 }
 
+// Server is the embedded NATS server's metrics (serve without
+// --server). A nil *Server records nothing.
+type Server struct {
+	dropped prometheus.Counter
+}
+
+// NewServer makes the embedded server's metrics, registered on reg.
+func NewServer(reg prometheus.Registerer) *Server {
+	m := &Server{dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "poolplanner_nats_requests_dropped_total",
+		Help: "JetStream API requests the embedded NATS server dropped unanswered, its request queue full (each a read or put its client timed out on and retried)."})}
+	reg.MustRegister(m.dropped)
+	return m
+}
+
+// Dropped records n requests the server dropped.
+func (m *Server) Dropped(n int64) {
+	if m != nil {
+		m.dropped.Add(float64(n))
+	}
+}
+
 func b2f(b bool) float64 {
 	if b {
 		return 1
