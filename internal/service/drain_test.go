@@ -185,7 +185,10 @@ func TestDrainGPU(t *testing.T) {
 		t.Errorf("reason %q does not say drained %s", next.Reason, target)
 	}
 
-	done, _ := h.replans("default")
+	// The drain's replan counted, else the undrain's wait below could
+	// end on it (a revision is in the stream a moment before its replan
+	// is counted).
+	done := h.waitPublished("default", 2)
 	h.undrain(w.NodeID, &gpu)
 	h.waitReplans("default", done+1)
 	sp, err := store.NewPlanStore(h.js).Latest(context.Background(), "default")
