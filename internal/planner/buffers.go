@@ -55,7 +55,18 @@ func (e *engine) placeBuffers() (map[string][]int, int) {
 		if k >= prevB || !samePlace(e.prev.Workers.At(e.prevSlots+k), &w) {
 			moved++
 		}
-		if e.prev != nil && (!same || e.fast && k < prevB && !samePlace(e.prev.Workers.At(e.prevSlots+k), &w)) {
+		// A buffer that stays on its node but takes other GPUs (its
+		// reserved GPU failed, or was on a node that left) is re-placed
+		// all the same, whether the run started from the plan's state or
+		// from its document: the change says so either way.
+		var was *plan.Worker
+		switch {
+		case e.fast && k < prevB:
+			was = e.prev.Workers.At(e.prevSlots + k)
+		case !e.fast && e.prev != nil:
+			was = e.prev.Workers.Find(plan.Buffer, k)
+		}
+		if e.prev != nil && (!same || was != nil && !samePlace(was, &w)) {
 			from := ""
 			if k < len(e.prevBufferIDs) {
 				from = e.prevBufferIDs[k]

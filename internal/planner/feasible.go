@@ -197,7 +197,7 @@ func (e *engine) feasibleKept(p *probe, w WorkerGroup, count int, frac float64) 
 		return nil, 0, refusal{link: chainModel, reason: e.memo(g).gpuWhy, gpu: -1}
 	}
 	for _, x := range gpus {
-		if !e.fits(ns, g.c, x, frac) {
+		if !e.fitsKept(ns, g.c, x, frac) {
 			return nil, 0, refusal{link: chainShare, reason: ReasonNoFreeGPUs, gpu: x}
 		}
 	}
@@ -336,6 +336,22 @@ func (e *engine) fits(ns *nodeState, ci comp, g int, frac float64) bool {
 		}
 	}
 	return true
+}
+
+// fitsKept is fits for a kept worker. A share of eps or less holds no
+// GPU, so fits lets a component it may not share with go beside it (and
+// reserve its GPU for a buffer), but does not let it go beside such a
+// component: the pair is one the engine makes in one order and refuses in
+// the other. A kept worker is checked again in its document's order (a
+// restarted planner, adoptSlow) and not in the order it was placed in (a
+// running planner kept its state), so a tiny share kept is held to its
+// own component's room alone, as its plan's state holds it: it stays
+// where it fits either way.
+func (e *engine) fitsKept(ns *nodeState, ci comp, g int, frac float64) bool {
+	if frac <= eps {
+		return ns.shareOf(ci)[g]+frac <= 1+eps
+	}
+	return e.fits(ns, ci, g, frac)
 }
 
 // cpusFor is the third link's price: the CPUs the next worker of

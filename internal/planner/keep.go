@@ -496,18 +496,23 @@ func (e *engine) keepPrevReserve(byNode [][]*plan.Worker) {
 				continue
 			}
 			seen[at] = true
-			held := map[int]bool{}
+			// The document lists a GPU in train's allocation where train
+			// holds more than eps of it or it is reserved (autoNode): one
+			// listed that train's workers hold eps or less of (a share
+			// of eps or less holds no GPU) is reserved, as the plan's
+			// state says.
+			held := map[int]float64{}
 			for _, w := range byNode[at] {
 				if w.Component == plan.Train {
 					for _, g := range w.GPUs {
-						held[g] = true
+						held[g] += w.GPUShare
 					}
 				}
 			}
 			for _, r := range pn.Allocations[plan.Train] {
 				// The document may be anyone's: bound the walk by the node.
 				for g := max(r.First, 0); g <= min(r.Last, e.table[at].node.GPUs-1) && e.reserve > 0; g++ {
-					if !held[g] && e.keepReserve(at, g) {
+					if held[g] <= eps && e.keepReserve(at, g) {
 						e.reserve--
 					}
 				}

@@ -360,10 +360,15 @@ func (ns *nodeState) hold(ci comp, gi int, gpus []int, frac, cpus float64, xs *e
 		ns.arena = nil
 	}
 	for _, x := range gpus {
-		if ns.wholly(x) {
+		// free counts the wholly free GPUs: a share of eps or less leaves
+		// its GPU wholly free (wholly), so the GPU leaves the count only
+		// once a share takes it past that, whichever worker that is and
+		// however many tiny ones went before.
+		was := ns.wholly(x)
+		ns.shareOf(ci)[x] += frac
+		if was && !ns.wholly(x) {
 			ns.free--
 		}
-		ns.shareOf(ci)[x] += frac
 	}
 	ns.cpuLeft -= cpus
 	ns.count[ci]++
