@@ -218,10 +218,14 @@ func (e *engine) run(nodes []Node) error {
 		e.prevAsked[d.ci] = d.asked
 	}
 	e.fast = e.prev != nil && e.prevState.reusable(e.spec)
+	keepNotes := false
+	var layoutAsked, layoutBase [nComp]int
 	if !e.fast && e.prev != nil && e.prev.PlanState() == plan.StateValid {
-		if asked, base, slots, ok := e.prevLayout(); ok {
+		if asked, base, slots, ok := e.prevLayout(); ok && !e.readAll {
 			e.fast, e.resized = true, true
 			e.prevAsked, e.prevBase, e.prevSlots = asked, base, slots
+		} else if ok {
+			keepNotes, layoutAsked, layoutBase = true, asked, base
 		}
 	}
 	if e.fast {
@@ -254,6 +258,9 @@ func (e *engine) run(nodes []Node) error {
 	switch {
 	case e.fast:
 	case e.prev != nil:
+		if keepNotes {
+			e.keepNotes(layoutAsked, layoutBase)
+		}
 		e.adoptSlow()
 		src = e.room
 	default:

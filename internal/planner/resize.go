@@ -21,10 +21,11 @@ import (
 
 // prevLayout is, for a run that may start from a previous state of
 // another size, how many workers each component had there and where its
-// slots began; ok reports whether this run may start from it (resized).
+// slots began; ok reports whether this run may start from it (resized),
+// which readAll then refuses (run: keepNotes).
 func (e *engine) prevLayout() (asked, base [nComp]int, slots int, ok bool) {
 	st := e.prevState
-	if st == nil || e.readAll || st.rulesManual() || e.rules.manual {
+	if st == nil || st.rulesManual() || e.rules.manual {
 		return asked, base, 0, false
 	}
 	refs := elasticRefs(e.spec)
@@ -82,11 +83,17 @@ func (e *engine) dropNodes() []bool {
 	if !e.resized {
 		return nil
 	}
+	return e.dropNodesOf(e.prevAsked, e.prevBase)
+}
+
+// dropNodesOf is dropNodes for the previous plan's layout asked, base
+// (prevLayout).
+func (e *engine) dropNodesOf(asked, base [nComp]int) []bool {
 	var force []bool
 	table := e.prevState.table
 	last := ""
 	for ci := range comp(nComp) {
-		for s := e.prevBase[ci] + e.demands[ci].asked; s < e.prevBase[ci]+e.prevAsked[ci]; s++ {
+		for s := base[ci] + e.demands[ci].asked; s < base[ci]+asked[ci]; s++ {
 			id := e.prev.Workers.At(s).NodeID
 			if id == last {
 				continue
@@ -245,4 +252,28 @@ func keptAll(cur, doc *Plan, ch *Change) bool {
 		}
 	}
 	return true
+}
+
+// keepNotes gives the nodes of a run that reads every worker again
+// (adoptSlow) although it could start from the previous plan's state of
+// other elastic sizes (readAll refused it: prevLayout) the notes
+// adoptFast would keep: those of every node whose facts are the ones the
+// previous run saw and that hosts no worker the new sizes drop, the
+// nodes adoptFast keeps untouched. Without them a plan grown or cut
+// through the documents lost, say, the "held by plan t4" of the nodes
+// its elastic eval could not use, which the same plan made from the
+// state keeps (TestElasticLargeAgrees). Before any pass, so that the
+// notes this run makes follow them, as in a state adoptFast kept.
+func (e *engine) keepNotes(asked, base [nComp]int) {
+	prev := e.prevState.table
+	force := e.dropNodesOf(asked, base)
+	for _, ns := range e.table {
+		i, ok := slices.BinarySearchFunc(prev, ns.node.ID, func(old *nodeState, id string) int { return strings.Compare(old.node.ID, id) })
+		if !ok || !sameFacts(prev[i].node, ns.node) || force != nil && force[i] {
+			continue
+		}
+		for _, n := range prev[i].notes() {
+			ns.note(n.comp, n.reason, &e.extras)
+		}
+	}
 }
