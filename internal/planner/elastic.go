@@ -214,6 +214,7 @@ func truncated(prev *Plan, refs []elasticRef, counts []int, spec *Spec, readAll 
 	}
 	out := *prev
 	out.state, out.afresh, out.takenBy, out.releasedAs = nil, nil, nil, nil
+	out.notesFrom = notesKept(prev, drop)
 	// Made here and filled by remainingWorkers, not returned by it, so
 	// that they stay off the heap.
 	gpus, counted := map[cutKey][]int{}, map[cutKey][]int{}

@@ -218,14 +218,22 @@ func (e *engine) run(nodes []Node) error {
 		e.prevAsked[d.ci] = d.asked
 	}
 	e.fast = e.prev != nil && e.prevState.reusable(e.spec)
-	keepNotes := false
-	var layoutAsked, layoutBase [nComp]int
+	// notesFrom: the states adoptFast would have started from, where
+	// readAll, or a previous plan cut from every worker, has this run
+	// read every worker again (keepNotes).
+	var notesFrom []*nodeState
 	if !e.fast && e.prev != nil && e.prev.PlanState() == plan.StateValid {
-		if asked, base, slots, ok := e.prevLayout(); ok && !e.readAll {
+		asked, base, slots, ok := e.prevLayout()
+		switch {
+		case ok && !e.readAll:
 			e.fast, e.resized = true, true
 			e.prevAsked, e.prevBase, e.prevSlots = asked, base, slots
-		} else if ok {
-			keepNotes, layoutAsked, layoutBase = true, asked, base
+		case ok:
+			notesFrom = e.prevState.table
+		case e.prevState == nil && e.prev.notesFrom != nil && e.prev.spec != nil:
+			if _, _, _, ok := e.layoutOf(e.prev.spec); ok || specEqual(e.prev.spec, e.spec) {
+				notesFrom = e.prev.notesFrom
+			}
 		}
 	}
 	if e.fast {
@@ -258,8 +266,8 @@ func (e *engine) run(nodes []Node) error {
 	switch {
 	case e.fast:
 	case e.prev != nil:
-		if keepNotes {
-			e.keepNotes(layoutAsked, layoutBase)
+		if notesFrom != nil {
+			e.keepNotes(notesFrom)
 		}
 		e.adoptSlow()
 		src = e.room

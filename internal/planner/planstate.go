@@ -26,6 +26,11 @@ type Plan struct {
 	// priority given way (place), as the next run plans a job that holds
 	// nothing, so that its words do not change on a quiet cluster.
 	releasedAs *Outcome
+	// notesFrom, for a plan without a state cut from every worker of one
+	// that had one (truncated), is that state's nodes the cut took no
+	// worker from: what the next run keeps notes from, as from the state
+	// cutFast would have made (engine.keepNotes).
+	notesFrom []*nodeState
 }
 
 // WithRunOf is p's document with what the run that made next keeps for

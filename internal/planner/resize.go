@@ -24,18 +24,25 @@ import (
 // slots began; ok reports whether this run may start from it (resized),
 // which readAll then refuses (run: keepNotes).
 func (e *engine) prevLayout() (asked, base [nComp]int, slots int, ok bool) {
-	st := e.prevState
-	if st == nil || st.rulesManual() || e.rules.manual {
+	if e.prevState == nil {
+		return asked, base, 0, false
+	}
+	return e.layoutOf(e.prevState.spec)
+}
+
+// layoutOf is prevLayout for a previous plan made for spec ps.
+func (e *engine) layoutOf(ps *Spec) (asked, base [nComp]int, slots int, ok bool) {
+	if ps.Placement.Mode == ModeManual || e.rules.manual {
 		return asked, base, 0, false
 	}
 	refs := elasticRefs(e.spec)
-	if len(refs) == 0 || !sameShape(elasticRefs(st.spec), refs) {
+	if len(refs) == 0 || !sameShape(elasticRefs(ps), refs) {
 		return asked, base, 0, false
 	}
-	if !specEqual(sized(st.spec, specCounts(e.spec, refs)), e.spec) {
+	if !specEqual(sized(ps, specCounts(e.spec, refs)), e.spec) {
 		return asked, base, 0, false
 	}
-	sc := st.spec.Scheduling
+	sc := ps.Scheduling
 	for ci, groups := range [nComp][]WorkerGroup{groupList(sc.Train), groupList(sc.Eval), sc.Env} {
 		base[ci] = slots
 		for _, g := range groups {
@@ -83,17 +90,11 @@ func (e *engine) dropNodes() []bool {
 	if !e.resized {
 		return nil
 	}
-	return e.dropNodesOf(e.prevAsked, e.prevBase)
-}
-
-// dropNodesOf is dropNodes for the previous plan's layout asked, base
-// (prevLayout).
-func (e *engine) dropNodesOf(asked, base [nComp]int) []bool {
 	var force []bool
 	table := e.prevState.table
 	last := ""
 	for ci := range comp(nComp) {
-		for s := base[ci] + e.demands[ci].asked; s < base[ci]+asked[ci]; s++ {
+		for s := e.prevBase[ci] + e.demands[ci].asked; s < e.prevBase[ci]+e.prevAsked[ci]; s++ {
 			id := e.prev.Workers.At(s).NodeID
 			if id == last {
 				continue
@@ -188,7 +189,7 @@ func cutFast(prev *Plan, refs []elasticRef, counts []int, spec *Spec) *Plan {
 	out.StorageToTrainWorkers = doc.StorageToTrainWorkers
 	out.Unplaced = nil
 	out.Demands = demandsOf(spec)
-	out.state, out.afresh, out.takenBy, out.releasedAs = doc.state, nil, nil, nil
+	out.state, out.afresh, out.takenBy, out.releasedAs, out.notesFrom = doc.state, nil, nil, nil, nil
 	if prev.spec != nil {
 		out.spec = spec
 	}
@@ -254,26 +255,64 @@ func keptAll(cur, doc *Plan, ch *Change) bool {
 	return true
 }
 
-// keepNotes gives the nodes of a run that reads every worker again
-// (adoptSlow) although it could start from the previous plan's state of
-// other elastic sizes (readAll refused it: prevLayout) the notes
-// adoptFast would keep: those of every node whose facts are the ones the
-// previous run saw and that hosts no worker the new sizes drop, the
-// nodes adoptFast keeps untouched. Without them a plan grown or cut
-// through the documents lost, say, the "held by plan t4" of the nodes
-// its elastic eval could not use, which the same plan made from the
-// state keeps (TestElasticLargeAgrees). Before any pass, so that the
-// notes this run makes follow them, as in a state adoptFast kept.
-func (e *engine) keepNotes(asked, base [nComp]int) {
-	prev := e.prevState.table
-	force := e.dropNodesOf(asked, base)
+// keepNotes gives the nodes of a run that reads every worker of its
+// previous plan again (adoptSlow) where adoptFast would have started
+// from a state of that plan (from: its nodes' states) the notes
+// adoptFast keeps: those of every node whose facts are the ones that
+// state saw and that hosts no worker this run's sizes drop, the nodes
+// adoptFast keeps untouched (merge, dropNodes). Without them a plan grown
+// or cut through the documents (readAll) lost, say, the "held by plan
+// t4" of the nodes its elastic eval could not use, which the same plan
+// made from its state keeps (TestElasticLargeAgrees). Called before any
+// pass, so that the notes this run makes follow them, as in a state
+// adoptFast kept.
+func (e *engine) keepNotes(from []*nodeState) {
+	drops := e.dropsOn()
 	for _, ns := range e.table {
-		i, ok := slices.BinarySearchFunc(prev, ns.node.ID, func(old *nodeState, id string) int { return strings.Compare(old.node.ID, id) })
-		if !ok || !sameFacts(prev[i].node, ns.node) || force != nil && force[i] {
+		i, ok := slices.BinarySearchFunc(from, ns.node.ID, func(old *nodeState, id string) int { return strings.Compare(old.node.ID, id) })
+		if !ok || drops[ns.node.ID] || !sameFacts(from[i].node, ns.node) {
 			continue
 		}
-		for _, n := range prev[i].notes() {
+		for _, n := range from[i].notes() {
 			ns.note(n.comp, n.reason, &e.extras)
 		}
 	}
+}
+
+// dropsOn is the nodes hosting a worker of the previous plan that this
+// run's spec no longer asks for (nil: none).
+func (e *engine) dropsOn() map[string]bool {
+	var out map[string]bool
+	for _, w := range e.prev.Workers.All() {
+		r := w.Component.Rank()
+		if r < 0 || r >= nComp || w.Index < e.demands[r].asked {
+			continue
+		}
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[w.NodeID] = true
+	}
+	return out
+}
+
+// notesKept is what a plan cut from every worker of prev (truncated)
+// keeps of prev's node states for the next run's notes (Plan.notesFrom):
+// those of the nodes hosting none of the workers drop cuts, the states
+// cutFast's plan keeps untouched; nil where prev has none.
+func notesKept(prev *Plan, drop func(plan.Component, int) bool) []*nodeState {
+	from := prev.notesFrom
+	if prev.state != nil {
+		from = prev.state.table
+	}
+	if from == nil {
+		return nil
+	}
+	cut := map[string]bool{}
+	for _, w := range prev.Workers.All() {
+		if drop(w.Component, w.Index) {
+			cut[w.NodeID] = true
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(from), func(ns *nodeState) bool { return cut[ns.node.ID] })
 }

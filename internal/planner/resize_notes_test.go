@@ -76,6 +76,59 @@ func TestResizeKeepsNotes(t *testing.T) {
 	}
 }
 
+// TestElasticShrinkKeepsNotes: PlanAllWith shrinks (or grows) a plan
+// whose fresh placement noted the nodes others hold for a plan of
+// higher priority, b; the plan cut from every worker (readAll:
+// truncated, no state) keeps those notes as the one cut from its state
+// (cutFast) does. They were lost where b took 6 GPUs and eval went from
+// 10 to 8.
+func TestElasticShrinkKeepsNotes(t *testing.T) {
+	nodes := []Node{
+		{ID: "n0", IP: "10.0.0.1", CPUs: 64, GPUs: 8},
+		{ID: "n1", IP: "10.0.0.1", CPUs: 64, GPUs: 4, HeldBy: []string{"t4", "t4", "t4", "t4"}},
+		{ID: "n2", IP: "10.0.0.1", CPUs: 64, GPUs: 4, HeldBy: []string{"t4", "t4", "t5", "t5"}},
+		{ID: "n3", IP: "10.0.0.1", CPUs: 64, GPUs: 8},
+	}
+	held := []plan.Note{
+		{NodeID: "n1", Component: plan.Eval, Reason: "held by plan t4"},
+		{NodeID: "n2", Component: plan.Eval, Reason: "held by plan t4, plan t5"},
+	}
+	a := Job{Name: "a", Age: 1, Spec: elasticSpec(t, 2, 4, 64, 0)}
+	prev, err := Compute(sized(a.Spec, []int{10}), nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Prev = prev
+	for _, tc := range []struct {
+		taker, eval int
+	}{
+		{2, 12}, // grown into what is left
+		{4, 10},
+		{6, 8}, // cut
+	} {
+		t.Run(fmt.Sprintf("b takes %d", tc.taker), func(t *testing.T) {
+			jobs := []Job{a, {Name: "b", Age: 2, Spec: trainSpec(t, tc.taker, 10, 0)}}
+			var notes [2][]plan.Note
+			for k, readAll := range []bool{false, true} {
+				o := PlanAllWith(jobs, nodes, ElasticOptions{readAll: readAll})[0]
+				if o.Err != nil {
+					t.Fatalf("readAll %v: %v", readAll, o.Err)
+				}
+				if got := countOf(o.Plan, plan.Eval); got != tc.eval {
+					t.Fatalf("readAll %v: %d eval, want %d", readAll, got, tc.eval)
+				}
+				if got := heldNotes(o.Plan.Notes); !slices.Equal(got, held) {
+					t.Errorf("readAll %v: held notes %v, want %v", readAll, got, held)
+				}
+				notes[k] = o.Plan.Notes
+			}
+			if !slices.Equal(notes[0], notes[1]) {
+				t.Errorf("notes from the states %v, from the documents %v", notes[0], notes[1])
+			}
+		})
+	}
+}
+
 // heldNotes is the notes of notes that name plans holding the node.
 func heldNotes(notes []plan.Note) []plan.Note {
 	return slices.DeleteFunc(slices.Clone(notes), func(n plan.Note) bool { return !isHeldNote(n.Reason) })
