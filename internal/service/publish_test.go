@@ -222,3 +222,81 @@ func TestStateFileKeepsPlacedFor(t *testing.T) {
 	defer stop()
 	h.waitFor("default", "no worker on "+gone, func(p *planner.Plan) bool { return p.Revision > resumed.Revision && !onNode(p, gone) })
 }
+
+// TestRemovedWhileStoppedReleases (review i28w): a spec removed and
+// stored again while no planner ran is planned afresh by the planner
+// started next, as by one that kept running through the removal: that
+// one published the removal (no workers, removed) and then a fresh
+// placement of the spec stored since. Without the removal's revision,
+// the old placement was kept under the new spec (the removal looked
+// past). The same spec stored again is a removal too, as is a purge.
+func TestRemovedWhileStoppedReleases(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	const b = "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"
+	type run struct {
+		states  []plan.State // of each revision after the first
+		fresh   bool         // the last revision placed afresh
+		workers int
+	}
+	for _, again := range []string{a, b} {
+		// what runs through the removal and the put again: a planner that
+		// kept running, one stopped for both (the spec deleted, or
+		// purged; or its revision from before planners said their spec's
+		// revision, where only another spec can be told from the one
+		// removed), one whose removal and put land in one replan.
+		for _, mode := range []string{"running", "restarted", "restarted purged", "restarted no header", "one replan"} {
+			if mode == "restarted no header" && again == a {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/stored again %s", mode, map[string]string{a: "the same", b: "another"}[again]), func(t *testing.T) {
+				t.Parallel()
+				h := newMemHarness(t)
+				specs := h.cluster(4, map[string]string{"default": a})
+				cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
+				if mode == "one replan" {
+					cfg.Debounce = 2 * time.Second // both land in the debounce
+				}
+				stop := h.plannerWith(context.Background(), cfg)
+				first := h.waitFor("default", "a valid plan", func(p *planner.Plan) bool { return p.Valid() })
+				restart := strings.HasPrefix(mode, "restarted")
+				if restart {
+					stop()
+				}
+				if mode == "restarted no header" {
+					h.mem.mu.Lock()
+					for i := range h.mem.msgs {
+						h.mem.msgs[i].specRevision = 0
+					}
+					h.mem.mu.Unlock()
+				}
+				if mode == "restarted purged" {
+					memSpecs{h.mem.specs}.purge("default")
+				} else if err := specs.Delete(context.Background(), "default"); err != nil {
+					t.Fatal(err)
+				}
+				if mode == "running" {
+					h.waitFor("default", "removed", func(p *planner.Plan) bool { return p.Removed() })
+				}
+				if _, err := specs.Put(context.Background(), "default", []byte(again)); err != nil {
+					t.Fatal(err)
+				}
+				if restart {
+					stop = h.plannerWith(context.Background(), cfg)
+				}
+				defer stop()
+				last := h.waitFor("default", "placed again", func(p *planner.Plan) bool { return p.Revision > first.Revision && p.Valid() })
+				hist := h.history()
+				var got run
+				for _, p := range hist[1:] {
+					got.states = append(got.states, p.PlanState())
+				}
+				got.fresh, got.workers = last.Status.Fresh != "", last.Workers.Len()
+				want := run{states: []plan.State{plan.StateInvalid, plan.StateValid}, fresh: true, workers: map[string]int{a: 16, b: 8}[again]}
+				if fmt.Sprint(got) != fmt.Sprint(want) || !hist[1].Removed() {
+					t.Fatalf("revisions after the first: %+v (second removed: %v); want %+v, the removal then a fresh placement", got, hist[1].Removed(), want)
+				}
+			})
+		}
+	}
+}

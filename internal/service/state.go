@@ -24,6 +24,9 @@ type planState struct {
 	latest *store.StoredPlan
 	spec   *planner.Spec
 	digest string
+	// specRev is the spec bucket revision spec was read from (0: not
+	// known); each revision published says it (client.SpecRevisionHeader).
+	specRev uint64
 	// specBytes is the spec planned on, as stored, to put back should
 	// the bucket be lost; note, what the next revision's reason adds
 	// (an outage waited out).
@@ -75,6 +78,14 @@ type planState struct {
 	followedFor    *store.StoredPlan
 	followedDigest string
 	followedSaid   *store.StoredPlan
+	// removedSince: the spec was removed after the one latest was
+	// planned on, and stored again (removedSince, loopState); the
+	// plan's next revision releases it, as a planner running through the
+	// removal did, and the one after places the spec afresh.
+	// removalChecked is the latest known not to be (whose history was
+	// read, or that this planner published with its spec watch live).
+	removedSince   bool
+	removalChecked *store.StoredPlan
 }
 
 // heldShares is planner.HeldShares(next), summed from prev's where that
