@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -286,7 +287,13 @@ func (p *loopState) followedSpec(ctx context.Context, s *planState) *planner.Spe
 	case s.followedFor == latest && s.followedDigest == digest:
 		return s.followed
 	}
-	spec, err := p.specOfDigest(ctx, s.name, digest)
+	// A pending revision's placement follows the spec it names; any
+	// other's, maybe one adopted since it was published.
+	var adopting *planner.Plan
+	if latest.Plan.PendingSpec == nil {
+		adopting = latest.Plan
+	}
+	spec, adoptedRev, err := p.specOfDigest(ctx, s.name, digest, adopting)
 	if err != nil {
 		p.followedRetry = true
 		if s.followedSaid != latest {
@@ -295,6 +302,17 @@ func (p *loopState) followedSpec(ctx context.Context, s *planState) *planner.Spe
 				Msg("cannot read the spec's history for the spec the latest revision followed; its placement is kept as it is until it can")
 		}
 		return nil
+	}
+	if adoptedRev != 0 {
+		// Held as the planner that adopted it held it (adoptSpec), so
+		// that the next revision says its placement follows this spec
+		// (Poolplanner-Placed-For), as that planner's would.
+		adopted := *latest
+		adopted.SpecDigest, adopted.SpecRevision = SpecDigest(spec), adoptedRev
+		if s.removalChecked == latest {
+			s.removalChecked = &adopted
+		}
+		s.latest, latest, digest = &adopted, &adopted, adopted.SpecDigest
 	}
 	s.followedFor, s.followedDigest, s.followed = latest, digest, spec
 	return spec
@@ -305,13 +323,15 @@ func (p *loopState) followedSpec(ctx context.Context, s *planState) *planner.Spe
 const followedRetryAfter = 2 * time.Second
 
 // specOfDigest is the newest spec of plan name's history whose digest
-// is digest (nil: none there).
-func (p *loopState) specOfDigest(ctx context.Context, name, digest string) (*planner.Spec, error) {
+// is digest (nil: none there), or, with adopting (the placement of a
+// revision published on it), the newest put after it that adopted that
+// placement (adoptedAs) and its revision (0: spec itself).
+func (p *loopState) specOfDigest(ctx context.Context, name, digest string, adopting *planner.Plan) (*planner.Spec, uint64, error) {
 	// "Not found" of a plan's key being planned is a replica behind
 	// (specHistory): an error, asked again, not a history without it.
 	hist, err := p.specHistory(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for i := len(hist) - 1; i >= 0; i-- {
 		if hist[i].Operation() != jetstream.KeyValuePut {
@@ -321,10 +341,57 @@ func (p *loopState) specOfDigest(ctx context.Context, name, digest string) (*pla
 			continue
 		}
 		if spec, err := planner.ParseSpec(hist[i].Value()); err == nil && SpecDigest(spec) == digest {
-			return spec, nil
+			if adopting != nil {
+				adopted, rev := adoptedAs(spec, adopting, hist[i+1:])
+				return adopted, rev, nil
+			}
+			return spec, 0, nil
 		}
 	}
-	return nil, nil
+	return nil, 0, nil
+}
+
+// adoptedAs is the spec a placement published on spec follows, given
+// the puts stored after spec (later, the newest last): the newest of
+// them that a planner would have adopted (published nothing for, the
+// placement the same: Service.adoptSpec), else spec. An adoption is
+// stored nowhere, so that a steady cluster publishes nothing; the
+// spec's history is its record, read only when a restarted planner
+// needs it (Job.FollowsUnknown). Which later put was adopted is not
+// known for sure, only which could be: one differing from spec in its
+// quota alone, a quota the placement fits (planner.WithinQuota). One
+// that differs in more (constraints, a manual pool, priority) may have
+// placed otherwise and is not taken; one that cannot have been adopted,
+// never taken (taken, a pending spec's replan would keep the placement
+// on a spec it does not fit, and release the plan: review rev5). A put
+// that could have been adopted but was stored while no planner ran is
+// taken too: the planner then follows the spec a planner running
+// through it would have.
+func adoptedAs(spec *planner.Spec, placed *planner.Plan, later []jetstream.KeyValueEntry) (*planner.Spec, uint64) {
+	for i := len(later) - 1; i >= 0; i-- {
+		e := later[i]
+		if e.Operation() != jetstream.KeyValuePut {
+			// Released since (removedSince): nothing adopted before.
+			return spec, 0
+		}
+		next, err := planner.ParseSpec(e.Value())
+		if err != nil {
+			continue
+		}
+		same := *next
+		same.MaxGPUs = spec.MaxGPUs
+		if !reflect.DeepEqual(&same, spec) {
+			continue
+		}
+		if next.MaxGPUs > 0 && planner.HeldGPUs(placed) > next.MaxGPUs {
+			continue // a degraded placement is not checked by WithinQuota
+		}
+		held := *placed
+		if o := planner.WithinQuota(planner.Outcome{Plan: &held}, next); o.Err == nil && o.Plan.Placed() {
+			return next, e.Revision()
+		}
+	}
+	return spec, 0
 }
 
 // conflicted wraps a conflict for replan to re-read s's latest.

@@ -300,3 +300,78 @@ func TestRemovedWhileStoppedReleases(t *testing.T) {
 		}
 	}
 }
+
+// TestAdoptedSpecFollowedAfterRestart (review i28w): a spec change
+// adopted (placed the same, nothing published) is what the placement
+// follows after a restart too: a spec stored next that cannot be placed
+// is pending on the adopted spec (Poolplanner-Placed-For its digest),
+// as with a planner that kept running, not on the one the stored
+// revision was published on. A quota the placement does not fit, stored
+// while no planner ran, was never adopted: it is not taken for the
+// spec in force (taken, the pending spec's replan would release the
+// plan, review rev5).
+func TestAdoptedSpecFollowedAfterRestart(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	const b = a + "max_gpus: 16\n" // the placement fits: adopted
+	const c = "scheduling:\n  train: {worker_num: 64, num_cpus: 1, num_gpus: 1}\n"
+	digest := func(spec string) string {
+		parsed, err := planner.ParseSpec([]byte(spec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return SpecDigest(parsed)
+	}
+	for _, tc := range []struct {
+		name    string
+		restart bool
+		stored  []string // while no planner runs, before c
+		follows string
+	}{
+		{"running", false, nil, b},
+		{"restarted", true, nil, b},
+		{"restarted, a quota it does not fit stored meanwhile", true, []string{a + "max_gpus: 8\n"}, b},
+		{"restarted, adopted twice", true, []string{a + "max_gpus: 20\n"}, a + "max_gpus: 20\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newMemHarness(t)
+			specs := h.cluster(4, map[string]string{"default": a})
+			store := func(spec string) {
+				if _, err := specs.Put(context.Background(), "default", []byte(spec)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
+			stop := h.plannerWith(context.Background(), cfg)
+			first := h.waitFor("default", "a valid plan", func(p *planner.Plan) bool { return p.Valid() })
+			done := h.waitPublished("default", 1)
+			store(b)
+			h.waitReplans("default", done+1) // b replanned: adopted
+			if tc.restart {
+				stop()
+			}
+			for _, s := range tc.stored {
+				store(s)
+			}
+			store(c)
+			if tc.restart {
+				stop = h.plannerWith(context.Background(), cfg)
+			}
+			defer stop()
+			h.waitFor("default", "pending", func(p *planner.Plan) bool { return p.Revision > first.Revision })
+			sp, err := h.plans().Latest(context.Background(), "default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := sp.Plan
+			if next.Revision != first.Revision+1 || !next.Valid() || next.PendingSpec == nil || next.Moved != 0 || next.Workers.Len() != first.Workers.Len() {
+				t.Fatalf("revision %d (after %d): state %s, pending %+v, moved %d, %d workers; want the placement kept, c pending",
+					next.Revision, first.Revision, next.PlanState(), next.PendingSpec, next.Moved, next.Workers.Len())
+			}
+			if want := digest(tc.follows); sp.PlacedFor != want {
+				t.Fatalf("placed for %s, want %s (a %s, b %s)", sp.PlacedFor, want, digest(a), digest(b))
+			}
+		})
+	}
+}
