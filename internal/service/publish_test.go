@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -371,6 +372,54 @@ func TestAdoptedSpecFollowedAfterRestart(t *testing.T) {
 			}
 			if want := digest(tc.follows); sp.PlacedFor != want {
 				t.Fatalf("placed for %s, want %s (a %s, b %s)", sp.PlacedFor, want, digest(a), digest(b))
+			}
+		})
+	}
+}
+
+// TestAdoptedAs: which put after a revision's spec is taken as adopted
+// (adoptedAs): the newest differing from it in max_gpus alone, a quota
+// the placement fits; nothing before a removal.
+func TestAdoptedAs(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 4, num_cpus: 1, num_gpus: 1}\n"
+	parse := func(s string) *planner.Spec {
+		spec, err := planner.ParseSpec([]byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spec
+	}
+	out := planner.PlanAll([]planner.Job{{Name: "p", Spec: parse(a)}}, []planner.Node{{ID: "n1", IP: "10.0.0.1", CPUs: 64, GPUs: 8}})
+	placed := out[0].Plan
+	if !placed.Valid() || planner.HeldGPUs(placed) != 4 {
+		t.Fatalf("placed %s holding %d GPUs (error %q); want valid on 4", placed.PlanState(), planner.HeldGPUs(placed), placed.Error)
+	}
+	put := func(rev uint64, s string) memEntry {
+		return memEntry{key: "p", value: []byte(s), rev: rev, op: jetstream.KeyValuePut}
+	}
+	for _, tc := range []struct {
+		name  string
+		later []memEntry
+		want  uint64 // the revision taken; 0: a itself
+	}{
+		{"none", nil, 0},
+		{"a quota it fits", []memEntry{put(2, a+"max_gpus: 4\n")}, 2},
+		{"the newest of two", []memEntry{put(2, a+"max_gpus: 4\n"), put(3, a+"max_gpus: 6\n")}, 3},
+		{"a quota it does not fit is passed over", []memEntry{put(2, a+"max_gpus: 4\n"), put(3, a+"max_gpus: 2\n")}, 2},
+		{"more than the quota changed", []memEntry{put(2, a+"max_gpus: 4\npriority: 3\n")}, 0},
+		{"a spec that does not parse is passed over", []memEntry{put(2, a+"max_gpus: 4\n"), put(3, "scheduling: [")}, 2},
+		{"a removal since", []memEntry{put(2, a+"max_gpus: 4\n"), {key: "p", rev: 3, op: jetstream.KeyValueDelete}, put(4, a+"max_gpus: 5\n")}, 4},
+		{"nothing before a removal", []memEntry{put(2, a+"max_gpus: 4\n"), {key: "p", rev: 3, op: jetstream.KeyValuePurge}}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			later := make([]jetstream.KeyValueEntry, len(tc.later))
+			for i, e := range tc.later {
+				later[i] = e
+			}
+			spec, rev := adoptedAs(parse(a), placed, later)
+			if rev != tc.want || (rev == 0) != (SpecDigest(spec) == SpecDigest(parse(a))) {
+				t.Fatalf("revision %d (spec %s), want %d", rev, SpecDigest(spec), tc.want)
 			}
 		})
 	}
