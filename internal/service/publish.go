@@ -336,8 +336,10 @@ func (p *loopState) specOfDigest(ctx context.Context, name, digest string, adopt
 	for i := len(hist) - 1; i >= 0; i-- {
 		if hist[i].Operation() != jetstream.KeyValuePut {
 			// A removal after the revision's spec was released and
-			// planned afresh (removedSince) before its spec is looked
-			// up; one before it is no news.
+			// planned afresh before its spec is looked up
+			// (removedSince); one it could not tell (no
+			// Poolplanner-Spec-Revision, the same digest stored again)
+			// is looked past, the placement checked on that spec still.
 			continue
 		}
 		if spec, err := planner.ParseSpec(hist[i].Value()); err == nil && SpecDigest(spec) == digest {
