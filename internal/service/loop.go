@@ -735,7 +735,7 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 		// Stored again before the removal was published (one replan
 		// takes both): it is published still, then the spec planned
 		// afresh, as when the removal had a replan of its own.
-		s.removedSince = true
+		s.removedSince = s.revision()
 	}
 	var age uint64
 	if fresh {

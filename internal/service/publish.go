@@ -172,7 +172,7 @@ func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]
 			if err := p.publishRemoval(ctx, s, on); err != nil {
 				return nil, nil, conflicted(s, err)
 			}
-			s.removedSince = false
+			s.removedSince = 0
 			s.inherited = nil // none of its nodes is waited for: it holds none
 		}
 		latest, age := s.latest, s.age
@@ -217,10 +217,14 @@ func (p *loopState) removedSince(ctx context.Context, s *planState) bool {
 	switch {
 	case latest == nil || latest.Plan.Removed() || latest.Orphan || latest.Unreadable:
 		// Nothing to release, or nothing known of the spec it followed.
-		s.removedSince = false
+		s.removedSince = 0
 		return false
-	case s.removedSince:
+	case s.removedSince == latest.Plan.Revision:
 		return true
+	case s.removedSince != 0:
+		// Another planner published since (a standby's watch saw both):
+		// the removal is its latest's to say, as read below.
+		s.removedSince = 0
 	case s.removalChecked == latest:
 		return false
 	case latest.SpecRevision != 0 && s.specRev != 0 && latest.SpecRevision >= s.specRev,
@@ -481,7 +485,7 @@ func (s *planState) specOn() specOn { return specOn{digest: s.digest, rev: s.spe
 // drop forgets a removed plan's state and ends every series of the
 // plan.
 func (p *loopState) drop(s *planState) {
-	s.spec, s.digest, s.specBytes, s.removing, s.age, s.specRev, s.removedSince = nil, "", nil, false, 0, 0, false
+	s.spec, s.digest, s.specBytes, s.removing, s.age, s.specRev, s.removedSince = nil, "", nil, false, 0, 0, 0
 	if p.states[s.name] == s {
 		delete(p.states, s.name)
 	}

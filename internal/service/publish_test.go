@@ -424,3 +424,38 @@ func TestAdoptedAs(t *testing.T) {
 		})
 	}
 }
+
+// TestStandbySawRemovalAndPut: a standby whose spec watch delivered a
+// removal and the put after it, both planned by the leader (the removal
+// published, then a fresh placement), publishes neither again when it
+// takes the lease: the removal it saw is its latest's to say.
+func TestStandbySawRemovalAndPut(t *testing.T) {
+	t.Parallel()
+	h := newMemHarness(t)
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	specs := h.cluster(4, map[string]string{"default": a})
+	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
+	lead := h.instance("", cfg)
+	h.waitRevision(1)
+	standby := h.instance("", cfg)
+	if h.waitLeader(5*time.Second, lead, standby) != lead {
+		t.Fatal("the first planner does not lead")
+	}
+	if err := specs.Delete(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("default", "removed", func(p *planner.Plan) bool { return p.Removed() })
+	if _, err := specs.Put(context.Background(), "default", []byte(a)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("default", "placed again", func(p *planner.Plan) bool { return p.Revision == 3 && p.Valid() })
+	standby.following(t, map[string]int{"default": 3})
+	lead.stop()
+	if h.waitLeader(10*time.Second, standby) != standby {
+		t.Fatal("the standby does not lead")
+	}
+	standby.replanned(t, "default")
+	if revs := h.mem.revisions("default"); len(revs) != 3 {
+		t.Fatalf("revisions %v; want 1-3, the leader's, and none of the standby's", revs)
+	}
+}

@@ -78,13 +78,15 @@ type planState struct {
 	followedFor    *store.StoredPlan
 	followedDigest string
 	followedSaid   *store.StoredPlan
-	// removedSince: the spec was removed after the one latest was
-	// planned on, and stored again (removedSince, loopState); the
-	// plan's next revision releases it, as a planner running through the
-	// removal did, and the one after places the spec afresh.
+	// removedSince, when not 0, is the latest revision when the spec
+	// watch delivered a removal and then a put again, both before a
+	// replan published the removal (removedSince, loopState): the plan's
+	// next revision releases it, as a planner running through the
+	// removal did, and the one after places the spec afresh. A latest
+	// published since by another planner says itself what it follows.
 	// removalChecked is the latest known not to be (whose history was
 	// read, or that this planner published with its spec watch live).
-	removedSince   bool
+	removedSince   int
 	removalChecked *store.StoredPlan
 }
 
