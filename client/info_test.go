@@ -41,7 +41,9 @@ func TestInfoMeta(t *testing.T) {
 		h    map[string]string
 		want Meta
 	}{
-		{"all headers", map[string]string{BaseHeader: "3", SpecDigestHeader: "d1", PlannerHeader: "p1"}, Meta{Seq: 7, Base: 3, SpecDigest: "d1", Publisher: "p1"}},
+		{"all headers", map[string]string{BaseHeader: "3", SpecDigestHeader: "d1", PlacedForHeader: "d0", SpecRevisionHeader: "12", PlannerHeader: "p1"},
+			Meta{Seq: 7, Base: 3, SpecDigest: "d1", PlacedFor: "d0", SpecRevision: 12, Publisher: "p1"}},
+		{"spec revision unreadable", map[string]string{SpecRevisionHeader: "-1"}, Meta{Seq: 7}},
 		{"none", nil, Meta{Seq: 7}},
 		{"base unreadable", map[string]string{BaseHeader: "x"}, Meta{Seq: 7}},
 	} {

@@ -27,6 +27,9 @@ type Meta struct {
 	// the spec its placement follows (PlacedForHeader); empty otherwise,
 	// or not known (a revision published before planners said it).
 	PlacedFor string
+	// SpecRevision is the spec bucket revision of the spec the revision
+	// was planned from (SpecRevisionHeader); 0 where not known.
+	SpecRevision uint64
 	// Publisher is the planner instance that published it
 	// (PlannerHeader); empty when not known.
 	Publisher string
@@ -36,5 +39,7 @@ type Meta struct {
 // headers h.
 func metaOf(seq uint64, h nats.Header) Meta {
 	base, _ := strconv.Atoi(h.Get(BaseHeader))
-	return Meta{Seq: seq, Base: base, SpecDigest: h.Get(SpecDigestHeader), PlacedFor: h.Get(PlacedForHeader), Publisher: h.Get(PlannerHeader)}
+	// One that does not parse is not known (0), as one absent.
+	specRev, _ := strconv.ParseUint(h.Get(SpecRevisionHeader), 10, 64)
+	return Meta{Seq: seq, Base: base, SpecDigest: h.Get(SpecDigestHeader), PlacedFor: h.Get(PlacedForHeader), SpecRevision: specRev, Publisher: h.Get(PlannerHeader)}
 }

@@ -82,6 +82,11 @@ const (
 	// digest of the spec its placement follows (the last one in force):
 	// a planner restarted on it re-checks the placement on that spec.
 	PlacedForHeader = "Poolplanner-Placed-For"
+	// SpecRevisionHeader carries the spec bucket revision of the spec a
+	// plan was made from: a planner restarted on it tells from the spec's
+	// history whether the spec was removed after (and stored again while
+	// no planner ran). Absent on events from before planners said it.
+	SpecRevisionHeader = "Poolplanner-Spec-Revision"
 	// PlannerHeader names the planner instance that published an event.
 	PlannerHeader = "Poolplanner-Planner"
 )

@@ -731,6 +731,12 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 		return
 	}
 	fresh := s.spec == nil || s.removing
+	if s.removing {
+		// Stored again before the removal was published (one replan
+		// takes both): it is published still, then the spec planned
+		// afresh, as when the removal had a replan of its own.
+		s.removedSince = s.revision()
+	}
 	var age uint64
 	if fresh {
 		// New, or stored again after its removal: it is as old as this
@@ -740,7 +746,7 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 	if fresh {
 		s.age = age
 	}
-	s.spec, s.digest, s.specBytes, s.removing = spec, SpecDigest(spec), value, false
+	s.spec, s.digest, s.specBytes, s.removing, s.specRev = spec, SpecDigest(spec), value, false, rev
 	if fresh {
 		l.p.leaderGauges() // a plan this planner plans from now on
 	}

@@ -69,14 +69,15 @@ type memMsg struct {
 	// hdr, its encoding, which each read decodes afresh (fresh), as
 	// the real stream's readers do: what one reader changes of its
 	// document is no other's.
-	ev         *plan.Event
-	data       []byte
-	hdr        nats.Header
-	size       int
-	specDigest string
-	placedFor  string
-	publisher  string
-	lease      *bus.Lease
+	ev           *plan.Event
+	data         []byte
+	hdr          nats.Header
+	size         int
+	specDigest   string
+	placedFor    string
+	specRevision uint64
+	publisher    string
+	lease        *bus.Lease
 }
 
 func newMemJS(clock Clock) *memJS {
@@ -165,7 +166,7 @@ func (s *memPlans) Revision(ctx context.Context, name string, rev int) (*store.S
 // rebuild makes x's whole revision, as client.Plan does; m.mu is held.
 func (m *memJS) rebuild(name string, x *memMsg) (*store.StoredPlan, error) {
 	ev := x.ev
-	sp := &store.StoredPlan{Meta: client.Meta{Seq: x.seq, SpecDigest: x.specDigest, PlacedFor: x.placedFor, Base: ev.Base, Publisher: x.publisher}}
+	sp := &store.StoredPlan{Meta: client.Meta{Seq: x.seq, SpecDigest: x.specDigest, PlacedFor: x.placedFor, SpecRevision: x.specRevision, Base: ev.Base, Publisher: x.publisher}}
 	if ev.Kind() != "change" {
 		doc, err := m.whole(x)
 		if err != nil {
@@ -278,7 +279,7 @@ func (s *memPlans) PublishEventFor(ctx context.Context, ev *plan.Event, d store.
 	m.ids[id] = true
 	m.seq++
 	m.msgs = append(m.msgs, memMsg{seq: m.seq, subject: subject, at: m.clock.Now(), ev: &stored, data: data, hdr: h, size: len(data),
-		specDigest: d.Spec, placedFor: d.PlacedFor, publisher: s.publisher})
+		specDigest: d.Spec, placedFor: d.PlacedFor, specRevision: d.SpecRevision, publisher: s.publisher})
 	m.wrote()
 	return m.seq, nil
 }
@@ -458,7 +459,7 @@ func (s *memPlans) Follow(ctx context.Context, name string, skip func(client.Inf
 // infoOfMsg is x as a history lists it (client.Info).
 func infoOfMsg(x *memMsg) client.Info {
 	ev := x.ev
-	return client.Info{Revision: ev.Revision, Meta: client.Meta{Seq: x.seq, Base: ev.Base, SpecDigest: x.specDigest, PlacedFor: x.placedFor, Publisher: x.publisher},
+	return client.Info{Revision: ev.Revision, Meta: client.Meta{Seq: x.seq, Base: ev.Base, SpecDigest: x.specDigest, PlacedFor: x.placedFor, SpecRevision: x.specRevision, Publisher: x.publisher},
 		Time: x.at, Valid: ev.Valid(), State: ev.PlanState(), Moved: ev.Moved, Reason: ev.Reason, Error: ev.Error, Kind: ev.Kind()}
 }
 
@@ -855,6 +856,15 @@ func (s memSpecs) delete(name string) {
 	s.kv.js.mu.Lock()
 	defer s.kv.js.mu.Unlock()
 	s.kv.write(name, nil, jetstream.KeyValueDelete, 0)
+}
+
+// purge removes plan name's spec and its history, leaving a purge
+// marker, as a KV purge does.
+func (s memSpecs) purge(name string) {
+	s.kv.js.mu.Lock()
+	defer s.kv.js.mu.Unlock()
+	s.kv.recs = slices.DeleteFunc(s.kv.recs, func(e memEntry) bool { return e.key == name })
+	s.kv.write(name, nil, jetstream.KeyValuePurge, 0)
 }
 
 // Delete removes plan name's spec as store.SpecStore.Delete does: a plan

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -157,13 +158,24 @@ func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]
 	var jobs []planner.Job
 	var planned []*planState
 	for _, s := range states {
-		spec, latest, removing, age := s.spec, s.latest, s.removing, s.age
+		spec, removing := s.spec, s.removing
 		if removing {
 			if err := p.publishRemoved(ctx, s); err != nil {
 				return nil, nil, conflicted(s, err)
 			}
 			continue
 		}
+		if spec != nil && p.removedSince(ctx, s) {
+			// Released as by a planner that ran through the removal,
+			// then planned afresh on the latest that says so.
+			on := specOn{digest: s.latest.SpecDigest, rev: s.latest.SpecRevision}
+			if err := p.publishRemoval(ctx, s, on); err != nil {
+				return nil, nil, conflicted(s, err)
+			}
+			s.removedSince = 0
+			s.inherited = nil // none of its nodes is waited for: it holds none
+		}
+		latest, age := s.latest, s.age
 		var prev *planner.Plan
 		if latest != nil {
 			prev = latest.Plan
@@ -185,6 +197,72 @@ func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]
 		planned = append(planned, s)
 	}
 	return jobs, planned, nil
+}
+
+// removedSince says whether s's spec was removed after the spec its
+// latest revision was planned on, and stored again: a removal the spec
+// watch delivered with the put after it in one replan
+// (planState.removedSince), or one while no planner ran, which the
+// watch, delivering a key's last value, never shows. That one is read
+// from the spec's history, once per latest revision read back: a
+// removal marker (delete or purge) after the revision's spec revision
+// (client.SpecRevisionHeader), or, for a revision from before planners
+// said it, after the newest put of its digest. Not known (false, the
+// placement kept, as before): a history that no longer holds the
+// removal (bus.SpecHistory entries, the markers among them), or one
+// that cannot be read (logged once, asked again a moment later:
+// followedRetry).
+func (p *loopState) removedSince(ctx context.Context, s *planState) bool {
+	latest := s.latest
+	switch {
+	case latest == nil || latest.Plan.Removed() || latest.Orphan || latest.Unreadable:
+		// Nothing to release, or nothing known of the spec it followed.
+		s.removedSince = 0
+		return false
+	case s.removedSince == latest.Plan.Revision:
+		return true
+	case s.removedSince != 0:
+		// Another planner published since (a standby's watch saw both):
+		// the removal is its latest's to say, as read below.
+		s.removedSince = 0
+	case s.removalChecked == latest:
+		return false
+	case latest.SpecRevision != 0 && s.specRev != 0 && latest.SpecRevision >= s.specRev,
+		latest.SpecRevision == 0 && latest.SpecDigest == s.digest:
+		// Planned on the spec in force: no removal after it. (One from
+		// before the header, on a spec of the same digest, cannot be
+		// told from one planned on it after: kept, as before.)
+		s.removalChecked = latest
+		return false
+	}
+	hist, err := p.specHistory(ctx, s.name)
+	if err != nil {
+		p.followedRetry = true
+		if s.followedSaid != latest {
+			s.followedSaid = latest
+			s.log.Warn().Err(err).Int("revision", latest.Plan.Revision).
+				Msg("cannot read the spec's history to tell whether the spec was removed since the latest revision; its placement is kept as it is until it can")
+		}
+		return false
+	}
+	s.removalChecked = latest
+	for i := len(hist) - 1; i >= 0; i-- {
+		e := hist[i]
+		if latest.SpecRevision != 0 && e.Revision() <= latest.SpecRevision {
+			break
+		}
+		if e.Operation() != jetstream.KeyValuePut {
+			s.log.Info().Int("revision", latest.Plan.Revision).Uint64("removed_at", e.Revision()).
+				Msg("spec removed and stored again since the latest revision: releasing the plan's workers, then placing it afresh")
+			return true
+		}
+		if latest.SpecRevision == 0 {
+			if spec, err := planner.ParseSpec(e.Value()); err == nil && SpecDigest(spec) == latest.SpecDigest {
+				break
+			}
+		}
+	}
+	return false
 }
 
 // followedSpec is the spec s's latest revision's placement follows, as
@@ -213,7 +291,13 @@ func (p *loopState) followedSpec(ctx context.Context, s *planState) *planner.Spe
 	case s.followedFor == latest && s.followedDigest == digest:
 		return s.followed
 	}
-	spec, err := p.specOfDigest(ctx, s.name, digest)
+	// A pending revision's placement follows the spec it names; any
+	// other's, maybe one adopted since it was published.
+	var adopting *planner.Plan
+	if latest.Plan.PendingSpec == nil {
+		adopting = latest.Plan
+	}
+	spec, adoptedRev, err := p.specOfDigest(ctx, s.name, digest, adopting)
 	if err != nil {
 		p.followedRetry = true
 		if s.followedSaid != latest {
@@ -222,6 +306,17 @@ func (p *loopState) followedSpec(ctx context.Context, s *planState) *planner.Spe
 				Msg("cannot read the spec's history for the spec the latest revision followed; its placement is kept as it is until it can")
 		}
 		return nil
+	}
+	if adoptedRev != 0 {
+		// Held as the planner that adopted it held it (adoptSpec), so
+		// that the next revision says its placement follows this spec
+		// (Poolplanner-Placed-For), as that planner's would.
+		adopted := *latest
+		adopted.SpecDigest, adopted.SpecRevision = SpecDigest(spec), adoptedRev
+		if s.removalChecked == latest {
+			s.removalChecked = &adopted
+		}
+		s.latest, latest, digest = &adopted, &adopted, adopted.SpecDigest
 	}
 	s.followedFor, s.followedDigest, s.followed = latest, digest, spec
 	return spec
@@ -232,27 +327,77 @@ func (p *loopState) followedSpec(ctx context.Context, s *planState) *planner.Spe
 const followedRetryAfter = 2 * time.Second
 
 // specOfDigest is the newest spec of plan name's history whose digest
-// is digest (nil: none there).
-func (p *loopState) specOfDigest(ctx context.Context, name, digest string) (*planner.Spec, error) {
+// is digest (nil: none there), or, with adopting (the placement of a
+// revision published on it), the newest put after it that adopted that
+// placement (adoptedAs) and its revision (0: spec itself).
+func (p *loopState) specOfDigest(ctx context.Context, name, digest string, adopting *planner.Plan) (*planner.Spec, uint64, error) {
 	// "Not found" of a plan's key being planned is a replica behind
 	// (specHistory): an error, asked again, not a history without it.
 	hist, err := p.specHistory(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for i := len(hist) - 1; i >= 0; i-- {
 		if hist[i].Operation() != jetstream.KeyValuePut {
-			// A removal while no planner ran is looked past: the spec
-			// the revision followed still checks its placement against
-			// the nodes (a planner that kept running would have
-			// released it, and planned the spec stored since afresh).
+			// A removal after the revision's spec was released and
+			// planned afresh before its spec is looked up
+			// (removedSince); one it could not tell (no
+			// Poolplanner-Spec-Revision, the same digest stored again)
+			// is looked past, the placement checked on that spec still.
 			continue
 		}
 		if spec, err := planner.ParseSpec(hist[i].Value()); err == nil && SpecDigest(spec) == digest {
-			return spec, nil
+			if adopting != nil {
+				adopted, rev := adoptedAs(spec, adopting, hist[i+1:])
+				return adopted, rev, nil
+			}
+			return spec, 0, nil
 		}
 	}
-	return nil, nil
+	return nil, 0, nil
+}
+
+// adoptedAs is the spec a placement published on spec follows, given
+// the puts stored after spec (later, the newest last): the newest of
+// them that a planner would have adopted (published nothing for, the
+// placement the same: Service.adoptSpec), else spec. An adoption is
+// stored nowhere, so that a steady cluster publishes nothing; the
+// spec's history is its record, read only when a restarted planner
+// needs it (Job.FollowsUnknown). Which later put was adopted is not
+// known for sure, only which could be: one differing from spec in its
+// quota alone, a quota the placement fits (planner.WithinQuota). One
+// that differs in more (constraints, a manual pool, priority) may have
+// placed otherwise and is not taken; one that cannot have been adopted,
+// never taken (taken, a pending spec's replan would keep the placement
+// on a spec it does not fit, and release the plan: review rev5). A put
+// that could have been adopted but was stored while no planner ran is
+// taken too: the planner then follows the spec a planner running
+// through it would have.
+func adoptedAs(spec *planner.Spec, placed *planner.Plan, later []jetstream.KeyValueEntry) (*planner.Spec, uint64) {
+	for i := len(later) - 1; i >= 0; i-- {
+		e := later[i]
+		if e.Operation() != jetstream.KeyValuePut {
+			// Released since (removedSince): nothing adopted before.
+			return spec, 0
+		}
+		next, err := planner.ParseSpec(e.Value())
+		if err != nil {
+			continue
+		}
+		same := *next
+		same.MaxGPUs = spec.MaxGPUs
+		if !reflect.DeepEqual(&same, spec) {
+			continue
+		}
+		if next.MaxGPUs > 0 && planner.HeldGPUs(placed) > next.MaxGPUs {
+			continue // a degraded placement is not checked by WithinQuota
+		}
+		held := *placed
+		if o := planner.WithinQuota(planner.Outcome{Plan: &held}, next); o.Err == nil && o.Plan.Placed() {
+			return next, e.Revision()
+		}
+	}
+	return spec, 0
 }
 
 // conflicted wraps a conflict for replan to re-read s's latest.
@@ -298,9 +443,20 @@ func (p *loopState) load(ctx context.Context, s *planState) error {
 }
 
 // publishRemoved publishes the last revision of a plan whose spec was
-// removed: no workers (every node's assignment emptied), removed, and
-// the reason; the state is then dropped.
+// removed (publishRemoval, on the spec it was planned on); the state is
+// then dropped.
 func (p *loopState) publishRemoved(ctx context.Context, s *planState) error {
+	if err := p.publishRemoval(ctx, s, s.specOn()); err != nil {
+		return err
+	}
+	p.drop(s)
+	return nil
+}
+
+// publishRemoval publishes the revision that says s's spec was removed,
+// unless its latest says so: no workers (every node's assignment
+// emptied), removed, and the reason; on says the spec it was planned on.
+func (p *loopState) publishRemoval(ctx context.Context, s *planState, on specOn) error {
 	latest := s.latest
 	if latest != nil && !latest.Plan.Removed() {
 		doc := &planner.Plan{}
@@ -310,18 +466,26 @@ func (p *loopState) publishRemoved(ctx context.Context, s *planState) error {
 		doc.Status = plan.Status{State: plan.StateInvalid, Reason: plan.ReasonRemoved}
 		doc.Explanations, doc.Warnings = nil, nil
 		doc.Placement = plan.Placement{ResourcePool: []plan.PoolExport{}, Pools: []plan.Pool{}, StorageToTrainWorkers: map[string][]int{}}
-		if err := p.publishNext(ctx, s, planner.Outcome{Plan: doc, Change: &planner.Change{}, Err: errors.New(doc.Error)}, nil); err != nil {
-			return err
-		}
+		return p.publishOn(ctx, s, on, planner.Outcome{Plan: doc, Change: &planner.Change{}, Err: errors.New(doc.Error)}, nil, "")
 	}
-	p.drop(s)
 	return nil
 }
+
+// specOn is the spec a revision is published on: its digest
+// (client.SpecDigestHeader) and spec bucket revision
+// (client.SpecRevisionHeader; 0: not known).
+type specOn struct {
+	digest string
+	rev    uint64
+}
+
+// specOn is the spec s plans on.
+func (s *planState) specOn() specOn { return specOn{digest: s.digest, rev: s.specRev} }
 
 // drop forgets a removed plan's state and ends every series of the
 // plan.
 func (p *loopState) drop(s *planState) {
-	s.spec, s.digest, s.specBytes, s.removing, s.age = nil, "", nil, false, 0
+	s.spec, s.digest, s.specBytes, s.removing, s.age, s.specRev, s.removedSince = nil, "", nil, false, 0, 0, 0
 	if p.states[s.name] == s {
 		delete(p.states, s.name)
 	}
@@ -359,9 +523,14 @@ func (p *Service) revisionOf(s *planState) int {
 
 // publish is publishNext; lead, when not empty, begins the reason.
 func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome, changes []string, lead string) error {
+	return p.publishOn(ctx, s, s.specOn(), o, changes, lead)
+}
+
+// publishOn is publish on spec on.
+func (p *loopState) publishOn(ctx context.Context, s *planState, on specOn, o planner.Outcome, changes []string, lead string) error {
 	// Comparing, diffing and encoding a large plan takes a while.
 	defer p.allow("publishing plan "+s.name, p.storeTimeout(o.Plan.Workers.Len()/8))()
-	latest, digest, note := s.latest, s.digest, s.note
+	latest, digest, note := s.latest, on.digest, s.note
 	var prev *planner.Plan
 	var expect uint64
 	if latest != nil {
@@ -371,7 +540,7 @@ func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome
 	next, ch := o.Plan, o.Change
 	// An unreadable latest is replaced even by the same placement.
 	if prev != nil && !latest.Unreadable && !latest.Orphan && planner.SamePlacement(prev, next) && prev.Priority == next.Priority && planner.SameSpecFacts(prev, next) {
-		p.adoptSpec(s, latest, next, specChanged, digest)
+		p.adoptSpec(s, latest, next, specChanged, on)
 		return nil
 	}
 	next.Name = s.name
@@ -404,7 +573,7 @@ func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome
 	if err != nil {
 		return err
 	}
-	digests := store.Digests{Spec: digest}
+	digests := store.Digests{Spec: digest, SpecRevision: on.rev}
 	if next.PendingSpec != nil && latest != nil {
 		// Kept on the spec the latest's placement followed.
 		digests.PlacedFor = latest.SpecDigest
@@ -423,7 +592,7 @@ func (p *loopState) publish(ctx context.Context, s *planState, o planner.Outcome
 	if err != nil {
 		return err
 	}
-	stored.Seq, stored.SpecDigest, stored.PlacedFor = seq, digest, digests.PlacedFor
+	stored.Seq, stored.SpecDigest, stored.PlacedFor, stored.SpecRevision = seq, digest, digests.PlacedFor, on.rev
 	p.published(s, stored, note)
 	p.cfg.Metrics.Published(next.Name, next.Revision, next.Valid(), next.Workers.Len(), s.heldShares(prev, next), next.Moved)
 	p.cfg.Metrics.Shared(next.Name, next.Priority, len(next.PreemptedBy) > 0)
@@ -474,15 +643,17 @@ func (p *Service) publishFenced(ctx context.Context, ev *plan.Event, digests sto
 // old one's run, a node lost next would say the new spec is pending,
 // where a planner restarted on the document (whose demands are the new
 // spec's) says it is in force.
-func (p *Service) adoptSpec(s *planState, latest *store.StoredPlan, next *planner.Plan, specChanged bool, digest string) {
+func (p *Service) adoptSpec(s *planState, latest *store.StoredPlan, next *planner.Plan, specChanged bool, on specOn) {
 	if !specChanged {
 		return
 	}
 	if s.latest == latest {
 		adopted := *latest
-		adopted.SpecDigest = digest
+		adopted.SpecDigest, adopted.SpecRevision = on.digest, on.rev
 		adopted.Plan = latest.Plan.WithRunOf(next)
 		s.latest = &adopted
+		// Planned on the spec in force, the spec watch live.
+		s.removalChecked = s.latest
 	}
 }
 
@@ -491,6 +662,9 @@ func (p *Service) adoptSpec(s *planState, latest *store.StoredPlan, next *planne
 func (p *loopState) published(s *planState, sp *store.StoredPlan, note string) {
 	p.mark(s, sp.Plan.Revision)
 	p.keepPlacement(s, sp)
+	// Published with the spec watch live: a removal since is the
+	// watch's to deliver (planState.removedSince).
+	s.removalChecked = sp
 	if s.note == note {
 		s.note = ""
 	}

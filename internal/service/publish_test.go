@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/planner"
@@ -221,4 +222,240 @@ func TestStateFileKeepsPlacedFor(t *testing.T) {
 	stop = h.plannerWith(context.Background(), cfg)
 	defer stop()
 	h.waitFor("default", "no worker on "+gone, func(p *planner.Plan) bool { return p.Revision > resumed.Revision && !onNode(p, gone) })
+}
+
+// TestRemovedWhileStoppedReleases (review i28w): a spec removed and
+// stored again while no planner ran is planned afresh by the planner
+// started next, as by one that kept running through the removal: that
+// one published the removal (no workers, removed) and then a fresh
+// placement of the spec stored since. Without the removal's revision,
+// the old placement was kept under the new spec (the removal looked
+// past). The same spec stored again is a removal too, as is a purge.
+func TestRemovedWhileStoppedReleases(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	const b = "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"
+	type run struct {
+		states  []plan.State // of each revision after the first
+		fresh   bool         // the last revision placed afresh
+		workers int
+	}
+	for _, again := range []string{a, b} {
+		// what runs through the removal and the put again: a planner that
+		// kept running, one stopped for both (the spec deleted, or
+		// purged; or its revision from before planners said their spec's
+		// revision, where only another spec can be told from the one
+		// removed), one whose removal and put land in one replan.
+		for _, mode := range []string{"running", "restarted", "restarted purged", "restarted no header", "one replan"} {
+			if mode == "restarted no header" && again == a {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/stored again %s", mode, map[string]string{a: "the same", b: "another"}[again]), func(t *testing.T) {
+				t.Parallel()
+				h := newMemHarness(t)
+				specs := h.cluster(4, map[string]string{"default": a})
+				cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
+				if mode == "one replan" {
+					cfg.Debounce = 2 * time.Second // both land in the debounce
+				}
+				stop := h.plannerWith(context.Background(), cfg)
+				first := h.waitFor("default", "a valid plan", func(p *planner.Plan) bool { return p.Valid() })
+				restart := strings.HasPrefix(mode, "restarted")
+				if restart {
+					stop()
+				}
+				if mode == "restarted no header" {
+					h.mem.mu.Lock()
+					for i := range h.mem.msgs {
+						h.mem.msgs[i].specRevision = 0
+					}
+					h.mem.mu.Unlock()
+				}
+				if mode == "restarted purged" {
+					memSpecs{h.mem.specs}.purge("default")
+				} else if err := specs.Delete(context.Background(), "default"); err != nil {
+					t.Fatal(err)
+				}
+				if mode == "running" {
+					h.waitFor("default", "removed", func(p *planner.Plan) bool { return p.Removed() })
+				}
+				if _, err := specs.Put(context.Background(), "default", []byte(again)); err != nil {
+					t.Fatal(err)
+				}
+				if restart {
+					stop = h.plannerWith(context.Background(), cfg)
+				}
+				defer stop()
+				last := h.waitFor("default", "placed again", func(p *planner.Plan) bool { return p.Revision > first.Revision && p.Valid() })
+				hist := h.history()
+				var got run
+				for _, p := range hist[1:] {
+					got.states = append(got.states, p.PlanState())
+				}
+				got.fresh, got.workers = last.Status.Fresh != "", last.Workers.Len()
+				want := run{states: []plan.State{plan.StateInvalid, plan.StateValid}, fresh: true, workers: map[string]int{a: 16, b: 8}[again]}
+				if fmt.Sprint(got) != fmt.Sprint(want) || !hist[1].Removed() {
+					t.Fatalf("revisions after the first: %+v (second removed: %v); want %+v, the removal then a fresh placement", got, hist[1].Removed(), want)
+				}
+			})
+		}
+	}
+}
+
+// TestAdoptedSpecFollowedAfterRestart (review i28w): a spec change
+// adopted (placed the same, nothing published) is what the placement
+// follows after a restart too: a spec stored next that cannot be placed
+// is pending on the adopted spec (Poolplanner-Placed-For its digest),
+// as with a planner that kept running, not on the one the stored
+// revision was published on. A quota the placement does not fit, stored
+// while no planner ran, was never adopted: it is not taken for the
+// spec in force (taken, the pending spec's replan would release the
+// plan, review rev5).
+func TestAdoptedSpecFollowedAfterRestart(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	const b = a + "max_gpus: 16\n" // the placement fits: adopted
+	const c = "scheduling:\n  train: {worker_num: 64, num_cpus: 1, num_gpus: 1}\n"
+	digest := func(spec string) string {
+		parsed, err := planner.ParseSpec([]byte(spec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return SpecDigest(parsed)
+	}
+	for _, tc := range []struct {
+		name    string
+		restart bool
+		stored  []string // while no planner runs, before c
+		follows string
+	}{
+		{"running", false, nil, b},
+		{"restarted", true, nil, b},
+		{"restarted, a quota it does not fit stored meanwhile", true, []string{a + "max_gpus: 8\n"}, b},
+		{"restarted, adopted twice", true, []string{a + "max_gpus: 20\n"}, a + "max_gpus: 20\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newMemHarness(t)
+			specs := h.cluster(4, map[string]string{"default": a})
+			store := func(spec string) {
+				if _, err := specs.Put(context.Background(), "default", []byte(spec)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
+			stop := h.plannerWith(context.Background(), cfg)
+			first := h.waitFor("default", "a valid plan", func(p *planner.Plan) bool { return p.Valid() })
+			done := h.waitPublished("default", 1)
+			store(b)
+			h.waitReplans("default", done+1) // b replanned: adopted
+			if tc.restart {
+				stop()
+			}
+			for _, s := range tc.stored {
+				store(s)
+			}
+			store(c)
+			if tc.restart {
+				stop = h.plannerWith(context.Background(), cfg)
+			}
+			defer stop()
+			h.waitFor("default", "pending", func(p *planner.Plan) bool { return p.Revision > first.Revision })
+			sp, err := h.plans().Latest(context.Background(), "default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := sp.Plan
+			if next.Revision != first.Revision+1 || !next.Valid() || next.PendingSpec == nil || next.Moved != 0 || next.Workers.Len() != first.Workers.Len() {
+				t.Fatalf("revision %d (after %d): state %s, pending %+v, moved %d, %d workers; want the placement kept, c pending",
+					next.Revision, first.Revision, next.PlanState(), next.PendingSpec, next.Moved, next.Workers.Len())
+			}
+			if want := digest(tc.follows); sp.PlacedFor != want {
+				t.Fatalf("placed for %s, want %s (a %s, b %s)", sp.PlacedFor, want, digest(a), digest(b))
+			}
+		})
+	}
+}
+
+// TestAdoptedAs: which put after a revision's spec is taken as adopted
+// (adoptedAs): the newest differing from it in max_gpus alone, a quota
+// the placement fits; nothing before a removal.
+func TestAdoptedAs(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 4, num_cpus: 1, num_gpus: 1}\n"
+	parse := func(s string) *planner.Spec {
+		spec, err := planner.ParseSpec([]byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spec
+	}
+	out := planner.PlanAll([]planner.Job{{Name: "p", Spec: parse(a)}}, []planner.Node{{ID: "n1", IP: "10.0.0.1", CPUs: 64, GPUs: 8}})
+	placed := out[0].Plan
+	if !placed.Valid() || planner.HeldGPUs(placed) != 4 {
+		t.Fatalf("placed %s holding %d GPUs (error %q); want valid on 4", placed.PlanState(), planner.HeldGPUs(placed), placed.Error)
+	}
+	put := func(rev uint64, s string) memEntry {
+		return memEntry{key: "p", value: []byte(s), rev: rev, op: jetstream.KeyValuePut}
+	}
+	for _, tc := range []struct {
+		name  string
+		later []memEntry
+		want  uint64 // the revision taken; 0: a itself
+	}{
+		{"none", nil, 0},
+		{"a quota it fits", []memEntry{put(2, a+"max_gpus: 4\n")}, 2},
+		{"the newest of two", []memEntry{put(2, a+"max_gpus: 4\n"), put(3, a+"max_gpus: 6\n")}, 3},
+		{"a quota it does not fit is passed over", []memEntry{put(2, a+"max_gpus: 4\n"), put(3, a+"max_gpus: 2\n")}, 2},
+		{"more than the quota changed", []memEntry{put(2, a+"max_gpus: 4\npriority: 3\n")}, 0},
+		{"a spec that does not parse is passed over", []memEntry{put(2, a+"max_gpus: 4\n"), put(3, "scheduling: [")}, 2},
+		{"a removal since", []memEntry{put(2, a+"max_gpus: 4\n"), {key: "p", rev: 3, op: jetstream.KeyValueDelete}, put(4, a+"max_gpus: 5\n")}, 4},
+		{"nothing before a removal", []memEntry{put(2, a+"max_gpus: 4\n"), {key: "p", rev: 3, op: jetstream.KeyValuePurge}}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			later := make([]jetstream.KeyValueEntry, len(tc.later))
+			for i, e := range tc.later {
+				later[i] = e
+			}
+			spec, rev := adoptedAs(parse(a), placed, later)
+			if rev != tc.want || (rev == 0) != (SpecDigest(spec) == SpecDigest(parse(a))) {
+				t.Fatalf("revision %d (spec %s), want %d", rev, SpecDigest(spec), tc.want)
+			}
+		})
+	}
+}
+
+// TestStandbySawRemovalAndPut: a standby whose spec watch delivered a
+// removal and the put after it, both planned by the leader (the removal
+// published, then a fresh placement), publishes neither again when it
+// takes the lease: the removal it saw is its latest's to say.
+func TestStandbySawRemovalAndPut(t *testing.T) {
+	t.Parallel()
+	h := newMemHarness(t)
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	specs := h.cluster(4, map[string]string{"default": a})
+	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
+	lead := h.instance("", cfg)
+	h.waitRevision(1)
+	standby := h.instance("", cfg)
+	if h.waitLeader(5*time.Second, lead, standby) != lead {
+		t.Fatal("the first planner does not lead")
+	}
+	if err := specs.Delete(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("default", "removed", func(p *planner.Plan) bool { return p.Removed() })
+	if _, err := specs.Put(context.Background(), "default", []byte(a)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("default", "placed again", func(p *planner.Plan) bool { return p.Revision == 3 && p.Valid() })
+	standby.following(t, map[string]int{"default": 3})
+	lead.stop()
+	if h.waitLeader(10*time.Second, standby) != standby {
+		t.Fatal("the standby does not lead")
+	}
+	standby.replanned(t, "default")
+	if revs := h.mem.revisions("default"); len(revs) != 3 {
+		t.Fatalf("revisions %v; want 1-3, the leader's, and none of the standby's", revs)
+	}
 }

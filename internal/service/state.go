@@ -24,6 +24,9 @@ type planState struct {
 	latest *store.StoredPlan
 	spec   *planner.Spec
 	digest string
+	// specRev is the spec bucket revision spec was read from (0: not
+	// known); each revision published says it (client.SpecRevisionHeader).
+	specRev uint64
 	// specBytes is the spec planned on, as stored, to put back should
 	// the bucket be lost; note, what the next revision's reason adds
 	// (an outage waited out).
@@ -75,6 +78,16 @@ type planState struct {
 	followedFor    *store.StoredPlan
 	followedDigest string
 	followedSaid   *store.StoredPlan
+	// removedSince, when not 0, is the latest revision when the spec
+	// watch delivered a removal and then a put again, both before a
+	// replan published the removal (removedSince, loopState): the plan's
+	// next revision releases it, as a planner running through the
+	// removal did, and the one after places the spec afresh. A latest
+	// published since by another planner says itself what it follows.
+	// removalChecked is the latest known not to be (whose history was
+	// read, or that this planner published with its spec watch live).
+	removedSince   int
+	removalChecked *store.StoredPlan
 }
 
 // heldShares is planner.HeldShares(next), summed from prev's where that

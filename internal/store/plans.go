@@ -208,9 +208,12 @@ func (s *PlanStore) PublishEvent(ctx context.Context, ev *plan.Event, specDigest
 
 // Digests are the digests a revision's event carries: of its spec
 // (client.SpecDigestHeader), and, where that spec is pending, of the
-// spec its placement follows (client.PlacedForHeader; empty: none).
+// spec its placement follows (client.PlacedForHeader; empty: none); and
+// the spec bucket revision of its spec (client.SpecRevisionHeader; 0:
+// not known, no header).
 type Digests struct {
 	Spec, PlacedFor string
+	SpecRevision    uint64
 }
 
 // PublishEventFor is PublishEvent with both digests.
@@ -240,6 +243,9 @@ func (s *PlanStore) PublishEventFor(ctx context.Context, ev *plan.Event, d Diges
 	msg.Header.Set(client.SpecDigestHeader, d.Spec)
 	if d.PlacedFor != "" {
 		msg.Header.Set(client.PlacedForHeader, d.PlacedFor)
+	}
+	if d.SpecRevision != 0 {
+		msg.Header.Set(client.SpecRevisionHeader, strconv.FormatUint(d.SpecRevision, 10))
 	}
 	if s.Publisher != "" {
 		msg.Header.Set(client.PlannerHeader, s.Publisher)

@@ -430,13 +430,15 @@ func TestRevisionMeta(t *testing.T) {
 		if len(seqs) > 0 {
 			expect = seqs[len(seqs)-1]
 		}
-		seq, err := s.PublishEvent(ctx, ev, digest, expect, 0)
+		// The second says its spec's revision; the first, as from before
+		// planners did, not.
+		seq, err := s.PublishEventFor(ctx, ev, Digests{Spec: digest, SpecRevision: uint64(rev) * 5}, expect, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		seqs = append(seqs, seq)
 	}
-	want := client.Meta{Seq: seqs[1], Base: 2, SpecDigest: "d2", Publisher: "planner-a"}
+	want := client.Meta{Seq: seqs[1], Base: 2, SpecDigest: "d2", SpecRevision: 5, Publisher: "planner-a"}
 	latest, err := s.Latest(ctx, "default")
 	if err != nil {
 		t.Fatal(err)
