@@ -40,6 +40,20 @@ func (e *engine) placeBuffers() (map[string][]int, int) {
 	if e.fast {
 		prevB = e.prev.Workers.Len() - e.prevSlots
 	}
+	// From the document, the previous buffers by index, read once: a
+	// Find per buffer reads every worker for each one the previous plan
+	// lacked (a buffer added, train spread onto new nodes).
+	var prevBuf []*plan.Worker
+	if !e.fast && e.prev != nil {
+		for _, w := range e.prev.Workers.All() {
+			if w.Component == plan.Buffer && w.Index >= 0 && w.Index < b {
+				for len(prevBuf) <= w.Index {
+					prevBuf = append(prevBuf, nil)
+				}
+				prevBuf[w.Index] = w
+			}
+		}
+	}
 	hosts := 0
 	for k, at := range nodes {
 		if at < 0 {
@@ -63,8 +77,8 @@ func (e *engine) placeBuffers() (map[string][]int, int) {
 		switch {
 		case e.fast && k < prevB:
 			was = e.prev.Workers.At(e.prevSlots + k)
-		case !e.fast && e.prev != nil:
-			was = e.prev.Workers.Find(plan.Buffer, k)
+		case k < len(prevBuf):
+			was = prevBuf[k]
 		}
 		if e.prev != nil && (!same || was != nil && !samePlace(was, &w)) {
 			from := ""
