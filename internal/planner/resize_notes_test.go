@@ -103,8 +103,8 @@ func TestElasticShrinkKeepsNotes(t *testing.T) {
 		taker, eval int
 	}{
 		{2, 12}, // grown into what is left
-		{4, 10},
-		{6, 8}, // cut
+		{4, 10}, // the control: nothing grown or cut, the notes kept as they are
+		{6, 8},  // cut
 	} {
 		t.Run(fmt.Sprintf("b takes %d", tc.taker), func(t *testing.T) {
 			jobs := []Job{a, {Name: "b", Age: 2, Spec: trainSpec(t, tc.taker, 10, 0)}}
