@@ -62,6 +62,13 @@ func (e *engine) finish(err error) (*Plan, error) {
 	doc.Warnings = e.warnings
 	if e.store != nil {
 		doc.state = e.save()
+		var was plan.Workers
+		if e.prevState != nil {
+			was = e.prevState.ordered
+		}
+		if workersInOrder(doc.Workers, was) {
+			doc.state.ordered = doc.Workers
+		}
 	}
 	return doc, nil
 }
