@@ -138,6 +138,18 @@ func (e *engine) unchangedPool(p *poolRun) []plan.PoolNode {
 	if len(prev) == 0 || len(prev) != len(p.final) || !slices.Equal(p.final, st.order[p.auto]) {
 		return nil
 	}
+	// The states this run made or copied, where few, are looked at
+	// first: one that is not as before ends it here, before the walk
+	// over 15,000 entries that would end at it (a grow's or a shrink's
+	// node is mostly near the pool's end).
+	if len(e.touched) <= touchedFirst {
+		for _, at := range e.touched {
+			if ns := e.table[at]; !(ns == st.table[at] && ns.doc(p.auto) != nil) &&
+				!(ns.owner == e.token && ns.doc(p.auto) == nil) && slices.Contains(p.final, at) {
+				return nil
+			}
+		}
+	}
 	var again []int // positions in prev of the states made again
 	for i, at := range p.final {
 		ns := e.table[at]
@@ -170,6 +182,11 @@ func (e *engine) unchangedPool(p *poolRun) []plan.PoolNode {
 	}
 	return prev[:len(prev):len(prev)]
 }
+
+// touchedFirst is how many states a run may have made or copied for
+// unchangedPool to look at them before its walk: each is searched for in
+// the pool's order.
+const touchedFirst = 16
 
 // poolOrder is an auto pool's members: the previous plan's order first,
 // then the nodes that joined in this run.
