@@ -139,13 +139,28 @@ func (e *engine) unchangedPool(p *poolRun) []plan.PoolNode {
 		return nil
 	}
 	// The states this run made or copied, where few, are looked at
-	// first: one that is not as before ends it here, before the walk
-	// over 15,000 entries that would end at it (a grow's or a shrink's
-	// node is mostly near the pool's end).
+	// first, as the walk below looks at each: one that is not as before
+	// ends it here, before the walk over 15,000 entries that would end
+	// at it (a grow's or a shrink's node is mostly near the pool's end).
 	if len(e.touched) <= touchedFirst {
 		for _, at := range e.touched {
-			if ns := e.table[at]; !(ns == st.table[at] && ns.doc(p.auto) != nil) &&
-				!(ns.owner == e.token && ns.doc(p.auto) == nil) && slices.Contains(p.final, at) {
+			i := slices.Index(p.final, at)
+			if i < 0 {
+				continue
+			}
+			ns := e.table[at]
+			switch {
+			case prev[i].NodeID != ns.node.ID:
+				return nil
+			case ns == st.table[at] && ns.doc(p.auto) != nil:
+			case ns.owner == e.token && ns.doc(p.auto) == nil:
+				var made plan.PoolNode
+				var none []plan.PoolNode // kept nowhere: rendered only to compare
+				e.autoNode(at, p.auto, &made, nil, &none)
+				if !samePoolNode(made, prev[i]) || (made.Allocations == nil) != (prev[i].Allocations == nil) {
+					return nil
+				}
+			default:
 				return nil
 			}
 		}
