@@ -180,8 +180,7 @@ func orderKey(w *plan.Worker) (int, bool) {
 
 // workersInOrder reports whether ws is in strictly increasing orderKey order.
 // A chunk ws shares with was, at the same place, is taken as in order
-// within itself when was is the list of a plan known in order (its
-// state's ordered): only its ends are read, so a replan that changed a
+// within itself, was being a list known in order (or none): only its ends are read, so a replan that changed a
 // few chunks of 160,000 workers reads those.
 func workersInOrder(ws, was plan.Workers) bool {
 	cs, shared := ws.Chunks(), was.Chunks()
@@ -214,14 +213,26 @@ func sameChunk(a, b []plan.Worker) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
-// orderedOf is p's workers where its state knows them in order (and p
-// still lists the very list it knew), else not ok.
+// orderProof says whether the list ws is in order (workersInOrder).
+type orderProof struct {
+	ws plan.Workers
+	in bool
+}
+
+// orderedOf is p's workers where they are in order, known with its state
+// (found by one walk and kept there, if not known yet) for the very list
+// p holds; else not ok.
 func orderedOf(p *Plan) (plan.Workers, bool) {
-	if p.state == nil || p.state.ordered.Len() == 0 || p.Workers.Len() != p.state.ordered.Len() {
+	if p.state == nil || p.Workers.Len() == 0 {
 		return plan.Workers{}, false
 	}
-	a, b := p.Workers.Chunks(), p.state.ordered.Chunks()
-	if len(a) == 0 || len(a) != len(b) || &a[0] != &b[0] {
+	pr := p.state.ordered.Load()
+	if pr == nil {
+		pr = &orderProof{ws: p.Workers, in: workersInOrder(p.Workers, plan.Workers{})}
+		p.state.ordered.CompareAndSwap(nil, pr)
+	}
+	a, b := p.Workers.Chunks(), pr.ws.Chunks()
+	if !pr.in || p.Workers.Len() != pr.ws.Len() || len(a) == 0 || len(a) != len(b) || &a[0] != &b[0] {
 		return plan.Workers{}, false
 	}
 	return p.Workers, true

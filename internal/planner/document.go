@@ -62,12 +62,12 @@ func (e *engine) finish(err error) (*Plan, error) {
 	doc.Warnings = e.warnings
 	if e.store != nil {
 		doc.state = e.save()
-		var was plan.Workers
 		if e.prevState != nil {
-			was = e.prevState.ordered
-		}
-		if workersInOrder(doc.Workers, was) {
-			doc.state.ordered = doc.Workers
+			// Known only from a previous list known in order: a plan
+			// made afresh is walked, if ever, when CountMoved asks.
+			if was := e.prevState.ordered.Load(); was != nil && was.in {
+				doc.state.ordered.Store(&orderProof{ws: doc.Workers, in: workersInOrder(doc.Workers, was.ws)})
+			}
 		}
 	}
 	return doc, nil
