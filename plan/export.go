@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"sort"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -168,45 +171,206 @@ type ExportOptions struct {
 func Export(pools []Pool, opts ExportOptions) []PoolExport {
 	out := make([]PoolExport, 0, len(pools))
 	for k, p := range pools {
-		e := PoolExport{Name: p.Name, NumNode: len(p.Nodes)}
-		same := true
-		for _, n := range p.Nodes {
-			same = same && n.TotalGPUs == p.Nodes[0].TotalGPUs
+		ids := k < len(opts.NodeIDs) && opts.NodeIDs[k]
+		out = append(out, exportPool(p, ids, opts.Counts, p.IndexString, nil))
+	}
+	return out
+}
+
+// exportPool is Export's entry for pool p; index writes a component's
+// index string, and prevIDs, when not nil, is p's node ids already
+// listed (read-only, shared).
+func exportPool(p Pool, ids bool, counts [3]int, index func(Component) string, prevIDs []string) PoolExport {
+	e := PoolExport{Name: p.Name, NumNode: len(p.Nodes)}
+	same := true
+	for _, n := range p.Nodes {
+		same = same && n.TotalGPUs == p.Nodes[0].TotalGPUs
+	}
+	switch {
+	case same && len(p.Nodes) > 0:
+		e.NumGPUs = []int{p.Nodes[0].TotalGPUs} // one number, not a list of 15,000 cut to it
+	case !same:
+		e.NumGPUs = make([]int, len(p.Nodes))
+		for i, n := range p.Nodes {
+			e.NumGPUs[i] = n.TotalGPUs
 		}
-		switch {
-		case same && len(p.Nodes) > 0:
-			e.NumGPUs = []int{p.Nodes[0].TotalGPUs} // one number, not a list of 15,000 cut to it
-		case !same:
-			e.NumGPUs = make([]int, len(p.Nodes))
-			for i, n := range p.Nodes {
-				e.NumGPUs[i] = n.TotalGPUs
-			}
-		}
-		if len(e.NumGPUs) == 0 {
-			e.NumGPUs = []int{0}
-		}
-		if k < len(opts.NodeIDs) && opts.NodeIDs[k] {
+	}
+	if len(e.NumGPUs) == 0 {
+		e.NumGPUs = []int{0}
+	}
+	if ids {
+		e.NodeIDs = prevIDs
+		if e.NodeIDs == nil {
 			e.NodeIDs = make([]string, len(p.Nodes))
 			for i, n := range p.Nodes {
 				e.NodeIDs[i] = n.NodeID
 			}
 		}
-		for _, c := range GPUComponents {
-			if s := p.IndexString(c); s != "" {
-				e.Indices = append(e.Indices, ComponentIndex{c, s})
-			}
-		}
-		for ci, c := range GPUComponents {
-			if opts.Counts[ci] == 0 {
-				continue
-			}
-			if per := p.WorkerCounts(c, opts.Counts[ci]); per != nil {
-				e.WorkerCounts = append(e.WorkerCounts, ComponentCounts{c, per})
-			}
-		}
-		out = append(out, e)
 	}
-	return out
+	for _, c := range GPUComponents {
+		if s := index(c); s != "" {
+			e.Indices = append(e.Indices, ComponentIndex{c, s})
+		}
+	}
+	for ci, c := range GPUComponents {
+		if counts[ci] == 0 {
+			continue
+		}
+		if per := p.WorkerCounts(c, counts[ci]); per != nil {
+			e.WorkerCounts = append(e.WorkerCounts, ComponentCounts{c, per})
+		}
+	}
+	return e
+}
+
+// ExportAfter is Export's entry for pool p with node_ids as ids and the
+// given worker counts, where prevOut is the entry Export made of prev
+// (with any options: the index strings do not depend on them), and every
+// entry's ranges lie within its node's GPUs (as a plan's pools always
+// do). Where p is prev with some entries replaced (the same node and GPU
+// count at each of prev's positions) and some appended, the index
+// strings are prevOut's with only the replaced and appended entries'
+// ranges written again, found in them by GPU offset: a grow of one
+// worker in a pool of 15,000 nodes does not write the pool's 120,000
+// GPUs again. Entries are told apart by identity: an entry shares its
+// allocations and worker counts with prev's only when it is that entry
+// (documents are never written in place).
+func ExportAfter(prev Pool, prevOut PoolExport, p Pool, ids bool, counts [3]int) PoolExport {
+	full := func() PoolExport { return exportPool(p, ids, counts, p.IndexString, nil) }
+	if p.Name != prev.Name || prevOut.Name != prev.Name || len(p.Nodes) < len(prev.Nodes) || prevOut.NumNode != len(prev.Nodes) {
+		return full()
+	}
+	// spans are the runs of positions written again, [from, to), with
+	// the GPU offset at each end.
+	var spans []indexSpan
+	off := 0
+	for i := range p.Nodes {
+		n := &p.Nodes[i]
+		if i < len(prev.Nodes) {
+			o := &prev.Nodes[i]
+			if n.NodeID != o.NodeID || n.TotalGPUs != o.TotalGPUs {
+				return full()
+			}
+		}
+		if i >= len(prev.Nodes) || !sameEntry(n, &prev.Nodes[i]) {
+			if k := len(spans) - 1; k >= 0 && spans[k].to == i {
+				spans[k].to, spans[k].offTo = i+1, off+n.TotalGPUs
+			} else {
+				spans = append(spans, indexSpan{from: i, to: i + 1, offFrom: off, offTo: off + n.TotalGPUs})
+			}
+		}
+		off += n.TotalGPUs
+		if 4*len(spans) > len(p.Nodes)+4 {
+			return full() // changed throughout: writing it whole is as cheap
+		}
+	}
+	var prevIDs []string
+	if ids && len(p.Nodes) == len(prev.Nodes) && prevOut.NodeIDs != nil {
+		prevIDs = prevOut.NodeIDs // the same ids, checked above
+	}
+	index := func(c Component) string {
+		was := ""
+		for _, x := range prevOut.Indices {
+			if x.Component == c {
+				was = x.Index
+			}
+		}
+		return spliceIndex(was, p, c, spans)
+	}
+	return exportPool(p, ids, counts, index, prevIDs)
+}
+
+// indexSpan is a run of pool positions whose ranges an index string
+// writes again, and their GPU offsets.
+type indexSpan struct{ from, to, offFrom, offTo int }
+
+// sameEntry reports whether a is the very entry b, as far as Export reads
+// it: the same node, GPUs, allocations map and worker counts.
+func sameEntry(a, b *PoolNode) bool {
+	return a.NodeID == b.NodeID && a.TotalGPUs == b.TotalGPUs && a.Allocations != nil &&
+		reflect.ValueOf(a.Allocations).UnsafePointer() == reflect.ValueOf(b.Allocations).UnsafePointer() &&
+		sameInts(a.WorkerCounts.Train, b.WorkerCounts.Train) && sameInts(a.WorkerCounts.Eval, b.WorkerCounts.Eval) &&
+		sameInts(a.WorkerCounts.Env, b.WorkerCounts.Env)
+}
+
+// sameInts reports whether a and b are one slice (or both empty).
+func sameInts(a, b []int) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// spliceIndex is p's index string of c, given was, that of the pool it
+// differs from only in spans: was's ranges outside them are kept as
+// written, the spans' written from p.
+func spliceIndex(was string, p Pool, c Component, spans []indexSpan) string {
+	if len(spans) == 0 {
+		return was
+	}
+	var b strings.Builder
+	b.Grow(len(was) + 64)
+	var num [20]byte
+	add := func(piece string) {
+		if piece == "" {
+			return
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(piece)
+	}
+	pos := 0
+	for _, sp := range spans {
+		lo := indexCut(was, sp.offFrom)
+		add(strings.TrimSuffix(was[pos:lo], ", "))
+		off := sp.offFrom
+		for i := sp.from; i < sp.to; i++ {
+			for _, r := range p.Nodes[i].Allocations[c] {
+				if b.Len() > 0 {
+					b.WriteString(", ")
+				}
+				b.Write(strconv.AppendInt(num[:0], int64(r.First+off), 10))
+				if r.Last != r.First {
+					b.WriteByte('-')
+					b.Write(strconv.AppendInt(num[:0], int64(r.Last+off), 10))
+				}
+			}
+			off += p.Nodes[i].TotalGPUs
+		}
+		pos = max(lo, indexCut(was, sp.offTo))
+	}
+	add(was[pos:])
+	return b.String()
+}
+
+// indexCut is the byte position in index string s of its first range
+// that begins at GPU x or beyond, len(s) if none: s lists its ranges in
+// pool order, and each node's lie within its GPUs, so those of the nodes
+// before x's come first.
+func indexCut(s string, x int) int {
+	// next is the first range's start at or after byte i.
+	next := func(i int) int {
+		if i == 0 {
+			return 0
+		}
+		from := max(i-2, 0)
+		if k := strings.Index(s[from:], ", "); k >= 0 {
+			return from + k + 2
+		}
+		return len(s)
+	}
+	at := sort.Search(len(s)+1, func(i int) bool {
+		t := next(i)
+		return t == len(s) || firstOf(s[t:]) >= x
+	})
+	return next(at)
+}
+
+// firstOf is the number s begins with.
+func firstOf(s string) int {
+	n := 0
+	for i := 0; i < len(s) && '0' <= s[i] && s[i] <= '9'; i++ {
+		n = 10*n + int(s[i]-'0')
+	}
+	return n
 }
 
 // UnmarshalJSON reads what MarshalJSON writes, so plan documents read back

@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"testing"
@@ -72,4 +74,94 @@ func TestIndexStringAgrees(t *testing.T) {
 			t.Fatalf("num_gpus %v, want %v", e.NumGPUs, want)
 		}
 	})
+}
+
+// TestExportAfterIsExport: the export of a pool written again only where
+// its entries differ from a previous pool's (ExportAfter) is Export's,
+// whatever options the previous export was made with, for pools whose
+// entries are kept, replaced (by equal or other ones), appended, or put
+// on other nodes or GPU counts (which it writes whole).
+func TestExportAfterIsExport(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		entry := func(id string, gpus int, label string) PoolNode {
+			pn := PoolNode{NodeID: id, TotalGPUs: gpus, Allocations: map[Component][]Range{}}
+			for _, c := range GPUComponents {
+				var gs []int
+				for g := range gpus {
+					if rapid.IntRange(0, 2).Draw(t, label+"held") == 0 {
+						gs = append(gs, g)
+					}
+				}
+				if len(gs) > 0 {
+					pn.Allocations[c] = RangesOf(gs)
+					*pn.WorkerCounts.Of(c) = []int{len(gs)}
+				}
+			}
+			return pn
+		}
+		prev := Pool{Name: "p"}
+		for i := range rapid.IntRange(0, 12).Draw(t, "nodes") {
+			prev.Nodes = append(prev.Nodes, entry(strconv.Itoa(i), rapid.IntRange(0, 16).Draw(t, "gpus"), "prev"))
+		}
+		opts := func(label string) (bool, [3]int) {
+			var counts [3]int
+			for ci := range counts {
+				counts[ci] = rapid.IntRange(0, 1).Draw(t, label+"counts")
+			}
+			return rapid.Bool().Draw(t, label+"ids"), counts
+		}
+		prevIDs, prevCounts := opts("prev")
+		prevOut := Export([]Pool{prev}, ExportOptions{NodeIDs: []bool{prevIDs}, Counts: prevCounts})[0]
+		p := Pool{Name: "p"}
+		for i, n := range prev.Nodes {
+			switch rapid.IntRange(0, 6).Draw(t, "change") {
+			case 0: // another entry on the node
+				p.Nodes = append(p.Nodes, entry(n.NodeID, n.TotalGPUs, "next"))
+			case 1: // an equal entry, not the same one
+				c := n
+				c.Allocations = maps.Clone(n.Allocations)
+				p.Nodes = append(p.Nodes, c)
+			case 2: // other allocations beside the same counts
+				c := n
+				c.Allocations = entry(n.NodeID, n.TotalGPUs, "next").Allocations
+				p.Nodes = append(p.Nodes, c)
+			case 3:
+				if rapid.IntRange(0, 3).Draw(t, "other") == 0 { // another node or GPU count
+					p.Nodes = append(p.Nodes, entry(strconv.Itoa(i+100*rapid.IntRange(0, 1).Draw(t, "id")), rapid.IntRange(0, 16).Draw(t, "gpus"), "next"))
+					continue
+				}
+				fallthrough
+			default:
+				p.Nodes = append(p.Nodes, n)
+			}
+		}
+		for i := range rapid.IntRange(0, 3).Draw(t, "joined") {
+			p.Nodes = append(p.Nodes, entry(strconv.Itoa(200+i), rapid.IntRange(0, 16).Draw(t, "gpus"), "joined"))
+		}
+		if rapid.IntRange(0, 5).Draw(t, "cut") == 0 && len(p.Nodes) > 0 {
+			p.Nodes = p.Nodes[:rapid.IntRange(0, len(p.Nodes)-1).Draw(t, "left")]
+		}
+		ids, counts := opts("next")
+		got := ExportAfter(prev, prevOut, p, ids, counts)
+		want := Export([]Pool{p}, ExportOptions{NodeIDs: []bool{ids}, Counts: counts})[0]
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("ExportAfter:\n%+v\nExport:\n%+v", got, want)
+		}
+	})
+}
+
+// TestIndexCut: the cut of an index string at a GPU is the start of its
+// first range at or beyond that GPU.
+func TestIndexCut(t *testing.T) {
+	s := "0-7, 9, 12-15, 100"
+	for _, tc := range []struct{ x, want int }{
+		{0, 0}, {1, 5}, {8, 5}, {9, 5}, {10, 8}, {12, 8}, {13, 15}, {100, 15}, {101, len(s)},
+	} {
+		if got := indexCut(s, tc.x); got != tc.want {
+			t.Errorf("indexCut(%q, %d) = %d, want %d", s, tc.x, got, tc.want)
+		}
+	}
+	if got := indexCut("", 3); got != 0 {
+		t.Errorf("indexCut of none = %d, want 0", got)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/poolplanner/poolplanner/plan"
@@ -98,6 +99,9 @@ func CountMoved(prev, next *Plan) int {
 	}
 	var old *workerIndex
 	if prev != nil {
+		if n, ok := countShared(prev, next); ok {
+			return n
+		}
 		if n, ok := countInOrder(prev.Workers, next.Workers); ok {
 			return n
 		}
@@ -160,6 +164,115 @@ func countInOrder(prev, next plan.Workers) (moved int, ok bool) {
 			return 0, false
 		}
 		lastPrev = p
+	}
+	return moved, true
+}
+
+// orderKey is w's place in the order plans list workers: by component,
+// then index; not ok for a worker no plan lists.
+func orderKey(w *plan.Worker) (int, bool) {
+	k := w.Component.Rank()
+	if k < 0 || w.Index < 0 || w.Index > MaxWorkers {
+		return 0, false
+	}
+	return k*(MaxWorkers+1) + w.Index, true
+}
+
+// workersInOrder reports whether ws is in strictly increasing orderKey order.
+// A chunk ws shares with was, at the same place, is taken as in order
+// within itself, was being a list known in order (or none): only its ends are read, so a replan that changed a
+// few chunks of 160,000 workers reads those.
+func workersInOrder(ws, was plan.Workers) bool {
+	cs, shared := ws.Chunks(), was.Chunks()
+	last := -1
+	for c, ch := range cs {
+		if len(ch) == 0 {
+			continue
+		}
+		if c < len(shared) && sameChunk(ch, shared[c]) {
+			first, ok := orderKey(&ch[0])
+			if !ok || first <= last {
+				return false
+			}
+			last, _ = orderKey(&ch[len(ch)-1])
+			continue
+		}
+		for i := range ch {
+			k, ok := orderKey(&ch[i])
+			if !ok || k <= last {
+				return false
+			}
+			last = k
+		}
+	}
+	return true
+}
+
+// sameChunk reports whether a and b are one chunk.
+func sameChunk(a, b []plan.Worker) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// orderProof says whether the list ws is in order (workersInOrder).
+type orderProof struct {
+	ws plan.Workers
+	in bool
+}
+
+// orderedOf is p's workers where they are in order, known with its state
+// (found by one walk and kept there, if not known yet) for the very list
+// p holds; else not ok.
+func orderedOf(p *Plan) (plan.Workers, bool) {
+	if p.state == nil || p.Workers.Len() == 0 {
+		return plan.Workers{}, false
+	}
+	pr := p.state.ordered.Load()
+	if pr == nil {
+		pr = &orderProof{ws: p.Workers, in: workersInOrder(p.Workers, plan.Workers{})}
+		p.state.ordered.CompareAndSwap(nil, pr)
+	}
+	a, b := p.Workers.Chunks(), pr.ws.Chunks()
+	if !pr.in || p.Workers.Len() != pr.ws.Len() || len(a) == 0 || len(a) != len(b) || &a[0] != &b[0] {
+		return plan.Workers{}, false
+	}
+	return p.Workers, true
+}
+
+// countShared is countInOrder for two plans whose workers are known in
+// order: a worker in a chunk both lists share is in prev as it is, the
+// only one of its component and index there, so it did not move; the
+// others are found in prev by their key. A grow of one worker reads a
+// chunk, not 160,000 workers. Not ok where either is not known in order.
+func countShared(prev, next *Plan) (int, bool) {
+	pw, ok := orderedOf(prev)
+	if !ok {
+		return 0, false
+	}
+	nw, ok := orderedOf(next)
+	if !ok {
+		return 0, false
+	}
+	pcs := pw.Chunks()
+	moved := 0
+	for c, ch := range nw.Chunks() {
+		if c < len(pcs) && sameChunk(ch, pcs[c]) {
+			continue
+		}
+		for i := range ch {
+			w := &ch[i]
+			k, _ := orderKey(w)
+			at := sort.Search(pw.Len(), func(j int) bool {
+				pk, _ := orderKey(pw.At(j))
+				return pk >= k
+			})
+			if at == pw.Len() || !samePlace(pw.At(at), w) {
+				moved++
+				continue
+			}
+			if pk, _ := orderKey(pw.At(at)); pk != k {
+				moved++
+			}
+		}
 	}
 	return moved, true
 }

@@ -62,6 +62,13 @@ func (e *engine) finish(err error) (*Plan, error) {
 	doc.Warnings = e.warnings
 	if e.store != nil {
 		doc.state = e.save()
+		if e.prevState != nil {
+			// Known only from a previous list known in order: a plan
+			// made afresh is walked, if ever, when CountMoved asks.
+			if was := e.prevState.ordered.Load(); was != nil && was.in {
+				doc.state.ordered.Store(&orderProof{ws: doc.Workers, in: workersInOrder(doc.Workers, was.ws)})
+			}
+		}
 	}
 	return doc, nil
 }
@@ -131,6 +138,33 @@ func (e *engine) unchangedPool(p *poolRun) []plan.PoolNode {
 	if len(prev) == 0 || len(prev) != len(p.final) || !slices.Equal(p.final, st.order[p.auto]) {
 		return nil
 	}
+	// The states this run made or copied, where few, are looked at
+	// first, as the walk below looks at each: one that is not as before
+	// ends it here, before the walk over 15,000 entries that would end
+	// at it (a grow's or a shrink's node is mostly near the pool's end).
+	if len(e.touched) <= touchedFirst {
+		for _, at := range e.touched {
+			i := slices.Index(p.final, at)
+			if i < 0 {
+				continue
+			}
+			ns := e.table[at]
+			switch {
+			case prev[i].NodeID != ns.node.ID:
+				return nil
+			case ns == st.table[at] && ns.doc(p.auto) != nil:
+			case ns.owner == e.token && ns.doc(p.auto) == nil:
+				var made plan.PoolNode
+				var none []plan.PoolNode // kept nowhere: rendered only to compare
+				e.autoNode(at, p.auto, &made, nil, &none)
+				if !samePoolNode(made, prev[i]) || (made.Allocations == nil) != (prev[i].Allocations == nil) {
+					return nil
+				}
+			default:
+				return nil
+			}
+		}
+	}
 	var again []int // positions in prev of the states made again
 	for i, at := range p.final {
 		ns := e.table[at]
@@ -163,6 +197,11 @@ func (e *engine) unchangedPool(p *poolRun) []plan.PoolNode {
 	}
 	return prev[:len(prev):len(prev)]
 }
+
+// touchedFirst is how many states a run may have made or copied for
+// unchangedPool to look at them before its walk: each is searched for in
+// the pool's order.
+const touchedFirst = 16
 
 // poolOrder is an auto pool's members: the previous plan's order first,
 // then the nodes that joined in this run.

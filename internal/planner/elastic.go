@@ -353,6 +353,8 @@ type elastic struct {
 	refs  [][]elasticRef // per job (nil: fixed, or held as it is)
 	start [][]int        // the sizes each job starts at
 	a     *allocator
+	// facts are what its allocators found of nodes, shared.
+	facts *nodeFacts
 	// rel is, per job, what its shrink gave up this run (grow.go).
 	rel map[int]holding
 	// readAll is ElasticOptions.readAll.
@@ -390,7 +392,8 @@ type trial struct {
 // placed worker, within max_gpus.
 func PlanAllWith(jobs []Job, nodes []Node, opt ElasticOptions) []Outcome {
 	jobs = prevSpecsSized(jobs)
-	el := &elastic{jobs: jobs, nodes: nodes, refs: make([][]elasticRef, len(jobs)), start: make([][]int, len(jobs)), readAll: opt.readAll}
+	el := &elastic{jobs: jobs, nodes: nodes, refs: make([][]elasticRef, len(jobs)), start: make([][]int, len(jobs)), readAll: opt.readAll,
+		facts: &nodeFacts{nodes: nodes}}
 	any := false
 	for j := range jobs {
 		if jobs[j].Spec == nil {
@@ -666,7 +669,7 @@ func (el *elastic) trialFrom(sizes [][]int, from []*Plan) trial {
 		}
 		cutTo(job, el.refs[j], sizes[j], el.readAll)
 	}
-	out, why := planTrial(jobs, el.nodes, el.readAll)
+	out, why := planTrial(jobs, el.nodes, el.readAll, el.facts)
 	return trial{out, why}
 }
 

@@ -47,9 +47,16 @@ func exportPools(pools []plan.Pool, order [][]int32, table []*nodeState, counts 
 	made := make([]exportedPool, len(pools))
 	for k, p := range pools {
 		made[k] = exportedPool{nodes: p.Nodes, ids: ids[k], counts: counts}
-		if i := slices.IndexFunc(prev, made[k].sameAs); i >= 0 && prev[i].name == p.Name {
+		i := slices.IndexFunc(prev, func(x exportedPool) bool { return x.name == p.Name })
+		switch {
+		case i >= 0 && made[k].sameAs(prev[i]):
 			out[k] = prev[i].out
-		} else {
+		case i >= 0:
+			// The pool changed in part (a worker grown or given up):
+			// its index strings are the previous ones, written again
+			// only where its entries differ.
+			out[k] = plan.ExportAfter(plan.Pool{Name: p.Name, Nodes: prev[i].nodes}, prev[i].out, p, ids[k], counts)
+		default:
 			out[k] = plan.Export(pools[k:k+1], plan.ExportOptions{NodeIDs: ids[k : k+1], Counts: counts})[0]
 		}
 		made[k].name, made[k].out = p.Name, out[k]

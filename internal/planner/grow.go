@@ -431,6 +431,7 @@ func keepsAll(a, b *Plan) bool {
 func (el *elastic) allocator() {
 	if el.a == nil {
 		el.a = newAllocator(el.jobs, el.nodes)
+		el.a.facts = el.facts
 	}
 }
 

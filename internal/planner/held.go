@@ -270,16 +270,36 @@ func (a *allocator) dense(byID []idHold) holding {
 func (a *allocator) denseOf(p *Plan) holding {
 	byID := a.byID(p)
 	st := p.state
+	f := a.sharedFacts()
 	if st != nil {
-		if h := st.dense.Load(); h != nil && a.sameDense(*h, byID) {
-			return *h
+		if h := st.dense.Load(); h != nil {
+			if f != nil && len(byID) > 0 && f.dense[h] == idHoldsOf(byID) {
+				return *h // checked on these nodes by another of the PlanAll's allocators
+			}
+			if a.sameDense(*h, byID) {
+				f.checked(h, byID)
+				return *h
+			}
 		}
 	}
 	out := a.dense(byID)
 	if st != nil && len(out) == len(byID) && a.sameDense(out, byID) {
-		st.dense.Store(&out)
+		h := &out
+		st.dense.Store(h)
+		f.checked(h, byID)
 	}
 	return out
+}
+
+// checked records that h is dense(byID) on f's nodes (f nil: nowhere).
+func (f *nodeFacts) checked(h *holding, byID []idHold) {
+	if f == nil || len(byID) == 0 {
+		return
+	}
+	if f.dense == nil {
+		f.dense = map[*holding]idHolds{}
+	}
+	f.dense[h] = idHoldsOf(byID)
 }
 
 // sameDense reports whether h is dense(byID) on the allocator's nodes:

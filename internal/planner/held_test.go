@@ -171,3 +171,50 @@ func TestPatchHeldSharesUnchanged(t *testing.T) {
 		})
 	}
 }
+
+// TestDenseFactsShared: a kept dense holding that one allocator of a
+// PlanAll checked on its nodes is taken as it is by another on the very
+// same nodes, and is what dense(byID) gives; an allocator on other nodes
+// (a copy with two ids swapped, or the same nodes cut short) does not
+// take it from those facts and gets what an allocator with none gets.
+func TestDenseFactsShared(t *testing.T) {
+	nodes := make([]Node, 12)
+	for i := range nodes {
+		nodes[i] = Node{ID: fmt.Sprintf("n%02d", i), IP: "10.0.0.1", CPUs: 64, GPUs: 8}
+	}
+	spec := &Spec{Scheduling: Scheduling{Train: &WorkerGroup{WorkerNum: 40, NumCPUs: 1, NumGPUs: 1}},
+		Placement: Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault}}
+	p, err := Compute(spec, nodes)
+	if err != nil || p.state == nil {
+		t.Fatalf("compute: %v", err)
+	}
+	facts := &nodeFacts{nodes: nodes}
+	swapped := slices.Clone(nodes)
+	swapped[2].ID, swapped[9].ID = swapped[9].ID, swapped[2].ID
+	for _, tc := range []struct {
+		name  string
+		nodes []Node
+	}{
+		{"same nodes", nodes},
+		{"ids swapped", swapped},
+		{"cut short", nodes[:8]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first := newAllocator(nil, nodes)
+			first.facts = facts
+			first.denseOf(p) // checks, keeps and records p's holding on nodes
+			shared := newAllocator(nil, tc.nodes)
+			shared.facts = facts
+			alone := newAllocator(nil, tc.nodes)
+			got, want := shared.denseOf(p), alone.denseOf(p)
+			if !slices.EqualFunc(got, want, func(x, y hold) bool {
+				return x.at == y.at && slices.Equal(x.gpus, y.gpus) && x.cpus == y.cpus
+			}) {
+				t.Fatalf("with shared facts %v, alone %v", got, want)
+			}
+			if fresh := alone.dense(alone.byID(p)); !slices.EqualFunc(got, fresh, func(x, y hold) bool { return x.at == y.at }) {
+				t.Fatalf("with shared facts %v, dense %v", got, fresh)
+			}
+		})
+	}
+}

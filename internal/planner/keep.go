@@ -82,6 +82,12 @@ type runState struct {
 	// rewrote; gone, the nodes of the previous plan that left.
 	changed []int32
 	gone    []string
+	// ordered says whether the plan's workers are in strictly increasing
+	// order of component and index (workersInOrder), once known: at
+	// finish, from the previous plan's where that was known (reading only
+	// the chunks not shared with it), else when CountMoved first asks.
+	// CountMoved passes over the chunks two such lists share.
+	ordered atomic.Pointer[orderProof]
 	// bufferOf maps a node's position to its buffer index, once asked.
 	bufferOnce sync.Once
 	bufferOf   map[int32]int

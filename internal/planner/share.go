@@ -96,18 +96,19 @@ func planFixed(jobs []Job, nodes []Node) []Outcome { return planRuns(jobs, nodes
 // planRuns is planFixed; readAll refuses every replan a start from a
 // previous state of other elastic sizes (ElasticOptions.readAll).
 func planRuns(jobs []Job, nodes []Node, readAll bool) []Outcome {
-	out, why := planTrial(jobs, nodes, readAll)
+	out, why := planTrial(jobs, nodes, readAll, nil)
 	why()
 	return out
 }
 
-// planTrial is planRuns but for the reasons of the plans that are not
+// planTrial is planRuns (on facts the PlanAll's allocators share, or
+// nil) but for the reasons of the plans that are not
 // valid (explainWhy), which the outcomes get only once why is called: a
 // trial of the elastic search that is not kept needs no words, and
 // wording one may plan a spec again, in full.
-func planTrial(jobs []Job, nodes []Node, readAll bool) ([]Outcome, func()) {
+func planTrial(jobs []Job, nodes []Node, readAll bool, facts *nodeFacts) ([]Outcome, func()) {
 	a := newAllocator(jobs, nodes)
-	a.readAll = readAll
+	a.readAll, a.facts = readAll, facts
 	cur := make([]holding, len(jobs))
 	for j := range jobs {
 		cur[j] = a.holdingOf(jobs[j].Prev)
@@ -213,6 +214,8 @@ type allocator struct {
 	// searched counts the positions pos found without the index.
 	sorted   nodesOrder
 	searched int
+	// facts are those the PlanAll's allocators share (nil: none).
+	facts *nodeFacts
 }
 
 func newAllocator(jobs []Job, nodes []Node) *allocator {
