@@ -693,26 +693,156 @@ func unjustified(spec *Spec, o, w *plan.Worker, d Displaced, nodes []Node, p *Pl
 	return ""
 }
 
-// taken reports whether GPU g of node holds what worker o may not join.
+// taken reports whether GPU g of node holds what worker o may not join:
+// a component it may not share with, or so much of its own component's
+// share that its own does not fit beside it. The shares are summed, as
+// the engine sums them (fits): two env halves fill a GPU that neither
+// alone would keep an env quarter from. o itself is not counted, so a
+// worker displaced for "GPU taken" and placed back on that same GPU is
+// caught.
 func taken(spec *Spec, p *Plan, o *plan.Worker, node string, g int) bool {
 	if k := slices.Index(o.GPUs, g); k >= 0 && slices.Contains(o.GPUs[k+1:], g) {
 		return true
 	}
 	r := newRules(spec.Placement)
 	ci := o.Component.Rank()
+	share := o.GPUShare
 	for _, x := range p.Workers.All() {
-		if x.NodeID != node || !slices.Contains(x.GPUs, g) {
+		if x.NodeID != node || !slices.Contains(x.GPUs, g) || x.Component == o.Component && x.Index == o.Index {
 			continue
 		}
 		cj := x.Component.Rank()
 		if x.Component == plan.Buffer {
 			cj = 0 // a buffer's GPU is train's reserve
 		}
-		if cj == ci && x.GPUShare+o.GPUShare > 1+eps || r.conflict[ci][cj] || x.Component == plan.Buffer && ci == 0 {
+		if r.conflict[ci][cj] || x.Component == plan.Buffer && ci == 0 {
 			return true
 		}
+		if cj == ci {
+			share += x.GPUShare
+		}
 	}
-	return false
+	return share > 1+eps
+}
+
+// TestTakenSumsShares: the property's "GPU taken" check sums the shares
+// its own component holds of the GPU, as the engine does, and does not
+// count the worker asking. One node of one GPU holds env workers of the
+// shares listed; o is an env worker of share want to join it.
+func TestTakenSumsShares(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		shares []float64 // one env group of one worker each
+		o      plan.Worker
+		want   bool
+	}{
+		// Neither half alone keeps a quarter out; both together do
+		// (TestReplanProperties' seed of an env quarter unplaced for
+		// "GPU taken" beside two env halves).
+		{name: "two halves fill the GPU", shares: []float64{0.5, 0.5}, o: plan.Worker{Component: plan.Env, Index: 9, GPUShare: 0.25}, want: true},
+		{name: "a half leaves room for a quarter", shares: []float64{0.5}, o: plan.Worker{Component: plan.Env, Index: 9, GPUShare: 0.25}},
+		{name: "a half and a quarter leave room for a quarter", shares: []float64{0.5, 0.25}, o: plan.Worker{Component: plan.Env, Index: 9, GPUShare: 0.25}},
+		{name: "three quarters leave no room for a half", shares: []float64{0.25, 0.25, 0.25}, o: plan.Worker{Component: plan.Env, Index: 9, GPUShare: 0.5}, want: true},
+		// o is env 0 itself: beside the other half it fits.
+		{name: "the worker itself is not counted", shares: []float64{0.5, 0.5}, o: plan.Worker{Component: plan.Env, Index: 0, GPUShare: 0.5}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := &Spec{Placement: Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault}}
+			spec.Scheduling.Train = &WorkerGroup{NumCPUs: 1, NumGPUs: 1}
+			spec.Scheduling.Eval = &WorkerGroup{NumCPUs: 1, NumGPUs: 1}
+			for _, f := range c.shares {
+				spec.Scheduling.Env = append(spec.Scheduling.Env, WorkerGroup{WorkerNum: 1, NumCPUs: 1, NumGPUs: f})
+			}
+			nodes := uniformNodes(1, 1, 8)
+			p, err := Compute(spec, nodes)
+			if err != nil {
+				t.Fatalf("planning %v on one GPU: %v", c.shares, err)
+			}
+			if got := taken(spec, p, &c.o, nodes[0].ID, 0); got != c.want {
+				t.Errorf("taken = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestReplanReasonSeeds: chains of inventory changes TestReplanProperties
+// found, replayed step by step; each step's displaced and unplaced
+// workers must have a reason that holds (unjustified), and the last
+// step leaves the worker named unplaced for the reason named.
+func TestReplanReasonSeeds(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		spec       *Spec
+		nodes      []Node
+		steps      []func([]Node) []Node
+		comp       plan.Component
+		index      int
+		why, where string
+	}{
+		{
+			// env 2 (a quarter, 2 CPUs) is unplaced from n0:0 when n0's
+			// CPUs drop; env 1 (a half, no CPUs) moves there from n1 as
+			// n1 leaves, beside env 0's half. When n0's CPUs drop again,
+			// env 2's GPU is full: "GPU taken" holds, though no one
+			// worker there keeps a quarter out.
+			name: "two halves fill a quarter's GPU",
+			spec: func() *Spec {
+				s := &Spec{Placement: Placement{Mode: ModeAuto, Strategy: StrategyDisaggregate, EnvStrategy: EnvStrategyDefault}}
+				s.Scheduling.Train = &WorkerGroup{NumCPUs: 1, NumGPUs: 0.5}
+				s.Scheduling.Eval = &WorkerGroup{WorkerNum: 1, NumCPUs: 1, NumGPUs: 1}
+				s.Scheduling.Env = []WorkerGroup{{WorkerNum: 2, NumGPUs: 0.5}, {WorkerNum: 6, NumCPUs: 2, NumGPUs: 0.25}}
+				return s
+			}(),
+			nodes: func() []Node {
+				var out []Node
+				for i, cpus := range []float64{3, 2, 8} {
+					n := uniformNodes(1, 2, cpus)[0]
+					n.ID = fmt.Sprintf("n%d", i)
+					n.GPUUUIDs = []string{n.ID + "-0", n.ID + "-1"}
+					out = append(out, n)
+				}
+				return out
+			}(),
+			steps: []func([]Node) []Node{
+				func(ns []Node) []Node { return withNode(ns, "n0", func(n *Node) { n.CPUs = 1 }) },
+				func(ns []Node) []Node {
+					return slices.DeleteFunc(slices.Clone(ns), func(n Node) bool { return n.ID == "n1" })
+				},
+				func(ns []Node) []Node { return withNode(ns, "n0", func(n *Node) { n.CPUs = 0 }) },
+			},
+			comp: plan.Env, index: 2, why: WhyConflict, where: "n0:0",
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			prev, err := Compute(c.spec, c.nodes)
+			if err != nil {
+				t.Fatalf("fresh plan: %v", err)
+			}
+			nodes := c.nodes
+			var ch *Change
+			for i, step := range c.steps {
+				nodes = step(nodes)
+				next, stepCh, _ := Replan(prev, c.spec, nodes)
+				for _, d := range append(slices.Clone(stepCh.Displaced), stepCh.Unplaced...) {
+					o := prev.Workers.Find(d.Component, d.Index)
+					if o == nil {
+						o = lastWorker(c.spec, unplacedOf(prev, d.Component, d.Index))
+					}
+					if o == nil {
+						continue // new, never placed
+					}
+					if why := unjustified(c.spec, o, next.Workers.Find(d.Component, d.Index), d, nodes, next); why != "" {
+						t.Errorf("step %d: %s %d displaced for %q at %s, but %s", i, d.Component, d.Index, d.Why, d.Where, why)
+					}
+				}
+				prev, ch = next, stepCh
+			}
+			i := slices.IndexFunc(ch.Unplaced, func(d Displaced) bool { return d.Component == c.comp && d.Index == c.index })
+			if i < 0 || ch.Unplaced[i].Why != c.why || ch.Unplaced[i].Where != c.where {
+				t.Errorf("unplaced %+v, want %s %d for %q at %s", ch.Unplaced, c.comp, c.index, c.why, c.where)
+			}
+		})
+	}
 }
 
 // countSet lists how many workers of each group are on each pool node.
