@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,5 +140,116 @@ func TestStandbyWatchBehindKeepsPlacement(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPreHeaderDigestNotInHistory (review rev13): a revision from
+// before planners said their spec's revision, whose digest no put of
+// the history has (an older build's digest), is kept when the history
+// holds a removal: which removal, if any, came after its spec is not
+// known. Before, any old removal (this one released and placed afresh
+// already) released it again.
+func TestPreHeaderDigestNotInHistory(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	const b = "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"
+	h := newMemHarness(t)
+	specs := h.cluster(4, map[string]string{"default": a})
+	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
+	stop := h.plannerWith(context.Background(), cfg)
+	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
+	if err := specs.Delete(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("default", "removed", func(p *planner.Plan) bool { return p.Removed() })
+	if _, err := specs.Put(context.Background(), "default", []byte(a)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("default", "placed again", func(p *planner.Plan) bool { return p.Revision == 3 && p.Valid() })
+	if _, err := specs.Put(context.Background(), "default", []byte(b)); err != nil {
+		t.Fatal(err)
+	}
+	last := h.waitFor("default", "b placed", func(p *planner.Plan) bool { return p.Revision == 4 && p.Valid() })
+	stop()
+	h.mem.mu.Lock()
+	for i := range h.mem.msgs {
+		h.mem.msgs[i].specRevision = 0
+		h.mem.msgs[i].specDigest = "0123456789abcdef01234567" // no spec's
+	}
+	h.mem.mu.Unlock()
+	stop = h.plannerWith(context.Background(), cfg)
+	defer stop()
+	h.waitReplans("default", 1)
+	for _, p := range h.history() {
+		if p.Revision > last.Revision && (p.Removed() || p.Workers.Len() != last.Workers.Len()) {
+			t.Fatalf("revision %d: removed %v, %d workers (reason %q); want revision %d's placement kept",
+				p.Revision, p.Removed(), p.Workers.Len(), p.Reason, last.Revision)
+		}
+	}
+}
+
+// failingHistory is a spec bucket whose History fails while fail is set
+// (a replica that cannot answer).
+type failingHistory struct {
+	memSpecs
+	fail *atomic.Bool
+}
+
+func (g failingHistory) Ensure(ctx context.Context) (kvBucket, error) {
+	b, err := g.memSpecs.Ensure(ctx)
+	return failingHistoryBucket{b, g.fail}, err
+}
+
+func (g failingHistory) Bucket(ctx context.Context) (kvBucket, error) { return g.Ensure(ctx) }
+
+type failingHistoryBucket struct {
+	kvBucket
+	fail *atomic.Bool
+}
+
+func (b failingHistoryBucket) History(ctx context.Context, key string, opts ...jetstream.WatchOpt) ([]jetstream.KeyValueEntry, error) {
+	if b.fail.Load() {
+		return nil, context.DeadlineExceeded
+	}
+	return b.kvBucket.History(ctx, key, opts...)
+}
+
+// TestRemovalUntoldHeld (review rev13): a planner restarted on a spec
+// removed and stored again while none ran, whose history it cannot read
+// at first, holds the placement as it is (publishes nothing) until it
+// can, then releases it and places the spec stored since afresh. Before,
+// it planned the new spec at once ("spec changed", on the new spec's
+// revision), and the retry found no removal after that: never released.
+func TestRemovalUntoldHeld(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	const b = "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"
+	h := newMemHarness(t)
+	specs := h.cluster(4, map[string]string{"default": a})
+	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
+	stop := h.plannerWith(context.Background(), cfg)
+	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
+	stop()
+	if err := specs.Delete(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := specs.Put(context.Background(), "default", []byte(b)); err != nil {
+		t.Fatal(err)
+	}
+	var fail atomic.Bool
+	fail.Store(true)
+	in := h.instance("", cfg, func(p *Service) { p.specs = failingHistory{memSpecs{h.mem.specs}, &fail} })
+	in.replanned(t, "default")
+	if revs := h.mem.revisions("default"); len(revs) != 1 {
+		t.Fatalf("revisions %v with the history unreadable; want 1 only, held", revs)
+	}
+	fail.Store(false)
+	last := h.waitFor("default", "placed again", func(p *planner.Plan) bool { return p.Revision > 1 && p.Valid() })
+	hist := h.history()
+	if len(hist) != 3 || !hist[1].Removed() || last.Revision != 3 || last.Status.Fresh == "" || last.Workers.Len() != 8 {
+		for _, p := range hist {
+			t.Logf("revision %d: %s, removed %v, %d workers, %q", p.Revision, p.PlanState(), p.Removed(), p.Workers.Len(), p.Reason)
+		}
+		t.Fatal("want revision 2 removed, then 3 placed afresh on 8 workers")
 	}
 }
