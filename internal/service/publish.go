@@ -430,13 +430,19 @@ func (p *loopState) specOfDigest(ctx context.Context, name, digest string, adopt
 // that could have been adopted but was stored while no planner ran is
 // taken too: the planner then follows the spec a planner running
 // through it would have.
+//
+// A removal after spec ends adoption: no put, before it or after, is
+// taken. One after it was never adopted onto this placement (the
+// removal released it, or was to: removedSince); one before it cannot
+// be told from a removal not yet released, and spec is the safer.
 func adoptedAs(spec *planner.Spec, placed *planner.Plan, later []jetstream.KeyValueEntry) (*planner.Spec, uint64) {
-	for i := len(later) - 1; i >= 0; i-- {
-		e := later[i]
+	for _, e := range later {
 		if e.Operation() != jetstream.KeyValuePut {
-			// Released since (removedSince): nothing adopted before.
 			return spec, 0
 		}
+	}
+	for i := len(later) - 1; i >= 0; i-- {
+		e := later[i]
 		next, err := planner.ParseSpec(e.Value())
 		if err != nil {
 			continue
