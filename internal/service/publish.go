@@ -217,7 +217,10 @@ func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]
 // plannedAfterRemoval says whether s's latest revision was planned on a
 // spec stored after the removal marker the spec watch delivered last
 // (planState.removedAt): a removal that revision's planner saw already.
-// Either not known (0): not.
+// Either not known (0): not. (A spec bucket recreated since the latest
+// was planned numbers from 1 again: a removal there below the latest's
+// spec revision is held until the key is put again, the placement kept,
+// the safer way to be wrong.)
 func (s *planState) plannedAfterRemoval() bool {
 	l := s.latest
 	return l != nil && !l.Plan.Removed() && l.SpecRevision != 0 && s.removedAt != 0 && l.SpecRevision > s.removedAt
