@@ -35,7 +35,8 @@ type instance struct {
 
 // On a memJS harness (newMemHarness) url is unused: the planner plans on
 // h.mem, with no connection to cut (crash is NATS's).
-func (h *harness) instance(url string, cfg Config) *instance {
+// setup, run after its stores are bound, may wrap them.
+func (h *harness) instance(url string, cfg Config, setup ...func(*Service)) *instance {
 	h.t.Helper()
 	var nc *nats.Conn
 	if h.mem == nil {
@@ -61,6 +62,9 @@ func (h *harness) instance(url string, cfg Config) *instance {
 	in := &instance{p: New(cfg), nc: nc, cancel: cancel, done: make(chan struct{}), reg: reg}
 	if h.mem != nil {
 		h.mem.onMem(in.p)
+	}
+	for _, f := range setup {
+		f(in.p)
 	}
 	go func() {
 		defer close(in.done)
@@ -111,8 +115,14 @@ func (in *instance) following(t *testing.T, want map[string]int) {
 // metrics): after it took the lease, one it made on taking it.
 func (in *instance) replanned(t *testing.T, plan string) {
 	t.Helper()
-	waitScraped(t, in.reg, "a replan of "+plan, func(m map[string]float64) bool {
-		return m[fmt.Sprintf("poolplanner_replan_duration_seconds{plan=%q}", plan)] >= 1
+	in.replannedTimes(t, plan, 1)
+}
+
+// replannedTimes waits until the planner finished n replans of plan.
+func (in *instance) replannedTimes(t *testing.T, plan string, n int) {
+	t.Helper()
+	waitScraped(t, in.reg, fmt.Sprintf("%d replans of %s", n, plan), func(m map[string]float64) bool {
+		return m[fmt.Sprintf("poolplanner_replan_duration_seconds{plan=%q}", plan)] >= float64(n)
 	})
 }
 

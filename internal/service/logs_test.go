@@ -135,7 +135,7 @@ func TestRemovedLongAgo(t *testing.T) {
 	}
 	defer l.close()
 	for _, name := range []string{"old", "held", "default"} {
-		l.removed(lctx, p.state(name), name, l.log.With().Str("plan", name).Logger())
+		l.removed(lctx, p.state(name), name, 0, l.log.With().Str("plan", name).Logger())
 	}
 	if s := p.state("old"); s != nil {
 		t.Errorf("a plan removed long ago has a state again (removing %v)", s.removing)

@@ -720,7 +720,7 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 		s.recordLost = ""
 	}
 	if e.Operation() != jetstream.KeyValuePut {
-		l.removed(ctx, s, name, log)
+		l.removed(ctx, s, name, e.Revision(), log)
 		return
 	}
 	if s == nil {
@@ -730,13 +730,12 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 	if spec == nil {
 		return
 	}
+	// Stored again before the removal was published (one replan takes
+	// both): the removal, its marker's revision kept by removed
+	// (planState.removedAt), is published still, then the spec planned
+	// afresh, as when the removal had a replan of its own; unless the
+	// latest was planned on a put after the marker (removedSince).
 	fresh := s.spec == nil || s.removing
-	if s.removing {
-		// Stored again before the removal was published (one replan
-		// takes both): it is published still, then the spec planned
-		// afresh, as when the removal had a replan of its own.
-		s.removedSince = s.revision()
-	}
 	var age uint64
 	if fresh {
 		// New, or stored again after its removal: it is as old as this
@@ -760,7 +759,12 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 // so (load reads it). A plan whose last revision says so already (or
 // that has none) was removed before: there is nothing to release, and
 // nothing to say at every start.
-func (l *loop) removed(ctx context.Context, s *planState, name string, log zerolog.Logger) {
+//
+// at is the removal marker's bucket revision: a removal applies only to
+// a revision planned on a spec stored before it, never to one a planner
+// published on a put after it (a watch behind the plan stream delivers
+// it late: review rev13).
+func (l *loop) removed(ctx context.Context, s *planState, name string, at uint64, log zerolog.Logger) {
 	if s == nil {
 		s = l.addState(ctx, name, 0)
 	}
@@ -768,7 +772,7 @@ func (l *loop) removed(ctx context.Context, s *planState, name string, log zerol
 	done := s.loaded && (s.latest == nil || s.latest.Plan.Removed())
 	live := s.spec != nil
 	if !done {
-		s.removing = true
+		s.removing, s.removedAt = true, at
 	}
 	if !done {
 		log.Info().Msg("spec removed: releasing the plan's workers")

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/poolplanner/poolplanner/client"
@@ -34,8 +35,12 @@ type keptPlan struct {
 	SpecDigest string `json:"spec_digest,omitempty"`
 	// PlacedFor is the revision's client.Meta.PlacedFor (a pending
 	// spec's revision: the spec its placement follows).
-	PlacedFor string          `json:"placed_for,omitempty"`
-	Document  json.RawMessage `json:"document"`
+	PlacedFor string `json:"placed_for,omitempty"`
+	// SpecRevision is the revision's client.Meta.SpecRevision (0: not
+	// known, as in files from before planners kept it), so that its
+	// next revision, after a wiped store, says the same of it.
+	SpecRevision uint64          `json:"spec_revision,omitempty"`
+	Document     json.RawMessage `json:"document"`
 }
 
 // placementPath is where plan name's latest revision is kept ("": no
@@ -61,7 +66,7 @@ func (k *marks) keep(name string, sp *store.StoredPlan) error {
 		}
 		return nil
 	}
-	data := appendKept(nil, sp.SpecDigest, sp.PlacedFor, &sp.Plan.Document)
+	data := appendKept(nil, sp.Meta, &sp.Plan.Document)
 	tmp := path + ".tmp"
 	err := os.MkdirAll(filepath.Dir(path), 0o700)
 	if err == nil {
@@ -80,14 +85,18 @@ func (k *marks) keep(name string, sp *store.StoredPlan) error {
 // encoder (plan.Document.AppendJSON), not json.Marshal, which would
 // check a document's JSON twice over (its workers' MarshalJSON, then
 // the raw message), the most of what keeping cost at every revision.
-func appendKept(b []byte, digest, placedFor string, doc *plan.Document) []byte {
+func appendKept(b []byte, m client.Meta, doc *plan.Document) []byte {
 	b = append(b, `{"spec_digest":`...)
-	d, _ := json.Marshal(digest) // a string: cannot fail
+	d, _ := json.Marshal(m.SpecDigest) // a string: cannot fail
 	b = append(b, d...)
-	if placedFor != "" {
+	if m.PlacedFor != "" {
 		b = append(b, `,"placed_for":`...)
-		d, _ = json.Marshal(placedFor)
+		d, _ = json.Marshal(m.PlacedFor)
 		b = append(b, d...)
+	}
+	if m.SpecRevision != 0 {
+		b = append(b, `,"spec_revision":`...)
+		b = strconv.AppendUint(b, m.SpecRevision, 10)
 	}
 	b = append(b, `,"document":`...)
 	b = doc.AppendJSON(b)
@@ -119,7 +128,7 @@ func (k *marks) kept(name string, rev int) (sp *store.StoredPlan, found int, err
 	if doc.Name != name || doc.Revision != rev {
 		return nil, doc.Revision, nil
 	}
-	return &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Meta: client.Meta{Base: rev, SpecDigest: f.SpecDigest, PlacedFor: f.PlacedFor}}, rev, nil
+	return &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Meta: client.Meta{Base: rev, SpecDigest: f.SpecDigest, PlacedFor: f.PlacedFor, SpecRevision: f.SpecRevision}}, rev, nil
 }
 
 // lostPlacement says that plan s's placement of revision mark is lost

@@ -60,6 +60,16 @@ func TestKeptPlacement(t *testing.T) {
 	if _, _, err := k.kept("q", 1); err == nil {
 		t.Error("a damaged kept plan read")
 	}
+	// A file from before planners kept the spec revision reads still,
+	// the revision not known.
+	old := stored(1, 2)
+	old.Plan.Name = "r"
+	if err := os.WriteFile(k.placementPath("r"), append(append([]byte(`{"spec_digest":"d1","document":`), old.Plan.AppendJSON(nil)...), '}'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := k.kept("r", 1); err != nil || got == nil || got.SpecDigest != "d1" || got.SpecRevision != 0 || got.Plan.Workers.Len() != 2 {
+		t.Errorf("a file without the spec revision: %+v, %v", got, err)
+	}
 	none := newMarks("")
 	if err := none.keep("p", stored(1, 1)); err != nil {
 		t.Fatal(err)
@@ -71,7 +81,7 @@ func TestKeptPlacement(t *testing.T) {
 
 // TestKeptPlacementRoundTrip: whatever a plan holds (odd strings in its
 // reason and workers, shares, any number of workers), the kept file
-// reads back as the very document and digest kept.
+// reads back as the very document, digests and spec revision kept.
 func TestKeptPlacementRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	rapid.Check(t, func(rt *rapid.T) {
@@ -88,16 +98,19 @@ func TestKeptPlacementRoundTrip(t *testing.T) {
 		}
 		doc.Workers = plan.NewWorkers(ws)
 		digest := odd.Draw(rt, "digest")
+		meta := client.Meta{SpecDigest: digest, PlacedFor: rapid.SampledFrom([]string{"", "d0"}).Draw(rt, "placed for"),
+			SpecRevision: rapid.SampledFrom([]uint64{0, 1, 1<<64 - 1}).Draw(rt, "spec revision")}
 		k := newMarks(filepath.Join(dir, "revisions.json"))
-		if err := k.keep("p", &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Meta: client.Meta{SpecDigest: digest}}); err != nil {
+		if err := k.keep("p", &store.StoredPlan{Plan: &planner.Plan{Document: doc}, Meta: meta}); err != nil {
 			rt.Fatal(err)
 		}
 		got, _, err := k.kept("p", doc.Revision)
 		if err != nil || got == nil {
 			rt.Fatalf("read back: %v, %v", got, err)
 		}
-		if a, b := string(got.Plan.Document.AppendJSON(nil)), string(doc.AppendJSON(nil)); a != b || got.SpecDigest != digest {
-			rt.Fatalf("read back\n%s (digest %q)\nkept\n%s (digest %q)", a, got.SpecDigest, b, digest)
+		if a, b := string(got.Plan.Document.AppendJSON(nil)), string(doc.AppendJSON(nil)); a != b || got.SpecDigest != digest ||
+			got.PlacedFor != meta.PlacedFor || got.SpecRevision != meta.SpecRevision {
+			rt.Fatalf("read back\n%s (%+v)\nkept\n%s (%+v)", a, got.Meta, b, meta)
 		}
 	})
 }

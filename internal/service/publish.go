@@ -159,30 +159,45 @@ func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]
 	var planned []*planState
 	for _, s := range states {
 		spec, removing := s.spec, s.removing
-		if removing {
+		hold := false
+		switch {
+		case removing && s.plannedAfterRemoval():
+			// The latest was planned on a put after this removal (by
+			// another planner; this one's spec watch is behind): the put
+			// is still to come, and the placement is kept till then.
+			hold = true
+		case removing:
 			if err := p.publishRemoved(ctx, s); err != nil {
 				return nil, nil, conflicted(s, err)
 			}
 			continue
-		}
-		if spec != nil && p.removedSince(ctx, s) {
-			// Released as by a planner that ran through the removal,
-			// then planned afresh on the latest that says so.
-			on := specOn{digest: s.latest.SpecDigest, rev: s.latest.SpecRevision}
-			if err := p.publishRemoval(ctx, s, on); err != nil {
-				return nil, nil, conflicted(s, err)
+		case spec != nil:
+			switch p.removedSince(ctx, s) {
+			case removalSince:
+				// Released as by a planner that ran through the removal,
+				// then planned afresh on the latest that says so.
+				on := specOn{digest: s.latest.SpecDigest, rev: s.latest.SpecRevision}
+				if err := p.publishRemoval(ctx, s, on); err != nil {
+					return nil, nil, conflicted(s, err)
+				}
+				s.removedAt = 0
+				s.inherited = nil // none of its nodes is waited for: it holds none
+			case removalUnknown:
+				// Planned on the new spec, it would carry that spec's
+				// revision, and the removal, if any, would never be
+				// told again: held as it is until the history can be
+				// read (followedRetry).
+				hold = true
 			}
-			s.removedSince = 0
-			s.inherited = nil // none of its nodes is waited for: it holds none
 		}
 		latest, age := s.latest, s.age
 		var prev *planner.Plan
 		if latest != nil {
 			prev = latest.Plan
 		}
-		if spec == nil {
-			// None that parses: its last valid revision stays as it is,
-			// and no other plan takes its GPUs.
+		if spec == nil || hold {
+			// None that parses, or one not to plan yet: its last valid
+			// revision stays as it is, and no other plan takes its GPUs.
 			if prev != nil && prev.Placed() {
 				jobs = append(jobs, planner.Job{Name: s.name, Prev: prev, Age: age})
 				planned = append(planned, nil)
@@ -199,41 +214,74 @@ func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]
 	return jobs, planned, nil
 }
 
+// plannedAfterRemoval says whether s's latest revision was planned on a
+// spec stored after the removal marker the spec watch delivered last
+// (planState.removedAt): a removal that revision's planner saw already.
+// Either not known (0): not. (A spec bucket recreated since the latest
+// was planned numbers from 1 again: a removal there below the latest's
+// spec revision is held until the key is put again, the placement kept,
+// the safer way to be wrong.)
+func (s *planState) plannedAfterRemoval() bool {
+	l := s.latest
+	return l != nil && !l.Plan.Removed() && l.SpecRevision != 0 && s.removedAt != 0 && l.SpecRevision > s.removedAt
+}
+
+// removal is what removedSince tells of a latest revision.
+type removal int
+
+const (
+	// removalNone: no removal known since its spec; it is planned on.
+	removalNone removal = iota
+	// removalSince: removed since its spec, and stored again.
+	removalSince
+	// removalUnknown: the history, needed to tell, cannot be read now.
+	removalUnknown
+)
+
 // removedSince says whether s's spec was removed after the spec its
 // latest revision was planned on, and stored again: a removal the spec
-// watch delivered with the put after it in one replan
-// (planState.removedSince), or one while no planner ran, which the
-// watch, delivering a key's last value, never shows. That one is read
-// from the spec's history, once per latest revision read back: a
-// removal marker (delete or purge) after the revision's spec revision
+// watch delivered (planState.removedAt), or one while no planner ran,
+// which the watch, delivering a key's last value, never shows. That one
+// is read from the spec's history, once per latest revision read back:
+// a removal marker (delete or purge) after the revision's spec revision
 // (client.SpecRevisionHeader), or, for a revision from before planners
-// said it, after the newest put of its digest. Not known (false, the
-// placement kept, as before): a history that no longer holds the
-// removal (bus.SpecHistory entries, the markers among them), or one
-// that cannot be read (logged once, asked again a moment later:
-// followedRetry).
-func (p *loopState) removedSince(ctx context.Context, s *planState) bool {
+// said it, after the newest put of its digest. Not known (the placement
+// kept, as before): a history that no longer holds the removal
+// (bus.SpecHistory entries, the markers among them), or no put of the
+// digest in it (a digest of an older planner's build may match none:
+// a removal long before it, released then, is not this one's).
+// A history that cannot be read is removalUnknown (logged once, asked
+// again a moment later: followedRetry).
+func (p *loopState) removedSince(ctx context.Context, s *planState) removal {
 	latest := s.latest
-	switch {
-	case latest == nil || latest.Plan.Removed() || latest.Orphan || latest.Unreadable:
+	if latest == nil || latest.Plan.Removed() || latest.Orphan || latest.Unreadable {
 		// Nothing to release, or nothing known of the spec it followed.
-		s.removedSince = 0
-		return false
-	case s.removedSince == latest.Plan.Revision:
-		return true
-	case s.removedSince != 0:
-		// Another planner published since (a standby's watch saw both):
-		// the removal is its latest's to say, as read below.
-		s.removedSince = 0
-	case s.removalChecked == latest:
-		return false
-	case latest.SpecRevision != 0 && s.specRev != 0 && latest.SpecRevision >= s.specRev,
-		latest.SpecRevision == 0 && latest.SpecDigest == s.digest:
-		// Planned on the spec in force: no removal after it. (One from
-		// before the header, on a spec of the same digest, cannot be
-		// told from one planned on it after: kept, as before.)
-		s.removalChecked = latest
-		return false
+		s.removedAt = 0
+		return removalNone
+	}
+	if s.removedAt != 0 && latest.SpecRevision != 0 {
+		// The marker is known: the removal is after the revision's
+		// spec, or was seen by the planner that published it.
+		if latest.SpecRevision < s.removedAt {
+			return removalSince
+		}
+		s.removedAt = 0
+	}
+	if s.removedAt == 0 {
+		// (A removal the watch delivered to a revision that does not
+		// say its spec revision is told from the history, below.)
+		switch {
+		case s.removalChecked == latest:
+			return removalNone
+		case latest.SpecRevision != 0 && s.specRev != 0 && latest.SpecRevision >= s.specRev,
+			latest.SpecRevision == 0 && latest.SpecDigest == s.digest:
+			// Planned on the spec in force: no removal after it. (One
+			// from before the header, on a spec of the same digest,
+			// cannot be told from one planned on it after: kept, as
+			// before.)
+			s.removalChecked = latest
+			return removalNone
+		}
 	}
 	hist, err := p.specHistory(ctx, s.name)
 	if err != nil {
@@ -243,26 +291,38 @@ func (p *loopState) removedSince(ctx context.Context, s *planState) bool {
 			s.log.Warn().Err(err).Int("revision", latest.Plan.Revision).
 				Msg("cannot read the spec's history to tell whether the spec was removed since the latest revision; its placement is kept as it is until it can")
 		}
-		return false
+		return removalUnknown
 	}
-	s.removalChecked = latest
-	for i := len(hist) - 1; i >= 0; i-- {
+	s.removalChecked, s.removedAt = latest, 0
+	var marker uint64 // the newest removal after the revision's spec
+	found := latest.SpecRevision != 0
+	for i := len(hist) - 1; i >= 0 && (marker == 0 || !found); i-- {
 		e := hist[i]
-		if latest.SpecRevision != 0 && e.Revision() <= latest.SpecRevision {
-			break
-		}
-		if e.Operation() != jetstream.KeyValuePut {
-			s.log.Info().Int("revision", latest.Plan.Revision).Uint64("removed_at", e.Revision()).
-				Msg("spec removed and stored again since the latest revision: releasing the plan's workers, then placing it afresh")
-			return true
-		}
-		if latest.SpecRevision == 0 {
+		switch {
+		case latest.SpecRevision != 0 && e.Revision() <= latest.SpecRevision:
+			i = -1 // none after it
+		case e.Operation() != jetstream.KeyValuePut:
+			if marker == 0 {
+				marker = e.Revision()
+			}
+		case latest.SpecRevision == 0:
 			if spec, err := planner.ParseSpec(e.Value()); err == nil && SpecDigest(spec) == latest.SpecDigest {
-				break
+				found = true
+				i = -1 // its newest put: removals before it are not after it
 			}
 		}
 	}
-	return false
+	if !found {
+		// No put of its digest: which removal, if any, came after it is
+		// not known.
+		marker = 0
+	}
+	if marker == 0 {
+		return removalNone
+	}
+	s.log.Info().Int("revision", latest.Plan.Revision).Uint64("removed_at", marker).
+		Msg("spec removed and stored again since the latest revision: releasing the plan's workers, then placing it afresh")
+	return removalSince
 }
 
 // followedSpec is the spec s's latest revision's placement follows, as
@@ -373,13 +433,19 @@ func (p *loopState) specOfDigest(ctx context.Context, name, digest string, adopt
 // that could have been adopted but was stored while no planner ran is
 // taken too: the planner then follows the spec a planner running
 // through it would have.
+//
+// A removal after spec ends adoption: no put, before it or after, is
+// taken. One after it was never adopted onto this placement (the
+// removal released it, or was to: removedSince); one before it cannot
+// be told from a removal not yet released, and spec is the safer.
 func adoptedAs(spec *planner.Spec, placed *planner.Plan, later []jetstream.KeyValueEntry) (*planner.Spec, uint64) {
-	for i := len(later) - 1; i >= 0; i-- {
-		e := later[i]
+	for _, e := range later {
 		if e.Operation() != jetstream.KeyValuePut {
-			// Released since (removedSince): nothing adopted before.
 			return spec, 0
 		}
+	}
+	for i := len(later) - 1; i >= 0; i-- {
+		e := later[i]
 		next, err := planner.ParseSpec(e.Value())
 		if err != nil {
 			continue
@@ -485,7 +551,7 @@ func (s *planState) specOn() specOn { return specOn{digest: s.digest, rev: s.spe
 // drop forgets a removed plan's state and ends every series of the
 // plan.
 func (p *loopState) drop(s *planState) {
-	s.spec, s.digest, s.specBytes, s.removing, s.age, s.specRev, s.removedSince = nil, "", nil, false, 0, 0, 0
+	s.spec, s.digest, s.specBytes, s.removing, s.age, s.specRev, s.removedAt = nil, "", nil, false, 0, 0, 0
 	if p.states[s.name] == s {
 		delete(p.states, s.name)
 	}
@@ -663,7 +729,7 @@ func (p *loopState) published(s *planState, sp *store.StoredPlan, note string) {
 	p.mark(s, sp.Plan.Revision)
 	p.keepPlacement(s, sp)
 	// Published with the spec watch live: a removal since is the
-	// watch's to deliver (planState.removedSince).
+	// watch's to deliver (planState.removedAt).
 	s.removalChecked = sp
 	if s.note == note {
 		s.note = ""

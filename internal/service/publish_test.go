@@ -379,7 +379,7 @@ func TestAdoptedSpecFollowedAfterRestart(t *testing.T) {
 
 // TestAdoptedAs: which put after a revision's spec is taken as adopted
 // (adoptedAs): the newest differing from it in max_gpus alone, a quota
-// the placement fits; nothing before a removal.
+// the placement fits; nothing when a removal is among them.
 func TestAdoptedAs(t *testing.T) {
 	t.Parallel()
 	const a = "scheduling:\n  train: {worker_num: 4, num_cpus: 1, num_gpus: 1}\n"
@@ -409,7 +409,8 @@ func TestAdoptedAs(t *testing.T) {
 		{"a quota it does not fit is passed over", []memEntry{put(2, a+"max_gpus: 4\n"), put(3, a+"max_gpus: 2\n")}, 2},
 		{"more than the quota changed", []memEntry{put(2, a+"max_gpus: 4\npriority: 3\n")}, 0},
 		{"a spec that does not parse is passed over", []memEntry{put(2, a+"max_gpus: 4\n"), put(3, "scheduling: [")}, 2},
-		{"a removal since", []memEntry{put(2, a+"max_gpus: 4\n"), {key: "p", rev: 3, op: jetstream.KeyValueDelete}, put(4, a+"max_gpus: 5\n")}, 4},
+		{"nothing after a removal", []memEntry{put(2, a+"max_gpus: 4\n"), {key: "p", rev: 3, op: jetstream.KeyValueDelete}, put(4, a+"max_gpus: 5\n")}, 0},
+		{"nothing after a removal, the newest not adopted", []memEntry{{key: "p", rev: 2, op: jetstream.KeyValueDelete}, put(3, a+"max_gpus: 5\n"), put(4, a+"max_gpus: 2\n")}, 0},
 		{"nothing before a removal", []memEntry{put(2, a+"max_gpus: 4\n"), {key: "p", rev: 3, op: jetstream.KeyValuePurge}}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

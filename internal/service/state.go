@@ -78,15 +78,17 @@ type planState struct {
 	followedFor    *store.StoredPlan
 	followedDigest string
 	followedSaid   *store.StoredPlan
-	// removedSince, when not 0, is the latest revision when the spec
-	// watch delivered a removal and then a put again, both before a
-	// replan published the removal (removedSince, loopState): the plan's
-	// next revision releases it, as a planner running through the
-	// removal did, and the one after places the spec afresh. A latest
-	// published since by another planner says itself what it follows.
+	// removedAt, when not 0, is the bucket revision of the removal
+	// marker the spec watch delivered last (removing, or stored again
+	// since, before a replan published the removal): it releases the
+	// latest only if that was planned on a spec stored before it
+	// (client.SpecRevisionHeader below removedAt), as a planner running
+	// through the removal did, and the next revision places the spec
+	// afresh. A latest planned on a put after it (another planner
+	// published since, the watch behind the plan stream) is kept.
 	// removalChecked is the latest known not to be (whose history was
 	// read, or that this planner published with its spec watch live).
-	removedSince   int
+	removedAt      uint64
 	removalChecked *store.StoredPlan
 }
 

@@ -1,0 +1,255 @@
+package service
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/poolplanner/poolplanner/internal/natstest"
+	"github.com/poolplanner/poolplanner/internal/planner"
+)
+
+// heldSpecs is a spec bucket whose watch delivers the entries after
+// revision after only one at a time, each when the test lets it (a
+// watch behind the plan stream): let lets one through, and returns once
+// the planner's loop took it (the channel is unbuffered), so that it is
+// handled before anything the loop takes next.
+type heldSpecs struct {
+	memSpecs
+	after uint64
+	let   chan struct{}
+}
+
+func (g heldSpecs) Ensure(ctx context.Context) (kvBucket, error) {
+	b, err := g.memSpecs.Ensure(ctx)
+	return heldBucket{b, g}, err
+}
+
+func (g heldSpecs) Bucket(ctx context.Context) (kvBucket, error) { return g.Ensure(ctx) }
+
+type heldBucket struct {
+	kvBucket
+	g heldSpecs
+}
+
+func (b heldBucket) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	w, err := b.kvBucket.WatchAll(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	out := &memWatcher{updates: make(chan jetstream.KeyValueEntry), stop: func() { cancel(); _ = w.Stop() }}
+	go func() {
+		defer close(out.updates)
+		for e := range w.Updates() {
+			if e != nil && e.Revision() > b.g.after {
+				select {
+				case <-b.g.let:
+				case <-wctx.Done():
+					return
+				}
+			}
+			select {
+			case out.updates <- e:
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// TestStandbyWatchBehindKeepsPlacement (review rev13): a standby whose
+// spec watch delivers the removal and the put after it late, after it
+// followed the leader's removal and fresh placement of that put, takes
+// the lease without releasing the fresh placement (its workers running):
+// the removal is older than the spec the latest was planned on
+// (Poolplanner-Spec-Revision). Before, the removal was taken to be
+// after whatever latest the standby held when the put came (revisions
+// 4, removed, and 5, fresh, published). Taking the lease with only the
+// removal delivered, it holds the placement too: the put is to come.
+func TestStandbyWatchBehindKeepsPlacement(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	for _, tc := range []struct {
+		name string
+		// early: the entries after the first spec the standby's watch
+		// delivers before it follows revision 3; late: after, before it
+		// takes the lease. The rest it gets after its first replan.
+		early, late int
+	}{
+		{"the put late", 1, 1},
+		{"the removal and the put late", 0, 2},
+		{"the put after taking the lease", 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newMemHarness(t)
+			specs := h.cluster(4, map[string]string{"default": a})
+			cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1, LeaseTTL: time.Second}
+			lead := h.instance("", cfg)
+			h.waitRevision(1)
+			let := make(chan struct{})
+			standby := h.instance("", cfg, func(p *Service) {
+				p.specs = heldSpecs{memSpecs{h.mem.specs}, h.mem.specs.seq, let}
+			})
+			if h.waitLeader(5*time.Second, lead, standby) != lead {
+				t.Fatal("the first planner does not lead")
+			}
+			standby.following(t, map[string]int{"default": 1})
+			if err := specs.Delete(context.Background(), "default"); err != nil {
+				t.Fatal(err)
+			}
+			for range tc.early {
+				let <- struct{}{}
+			}
+			h.waitFor("default", "removed", func(p *planner.Plan) bool { return p.Removed() })
+			if _, err := specs.Put(context.Background(), "default", []byte(a)); err != nil {
+				t.Fatal(err)
+			}
+			h.waitFor("default", "placed again", func(p *planner.Plan) bool { return p.Revision == 3 && p.Valid() })
+			standby.following(t, map[string]int{"default": 3})
+			for range tc.late {
+				let <- struct{}{}
+			}
+			lead.stop()
+			if h.waitLeader(10*time.Second, standby) != standby {
+				t.Fatal("the standby does not lead")
+			}
+			// Its first replan, or a revision of its own (a removal
+			// published: no replan of the plan counted).
+			natstest.WaitFor(t, 15*time.Second, "the standby's first replan or revision", func() bool {
+				return scraped(t, standby.reg)[`poolplanner_replan_duration_seconds{plan="default"}`] >= 1 ||
+					len(h.mem.revisions("default")) > 3
+			})
+			if revs := h.mem.revisions("default"); len(revs) != 3 {
+				t.Fatalf("revisions %v; want 1-3, the leader's, and none of the standby's", revs)
+			}
+			if rest := 2 - tc.early - tc.late; rest > 0 {
+				for range rest {
+					let <- struct{}{}
+				}
+				// The put delivered: the replan it kicks publishes
+				// nothing either (the placement is the spec's).
+				standby.replannedTimes(t, "default", 2)
+				if revs := h.mem.revisions("default"); len(revs) != 3 {
+					t.Fatalf("revisions %v after the put delivered; want 1-3", revs)
+				}
+			}
+		})
+	}
+}
+
+// TestPreHeaderDigestNotInHistory (review rev13): a revision from
+// before planners said their spec's revision, whose digest no put of
+// the history has (an older build's digest), is kept when the history
+// holds a removal: which removal, if any, came after its spec is not
+// known. Before, any old removal (this one released and placed afresh
+// already) released it again.
+func TestPreHeaderDigestNotInHistory(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	const b = "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"
+	h := newMemHarness(t)
+	specs := h.cluster(4, map[string]string{"default": a})
+	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
+	stop := h.plannerWith(context.Background(), cfg)
+	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
+	if err := specs.Delete(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("default", "removed", func(p *planner.Plan) bool { return p.Removed() })
+	if _, err := specs.Put(context.Background(), "default", []byte(a)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("default", "placed again", func(p *planner.Plan) bool { return p.Revision == 3 && p.Valid() })
+	if _, err := specs.Put(context.Background(), "default", []byte(b)); err != nil {
+		t.Fatal(err)
+	}
+	last := h.waitFor("default", "b placed", func(p *planner.Plan) bool { return p.Revision == 4 && p.Valid() })
+	stop()
+	h.mem.mu.Lock()
+	for i := range h.mem.msgs {
+		h.mem.msgs[i].specRevision = 0
+		h.mem.msgs[i].specDigest = "0123456789abcdef01234567" // no spec's
+	}
+	h.mem.mu.Unlock()
+	stop = h.plannerWith(context.Background(), cfg)
+	defer stop()
+	h.waitReplans("default", 1)
+	for _, p := range h.history() {
+		if p.Revision > last.Revision && (p.Removed() || p.Workers.Len() != last.Workers.Len()) {
+			t.Fatalf("revision %d: removed %v, %d workers (reason %q); want revision %d's placement kept",
+				p.Revision, p.Removed(), p.Workers.Len(), p.Reason, last.Revision)
+		}
+	}
+}
+
+// failingHistory is a spec bucket whose History fails while fail is set
+// (a replica that cannot answer).
+type failingHistory struct {
+	memSpecs
+	fail *atomic.Bool
+}
+
+func (g failingHistory) Ensure(ctx context.Context) (kvBucket, error) {
+	b, err := g.memSpecs.Ensure(ctx)
+	return failingHistoryBucket{b, g.fail}, err
+}
+
+func (g failingHistory) Bucket(ctx context.Context) (kvBucket, error) { return g.Ensure(ctx) }
+
+type failingHistoryBucket struct {
+	kvBucket
+	fail *atomic.Bool
+}
+
+func (b failingHistoryBucket) History(ctx context.Context, key string, opts ...jetstream.WatchOpt) ([]jetstream.KeyValueEntry, error) {
+	if b.fail.Load() {
+		return nil, context.DeadlineExceeded
+	}
+	return b.kvBucket.History(ctx, key, opts...)
+}
+
+// TestRemovalUntoldHeld (review rev13): a planner restarted on a spec
+// removed and stored again while none ran, whose history it cannot read
+// at first, holds the placement as it is (publishes nothing) until it
+// can, then releases it and places the spec stored since afresh. Before,
+// it planned the new spec at once ("spec changed", on the new spec's
+// revision), and the retry found no removal after that: never released.
+func TestRemovalUntoldHeld(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	const b = "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"
+	h := newMemHarness(t)
+	specs := h.cluster(4, map[string]string{"default": a})
+	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
+	stop := h.plannerWith(context.Background(), cfg)
+	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
+	stop()
+	if err := specs.Delete(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := specs.Put(context.Background(), "default", []byte(b)); err != nil {
+		t.Fatal(err)
+	}
+	var fail atomic.Bool
+	fail.Store(true)
+	in := h.instance("", cfg, func(p *Service) { p.specs = failingHistory{memSpecs{h.mem.specs}, &fail} })
+	in.replanned(t, "default")
+	if revs := h.mem.revisions("default"); len(revs) != 1 {
+		t.Fatalf("revisions %v with the history unreadable; want 1 only, held", revs)
+	}
+	fail.Store(false)
+	last := h.waitFor("default", "placed again", func(p *planner.Plan) bool { return p.Revision > 1 && p.Valid() })
+	hist := h.history()
+	if len(hist) != 3 || !hist[1].Removed() || last.Revision != 3 || last.Status.Fresh == "" || last.Workers.Len() != 8 {
+		for _, p := range hist {
+			t.Logf("revision %d: %s, removed %v, %d workers, %q", p.Revision, p.PlanState(), p.Removed(), p.Workers.Len(), p.Reason)
+		}
+		t.Fatal("want revision 2 removed, then 3 placed afresh on 8 workers")
+	}
+}
