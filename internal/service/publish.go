@@ -293,7 +293,6 @@ func (p *loopState) removedSince(ctx context.Context, s *planState) removal {
 		}
 		return removalUnknown
 	}
-	s.removalChecked, s.removedAt = latest, 0
 	var marker uint64 // the newest removal after the revision's spec
 	found := latest.SpecRevision != 0
 	for i := len(hist) - 1; i >= 0 && (marker == 0 || !found); i-- {
@@ -318,8 +317,13 @@ func (p *loopState) removedSince(ctx context.Context, s *planState) removal {
 		marker = 0
 	}
 	if marker == 0 {
+		s.removalChecked, s.removedAt = latest, 0
 		return removalNone
 	}
+	// Neither the check nor removedAt is noted till the removal is out
+	// (releaseRemoved): a publish that fails (a timeout, the lease lost
+	// and taken again) would otherwise leave the next replan to plan the
+	// new spec on the old placement, the removal never told again.
 	s.log.Info().Int("revision", latest.Plan.Revision).Uint64("removed_at", marker).
 		Msg("spec removed and stored again since the latest revision: releasing the plan's workers, then placing it afresh")
 	return removalSince

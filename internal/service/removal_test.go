@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/poolplanner/poolplanner/internal/natstest"
 	"github.com/poolplanner/poolplanner/internal/planner"
+	"github.com/poolplanner/poolplanner/internal/store"
+	"github.com/poolplanner/poolplanner/plan"
 )
 
 // heldSpecs is a spec bucket whose watch delivers the entries after
@@ -251,5 +254,62 @@ func TestRemovalUntoldHeld(t *testing.T) {
 			t.Logf("revision %d: %s, removed %v, %d workers, %q", p.Revision, p.PlanState(), p.Removed(), p.Workers.Len(), p.Reason)
 		}
 		t.Fatal("want revision 2 removed, then 3 placed afresh on 8 workers")
+	}
+}
+
+// failingRemoval fails the publish of a removal (a revision that says
+// its plan removed) while fail is set, as a timeout or a lease lost
+// would; failed counts those failed.
+type failingRemoval struct {
+	planStore
+	fail   *atomic.Bool
+	failed *atomic.Int64
+}
+
+func (f failingRemoval) PublishEventFor(ctx context.Context, ev *plan.Event, d store.Digests, expect, lease uint64) (uint64, error) {
+	if ev.Removed() && f.fail.CompareAndSwap(true, false) {
+		f.failed.Add(1)
+		return 0, errors.New("publishing a removal: injected failure")
+	}
+	return f.planStore.PublishEventFor(ctx, ev, d, expect, lease)
+}
+
+// A removal while no planner ran, read from the spec's history by the
+// next, is published at the replan after its first publish failed: the
+// failure does not leave the new spec planned on the old placement
+// (before, the history was noted as checked before the publish, and the
+// retry took the removal as told).
+func TestRemovalPublishFailedRetried(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	const b = "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"
+	h := newMemHarness(t)
+	specs := h.cluster(4, map[string]string{"default": a})
+	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
+	stop := h.plannerWith(context.Background(), cfg)
+	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
+	stop()
+	if err := specs.Delete(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := specs.Put(context.Background(), "default", []byte(b)); err != nil {
+		t.Fatal(err)
+	}
+	var fail atomic.Bool
+	var failed atomic.Int64
+	fail.Store(true)
+	h.instance("", cfg, func(p *Service) { p.plans = failingRemoval{p.plans, &fail, &failed} })
+	last := h.waitFor("default", "b placed", func(p *planner.Plan) bool { return p.Revision > 1 && p.Valid() && p.Workers.Len() == 8 })
+	if failed.Load() != 1 {
+		t.Fatalf("%d removal publishes failed; want the first one", failed.Load())
+	}
+	// The removal goes out before the plan is placed again: by now it is
+	// in the history, or it never will be.
+	hist := h.history()
+	if len(hist) != 3 || !hist[1].Removed() || last.Revision != 3 || last.Status.Fresh == "" {
+		for _, p := range hist {
+			t.Logf("revision %d: removed %v, %d workers, fresh %q, %q", p.Revision, p.Removed(), p.Workers.Len(), p.Status.Fresh, p.Reason)
+		}
+		t.Fatal("want revision 2 removed (published at the retry), then 3 placed afresh on 8 workers")
 	}
 }
