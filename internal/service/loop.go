@@ -874,7 +874,9 @@ func (p *loopState) specHistory(ctx context.Context, name string) ([]jetstream.K
 }
 
 // lastGoodSpec is the newest stored spec of plan name before revision
-// bad that parses; nil if none.
+// bad that parses, since the spec was last removed; nil if none. (One
+// before a removal marker is a spec the user deleted: planned on again,
+// a bad put after the delete would bring it back.)
 func (l *loop) lastGoodSpec(ctx context.Context, name string, bad uint64) (*planner.Spec, []byte, uint64) {
 	hist, err := l.p.specHistory(ctx, name)
 	if err != nil {
@@ -883,8 +885,11 @@ func (l *loop) lastGoodSpec(ctx context.Context, name string, bad uint64) (*plan
 	}
 	for i := len(hist) - 1; i >= 0; i-- {
 		e := hist[i]
-		if e.Revision() >= bad || e.Operation() != jetstream.KeyValuePut {
+		if e.Revision() >= bad {
 			continue
+		}
+		if e.Operation() != jetstream.KeyValuePut {
+			return nil, nil, 0
 		}
 		if spec, err := planner.ParseSpec(e.Value()); err == nil {
 			return spec, e.Value(), e.Revision()

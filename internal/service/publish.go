@@ -171,11 +171,16 @@ func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]
 				return nil, nil, conflicted(s, err)
 			}
 			continue
-		case spec != nil:
+		default:
+			// Asked also with no spec that parses: one stored after a
+			// removal while no planner ran (no good spec since it:
+			// lastGoodSpec) leaves the removed spec's placement to
+			// release, and nothing to plan.
 			switch p.removedSince(ctx, s) {
 			case removalSince:
 				// Released as by a planner that ran through the removal,
-				// then planned afresh on the latest that says so.
+				// then planned afresh on the latest that says so (if it
+				// has a spec that parses).
 				on := specOn{digest: s.latest.SpecDigest, rev: s.latest.SpecRevision}
 				if err := p.publishRemoval(ctx, s, on); err != nil {
 					return nil, nil, conflicted(s, err)

@@ -313,3 +313,55 @@ func TestRemovalPublishFailedRetried(t *testing.T) {
 		t.Fatal("want revision 2 removed (published at the retry), then 3 placed afresh on 8 workers")
 	}
 }
+
+// A spec that does not parse, stored after the spec was removed, brings
+// back no spec from before the removal (lastGoodSpec stops at the
+// marker; before, it walked past it and planned the deleted spec
+// again): with a planner running through the delete, the plan stays
+// released; with both stored while no planner ran, the next releases
+// the removed spec's placement and plans nothing. Plan other's change,
+// stored after the bad put, is a replan of both taken after it.
+func TestBadPutAfterRemovalNotPlanned(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	const other1 = "scheduling:\n  train: {worker_num: 2, num_cpus: 1, num_gpus: 1}\n"
+	const other2 = "scheduling:\n  train: {worker_num: 3, num_cpus: 1, num_gpus: 1}\n"
+	for _, running := range []bool{true, false} {
+		t.Run(map[bool]string{true: "running", false: "stopped"}[running], func(t *testing.T) {
+			t.Parallel()
+			h := newMemHarness(t)
+			specs := h.cluster(4, map[string]string{"default": a, "other": other1})
+			cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
+			stop := h.plannerWith(context.Background(), cfg)
+			h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
+			h.waitFor("other", "valid", func(p *planner.Plan) bool { return p.Valid() })
+			if !running {
+				stop()
+			}
+			if err := specs.Delete(context.Background(), "default"); err != nil {
+				t.Fatal(err)
+			}
+			if running {
+				h.waitFor("default", "removed", func(p *planner.Plan) bool { return p.Removed() })
+			}
+			h.mem.mu.Lock()
+			h.mem.specs.write("default", []byte("scheduling: [not, a, spec"), jetstream.KeyValuePut, 0)
+			h.mem.mu.Unlock()
+			if !running {
+				stop = h.plannerWith(context.Background(), cfg)
+			}
+			defer stop()
+			if _, err := specs.Put(context.Background(), "other", []byte(other2)); err != nil {
+				t.Fatal(err)
+			}
+			h.waitFor("other", "on its new spec", func(p *planner.Plan) bool { return p.Valid() && p.Workers.Len() == 3 })
+			hist := h.history()
+			if last := hist[len(hist)-1]; len(hist) != 2 || !last.Removed() || last.Workers.Len() != 0 {
+				for _, p := range hist {
+					t.Logf("revision %d: removed %v, %d workers, %q", p.Revision, p.Removed(), p.Workers.Len(), p.Reason)
+				}
+				t.Fatal("want revision 1 placed, then 2 removed and nothing after: the deleted spec is not planned again")
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -70,8 +71,9 @@ func TestSiblingPublishWaitsForRenewal(t *testing.T) {
 }
 
 // TestSpeclessPlanHolds: a plan whose stored spec does not parse (nor
-// any before it) keeps its last valid revision, and no other plan is
-// given its GPUs.
+// any before it the history keeps) keeps its last valid revision, and
+// no other plan is given its GPUs. (Bad puts push the good one out of
+// the history: a purge would be a removal, released as such.)
 func TestSpeclessPlanHolds(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -84,11 +86,10 @@ func TestSpeclessPlanHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := kv.Purge(ctx, "x"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, "x", []byte("scheduling: [not, a, mapping]")); err != nil {
-		t.Fatal(err)
+	for i := 0; i < bus.SpecHistory; i++ {
+		if _, err := kv.Put(ctx, "x", []byte(fmt.Sprintf("scheduling: [not, a, mapping, %d]", i))); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := specs.Put(ctx, "y", []byte(shareSpec(16, 0))); err != nil {
 		t.Fatal(err)
