@@ -196,6 +196,12 @@ func (l *loop) watchSpecs(ctx context.Context) error {
 		return fmt.Errorf("watch specs: %w", err)
 	}
 	l.specW, l.specWatched, l.specsSaid = w, l.p.clock.Now(), false
+	// A removal and a put again while no watch ran (a reconnect, a watch
+	// that ended) come as the put alone: each plan's first entry tells
+	// whether its history is to be read again (planState.rewatched).
+	for _, s := range l.p.all() {
+		s.rewatched = true
+	}
 	return nil
 }
 
@@ -718,6 +724,16 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 	l.p.problem("spec-record:"+name, "")
 	if s != nil {
 		s.recordLost = ""
+		if s.rewatched {
+			// A put of another revision than the one planned on may
+			// follow a removal the watch never delivered: the latest is
+			// checked against the history again, as at a restart
+			// (removedSince). The same revision is the spec unchanged.
+			s.rewatched = false
+			if e.Operation() == jetstream.KeyValuePut && e.Revision() != s.specRev {
+				s.removalChecked = nil
+			}
+		}
 	}
 	if e.Operation() != jetstream.KeyValuePut {
 		l.removed(ctx, s, name, e.Revision(), log)

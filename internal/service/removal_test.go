@@ -365,3 +365,100 @@ func TestBadPutAfterRemovalNotPlanned(t *testing.T) {
 		})
 	}
 }
+
+// deafSpecs is a spec bucket whose watches, while deaf is set, lose
+// what comes after their initial values (a connection down), counting
+// each in lost; a watch made after delivers the bucket as it is.
+type deafSpecs struct {
+	memSpecs
+	deaf *atomic.Bool
+	lost *atomic.Int64
+}
+
+func (g deafSpecs) Ensure(ctx context.Context) (kvBucket, error) {
+	b, err := g.memSpecs.Ensure(ctx)
+	return deafBucket{b, g.deaf, g.lost}, err
+}
+func (g deafSpecs) Bucket(ctx context.Context) (kvBucket, error) { return g.Ensure(ctx) }
+
+type deafBucket struct {
+	kvBucket
+	deaf *atomic.Bool
+	lost *atomic.Int64
+}
+
+func (b deafBucket) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	w, err := b.kvBucket.WatchAll(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	out := &memWatcher{updates: make(chan jetstream.KeyValueEntry), stop: func() { cancel(); _ = w.Stop() }}
+	go func() {
+		defer close(out.updates)
+		initial := true
+		for e := range w.Updates() {
+			if e == nil {
+				initial = false
+			} else if !initial && b.deaf.Load() {
+				b.lost.Add(1)
+				continue
+			}
+			select {
+			case out.updates <- e:
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// countedLink says it reconnected n times.
+type countedLink struct {
+	link
+	n *atomic.Uint64
+}
+
+func (c countedLink) Reconnects() uint64 { return c.n.Load() }
+
+// A spec deleted and put again while the planner's connection was down
+// reaches it, once its watches are made again (restartWatches), as the
+// put alone: the removal is read from the history then, as at a
+// restart, and released before the new spec is placed afresh (before,
+// the latest, published by this planner with its watch live, was taken
+// as checked, and the new spec planned on the old placement).
+func TestRemovalDuringReconnectReleased(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	const b = "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"
+	h := newMemHarness(t)
+	specs := h.cluster(4, map[string]string{"default": a})
+	var deaf atomic.Bool
+	var lost atomic.Int64
+	var reconnects atomic.Uint64
+	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1, guardRound: quickGuard}
+	h.instance("", cfg, func(p *Service) {
+		p.specs = deafSpecs{memSpecs{h.mem.specs}, &deaf, &lost}
+		p.link = countedLink{p.link, &reconnects}
+	})
+	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
+	deaf.Store(true)
+	if err := specs.Delete(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := specs.Put(context.Background(), "default", []byte(b)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, "the delete and the put lost to the watch", func() bool { return lost.Load() == 2 })
+	deaf.Store(false)
+	reconnects.Add(1) // the guard makes the watches again
+	last := h.waitFor("default", "b placed", func(p *planner.Plan) bool { return p.Valid() && p.Workers.Len() == 8 })
+	hist := h.history()
+	if len(hist) != 3 || !hist[1].Removed() || last.Revision != 3 || last.Status.Fresh == "" {
+		for _, p := range hist {
+			t.Logf("revision %d: removed %v, %d workers, fresh %q, %q", p.Revision, p.Removed(), p.Workers.Len(), p.Status.Fresh, p.Reason)
+		}
+		t.Fatal("want revision 2 removed, then 3 placed afresh on 8 workers")
+	}
+}

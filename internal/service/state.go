@@ -90,6 +90,11 @@ type planState struct {
 	// read, or that this planner published with its spec watch live).
 	removedAt      uint64
 	removalChecked *store.StoredPlan
+	// rewatched: the spec watch was made again and has not yet delivered
+	// this plan's key; its first entry, a put of another revision than
+	// specRev, clears removalChecked (a removal in the gap is not
+	// delivered: the history tells it).
+	rewatched bool
 }
 
 // heldShares is planner.HeldShares(next), summed from prev's where that
