@@ -158,6 +158,7 @@ func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]
 	var jobs []planner.Job
 	var planned []*planState
 	for _, s := range states {
+		p.checkRenumbered(ctx, s)
 		spec, removing := s.spec, s.removing
 		hold := false
 		switch {
@@ -181,7 +182,7 @@ func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]
 				// Released as by a planner that ran through the removal,
 				// then planned afresh on the latest that says so (if it
 				// has a spec that parses).
-				on := specOn{digest: s.latest.SpecDigest, rev: s.latest.SpecRevision}
+				on := specOn{digest: s.latest.SpecDigest, rev: s.latestSpecRev()}
 				if err := p.publishRemoval(ctx, s, on); err != nil {
 					return nil, nil, conflicted(s, err)
 				}
@@ -223,12 +224,62 @@ func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]
 // spec stored after the removal marker the spec watch delivered last
 // (planState.removedAt): a removal that revision's planner saw already.
 // Either not known (0): not. (A spec bucket recreated since the latest
-// was planned numbers from 1 again: a removal there below the latest's
-// spec revision is held until the key is put again, the placement kept,
-// the safer way to be wrong.)
+// was planned numbers from 1 again: its spec revision is not known then,
+// checkRenumbered.)
 func (s *planState) plannedAfterRemoval() bool {
+	l, rev := s.latest, s.latestSpecRev()
+	return l != nil && !l.Plan.Removed() && rev != 0 && s.removedAt != 0 && rev > s.removedAt
+}
+
+// latestSpecRev is s's latest's spec revision (client.SpecRevisionHeader),
+// 0 where not known: none said, or one of a spec bucket made again since
+// (checkRenumbered).
+func (s *planState) latestSpecRev() uint64 {
+	if s.latest == nil || s.latest == s.renumberedFor {
+		return 0
+	}
+	return s.latest.SpecRevision
+}
+
+// checkRenumbered notes (planState.renumberedFor) a latest planned on a
+// spec bucket since made again, whose revisions number from 1 again
+// (the bucket lost and restored, the spec put back): a removal there
+// below the latest's spec revision would be held for ever as one the
+// latest's planner saw (plannedAfterRemoval), a put after it taken as
+// planned on. A spec or removal the watch delivered below the latest's
+// spec revision is also a watch behind the plan stream (a standby), so
+// the key's history tells: in the bucket the latest was planned on, the
+// key has an entry at its spec revision or after (a purge, a delete, 64
+// puts since leave newer ones); one whose newest entry is below it is
+// of another bucket. Then the latest's spec revision is not known, and
+// its removal is told by its digest, as for a revision from before
+// planners said it. A history that cannot be read tells nothing (the
+// removal held, the safer way to be wrong) and is asked again a moment
+// later (followedRetry).
+func (p *loopState) checkRenumbered(ctx context.Context, s *planState) {
 	l := s.latest
-	return l != nil && !l.Plan.Removed() && l.SpecRevision != 0 && s.removedAt != 0 && l.SpecRevision > s.removedAt
+	if l == nil || l.SpecRevision == 0 || l == s.renumberedFor || l.Plan.Removed() || l.Orphan || l.Unreadable {
+		return
+	}
+	if !(s.specRev != 0 && s.specRev < l.SpecRevision) && !(s.removedAt != 0 && s.removedAt < l.SpecRevision) {
+		return
+	}
+	key := renumberKey{latest: l, specRev: s.specRev, removedAt: s.removedAt}
+	if s.renumberAsked == key {
+		return
+	}
+	hist, err := p.specHistory(ctx, s.name)
+	if err != nil {
+		p.followedRetry = true
+		return
+	}
+	s.renumberAsked = key
+	if len(hist) == 0 || hist[len(hist)-1].Revision() >= l.SpecRevision {
+		return
+	}
+	s.log.Info().Int("revision", l.Plan.Revision).Uint64("spec_revision", l.SpecRevision).Uint64("newest", hist[len(hist)-1].Revision()).
+		Msg("the spec bucket was made again since the latest revision was planned (the key's revisions are all below the latest's): its spec revision is not known, a removal is told by its digest")
+	s.renumberedFor = l
 }
 
 // removal is what removedSince tells of a latest revision.
@@ -258,16 +309,16 @@ const (
 // A history that cannot be read is removalUnknown (logged once, asked
 // again a moment later: followedRetry).
 func (p *loopState) removedSince(ctx context.Context, s *planState) removal {
-	latest := s.latest
+	latest, specRev := s.latest, s.latestSpecRev()
 	if latest == nil || latest.Plan.Removed() || latest.Orphan || latest.Unreadable {
 		// Nothing to release, or nothing known of the spec it followed.
 		s.removedAt = 0
 		return removalNone
 	}
-	if s.removedAt != 0 && latest.SpecRevision != 0 {
+	if s.removedAt != 0 && specRev != 0 {
 		// The marker is known: the removal is after the revision's
 		// spec, or was seen by the planner that published it.
-		if latest.SpecRevision < s.removedAt {
+		if specRev < s.removedAt {
 			return removalSince
 		}
 		s.removedAt = 0
@@ -278,8 +329,8 @@ func (p *loopState) removedSince(ctx context.Context, s *planState) removal {
 		switch {
 		case s.removalChecked == latest:
 			return removalNone
-		case latest.SpecRevision != 0 && s.specRev != 0 && latest.SpecRevision >= s.specRev,
-			latest.SpecRevision == 0 && latest.SpecDigest == s.digest:
+		case specRev != 0 && s.specRev != 0 && specRev >= s.specRev,
+			specRev == 0 && latest.SpecDigest == s.digest:
 			// Planned on the spec in force: no removal after it. (One
 			// from before the header, on a spec of the same digest,
 			// cannot be told from one planned on it after: kept, as
@@ -299,17 +350,17 @@ func (p *loopState) removedSince(ctx context.Context, s *planState) removal {
 		return removalUnknown
 	}
 	var marker uint64 // the newest removal after the revision's spec
-	found := latest.SpecRevision != 0
+	found := specRev != 0
 	for i := len(hist) - 1; i >= 0 && (marker == 0 || !found); i-- {
 		e := hist[i]
 		switch {
-		case latest.SpecRevision != 0 && e.Revision() <= latest.SpecRevision:
+		case specRev != 0 && e.Revision() <= specRev:
 			i = -1 // none after it
 		case e.Operation() != jetstream.KeyValuePut:
 			if marker == 0 {
 				marker = e.Revision()
 			}
-		case latest.SpecRevision == 0:
+		case specRev == 0:
 			if spec, err := planner.ParseSpec(e.Value()); err == nil && SpecDigest(spec) == latest.SpecDigest {
 				found = true
 				i = -1 // its newest put: removals before it are not after it

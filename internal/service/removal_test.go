@@ -462,3 +462,47 @@ func TestRemovalDuringReconnectReleased(t *testing.T) {
 		t.Fatal("want revision 2 removed, then 3 placed afresh on 8 workers")
 	}
 }
+
+// A spec bucket lost and made again while the planner runs numbers its
+// revisions from 1 again: the planner puts its spec back as revision 1,
+// below the spec revision its latest was planned on (3). A removal
+// there (revision 2) is released, not held for ever as one the latest's
+// planner saw (checkRenumbered: the key's history is all below the
+// latest's spec revision), and the spec put after it placed afresh.
+func TestRemovalAfterSpecBucketRecreated(t *testing.T) {
+	t.Parallel()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	const b = "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"
+	h := newMemHarness(t)
+	specs := h.cluster(4, map[string]string{"default": a})
+	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1, guardRound: quickGuard}
+	h.instance("", cfg)
+	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
+	for i, s := range []string{b, a} {
+		if _, err := specs.Put(context.Background(), "default", []byte(s)); err != nil {
+			t.Fatal(err)
+		}
+		h.waitFor("default", "replanned", func(p *planner.Plan) bool { return p.Revision == i+2 })
+	}
+	h.mem.specs.lose()
+	natstest.WaitFor(t, 10*time.Second, "the spec put back in a new bucket", func() bool {
+		h.mem.mu.Lock()
+		defer h.mem.mu.Unlock()
+		return !h.mem.specs.gone && len(h.mem.specs.recs) == 1
+	})
+	if err := specs.Delete(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("default", "removed", func(p *planner.Plan) bool { return p.Removed() })
+	if _, err := specs.Put(context.Background(), "default", []byte(b)); err != nil {
+		t.Fatal(err)
+	}
+	last := h.waitFor("default", "b placed", func(p *planner.Plan) bool { return p.Valid() && p.Workers.Len() == 8 })
+	hist := h.history()
+	if len(hist) != 5 || !hist[3].Removed() || last.Revision != 5 || last.Status.Fresh == "" {
+		for _, p := range hist {
+			t.Logf("revision %d: removed %v, %d workers, fresh %q, %q", p.Revision, p.Removed(), p.Workers.Len(), p.Status.Fresh, p.Reason)
+		}
+		t.Fatal("want revision 4 removed, then 5 placed afresh on 8 workers")
+	}
+}

@@ -95,6 +95,18 @@ type planState struct {
 	// specRev, clears removalChecked (a removal in the gap is not
 	// delivered: the history tells it).
 	rewatched bool
+	// renumberedFor is the latest whose spec revision is of a spec
+	// bucket since made again (its revisions number from 1 again): not
+	// known for it (latestSpecRev). renumberAsked is what checkRenumbered
+	// last read the history for, not to read it at every replan.
+	renumberedFor *store.StoredPlan
+	renumberAsked renumberKey
+}
+
+// renumberKey is what checkRenumbered read a plan's spec history for.
+type renumberKey struct {
+	latest             *store.StoredPlan
+	specRev, removedAt uint64
 }
 
 // heldShares is planner.HeldShares(next), summed from prev's where that
