@@ -172,11 +172,13 @@ func (p *loopState) releaseRemoved(ctx context.Context, states []*planState) ([]
 				return nil, nil, conflicted(s, err)
 			}
 			continue
-		default:
+		case spec != nil, s.recordLost == "":
 			// Asked also with no spec that parses: one stored after a
 			// removal while no planner ran (no good spec since it:
 			// lastGoodSpec) leaves the removed spec's placement to
-			// release, and nothing to plan.
+			// release, and nothing to plan. (Not of a record the server
+			// cannot read: its history is as damaged, its placement
+			// held as it is.)
 			switch p.removedSince(ctx, s) {
 			case removalSince:
 				// Released as by a planner that ran through the removal,
