@@ -732,6 +732,14 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 			s.rewatched = false
 			if e.Operation() == jetstream.KeyValuePut && e.Revision() != s.specRev {
 				s.removalChecked = nil
+				// A removal in the gap is taken as if the watch had
+				// delivered it, before the put: a put that does not
+				// parse then keeps nothing (lastGoodSpec stops at the
+				// marker), as for a planner whose watch stayed up
+				// (review rev16), not the spec the user deleted.
+				if at := l.removalBetween(ctx, name, s.specRev, e.Revision()); at != 0 {
+					l.removed(ctx, s, name, at, log)
+				}
 			}
 		}
 	}
@@ -887,6 +895,29 @@ func (p *loopState) specHistory(ctx context.Context, name string) ([]jetstream.K
 		return nil, fmt.Errorf("history of spec %s: %w", name, err)
 	}
 	return hist, nil
+}
+
+// removalBetween is the bucket revision of the newest removal marker of
+// plan name's spec after revision from and before revision to; 0 if
+// none, or if the history cannot be read (logged: the replan's own
+// check, removedSince, reads it again).
+func (l *loop) removalBetween(ctx context.Context, name string, from, to uint64) uint64 {
+	hist, err := l.p.specHistory(ctx, name)
+	if err != nil {
+		l.log.Warn().Err(err).Str("plan", name).Msg("cannot read the history of the plan's spec to tell whether it was removed while the spec watch was away")
+		return 0
+	}
+	for i := len(hist) - 1; i >= 0; i-- {
+		e := hist[i]
+		switch {
+		case e.Revision() >= to:
+		case e.Revision() <= from:
+			return 0
+		case e.Operation() != jetstream.KeyValuePut:
+			return e.Revision()
+		}
+	}
+	return 0
 }
 
 // lastGoodSpec is the newest stored spec of plan name before revision

@@ -424,42 +424,76 @@ func (c countedLink) Reconnects() uint64 { return c.n.Load() }
 
 // A spec deleted and put again while the planner's connection was down
 // reaches it, once its watches are made again (restartWatches), as the
-// put alone: the removal is read from the history then, as at a
-// restart, and released before the new spec is placed afresh (before,
-// the latest, published by this planner with its watch live, was taken
-// as checked, and the new spec planned on the old placement).
+// put alone: the removal is read from the history then and taken as if
+// delivered, as by a planner whose watch stayed up. A good put is
+// placed afresh after the release (before, the latest, published by
+// this planner with its watch live, was taken as checked, and the new
+// spec planned on the old placement); one that does not parse leaves
+// the plan released (review rev16: the spec the user deleted, kept as
+// the last good one, was placed again).
 func TestRemovalDuringReconnectReleased(t *testing.T) {
 	t.Parallel()
 	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
 	const b = "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"
-	h := newMemHarness(t)
-	specs := h.cluster(4, map[string]string{"default": a})
-	var deaf atomic.Bool
-	var lost atomic.Int64
-	var reconnects atomic.Uint64
-	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1, guardRound: quickGuard}
-	h.instance("", cfg, func(p *Service) {
-		p.specs = deafSpecs{memSpecs{h.mem.specs}, &deaf, &lost}
-		p.link = countedLink{p.link, &reconnects}
-	})
-	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
-	deaf.Store(true)
-	if err := specs.Delete(context.Background(), "default"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := specs.Put(context.Background(), "default", []byte(b)); err != nil {
-		t.Fatal(err)
-	}
-	natstest.WaitFor(t, 10*time.Second, "the delete and the put lost to the watch", func() bool { return lost.Load() == 2 })
-	deaf.Store(false)
-	reconnects.Add(1) // the guard makes the watches again
-	last := h.waitFor("default", "b placed", func(p *planner.Plan) bool { return p.Valid() && p.Workers.Len() == 8 })
-	hist := h.history()
-	if len(hist) != 3 || !hist[1].Removed() || last.Revision != 3 || last.Status.Fresh == "" {
-		for _, p := range hist {
-			t.Logf("revision %d: removed %v, %d workers, fresh %q, %q", p.Revision, p.Removed(), p.Workers.Len(), p.Status.Fresh, p.Reason)
-		}
-		t.Fatal("want revision 2 removed, then 3 placed afresh on 8 workers")
+	const other = "scheduling:\n  train: {worker_num: 2, num_cpus: 1, num_gpus: 1}\n"
+	for _, tc := range []struct {
+		name string
+		put  string
+		want int // workers of the last revision; 0: the removal is the last
+	}{
+		{"a good spec put", b, 8},
+		{"a spec that does not parse put", "scheduling: [not, a, spec", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newMemHarness(t)
+			specs := h.cluster(4, map[string]string{"default": a, "other": other})
+			var deaf atomic.Bool
+			var lost atomic.Int64
+			var reconnects atomic.Uint64
+			cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1, guardRound: quickGuard}
+			h.instance("", cfg, func(p *Service) {
+				p.specs = deafSpecs{memSpecs{h.mem.specs}, &deaf, &lost}
+				p.link = countedLink{p.link, &reconnects}
+			})
+			h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
+			h.waitFor("other", "valid", func(p *planner.Plan) bool { return p.Valid() })
+			deaf.Store(true)
+			if err := specs.Delete(context.Background(), "default"); err != nil {
+				t.Fatal(err)
+			}
+			h.mem.mu.Lock()
+			h.mem.specs.write("default", []byte(tc.put), jetstream.KeyValuePut, 0)
+			h.mem.mu.Unlock()
+			natstest.WaitFor(t, 10*time.Second, "the delete and the put lost to the watch", func() bool { return lost.Load() == 2 })
+			deaf.Store(false)
+			reconnects.Add(1) // the guard makes the watches again
+			if tc.want > 0 {
+				h.waitFor("default", "placed afresh", func(p *planner.Plan) bool { return p.Valid() && p.Workers.Len() == tc.want })
+			} else {
+				h.waitFor("default", "released", func(p *planner.Plan) bool { return p.Removed() })
+			}
+			// Another plan's change replanned after it: whatever the
+			// put made of default is published by then.
+			if _, err := specs.Put(context.Background(), "other", []byte("scheduling:\n  train: {worker_num: 3, num_cpus: 1, num_gpus: 1}\n")); err != nil {
+				t.Fatal(err)
+			}
+			h.waitFor("other", "other replanned", func(p *planner.Plan) bool { return p.Revision >= 2 })
+			hist := h.history()
+			last := hist[len(hist)-1]
+			ok := len(hist) >= 2 && hist[1].Removed()
+			if tc.want > 0 {
+				ok = ok && len(hist) == 3 && last.Workers.Len() == tc.want && last.Status.Fresh != ""
+			} else {
+				ok = ok && len(hist) == 2
+			}
+			if !ok {
+				for _, p := range hist {
+					t.Logf("revision %d: removed %v, %d workers, fresh %q, %q", p.Revision, p.Removed(), p.Workers.Len(), p.Status.Fresh, p.Reason)
+				}
+				t.Fatalf("want revision 2 removed, then %d workers placed afresh (0: nothing after)", tc.want)
+			}
+		})
 	}
 }
 
