@@ -121,6 +121,31 @@ func (e *engine) poolsDoc() ([]plan.Pool, [][]int32) {
 	return pools, order
 }
 
+// entryKind is how table position at's state stands to the previous
+// plan's entry of it in one auto pool (unchangedPool).
+type entryKind int
+
+const (
+	entryAsBefore  entryKind = iota // untouched, its entry cached: the one rendered then
+	entryMadeAgain                  // made again by this run: to be rendered and compared
+	entryDiffers                    // another node, or a state that renders anew
+)
+
+// entryAt is how position at's state stands to was, the previous
+// plan's entry at the same place of auto pool auto.
+func (e *engine) entryAt(at int32, auto int, was *plan.PoolNode) entryKind {
+	ns := e.table[at]
+	switch {
+	case was.NodeID != ns.node.ID:
+		return entryDiffers
+	case ns == e.prevState.table[at] && ns.doc(auto) != nil:
+		return entryAsBefore
+	case ns.owner == e.token && ns.doc(auto) == nil:
+		return entryMadeAgain
+	}
+	return entryDiffers
+}
+
 // unchangedPool is the previous plan's entries of auto pool p where
 // this run renders them exactly so: at the same positions, in the same
 // order, the same states (untouched, each with its entry cached, so the
@@ -148,34 +173,26 @@ func (e *engine) unchangedPool(p *poolRun) []plan.PoolNode {
 			if i < 0 {
 				continue
 			}
-			ns := e.table[at]
-			switch {
-			case prev[i].NodeID != ns.node.ID:
+			switch e.entryAt(at, p.auto, &prev[i]) {
+			case entryDiffers:
 				return nil
-			case ns == st.table[at] && ns.doc(p.auto) != nil:
-			case ns.owner == e.token && ns.doc(p.auto) == nil:
+			case entryMadeAgain:
 				var made plan.PoolNode
 				var none []plan.PoolNode // kept nowhere: rendered only to compare
 				e.autoNode(at, p.auto, &made, nil, &none)
 				if !samePoolNode(made, prev[i]) || (made.Allocations == nil) != (prev[i].Allocations == nil) {
 					return nil
 				}
-			default:
-				return nil
 			}
 		}
 	}
 	var again []int // positions in prev of the states made again
 	for i, at := range p.final {
-		ns := e.table[at]
-		switch {
-		case prev[i].NodeID != ns.node.ID:
+		switch e.entryAt(at, p.auto, &prev[i]) {
+		case entryDiffers:
 			return nil
-		case ns == st.table[at] && ns.doc(p.auto) != nil:
-		case ns.owner == e.token && ns.doc(p.auto) == nil:
+		case entryMadeAgain:
 			again = append(again, i)
-		default:
-			return nil
 		}
 	}
 	// Rendered only once every untouched entry was found shared, and
