@@ -737,8 +737,16 @@ func (l *loop) spec(ctx context.Context, e jetstream.KeyValueEntry) {
 				// parse then keeps nothing (lastGoodSpec stops at the
 				// marker), as for a planner whose watch stayed up
 				// (review rev16), not the spec the user deleted.
-				if at := l.removalBetween(ctx, name, s.specRev, e.Revision()); at != 0 {
-					l.removed(ctx, s, name, at, log)
+				// (Only past a spec in force: a plan without one is
+				// planned afresh by the put anyway, its latest checked
+				// by removedSince.)
+				if s.spec != nil && s.specRev != 0 {
+					if at := l.removalBetween(ctx, name, s.specRev, e.Revision()); at != 0 {
+						l.removed(ctx, s, name, at, log)
+						// A plan with nothing to release is dropped by it:
+						// the put makes it anew, as after a delivered one.
+						s = l.p.state(name)
+					}
 				}
 			}
 		}
