@@ -58,6 +58,25 @@ func SameSpecFacts(a, b *Plan) bool {
 	return a.Mode == b.Mode && a.Strategy == b.Strategy && a.EnvStrategy == b.EnvStrategy && slices.Equal(a.Demands, b.Demands)
 }
 
+// QuotaAdopts reports whether next, a spec stored after spec, differs
+// from it in its quota (max_gpus) alone, a quota placed (planned on
+// spec) fits: a change a planner adopts, the placement the same and
+// nothing published. One that differs in more (constraints, a manual
+// pool, priority) may have placed otherwise.
+func QuotaAdopts(spec, next *Spec, placed *Plan) bool {
+	same := *next
+	same.MaxGPUs = spec.MaxGPUs
+	if !specEqual(&same, spec) {
+		return false
+	}
+	if next.MaxGPUs > 0 && HeldGPUs(placed) > next.MaxGPUs {
+		return false // a degraded placement is not checked by WithinQuota
+	}
+	held := *placed
+	o := WithinQuota(Outcome{Plan: &held}, next)
+	return o.Err == nil && o.Plan.Placed()
+}
+
 // seatDisplaced notes the slots of the displaced workers, which record
 // clears as it places them again: what is left is unplaced.
 func (e *engine) seatDisplaced() {

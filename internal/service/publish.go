@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"time"
 
@@ -487,7 +486,7 @@ func (p *loopState) specOfDigest(ctx context.Context, name, digest string, adopt
 // spec's history is its record, read only when a restarted planner
 // needs it (Job.FollowsUnknown). Which later put was adopted is not
 // known for sure, only which could be: one differing from spec in its
-// quota alone, a quota the placement fits (planner.WithinQuota). One
+// quota alone, a quota the placement fits (planner.QuotaAdopts). One
 // that differs in more (constraints, a manual pool, priority) may have
 // placed otherwise and is not taken; one that cannot have been adopted,
 // never taken (taken, a pending spec's replan would keep the placement
@@ -512,16 +511,7 @@ func adoptedAs(spec *planner.Spec, placed *planner.Plan, later []jetstream.KeyVa
 		if err != nil {
 			continue
 		}
-		same := *next
-		same.MaxGPUs = spec.MaxGPUs
-		if !reflect.DeepEqual(&same, spec) {
-			continue
-		}
-		if next.MaxGPUs > 0 && planner.HeldGPUs(placed) > next.MaxGPUs {
-			continue // a degraded placement is not checked by WithinQuota
-		}
-		held := *placed
-		if o := planner.WithinQuota(planner.Outcome{Plan: &held}, next); o.Err == nil && o.Plan.Placed() {
+		if planner.QuotaAdopts(spec, next, placed) {
 			return next, e.Revision()
 		}
 	}
