@@ -915,10 +915,17 @@ func (l *loop) removalBetween(ctx context.Context, name string, from, to uint64)
 		l.log.Warn().Err(err).Str("plan", name).Msg("cannot read the history of the plan's spec to tell whether it was removed while the spec watch was away")
 		return 0
 	}
+	return newestRemoval(hist, from, to)
+}
+
+// newestRemoval is the bucket revision of the newest removal marker in
+// hist (a key's history, oldest first) after revision from and before
+// revision to (0: no bound); 0 if none.
+func newestRemoval(hist []jetstream.KeyValueEntry, from, to uint64) uint64 {
 	for i := len(hist) - 1; i >= 0; i-- {
 		e := hist[i]
 		switch {
-		case e.Revision() >= to:
+		case to != 0 && e.Revision() >= to:
 		case e.Revision() <= from:
 			return 0
 		case e.Operation() != jetstream.KeyValuePut:

@@ -350,28 +350,23 @@ func (p *loopState) removedSince(ctx context.Context, s *planState) removal {
 		}
 		return removalUnknown
 	}
-	var marker uint64 // the newest removal after the revision's spec
-	found := specRev != 0
-	for i := len(hist) - 1; i >= 0 && (marker == 0 || !found); i-- {
-		e := hist[i]
-		switch {
-		case specRev != 0 && e.Revision() <= specRev:
-			i = -1 // none after it
-		case e.Operation() != jetstream.KeyValuePut:
-			if marker == 0 {
-				marker = e.Revision()
+	// The newest removal after the revision's spec; for a revision that
+	// does not say its spec revision, after the newest put of its
+	// digest, and none where no put of it is there (which removal, if
+	// any, came after it is not known).
+	var marker uint64
+	if specRev != 0 {
+		marker = newestRemoval(hist, specRev, 0)
+	} else {
+		for i := len(hist) - 1; i >= 0; i-- {
+			if hist[i].Operation() != jetstream.KeyValuePut {
+				continue
 			}
-		case specRev == 0:
-			if spec, err := planner.ParseSpec(e.Value()); err == nil && SpecDigest(spec) == latest.SpecDigest {
-				found = true
-				i = -1 // its newest put: removals before it are not after it
+			if spec, err := planner.ParseSpec(hist[i].Value()); err == nil && SpecDigest(spec) == latest.SpecDigest {
+				marker = newestRemoval(hist[i:], hist[i].Revision(), 0)
+				break
 			}
 		}
-	}
-	if !found {
-		// No put of its digest: which removal, if any, came after it is
-		// not known.
-		marker = 0
 	}
 	if marker == 0 {
 		s.removalChecked, s.removedAt = latest, 0
