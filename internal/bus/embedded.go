@@ -267,6 +267,9 @@ func serverLevel(msg string, def zerolog.Level) zerolog.Level {
 //     ever), JetStream waiting for the routes and a meta leader, a
 //     replica catching up, a stream moved to more servers (--replicas
 //     raised in place);
+//   - a route whose peer closed its end (servers that dial each other
+//     at once keep one of the two routes and close the other; a peer
+//     stopped): the write on it fails, and the server dials again;
 //   - a restart after an unclean stop (kill -9, power loss): a stream's
 //     index older than its message blocks, which the server rebuilds
 //     from the blocks.
@@ -286,6 +289,13 @@ func expectedServerLine(msg string) bool {
 			"TTL state is outdated",
 			"Message scheduling state is outdated",
 			"Sourcing state is outdated")
+	}
+	if _, rest, ok := strings.Cut(msg, " - rid:"); ok {
+		// "HOST:PORT - rid:N - Error flushing: writev ...: connection
+		// reset by peer": a route's connection, closed at the other end.
+		_, what, _ := strings.Cut(rest, " - ")
+		return strings.HasPrefix(what, "Error flushing") &&
+			(strings.HasSuffix(what, "connection reset by peer") || strings.HasSuffix(what, "broken pipe"))
 	}
 	return hasAnyPrefix(msg,
 		"Error trying to connect to route",

@@ -36,6 +36,10 @@ func TestServerLevels(t *testing.T) {
 		{"Filestore [x Recovering stream state from index errored", zerolog.WarnLevel, zerolog.WarnLevel},
 		{"JetStream cluster stream '%s > %s' has NO quorum, stalled", zerolog.WarnLevel, zerolog.WarnLevel},
 		{"Error listening on port: %s, %q", zerolog.ErrorLevel, zerolog.ErrorLevel},
+		{"127.0.0.1:36955 - rid:10 - Error flushing: writev tcp 127.0.0.1:55538->127.0.0.1:36955: writev: connection reset by peer", zerolog.ErrorLevel, zerolog.InfoLevel},
+		{"127.0.0.1:36955 - rid:10 - Error flushing: write tcp 127.0.0.1:55538->127.0.0.1:36955: write: broken pipe", zerolog.ErrorLevel, zerolog.InfoLevel},
+		{"127.0.0.1:36955 - cid:10 - Error flushing: writev tcp 127.0.0.1:55538->127.0.0.1:36955: writev: connection reset by peer", zerolog.ErrorLevel, zerolog.ErrorLevel},
+		{"127.0.0.1:36955 - rid:10 - Router connection closed: Parse Error", zerolog.ErrorLevel, zerolog.ErrorLevel},
 	}
 	for _, c := range cases {
 		if got := serverLevel(c.msg, c.def); got != c.want {
