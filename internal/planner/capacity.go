@@ -34,7 +34,7 @@ func (e *engine) checkCapacity() error {
 	c := &e.cap
 	for _, ns := range e.table {
 		c.GPUsAvailable += len(ns.usable)
-		c.CPUsAvailable += ns.node.cpusFree()
+		c.CPUsAvailable += ns.cpusFree()
 	}
 	if err := e.arithmetic(len(e.table)); err != nil {
 		return err
@@ -127,7 +127,7 @@ func (e *engine) checkWorkerSize() error {
 		if len(ns.usable) > largest {
 			largest, largestID = len(ns.usable), ns.node.ID
 		}
-		if healthy := ns.node.GPUs - len(unhealthyOf(ns.node)); healthy > most && len(ns.node.HeldBy) > 0 {
+		if healthy := ns.node.GPUs - len(unhealthyOf(ns.node)); healthy > most && len(ns.mark().heldBy) > 0 {
 			most, healthiest = healthy, ns
 		}
 	}
@@ -144,7 +144,7 @@ func (e *engine) checkWorkerSize() error {
 			}
 			if healthiest != nil && most >= k {
 				// Room that plans sharing the cluster hold, not too few GPUs.
-				where += fmt.Sprintf("; %s has %d healthy, %s", healthiest.node.ID, most, heldReason(healthiest.node))
+				where += fmt.Sprintf("; %s has %d healthy, %s", healthiest.node.ID, most, heldReason(healthiest))
 			}
 			for _, ns := range e.table {
 				e.exhaust(ci, e.tooFew(ns, group{ci, gi}, k), ns.node.ID)

@@ -121,6 +121,10 @@ type engine struct {
 	// given to it, by position (nodeView; nil: none): what merge and
 	// loadAll read in place of those nodes.
 	over map[int]*Node
+	// marks, for the length of run, is a view's marks of the nodes given
+	// to it, by position (nodeView; nil: each node's own): what merge and
+	// loadAll give the states in place of the nodes' own.
+	marks []mark
 	// onStates, where set, are the nodes run is given in place of a
 	// slice (nil then): these states' nodes, in id order, checked when
 	// the states were made (cutFast, on the table of a plan made by an
@@ -343,8 +347,32 @@ func (e *engine) loadAll(nodes []Node, order []int) {
 			own[i] = *e.nodeAt(nodes, j)
 		}
 	}
-	e.table = newStates(own, e.token, e.groups(), &e.extras)
+	var marks []mark
+	if e.marks != nil || e.onStates != nil {
+		marks = make([]mark, len(order))
+		for i, j := range order {
+			marks[i] = e.markAt(nodes, j)
+		}
+	}
+	e.table = newStates(own, marks, e.token, e.groups(), &e.extras)
 	e.nodes = own
+	if marks != nil {
+		// The states' marks are not their nodes' own: a later run on
+		// these nodes (cutFast) starts from the states instead.
+		e.nodes = nil
+	}
+}
+
+// markAt is the mark of node j of the nodes run was given, as its view
+// has it (marks, onStates, over).
+func (e *engine) markAt(nodes []Node, j int) mark {
+	switch {
+	case e.onStates != nil:
+		return e.onStates[j].mark()
+	case e.marks != nil:
+		return e.marks[j]
+	}
+	return markOf(e.nodeAt(nodes, j))
 }
 
 // nodeAt is node j of the nodes run was given, as its view has it

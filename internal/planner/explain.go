@@ -41,11 +41,12 @@ func TooFewGPUs(k int) string { return fmt.Sprintf(reasonTooFew, k) }
 // "fewer than k healthy GPUs" for GPUs that are healthy.
 const ReasonHeldBy = "held by plan "
 
-// heldReason says which other plans hold n's healthy GPUs ("held by plan
-// a, plan b"); "" when none does.
-func heldReason(n *Node) string {
+// heldReason says which other plans hold ns's healthy GPUs ("held by
+// plan a, plan b"); "" when none does.
+func heldReason(ns *nodeState) string {
+	n := ns.node
 	var names []string
-	for g, name := range n.HeldBy {
+	for g, name := range ns.mark().heldBy {
 		if name != "" && g < n.GPUs && n.Healthy(g) && !slices.Contains(names, name) {
 			names = append(names, name)
 		}
@@ -62,14 +63,14 @@ func heldReason(n *Node) string {
 // but other plans hold some, which plans hold them.
 func (e *engine) tooFew(ns *nodeState, g group, count int) string {
 	n := ns.node
-	if len(n.HeldBy) > 0 {
+	if len(ns.mark().heldBy) > 0 {
 		healthy, c := 0, e.con(g)
 		for x := 0; x < n.GPUs; x++ {
 			if n.Healthy(x) && (!c.any() || e.gpuAllowed(g, n, x)) {
 				healthy++
 			}
 		}
-		if why := heldReason(n); healthy >= count && why != "" {
+		if why := heldReason(ns); healthy >= count && why != "" {
 			return why
 		}
 	}

@@ -429,7 +429,7 @@ func (e *engine) holds(ns *nodeState, g group, empty bool, upTo layer) int {
 		}
 	}
 	if w.NumCPUs > 0 {
-		left := ns.node.cpusFree()
+		left := ns.cpusFree()
 		if !empty {
 			// The node's first train worker also pays for its buffer.
 			left = ns.cpuLeft - (e.cpusFor(ns, g.c, w) - w.NumCPUs)

@@ -166,10 +166,11 @@ func (e *engine) merge(prev []*nodeState, nodes []Node, order []int, force []boo
 	m := merged{remap: make([]int32, len(prev))}
 	e.table = make([]*nodeState, 0, len(order))
 	var own []Node
+	var ownMarks []mark
 	var ownAt []int32
 	i := 0
 	for _, j := range order {
-		n := e.nodeAt(nodes, j)
+		n, mk := e.nodeAt(nodes, j), e.markAt(nodes, j)
 		for ; i < len(prev) && prev[i].node.ID < n.ID; i++ {
 			m.remap[i] = -1
 			m.left = append(m.left, prev[i])
@@ -179,13 +180,14 @@ func (e *engine) merge(prev []*nodeState, nodes []Node, order []int, force []boo
 			old := prev[i]
 			m.remap[i] = at
 			i++
-			if sameFacts(old.node, n) && (force == nil || !force[i-1]) {
+			if sameMachine(old.node, n) && old.mark().equal(mk) && (force == nil || !force[i-1]) {
 				e.table = append(e.table, old)
 				continue
 			}
 			m.changed = append(m.changed, changedNode{at, old})
 		}
 		own = append(own, *n)
+		ownMarks = append(ownMarks, mk)
 		ownAt = append(ownAt, at)
 		e.table = append(e.table, nil)
 	}
@@ -193,7 +195,7 @@ func (e *engine) merge(prev []*nodeState, nodes []Node, order []int, force []boo
 		m.remap[i] = -1
 		m.left = append(m.left, prev[i])
 	}
-	for k, ns := range newStates(own, e.token, e.groups(), &e.extras) {
+	for k, ns := range newStates(own, ownMarks, e.token, e.groups(), &e.extras) {
 		e.table[ownAt[k]] = ns
 		e.touched = append(e.touched, ownAt[k])
 	}
@@ -294,7 +296,7 @@ func (e *engine) keepOne(at int32, w *plan.Worker) (why, where, by string) {
 	for i, x := range w.GPUs {
 		if why := e.keepGPU(ns, tg, ci, w, i); why != "" {
 			if why == WhyPreempted {
-				by = n.holder(x)
+				by = ns.holder(x)
 				why += by
 			}
 			return why, fmt.Sprintf("%s:%d", n.ID, x), by
@@ -335,7 +337,7 @@ func (e *engine) keepGPU(ns *nodeState, tg target, ci comp, w *plan.Worker, i in
 		return WhyDrained
 	case !n.Healthy(x):
 		return WhyUnhealthy
-	case n.holder(x) != "":
+	case ns.holder(x) != "":
 		return WhyPreempted
 	case n.hasUUIDs() && i < len(w.GPUUUIDs) && w.GPUUUIDs[i] != n.GPUUUIDs[x]:
 		// A GPU swapped for another in the same slot is not the GPU the
@@ -367,7 +369,7 @@ func (e *engine) targetOf(w *plan.Worker, ci comp, at int32) (target, bool) {
 func (e *engine) keepReserve(at int32, g int) bool {
 	ns := e.table[at]
 	// A reserved GPU is train's: it must be free for a whole train worker.
-	if g < 0 || g >= ns.node.GPUs || !ns.node.free(g) || !e.fits(ns, compTrain, g, 1) {
+	if g < 0 || g >= ns.node.GPUs || !ns.freeGPU(g) || !e.fits(ns, compTrain, g, 1) {
 		return false
 	}
 	ns = e.mut(at)

@@ -372,13 +372,13 @@ func (e *engine) loadRanges(field string, pc PoolConfig, p *poolRun, offsets, po
 				if lo > hi {
 					continue
 				}
-				n := e.table[en.at].node
+				ns := e.table[en.at]
 				for g := lo - offsets[j]; g <= hi-offsets[j]; g++ {
-					if n.holder(g) != "" {
+					if ns.holder(g) != "" {
 						continue // another plan's (PlanAll): not this pool's
 					}
 					en.alloc[ci] = append(en.alloc[ci], g)
-					if n.free(g) {
+					if ns.freeGPU(g) {
 						en.gpus[ci] = append(en.gpus[ci], g)
 					}
 				}

@@ -57,19 +57,11 @@ type Node struct {
 }
 
 // usable reports whether a run may use GPU g of n at all (a state's
-// usable GPUs).
-func (n *Node) usable(g int) bool {
-	return len(n.Unhealthy) == 0 && len(n.HeldBy) == 0 && len(n.Drained) == 0 && !n.Out || n.free(g)
-}
+// usable GPUs), as n's own marks have it.
+func (n *Node) usable(g int) bool { return markOf(n).usable(n, g) }
 
-// cpusFree is the CPUs this plan may use: none on a node drained whole,
-// so that no worker without GPUs lands there either.
-func (n *Node) cpusFree() float64 {
-	if n.Out {
-		return 0
-	}
-	return max(0, n.CPUs-n.CPUsHeld)
-}
+// cpusFree is the CPUs this plan may use, as n's own marks have it.
+func (n *Node) cpusFree() float64 { return markOf(n).cpusFree(n) }
 
 // Healthy reports whether GPU i may be given work: not unhealthy, not
 // drained.
@@ -82,31 +74,72 @@ func (n *Node) drained(i int) bool {
 	return n.Out || slices.Contains(n.Drained, i)
 }
 
-// holder is the other plan that holds GPU i, "" when none does.
-func (n *Node) holder(i int) string {
-	if i < 0 || i >= len(n.HeldBy) {
-		return ""
-	}
-	return n.HeldBy[i]
+// free reports whether GPU i may be given this plan's work, as n's own
+// marks have it.
+func (n *Node) free(i int) bool { return markOf(n).free(n, i) }
+
+// mark is what other plans hold of one node as a run sees it: per GPU
+// the plan that holds it ("": none) and the CPUs they use. A node's own
+// (HeldBy, CPUsHeld), or a remainder's over them (nodeView): a run's
+// states keep theirs beside the node, so that a run on a cluster another
+// plan holds whole (a shrink's taker beside a plan of every node) points
+// at the caller's nodes instead of a copy of each with the holds
+// written in (5.3 MB at 20,000 nodes). Never written once made.
+type mark struct {
+	heldBy []string
+	cpus   float64
 }
 
-// free reports whether GPU i may be given this plan's work: healthy and
-// held by no other plan.
-func (n *Node) free(i int) bool {
-	return n.Healthy(i) && n.holder(i) == ""
+// markOf is n's own mark.
+func markOf(n *Node) mark { return mark{n.HeldBy, n.CPUsHeld} }
+
+// usable reports whether a run may use GPU g of n, marked m, at all.
+func (m mark) usable(n *Node, g int) bool {
+	return len(n.Unhealthy) == 0 && len(m.heldBy) == 0 && len(n.Drained) == 0 && !n.Out || m.free(n, g)
+}
+
+// cpusFree is the CPUs this plan may use of n, marked m: none on a node
+// drained whole, so that no worker without GPUs lands there either.
+func (m mark) cpusFree(n *Node) float64 {
+	if n.Out {
+		return 0
+	}
+	return max(0, n.CPUs-m.cpus)
+}
+
+// holder is the other plan that holds GPU i, "" when none does.
+func (m mark) holder(i int) string {
+	if i < 0 || i >= len(m.heldBy) {
+		return ""
+	}
+	return m.heldBy[i]
+}
+
+// free reports whether GPU i of n, marked m, may be given this plan's
+// work: healthy and held by no other plan.
+func (m mark) free(n *Node, i int) bool {
+	return n.Healthy(i) && m.holder(i) == ""
+}
+
+// equal reports whether two marks say the same.
+func (m mark) equal(o mark) bool {
+	return m.cpus == o.cpus && slices.Equal(m.heldBy, o.heldBy)
 }
 
 // hasUUIDs reports whether the node names every GPU by UUID.
 func (n *Node) hasUUIDs() bool { return len(n.GPUUUIDs) == n.GPUs && n.GPUs > 0 }
 
-// sameFacts reports whether a and b describe the machine alike, so that a
-// plan made for one holds for the other.
-func sameFacts(a, b *Node) bool {
+// sameMachine reports whether a and b describe the machine alike (other
+// plans' holds aside: a state keeps its mark), so that a plan made for
+// one holds for the other.
+func sameMachine(a, b *Node) bool {
+	if a == b {
+		return true
+	}
 	return a.ID == b.ID && a.IP == b.IP && a.CPUs == b.CPUs && a.GPUs == b.GPUs &&
 		slices.Equal(a.Unhealthy, b.Unhealthy) && slices.Equal(a.GPUUUIDs, b.GPUUUIDs) &&
 		slices.Equal(a.Models, b.Models) && slices.Equal(a.MemoryBytes, b.MemoryBytes) && maps.Equal(a.Labels, b.Labels) &&
 		slices.Equal(a.Peers, b.Peers) && slices.Equal(a.NUMA, b.NUMA) && a.Domain == b.Domain &&
-		slices.Equal(a.HeldBy, b.HeldBy) && a.CPUsHeld == b.CPUsHeld &&
 		slices.Equal(a.Drained, b.Drained) && a.Out == b.Out
 }
 
@@ -132,8 +165,12 @@ type nodeState struct {
 	// owner is the run that may write the state. A token, not the engine:
 	// a state that outlives its run must not keep the run (and through it
 	// every earlier plan) alive.
-	owner  *runToken
-	node   *Node
+	owner *runToken
+	node  *Node
+	// held is what other plans hold of the node in this run (mark): the
+	// node's own, or its remainder's; nil where none hold anything (a
+	// pointer: a free cluster's 20,000 states do not pay 32 bytes each).
+	held   *mark
 	usable []int // healthy GPU indices, ascending; never written
 	// shares is what each component holds of each GPU, component by
 	// component (shareOf): one list, not one per component, as 20,000
@@ -260,6 +297,24 @@ func (ns *nodeState) doc(p int) *plan.PoolNode {
 	return ns.x.doc[p]
 }
 
+// mark is what other plans hold here.
+func (ns *nodeState) mark() mark {
+	if ns.held == nil {
+		return mark{}
+	}
+	return *ns.held
+}
+
+// holder is the other plan that holds GPU i, "" when none does.
+func (ns *nodeState) holder(i int) string { return ns.mark().holder(i) }
+
+// freeGPU reports whether GPU i may be given this plan's work: healthy
+// and held by no other plan.
+func (ns *nodeState) freeGPU(i int) bool { return ns.mark().free(ns.node, i) }
+
+// cpusFree is the CPUs this plan may use here (mark.cpusFree).
+func (ns *nodeState) cpusFree() float64 { return ns.mark().cpusFree(ns.node) }
+
 // reserve marks GPU g reserved for a buffer.
 func (ns *nodeState) reserve(g int, s *extraSlab) {
 	x := ns.ext(s)
@@ -271,8 +326,9 @@ func (ns *nodeState) reserve(g int, s *extraSlab) {
 
 // newStates sets up states for nodes from a few shared slabs: at ten
 // thousand nodes, per-node allocations cost more than the planning.
-// groups is the number of scheduling groups of each component.
-func newStates(nodes []Node, owner *runToken, groups [nComp]int, xs *extraSlab) []*nodeState {
+// groups is the number of scheduling groups of each component; marks,
+// where set, node i's mark (else its own).
+func newStates(nodes []Node, marks []mark, owner *runToken, groups [nComp]int, xs *extraSlab) []*nodeState {
 	slab := make([]nodeState, len(nodes))
 	widest := 0
 	for i := range nodes {
@@ -291,19 +347,35 @@ func newStates(nodes []Node, owner *runToken, groups [nComp]int, xs *extraSlab) 
 	var usable []int
 	arena := &shareArena{}
 	out := make([]*nodeState, len(nodes))
+	var own []mark // the nodes' own marks, where they have any
 	for i := range nodes {
 		n := &nodes[i]
 		ns := &slab[i]
-		*ns = nodeState{owner: owner, node: n, cpuLeft: n.cpusFree(), firstTrain: -1}
-		if len(n.Unhealthy) == 0 && len(n.HeldBy) == 0 && len(n.Drained) == 0 && !n.Out {
-			ns.usable = every[:n.GPUs:n.GPUs] // n.usable(g) for every g
+		var held *mark
+		if marks != nil {
+			held = &marks[i]
+		} else if len(n.HeldBy) > 0 || n.CPUsHeld != 0 {
+			if own == nil {
+				own = make([]mark, len(nodes))
+			}
+			own[i] = markOf(n)
+			held = &own[i]
+		}
+		if held != nil && len(held.heldBy) == 0 && held.cpus == 0 {
+			held = nil
+		}
+		*ns = nodeState{owner: owner, node: n, held: held}
+		m := ns.mark()
+		ns.cpuLeft, ns.firstTrain = m.cpusFree(n), -1
+		if len(n.Unhealthy) == 0 && len(m.heldBy) == 0 && len(n.Drained) == 0 && !n.Out {
+			ns.usable = every[:n.GPUs:n.GPUs] // m.usable(n, g) for every g
 		} else {
 			if cap(usable)-len(usable) < n.GPUs {
 				usable = make([]int, 0, max(n.GPUs, 4096))
 			}
 			start := len(usable)
 			for g := 0; g < n.GPUs; g++ {
-				if n.usable(g) {
+				if m.usable(n, g) {
 					usable = append(usable, g)
 				}
 			}

@@ -270,7 +270,7 @@ func (e *engine) keepNotes(from []*nodeState) {
 	drops := e.dropsOn()
 	for _, ns := range e.table {
 		i, ok := slices.BinarySearchFunc(from, ns.node.ID, func(old *nodeState, id string) int { return strings.Compare(old.node.ID, id) })
-		if !ok || drops[ns.node.ID] || !sameFacts(from[i].node, ns.node) {
+		if !ok || drops[ns.node.ID] || !sameMachine(from[i].node, ns.node) || !from[i].mark().equal(ns.mark()) {
 			continue
 		}
 		for _, n := range from[i].notes() {

@@ -104,7 +104,7 @@ func (e *engine) visit(c cand, mask uint8) bool {
 		case ns.node.GPUs == 0:
 			e.filter(e.mut(c.at), ci, ReasonNoGPUs)
 		case len(ns.usable) == 0:
-			why := heldReason(ns.node)
+			why := heldReason(ns)
 			if why == "" {
 				why = ReasonNoHealthyGPUs
 			}
