@@ -74,23 +74,24 @@ func (e *engine) arithmetic(nodes int) error {
 	return nil
 }
 
-// cannotFit reports whether spec planned afresh on nodes fails its
+// cannotFitOn reports whether spec planned afresh on view v fails its
 // capacity arithmetic (checkCapacity), read from the nodes alone,
 // summed in the order a run sums them (by id), without a state for each.
-func cannotFit(spec *Spec, nodes []Node) bool {
+func cannotFitOn(spec *Spec, v *nodeView) bool {
+	nodes := v.base
 	order, err := sortedNodes(nodes)
 	if err != nil {
 		return false // the run says why
 	}
 	e := newEngine(spec, Options{})
 	for _, i := range order {
-		n := &nodes[i]
+		n, m := &nodes[i], v.mark(i)
 		for g := range n.GPUs {
-			if n.usable(g) {
+			if m.usable(n, g) {
 				e.cap.GPUsAvailable++
 			}
 		}
-		e.cap.CPUsAvailable += n.cpusFree()
+		e.cap.CPUsAvailable += m.cpusFree(n)
 	}
 	return e.arithmetic(len(nodes)) != nil
 }

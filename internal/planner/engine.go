@@ -347,8 +347,11 @@ func (e *engine) loadAll(nodes []Node, order []int) {
 			own[i] = *e.nodeAt(nodes, j)
 		}
 	}
-	var marks []mark
-	if e.marks != nil || e.onStates != nil {
+	// A view's marks, in id order, are the states' own (a view's marks
+	// are never written once made); a previous plan's states', or marks
+	// out of order, a list of the run's own.
+	marks := e.marks
+	if e.onStates != nil || marks != nil && !inOrder(order) {
 		marks = make([]mark, len(order))
 		for i, j := range order {
 			marks[i] = e.markAt(nodes, j)

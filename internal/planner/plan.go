@@ -91,14 +91,14 @@ func replan(prev *Plan, spec *Spec, nodes []Node, keep bool) (*Plan, *Change, er
 // unlessPreempted would make it.
 func replanOn(prev *Plan, spec *Spec, v *nodeView, keep, readAll bool, released func(takenBy []string) bool) (*Plan, *Change, error) {
 	if why, kind := freshWhy(prev, spec); why != "" {
-		return fresh(prev, spec, v.slice(), why, kind)
+		return freshOn(prev, spec, v, why, kind)
 	}
 	e := newEngine(spec, Options{})
 	e.prev, e.prevState, e.readAll = prev, prev.state, readAll
 	e.degrade = keep
-	e.over = v.over
+	e.over, e.marks = v.over, v.marks
 	err := e.run(v.base)
-	e.over = nil
+	e.over, e.marks = nil, nil
 	var short *shortfallError
 	shortfall, comp := errors.As(err, &short), ""
 	if err == nil {
@@ -142,7 +142,31 @@ func replanOn(prev *Plan, spec *Spec, v *nodeView, keep, readAll bool, released 
 // fresh plans spec on nodes afresh; why says why in words, kind as a
 // plan.Fresh kind.
 func fresh(prev *Plan, spec *Spec, nodes []Node, why, kind string) (*Plan, *Change, error) {
-	doc, err := Compute(spec, nodes)
+	return freshOn(prev, spec, &nodeView{base: nodes}, why, kind)
+}
+
+// computeOn is Compute on a view: a run on its marks where they are all
+// it needs, the nodes whole (slice) where the run falls short and other
+// orders are searched, or the view has copies (which the run would make
+// a slice of anyway).
+func computeOn(spec *Spec, v *nodeView) (*Plan, error) {
+	if v.marks == nil {
+		return Compute(spec, v.slice())
+	}
+	e := newEngine(spec, Options{})
+	e.marks = v.marks
+	err := e.run(v.base)
+	e.marks = nil
+	var short *shortfallError
+	if !errors.As(err, &short) || e.rules.manual {
+		return e.finish(err)
+	}
+	return Compute(spec, v.slice())
+}
+
+// freshOn is fresh on a view.
+func freshOn(prev *Plan, spec *Spec, v *nodeView, why, kind string) (*Plan, *Change, error) {
+	doc, err := computeOn(spec, v)
 	if err == nil {
 		doc.Moved = CountMoved(prev, doc)
 		if prev != nil && prev.Placed() {

@@ -283,17 +283,37 @@ func (a *allocator) holdingOf(p *Plan) holding {
 // plan's, and of two that would return to one GPU the first placed
 // takes it.
 func (a *allocator) remainder(blockers []blocker, own holding) []Node {
-	v := a.remainderView(blockers, own, false)
+	v := a.remainderOf(blockers, own, viewCopy)
 	return v.slice()
 }
 
-// remainderView is remainder as a view: where the blockers hold few
-// nodes (a shrink's taker beside a plan of the whole cluster), the nodes
-// themselves with copies of only those, so that the run on it, which
-// starts from a previous state and only reads them (merge), copies none
-// of the others; view false, or blockers on many nodes: every node
-// copied, as remainder always did.
-func (a *allocator) remainderView(blockers []blocker, own holding, view bool) nodeView {
+// viewKind is how remainderOf writes the holds: into a copy of every
+// node (viewCopy), into marks (viewMarks), or, where the blockers hold
+// few nodes, into copies of those only (viewSparse; marks where they
+// hold many).
+type viewKind int
+
+const (
+	viewCopy viewKind = iota
+	viewMarks
+	viewSparse
+)
+
+// remainderView is remainder as a view that copies no node it need not:
+// sparse for a run that starts from a previous state and only reads the
+// nodes (merge), which copies the few a sparse view has over the nodes
+// and none of the others (the taker of a shrink replanned beside a plan
+// of few nodes); else marks, which no run copies a node for (a shrink's
+// taker beside a plan of the whole cluster).
+func (a *allocator) remainderView(blockers []blocker, own holding, sparse bool) nodeView {
+	if sparse {
+		return a.remainderOf(blockers, own, viewSparse)
+	}
+	return a.remainderOf(blockers, own, viewMarks)
+}
+
+// remainderOf is remainder as a view of kind k.
+func (a *allocator) remainderOf(blockers []blocker, own holding, k viewKind) nodeView {
 	if !slices.ContainsFunc(blockers, func(b blocker) bool { return len(b.h) > 0 }) {
 		// Nothing in the way: the nodes themselves, which no run writes
 		// (a plan alone on 20,000 nodes copies none).
@@ -303,40 +323,55 @@ func (a *allocator) remainderView(blockers []blocker, own holding, view bool) no
 	for _, b := range blockers {
 		touched += len(b.h)
 	}
+	if k == viewSparse && touched > len(a.nodes)/8 {
+		k = viewMarks
+	}
 	var out []Node
 	var over map[int]*Node
-	if view && touched <= len(a.nodes)/8 {
+	var marks []mark
+	switch k {
+	case viewSparse:
 		over = make(map[int]*Node, touched)
-	} else {
+	case viewMarks:
+		marks = make([]mark, len(a.nodes))
+		for i := range a.nodes {
+			marks[i] = markOf(&a.nodes[i])
+		}
+	default:
 		out = slices.Clone(a.nodes)
 	}
-	node := func(at int32) *Node {
-		if over == nil {
-			return &out[at]
+	// at is the mark of position i to write, and its node.
+	at := func(i int32) (*[]string, *float64, *Node) {
+		switch {
+		case marks != nil:
+			return &marks[i].heldBy, &marks[i].cpus, &a.nodes[i]
+		case over != nil:
+			n := over[int(i)]
+			if n == nil {
+				c := a.nodes[i]
+				n = &c
+				over[int(i)] = n
+			}
+			return &n.HeldBy, &n.CPUsHeld, n
 		}
-		n := over[int(at)]
-		if n == nil {
-			c := a.nodes[at]
-			n = &c
-			over[int(at)] = n
-		}
-		return n
+		n := &out[i]
+		return &n.HeldBy, &n.CPUsHeld, n
 	}
 	// A node a blocker holds whole (most of a full cluster's) shares one
 	// list of its name: a list with no GPU left unnamed is never written.
 	whole := map[string][]string{}
 	for _, b := range blockers {
 		for _, h := range b.h {
-			n := node(h.at)
-			n.CPUsHeld += h.cpus
-			if n.HeldBy == nil && len(h.gpus) == n.GPUs && n.GPUs > 0 && h.gpus[0] == 0 && h.gpus[n.GPUs-1] == n.GPUs-1 {
+			heldBy, cpus, n := at(h.at)
+			*cpus += h.cpus
+			if *heldBy == nil && len(h.gpus) == n.GPUs && n.GPUs > 0 && h.gpus[0] == 0 && h.gpus[n.GPUs-1] == n.GPUs-1 {
 				// Sorted, each once, from 0 to GPUs-1: every GPU.
 				l := whole[b.name]
 				if len(l) < n.GPUs {
 					l = slices.Repeat([]string{b.name}, n.GPUs)
 					whole[b.name] = l
 				}
-				n.HeldBy = l[:n.GPUs:n.GPUs]
+				*heldBy = l[:n.GPUs:n.GPUs]
 				continue
 			}
 			hold := func(g int) {
@@ -344,17 +379,17 @@ func (a *allocator) remainderView(blockers []blocker, own holding, view bool) no
 					return
 				}
 				in := a.nodes[h.at].HeldBy
-				if len(n.HeldBy) == 0 || len(in) > 0 && &n.HeldBy[0] == &in[0] && (g >= len(in) || in[g] == "") {
+				if l := *heldBy; len(l) == 0 || len(in) > 0 && &l[0] == &in[0] && (g >= len(in) || in[g] == "") {
 					// A list of this remainder's own: the caller's (a
 					// cluster shared with plans outside this run) is
 					// copied on the first write, so that PlanAll never
 					// writes its input, and only where it writes.
-					l := make([]string, max(n.GPUs, len(in)))
-					copy(l, in)
-					n.HeldBy = l
+					c := make([]string, max(n.GPUs, len(in)))
+					copy(c, in)
+					*heldBy = c
 				}
-				if n.HeldBy[g] == "" {
-					n.HeldBy[g] = b.name
+				if (*heldBy)[g] == "" {
+					(*heldBy)[g] = b.name
 				}
 			}
 			for _, g := range h.gpus {
@@ -367,8 +402,11 @@ func (a *allocator) remainderView(blockers []blocker, own holding, view bool) no
 			}
 		}
 	}
-	if over != nil {
+	switch {
+	case over != nil:
 		return nodeView{base: a.nodes, over: over}
+	case marks != nil:
+		return nodeView{base: a.nodes, marks: marks}
 	}
 	return nodeView{base: out}
 }
@@ -530,7 +568,7 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 		if o.Err != nil && err == nil && job.Prev != nil {
 			// Kept workers may hold more GPUs than a fresh packing.
 			why := fmt.Sprintf("max_gpus %d: the incremental plan needs %d GPUs", spec.MaxGPUs, HeldGPUs(doc))
-			if f := WithinQuota(outcome(fresh(job.Prev, spec, nodes.slice(), why, plan.FreshQuota)), spec); f.Err == nil {
+			if f := WithinQuota(outcome(freshOn(job.Prev, spec, nodes, why, plan.FreshQuota)), spec); f.Err == nil {
 				return f
 			}
 		}
@@ -543,7 +581,7 @@ func (a *allocator) place(job *Job, spec *Spec, keep bool, own holding, placed, 
 	// failure is never read, and planning it afresh on every node to
 	// find it out (a plan of higher priority arriving on a full cluster)
 	// is not done.
-	short := len(lower) > 0 && (job.Prev == nil || !job.Prev.Placed()) && cannotFit(spec, first.slice())
+	short := len(lower) > 0 && (job.Prev == nil || !job.Prev.Placed()) && cannotFitOn(spec, first)
 	var o Outcome
 	if !short {
 		o = tryOn(first)
@@ -777,7 +815,8 @@ func (a *allocator) fitsWithout(spec *Spec, holders []int, final []holding, gone
 			in = append(in, blocker{a.jobs[i].Name, final[i]})
 		}
 	}
-	doc, err := Compute(spec, a.remainder(in, nil))
+	v := a.remainderView(in, nil, false)
+	doc, err := computeOn(spec, &v)
 	return err == nil && WithinQuota(Outcome{Plan: doc}, spec).Err == nil
 }
 
