@@ -277,10 +277,17 @@ func (el *elastic) eachFree(st *growState, fn func(node string, g int) bool) {
 		}
 		b = b[:n.GPUs]
 		clear(b)
+		whole := false
 		for j, h := range st.holds {
 			for ; next[j] < len(h) && h[next[j]].at <= int32(i); next[j]++ {
 				x := &h[next[j]]
-				if x.at != int32(i) {
+				if x.at != int32(i) || whole {
+					continue
+				}
+				if holdsWhole(x, n) {
+					// Every GPU held (most nodes of a plan of the whole
+					// cluster): nothing to mark one by one.
+					whole = true
 					continue
 				}
 				for _, g := range x.gpus {
@@ -295,6 +302,9 @@ func (el *elastic) eachFree(st *growState, fn func(node string, g int) bool) {
 				}
 			}
 		}
+		if whole {
+			continue
+		}
 		for g := range n.GPUs {
 			if b[g] || !n.free(g) {
 				continue
@@ -304,6 +314,13 @@ func (el *elastic) eachFree(st *growState, fn func(node string, g int) bool) {
 			}
 		}
 	}
+}
+
+// holdsWhole reports whether x holds (uses) every GPU of n: its GPUs,
+// sorted and each once, are 0 to GPUs-1.
+func holdsWhole(x *hold, n *Node) bool {
+	k := len(x.gpus)
+	return k == n.GPUs && k > 0 && x.gpus[0] == 0 && x.gpus[k-1] == k-1
 }
 
 // settling is the free GPUs growth may not take yet, as a holding

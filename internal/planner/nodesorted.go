@@ -1,16 +1,14 @@
 package planner
 
-import (
-	"slices"
-	"strings"
-)
+import "strings"
 
 // nodesOrder is what an allocator knows of its nodes' order.
 type nodesOrder int8
 
 const (
 	orderUnknown nodesOrder = iota
-	orderSorted
+	orderSorted             // sorted by id, some id given twice
+	orderStrict             // sorted by id, each id once
 	orderUnsorted
 )
 
@@ -21,17 +19,29 @@ func (a *allocator) nodesSorted() bool {
 	if a.sorted == orderUnknown {
 		if f := a.sharedFacts(); f != nil && f.sorted != orderUnknown {
 			a.sorted = f.sorted
-			return a.sorted == orderSorted
+			return a.sorted == orderSorted || a.sorted == orderStrict
 		}
-		a.sorted = orderUnsorted
-		if slices.IsSortedFunc(a.nodes, func(x, y Node) int { return strings.Compare(x.ID, y.ID) }) {
-			a.sorted = orderSorted
+		a.sorted = orderStrict
+		for i := 1; i < len(a.nodes) && a.sorted != orderUnsorted; i++ {
+			switch strings.Compare(a.nodes[i-1].ID, a.nodes[i].ID) {
+			case 0:
+				a.sorted = orderSorted
+			case 1:
+				a.sorted = orderUnsorted
+			}
 		}
 		if f := a.sharedFacts(); f != nil {
 			f.sorted = a.sorted
 		}
 	}
-	return a.sorted == orderSorted
+	return a.sorted == orderSorted || a.sorted == orderStrict
+}
+
+// nodesStrict reports whether the allocator's nodes are sorted by id
+// with each id once: where they are, dense(byID) puts every hold at its
+// node's one position, as sameDense would check it.
+func (a *allocator) nodesStrict() bool {
+	return a.nodesSorted() && a.sorted == orderStrict
 }
 
 // nodeFacts is what the allocators of one PlanAll (its trials, each an

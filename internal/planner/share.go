@@ -364,8 +364,7 @@ func (a *allocator) remainderOf(blockers []blocker, own holding, k viewKind) nod
 		for _, h := range b.h {
 			heldBy, cpus, n := at(h.at)
 			*cpus += h.cpus
-			if *heldBy == nil && len(h.gpus) == n.GPUs && n.GPUs > 0 && h.gpus[0] == 0 && h.gpus[n.GPUs-1] == n.GPUs-1 {
-				// Sorted, each once, from 0 to GPUs-1: every GPU.
+			if *heldBy == nil && holdsWhole(&h, n) {
 				l := whole[b.name]
 				if len(l) < n.GPUs {
 					l = slices.Repeat([]string{b.name}, n.GPUs)
