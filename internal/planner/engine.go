@@ -351,7 +351,8 @@ func (e *engine) loadAll(nodes []Node, order []int) {
 	// are never written once made); a previous plan's states', or marks
 	// out of order, a list of the run's own.
 	marks := e.marks
-	if e.onStates != nil || marks != nil && !inOrder(order) {
+	if e.onStates != nil && slices.ContainsFunc(e.onStates, func(ns *nodeState) bool { return ns.held != nil }) ||
+		marks != nil && !inOrder(order) {
 		marks = make([]mark, len(order))
 		for i, j := range order {
 			marks[i] = e.markAt(nodes, j)

@@ -25,8 +25,21 @@ func Compute(spec *Spec, nodes []Node) (*Plan, error) {
 
 // ComputeWith is Compute with options.
 func ComputeWith(spec *Spec, nodes []Node, opt Options) (*Plan, error) {
+	return computeView(spec, &nodeView{base: nodes}, opt)
+}
+
+// computeView is ComputeWith on a view: the run reads its marks (a view
+// with copies is made a slice first, which the run would copy anyway);
+// where it falls short, the search of other orders runs on the view as
+// nodes of their own (slice).
+func computeView(spec *Spec, v *nodeView, opt Options) (*Plan, error) {
+	if v.over != nil {
+		v.slice()
+	}
 	e := newEngine(spec, opt)
-	err := e.run(nodes)
+	e.marks = v.marks
+	err := e.run(v.base)
+	e.marks = nil
 	var short *shortfallError
 	if !errors.As(err, &short) || e.rules.manual {
 		return e.finish(err)
@@ -34,7 +47,7 @@ func ComputeWith(spec *Spec, nodes []Node, opt Options) (*Plan, error) {
 	// A run that fell short: unless a group's own constraints rule it
 	// out, other orders may place every worker (search).
 	if e.why.bound = e.staticBinding(); e.why.bound == nil {
-		if try := e.search(nodes); try != nil {
+		if try := e.search(v.slice()); try != nil {
 			return try.finish(nil)
 		}
 		if e.constrained() {
@@ -145,23 +158,9 @@ func fresh(prev *Plan, spec *Spec, nodes []Node, why, kind string) (*Plan, *Chan
 	return freshOn(prev, spec, &nodeView{base: nodes}, why, kind)
 }
 
-// computeOn is Compute on a view: a run on its marks where they are all
-// it needs, the nodes whole (slice) where the run falls short and other
-// orders are searched, or the view has copies (which the run would make
-// a slice of anyway).
+// computeOn is Compute on a view.
 func computeOn(spec *Spec, v *nodeView) (*Plan, error) {
-	if v.marks == nil {
-		return Compute(spec, v.slice())
-	}
-	e := newEngine(spec, Options{})
-	e.marks = v.marks
-	err := e.run(v.base)
-	e.marks = nil
-	var short *shortfallError
-	if !errors.As(err, &short) || e.rules.manual {
-		return e.finish(err)
-	}
-	return Compute(spec, v.slice())
+	return computeView(spec, v, Options{})
 }
 
 // freshOn is fresh on a view.
