@@ -347,7 +347,8 @@ func (el *elastic) freeHeld(st *growState, held func(node string, g int) bool) *
 		}
 		h := by[at]
 		if h == nil {
-			h = &hold{at: at}
+			x := newHold(at, nil, 0)
+			h = &x
 			by[at] = h
 			order = append(order, at)
 		}
@@ -630,7 +631,8 @@ func (el *elastic) released(sizes [][]int, outs []Outcome) map[int]holding {
 			}
 			h := by[at]
 			if h == nil {
-				h = &hold{at: at}
+				x := newHold(at, nil, 0)
+				h = &x
 				by[at] = h
 			}
 			h.gpus = append(h.gpus, w.GPUs...)

@@ -241,19 +241,20 @@ func (a *allocator) dense(byID []idHold) holding {
 	out := make(holding, 0, len(byID))
 	if a.index == nil && a.nodesSorted() {
 		i := 0
-		for _, x := range byID {
+		for k := range byID {
+			x := &byID[k]
 			for i < len(a.nodes) && a.nodes[i].ID < x.id {
 				i++
 			}
 			if i < len(a.nodes) && a.nodes[i].ID == x.id {
-				out = append(out, hold{at: int32(i), gpus: x.gpus, resv: x.resv, cpus: x.cpus})
+				out = append(out, hold{at: int32(i), idHold: x})
 			}
 		}
 		return out
 	}
-	for _, x := range byID {
-		if i, ok := a.pos(x.id); ok {
-			out = append(out, hold{at: i, gpus: x.gpus, resv: x.resv, cpus: x.cpus})
+	for k := range byID {
+		if i, ok := a.pos(byID[k].id); ok {
+			out = append(out, hold{at: i, idHold: &byID[k]})
 		}
 	}
 	slices.SortFunc(out, func(x, y hold) int { return cmp.Compare(x.at, y.at) })

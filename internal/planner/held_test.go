@@ -81,7 +81,7 @@ func denseRef(nodes []Node, byID []idHold) holding {
 	for i, n := range nodes {
 		for _, x := range byID {
 			if x.id == n.ID {
-				out = append(out, hold{at: int32(i), gpus: x.gpus, resv: x.resv, cpus: x.cpus})
+				out = append(out, hold{at: int32(i), idHold: &idHold{gpus: x.gpus, resv: x.resv, cpus: x.cpus}})
 			}
 		}
 	}

@@ -43,7 +43,7 @@ func TestRemainderViewsAgree(t *testing.T) {
 		// one more node held by a plan z.
 		if len(nodes) > 0 {
 			at := int32(rapid.IntRange(0, len(nodes)-1).Draw(t, "z.node"))
-			h := hold{at: at, cpus: 1}
+			h := newHold(at, nil, 1)
 			for g := range nodes[at].GPUs {
 				h.gpus = append(h.gpus, g)
 			}

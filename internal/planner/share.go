@@ -135,14 +135,21 @@ func anyShort(out []Outcome) bool {
 	return slices.ContainsFunc(out, func(o Outcome) bool { return o.Err != nil || o.Plan.PendingSpec != nil })
 }
 
-// hold is what one job holds on one node: the GPUs its workers and
-// pools use, and those its unplaced workers (a degraded plan's) ran on
-// last, which it keeps for their return (resv).
+// hold is what one job holds on one node, at its position: the GPUs
+// its workers and pools use, and those its unplaced workers (a degraded
+// plan's) ran on last, which it keeps for their return (resv), and the
+// CPUs, as its holding by id has them (idHold; its id aside). A plan's
+// holding by position points at the entries of its holding by id, never
+// written once made: 16 bytes a node, not 64, for a plan of 20,000
+// nodes laid out again at every grow or shrink.
 type hold struct {
-	at   int32
-	gpus []int // sorted, each once
-	resv []int // sorted, each once, none in gpus
-	cpus float64
+	at int32
+	*idHold
+}
+
+// newHold is a hold at position at of a list of its own.
+func newHold(at int32, gpus []int, cpus float64) hold {
+	return hold{at: at, idHold: &idHold{gpus: gpus, cpus: cpus}}
 }
 
 // holding is what one job holds, by node (sorted by at).
