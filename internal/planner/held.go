@@ -25,13 +25,13 @@ type idHold struct {
 // run's state: a plan's placement is not changed once made. Read by the
 // loop and by validations alike, hence atomic; two computing it at once
 // compute the same.
-type heldCache = atomic.Pointer[[]idHold]
+type heldCache = atomic.Pointer[[]*idHold]
 
 // byID is what p holds, node by node, sorted by id: from p's state when
 // computed before; for a plan made from the state of one of the jobs'
 // previous plans (an incremental run), that plan's holding with only the
 // nodes the run touched read again; else from every worker and pool.
-func (a *allocator) byID(p *Plan) []idHold {
+func (a *allocator) byID(p *Plan) []*idHold {
 	st := p.state
 	if st != nil {
 		if h := st.held.Load(); h != nil {
@@ -51,14 +51,14 @@ func (a *allocator) byID(p *Plan) []idHold {
 // derived is p's holding patched from its run's previous plan's, or nil
 // when p's run did not start from a previous plan at hand whose holding
 // is known.
-func (a *allocator) derived(p *Plan) []idHold {
+func (a *allocator) derived(p *Plan) []*idHold {
 	st := p.state
 	if st == nil || st.from == nil || st.spec.isManual() || len(p.Unplaced) > 0 {
 		// A degraded plan keeps its unplaced workers' GPUs (resv), which
 		// the patch below does not read: scan it.
 		return nil
 	}
-	var base []idHold
+	var base []*idHold
 	var from *Plan
 	for i := range a.jobs {
 		q := a.jobs[i].Prev
@@ -82,7 +82,7 @@ func (a *allocator) derived(p *Plan) []idHold {
 // at the same positions (denseOf checks them against its nodes before
 // use), so that a plan re-read on a node only for others' holds there
 // does not lay out 20,000 holds again.
-func shareDense(p, from *Plan, h, base []idHold) {
+func shareDense(p, from *Plan, h, base []*idHold) {
 	if p.state == nil || from == nil || from.state == nil || len(h) == 0 || len(h) != len(base) || &h[0] != &base[0] {
 		return
 	}
@@ -93,7 +93,7 @@ func shareDense(p, from *Plan, h, base []idHold) {
 
 // patchHeld is p's holding: base, the holding of the plan p's run
 // started from, with the nodes the run touched read again from p.
-func patchHeld(p *Plan, base []idHold) []idHold {
+func patchHeld(p *Plan, base []*idHold) []*idHold {
 	st := p.state
 	ids := st.changedIDs()
 	if len(ids) == 0 {
@@ -120,12 +120,12 @@ func patchHeld(p *Plan, base []idHold) []idHold {
 			}
 			again[i] = &h
 		}
-		k, found := slices.BinarySearchFunc(base, id, func(x idHold, id string) int { return strings.Compare(x.id, id) })
+		k, found := slices.BinarySearchFunc(base, id, func(x *idHold, id string) int { return strings.Compare(x.id, id) })
 		switch {
 		case found != (again[i] != nil):
 			same = false
 		case found:
-			same = same && sameIDHold(base[k], *again[i])
+			same = same && sameIDHold(base[k], again[i])
 		}
 	}
 	if same {
@@ -135,7 +135,7 @@ func patchHeld(p *Plan, base []idHold) []idHold {
 		// not copied over 20,000 nodes for it.
 		return base[:len(base):len(base)]
 	}
-	out := make([]idHold, 0, len(base)+len(ids))
+	out := make([]*idHold, 0, len(base)+len(ids))
 	k := 0
 	for i, id := range ids {
 		for k < len(base) && base[k].id < id {
@@ -146,20 +146,20 @@ func patchHeld(p *Plan, base []idHold) []idHold {
 			k++ // read again
 		}
 		if again[i] != nil {
-			out = append(out, *again[i])
+			out = append(out, again[i])
 		}
 	}
 	return append(out, base[k:]...)
 }
 
 // sameIDHold reports whether x and y hold the same on their node.
-func sameIDHold(x, y idHold) bool {
+func sameIDHold(x, y *idHold) bool {
 	return x.id == y.id && x.cpus == y.cpus && slices.Equal(x.gpus, y.gpus) && slices.Equal(x.resv, y.resv)
 }
 
 // scanHeld is p's holding read from every worker and pool (and, for a
 // degraded plan, the GPUs its unplaced workers ran on last).
-func scanHeld(p *Plan) []idHold {
+func scanHeld(p *Plan) []*idHold {
 	var out []idHold
 	pos := map[string]int{}
 	lastID, last := "", -1
@@ -199,7 +199,14 @@ func scanHeld(p *Plan) []idHold {
 		}
 	}
 	slices.SortFunc(out, func(x, y idHold) int { return strings.Compare(x.id, y.id) })
-	return out
+	// By pointer, into one slab: a plan patched from this one shares
+	// the entries of the nodes it did not change, and copies only the
+	// list (8 bytes a node, not 72).
+	ptrs := make([]*idHold, len(out))
+	for i := range out {
+		ptrs[i] = &out[i]
+	}
+	return ptrs
 }
 
 // allocated is gpus with every GPU of a pool node's allocations.
@@ -226,7 +233,7 @@ func addGPU(list []int, g int) []int {
 }
 
 // heldCount is the GPUs a holding by id uses (not those it keeps).
-func heldCount(h []idHold) int {
+func heldCount(h []*idHold) int {
 	n := 0
 	for _, x := range h {
 		n += len(x.gpus)
@@ -237,12 +244,11 @@ func heldCount(h []idHold) int {
 // dense is a holding by id as positions in the allocator's nodes (sorted
 // by position), the nodes not there left out. Nodes sorted by id (the
 // service's are) are matched by a merge, not looked up one by one.
-func (a *allocator) dense(byID []idHold) holding {
+func (a *allocator) dense(byID []*idHold) holding {
 	out := make(holding, 0, len(byID))
 	if a.index == nil && a.nodesSorted() {
 		i := 0
-		for k := range byID {
-			x := &byID[k]
+		for _, x := range byID {
 			for i < len(a.nodes) && a.nodes[i].ID < x.id {
 				i++
 			}
@@ -252,9 +258,9 @@ func (a *allocator) dense(byID []idHold) holding {
 		}
 		return out
 	}
-	for k := range byID {
-		if i, ok := a.pos(byID[k].id); ok {
-			out = append(out, hold{at: i, idHold: &byID[k]})
+	for _, x := range byID {
+		if i, ok := a.pos(x.id); ok {
+			out = append(out, hold{at: i, idHold: x})
 		}
 	}
 	slices.SortFunc(out, func(x, y hold) int { return cmp.Compare(x.at, y.at) })
@@ -296,7 +302,7 @@ func (a *allocator) denseOf(p *Plan) holding {
 }
 
 // checked records that h is dense(byID) on f's nodes (f nil: nowhere).
-func (f *nodeFacts) checked(h *holding, byID []idHold) {
+func (f *nodeFacts) checked(h *holding, byID []*idHold) {
 	if f == nil || len(byID) == 0 {
 		return
 	}
@@ -310,7 +316,7 @@ func (f *nodeFacts) checked(h *holding, byID []idHold) {
 // they are sorted by id and every hold's position holds its node, and no
 // neighbour shares its id (with an id given twice, dense's merge and its
 // index would each pick one of them).
-func (a *allocator) sameDense(h holding, byID []idHold) bool {
+func (a *allocator) sameDense(h holding, byID []*idHold) bool {
 	if len(h) != len(byID) || !a.nodesSorted() {
 		return false
 	}

@@ -76,7 +76,7 @@ func TestHeldKeptMatchesScan(t *testing.T) {
 }
 
 // denseRef is a holding by id as positions in nodes, by a plain search.
-func denseRef(nodes []Node, byID []idHold) holding {
+func denseRef(nodes []Node, byID []*idHold) holding {
 	var out holding
 	for i, n := range nodes {
 		for _, x := range byID {
@@ -123,8 +123,8 @@ func TestPatchHeldSharesUnchanged(t *testing.T) {
 	at, free := -1, -1
 	for i := range nodes {
 		for g := range nodes[i].GPUs {
-			if !slices.ContainsFunc(base, func(h idHold) bool { return h.id == nodes[i].ID && slices.Contains(h.gpus, g) }) &&
-				slices.ContainsFunc(base, func(h idHold) bool { return h.id == nodes[i].ID }) && at < 0 {
+			if !slices.ContainsFunc(base, func(h *idHold) bool { return h.id == nodes[i].ID && slices.Contains(h.gpus, g) }) &&
+				slices.ContainsFunc(base, func(h *idHold) bool { return h.id == nodes[i].ID }) && at < 0 {
 				at, free = i, g
 			}
 		}

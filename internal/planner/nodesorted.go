@@ -59,11 +59,11 @@ type nodeFacts struct {
 // idHolds names a holding by id by its first element and length: lists
 // kept with a plan's state are never written.
 type idHolds struct {
-	first *idHold
+	first **idHold
 	n     int
 }
 
-func idHoldsOf(h []idHold) idHolds {
+func idHoldsOf(h []*idHold) idHolds {
 	if len(h) == 0 {
 		return idHolds{}
 	}

@@ -203,7 +203,7 @@ func cutFast(prev *Plan, refs []elasticRef, counts []int, spec *Spec) *Plan {
 
 // heldOf is p's holding by id as its state keeps it, computed and kept
 // there first if need be (nil: p has no state to keep it in).
-func heldOf(p *Plan) []idHold {
+func heldOf(p *Plan) []*idHold {
 	if p == nil || p.state == nil {
 		return nil
 	}
