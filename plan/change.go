@@ -118,14 +118,14 @@ func (r *Replay) reset(h Header, p *Placement) {
 	}
 	r.pools = r.pools[:0]
 	for _, pl := range p.Pools {
-		po := PoolOrder{Name: pl.Name, Nodes: make([]string, len(pl.Nodes))}
-		for i, pn := range pl.Nodes {
+		po := PoolOrder{Name: pl.Name, Nodes: make([]string, pl.Nodes.Len())}
+		for i, pn := range pl.Nodes.All() {
 			po.Nodes[i] = pn.NodeID
 			n := node(pn.NodeID)
 			if n.Pools == nil {
 				n.Pools = map[string]PoolNode{}
 			}
-			n.Pools[pl.Name] = pn
+			n.Pools[pl.Name] = *pn
 		}
 		r.pools = append(r.pools, po)
 	}
@@ -214,13 +214,13 @@ func (r *Replay) Document() *Document {
 	}
 	d.Workers = NewWorkers(ws)
 	for _, po := range r.pools {
-		pl := Pool{Name: po.Name, Nodes: make([]PoolNode, 0, len(po.Nodes))}
+		nodes := make([]PoolNode, 0, len(po.Nodes))
 		for _, id := range po.Nodes {
 			if n := r.nodes[id]; n != nil {
-				pl.Nodes = append(pl.Nodes, n.Pools[po.Name])
+				nodes = append(nodes, n.Pools[po.Name])
 			}
 		}
-		d.Pools = append(d.Pools, pl)
+		d.Pools = append(d.Pools, Pool{Name: po.Name, Nodes: NewPoolNodes(nodes)})
 	}
 	d.ResourcePool = Export(d.Pools, r.export)
 	d.StorageToTrainWorkers = BuffersOf(ws)

@@ -46,7 +46,7 @@ func TestReplayApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := r.Document()
-	if d.Revision != 2 || d.Workers.Len() != 4 || d.Pools[1].Nodes[0].NodeID != "c" || d.ResourcePool[1].NumNode != 1 {
+	if d.Revision != 2 || d.Workers.Len() != 4 || d.Pools[1].Nodes.At(0).NodeID != "c" || d.ResourcePool[1].NumNode != 1 {
 		t.Fatalf("revision 2: %s", d.AppendJSON(nil))
 	}
 	if w := d.Workers.Find(plan.Env, 0); w == nil || w.NodeID != "c" {

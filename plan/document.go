@@ -61,8 +61,8 @@ func (g *GroupCounts) Of(c Component) *[]int {
 
 // Pool is a named resource pool with its nodes in pool order.
 type Pool struct {
-	Name  string     `json:"name"`
-	Nodes []PoolNode `json:"nodes"`
+	Name  string    `json:"name"`
+	Nodes PoolNodes `json:"nodes"`
 }
 
 // Document is the plan document of the contract: the pools, every

@@ -181,17 +181,17 @@ func Export(pools []Pool, opts ExportOptions) []PoolExport {
 // index string, and prevIDs, when not nil, is p's node ids already
 // listed (read-only, shared).
 func exportPool(p Pool, ids bool, counts [3]int, index func(Component) string, prevIDs []string) PoolExport {
-	e := PoolExport{Name: p.Name, NumNode: len(p.Nodes)}
+	e := PoolExport{Name: p.Name, NumNode: p.Nodes.Len()}
 	same := true
-	for _, n := range p.Nodes {
-		same = same && n.TotalGPUs == p.Nodes[0].TotalGPUs
+	for _, n := range p.Nodes.All() {
+		same = same && n.TotalGPUs == p.Nodes.At(0).TotalGPUs
 	}
 	switch {
-	case same && len(p.Nodes) > 0:
-		e.NumGPUs = []int{p.Nodes[0].TotalGPUs} // one number, not a list of 15,000 cut to it
+	case same && p.Nodes.Len() > 0:
+		e.NumGPUs = []int{p.Nodes.At(0).TotalGPUs} // one number, not a list of 15,000 cut to it
 	case !same:
-		e.NumGPUs = make([]int, len(p.Nodes))
-		for i, n := range p.Nodes {
+		e.NumGPUs = make([]int, p.Nodes.Len())
+		for i, n := range p.Nodes.All() {
 			e.NumGPUs[i] = n.TotalGPUs
 		}
 	}
@@ -201,8 +201,8 @@ func exportPool(p Pool, ids bool, counts [3]int, index func(Component) string, p
 	if ids {
 		e.NodeIDs = prevIDs
 		if e.NodeIDs == nil {
-			e.NodeIDs = make([]string, len(p.Nodes))
-			for i, n := range p.Nodes {
+			e.NodeIDs = make([]string, p.Nodes.Len())
+			for i, n := range p.Nodes.All() {
 				e.NodeIDs[i] = n.NodeID
 			}
 		}
@@ -237,22 +237,22 @@ func exportPool(p Pool, ids bool, counts [3]int, index func(Component) string, p
 // (documents are never written in place).
 func ExportAfter(prev Pool, prevOut PoolExport, p Pool, ids bool, counts [3]int) PoolExport {
 	full := func() PoolExport { return exportPool(p, ids, counts, p.IndexString, nil) }
-	if p.Name != prev.Name || prevOut.Name != prev.Name || len(p.Nodes) < len(prev.Nodes) || prevOut.NumNode != len(prev.Nodes) {
+	if p.Name != prev.Name || prevOut.Name != prev.Name || p.Nodes.Len() < prev.Nodes.Len() || prevOut.NumNode != prev.Nodes.Len() {
 		return full()
 	}
 	// spans are the runs of positions written again, [from, to), with
 	// the GPU offset at each end.
 	var spans []indexSpan
 	off := 0
-	for i := range p.Nodes {
-		n := &p.Nodes[i]
-		if i < len(prev.Nodes) {
-			o := &prev.Nodes[i]
+	for i := range p.Nodes.All() {
+		n := p.Nodes.At(i)
+		if i < prev.Nodes.Len() {
+			o := prev.Nodes.At(i)
 			if n.NodeID != o.NodeID || n.TotalGPUs != o.TotalGPUs {
 				return full()
 			}
 		}
-		if i >= len(prev.Nodes) || !sameEntry(n, &prev.Nodes[i]) {
+		if i >= prev.Nodes.Len() || !sameEntry(n, prev.Nodes.At(i)) {
 			if k := len(spans) - 1; k >= 0 && spans[k].to == i {
 				spans[k].to, spans[k].offTo = i+1, off+n.TotalGPUs
 			} else {
@@ -260,12 +260,12 @@ func ExportAfter(prev Pool, prevOut PoolExport, p Pool, ids bool, counts [3]int)
 			}
 		}
 		off += n.TotalGPUs
-		if 4*len(spans) > len(p.Nodes)+4 {
+		if 4*len(spans) > p.Nodes.Len()+4 {
 			return full() // changed throughout: writing it whole is as cheap
 		}
 	}
 	var prevIDs []string
-	if ids && len(p.Nodes) == len(prev.Nodes) && prevOut.NodeIDs != nil {
+	if ids && p.Nodes.Len() == prev.Nodes.Len() && prevOut.NodeIDs != nil {
 		prevIDs = prevOut.NodeIDs // the same ids, checked above
 	}
 	index := func(c Component) string {
@@ -323,7 +323,7 @@ func spliceIndex(was string, p Pool, c Component, spans []indexSpan) string {
 		add(strings.TrimSuffix(was[pos:lo], ", "))
 		off := sp.offFrom
 		for i := sp.from; i < sp.to; i++ {
-			for _, r := range p.Nodes[i].Allocations[c] {
+			for _, r := range p.Nodes.At(i).Allocations[c] {
 				if b.Len() > 0 {
 					b.WriteString(", ")
 				}
@@ -333,7 +333,7 @@ func spliceIndex(was string, p Pool, c Component, spans []indexSpan) string {
 					b.Write(strconv.AppendInt(num[:0], int64(r.Last+off), 10))
 				}
 			}
-			off += p.Nodes[i].TotalGPUs
+			off += p.Nodes.At(i).TotalGPUs
 		}
 		pos = max(lo, indexCut(was, sp.offTo))
 	}

@@ -18,7 +18,7 @@ import (
 func goldenDocs() map[string]Document {
 	at := time.Date(2026, 12, 1, 10, 0, 0, 5, time.UTC)
 	workers := NewWorkers([]Worker{{Component: Train, Index: 0, Pool: "p0", NodeID: "n1", IP: "10.0.0.1", GPUs: []int{0}, GPUUUIDs: []string{"GPU-a"}, GPUShare: 1, CPUs: 1}})
-	place := Placement{ResourcePool: []PoolExport{}, Pools: []Pool{{Name: "p0", Nodes: []PoolNode{{NodeID: "n1", IP: "10.0.0.1", TotalGPUs: 8, TotalCPUs: 64, Allocations: map[Component][]Range{Train: {{First: 0, Last: 0}}}}}}}, Workers: workers, StorageToTrainWorkers: map[string][]int{}}
+	place := Placement{ResourcePool: []PoolExport{}, Pools: []Pool{{Name: "p0", Nodes: NewPoolNodes([]PoolNode{{NodeID: "n1", IP: "10.0.0.1", TotalGPUs: 8, TotalCPUs: 64, Allocations: map[Component][]Range{Train: {{First: 0, Last: 0}}}}})}}, Workers: workers, StorageToTrainWorkers: map[string][]int{}}
 	none := Placement{ResourcePool: []PoolExport{}, Pools: []Pool{}, StorageToTrainWorkers: map[string][]int{}}
 	docs := map[string]Document{
 		"valid": {Header: Header{Name: "a", Revision: 3, CreatedAt: at, Reason: "grew", Mode: "auto", Strategy: "disaggregate", EnvStrategy: "default",

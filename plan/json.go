@@ -282,7 +282,7 @@ func appendPool(b []byte, pl Pool) []byte {
 	b = append(b, `{"name":`...)
 	b = appendString(b, pl.Name)
 	b = append(b, `,"nodes":`...)
-	b = appendList(b, pl.Nodes, appendPoolNode)
+	b = pl.Nodes.appendJSON(b)
 	return append(b, '}')
 }
 

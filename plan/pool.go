@@ -11,7 +11,7 @@ import (
 // TotalGPUs is the GPUs of the pool's nodes.
 func (p Pool) TotalGPUs() int {
 	t := 0
-	for _, n := range p.Nodes {
+	for _, n := range p.Nodes.All() {
 		t += n.TotalGPUs
 	}
 	return t
@@ -54,7 +54,7 @@ func (p Pool) IndexString(c Component) string {
 // pool-global index space, in pool order.
 func (p Pool) eachRange(c Component, fn func(first, last int)) {
 	off := 0
-	for _, n := range p.Nodes {
+	for _, n := range p.Nodes.All() {
 		for _, r := range n.Allocations[c] {
 			fn(r.First+off, r.Last+off)
 		}
@@ -66,10 +66,10 @@ func (p Pool) eachRange(c Component, fn func(first, last int)) {
 // scheduling group; nil when it has none in the pool.
 func (p Pool) WorkerCounts(c Component, groups int) [][]int {
 	var out [][]int
-	for i := range p.Nodes {
-		if counts := *p.Nodes[i].WorkerCounts.Of(c); len(counts) > 0 {
+	for i := range p.Nodes.All() {
+		if counts := *p.Nodes.At(i).WorkerCounts.Of(c); len(counts) > 0 {
 			if out == nil {
-				out = make([][]int, len(p.Nodes))
+				out = make([][]int, p.Nodes.Len())
 			}
 			out[i] = counts
 		}

@@ -15,7 +15,7 @@ import (
 func indexStringRef(p Pool, c Component) string {
 	var b []byte
 	off := 0
-	for _, n := range p.Nodes {
+	for _, n := range p.Nodes.All() {
 		for _, r := range n.Allocations[c] {
 			if len(b) > 0 {
 				b = append(b, ", "...)
@@ -38,6 +38,7 @@ func indexStringRef(p Pool, c Component) string {
 func TestIndexStringAgrees(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var p Pool
+		var nodes []PoolNode
 		for i := range rapid.IntRange(0, 12).Draw(t, "nodes") {
 			gpus := rapid.IntRange(0, 16).Draw(t, "gpus")
 			pn := PoolNode{NodeID: strconv.Itoa(i), TotalGPUs: gpus, Allocations: map[Component][]Range{}}
@@ -52,8 +53,9 @@ func TestIndexStringAgrees(t *testing.T) {
 					pn.Allocations[c] = RangesOf(gs)
 				}
 			}
-			p.Nodes = append(p.Nodes, pn)
+			nodes = append(nodes, pn)
 		}
+		p.Nodes = NewPoolNodes(nodes)
 		for _, c := range GPUComponents {
 			if got, want := p.IndexString(c), indexStringRef(p, c); got != want {
 				t.Fatalf("%s: %q, want %q", c, got, want)
@@ -61,7 +63,7 @@ func TestIndexStringAgrees(t *testing.T) {
 		}
 		e := Export([]Pool{p}, ExportOptions{})[0]
 		var counts []int
-		for _, n := range p.Nodes {
+		for _, n := range p.Nodes.All() {
 			counts = append(counts, n.TotalGPUs)
 		}
 		want := counts
@@ -100,8 +102,9 @@ func TestExportAfterIsExport(t *testing.T) {
 			return pn
 		}
 		prev := Pool{Name: "p"}
+		var prevNodes, nodes []PoolNode
 		for i := range rapid.IntRange(0, 12).Draw(t, "nodes") {
-			prev.Nodes = append(prev.Nodes, entry(strconv.Itoa(i), rapid.IntRange(0, 16).Draw(t, "gpus"), "prev"))
+			prevNodes = append(prevNodes, entry(strconv.Itoa(i), rapid.IntRange(0, 16).Draw(t, "gpus"), "prev"))
 		}
 		opts := func(label string) (bool, [3]int) {
 			var counts [3]int
@@ -110,37 +113,39 @@ func TestExportAfterIsExport(t *testing.T) {
 			}
 			return rapid.Bool().Draw(t, label+"ids"), counts
 		}
+		prev.Nodes = NewPoolNodes(prevNodes)
 		prevIDs, prevCounts := opts("prev")
 		prevOut := Export([]Pool{prev}, ExportOptions{NodeIDs: []bool{prevIDs}, Counts: prevCounts})[0]
 		p := Pool{Name: "p"}
-		for i, n := range prev.Nodes {
+		for i, n := range prevNodes {
 			switch rapid.IntRange(0, 6).Draw(t, "change") {
 			case 0: // another entry on the node
-				p.Nodes = append(p.Nodes, entry(n.NodeID, n.TotalGPUs, "next"))
+				nodes = append(nodes, entry(n.NodeID, n.TotalGPUs, "next"))
 			case 1: // an equal entry, not the same one
 				c := n
 				c.Allocations = maps.Clone(n.Allocations)
-				p.Nodes = append(p.Nodes, c)
+				nodes = append(nodes, c)
 			case 2: // other allocations beside the same counts
 				c := n
 				c.Allocations = entry(n.NodeID, n.TotalGPUs, "next").Allocations
-				p.Nodes = append(p.Nodes, c)
+				nodes = append(nodes, c)
 			case 3:
 				if rapid.IntRange(0, 3).Draw(t, "other") == 0 { // another node or GPU count
-					p.Nodes = append(p.Nodes, entry(strconv.Itoa(i+100*rapid.IntRange(0, 1).Draw(t, "id")), rapid.IntRange(0, 16).Draw(t, "gpus"), "next"))
+					nodes = append(nodes, entry(strconv.Itoa(i+100*rapid.IntRange(0, 1).Draw(t, "id")), rapid.IntRange(0, 16).Draw(t, "gpus"), "next"))
 					continue
 				}
 				fallthrough
 			default:
-				p.Nodes = append(p.Nodes, n)
+				nodes = append(nodes, n)
 			}
 		}
 		for i := range rapid.IntRange(0, 3).Draw(t, "joined") {
-			p.Nodes = append(p.Nodes, entry(strconv.Itoa(200+i), rapid.IntRange(0, 16).Draw(t, "gpus"), "joined"))
+			nodes = append(nodes, entry(strconv.Itoa(200+i), rapid.IntRange(0, 16).Draw(t, "gpus"), "joined"))
 		}
-		if rapid.IntRange(0, 5).Draw(t, "cut") == 0 && len(p.Nodes) > 0 {
-			p.Nodes = p.Nodes[:rapid.IntRange(0, len(p.Nodes)-1).Draw(t, "left")]
+		if rapid.IntRange(0, 5).Draw(t, "cut") == 0 && len(nodes) > 0 {
+			nodes = nodes[:rapid.IntRange(0, len(nodes)-1).Draw(t, "left")]
 		}
+		p.Nodes = NewPoolNodes(nodes)
 		ids, counts := opts("next")
 		got := ExportAfter(prev, prevOut, p, ids, counts)
 		want := Export([]Pool{p}, ExportOptions{NodeIDs: []bool{ids}, Counts: counts})[0]

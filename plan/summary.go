@@ -61,7 +61,7 @@ const maxNodeWorkers = 1 << 20
 func SummaryOf(d *Document, seq uint64) *Summary {
 	nodes := 0
 	for _, pl := range d.Pools {
-		nodes += len(pl.Nodes)
+		nodes += pl.Nodes.Len()
 	}
 	b := SummaryBuilder{at: make(map[string]int, nodes), nodes: make([]heldNode, 0, nodes)}
 	last, at := "", -1

@@ -221,10 +221,11 @@ func BenchmarkSummaryOf(b *testing.B) {
 			}
 		}
 	}
-	pool := Pool{Name: "all"}
+	var nodes []PoolNode
 	for n := range 20000 {
-		pool.Nodes = append(pool.Nodes, PoolNode{NodeID: fmt.Sprintf("sim-h100-%d", n+1)})
+		nodes = append(nodes, PoolNode{NodeID: fmt.Sprintf("sim-h100-%d", n+1)})
 	}
+	pool := Pool{Name: "all", Nodes: NewPoolNodes(nodes)}
 	d := &Document{Header: Header{Name: "default", Revision: 1}, Placement: Placement{Workers: NewWorkers(ws), Pools: []Pool{pool}}}
 	for b.Loop() {
 		if s := SummaryOf(d, 1); len(s.Held) != 1 {

@@ -126,8 +126,8 @@ func BuildDrained(plans []*planner.Plan, nodes []inventory.NodeInventory, drains
 		h := PlanHead{Name: p.Name, Revision: p.Revision, Valid: p.Valid(), Reason: p.Reason, Error: p.Error,
 			Priority: p.Priority, GPUsHeld: p.GPUsHeld, Workers: p.Workers.Len(), Pools: []PoolHead{}}
 		for _, pl := range p.Pools {
-			h.Pools = append(h.Pools, PoolHead{Name: pl.Name, Nodes: len(pl.Nodes)})
-			for _, n := range pl.Nodes {
+			h.Pools = append(h.Pools, PoolHead{Name: pl.Name, Nodes: pl.Nodes.Len()})
+			for _, n := range pl.Nodes.All() {
 				pools[n.NodeID] = append(pools[n.NodeID], p.Name+"/"+pl.Name)
 			}
 		}

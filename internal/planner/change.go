@@ -369,7 +369,7 @@ func SamePlacement(a, b *Plan) bool {
 	}
 	for i, pa := range a.Pools {
 		pb := b.Pools[i]
-		if pa.Name != pb.Name || !slices.EqualFunc(pa.Nodes, pb.Nodes, samePoolNode) {
+		if pa.Name != pb.Name || !slices.EqualFunc(pa.Nodes.Chunks(), pb.Nodes.Chunks(), func(x, y []plan.PoolNode) bool { return slices.EqualFunc(x, y, samePoolNode) }) {
 			return false
 		}
 	}

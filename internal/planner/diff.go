@@ -130,12 +130,12 @@ func indexNodes(p *Plan) nodeIndex {
 		return n
 	}
 	for _, pl := range p.Pools {
-		for _, pn := range pl.Nodes {
+		for _, pn := range pl.Nodes.All() {
 			n := node(pn.NodeID)
 			if n.pools == nil {
 				n.pools = map[string]plan.PoolNode{}
 			}
-			n.pools[pl.Name] = pn
+			n.pools[pl.Name] = *pn
 		}
 	}
 	for _, note := range p.Notes {
@@ -230,7 +230,7 @@ func sameNode(xa nodeIndex, a *nodeEntry, xb nodeIndex, b *nodeEntry) bool {
 // changed from prev's pool of that name: nodes dropped and nodes added at
 // the end, as an incremental plan changes it; or the order whole.
 func poolOrders(prev, next *Plan) []plan.PoolOrder {
-	before := map[string][]plan.PoolNode{}
+	before := map[string]plan.PoolNodes{}
 	if prev != nil {
 		for _, pl := range prev.Pools {
 			before[pl.Name] = pl.Nodes
@@ -249,11 +249,11 @@ func poolOrders(prev, next *Plan) []plan.PoolOrder {
 // and looks up only the nodes dropped or added (a node's loss: one), not
 // every node of the pool in a map: 20,000 nodes' maps, built for every
 // pool at every revision, were milliseconds of each.
-func poolOrder(name string, was, now []plan.PoolNode) plan.PoolOrder {
+func poolOrder(name string, was, now plan.PoolNodes) plan.PoolOrder {
 	po := plan.PoolOrder{Name: name}
 	k := 0 // nodes of now matched, in order, by nodes of was kept
-	for _, n := range was {
-		if k < len(now) && now[k].NodeID == n.NodeID {
+	for _, n := range was.All() {
+		if k < now.Len() && now.At(k).NodeID == n.NodeID {
 			k++
 			continue
 		}
@@ -265,32 +265,32 @@ func poolOrder(name string, was, now []plan.PoolNode) plan.PoolOrder {
 		for _, id := range po.Drop {
 			dropped[id] = true
 		}
-		for _, n := range now {
+		for _, n := range now.All() {
 			if dropped[n.NodeID] {
 				return wholeOrder(name, now)
 			}
 		}
 	}
-	if k < len(now) {
-		added := make(map[string]bool, len(now)-k)
-		for _, n := range now[k:] {
-			added[n.NodeID] = true
+	if k < now.Len() {
+		added := make(map[string]bool, now.Len()-k)
+		for i := k; i < now.Len(); i++ {
+			added[now.At(i).NodeID] = true
 		}
-		for _, n := range was {
+		for _, n := range was.All() {
 			if added[n.NodeID] {
 				return wholeOrder(name, now)
 			}
 		}
-		for _, n := range now[k:] {
-			po.Add = append(po.Add, n.NodeID)
+		for i := k; i < now.Len(); i++ {
+			po.Add = append(po.Add, now.At(i).NodeID)
 		}
 	}
 	return po
 }
 
-func wholeOrder(name string, now []plan.PoolNode) plan.PoolOrder {
-	po := plan.PoolOrder{Name: name, Nodes: make([]string, len(now))}
-	for i, n := range now {
+func wholeOrder(name string, now plan.PoolNodes) plan.PoolOrder {
+	po := plan.PoolOrder{Name: name, Nodes: make([]string, now.Len())}
+	for i, n := range now.All() {
 		po.Nodes[i] = n.NodeID
 	}
 	return po

@@ -31,12 +31,12 @@ func oldIndexNodes(p *Plan) map[string]*plan.NodeChange {
 		n.Workers = append(n.Workers, *w)
 	}
 	for _, pl := range p.Pools {
-		for _, pn := range pl.Nodes {
+		for _, pn := range pl.Nodes.All() {
 			n := node(pn.NodeID)
 			if n.Pools == nil {
 				n.Pools = map[string]plan.PoolNode{}
 			}
-			n.Pools[pl.Name] = pn
+			n.Pools[pl.Name] = *pn
 		}
 	}
 	for _, note := range p.Notes {
@@ -95,7 +95,7 @@ func drawReadBack(t *rapid.T, label string) *Plan {
 	for range rapid.IntRange(0, 2).Draw(t, label+" notes") {
 		notes = append(notes, plan.Note{NodeID: node.Draw(t, label+" note node"), Component: plan.Env, Reason: "full"})
 	}
-	return &Plan{Document: plan.Document{Placement: plan.Placement{Workers: plan.NewWorkers(ws), Pools: []plan.Pool{{Name: "p", Nodes: pns}}, Notes: notes}}}
+	return &Plan{Document: plan.Document{Placement: plan.Placement{Workers: plan.NewWorkers(ws), Pools: []plan.Pool{{Name: "p", Nodes: plan.NewPoolNodes(pns)}}, Notes: notes}}}
 }
 
 // TestNodeIndexOfPositionsIsOfCopies: the node index that holds workers'

@@ -82,43 +82,94 @@ func (e *engine) poolsDoc() ([]plan.Pool, [][]int32) {
 	pools := []plan.Pool{}
 	var order [][]int32
 	for _, p := range e.pools {
-		var nodes []plan.PoolNode
+		var nodes plan.PoolNodes
 		if p.auto < 0 {
+			var list []plan.PoolNode
 			for _, en := range p.entries {
 				p.final = append(p.final, en.at)
-				nodes = append(nodes, e.manualNode(en))
+				list = append(list, e.manualNode(en))
 			}
+			nodes = plan.NewPoolNodes(list)
 		} else {
 			p.final = e.poolOrder(p)
-			if nodes = e.unchangedPool(p); nodes != nil {
-				p.rendered = nodes
-				pools = append(pools, plan.Pool{Name: p.name, Nodes: nodes})
+			if same, ok := e.unchangedPool(p); ok {
+				p.rendered = same
+				pools = append(pools, plan.Pool{Name: p.name, Nodes: same})
 				order = append(order, p.final)
 				continue
 			}
-			nodes = make([]plan.PoolNode, len(p.final))
-			// The entries this run makes are kept on their nodes in a slab
-			// of their own: pointing into nodes would keep this whole
-			// document alive while one of its nodes stays untouched.
-			made := 0
-			for _, at := range p.final {
-				if e.table[at].doc(p.auto) == nil {
-					made++
-				}
-			}
-			kept := make([]plan.PoolNode, 0, made)
-			var slab []plan.Range
-			for i, at := range p.final {
-				slab = e.autoNode(at, p.auto, &nodes[i], slab, &kept)
-			}
+			nodes = e.renderPool(p)
 			p.rendered = nodes
 		}
-		if len(nodes) > 0 {
+		if nodes.Len() > 0 {
 			pools = append(pools, plan.Pool{Name: p.name, Nodes: nodes})
 			order = append(order, p.final)
 		}
 	}
 	return pools, order
+}
+
+// renderPool is auto pool p's entries, in chunks (plan.PoolNodes): a
+// chunk whose every entry this run renders as the previous plan did (the
+// same node at each position, its state untouched, sharedChunk) is the
+// previous plan's chunk itself; the others are rendered. A grow or a
+// shrink of one worker in a pool of 15,000 nodes renders one chunk of
+// 256 entries, not a list of 2.8 MB.
+func (e *engine) renderPool(p *poolRun) plan.PoolNodes {
+	n := len(p.final)
+	var prev plan.PoolNodes
+	var prevOrder []int32
+	if st := e.prevState; st != nil && len(e.table) == len(st.table) {
+		prev, prevOrder = st.rendered[p.auto], st.order[p.auto]
+	}
+	// The entries this run makes are kept on their nodes in a slab of
+	// their own: pointing into the chunks would keep this whole document
+	// alive while one of its nodes stays untouched.
+	made := 0
+	for _, at := range p.final {
+		if e.table[at].doc(p.auto) == nil {
+			made++
+		}
+	}
+	kept := make([]plan.PoolNode, 0, made)
+	var slab []plan.Range
+	chunks := make([][]plan.PoolNode, 0, (n+plan.PoolChunkLen-1)/plan.PoolChunkLen)
+	for from := 0; from < n; from += plan.PoolChunkLen {
+		to := min(from+plan.PoolChunkLen, n)
+		if c := e.sharedChunk(p, prev, prevOrder, from, to); c != nil {
+			chunks = append(chunks, c)
+			continue
+		}
+		c := make([]plan.PoolNode, to-from)
+		for i := from; i < to; i++ {
+			slab = e.autoNode(p.final[i], p.auto, &c[i-from], slab, &kept)
+		}
+		chunks = append(chunks, c)
+	}
+	return plan.PoolNodesFromChunks(chunks, n)
+}
+
+// sharedChunk is prev's chunk of pool positions [from, to) where this
+// run renders each of its entries as prev did: the same node at each
+// position as in prev's order, its state the one prev had there with its
+// entry cached (entryAsBefore), the entry prev's chunk holds; nil where
+// any differs.
+func (e *engine) sharedChunk(p *poolRun, prev plan.PoolNodes, prevOrder []int32, from, to int) []plan.PoolNode {
+	k := from / plan.PoolChunkLen
+	if prev.IsNil() || k >= len(prev.Chunks()) || to > len(prevOrder) {
+		return nil
+	}
+	c := prev.Chunks()[k]
+	if len(c) != to-from {
+		return nil
+	}
+	for i := from; i < to; i++ {
+		at := p.final[i]
+		if prevOrder[i] != at || e.entryAt(at, p.auto, &c[i-from]) != entryAsBefore {
+			return nil
+		}
+	}
+	return c
 }
 
 // entryKind is how table position at's state stands to the previous
@@ -153,15 +204,15 @@ func (e *engine) entryAt(at int32, auto int, was *plan.PoolNode) entryKind {
 // entries render as the previous ones (a node read again for another
 // plan's hold on it: a shrink's taker on a GPU beside this plan's
 // workers). A plan's documents are never written in place, so the two
-// plans share the list; nil where any of it differs.
-func (e *engine) unchangedPool(p *poolRun) []plan.PoolNode {
+// plans share the list; ok false where any of it differs.
+func (e *engine) unchangedPool(p *poolRun) (_ plan.PoolNodes, ok bool) {
 	st := e.prevState
 	if st == nil || len(e.table) != len(st.table) {
-		return nil
+		return plan.PoolNodes{}, false
 	}
 	prev := st.rendered[p.auto]
-	if len(prev) == 0 || len(prev) != len(p.final) || !slices.Equal(p.final, st.order[p.auto]) {
-		return nil
+	if prev.Len() == 0 || prev.Len() != len(p.final) || !slices.Equal(p.final, st.order[p.auto]) {
+		return plan.PoolNodes{}, false
 	}
 	// The states this run made or copied, where few, are looked at
 	// first, as the walk below looks at each: one that is not as before
@@ -173,24 +224,24 @@ func (e *engine) unchangedPool(p *poolRun) []plan.PoolNode {
 			if i < 0 {
 				continue
 			}
-			switch e.entryAt(at, p.auto, &prev[i]) {
+			switch e.entryAt(at, p.auto, prev.At(i)) {
 			case entryDiffers:
-				return nil
+				return plan.PoolNodes{}, false
 			case entryMadeAgain:
 				var made plan.PoolNode
 				var none []plan.PoolNode // kept nowhere: rendered only to compare
 				e.autoNode(at, p.auto, &made, nil, &none)
-				if !samePoolNode(made, prev[i]) || (made.Allocations == nil) != (prev[i].Allocations == nil) {
-					return nil
+				if was := prev.At(i); !samePoolNode(made, *was) || (made.Allocations == nil) != (was.Allocations == nil) {
+					return plan.PoolNodes{}, false
 				}
 			}
 		}
 	}
 	var again []int // positions in prev of the states made again
 	for i, at := range p.final {
-		switch e.entryAt(at, p.auto, &prev[i]) {
+		switch e.entryAt(at, p.auto, prev.At(i)) {
 		case entryDiffers:
-			return nil
+			return plan.PoolNodes{}, false
 		case entryMadeAgain:
 			again = append(again, i)
 		}
@@ -205,14 +256,14 @@ func (e *engine) unchangedPool(p *poolRun) []plan.PoolNode {
 		slab = e.autoNode(p.final[i], p.auto, &made[k], slab, &none)
 		// A nil map and an empty one read alike but are written
 		// apart (null, {}).
-		if !samePoolNode(made[k], prev[i]) || (made[k].Allocations == nil) != (prev[i].Allocations == nil) {
-			return nil
+		if was := prev.At(i); !samePoolNode(made[k], *was) || (made[k].Allocations == nil) != (was.Allocations == nil) {
+			return plan.PoolNodes{}, false
 		}
 	}
 	for k, i := range again {
 		e.table[p.final[i]].ext(&e.extras).doc[p.auto] = &made[k]
 	}
-	return prev[:len(prev):len(prev)]
+	return prev, true
 }
 
 // touchedFirst is how many states a run may have made or copied for

@@ -47,7 +47,7 @@ func TestPoolSharedWhenReReadAlike(t *testing.T) {
 	pool, _ := rollout(prev)
 	// The last node of the rollout pool: it hosts the highest eval
 	// indices, and a GPU of it eval leaves free.
-	last := pool.Nodes[len(pool.Nodes)-1]
+	last := pool.Nodes.At(pool.Nodes.Len() - 1)
 	free := -1
 	for g := range last.TotalGPUs {
 		used := false
@@ -90,7 +90,7 @@ func TestPoolSharedWhenReReadAlike(t *testing.T) {
 				t.Fatal("the replan read no node again: nothing to check")
 			}
 			got, k := rollout(doc)
-			shared := &got.Nodes[0] == &pool.Nodes[0] && len(got.Nodes) == len(pool.Nodes)
+			shared := got.Nodes.Len() == pool.Nodes.Len() && len(got.Nodes.Chunks()) == len(pool.Nodes.Chunks()) && sameChunks(got.Nodes.Chunks(), pool.Nodes.Chunks())
 			if shared != tc.share {
 				t.Fatalf("rollout entries shared with prev's: %v, want %v", shared, tc.share)
 			}

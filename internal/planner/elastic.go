@@ -269,9 +269,9 @@ func remainingWorkers(prev *Plan, spec *Spec, drop func(plan.Component, int) boo
 func cutPools(pools []plan.Pool, refs []elasticRef, gpus, counted map[cutKey][]int) []plan.Pool {
 	out := make([]plan.Pool, len(pools))
 	for i, pl := range pools {
-		np := plan.Pool{Name: pl.Name}
-		for _, pn := range pl.Nodes {
-			nn := pn
+		var nodes []plan.PoolNode
+		for _, pn := range pl.Nodes.All() {
+			nn := *pn
 			nn.Allocations = make(map[plan.Component][]plan.Range, len(pn.Allocations))
 			for c, rs := range pn.Allocations {
 				nn.Allocations[c] = rs
@@ -294,9 +294,9 @@ func cutPools(pools []plan.Pool, refs []elasticRef, gpus, counted map[cutKey][]i
 			if len(nn.Allocations) == 0 && emptyCounts(nn.WorkerCounts) {
 				continue
 			}
-			np.Nodes = append(np.Nodes, nn)
+			nodes = append(nodes, nn)
 		}
-		out[i] = np
+		out[i] = plan.Pool{Name: pl.Name, Nodes: plan.NewPoolNodes(nodes)}
 	}
 	return out
 }

@@ -25,8 +25,8 @@ func exportPools(pools []plan.Pool, order [][]int32, table []*nodeState, counts 
 	ids := make([]bool, len(pools))
 	for k, p := range pools {
 		same := true
-		for _, n := range p.Nodes {
-			same = same && n.TotalGPUs == p.Nodes[0].TotalGPUs
+		for _, n := range p.Nodes.All() {
+			same = same && n.TotalGPUs == p.Nodes.At(0).TotalGPUs
 		}
 		// Which nodes would rlightning pick without node_ids? The first
 		// ones by id that no earlier pool took.
@@ -71,7 +71,7 @@ func exportPools(pools []plan.Pool, order [][]int32, table []*nodeState, counts 
 // of 160,000 workers are not written again for a pool nothing changed in.
 type exportedPool struct {
 	name   string
-	nodes  []plan.PoolNode
+	nodes  plan.PoolNodes
 	ids    bool
 	counts [nComp]int
 	out    plan.PoolExport
@@ -80,7 +80,19 @@ type exportedPool struct {
 // sameAs reports whether x was made from the very entries of p (one list,
 // never written in place) with the same options.
 func (p exportedPool) sameAs(x exportedPool) bool {
-	return len(p.nodes) > 0 && len(p.nodes) == len(x.nodes) && &p.nodes[0] == &x.nodes[0] && p.ids == x.ids && p.counts == x.counts
+	a, b := p.nodes.Chunks(), x.nodes.Chunks()
+	return p.nodes.Len() > 0 && p.nodes.Len() == x.nodes.Len() && len(a) == len(b) && p.ids == x.ids && p.counts == x.counts && sameChunks(a, b)
+}
+
+// sameChunks reports whether a and b are one list of chunks: the same
+// chunks, each the very one (a list is never written in place).
+func sameChunks(a, b [][]plan.PoolNode) bool {
+	for i := range a {
+		if len(a[i]) != len(b[i]) || len(a[i]) > 0 && &a[i][0] != &b[i][0] {
+			return false
+		}
+	}
+	return true
 }
 
 // jsonNumbersToInts turns the whole float64s encoding/json produces into

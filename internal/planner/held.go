@@ -185,9 +185,9 @@ func scanHeld(p *Plan) []*idHold {
 		}
 	}
 	for _, pl := range p.Pools {
-		for _, n := range pl.Nodes {
+		for _, n := range pl.Nodes.All() {
 			h := at(n.NodeID)
-			h.gpus = allocated(h.gpus, n)
+			h.gpus = allocated(h.gpus, *n)
 		}
 	}
 	for _, u := range p.Unplaced {

@@ -186,7 +186,7 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 		}
 		var alloc []plan.Range
 		found := false
-		for _, n := range pl.Nodes {
+		for _, n := range pl.Nodes.All() {
 			if n.NodeID == w.NodeID {
 				alloc, found = n.Allocations[w.Component], true
 			}
@@ -215,7 +215,7 @@ func checkPlan(spec *Spec, nodes []Node, p *Plan) []string {
 		}
 		reserve := spec.Scheduling.Buffer != nil && spec.Scheduling.Buffer.NumGPUs > 0
 		for _, pl := range p.Pools {
-			for _, n := range pl.Nodes {
+			for _, n := range pl.Nodes.All() {
 				for c, rs := range n.Allocations {
 					for _, r := range rs {
 						for g := r.First; g <= r.Last; g++ {
@@ -260,7 +260,7 @@ type assignment struct {
 func allocSet(p *Plan) []string {
 	var out []string
 	for _, pl := range p.Pools {
-		for _, n := range pl.Nodes {
+		for _, n := range pl.Nodes.All() {
 			for c, rs := range n.Allocations {
 				for _, r := range rs {
 					for g := r.First; g <= r.Last; g++ {
@@ -283,7 +283,7 @@ func exportedAllocs(p *Plan, byID map[string]*Node) []string {
 		} else {
 			for _, pl := range p.Pools {
 				if pl.Name == e.Name {
-					for _, n := range pl.Nodes {
+					for _, n := range pl.Nodes.All() {
 						order = append(order, n.NodeID)
 					}
 				}

@@ -66,7 +66,7 @@ type runState struct {
 	// rendered are the auto pools' entries in the plan's document, in
 	// order's order: a run whose pool lists the same untouched states in
 	// the same order shares them rather than writing 20,000 entries again.
-	rendered [2][]plan.PoolNode
+	rendered [2]plan.PoolNodes
 	// exported are the pools' entries in the plan's export.
 	exported    []exportedPool
 	buffers     []int32 // buffer index -> node position
@@ -392,7 +392,7 @@ func (e *engine) adoptSlow() {
 	for _, p := range e.pools {
 		for _, pl := range e.prev.Pools {
 			if p.auto >= 0 && pl.Name == p.name {
-				for _, pn := range pl.Nodes {
+				for _, pn := range pl.Nodes.All() {
 					if at := e.find(pn.NodeID); at >= 0 {
 						p.order = append(p.order, at)
 					}
@@ -498,7 +498,7 @@ func (e *engine) keepPrevReserve(byNode [][]*plan.Worker) {
 			continue
 		}
 		seen := map[int32]bool{}
-		for _, pn := range p.Nodes {
+		for _, pn := range p.Nodes.All() {
 			at := e.find(pn.NodeID)
 			if at < 0 || seen[at] {
 				continue

@@ -290,9 +290,9 @@ func ReleaseStep(prev, next *Plan, held, on map[string]bool, takers []string) *P
 	present := map[string]bool{}
 	doc.Pools = make([]plan.Pool, 0, len(next.Pools))
 	for _, pl := range next.Pools {
-		np := plan.Pool{Name: pl.Name, Nodes: []plan.PoolNode{}}
-		for _, n := range pl.Nodes {
-			nn := n
+		nodes := []plan.PoolNode{}
+		for _, n := range pl.Nodes.All() {
+			nn := *n
 			nn.Allocations = make(map[plan.Component][]plan.Range, len(n.Allocations))
 			some := false
 			for c, rs := range n.Allocations {
@@ -323,10 +323,10 @@ func ReleaseStep(prev, next *Plan, held, on map[string]bool, takers []string) *P
 					*nn.WorkerCounts.Of(c) = counts
 				}
 			}
-			np.Nodes = append(np.Nodes, nn)
+			nodes = append(nodes, nn)
 			present[n.NodeID] = true
 		}
-		doc.Pools = append(doc.Pools, np)
+		doc.Pools = append(doc.Pools, plan.Pool{Name: pl.Name, Nodes: plan.NewPoolNodes(nodes)})
 	}
 	doc.ResourcePool = plan.Export(doc.Pools, plan.ExportOptionsOf(next.ResourcePool))
 	doc.Workers = plan.NewWorkers(kept)

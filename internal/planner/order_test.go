@@ -255,8 +255,8 @@ func TestReleaseStep(t *testing.T) {
 		t.Fatalf("release step: %d workers, %d GPUs, buffers %v", step.Workers.Len(), step.GPUsHeld, step.StorageToTrainWorkers)
 	}
 	for _, pl := range step.Pools {
-		if len(pl.Nodes) != 0 {
-			t.Fatalf("pool %s keeps %d nodes", pl.Name, len(pl.Nodes))
+		if pl.Nodes.Len() != 0 {
+			t.Fatalf("pool %s keeps %d nodes", pl.Name, pl.Nodes.Len())
 		}
 	}
 
@@ -287,7 +287,7 @@ func TestReleaseStep(t *testing.T) {
 	}
 	counted := map[plan.Component]int{}
 	for _, pl := range step.Pools {
-		for _, n := range pl.Nodes {
+		for _, n := range pl.Nodes.All() {
 			for _, c := range plan.GPUComponents {
 				for _, k := range *n.WorkerCounts.Of(c) {
 					counted[c] += k

@@ -28,12 +28,12 @@ func poolOrderByMaps(name string, was, now []plan.PoolNode) plan.PoolOrder {
 		case k < len(now) && now[k].NodeID == n.NodeID:
 			k++
 		default:
-			return wholeOrder(name, now)
+			return wholeOrder(name, plan.NewPoolNodes(now))
 		}
 	}
 	for _, n := range now[k:] {
 		if old[n.NodeID] {
-			return wholeOrder(name, now)
+			return wholeOrder(name, plan.NewPoolNodes(now))
 		}
 		po.Add = append(po.Add, n.NodeID)
 	}
@@ -63,7 +63,7 @@ func TestPoolOrderIsByMaps(t *testing.T) {
 			i, j := rapid.IntRange(0, len(now)-1).Draw(t, "i"), rapid.IntRange(0, len(now)-1).Draw(t, "j")
 			now[i], now[j] = now[j], now[i]
 		}
-		got, want := poolOrder("p", was, now), poolOrderByMaps("p", was, now)
+		got, want := poolOrder("p", plan.NewPoolNodes(was), plan.NewPoolNodes(now)), poolOrderByMaps("p", was, now)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("was %v now %v:\n got %+v\nwant %+v", was, now, got, want)
 		}

@@ -849,7 +849,7 @@ func TestReplanReasonSeeds(t *testing.T) {
 func countSet(p *Plan) []string {
 	var out []string
 	for _, pl := range p.Pools {
-		for _, n := range pl.Nodes {
+		for _, n := range pl.Nodes.All() {
 			out = append(out, fmt.Sprint(pl.Name, n.NodeID, n.WorkerCounts))
 		}
 	}

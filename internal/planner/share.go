@@ -997,7 +997,7 @@ func EachHeldGPU(p *Plan, fn func(node string, g int)) {
 // the order train, eval, env), node-local index.
 func EachAllocated(p *Plan, fn func(pool, node string, c plan.Component, g int)) {
 	for _, pl := range p.Pools {
-		for _, n := range pl.Nodes {
+		for _, n := range pl.Nodes.All() {
 			for _, c := range plan.GPUComponents {
 				for _, r := range n.Allocations[c] {
 					for g := r.First; g <= r.Last; g++ {

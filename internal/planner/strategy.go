@@ -20,7 +20,7 @@ type poolRun struct {
 	// final is the pool's nodes in the plan document; rendered, their
 	// entries there.
 	final    []int32
-	rendered []plan.PoolNode
+	rendered plan.PoolNodes
 	// entries are a manual pool's nodes, as the spec lists them.
 	entries []*poolEntry
 }

@@ -65,7 +65,7 @@ func WriteText(w io.Writer, p *Plan) error {
 			gpus := 0
 			for _, pl := range p.Pools {
 				if pl.Name == e.Name {
-					for _, n := range pl.Nodes {
+					for _, n := range pl.Nodes.All() {
 						gpus += n.TotalGPUs
 					}
 				}
@@ -161,10 +161,10 @@ func mapNodes(p *Plan) ([]string, map[string]*mapNode) {
 	var order []string
 	info := map[string]*mapNode{}
 	for _, pl := range p.Pools {
-		for _, n := range pl.Nodes {
+		for _, n := range pl.Nodes.All() {
 			ni := info[n.NodeID]
 			if ni == nil {
-				ni = &mapNode{pn: n, alloc: map[int]bool{}, use: make([]gpuUse, n.TotalGPUs)}
+				ni = &mapNode{pn: *n, alloc: map[int]bool{}, use: make([]gpuUse, n.TotalGPUs)}
 				info[n.NodeID] = ni
 				order = append(order, n.NodeID)
 			}

@@ -126,10 +126,11 @@ func TestSettleByClock(t *testing.T) {
 
 // planOn is a plan whose one pool has the nodes ids.
 func planOn(ids ...string) *planner.Plan {
-	pl := plan.Pool{Name: "p"}
+	var nodes []plan.PoolNode
 	for _, id := range ids {
-		pl.Nodes = append(pl.Nodes, plan.PoolNode{NodeID: id})
+		nodes = append(nodes, plan.PoolNode{NodeID: id})
 	}
+	pl := plan.Pool{Name: "p", Nodes: plan.NewPoolNodes(nodes)}
 	doc := &planner.Plan{}
 	doc.Pools = []plan.Pool{pl}
 	return doc

@@ -31,7 +31,7 @@ func (p *loopState) afterFirstSync(s *planState) {
 		return
 	}
 	for _, pl := range s.latest.Plan.Pools {
-		for _, n := range pl.Nodes {
+		for _, n := range pl.Nodes.All() {
 			if _, ok := p.live.doc(n.NodeID); !ok {
 				s.basis[n.NodeID] = &inventory.NodeInventory{NodeID: n.NodeID}
 			}

@@ -372,7 +372,7 @@ func (l *loop) outageOf(s *planState) bool {
 	}
 	nodes := map[string]bool{}
 	for _, pl := range s.latest.Plan.Pools {
-		for _, n := range pl.Nodes {
+		for _, n := range pl.Nodes.All() {
 			nodes[n.NodeID] = true
 		}
 	}

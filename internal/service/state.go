@@ -172,7 +172,7 @@ func (s *planState) unreported() []string {
 		return out
 	}
 	for _, pl := range s.inherited.Pools {
-		for _, n := range pl.Nodes {
+		for _, n := range pl.Nodes.All() {
 			if !s.reported[n.NodeID] && !slices.Contains(out, n.NodeID) {
 				out = append(out, n.NodeID)
 			}
@@ -200,7 +200,7 @@ func (s *planState) settling(left time.Duration) time.Duration {
 		return 0
 	}
 	for _, pl := range s.inherited.Pools {
-		for _, n := range pl.Nodes {
+		for _, n := range pl.Nodes.All() {
 			if !s.reported[n.NodeID] {
 				return left
 			}
