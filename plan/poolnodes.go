@@ -46,6 +46,24 @@ func PoolNodesFromChunks(chunks [][]PoolNode, n int) PoolNodes {
 	if chunks == nil {
 		chunks = [][]PoolNode{}
 	}
+	sum := 0
+	for k, c := range chunks {
+		if len(c) != poolChunkLen && (k < len(chunks)-1 || len(c) == 0) {
+			sum = -1 // not NewPoolNodes's layout, which At and a comparison by chunk read
+			break
+		}
+		sum += len(c)
+	}
+	if sum != n {
+		var all []PoolNode
+		for _, c := range chunks {
+			all = append(all, c...)
+		}
+		if all == nil {
+			all = []PoolNode{}
+		}
+		return NewPoolNodes(all)
+	}
 	return PoolNodes{chunks: chunks, n: n}
 }
 
@@ -92,8 +110,28 @@ func (p PoolNodes) Slice() []PoolNode {
 	return out
 }
 
-// MarshalJSON writes the entries as a JSON list.
-func (p PoolNodes) MarshalJSON() ([]byte, error) { return p.appendJSON(nil), nil }
+// MarshalJSON writes the entries as a JSON list, through encoding/json
+// as a list of entries would be (AppendJSON's reference), chunk by chunk.
+func (p PoolNodes) MarshalJSON() ([]byte, error) {
+	if p.chunks == nil {
+		return []byte("null"), nil
+	}
+	b := []byte{'['}
+	for _, c := range p.chunks {
+		if len(c) == 0 {
+			continue
+		}
+		js, err := json.Marshal(c)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, js[1:len(js)-1]...)
+	}
+	return append(b, ']'), nil
+}
 
 // appendJSON appends the entries as a JSON list (null for no list).
 func (p PoolNodes) appendJSON(b []byte) []byte {

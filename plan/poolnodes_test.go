@@ -54,6 +54,9 @@ func TestPoolNodesJSON(t *testing.T) {
 			if string(b) != string(want) {
 				t.Fatalf("JSON %s, want the list's %s", b, want)
 			}
+			if a := p.appendJSON(nil); string(a) != string(want) {
+				t.Fatalf("AppendJSON's %s, want encoding/json's %s", a, want)
+			}
 			var back PoolNodes
 			if err := json.Unmarshal(b, &back); err != nil {
 				t.Fatal(err)
@@ -66,5 +69,46 @@ func TestPoolNodesJSON(t *testing.T) {
 	var p PoolNodes
 	if err := json.Unmarshal([]byte(`{"node_id": "n"}`), &p); err == nil {
 		t.Fatal("an object read as a list of entries")
+	}
+}
+
+// TestPoolNodesFromChunks: chunks laid out otherwise than NewPoolNodes
+// lays them are laid out again, so that At and comparisons by chunk
+// read them right.
+func TestPoolNodesFromChunks(t *testing.T) {
+	e := func(id string) PoolNode { return PoolNode{NodeID: id} }
+	full := make([]PoolNode, PoolChunkLen)
+	for i := range full {
+		full[i] = e(fmt.Sprint(i))
+	}
+	for _, tc := range []struct {
+		name   string
+		chunks [][]PoolNode
+		n      int
+	}{
+		{"as laid out", [][]PoolNode{full, {e("x")}}, PoolChunkLen + 1},
+		{"short first chunk", [][]PoolNode{{e("a")}, {e("b"), e("c")}}, 3},
+		{"empty last chunk", [][]PoolNode{full, {}}, PoolChunkLen},
+		{"wrong count", [][]PoolNode{{e("a")}}, 2},
+		{"none", nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var all []PoolNode
+			for _, c := range tc.chunks {
+				all = append(all, c...)
+			}
+			if all == nil {
+				all = []PoolNode{}
+			}
+			got := PoolNodesFromChunks(tc.chunks, tc.n)
+			if want := NewPoolNodes(all); !reflect.DeepEqual(got, want) {
+				t.Fatalf("%d entries in %d chunks, want %d in %d", got.Len(), len(got.Chunks()), want.Len(), len(want.Chunks()))
+			}
+			for i := range all {
+				if got.At(i).NodeID != all[i].NodeID {
+					t.Fatalf("entry %d: %s, want %s", i, got.At(i).NodeID, all[i].NodeID)
+				}
+			}
+		})
 	}
 }
