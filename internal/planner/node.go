@@ -56,13 +56,6 @@ type Node struct {
 	Out     bool
 }
 
-// usable reports whether a run may use GPU g of n at all (a state's
-// usable GPUs), as n's own marks have it.
-func (n *Node) usable(g int) bool { return markOf(n).usable(n, g) }
-
-// cpusFree is the CPUs this plan may use, as n's own marks have it.
-func (n *Node) cpusFree() float64 { return markOf(n).cpusFree(n) }
-
 // Healthy reports whether GPU i may be given work: not unhealthy, not
 // drained.
 func (n *Node) Healthy(i int) bool {
@@ -93,7 +86,8 @@ type mark struct {
 // markOf is n's own mark.
 func markOf(n *Node) mark { return mark{n.HeldBy, n.CPUsHeld} }
 
-// usable reports whether a run may use GPU g of n, marked m, at all.
+// usable reports whether a run may use GPU g of n, marked m, at all (a
+// state's usable GPUs).
 func (m mark) usable(n *Node, g int) bool {
 	return len(n.Unhealthy) == 0 && len(m.heldBy) == 0 && len(n.Drained) == 0 && !n.Out || m.free(n, g)
 }
