@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -61,6 +63,21 @@ func (p *loopState) loadOwners(ctx context.Context) {
 	p.owners = &ownerBook{store: p.ownerStore, saves: make(chan map[string][]string, 16), loaded: make(chan map[string]string, 1)}
 	lctx, cancel := context.WithTimeout(ctx, max(p.cfg.StoreTimeout, 10*time.Second))
 	owners, err := p.ownerStore.Load(lctx)
+	for try := 0; missingBucket(err) && try < 20 && lctx.Err() == nil; try++ {
+		// Made a moment ago (start): a server of a cluster still forming
+		// may not know it yet (CI: TestHAStartQuiet's leader read "bucket
+		// not found"), or it was deleted since, and is made again. Real
+		// time, a tenth of a second a try: the loop has not started, and
+		// a test's clock may never move.
+		_ = p.ownerStore.Ensure(lctx)
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-lctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		owners, err = p.ownerStore.Load(lctx)
+	}
 	cancel()
 	if err != nil {
 		p.cfg.Log.Warn().Err(err).Msg("cannot read the GPU UUID owners: ownership goes by what this planner sees until they are read (tried again every 10 s)")
@@ -70,6 +87,12 @@ func (p *loopState) loadOwners(ctx context.Context) {
 	}
 	p.learnOwned(owners)
 	go p.owners.run(ctx, p.cfg.Log, p.clock, p.cfg.StoreTimeout)
+}
+
+// missingBucket reports whether err says the owners bucket (or its
+// stream) is not there.
+func missingBucket(err error) bool {
+	return errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 // ownersRetry is how often a planner that could not read the owners

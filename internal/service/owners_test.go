@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/poolplanner/poolplanner/internal/bus"
@@ -225,4 +226,54 @@ func TestOwnersBucketLostRefilled(t *testing.T) {
 		after, err := st.Load(ctx)
 		return err == nil && maps.Equal(after, before)
 	})
+}
+
+// missingOwners is an owners bucket that a server does not know of for
+// its first missing reads (a cluster still forming after Ensure made it).
+type missingOwners struct {
+	missing, reads, ensures int
+	owners                  map[string]string
+}
+
+func (m *missingOwners) Load(context.Context) (map[string]string, error) {
+	m.reads++
+	if m.reads <= m.missing {
+		return nil, fmt.Errorf("read GPU UUID owners: %w", jetstream.ErrBucketNotFound)
+	}
+	return m.owners, nil
+}
+
+func (m *missingOwners) Ensure(context.Context) error { m.ensures++; return nil }
+
+func (m *missingOwners) Add(context.Context, string, []string, time.Time) error { return nil }
+
+// TestOwnersBucketNotKnownYet: at start, an owners bucket a server says
+// is not there (made a moment ago on a cluster still forming: CI saw it
+// in TestHAStartQuiet) is made again and read again, quietly, rather
+// than said as a problem; one that stays unread is said as before.
+func TestOwnersBucketNotKnownYet(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		missing int
+		problem bool
+	}{
+		{"known at the third read", 2, false},
+		{"never known", 1000, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := drive(New(Config{StoreTimeout: time.Second}))
+			st := &missingOwners{missing: tc.missing, owners: map[string]string{"GPU-r2-0": "r2"}}
+			p.ownerStore = st
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			p.loadOwners(ctx)
+			_, problem := p.health.problems["owners:read"]
+			if problem != tc.problem || p.owners.unread != tc.problem {
+				t.Fatalf("problem %v unread %v, want %v", problem, p.owners.unread, tc.problem)
+			}
+			if !tc.problem && (p.live.claims.Owner("GPU-r2-0") != "r2" || st.reads != 3 || st.ensures != 2) {
+				t.Fatalf("owner %q after %d reads and %d ensures, want r2, 3 and 2", p.live.claims.Owner("GPU-r2-0"), st.reads, st.ensures)
+			}
+		})
+	}
 }
