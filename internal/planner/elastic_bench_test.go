@@ -100,6 +100,33 @@ func BenchmarkElastic(b *testing.B) {
 			b.Fatalf("shrink: %v %v eval %d, want %d", out[0].Err, out[1].Err, countOf(out[0].Plan, "eval"), want)
 		}
 	})
+	// The same from a plan made by a replan, as a running planner's are
+	// (a plan made afresh differs in its export: the first replan writes
+	// worker_counts): what changes nothing, and a grow by 1.
+	for _, k := range []int{0, 1} {
+		name := fmt.Sprintf("nodes=%d/grow=%d/replanned", n, k)
+		if k == 0 {
+			name = fmt.Sprintf("nodes=%d/steady/replanned", n)
+		}
+		b.Run(name, func(b *testing.B) {
+			nodes, a := elasticBench(b, n, k)
+			o := PlanAllWith([]Job{a}, nodes, ElasticOptions{NoGrow: true})[0]
+			if o.Err != nil || o.Plan.state == nil {
+				b.Fatalf("replan: %v", o.Err)
+			}
+			o.Plan.GPUsHeld = HeldGPUs(o.Plan)
+			a.Prev = o.Plan
+			want := countOf(a.Prev, "eval") + k
+			b.ReportAllocs()
+			var out Outcome
+			for b.Loop() {
+				out = PlanAll([]Job{a}, nodes)[0]
+			}
+			if out.Err != nil || countOf(out.Plan, "eval") != want {
+				b.Fatalf("grow: %v eval %d, want %d", out.Err, countOf(out.Plan, "eval"), want)
+			}
+		})
+	}
 	// k from 1 to 8,000 (a thousandth to a twentieth of the GPUs): what
 	// grows with k beside the floor every shrink or grow pays.
 	for _, k := range []int{1, 8, 800, 8000} {
