@@ -364,6 +364,21 @@ func (a *allocator) remainderOf(blockers []blocker, own holding, k viewKind) nod
 		n := &out[i]
 		return &n.HeldBy, &n.CPUsHeld, n
 	}
+	a.writeHolds(blockers, own, at)
+	switch {
+	case over != nil:
+		return nodeView{base: a.nodes, over: over}
+	case marks != nil:
+		return nodeView{base: a.nodes, marks: marks}
+	}
+	return nodeView{base: out}
+}
+
+// writeHolds writes what blockers hold into the remainder's marks that
+// at gives for a position (its HeldBy list, its CPUs held, and its node):
+// their GPUs held, their CPUs taken, and the GPUs a blocker keeps for an
+// unplaced worker where own neither uses nor keeps them.
+func (a *allocator) writeHolds(blockers []blocker, own holding, at func(int32) (*[]string, *float64, *Node)) {
 	// A node a blocker holds whole (most of a full cluster's) shares one
 	// list of its name: a list with no GPU left unnamed is never written.
 	whole := map[string][]string{}
@@ -408,13 +423,6 @@ func (a *allocator) remainderOf(blockers []blocker, own holding, k viewKind) nod
 			}
 		}
 	}
-	switch {
-	case over != nil:
-		return nodeView{base: a.nodes, over: over}
-	case marks != nil:
-		return nodeView{base: a.nodes, marks: marks}
-	}
-	return nodeView{base: out}
 }
 
 // pass places every job in order, the jobs not yet placed holding cur.

@@ -342,12 +342,7 @@ func (p *loopState) removedSince(ctx context.Context, s *planState) removal {
 	}
 	hist, err := p.specHistory(ctx, s.name)
 	if err != nil {
-		p.followedRetry = true
-		if s.followedSaid != latest {
-			s.followedSaid = latest
-			s.log.Warn().Err(err).Int("revision", latest.Plan.Revision).
-				Msg("cannot read the spec's history to tell whether the spec was removed since the latest revision; its placement is kept as it is until it can")
-		}
+		p.historyUnread(s, latest, err, "to tell whether the spec was removed since the latest revision")
 		return removalUnknown
 	}
 	// The newest removal after the revision's spec; for a revision that
@@ -415,12 +410,7 @@ func (p *loopState) followedSpec(ctx context.Context, s *planState) *planner.Spe
 	}
 	spec, adoptedRev, err := p.specOfDigest(ctx, s.name, digest, adopting)
 	if err != nil {
-		p.followedRetry = true
-		if s.followedSaid != latest {
-			s.followedSaid = latest
-			s.log.Warn().Err(err).Int("revision", latest.Plan.Revision).
-				Msg("cannot read the spec's history for the spec the latest revision followed; its placement is kept as it is until it can")
-		}
+		p.historyUnread(s, latest, err, "for the spec the latest revision followed")
 		return nil
 	}
 	if adoptedRev != 0 {
@@ -436,6 +426,19 @@ func (p *loopState) followedSpec(ctx context.Context, s *planState) *planner.Spe
 	}
 	s.followedFor, s.followedDigest, s.followed = latest, digest, spec
 	return spec
+}
+
+// historyUnread notes that plan s's spec history, needed (why) for
+// revision latest's placement, could not be read: the replan is tried
+// again (followedRetry) and the placement kept meanwhile, said once per
+// latest revision.
+func (p *loopState) historyUnread(s *planState, latest *store.StoredPlan, err error, why string) {
+	p.followedRetry = true
+	if s.followedSaid != latest {
+		s.followedSaid = latest
+		s.log.Warn().Err(err).Int("revision", latest.Plan.Revision).
+			Msg("cannot read the spec's history " + why + "; its placement is kept as it is until it can")
+	}
 }
 
 // followedRetryAfter is how soon a replan that could not read a spec

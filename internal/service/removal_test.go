@@ -225,20 +225,8 @@ func (b failingHistoryBucket) History(ctx context.Context, key string, opts ...j
 // revision), and the retry found no removal after that: never released.
 func TestRemovalUntoldHeld(t *testing.T) {
 	t.Parallel()
-	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
-	const b = "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"
-	h := newMemHarness(t)
-	specs := h.cluster(4, map[string]string{"default": a})
 	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
-	stop := h.plannerWith(context.Background(), cfg)
-	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
-	stop()
-	if err := specs.Delete(context.Background(), "default"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := specs.Put(context.Background(), "default", []byte(b)); err != nil {
-		t.Fatal(err)
-	}
+	h := removedWhileStopped(t, cfg)
 	var fail atomic.Bool
 	fail.Store(true)
 	in := h.instance("", cfg, func(p *Service) { p.specs = failingHistory{memSpecs{h.mem.specs}, &fail} })
@@ -281,20 +269,8 @@ func (f failingRemoval) PublishEventFor(ctx context.Context, ev *plan.Event, d s
 // retry took the removal as told).
 func TestRemovalPublishFailedRetried(t *testing.T) {
 	t.Parallel()
-	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
-	const b = "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"
-	h := newMemHarness(t)
-	specs := h.cluster(4, map[string]string{"default": a})
 	cfg := Config{Debounce: 50 * time.Millisecond, Settle: -1}
-	stop := h.plannerWith(context.Background(), cfg)
-	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
-	stop()
-	if err := specs.Delete(context.Background(), "default"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := specs.Put(context.Background(), "default", []byte(b)); err != nil {
-		t.Fatal(err)
-	}
+	h := removedWhileStopped(t, cfg)
 	var fail atomic.Bool
 	var failed atomic.Int64
 	fail.Store(true)
@@ -539,4 +515,26 @@ func TestRemovalAfterSpecBucketRecreated(t *testing.T) {
 		}
 		t.Fatal("want revision 4 removed, then 5 placed afresh on 8 workers")
 	}
+}
+
+// removedWhileStopped is a harness of 4 nodes whose plan default, on
+// 16 train workers, a planner placed and stopped; its spec was then
+// deleted and one of 8 train workers stored, with no planner running:
+// a removal the next planner learns only from the spec's history.
+func removedWhileStopped(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	const a = "scheduling:\n  train: {worker_num: 16, num_cpus: 1, num_gpus: 1}\n"
+	const b = "scheduling:\n  train: {worker_num: 8, num_cpus: 1, num_gpus: 1}\n"
+	h := newMemHarness(t)
+	specs := h.cluster(4, map[string]string{"default": a})
+	stop := h.plannerWith(context.Background(), cfg)
+	h.waitFor("default", "valid", func(p *planner.Plan) bool { return p.Valid() })
+	stop()
+	if err := specs.Delete(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := specs.Put(context.Background(), "default", []byte(b)); err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
