@@ -63,20 +63,8 @@ func (p *loopState) loadOwners(ctx context.Context) {
 	p.owners = &ownerBook{store: p.ownerStore, saves: make(chan map[string][]string, 16), loaded: make(chan map[string]string, 1)}
 	lctx, cancel := context.WithTimeout(ctx, max(p.cfg.StoreTimeout, 10*time.Second))
 	owners, err := p.ownerStore.Load(lctx)
-	for try := 0; missingBucket(err) && try < 20 && lctx.Err() == nil; try++ {
-		// Made a moment ago (start): a server of a cluster still forming
-		// may not know it yet (CI: TestHAStartQuiet's leader read "bucket
-		// not found"), or it was deleted since, and is made again. Real
-		// time, a tenth of a second a try: the loop has not started, and
-		// a test's clock may never move.
-		_ = p.ownerStore.Ensure(lctx)
-		t := time.NewTimer(100 * time.Millisecond)
-		select {
-		case <-lctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		owners, err = p.ownerStore.Load(lctx)
+	if missingBucket(err) {
+		owners, err = p.loadOwnersAgain(ctx)
 	}
 	cancel()
 	if err != nil {
@@ -87,6 +75,36 @@ func (p *loopState) loadOwners(ctx context.Context) {
 	}
 	p.learnOwned(owners)
 	go p.owners.run(ctx, p.cfg.Log, p.clock, p.cfg.StoreTimeout)
+}
+
+// ownersNotKnownFor is how long, at most, a planner at start makes and
+// reads again an owners bucket a server says is not there.
+const ownersNotKnownFor = 2 * time.Second
+
+// loadOwnersAgain makes the owners bucket and reads it again, a tenth
+// of a second at a time, for up to ownersNotKnownFor in all: made a
+// moment ago (start), a server of a cluster still forming may not know
+// it yet (CI: TestHAStartQuiet's leader read "bucket not found"), or it
+// was deleted since. Real time: the loop has not started, and a test's
+// clock may never move; the bound keeps the planner's start (its
+// request service comes after) from waiting on a store that does not
+// answer.
+func (p *loopState) loadOwnersAgain(ctx context.Context) (map[string]string, error) {
+	rctx, cancel := context.WithTimeout(ctx, ownersNotKnownFor)
+	defer cancel()
+	for {
+		_ = p.ownerStore.Ensure(rctx)
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-rctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		owners, err := p.ownerStore.Load(rctx)
+		if !missingBucket(err) || rctx.Err() != nil {
+			return owners, err
+		}
+	}
 }
 
 // missingBucket reports whether err says the owners bucket (or its
